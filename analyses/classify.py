@@ -1,0 +1,158 @@
+"""The one GPU-event selection and classification every analysis shares.
+
+GPU events are kernels, memory copies and memory sets (Kineto categories ``kernel``,
+``gpu_memcpy``, ``gpu_memset`` and the 2021 spellings ``Kernel``, ``Memcpy``, ``Memset``; the
+nsys ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``MEMCPY`` / ``MEMSET`` tables), i.e. events of kind
+``kernel``, ``memcpy`` or ``memset``. Each gets
+
+* ``gpu_class``: ``compute``, ``comm``, ``memcpy`` or ``memset``;
+* ``gpu_subclass``: ``compute``, ``comm``, ``memset``, or the copy direction
+  ``memcpy_htod``, ``memcpy_dtoh``, ``memcpy_dtod``, ``memcpy_htoh``, ``memcpy_ptop``,
+  ``memcpy_other``;
+* ``end_ns`` = ``ts_ns + dur_ns``.
+
+A kernel is communication when its name matches ``ClassifyPatterns.comm`` (default: contains
+``nccl`` or ``rccl``, any case: ``ncclKernel_*``, ``ncclDevKernel_*``, ``rcclKernel*``);
+every other kernel is compute. The patterns are data: pass your own ``ClassifyPatterns``.
+
+>>> from traceview.schema import events_frame
+>>> ev = events_frame([
+...     {"rank": 0, "file_id": 0, "source": "kineto", "kind": "kernel", "name": "sgemm",
+...      "device": 0, "stream": 7, "ts_ns": 0, "dur_ns": 10},
+...     {"rank": 0, "file_id": 0, "source": "kineto", "kind": "kernel",
+...      "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "device": 0, "stream": 9,
+...      "ts_ns": 5, "dur_ns": 10}])
+>>> gpu_events(ev).select("gpu_class", "end_ns").collect().rows()
+[('compute', 10), ('comm', 15)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+#: Event kinds that are GPU work.
+GPU_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset")
+
+#: Categories (lower-cased) that mean GPU work even if a reader left the kind as "other".
+GPU_CATEGORIES: dict[str, str] = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cupti_activity_kind_kernel": "kernel",
+    "cupti_activity_kind_memcpy": "memcpy",
+    "cupti_activity_kind_memset": "memset",
+}
+
+#: Coarse classes, in a fixed order (used for bitmasks and for display).
+GPU_CLASSES: tuple[str, ...] = ("compute", "comm", "memcpy", "memset")
+
+#: Fine classes.
+GPU_SUBCLASSES: tuple[str, ...] = (
+    "compute", "comm", "memcpy_htod", "memcpy_dtoh", "memcpy_dtod", "memcpy_htoh",
+    "memcpy_ptop", "memcpy_other", "memset",
+)
+
+
+@dataclass(frozen=True)
+class ClassifyPatterns:
+    """User-overridable classification rules (regular expressions, Rust regex syntax).
+
+    comm:        kernel names that are communication (default: nccl or rccl, any case).
+    memcpy_kernel: kernel names that are really copies (e.g. AMD ``__amd_rocclr_copyBuffer``);
+                 default None: every non-comm kernel is compute, as the issue defines.
+    memset_kernel: kernel names that are really memsets (e.g. ``__amd_rocclr_fillBuffer``);
+                 default None.
+    ignore:      GPU event names to drop entirely (default None).
+    """
+
+    comm: str = r"(?i)nccl|rccl"
+    memcpy_kernel: str | None = None
+    memset_kernel: str | None = None
+    ignore: str | None = None
+
+
+DEFAULT_PATTERNS = ClassifyPatterns()
+
+#: Direction from the copy_kind column (as parsers write it) or from a Kineto memcpy name.
+_DIRECTIONS: tuple[tuple[str, str], ...] = (
+    ("htod", "memcpy_htod"),
+    ("dtoh", "memcpy_dtoh"),
+    ("dtod", "memcpy_dtod"),
+    ("htoh", "memcpy_htoh"),
+    ("ptop", "memcpy_ptop"),
+    ("peer", "memcpy_ptop"),
+)
+
+
+def _direction(expr_kind: pl.Expr, expr_name: pl.Expr) -> pl.Expr:
+    """Copy direction from copy_kind, else from the name ("Memcpy HtoD (Pageable -> Device)")."""
+    text = pl.coalesce(expr_kind, expr_name).str.to_lowercase().str.replace_all(r"[^a-z]", "")
+    out: pl.Expr = pl.lit("memcpy_other")
+    for needle, label in reversed(_DIRECTIONS):
+        out = pl.when(text.str.contains(needle, literal=True)).then(pl.lit(label)).otherwise(out)
+    return out
+
+
+def gpu_events(
+    events: pl.LazyFrame | pl.DataFrame,
+    *,
+    patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+) -> pl.LazyFrame:
+    """The GPU events of ``events`` with ``gpu_class``, ``gpu_subclass`` and ``end_ns`` added.
+
+    Keeps every input column. Rows without a duration or with a negative one are dropped
+    (they cannot be placed on a timeline). ``device`` falls back to ``pid`` (Kineto GPU rows
+    use the device as pid) and ``stream`` to ``tid`` when a reader left them null.
+    """
+    lf = events.lazy()
+    kind = pl.col("kind").cast(pl.String)
+    cat = pl.col("category").cast(pl.String).str.to_lowercase()
+    cat_kind = cat.replace_strict(GPU_CATEGORIES, default=None, return_dtype=pl.String)
+    gpu_kind = pl.when(kind.is_in(list(GPU_KINDS))).then(kind).otherwise(cat_kind)
+    name = pl.col("name").cast(pl.String)
+    lf = lf.with_columns(_gpu_kind=gpu_kind).filter(
+        pl.col("_gpu_kind").is_not_null()
+        & pl.col("dur_ns").is_not_null()
+        & (pl.col("dur_ns") >= 0)
+    )
+    if patterns.ignore:
+        lf = lf.filter(~name.fill_null("").str.contains(patterns.ignore))
+    is_kernel = pl.col("_gpu_kind") == "kernel"
+    nm = name.fill_null("")
+    sub = (
+        pl.when(is_kernel & nm.str.contains(patterns.comm)).then(pl.lit("comm"))
+    )
+    if patterns.memcpy_kernel:
+        sub = sub.when(is_kernel & nm.str.contains(patterns.memcpy_kernel)).then(
+            _direction(pl.col("copy_kind").cast(pl.String), name))
+    if patterns.memset_kernel:
+        sub = sub.when(is_kernel & nm.str.contains(patterns.memset_kernel)).then(
+            pl.lit("memset"))
+    sub = (
+        sub.when(is_kernel).then(pl.lit("compute"))
+        .when(pl.col("_gpu_kind") == "memset").then(pl.lit("memset"))
+        .otherwise(_direction(pl.col("copy_kind").cast(pl.String), name))
+    )
+    coarse = (
+        pl.when(pl.col("gpu_subclass").str.starts_with("memcpy")).then(pl.lit("memcpy"))
+        .otherwise(pl.col("gpu_subclass"))
+    )
+    return (
+        lf.with_columns(gpu_subclass=sub)
+        .with_columns(
+            gpu_class=coarse,
+            end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
+            device=pl.coalesce(pl.col("device"), pl.col("pid").cast(pl.Int32, strict=False)),
+            stream=pl.coalesce(pl.col("stream"), pl.col("tid")),
+        )
+        .drop("_gpu_kind")
+    )
+
+
+def is_comm_name(names: pl.Expr, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS) -> pl.Expr:
+    """Boolean expression: does a kernel name denote communication under ``patterns``?"""
+    return names.cast(pl.String).fill_null("").str.contains(patterns.comm)

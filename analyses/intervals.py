@@ -1,0 +1,244 @@
+"""Vectorised interval algebra over frames, per group.
+
+Intervals are half-open ``[start, end)`` in int64 ns, given as two columns (default ``ts_ns``
+and ``end_ns``). Every function works per group (``by``: a list of key columns, may be empty)
+and never loops over intervals in Python.
+
+* ``union``: merge overlapping/touching intervals (sort by start; a new group starts where
+  ``start > running max(end)`` of the earlier ones; ``cum_sum`` of that flag numbers the groups).
+* ``complement``: the gaps between merged intervals, optionally inside window bounds.
+* ``sweep``: several merged sets at once, each weighted by a power of two; the running sum of
+  +w at starts and -w at ends is the bitmask of the sets active in each elementary segment
+  (Perfetto's interval-overlap trick). Overlap of compute (1) and comm (2) is mask == 3.
+* ``clip``: cut intervals to per-group windows (for per-step accounting).
+
+>>> import polars as pl
+>>> f = pl.DataFrame({"g": [0, 0, 0], "ts_ns": [0, 5, 20], "end_ns": [10, 12, 30]})
+>>> union(f, by=["g"]).rows()
+[(0, 0, 12), (0, 20, 30)]
+>>> complement(union(f, by=["g"]), by=["g"]).rows()
+[(0, 12, 20)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import polars as pl
+
+Frame = pl.LazyFrame | pl.DataFrame
+
+
+def _lazy(frame: Frame) -> pl.LazyFrame:
+    return frame.lazy()
+
+
+def union(
+    frame: Frame,
+    *,
+    by: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+    keep: Mapping[str, pl.Expr] | None = None,
+) -> pl.DataFrame:
+    """Merge overlapping or touching intervals per group.
+
+    Returns ``by..., start, end`` (one row per merged interval, sorted), plus one column per
+    ``keep`` entry: an aggregation over the member intervals (e.g.
+    ``{"first_name": pl.col("name").sort_by("ts_ns").first()}``). Zero-length intervals are
+    kept as members but add no time.
+    """
+    by = list(by)
+    lf = _lazy(frame).filter(pl.col(start).is_not_null() & pl.col(end).is_not_null())
+    lf = lf.sort([*by, start, end])
+    prev_max = pl.col(end).cum_max().shift(1)
+    if by:
+        prev_max = prev_max.over(by)
+    new_group = (prev_max.is_null() | (pl.col(start) > prev_max)).cast(pl.Int64)
+    gid = new_group.cum_sum()
+    if by:
+        gid = gid.over(by)
+    aggs = [pl.col(start).min(), pl.col(end).max()]
+    if keep:
+        aggs += [expr.alias(name) for name, expr in keep.items()]
+    return (
+        lf.with_columns(_iv_gid=gid)
+        .group_by([*by, "_iv_gid"])
+        .agg(aggs)
+        .sort([*by, start])
+        .drop("_iv_gid")
+        .collect()
+    )
+
+
+def total_length(
+    merged: Frame, *, by: Sequence[str] = (), start: str = "ts_ns", end: str = "end_ns",
+    name: str = "length_ns",
+) -> pl.DataFrame:
+    """Sum of ``end - start`` per group (use on merged intervals for the union's length)."""
+    by = list(by)
+    length = (pl.col(end) - pl.col(start)).sum().alias(name)
+    lf = _lazy(merged)
+    if by:
+        return lf.group_by(by).agg(length).sort(by).collect()
+    return lf.select(length).collect()
+
+
+def complement(
+    merged: Frame,
+    *,
+    by: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+    bounds: Frame | None = None,
+    lo: str = "window_start_ns",
+    hi: str = "window_end_ns",
+) -> pl.DataFrame:
+    """Gaps between merged intervals per group: ``by..., gap_start_ns, gap_end_ns``.
+
+    Without ``bounds`` the gaps lie between the first start and the last end of each group.
+    With ``bounds`` (one row per group: ``by..., lo, hi``) the leading gap from ``lo`` to the
+    first interval and the trailing gap from the last interval to ``hi`` are included too, and
+    intervals are clipped to the bounds first; a group with no intervals is one gap.
+    ``merged`` must already be a union (disjoint, sorted) -- call ``union`` first.
+    """
+    by = list(by)
+    lf = _lazy(merged).select([*by, start, end])
+    if bounds is not None:
+        b = _lazy(bounds).select([*by, lo, hi])
+        clipped = (
+            lf.join(b, on=by, how="inner") if by else lf.join(b, how="cross")
+        ).with_columns(
+            pl.max_horizontal(start, lo).alias(start), pl.min_horizontal(end, hi).alias(end)
+        ).filter(pl.col(end) > pl.col(start)).select([*by, start, end])
+        # sentinels: a zero-length interval at each bound closes the leading/trailing gaps
+        sentinels = pl.concat([
+            b.select([*by, pl.col(lo).alias(start), pl.col(lo).alias(end)]),
+            b.select([*by, pl.col(hi).alias(start), pl.col(hi).alias(end)]),
+        ])
+        lf = pl.concat([clipped, sentinels])
+    lf = lf.sort([*by, start])
+    nxt = pl.col(start).shift(-1)
+    if by:
+        nxt = nxt.over(by)
+    gaps = (
+        lf.with_columns(gap_start_ns=pl.col(end), gap_end_ns=nxt)
+        .filter(pl.col("gap_end_ns").is_not_null() & (pl.col("gap_end_ns") > pl.col("gap_start_ns")))
+        .select([*by, "gap_start_ns", "gap_end_ns"])
+    )
+    return gaps.sort([*by, "gap_start_ns"]).collect()
+
+
+def sweep(
+    sets: Mapping[str, Frame],
+    *,
+    by: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+) -> pl.DataFrame:
+    """Elementary segments of several merged interval sets, with the bitmask of active sets.
+
+    ``sets`` maps a label to a frame of merged intervals (``union`` output). The i-th label
+    gets weight ``2**i``. Returns ``by..., seg_start_ns, seg_end_ns, mask`` for every segment of
+    positive length where at least one set is active. ``mask & 2**i`` tells whether set i is.
+    """
+    by = list(by)
+    parts = []
+    for i, (_, frame) in enumerate(sets.items()):
+        w = 1 << i
+        lf = _lazy(frame).select([*by, start, end]).filter(pl.col(end) > pl.col(start))
+        parts.append(lf.select([*by, pl.col(start).alias("_t"), pl.lit(w, pl.Int64).alias("_d")]))
+        parts.append(lf.select([*by, pl.col(end).alias("_t"), pl.lit(-w, pl.Int64).alias("_d")]))
+    if not parts:
+        return pl.DataFrame(schema={"seg_start_ns": pl.Int64, "seg_end_ns": pl.Int64,
+                                    "mask": pl.Int64})
+    pts = pl.concat(parts).group_by([*by, "_t"]).agg(pl.col("_d").sum()).sort([*by, "_t"])
+    mask = pl.col("_d").cum_sum()
+    nxt = pl.col("_t").shift(-1)
+    if by:
+        mask, nxt = mask.over(by), nxt.over(by)
+    return (
+        pts.with_columns(mask=mask, seg_end_ns=nxt)
+        .filter((pl.col("mask") > 0) & pl.col("seg_end_ns").is_not_null()
+                & (pl.col("seg_end_ns") > pl.col("_t")))
+        .select([*by, pl.col("_t").alias("seg_start_ns"), "seg_end_ns", "mask"])
+        .collect()
+    )
+
+
+def clip(
+    frame: Frame,
+    windows: Frame,
+    *,
+    by: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+    lo: str = "window_start_ns",
+    hi: str = "window_end_ns",
+    window_keys: Sequence[str] = (),
+) -> pl.DataFrame:
+    """Cut each interval to every window of its group it overlaps.
+
+    ``windows`` holds ``by..., window_keys..., lo, hi``; windows of one group must be disjoint
+    (steps tile the timeline). The result has the interval's columns (start/end clipped) plus
+    ``window_keys``, one row per (interval, overlapping window). Two as-of joins find the first
+    and last window each interval touches; no Python loop, no cross product.
+    """
+    by, wk = list(by), list(window_keys)
+    w = (
+        _lazy(windows)
+        .select([*by, *wk, pl.col(lo).alias("_lo"), pl.col(hi).alias("_hi")])
+        .filter(pl.col("_hi") > pl.col("_lo"))
+        .sort([*by, "_lo"])
+    )
+    wi = pl.int_range(pl.len(), dtype=pl.Int64)
+    w = w.with_columns(_wi=wi.over(by) if by else wi)
+    lf = _lazy(frame).filter(pl.col(end) > pl.col(start)).with_columns(
+        _s=pl.col(start), _e=pl.col(end)).sort("_s")
+    first = w.select([*by, "_hi", pl.col("_wi").alias("_wfirst")]).sort("_hi")
+    last = w.select([*by, "_lo", pl.col("_wi").alias("_wlast")]).sort("_lo")
+    kw: dict = {"by": by, "check_sortedness": False} if by else {}
+    lf = lf.join_asof(first, left_on="_s", right_on="_hi", strategy="forward",
+                      allow_exact_matches=False, **kw).sort("_e")
+    lf = lf.join_asof(last, left_on="_e", right_on="_lo", strategy="backward",
+                      allow_exact_matches=False, **kw)
+    lf = (
+        lf.filter(pl.col("_wfirst").is_not_null() & pl.col("_wlast").is_not_null()
+                  & (pl.col("_wfirst") <= pl.col("_wlast")))
+        .with_columns(_wi=pl.int_ranges(pl.col("_wfirst"), pl.col("_wlast") + 1))
+        .explode("_wi")
+        .drop("_hi", "_lo", "_wfirst", "_wlast")
+        .join(w, on=[*by, "_wi"], how="inner")
+    )
+    return (
+        lf.with_columns(
+            pl.max_horizontal(start, "_lo").alias(start), pl.min_horizontal(end, "_hi").alias(end)
+        )
+        .drop("_lo", "_hi", "_wi", "_s", "_e")
+        .collect()
+    )
+
+
+def segment_lengths(
+    segments: Frame,
+    labels: Mapping[str, pl.Expr],
+    *,
+    by: Sequence[str] = (),
+) -> pl.DataFrame:
+    """Sum segment lengths per group under boolean conditions on ``mask``.
+
+    ``labels`` maps an output column to a boolean expression over ``pl.col("mask")``, e.g.
+    ``{"overlap_ns": pl.col("mask") & 3 == 3}``. Returns ``by..., <labels>`` (Int64 ns).
+    """
+    by = list(by)
+    length = pl.col("seg_end_ns") - pl.col("seg_start_ns")
+    aggs = [length.filter(cond).sum().alias(name) for name, cond in labels.items()]
+    lf = _lazy(segments)
+    if by:
+        return lf.group_by(by).agg(aggs).sort(by).collect()
+    return lf.select(aggs).collect()
+
+
+def has_bit(bit: int) -> pl.Expr:
+    """``mask`` has set number ``bit`` active."""
+    return (pl.col("mask") & (1 << bit)) != 0

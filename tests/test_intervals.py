@@ -1,0 +1,140 @@
+"""Interval algebra (analyses/intervals.py): hand-derived cases and Hypothesis invariants.
+
+The oracle for the property tests is the obvious one: on small integer timelines, the set of
+covered unit cells [t, t+1) computed with Python sets.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceview.analyses.intervals import (
+    clip, complement, has_bit, segment_lengths, sweep, total_length, union,
+)
+
+
+def _frame(ivs: list[tuple[int, int, int]]) -> pl.DataFrame:
+    return pl.DataFrame({"g": [g for g, _, _ in ivs], "ts_ns": [s for _, s, _ in ivs],
+                         "end_ns": [e for _, _, e in ivs]},
+                        schema={"g": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64})
+
+
+def _cells(ivs, g=None) -> set[int]:
+    return {t for gg, s, e in ivs if g is None or gg == g for t in range(s, e)}
+
+
+def test_union_by_hand() -> None:
+    # [0,10) and [5,12) merge; [12,15) touches and merges; [20,30) is separate; group 1 alone
+    f = _frame([(0, 0, 10), (0, 5, 12), (0, 12, 15), (0, 20, 30), (1, 3, 4)])
+    assert union(f, by=["g"]).rows() == [(0, 0, 15), (0, 20, 30), (1, 3, 4)]
+    assert total_length(union(f, by=["g"]), by=["g"]).rows() == [(0, 25), (1, 1)]
+
+
+def test_nested_and_unsorted_input() -> None:
+    f = _frame([(0, 20, 25), (0, 0, 100), (0, 50, 60)])  # everything inside [0,100)
+    assert union(f, by=["g"]).rows() == [(0, 0, 100)]
+
+
+def test_complement_with_bounds_by_hand() -> None:
+    merged = union(_frame([(0, 10, 20), (0, 30, 40)]), by=["g"])
+    assert complement(merged, by=["g"]).rows() == [(0, 20, 30)]
+    bounds = pl.DataFrame({"g": [0, 1], "window_start_ns": [0, 0], "window_end_ns": [35, 7]})
+    # leading [0,10), inner [20,30), interval clipped at 35 so no trailing gap; empty group 1
+    assert complement(merged, by=["g"], bounds=bounds).rows() == [
+        (0, 0, 10), (0, 20, 30), (1, 0, 7)]
+
+
+def test_sweep_overlap_by_hand() -> None:
+    # compute [0,10) [20,30); comm [5,25): overlap = [5,10)+[20,25) = 10; busy = 30
+    comp = _frame([(0, 0, 10), (0, 20, 30)])
+    comm = _frame([(0, 5, 25)])
+    seg = sweep({"compute": comp, "comm": comm}, by=["g"])
+    out = segment_lengths(seg, {
+        "compute": has_bit(0), "comm": has_bit(1), "both": has_bit(0) & has_bit(1),
+        "busy": pl.col("mask") > 0}, by=["g"])
+    assert out.rows() == [(0, 20, 20, 10, 30)]
+
+
+def test_clip_to_windows_by_hand() -> None:
+    f = _frame([(0, 0, 10), (0, 5, 12), (0, 20, 30), (1, 3, 8)])
+    w = pl.DataFrame({"g": [0, 0, 1], "step": [1, 2, 1], "window_start_ns": [0, 11, 0],
+                      "window_end_ns": [11, 25, 5]})
+    got = clip(f, w, by=["g"], window_keys=["step"]).sort("g", "ts_ns")
+    assert got.select("g", "ts_ns", "end_ns", "step").rows() == [
+        (0, 0, 10, 1), (0, 5, 11, 1), (0, 11, 12, 2), (0, 20, 25, 2), (1, 3, 5, 1)]
+
+
+_iv = st.tuples(st.integers(0, 2), st.integers(0, 60), st.integers(0, 15)).map(
+    lambda t: (t[0], t[1], t[1] + t[2]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_iv, max_size=25))
+def test_union_matches_cell_oracle(ivs) -> None:
+    merged = union(_frame(ivs), by=["g"])
+    for g in range(3):
+        rows = merged.filter(pl.col("g") == g)
+        got = {t for s, e in zip(rows["ts_ns"], rows["end_ns"]) for t in range(s, e)}
+        assert got == _cells(ivs, g)
+        # merged intervals are disjoint and not touching, and union <= sum of durations
+        starts, ends = rows["ts_ns"].to_list(), rows["end_ns"].to_list()
+        assert all(starts[i + 1] > ends[i] for i in range(len(starts) - 1))
+        assert sum(e - s for e, s in zip(ends, starts)) <= sum(
+            e - s for gg, s, e in ivs if gg == g)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_iv, max_size=25))
+def test_busy_plus_gaps_is_span(ivs) -> None:
+    merged = union(_frame(ivs), by=["g"])
+    gaps = complement(merged, by=["g"])
+    assert (gaps["gap_end_ns"] - gaps["gap_start_ns"] > 0).all()  # gaps >= 0 (strictly)
+    for g in range(3):
+        m = merged.filter(pl.col("g") == g)
+        if m.height == 0:
+            continue
+        busy = int((m["end_ns"] - m["ts_ns"]).sum())
+        gp = gaps.filter(pl.col("g") == g)
+        idle = int((gp["gap_end_ns"] - gp["gap_start_ns"]).sum())
+        assert busy + idle == int(m["end_ns"].max()) - int(m["ts_ns"].min())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_iv, max_size=15), st.lists(_iv, max_size=15))
+def test_sweep_overlap_invariants(a, b) -> None:
+    ua, ub = union(_frame(a), by=["g"]), union(_frame(b), by=["g"])
+    seg = sweep({"a": ua, "b": ub}, by=["g"])
+    out = segment_lengths(seg, {"a": has_bit(0), "b": has_bit(1),
+                                "ab": has_bit(0) & has_bit(1), "busy": pl.col("mask") > 0},
+                          by=["g"])
+    for g, la, lb, lab, busy in out.rows():
+        ca, cb = _cells(a, g), _cells(b, g)
+        assert (la, lb, lab, busy) == (len(ca), len(cb), len(ca & cb), len(ca | cb))
+        assert lab <= min(la, lb)
+        assert busy == la + lb - lab
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_iv, max_size=20), st.lists(st.integers(1, 30), min_size=1, max_size=5))
+def test_clip_to_tiling_windows_preserves_time(ivs, widths) -> None:
+    # windows tile [0, W) for every group; clipping then summing equals the cells inside [0, W)
+    edges = [0]
+    for w in widths:
+        edges.append(edges[-1] + w)
+    win = pl.DataFrame({
+        "g": [g for g in range(3) for _ in widths],
+        "step": [i for _ in range(3) for i in range(len(widths))],
+        "window_start_ns": [edges[i] for _ in range(3) for i in range(len(widths))],
+        "window_end_ns": [edges[i + 1] for _ in range(3) for i in range(len(widths))],
+    })
+    got = clip(_frame(ivs), win, by=["g"], window_keys=["step"])
+    for g in range(3):
+        rows = got.filter(pl.col("g") == g)
+        cells: list[int] = []
+        for s, e, k in zip(rows["ts_ns"], rows["end_ns"], rows["step"]):
+            assert edges[k] <= s < e <= edges[k + 1]
+            cells += range(s, e)
+        want = sorted(t for gg, s, e in ivs if gg == g for t in range(s, e) if t < edges[-1])
+        assert sorted(cells) == want
