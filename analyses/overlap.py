@@ -1,0 +1,168 @@
+"""Compute/communication overlap per rank and device, per step and for the whole trace.
+
+With C = ∪ compute kernels, M = ∪ communication kernels (merged across streams of one device):
+
+* ``compute_ns`` = |C|, ``comm_ns`` = |M|, ``overlap_ns`` = |C ∩ M|,
+* ``exposed_comm_ns`` = comm − overlap = |M \\ C|,
+* ``hidden_fraction`` = overlap / comm (null when comm = 0),
+* ``overlap_efficiency`` = (compute + comm − busy) / (compute + comm − max(compute, comm))
+  with busy = |C ∪ M|; equals overlap / min(compute, comm); null when either is 0,
+* ``memcpy_ns`` = |∪ memcpy|, ``exposed_memcpy_ns`` = |∪ memcpy \\ (C ∪ M)|,
+* ``bound``: ``comm-bound`` if comm > ratio × compute, ``compute-bound`` if compute > ratio ×
+  comm, else ``balanced`` (ratio 1.2 by default); null when both are 0.
+
+The same sweep gives the time accounting the breakdown uses (``accounting``). Definitions with
+worked examples: docs/metrics.md, section "GPU time: overlap".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events
+from .intervals import clip, has_bit, segment_lengths, sweep, union
+from .window import STEP_PATTERN, gpu_step_windows, gpu_trace_windows, with_gpu_steps
+
+Frame = pl.LazyFrame | pl.DataFrame
+
+#: Bits of the sweep mask, one per coarse class.
+BITS: dict[str, int] = {"compute": 0, "comm": 1, "memcpy": 2, "memset": 3}
+
+NOTE_NO_GPU = "no GPU events on this rank (CPU-only trace, or GPU events stripped)"
+NOTE_NO_STEPS = "no ProfilerStep ranges: whole trace reported as one window"
+NOTE_NO_COMM = "no communication kernels: hidden_fraction and overlap_efficiency are null"
+
+_C, _M, _Y, _S = (has_bit(BITS[k]) for k in ("compute", "comm", "memcpy", "memset"))
+
+#: Lengths summed from the sweep for every window.
+_LABELS: dict[str, pl.Expr] = {
+    "busy_ns": pl.col("mask") > 0,
+    "compute_ns": _C,
+    "comm_ns": _M,
+    "overlap_ns": _C & _M,
+    "exposed_comm_ns": _M & ~_C,
+    "memcpy_ns": _Y,
+    "exposed_memcpy_ns": _Y & ~_C & ~_M,
+    "memset_ns": _S,
+    "exposed_memset_ns": _S & ~_C & ~_M & ~_Y,
+    "compute_or_comm_ns": _C | _M,
+}
+
+
+def accounting(
+    gpu: Frame,
+    windows: Frame,
+    *,
+    by: Sequence[str] = ("rank", "device"),
+    window_keys: Sequence[str] = (),
+) -> pl.DataFrame:
+    """Time of each class inside each window (``gpu`` from ``classify.gpu_events``).
+
+    ``windows``: ``by..., window_keys..., window_start_ns, window_end_ns``, disjoint per group.
+    Returns the window columns, ``window_ns``, every ``_LABELS`` column and ``idle_ns`` =
+    window − busy. Windows without GPU work have zeros.
+    """
+    by, wk = list(by), list(window_keys)
+    keys = [*by, *wk]
+    w = windows.lazy().collect() if isinstance(windows, pl.LazyFrame) else windows
+    cut = clip(gpu.lazy().select([*by, "ts_ns", "end_ns", "gpu_class"]), w, by=by,
+               window_keys=wk)
+    sets = {
+        cls: union(cut.filter(pl.col("gpu_class") == cls), by=keys)
+        for cls in BITS
+    }
+    lengths = segment_lengths(sweep(sets, by=keys), _LABELS, by=keys)
+    out = w.join(lengths, on=keys, how="left") if keys else w.join(lengths, how="cross")
+    return (
+        out.with_columns([pl.col(c).fill_null(0) for c in _LABELS])
+        .with_columns(window_ns=pl.col("window_end_ns") - pl.col("window_start_ns"))
+        .with_columns(idle_ns=pl.col("window_ns") - pl.col("busy_ns"))
+        .sort(keys)
+    )
+
+
+def overlap_columns(bound_ratio: float = 1.2) -> list[pl.Expr]:
+    """Derived overlap metrics from the ``accounting`` columns."""
+    compute, comm = pl.col("compute_ns"), pl.col("comm_ns")
+    denom = compute + comm - pl.max_horizontal(compute, comm)
+    return [
+        pl.when(comm > 0).then(pl.col("overlap_ns") / comm).otherwise(None)
+        .alias("hidden_fraction"),
+        pl.when(denom > 0).then((compute + comm - pl.col("compute_or_comm_ns")) / denom)
+        .otherwise(None).alias("overlap_efficiency"),
+        pl.when((compute == 0) & (comm == 0)).then(None)
+        .when(comm > bound_ratio * compute).then(pl.lit("comm-bound"))
+        .when(compute > bound_ratio * comm).then(pl.lit("compute-bound"))
+        .otherwise(pl.lit("balanced")).alias("bound"),
+    ]
+
+
+def prepared_gpu(
+    events: Frame, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+    step_pattern: str = STEP_PATTERN,
+) -> pl.DataFrame:
+    """Classified GPU events with steps filled from their launches, collected once."""
+    return with_gpu_steps(gpu_events(events, patterns=patterns), events,
+                          pattern=step_pattern).collect()
+
+
+def overlap(
+    events: Frame,
+    *,
+    per_step: bool = False,
+    patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+    bound_ratio: float = 1.2,
+    step_pattern: str = STEP_PATTERN,
+) -> pl.DataFrame:
+    """Overlap per (rank, device) for the whole trace, or per (rank, device, step).
+
+    Columns: rank, device, step (null for whole-trace rows), window_start_ns, window_end_ns,
+    window_ns, compute_ns, comm_ns, overlap_ns, exposed_comm_ns, busy_ns, idle_ns, memcpy_ns,
+    exposed_memcpy_ns, memset_ns, exposed_memset_ns, hidden_fraction, overlap_efficiency,
+    bound, note. Every rank present in ``events`` gets at least one row; a rank without GPU
+    events gets nulls and a note. With ``per_step`` and no steps, the whole-trace row is
+    returned with a note.
+    """
+    gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
+    trace = accounting(gpu, gpu_trace_windows(gpu))
+    trace = trace.with_columns(step=pl.lit(None, pl.Int32), note=pl.lit(None, pl.String))
+    if per_step:
+        windows = gpu_step_windows(gpu)
+        steps = accounting(gpu, windows, window_keys=["step"]).with_columns(
+            note=pl.lit(None, pl.String))
+        have = steps.select("rank", "device").unique()
+        fallback = trace.join(have, on=["rank", "device"], how="anti").with_columns(
+            note=pl.lit(NOTE_NO_STEPS))
+        result = pl.concat([steps, fallback.select(steps.columns)], how="vertical_relaxed")
+    else:
+        result = trace
+    result = result.with_columns(overlap_columns(bound_ratio)).with_columns(
+        note=_join_notes(pl.col("note"), pl.when(pl.col("comm_ns") == 0)
+                         .then(pl.lit(NOTE_NO_COMM)).otherwise(None)))
+    return finish(result, events, _OVERLAP_COLUMNS)
+
+
+_OVERLAP_COLUMNS = [
+    "rank", "device", "step", "window_start_ns", "window_end_ns", "window_ns", "compute_ns",
+    "comm_ns", "overlap_ns", "exposed_comm_ns", "busy_ns", "idle_ns", "memcpy_ns",
+    "exposed_memcpy_ns", "memset_ns", "exposed_memset_ns", "hidden_fraction",
+    "overlap_efficiency", "bound", "note",
+]
+
+
+def _join_notes(*parts: pl.Expr) -> pl.Expr:
+    return pl.concat_str(list(parts), separator="; ", ignore_nulls=True).replace("", None)
+
+
+def finish(result: pl.DataFrame, events: Frame, columns: list[str]) -> pl.DataFrame:
+    """Select ``columns`` and add a row with a note for each rank that has no GPU events."""
+    ranks = events.lazy().select(pl.col("rank")).unique().collect()
+    missing = ranks.join(result.select("rank").unique(), on="rank", how="anti")
+    result = result.select([c for c in columns if c in result.columns])
+    if missing.height:
+        filler = missing.with_columns(note=pl.lit(NOTE_NO_GPU))
+        result = pl.concat([result, filler], how="diagonal_relaxed")
+    return result.sort("rank", "device", "step", nulls_last=True) if "step" in result.columns \
+        else result.sort("rank", "device", nulls_last=True)
