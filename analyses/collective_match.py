@@ -1,0 +1,361 @@
+"""Find the collective operations in a trace and match each instance across ranks.
+
+Two steps, both pure functions over tables:
+
+1. :func:`comm_events` picks one row per collective call per rank:
+
+   * GPU side: communication kernels (``ncclKernel_*``, ``ncclDevKernel_*``, ``rccl*``; the
+     selection is :func:`traceview.analyses.classify.is_comm_name`). Their start is the rank's
+     arrival on the device, their end the completion.
+   * CPU side (used for a rank only when it has no communication kernels): the backend's own
+     work items (``gloo:all_reduce``, ``gloo:barrier``, ... on the gloo run-loop threads), whose
+     span covers the blocking exchange. When a rank has none of those, the dispatcher ops
+     (``c10d::allreduce_``, ``record_param_comms``, ``nccl:*`` annotations, ``*barrier*``) are
+     used, flagged ``enqueue_only`` because for asynchronous backends they only enqueue work.
+     Nested CPU events (``c10d::allreduce_`` > ``record_param_comms`` > ``nccl:all_reduce``)
+     are merged into one call: the outer span, with the metadata of whichever member has it.
+   * Point-to-point calls on the CPU side (send/recv) are left out: they have no all-ranks
+     completion to match.
+
+2. :func:`match_collectives` gives every call an ``instance`` key shared by the same collective
+   on every participating rank:
+
+   * ``seq``: (process group, sequence number) when the trace carries ``Seq`` (Kineto
+     ``record_param_comms`` / NCCL kernel args, nsys NCCL payloads);
+   * ``order``: otherwise (group, position within the group on that rank), accepted only when
+     every rank of the group has the same number of calls and the same collective name at every
+     position;
+   * ``time``: when order matching is contradicted (sampled traces, ranks profiled over
+     different windows), calls are paired by completion time: the clock offset between the two
+     ranks is the mode of the pairwise end-time differences of same-named calls, and each call
+     pairs with the nearest same-named call within ``tolerance_ns`` of that offset, one to one.
+
+   Everything that could not be paired is reported in the ``problems`` table, never silently
+   paired with the wrong call.
+
+>>> from traceview.schema import events_frame
+>>> rows = [dict(rank=r, file_id=r, source="kineto", kind="kernel", device=r, stream=7,
+...              name="ncclDevKernel_AllReduce_Sum_f32_RING_LL", ts_ns=t + 100 * r, dur_ns=50)
+...         for r in (0, 1) for t in (1000, 5000)]
+>>> m = match_collectives(comm_events(events_frame(rows)))
+>>> m.instances.select("rank", "instance", "match").sort("instance", "rank").rows()
+[(0, 'stream 7#0', 'order'), (1, 'stream 7#0', 'order'), (0, 'stream 7#1', 'order'), (1, 'stream 7#1', 'order')]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceview.naming import collective_from_text
+
+#: Collectives whose completion on any rank needs every rank to have arrived (causality holds,
+#: and completions are nearly simultaneous): usable as clock anchors.
+BLOCKING: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                             "barrier")
+
+#: Point-to-point operations: no all-ranks completion.
+P2P: tuple[str, ...] = ("send", "recv")
+
+#: CPU-side names of a backend's own work items (their span is the blocking exchange).
+_BACKEND_WORK = r"^(gloo|mpi|ucc):"
+#: CPU-side dispatcher names (enqueue only for asynchronous backends).
+_DISPATCH = r"^(c10d::|nccl:|record_param_comms$)|(?i)barrier"
+
+COMM_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32, "side": pl.String, "group": pl.String, "seq": pl.Int64,
+    "collective": pl.String, "name": pl.String, "ts_ns": pl.Int64, "end_ns": pl.Int64,
+    "dur_ns": pl.Int64, "bytes": pl.Int64, "group_size": pl.Int32, "dtype": pl.String,
+    "pg_ranks": pl.String, "enqueue_only": pl.Boolean,
+}
+
+INSTANCE_SCHEMA: dict[str, pl.DataType] = {
+    **COMM_SCHEMA, "instance": pl.String, "position": pl.Int64, "match": pl.String,
+}
+
+PROBLEM_SCHEMA: dict[str, pl.DataType] = {
+    "group": pl.String, "rank": pl.Int32, "problem": pl.String, "detail": pl.String,
+}
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """``instances``: one row per (instance, rank); ``problems``: what could not be matched."""
+
+    instances: pl.DataFrame
+    problems: pl.DataFrame
+
+
+def _is_comm_kernel(name: pl.Expr) -> pl.Expr:
+    try:
+        from traceview.analyses.classify import is_comm_name
+    except ImportError:  # pragma: no cover - classify ships with the package
+        return name.cast(pl.String).fill_null("").str.contains(r"(?i)nccl|rccl")
+    return is_comm_name(name)
+
+
+def _text(col: str) -> pl.Expr:
+    return pl.col(col).cast(pl.String)
+
+
+def comm_events(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """One row per collective call per rank (see the module docstring for the selection).
+
+    Columns: ``COMM_SCHEMA``. ``side`` is ``gpu`` or ``cpu``; ``group`` is the process group
+    name when known, else its rank list, else ``stream <id>`` (GPU) or ``default`` (CPU).
+    """
+    lf = events.lazy()
+    name = _text("name")
+    kind = _text("kind")
+    norm = pl.coalesce(_text("collective"), collective_from_text(name))
+
+    gpu = (
+        lf.filter((kind == "kernel") & _is_comm_kernel(pl.col("name"))
+                  & pl.col("dur_ns").is_not_null())
+        .select(
+            pl.col("rank").cast(pl.Int32),
+            side=pl.lit("gpu"),
+            group=pl.coalesce(_text("pg_name"), _text("pg_ranks"),
+                              pl.lit("stream ") + pl.coalesce("stream", "tid").cast(pl.String)),
+            seq=pl.col("seq"),
+            collective=norm.fill_null("other"),
+            name=name,
+            ts_ns=pl.col("ts_ns"),
+            end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
+            bytes=pl.col("bytes"),
+            group_size=pl.col("group_size").cast(pl.Int32),
+            dtype=_text("dtype"),
+            pg_ranks=_text("pg_ranks"),
+            enqueue_only=pl.lit(False),
+        )
+        .collect()
+    )
+    cpu_ranks = lf.select("rank").unique().collect().get_column("rank").cast(pl.Int32)
+    gpu_ranks = gpu.get_column("rank").unique()
+    cpu_only = cpu_ranks.filter(~cpu_ranks.is_in(gpu_ranks.implode()))
+    if cpu_only.len() == 0:
+        return gpu.with_columns(dur_ns=pl.col("end_ns") - pl.col("ts_ns")).select(
+            list(COMM_SCHEMA)).cast(COMM_SCHEMA)
+    cpu = _cpu_calls(lf.filter(pl.col("rank").cast(pl.Int32).is_in(cpu_only.implode())))
+    out = pl.concat([gpu.with_columns(dur_ns=pl.col("end_ns") - pl.col("ts_ns")), cpu],
+                    how="diagonal_relaxed")
+    return out.select(list(COMM_SCHEMA)).cast(COMM_SCHEMA).sort("rank", "ts_ns")
+
+
+def _cpu_calls(lf: pl.LazyFrame) -> pl.DataFrame:
+    """CPU-side calls: nested comm events merged per (rank, thread); backend work preferred."""
+    name = _text("name")
+    kind = _text("kind")
+    cand = lf.filter(
+        kind.is_in(["cpu_op", "user_annotation"])
+        & pl.col("dur_ns").is_not_null()
+        & (name.str.contains(_BACKEND_WORK) | name.str.contains(_DISPATCH)
+           | pl.col("collective").is_not_null())
+    ).select(
+        pl.col("rank").cast(pl.Int32),
+        tid=pl.coalesce(pl.col("tid"), pl.lit(0)),
+        name=name,
+        ts_ns="ts_ns",
+        end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
+        norm=pl.coalesce(_text("collective"), collective_from_text(name)),
+        seq="seq", pg_name=_text("pg_name"), pg_ranks=_text("pg_ranks"), bytes="bytes",
+        group_size=pl.col("group_size").cast(pl.Int32), dtype=_text("dtype"),
+        backend_work=name.str.contains(_BACKEND_WORK),
+    ).sort("rank", "tid", "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
+    # Merge nested events: a new call starts where ts > running max of previous ends.
+    cand = cand.with_columns(
+        prev_end=pl.col("end_ns").cum_max().shift(1).over("rank", "tid"),
+    ).with_columns(
+        new=(pl.col("prev_end").is_null() | (pl.col("ts_ns") >= pl.col("prev_end"))),
+    ).with_columns(call=pl.col("new").cast(pl.Int64).cum_sum().over("rank", "tid"))
+    calls = cand.group_by("rank", "tid", "call").agg(
+        ts_ns=pl.col("ts_ns").min(),
+        end_ns=pl.col("end_ns").max(),
+        name=pl.col("name").first(),
+        collective=pl.col("norm").drop_nulls().first(),
+        seq=pl.col("seq").drop_nulls().first(),
+        pg_name=pl.col("pg_name").drop_nulls().first(),
+        pg_ranks=pl.col("pg_ranks").drop_nulls().first(),
+        bytes=pl.col("bytes").drop_nulls().first(),
+        group_size=pl.col("group_size").drop_nulls().first(),
+        dtype=pl.col("dtype").drop_nulls().first(),
+        backend_work=pl.col("backend_work").any(),
+    ).collect()
+    calls = calls.with_columns(
+        has_backend=pl.col("backend_work").any().over("rank"),
+        collective=pl.col("collective").fill_null("other"),
+    ).filter(
+        (pl.col("backend_work") | ~pl.col("has_backend"))
+        & ~pl.col("collective").is_in(list(P2P))
+    )
+    return calls.select(
+        "rank",
+        side=pl.lit("cpu"),
+        group=pl.coalesce("pg_name", "pg_ranks", pl.lit("default")),
+        seq="seq", collective="collective", name="name", ts_ns="ts_ns", end_ns="end_ns",
+        dur_ns=pl.col("end_ns") - pl.col("ts_ns"), bytes="bytes", group_size="group_size",
+        dtype="dtype", pg_ranks="pg_ranks", enqueue_only=~pl.col("backend_work"),
+    ).cast({"rank": pl.Int32})
+
+
+def match_collectives(
+    comm: pl.DataFrame,
+    *,
+    tolerance_ns: int = 500_000,
+    max_vote: int = 512,
+) -> MatchResult:
+    """Give each call of :func:`comm_events` an ``instance`` key shared across ranks.
+
+    ``tolerance_ns`` is how far apart (after the estimated clock offset) two completions of one
+    instance may be for time matching; ``max_vote`` caps the calls per rank used to vote on that
+    offset. Returns ``MatchResult(instances, problems)``; instances add ``instance`` (text key),
+    ``position`` (sequence number, or position in the group) and ``match``
+    (``seq``/``order``/``time``).
+    """
+    if comm.height == 0:
+        return MatchResult(pl.DataFrame(schema=INSTANCE_SCHEMA),
+                           pl.DataFrame(schema=PROBLEM_SCHEMA))
+    comm = comm.sort("rank", "group", "ts_ns")
+    with_seq = comm.filter(pl.col("seq").is_not_null())
+    by_seq = with_seq.with_columns(
+        position=pl.col("seq"),
+        instance=pl.col("group") + pl.lit("#") + pl.col("seq").cast(pl.String),
+        match=pl.lit("seq"),
+    )
+    rest = comm.filter(pl.col("seq").is_null()).with_columns(
+        position=pl.int_range(pl.len()).over("rank", "group").cast(pl.Int64))
+    parts = [by_seq]
+    problems: list[pl.DataFrame] = [_seq_problems(by_seq)]
+    for (group,), g in rest.group_by("group", maintain_order=True):
+        ok, probs = _order_consistent(g)
+        problems.append(probs)
+        if ok:
+            parts.append(g.with_columns(
+                instance=pl.col("group") + pl.lit("#") + pl.col("position").cast(pl.String),
+                match=pl.lit("order")))
+        else:
+            matched, unmatched = _match_by_time(g, tolerance_ns=tolerance_ns, max_vote=max_vote)
+            parts.append(matched)
+            problems.append(unmatched)
+    inst = pl.concat([p.select(list(INSTANCE_SCHEMA)).cast(INSTANCE_SCHEMA) for p in parts])
+    probs = pl.concat([p.select(list(PROBLEM_SCHEMA)).cast(PROBLEM_SCHEMA) for p in problems])
+    return MatchResult(inst.sort("instance", "rank"), probs.sort("group", "rank"))
+
+
+def _seq_problems(by_seq: pl.DataFrame) -> pl.DataFrame:
+    """Seq-matched instances whose ranks disagree on the collective, or miss a member."""
+    if by_seq.height == 0:
+        return pl.DataFrame(schema=PROBLEM_SCHEMA)
+    inst = by_seq.group_by("group", "instance").agg(
+        names=pl.col("collective").n_unique(),
+        n=pl.col("rank").n_unique(),
+        size=pl.col("group_size").max(),
+    )
+    bad_names = inst.filter(pl.col("names") > 1).select(
+        "group", rank=pl.lit(None, pl.Int32), problem=pl.lit("name_mismatch"),
+        detail=pl.lit("ranks disagree on the collective at ") + pl.col("instance"))
+    missing = inst.filter(pl.col("size").is_not_null() & (pl.col("n") < pl.col("size")))
+    present = by_seq.get_column("rank").n_unique()
+    short = missing.filter(pl.col("n") < present).select(
+        "group", rank=pl.lit(None, pl.Int32), problem=pl.lit("missing_rank"),
+        detail=pl.col("instance") + pl.lit(": ") + pl.col("n").cast(pl.String)
+        + pl.lit(" of ") + pl.col("size").cast(pl.String) + pl.lit(" ranks present"))
+    return pl.concat([bad_names, short])
+
+
+def _order_consistent(g: pl.DataFrame) -> tuple[bool, pl.DataFrame]:
+    """Whether (group, position) matching is safe: equal counts, equal names at every position."""
+    group = g.get_column("group")[0]
+    counts = g.group_by("rank").agg(n=pl.len()).sort("rank")
+    probs = []
+    if counts.height < 2:
+        return True, pl.DataFrame(schema=PROBLEM_SCHEMA)
+    if counts.get_column("n").n_unique() > 1:
+        most = counts.get_column("n").max()
+        probs.append(counts.filter(pl.col("n") != most).select(
+            group=pl.lit(group), rank="rank", problem=pl.lit("count_mismatch"),
+            detail=pl.lit("has ") + pl.col("n").cast(pl.String) + pl.lit(" calls, others up to ")
+            + pl.lit(str(most)) + pl.lit(" (different profiling windows or sampled trace)")))
+    names = g.group_by("position").agg(n=pl.col("collective").n_unique(),
+                                       names=pl.col("collective").unique().sort().str.join("/"))
+    bad = names.filter(pl.col("n") > 1).sort("position")
+    if bad.height:
+        first = bad.row(0, named=True)
+        probs.append(pl.DataFrame({
+            "group": [group], "rank": [None], "problem": ["name_mismatch"],
+            "detail": [f"{bad.height} positions where ranks disagree on the collective, first "
+                       f"at position {first['position']}: {first['names']}"]}))
+    if not probs:
+        return True, pl.DataFrame(schema=PROBLEM_SCHEMA)
+    out = pl.concat([p.cast({"rank": pl.Int32}) for p in probs], how="diagonal_relaxed")
+    return False, out
+
+
+def _mode_offset(ref: pl.DataFrame, other: pl.DataFrame, tolerance_ns: int,
+                 max_vote: int) -> tuple[int | None, int]:
+    """Clock offset other - ref with the most same-named end pairs within ``tolerance_ns``."""
+    a = ref.head(max_vote).select("collective", e0="end_ns")
+    b = other.head(max_vote).select("collective", e1="end_ns")
+    diffs = a.join(b, on="collective").select(d=pl.col("e1") - pl.col("e0")).sort("d")
+    if diffs.height == 0:
+        return None, 0
+    d = diffs.get_column("d")
+    lo = d.search_sorted(d - tolerance_ns, side="left")
+    hi = d.search_sorted(d + tolerance_ns, side="right")
+    votes = (hi - lo).alias("votes")
+    best = int(votes.arg_max())
+    near = d.filter((d - d[best]).abs() <= tolerance_ns)
+    return int(near.median()), int(votes[best])
+
+
+def _match_by_time(g: pl.DataFrame, *, tolerance_ns: int,
+                   max_vote: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Pair calls of one group by completion time against a reference rank (see module doc)."""
+    group = g.get_column("group")[0]
+    counts = g.group_by("rank").agg(n=pl.len()).sort(["n", "rank"], descending=[True, False])
+    ref_rank = counts.get_column("rank")[0]
+    ref = g.filter(pl.col("rank") == ref_rank).sort("ts_ns")
+    pieces = [ref.with_columns(
+        instance=pl.lit(f"{group}@t") + pl.col("position").cast(pl.String),
+        match=pl.lit("time"))]
+    probs: list[dict] = []
+    paired_ref: set[int] = set()
+    for rank in counts.get_column("rank").to_list()[1:]:
+        other = g.filter(pl.col("rank") == rank).sort("ts_ns")
+        off, votes = _mode_offset(ref, other, tolerance_ns, max_vote)
+        if off is None:
+            probs.append({"group": group, "rank": rank, "problem": "unmatched",
+                          "detail": f"no call shares a collective name with rank {ref_rank}"})
+            continue
+        cand = (
+            other.with_columns(key=pl.col("end_ns") - off).sort("key")
+            .join_asof(ref.select("collective", "position", rkey="end_ns").sort("rkey"),
+                       left_on="key", right_on="rkey", by="collective", strategy="nearest",
+                       suffix="_ref")
+            .with_columns(err=(pl.col("key") - pl.col("rkey")).abs())
+            .filter(pl.col("err") <= tolerance_ns)
+            # one to one: the closest call wins each reference call
+            .sort("err").unique("position_ref", keep="first", maintain_order=True)
+        )
+        paired_ref.update(cand.get_column("position_ref").to_list())
+        pieces.append(cand.with_columns(
+            instance=pl.lit(f"{group}@t") + pl.col("position_ref").cast(pl.String),
+            match=pl.lit("time")).drop("key", "rkey", "err", "position_ref"))
+        lost = other.height - cand.height
+        probs.append({"group": group, "rank": rank, "problem": "time_matched",
+                      "detail": f"order matching contradicted; paired {cand.height} of "
+                                f"{other.height} calls with rank {ref_rank} by completion time "
+                                f"(clock offset {off} ns, {votes} votes, tolerance "
+                                f"{tolerance_ns} ns); {lost} unmatched"})
+    matched = pl.concat([p.select(list(INSTANCE_SCHEMA)).cast(INSTANCE_SCHEMA) for p in pieces])
+    n_ref_unpaired = ref.height - len(paired_ref)
+    if counts.height > 1:
+        probs.append({"group": group, "rank": ref_rank, "problem": "time_matched",
+                      "detail": f"reference rank for time matching; {n_ref_unpaired} of "
+                                f"{ref.height} calls have no partner"})
+    # Keep only instances seen on at least two ranks.
+    matched = matched.filter(pl.col("rank").n_unique().over("instance") >= 2)
+    prob = pl.DataFrame(probs, schema=PROBLEM_SCHEMA) if probs else pl.DataFrame(
+        schema=PROBLEM_SCHEMA)
+    return matched, prob
