@@ -1,0 +1,472 @@
+"""PyTorch-profiler (Kineto) Chrome-trace JSON -> events table.
+
+The hot path is two typed msgspec decodes (events with ``ts``/``dur``/``args`` left as raw
+JSON text, then every ``args`` object at once into the few keys that become columns), followed
+by vectorised Polars expressions. Times are parsed from their decimal text, so
+``1712195495406752.8`` µs becomes exactly ``1712195495406752800`` ns.
+
+Damaged input (truncated writes, NaN tokens, invalid UTF-8, values of the wrong type) falls back
+to a slower element-by-element reader that keeps every complete event and says what it dropped.
+
+>>> from pathlib import Path; import tempfile, os
+>>> p = Path(tempfile.mkdtemp()) / "rank-1.json"
+>>> _ = p.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, '
+...                  '"tid": 7, "ts": 1.5, "dur": 2.25, "args": {"stream": 7, "device": 0}}]}')
+>>> parsed = parse(p)
+>>> parsed.events.column("ts_ns").to_pylist(), parsed.events.column("dur_ns").to_pylist()
+([1500], [2250])
+"""
+
+from __future__ import annotations
+
+import re
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from traceview import schema
+from traceview.errors import UnreadableTraceError
+from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
+from traceview.parsers import ParsedFile, RankInfo
+from traceview.parsers.json_input import read_bytes, repair_text, salvage_events
+
+#: Bump when the parser's output for the same input changes (invalidates caches).
+PARSER_VERSION = 1
+
+_NULL = msgspec.Raw(b"null")
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = None
+    name: Any = None
+    cat: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: msgspec.Raw = _NULL
+    dur: msgspec.Raw = _NULL
+    id: Any = None
+    args: msgspec.Raw = _NULL
+
+
+class _Trace(msgspec.Struct):
+    traceEvents: list[_Event] | None = None  # noqa: N815 - Kineto's key
+    distributedInfo: Any = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    nodes: Any = None  # present in PyTorch Execution Traces, which are not Kineto traces
+
+
+# args keys that become columns. Aliases cover older Kineto spellings.
+_ARG_FIELDS: dict[str, tuple[str, ...]] = {
+    "external_id": ("External id", "external id"),
+    "correlation": ("correlation",),
+    "device": ("device",),
+    "stream": ("stream",),
+    "collective_name": ("Collective name",),
+    "pg_name": ("Process Group Name",),
+    "pg_desc": ("Process Group Description",),
+    "pg_ranks": ("Process Group Ranks",),
+    "seq": ("Seq", "seq"),
+    "in_nelems": ("In msg nelems",),
+    "out_nelems": ("Out msg nelems",),
+    "dtype": ("dtype",),
+    "group_size": ("Group size",),
+    "bytes": ("bytes",),
+    "flops": ("flops",),
+    "mem_bytes": ("Bytes",),
+    "mem_total_allocated": ("Total Allocated",),
+    "mem_total_reserved": ("Total Reserved",),
+    "mem_device": ("Device Id",),
+}
+
+_Args = msgspec.defstruct(
+    "_Args",
+    [(f"{attr}_{i}", Any, msgspec.field(default=None, name=key))
+     for attr, keys in _ARG_FIELDS.items() for i, key in enumerate(keys)],
+    gc=False,
+)
+
+_CAT_TO_KIND: dict[str, str] = {
+    "cpu_op": "cpu_op", "operator": "cpu_op", "user_annotation": "user_annotation",
+    "python_function": "python_function", "kernel": "kernel", "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset",
+    "gpu_user_annotation": "gpu_user_annotation", "cuda_runtime": "cuda_runtime",
+    "runtime": "cuda_runtime", "cuda_driver": "cuda_driver", "cuda_sync": "sync",
+    "trace": "trace_span",
+}
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+
+
+def parse(path: Path, **_options: object) -> ParsedFile:
+    """Read one Kineto trace file (``.json`` or ``.json.gz``)."""
+    path = Path(path)
+    warnings: list[str] = []
+    data = read_bytes(path, warnings)
+    dropped: dict[str, int] = {}
+    events, header = _decode(path, data, warnings, dropped)
+    del data
+    input_events = len(events) + sum(dropped.values())
+    events = _pair_begin_end(events, dropped)
+    base_ns = _as_int(header.get("baseTimeNanoseconds")) or 0
+    table = _events_table(events, base_ns, dropped, warnings)
+    rank_info = _rank_info(path, header, base_ns, warnings)
+    return ParsedFile(
+        path=str(path),
+        format="kineto-json-gz" if path.name.endswith(".gz") else "kineto-json",
+        events=table,
+        ranks=[rank_info],
+        input_events=input_events,
+        dropped={k: v for k, v in dropped.items() if v},
+        warnings=warnings,
+    )
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _decode(path: Path, data: bytes, warnings: list[str],
+            dropped: dict[str, int]) -> tuple[list[_Event], dict[str, Any]]:
+    bare = data.lstrip()[:1] == b"["
+    try:
+        return _decode_fast(path, data, bare)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        pass
+    data = repair_text(data, warnings)
+    try:
+        return _decode_fast(path, data, bare)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        pass
+    try:
+        objects, header, truncated = salvage_events(data)
+    except ValueError:
+        raise UnreadableTraceError(path, _not_json_reason(data)) from None
+    if truncated:
+        warnings.append(f"input is truncated; kept the {len(objects)} complete events before "
+                        "the damage")
+        dropped["truncated"] = dropped.get("truncated", 0) + 1
+    if not bare and not objects and not truncated and "traceEvents" not in data[:2000].decode(
+            "utf-8", "replace") and not header:
+        raise UnreadableTraceError(path, "not a Kineto trace (no traceEvents)")
+    events = []
+    for obj in objects:
+        event = _convert_event(obj)
+        if event is None:
+            dropped["not_an_event"] = dropped.get("not_an_event", 0) + 1
+        else:
+            events.append(event)
+    if bare and objects and not events:
+        raise UnreadableTraceError(path, "not a Kineto trace (a JSON array without trace events)")
+    return events, header
+
+
+def _decode_fast(path: Path, data: bytes, bare: bool) -> tuple[list[_Event], dict[str, Any]]:
+    if bare:
+        return msgspec.json.decode(data, type=list[_Event]), {}
+    trace = msgspec.json.decode(data, type=_Trace)
+    if trace.traceEvents is None:
+        if trace.nodes is not None:
+            raise UnreadableTraceError(path, "a PyTorch Execution Trace, not a Kineto trace")
+        raise UnreadableTraceError(path, "not a Kineto trace (no traceEvents)")
+    header = {"distributedInfo": trace.distributedInfo,
+              "deviceProperties": trace.deviceProperties,
+              "baseTimeNanoseconds": trace.baseTimeNanoseconds}
+    return trace.traceEvents, header
+
+
+def _not_json_reason(data: bytes) -> str:
+    head = data.lstrip()[:1]
+    if head not in (b"{", b"["):
+        return "not JSON (does not start with { or [)"
+    return "not a Kineto trace (no traceEvents)"
+
+
+def _convert_event(obj: object) -> _Event | None:
+    """One salvaged event into the typed form, or None when it is not an event object."""
+    if not isinstance(obj, dict):
+        return None
+    try:
+        return msgspec.json.decode(msgspec.json.encode(obj), type=_Event)
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError, OverflowError):
+        return None
+
+
+def _pair_begin_end(events: list[_Event], dropped: dict[str, int]) -> list[_Event]:
+    """Turn B/E pairs into complete (X) events, per (pid, tid) stack. Rare in Kineto output."""
+    phases = set(map(attrgetter("ph"), events))
+    if "B" not in phases and "E" not in phases:
+        return events
+    stacks: dict[tuple[Any, Any], list[_Event]] = {}
+    for ev in events:
+        if ev.ph == "B":
+            stacks.setdefault((ev.pid, ev.tid), []).append(ev)
+        elif ev.ph == "E":
+            stack = stacks.get((ev.pid, ev.tid))
+            if not stack:
+                continue  # counted below as an unmatched end
+            begin = stack.pop()
+            try:
+                dur_us = float(bytes(ev.ts)) - float(bytes(begin.ts))
+            except ValueError:
+                continue
+            begin.ph, begin.dur = "X", msgspec.Raw(repr(dur_us).encode())
+            ev.ph = "__merged__"
+    kept = [ev for ev in events if ev.ph not in ("B", "E", "__merged__")]
+    for reason, phase in (("unmatched_begin", "B"), ("unmatched_end", "E"),
+                          ("end_merged_into_begin", "__merged__")):
+        count = sum(1 for ev in events if ev.ph == phase)
+        if count:
+            dropped[reason] = dropped.get(reason, 0) + count
+    return kept
+
+
+# --------------------------------------------------------------------------- columns
+
+
+def _raw_strings(raws: list[msgspec.Raw]) -> pa.LargeStringArray:
+    """Raw JSON fragments as one Arrow string array, built from buffers (no per-item objects)."""
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    offsets = np.zeros(len(raws) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    data = b"".join(raws)
+    return pa.LargeStringArray.from_buffers(
+        len(raws), pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+def decimal_us_to_ns(text: pl.Expr) -> pl.Expr:
+    """Exact int64 ns from the decimal text of a microsecond value (``null`` -> null).
+
+    Digits beyond the nanosecond round half away from zero. Exponent notation and quoted
+    numbers go through float64, the only lossy case (Kineto does not write them).
+    """
+    body = text.str.strip_chars('"').str.strip_chars()
+    negative = body.str.starts_with("-")
+    digits = body.str.strip_prefix("-")
+    simple = digits.str.contains(r"^\d+(\.\d*)?$")
+    parts = digits.str.split_exact(".", 1)
+    whole = parts.struct.field("field_0").cast(pl.Int64, strict=False)
+    frac = parts.struct.field("field_1").fill_null("")
+    frac_ns = (frac + "000").str.slice(0, 3).cast(pl.Int64, strict=False)
+    round_up = (frac.str.slice(3, 1) >= "5").cast(pl.Int64)
+    exact = whole * 1000 + frac_ns + round_up
+    exact = pl.when(negative).then(-exact).otherwise(exact)
+    approx = (body.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False)
+    return pl.when(body == "null").then(None).when(simple).then(exact).otherwise(approx)
+
+
+def _split_ids(values: list[Any]) -> tuple[pa.Array, pa.Array]:
+    """pid/tid: integers to an int64 column, anything else to a label column."""
+    try:
+        return pa.array(values, type=pa.int64()), pa.nulls(len(values), pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    ints = [v if type(v) is int and -(2**63) <= v < 2**63 else None for v in values]
+    labels = [None if v is None or (type(v) is int and -(2**63) <= v < 2**63) else str(v)
+              for v in values]
+    return pa.array(ints, type=pa.int64()), pa.array(labels, type=pa.string())
+
+
+def _any_column(values: list[Any], typ: pa.DataType) -> pa.Array:
+    """A column from loosely typed JSON values; values of another type become null."""
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    if pa.types.is_integer(typ):
+        clean = [_as_int(v) for v in values]
+        return pa.array([v if v is not None and -(2**63) <= v < 2**63 else None for v in clean],
+                        type=typ)
+    return pa.array([None if v is None else v if isinstance(v, str) else
+                     msgspec.json.encode(v).decode() for v in values], type=typ)
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text, 16) if text.lower().startswith("0x") else int(text)
+        except ValueError:
+            return None
+    return None
+
+
+def _decode_args(raws: list[msgspec.Raw]) -> list[Any]:
+    blob = b"[" + b",".join(raws) + b"]"
+    try:
+        return msgspec.json.decode(blob, type=list[_Args | None])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    out: list[Any] = []
+    for raw in raws:  # some args are not objects: decode one by one, keep the rest
+        try:
+            out.append(msgspec.json.decode(raw, type=_Args | None))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            out.append(None)
+    return out
+
+
+def _args_columns(args: list[Any]) -> dict[str, pa.Array]:
+    columns: dict[str, pa.Array] = {}
+    text_fields = {"collective_name", "pg_name", "pg_desc", "pg_ranks", "dtype"}
+    for attr, keys in _ARG_FIELDS.items():
+        merged: list[Any] | None = None
+        for i in range(len(keys)):
+            getter = attrgetter(f"{attr}_{i}")
+            values = [None if a is None else getter(a) for a in args]
+            merged = values if merged is None else [m if m is not None else v
+                                                    for m, v in zip(merged, values)]
+        typ = pa.string() if attr in text_fields else pa.int64()
+        columns[attr] = _any_column(merged or [], typ)
+    return columns
+
+
+def _events_table(events: list[_Event], base_ns: int, dropped: dict[str, int],
+                  warnings: list[str]) -> pa.Table:
+    pid, pid_label = _split_ids(list(map(attrgetter("pid"), events)))
+    tid, tid_label = _split_ids(list(map(attrgetter("tid"), events)))
+    args_raw = list(map(attrgetter("args"), events))
+    base = pa.table({
+        "ph": _any_column(list(map(attrgetter("ph"), events)), pa.string()),
+        "name": _any_column(list(map(attrgetter("name"), events)), pa.string()),
+        "category": _any_column(list(map(attrgetter("cat"), events)), pa.string()),
+        "pid": pid, "tid": tid, "pid_label": pid_label, "tid_label": tid_label,
+        "ts_text": _raw_strings(list(map(attrgetter("ts"), events))),
+        "dur_text": _raw_strings(list(map(attrgetter("dur"), events))),
+        "flow_id": _any_column(list(map(attrgetter("id"), events)), pa.int64()),
+        "args_json": _raw_strings(args_raw),
+        **_args_columns(_decode_args(args_raw)),
+    })
+    del events, args_raw
+    frame = _derive(pl.from_arrow(base), base_ns)
+    missing_ts = frame.filter(pl.col("ts_ns").is_null() & (pl.col("kind") != "metadata")).height
+    if missing_ts:
+        dropped["missing_ts"] = dropped.get("missing_ts", 0) + missing_ts
+    frame = _timeless_metadata(frame)
+    frame = frame.filter(pl.col("ts_ns").is_not_null())
+    no_dur = frame.filter(pl.col("dur_ns").is_null() & (pl.col("ph") == "X")).height
+    if no_dur:
+        warnings.append(f"{no_dur} complete events without a duration (dur_ns left null)")
+    negative = frame.filter(pl.col("dur_ns") < 0).height
+    if negative:
+        warnings.append(f"{negative} events with a negative duration (dur_ns set to null)")
+        frame = frame.with_columns(
+            pl.when(pl.col("dur_ns") < 0).then(None).otherwise(pl.col("dur_ns")).alias("dur_ns"))
+    frame = frame.drop([c for c in frame.columns if c not in schema.EVENT_COLUMN_NAMES])
+    return schema.conform(frame.to_arrow())
+
+
+def _derive(frame: pl.DataFrame, base_ns: int) -> pl.DataFrame:
+    """Kind, exact times, and the collective columns, all as vectorised expressions."""
+    cat = pl.col("category").str.to_lowercase()
+    ph = pl.col("ph")
+    kind = (
+        pl.when(ph.is_in(["s", "t", "f"])).then(pl.lit("flow"))
+        .when(ph == "M").then(pl.lit("metadata"))
+        .when(ph == "C").then(pl.lit("counter"))
+        .when(ph.is_in(["i", "I"]) & (pl.col("name") == "[memory]")).then(pl.lit("memory"))
+        .when(ph.is_in(["i", "I"])).then(pl.lit("instant"))
+        .when(ph == "X").then(cat.replace_strict(_CAT_TO_KIND, default="other"))
+        .otherwise(pl.lit("other"))
+    )
+    is_gpu = pl.col("kind").is_in(["kernel", "memcpy", "memset", "gpu_user_annotation"])
+    is_comm_kernel = (pl.col("kind") == "kernel") & pl.col("name").str.contains(
+        r"(?i)nccl|rccl")
+    comm_op_name = pl.col("kind").is_in(["cpu_op", "user_annotation"]) & pl.col(
+        "name").str.contains(r"(?i)^(nccl|gloo|c10d|mpi)[:_]")
+    collective = pl.coalesce(
+        collective_from_text(pl.col("collective_name")),
+        pl.when(is_comm_kernel | comm_op_name).then(collective_from_text(pl.col("name"))),
+        pl.when(pl.col("collective_name").is_not_null()).then(pl.lit("other")),
+    )
+    elements = pl.max_horizontal("in_nelems", "out_nelems")
+    return (
+        frame.with_columns(
+            kind.alias("kind"),
+            (decimal_us_to_ns(pl.col("ts_text")) + base_ns).alias("ts_ns"),
+            decimal_us_to_ns(pl.col("dur_text")).alias("dur_ns"),
+            pl.lit("kineto").alias("source"),
+            pl.lit(0, dtype=pl.Int32).alias("rank"),
+            pl.lit(0, dtype=pl.Int32).alias("file_id"),
+            pl.when(pl.col("args_json") == "null").then(None).otherwise(pl.col("args_json"))
+            .alias("args_json"),
+        )
+        .with_columns(
+            pl.when(pl.col("kind") == "flow").then(pl.col("ph")).alias("flow_phase"),
+            pl.when(pl.col("kind") == "flow").then(pl.col("flow_id")).alias("flow_id"),
+            pl.when(is_gpu).then(pl.col("device")).otherwise(
+                pl.when(pl.col("kind") == "memory").then(pl.col("mem_device"))).alias("device"),
+            pl.when(is_gpu).then(pl.col("stream")).alias("stream"),
+            collective.alias("collective"),
+            pl.when(pl.col("kind") == "memcpy").then(copy_kind_from_name(pl.col("name")))
+            .alias("copy_kind"),
+        )
+        .with_columns(
+            pl.coalesce(
+                pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.col("bytes")),
+                pl.when(pl.col("collective").is_not_null())
+                .then(elements * dtype_bytes(pl.col("dtype"))),
+            ).alias("bytes"),
+        )
+    )
+
+
+def _timeless_metadata(frame: pl.DataFrame) -> pl.DataFrame:
+    """Metadata events may lack ``ts``; they are timeless, so pin them to the file's first time."""
+    first = frame.select(pl.col("ts_ns").min()).item()
+    return frame.with_columns(
+        pl.when((pl.col("kind") == "metadata") & pl.col("ts_ns").is_null())
+        .then(pl.lit(first if first is not None else 0, dtype=pl.Int64))
+        .otherwise(pl.col("ts_ns")).alias("ts_ns"))
+
+
+# --------------------------------------------------------------------------- ranks
+
+
+def _rank_info(path: Path, header: dict[str, Any], base_ns: int,
+               warnings: list[str]) -> RankInfo:
+    info = header.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    devices = header.get("deviceProperties")
+    names = [d.get("name", "") for d in devices if isinstance(d, dict)] if isinstance(
+        devices, list) else []
+    rank = _as_int(info.get("rank"))
+    rank_from = "distributedInfo"
+    if rank is None:
+        rank = rank_from_file_name(path.name)
+        rank_from = "file name"
+        if info and rank is not None:
+            warnings.append("distributedInfo has no rank; rank taken from the file name")
+    if rank is None:
+        rank_from = "unknown"
+    pg_config = info.get("pg_config")
+    return RankInfo(
+        rank=rank,
+        world_size=_as_int(info.get("world_size")),
+        devices=names,
+        backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
+        clock_base_ns=base_ns or None,
+        rank_from=rank_from,
+        pg_config=msgspec.json.encode(pg_config).decode() if pg_config is not None else None,
+    )
+
+
+def rank_from_file_name(name: str) -> int | None:
+    """``rank-3.json`` / ``rank_3`` / ``worker3.pt.trace.json`` / ``job_rank_3_x`` -> 3.
+
+    >>> [rank_from_file_name(n) for n in ["rank-3.json", "a_rank_12_b.json", "worker0.1.json",
+    ...                                   "trace.json"]]
+    [3, 12, 0, None]
+    """
+    found = _RANK_IN_NAME.search(name)
+    return int(found.group(1)) if found else None

@@ -1,0 +1,66 @@
+"""The ``traceview`` command: one entry point, one module per group of subcommands.
+
+Each module in ``COMMAND_MODULES`` has ``register(subparsers)``; every subcommand sets
+``run=function(args) -> int``. Errors become one line on stderr and an exit code
+(0 ok, 1 a check found problems, 2 usage or unreadable input); a traceback only with --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from traceview import __version__
+from traceview.errors import TraceviewError
+
+#: Modules that add subcommands. Each has ``register(subparsers) -> None``.
+COMMAND_MODULES: tuple[str, ...] = (
+    "traceview.cli_core",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 on usage errors: keep that
+        self.print_usage(sys.stderr)
+        self.exit(2, f"traceview: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="traceview", description="Analyse PyTorch-profiler and nsys traces.")
+    parser.add_argument("--version", action="version", version=f"traceview {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except TraceviewError as exc:
+        if args.debug:
+            raise
+        print(f"traceview: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: still one line, unless --debug
+        if args.debug:
+            raise
+        print(f"traceview: internal error: {type(exc).__name__}: {exc} (rerun with --debug)",
+              file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Options and output helpers shared by the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from traceview.errors import UsageError
+
+
+def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True) -> None:
+    """PATH arguments and the options every command that reads traces accepts."""
+    parser.add_argument("paths", nargs="+" if many else 1, metavar="PATH",
+                        help="trace files, directories of traces, or a traceview store")
+    parser.add_argument("--skip-bad", action="store_true",
+                        help="skip unreadable files (listed) instead of failing")
+    parser.add_argument("--rank-map", metavar="FILE=RANK", action="append", default=[],
+                        help="explicit rank for a file (repeatable)")
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
+    parser.add_argument("--cache-dir", metavar="DIR", help="where the Parquet cache lives")
+
+
+def add_json_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_window_args(parser: argparse.ArgumentParser) -> None:
+    """--ranks 0-3,7 and --steps 5:9, shared by the analyses."""
+    parser.add_argument("--ranks", metavar="SPEC", help="ranks to analyse, e.g. 0-3,7")
+    parser.add_argument("--steps", metavar="A:B", help="profiler steps A..B-1, e.g. 5:9")
+    parser.add_argument("--skip-warmup", type=int, default=0, metavar="N",
+                        help="drop the first N profiler steps of each rank")
+
+
+def parse_rank_map(items: list[str]) -> dict[str, int]:
+    mapping: dict[str, int] = {}
+    for item in items:
+        path, sep, rank = item.rpartition("=")
+        if not sep or not rank.strip().isdigit():
+            raise UsageError(f"--rank-map wants FILE=RANK, got {item!r}")
+        mapping[path] = int(rank)
+    return mapping
+
+
+def parse_ranks(spec: str | None) -> list[int] | None:
+    """``"0-3,7"`` -> ``[0, 1, 2, 3, 7]``.
+
+    >>> parse_ranks("0-2,7")
+    [0, 1, 2, 7]
+    """
+    if not spec:
+        return None
+    ranks: set[int] = set()
+    for part in spec.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            ranks.update(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+        except ValueError:
+            raise UsageError(f"--ranks wants e.g. 0-3,7, got {spec!r}") from None
+    return sorted(ranks)
+
+
+def parse_steps(spec: str | None) -> tuple[int | None, int | None] | None:
+    """``"5:9"`` -> ``(5, 9)`` (half open); ``"5:"`` -> ``(5, None)``.
+
+    >>> parse_steps("5:9")
+    (5, 9)
+    """
+    if not spec:
+        return None
+    lo, sep, hi = spec.partition(":")
+    try:
+        start = int(lo) if lo.strip() else None
+        stop = int(hi) if hi.strip() else (None if sep else start + 1 if start is not None else None)
+    except ValueError:
+        raise UsageError(f"--steps wants A:B, got {spec!r}") from None
+    return start, stop
+
+
+def open_traceset(args: argparse.Namespace):  # -> TraceSet
+    """Open the command's inputs with the shared options."""
+    import traceview
+
+    return traceview.open(
+        args.paths,
+        skip_bad=getattr(args, "skip_bad", False),
+        rank_map=parse_rank_map(getattr(args, "rank_map", [])),
+        cache=not getattr(args, "no_cache", False),
+        cache_dir=getattr(args, "cache_dir", None),
+        progress=sys.stderr.isatty(),
+    )
+
+
+def dumps(obj: Any) -> str:
+    """JSON text for --json outputs (stable key order as given, NaN -> null)."""
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
+                        default=_default).decode()
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+def emit_json(obj: Any) -> None:
+    sys.stdout.write(dumps(obj) + "\n")

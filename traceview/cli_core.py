@@ -1,0 +1,137 @@
+"""Core subcommands: ingest, info, sql."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+import polars as pl
+
+from traceview.cli_common import add_input_args, add_json_arg, emit_json, open_traceset
+from traceview.errors import UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ingest", help="parse traces into the Parquet store")
+    add_input_args(p)
+    p.add_argument("-o", "--output", metavar="DIR", help="write a self-contained store here")
+    add_json_arg(p)
+    p.set_defaults(run=run_ingest)
+
+    p = sub.add_parser("info", help="ranks, files, event counts")
+    add_input_args(p)
+    add_json_arg(p)
+    p.set_defaults(run=run_info)
+
+    p = sub.add_parser("sql", help="SQL over the tables events, kernels, ranks, files")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="inputs, then the query last")
+    p.add_argument("--skip-bad", action="store_true")
+    p.add_argument("--rank-map", action="append", default=[], metavar="FILE=RANK")
+    p.add_argument("--no-cache", action="store_true")
+    p.add_argument("--cache-dir", metavar="DIR")
+    p.add_argument("--limit", type=int, default=50, help="rows to print (text output)")
+    add_json_arg(p)
+    p.set_defaults(run=run_sql)
+
+
+def info_report(ts: Any) -> dict[str, Any]:
+    """The ``info --json`` contract: totals and per rank input/stored/dropped/kinds."""
+    kinds = (ts.events.group_by("rank", "kind").agg(pl.len().alias("n"))
+             .collect().with_columns(pl.col("kind").cast(pl.String)))
+    files = {row["file_id"]: row for row in ts.files.iter_rows(named=True)}
+    first_rank_of_file: dict[int, int] = {}
+    ranks_out = []
+    for row in ts.ranks.iter_rows(named=True):
+        file = files[row["file_id"]]
+        own = kinds.filter(pl.col("rank") == row["rank"])
+        stored = int(own["n"].sum())
+        shared_file = ts.ranks.filter(pl.col("file_id") == row["file_id"]).height > 1
+        first = first_rank_of_file.setdefault(row["file_id"], row["rank"]) == row["rank"]
+        dropped = orjson.loads(file["dropped"]) if (first or not shared_file) else {}
+        ranks_out.append({
+            "rank": row["rank"], "file": file["path"], "source": row["source"],
+            "world_size": row["world_size"], "rank_from": row["rank_from"],
+            "input_events": stored + sum(dropped.values()), "stored_events": stored,
+            "dropped": dropped,
+            "kinds": dict(sorted(zip(own["kind"].to_list(), own["n"].to_list()))),
+        })
+    total_dropped: dict[str, int] = {}
+    for r in ranks_out:
+        for reason, n in r["dropped"].items():
+            total_dropped[reason] = total_dropped.get(reason, 0) + n
+    total_kinds = kinds.group_by("kind").agg(pl.col("n").sum()).sort("kind")
+    return {
+        "files": ts.files.height,
+        "input_events": sum(r["input_events"] for r in ranks_out),
+        "stored_events": sum(r["stored_events"] for r in ranks_out),
+        "dropped": total_dropped,
+        "kinds": dict(zip(total_kinds["kind"].to_list(), total_kinds["n"].to_list())),
+        "ranks": ranks_out,
+        "skipped": [{"file": f, "error": e} for f, e in ts.skipped],
+        "warnings": ts.warnings,
+    }
+
+
+def _print_info(report: dict[str, Any]) -> None:
+    print(f"{len(report['ranks'])} ranks, {report['files']} files, "
+          f"{report['stored_events']:,} events stored of {report['input_events']:,} read")
+    for r in report["ranks"]:
+        top = ", ".join(f"{k} {v:,}" for k, v in sorted(r["kinds"].items(), key=lambda kv: -kv[1])
+                        [:6])
+        drop = f"; dropped {r['dropped']}" if r["dropped"] else ""
+        print(f"  rank {r['rank']:>4}  {r['stored_events']:>10,} events  ({top}){drop}  "
+              f"{r['file']}")
+    for s in report["skipped"]:
+        print(f"  skipped: {s['error']}")
+    for w in report["warnings"]:
+        print(f"  warning: {w}")
+
+
+def run_info(args: argparse.Namespace) -> int:
+    report = info_report(open_traceset(args))
+    if args.json:
+        emit_json(report)
+    else:
+        _print_info(report)
+    return 0
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    ts = open_traceset(args)
+    out = ts.write_store(args.output) if args.output else None
+    report = info_report(ts)
+    report["store"] = str(out) if out else None
+    if args.json:
+        emit_json(report)
+    else:
+        _print_info(report)
+        if out:
+            print(f"store written to {out}")
+    return 0
+
+
+def run_sql(args: argparse.Namespace) -> int:
+    if len(args.paths) < 2:
+        raise UsageError("sql wants PATH... QUERY")
+    *args.paths, query = args.paths
+    result = open_traceset(args).sql(query)
+    if args.json:
+        emit_json(_jsonable(result))
+    else:
+        with pl.Config(tbl_rows=args.limit, tbl_cols=-1, fmt_str_lengths=60,
+                       tbl_width_chars=160):
+            print(result.head(args.limit))
+    return 0
+
+
+def _jsonable(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    casted = frame.with_columns(pl.col(pl.Categorical).cast(pl.String))
+    return casted.to_dicts()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from traceview.cli import main
+
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""One exception hierarchy. The CLI turns each into a one-line message and an exit code."""
+
+from __future__ import annotations
+
+
+class TraceviewError(Exception):
+    """Base class. ``exit_code`` is what the CLI exits with (2: usage or unreadable input)."""
+
+    exit_code = 2
+
+
+class UnreadableTraceError(TraceviewError):
+    """A file that cannot be read as a trace. The message names the file and the problem."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem
+
+
+class RankConflictError(TraceviewError):
+    """Two files claim the same rank, or a rank cannot be determined."""
+
+
+class UsageError(TraceviewError):
+    """Bad arguments or options."""
+
+
+class CheckFailed(TraceviewError):
+    """A check found problems (exit code 1)."""
+
+    exit_code = 1

@@ -1,0 +1,265 @@
+"""Ingest: input paths -> parsed, cached Parquet per file, and the ranks/files tables.
+
+Files are parsed in worker processes (bounded by cores and a memory budget); each worker writes
+its file's Parquet into the cache and returns only a small summary, so the driver never holds
+all events. Ranks are resolved here, across files: distributedInfo, then the file name, then an
+explicit mapping; two files claiming one rank is an error naming both.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from traceview import store
+from traceview.errors import RankConflictError, TraceviewError, UnreadableTraceError
+from traceview.parsers import RankInfo, detect_format, is_trace_name
+
+#: Parser versions by format family; part of the cache key.
+PARSER_VERSIONS = {"kineto": 1, "nsys": 1}
+
+
+@dataclass
+class FileResult:
+    """What a worker returns for one file: where its events are and what it learned."""
+
+    path: str
+    format: str
+    size_bytes: int
+    content_id: str
+    events_path: str
+    ranks: list[dict[str, Any]]
+    input_events: int
+    stored_events: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    from_cache: bool = False
+
+
+@dataclass
+class IngestResult:
+    files: list[FileResult]
+    #: final rank for each (file index, rank as parsed) pair
+    rank_of: dict[tuple[int, int | None], int]
+    skipped: list[tuple[str, str]]
+
+
+def discover(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand directories (one level) into trace files; keep explicit files as given."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            inner = sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p))
+            if not inner:
+                raise UnreadableTraceError(path, "directory holds no trace files "
+                                           "(.json, .json.gz, .sqlite)")
+            found.extend(inner)
+        elif path.exists():
+            found.append(path)
+        else:
+            raise UnreadableTraceError(path, "no such file or directory")
+    return found
+
+
+def family(fmt: str) -> str:
+    return "nsys" if fmt.startswith("nsys") else "kineto"
+
+
+def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any]) -> FileResult:
+    """Parse one file into the cache (or find it there). Runs in a worker process."""
+    from traceview.parsers import parse
+
+    file_path = Path(path)
+    fmt = detect_format(file_path)
+    cid = store.content_id(file_path)
+    key = store.cache_key(cid, PARSER_VERSIONS[family(fmt)], options)
+    base = Path(cache_dir) if cache_dir else None
+    if base is not None:
+        meta_path = base / key / "meta.json"
+        events_path = base / key / "events.parquet"
+        if meta_path.is_file() and events_path.is_file() and \
+                store.parquet_schema_version(events_path) == store.schema.SCHEMA_VERSION:
+            meta = store.read_json(meta_path)
+            meta.update(path=path, from_cache=True, events_path=str(events_path))
+            return FileResult(**meta)
+    parsed = parse(file_path, **options)
+    parsed.events = with_steps(parsed.events)
+    if base is None:
+        import tempfile
+
+        events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
+    store.write_events(parsed.events, events_path)
+    result = FileResult(
+        path=path, format=parsed.format, size_bytes=file_path.stat().st_size, content_id=cid,
+        events_path=str(events_path), ranks=[asdict(r) for r in parsed.ranks],
+        input_events=parsed.input_events, stored_events=parsed.events.num_rows,
+        dropped=parsed.dropped, warnings=parsed.warnings,
+    )
+    if base is not None:
+        store.write_json({k: v for k, v in asdict(result).items()
+                          if k not in ("path", "from_cache", "events_path")}, meta_path)
+    return result
+
+
+def with_steps(table: pa.Table) -> pa.Table:
+    """Fill the ``step`` column (source-agnostic, so every parser gets it the same way)."""
+    import polars as pl
+
+    from traceview.schema import conform
+    from traceview.steps import assign_steps
+
+    return conform(assign_steps(pl.from_arrow(table)).to_arrow())
+
+
+def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any]) \
+        -> FileResult | tuple[str, str, int]:
+    try:
+        return ingest_file(path, cache_dir, options)
+    except TraceviewError as exc:
+        return (path, str(exc), exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - a parser bug must not take the other ranks down
+        return (path, f"{path}: cannot parse ({type(exc).__name__}: {exc})", 2)
+
+
+def worker_count(paths: list[Path], memory_budget: int | None = None) -> int:
+    """Workers: at most one per core and as many as fit the memory budget.
+
+    A worker needs roughly 3x the uncompressed size of the file it parses (bytes, decoded
+    structs, columns); gzip files are assumed to inflate 15x.
+    """
+    if len(paths) <= 1:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    budget = memory_budget or _available_memory() // 2
+    largest = max(p.stat().st_size * (15 if p.name.endswith(".gz") else 1) for p in paths)
+    by_memory = max(1, budget // max(1, 3 * largest))
+    return max(1, min(cores or 1, len(paths), by_memory))
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 4 << 30
+
+
+def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
+           skip_bad: bool = False, rank_map: dict[str, int] | None = None,
+           options: dict[str, Any] | None = None, progress: bool = False,
+           executor: Executor | None = None) -> IngestResult:
+    """Parse every input (in parallel), then resolve ranks across files."""
+    files = discover(paths)
+    options = dict(options or {})
+    cache = str(cache_dir) if cache_dir is not None else None
+    if len(files) == 1:
+        outcomes = [_safe_ingest(str(files[0]), cache, options)]
+    else:
+        own = executor is None
+        pool = executor or ProcessPoolExecutor(max_workers=worker_count(files))
+        try:
+            futures = [pool.submit(_safe_ingest, str(f), cache, options) for f in files]
+            outcomes = []
+            for done, future in enumerate(futures, 1):
+                outcomes.append(future.result())
+                if progress:
+                    print(f"\rtraceview: ingested {done}/{len(files)} files", end="",
+                          file=sys.stderr, flush=True)
+            if progress:
+                print(file=sys.stderr)
+        finally:
+            if own:
+                pool.shutdown()
+    results: list[FileResult] = []
+    skipped: list[tuple[str, str]] = []
+    for outcome in outcomes:
+        if isinstance(outcome, FileResult):
+            results.append(outcome)
+        elif skip_bad and len(files) > 1:
+            skipped.append((outcome[0], outcome[1]))
+        else:
+            raise _error(outcome)
+    if not results:
+        raise UnreadableTraceError(", ".join(str(f) for f in files), "no readable trace")
+    rank_of = resolve_ranks(results, rank_map or {})
+    return IngestResult(files=results, rank_of=rank_of, skipped=skipped)
+
+
+def _error(outcome: tuple[str, str, int]) -> TraceviewError:
+    error = TraceviewError(outcome[1])
+    error.exit_code = outcome[2]
+    return error
+
+
+def _lookup(mapping: dict[str, int], path: str) -> int | None:
+    p = Path(path)
+    for key in (path, str(p.resolve()), p.name, p.stem):
+        if key in mapping:
+            return mapping[key]
+    return None
+
+
+def resolve_ranks(results: list[FileResult],
+                  rank_map: dict[str, int]) -> dict[tuple[int, int | None], int]:
+    """Final rank for every (file, parsed rank). Raises on conflicts and unknown ranks."""
+    rank_of: dict[tuple[int, int | None], int] = {}
+    unknown: list[int] = []
+    for i, result in enumerate(results):
+        explicit = _lookup(rank_map, result.path)
+        for info in result.ranks:
+            parsed = info["rank"]
+            if explicit is not None and len(result.ranks) == 1:
+                rank_of[(i, parsed)] = explicit
+                info["rank_from"] = "mapping"
+            elif parsed is not None:
+                rank_of[(i, parsed)] = parsed
+            else:
+                unknown.append(i)
+    if unknown:
+        if len(results) == 1:
+            rank_of[(0, None)] = 0
+            results[0].warnings.append("the trace names no rank; assuming rank 0")
+            results[0].ranks[0]["rank_from"] = "default"
+        else:
+            names = ", ".join(results[i].path for i in unknown)
+            raise RankConflictError(
+                f"{names}: no rank in the trace or its file name; pass --rank-map FILE=RANK")
+    claimed: dict[int, int] = {}
+    for (i, _), rank in sorted(rank_of.items(), key=lambda kv: kv[0][0]):
+        if rank in claimed and claimed[rank] != i:
+            raise RankConflictError(
+                f"{results[claimed[rank]].path} and {results[i].path} both claim rank {rank}")
+        claimed[rank] = i
+    return rank_of
+
+
+def rank_info_rows(result: IngestResult) -> list[dict[str, Any]]:
+    """Rows of the ranks table."""
+    import orjson
+
+    rows = []
+    for (i, parsed), rank in sorted(result.rank_of.items(), key=lambda kv: kv[1]):
+        file = result.files[i]
+        info = next(r for r in file.ranks if r["rank"] == parsed)
+        rows.append({
+            "rank": rank, "file_id": i, "world_size": info.get("world_size"),
+            "host": info.get("host"), "devices": orjson.dumps(info.get("devices") or []).decode(),
+            "backend": info.get("backend"), "clock_base_ns": info.get("clock_base_ns"),
+            "source": family(file.format), "rank_from": info.get("rank_from"),
+            "pg_config": info.get("pg_config"),
+        })
+    return rows
+
+
+__all__ = ["FileResult", "IngestResult", "RankInfo", "discover", "ingest", "resolve_ranks"]

@@ -1,0 +1,252 @@
+"""The one definition of every column in the traceview event store.
+
+Each column is declared once, as data: its name, Arrow type, unit, meaning, and where it comes
+from in Kineto and in nsys. The Arrow schema, the Polars schema and ``docs/schema.md`` are all
+derived from these declarations, so they cannot drift apart.
+
+Times are int64 nanoseconds. Kineto writes ``ts`` as float microseconds (with fractional
+nanoseconds) relative to ``baseTimeNanoseconds``; we parse the decimal text exactly and store
+``ts_ns = baseTimeNanoseconds + ts_us * 1000``: epoch nanoseconds when the trace has a base,
+the profiler's own clock otherwise. Never rounded to microseconds.
+
+>>> EVENTS_ARROW.field("ts_ns").type
+DataType(int64)
+>>> "kernel" in KINDS
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+#: Bump when a column is added, removed or changes meaning. Stored in Parquet metadata; a cache
+#: written under another version is never served.
+SCHEMA_VERSION = 1
+
+#: The kinds of event. Every stored event has exactly one.
+KINDS: tuple[str, ...] = (
+    "cpu_op",  # an operator (aten::*, record_param_comms, c10d ops, ...)
+    "user_annotation",  # record_function ranges, including ProfilerStep#N
+    "python_function",  # python stack tracing (with_stack)
+    "kernel",  # a GPU kernel (CUDA, HIP, Triton, NCCL/RCCL)
+    "memcpy",  # a GPU memory copy
+    "memset",  # a GPU memory set
+    "gpu_user_annotation",  # record_function ranges projected onto a GPU stream
+    "cuda_runtime",  # CUDA / HIP runtime API call on the host
+    "cuda_driver",  # CUDA driver API call on the host
+    "sync",  # a synchronisation (cuda_sync in Kineto, SYNCHRONIZATION in nsys)
+    "nvtx",  # an NVTX range or mark (nsys)
+    "instant",  # an instant event (ph i/I)
+    "counter",  # a counter sample (ph C)
+    "memory",  # an allocator event from profile_memory ([memory])
+    "flow",  # one end of a flow arrow (ph s/t/f): ac2g launch->kernel, fwdbwd, ...
+    "metadata",  # ph M: process/thread names and sort indices
+    "trace_span",  # profiler bookkeeping spans (cat Trace)
+    "os_runtime",  # OS runtime call (nsys OSRT_API, off by default)
+    "other",  # anything else; its category is kept
+)
+
+SOURCES: tuple[str, ...] = ("kineto", "nsys")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: the single place its meaning is written down."""
+
+    name: str
+    type: pa.DataType
+    unit: str
+    meaning: str
+    kineto: str = ""
+    nsys: str = ""
+    nullable: bool = True
+
+
+_dict_str = pa.dictionary(pa.int32(), pa.string())
+
+EVENT_COLUMNS: tuple[Column, ...] = (
+    Column("rank", pa.int32(), "", "global rank of the process that recorded the event",
+           "distributedInfo.rank, else file name", "process -> rank mapping", nullable=False),
+    Column("file_id", pa.int32(), "", "index of the input file in the files table",
+           nullable=False),
+    Column("source", _dict_str, "", "source format: kineto or nsys", nullable=False),
+    Column("kind", _dict_str, "", "event kind, one of schema.KINDS", "from ph and cat",
+           "from the table", nullable=False),
+    Column("name", _dict_str, "", "event name (kernel name, op name, API name)", "name",
+           "StringIds via shortName/demangledName/nameId/text"),
+    Column("category", _dict_str, "", "category as written by the source", "cat",
+           "the table name"),
+    Column("pid", pa.int64(), "", "process id (or device id for Kineto GPU rows)", "pid",
+           "from globalPid / globalTid"),
+    Column("tid", pa.int64(), "", "thread id (or stream id for Kineto GPU rows)", "tid",
+           "from globalTid"),
+    Column("pid_label", _dict_str, "", "pid when the source wrote a non-integer", "pid"),
+    Column("tid_label", _dict_str, "", "tid when the source wrote a non-integer", "tid"),
+    Column("device", pa.int32(), "", "GPU device index for GPU events", "args.device",
+           "deviceId"),
+    Column("stream", pa.int64(), "", "GPU stream id for GPU events", "args.stream", "streamId"),
+    Column("ts_ns", pa.int64(), "ns", "start time, exact; epoch ns when the source has a base",
+           "baseTimeNanoseconds + ts*1000", "start (+ session start)", nullable=False),
+    Column("dur_ns", pa.int64(), "ns", "duration; null for instants", "dur*1000", "end - start"),
+    Column("correlation", pa.int64(), "", "launch <-> GPU activity correlation id",
+           "args.correlation", "correlationId"),
+    Column("external_id", pa.int64(), "", "Kineto external id (CPU op <-> runtime call)",
+           "args['External id']"),
+    Column("flow_id", pa.int64(), "", "flow arrow id (ph s/t/f)", "id"),
+    Column("flow_phase", _dict_str, "", "s (start), t (step) or f (finish)", "ph"),
+    Column("step", pa.int32(), "", "profiler step the event belongs to (GPU events through "
+           "their launching runtime call)", "ProfilerStep#N containment", "NVTX step ranges"),
+    Column("collective", _dict_str, "", "normalised collective name (all_reduce, all_gather, "
+           "reduce_scatter, all_to_all, broadcast, reduce, send, recv, barrier, ...)",
+           "args['Collective name'] or NCCL kernel name", "NCCL NVTX payload"),
+    Column("pg_name", _dict_str, "", "process group name", "args['Process Group Name']"),
+    Column("pg_desc", _dict_str, "", "process group description",
+           "args['Process Group Description']"),
+    Column("pg_ranks", _dict_str, "", "ranks of the process group, as written ('[0, 1]')",
+           "args['Process Group Ranks']"),
+    Column("seq", pa.int64(), "", "collective sequence number within its process group",
+           "args['Seq']"),
+    Column("in_nelems", pa.int64(), "elements", "input message elements",
+           "args['In msg nelems']"),
+    Column("out_nelems", pa.int64(), "elements", "output message elements",
+           "args['Out msg nelems']"),
+    Column("dtype", _dict_str, "", "element type of a collective or op", "args.dtype"),
+    Column("group_size", pa.int32(), "ranks", "process group size", "args['Group size']"),
+    Column("bytes", pa.int64(), "bytes", "bytes copied/set (memcpy, memset) or the collective's "
+           "message size (max(in, out) elements x dtype size)", "args.bytes / nelems x dtype",
+           "bytes"),
+    Column("copy_kind", _dict_str, "", "memcpy direction: HtoD, DtoH, DtoD, HtoH, PtoP",
+           "memcpy name", "copyKind"),
+    Column("flops", pa.int64(), "FLOP", "floating point operations of the op (with_flops)",
+           "args.flops"),
+    Column("mem_bytes", pa.int64(), "bytes", "allocation (+) or free (-) size", "args.Bytes"),
+    Column("mem_total_allocated", pa.int64(), "bytes", "allocator total allocated after the "
+           "event", "args['Total Allocated']"),
+    Column("mem_total_reserved", pa.int64(), "bytes", "allocator total reserved after the "
+           "event", "args['Total Reserved']"),
+    Column("args_json", pa.string(), "", "the event's complete args object as JSON text "
+           "(lossless: nothing the columns do not take is lost)", "args", "extra columns"),
+)
+
+RANK_COLUMNS: tuple[Column, ...] = (
+    Column("rank", pa.int32(), "", "global rank", nullable=False),
+    Column("file_id", pa.int32(), "", "file the rank was read from", nullable=False),
+    Column("world_size", pa.int32(), "ranks", "world size the trace claims"),
+    Column("host", pa.string(), "", "host name when recorded"),
+    Column("devices", pa.string(), "", "device names, JSON list"),
+    Column("backend", pa.string(), "", "distributed backend (nccl, gloo, ...)"),
+    Column("clock_base_ns", pa.int64(), "ns", "baseTimeNanoseconds added to every ts"),
+    Column("source", pa.string(), "", "kineto or nsys", nullable=False),
+    Column("rank_from", pa.string(), "", "where the rank came from: distributedInfo, "
+           "file name, mapping, default"),
+    Column("pg_config", pa.string(), "", "process groups as written, JSON"),
+)
+
+FILE_COLUMNS: tuple[Column, ...] = (
+    Column("file_id", pa.int32(), "", "index of the file", nullable=False),
+    Column("path", pa.string(), "", "path as given", nullable=False),
+    Column("format", pa.string(), "", "kineto-json, kineto-json-gz, nsys-sqlite", nullable=False),
+    Column("size_bytes", pa.int64(), "bytes", "size on disk", nullable=False),
+    Column("content_id", pa.string(), "", "content identity used as the cache key",
+           nullable=False),
+    Column("input_events", pa.int64(), "events", "entries in the input", nullable=False),
+    Column("stored_events", pa.int64(), "events", "rows stored", nullable=False),
+    Column("dropped", pa.string(), "", "JSON map reason -> count; input = stored + sum"),
+    Column("warnings", pa.string(), "", "JSON list of warnings raised while reading"),
+)
+
+
+def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
+    """The Arrow schema of a column declaration."""
+    return pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in columns])
+
+
+EVENTS_ARROW = arrow_schema(EVENT_COLUMNS).with_metadata(
+    {"traceview.schema_version": str(SCHEMA_VERSION)}
+)
+RANKS_ARROW = arrow_schema(RANK_COLUMNS)
+FILES_ARROW = arrow_schema(FILE_COLUMNS)
+EVENT_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in EVENT_COLUMNS)
+
+
+def polars_schema(columns: tuple[Column, ...] = EVENT_COLUMNS):  # -> pl.Schema
+    """The Polars schema of a column declaration (dictionary strings become Categorical)."""
+    import polars as pl
+
+    empty = pl.from_arrow(arrow_schema(columns).empty_table())
+    return empty.schema
+
+
+def empty_events():  # -> pl.DataFrame
+    """An events frame with no rows and every column typed."""
+    import polars as pl
+
+    return pl.from_arrow(EVENTS_ARROW.empty_table())
+
+
+def events_frame(rows: list[dict]):  # -> pl.DataFrame
+    """Build a typed events frame from a few dicts; missing columns are null.
+
+    Meant for hand-built test traces and examples, not for parsers' hot paths.
+
+    >>> events_frame([{"rank": 0, "file_id": 0, "source": "kineto", "kind": "kernel",
+    ...                "name": "k", "ts_ns": 10, "dur_ns": 5}]).select("ts_ns", "dur_ns").row(0)
+    (10, 5)
+    """
+    import polars as pl
+
+    columns = {c.name: [row.get(c.name) for row in rows] for c in EVENT_COLUMNS}
+    table = pa.table(
+        {c.name: pa.array(columns[c.name], type=_plain(c.type)) for c in EVENT_COLUMNS}
+    )
+    return pl.from_arrow(conform(table))
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+def conform(table: pa.Table, schema: pa.Schema = EVENTS_ARROW) -> pa.Table:
+    """Cast a table to ``schema``: missing columns become null, extra columns are an error."""
+    extra = set(table.column_names) - set(schema.names)
+    if extra:
+        raise ValueError(f"columns not in the schema: {sorted(extra)}")
+    arrays = []
+    for field in schema:
+        if field.name in table.column_names:
+            arrays.append(table.column(field.name).cast(field.type))
+        else:
+            arrays.append(pa.nulls(table.num_rows, type=field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def markdown() -> str:
+    """``docs/schema.md``, rendered from the declarations above."""
+    out = [
+        "# Event store schema",
+        "",
+        f"Schema version {SCHEMA_VERSION}. Generated from `traceview/schema.py` by "
+        "`python -m traceview.schema > docs/schema.md`; do not edit by hand.",
+        "",
+        "Times are exact int64 nanoseconds. Kineto `ts` (float microseconds, relative to "
+        "`baseTimeNanoseconds` when present) is parsed from its decimal text, never through a "
+        "float, so sub-microsecond digits survive.",
+        "",
+        "Event kinds: " + ", ".join(f"`{k}`" for k in KINDS) + ".",
+        "",
+    ]
+    for title, cols in (("events", EVENT_COLUMNS), ("ranks", RANK_COLUMNS),
+                        ("files", FILE_COLUMNS)):
+        out += [f"## {title}", "", "| column | type | unit | meaning | Kineto | nsys |",
+                "|---|---|---|---|---|---|"]
+        for c in cols:
+            typ = str(c.type) + ("" if c.nullable else ", not null")
+            out.append(f"| `{c.name}` | {typ} | {c.unit} | {c.meaning} | {c.kineto} | {c.nsys} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(markdown())

@@ -1,0 +1,161 @@
+"""TraceSet: one run's ranks, opened once, queried many times (frames, SQL, pandas).
+
+>>> import traceview                                   # doctest: +SKIP
+>>> ts = traceview.open("fixtures/data/gloo_ddp_2r")   # doctest: +SKIP
+>>> ts.sql("select rank, count(*) as n from events group by rank")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from traceview import schema, store
+from traceview.errors import UnreadableTraceError, UsageError
+from traceview.ingest import IngestResult, ingest, rank_info_rows
+
+
+@dataclass
+class _Part:
+    """One Parquet file of events and how its rank column maps to final ranks."""
+
+    path: str
+    file_id: int
+    rank: int | None  # the file's single rank, or None when its rank column is kept/mapped
+    rank_map: dict[int, int] = field(default_factory=dict)
+
+    def scan(self) -> pl.LazyFrame:
+        frame = pl.scan_parquet(self.path)
+        rank = (pl.lit(self.rank, dtype=pl.Int32) if self.rank is not None else
+                pl.col("rank").replace_strict(self.rank_map, default=pl.col("rank"),
+                                              return_dtype=pl.Int32))
+        return frame.with_columns(rank.alias("rank"),
+                                  pl.lit(self.file_id, dtype=pl.Int32).alias("file_id"))
+
+
+class TraceSet:
+    """The events of one run (all ranks, long form) with its ranks and files tables."""
+
+    def __init__(self, parts: list[_Part], ranks: pl.DataFrame, files: pl.DataFrame,
+                 skipped: Sequence[tuple[str, str]] = (), keep_alive: Any = None) -> None:
+        self._parts = parts
+        self.ranks = ranks
+        self.files = files
+        self.skipped = list(skipped)
+        self._keep_alive = keep_alive  # temporary directory when caching is off
+
+    @property
+    def events(self) -> pl.LazyFrame:
+        """All events as a Polars LazyFrame in the schema of ``traceview.schema``."""
+        if not self._parts:
+            return schema.empty_events().lazy()
+        return pl.concat([p.scan() for p in self._parts], how="vertical")
+
+    def kernels(self) -> pl.LazyFrame:
+        """GPU kernels only."""
+        return self.events.filter(pl.col("kind") == "kernel")
+
+    @property
+    def warnings(self) -> list[str]:
+        out = []
+        for path, warns in self.files.select("path", "warnings").iter_rows():
+            out += [f"{path}: {w}" for w in orjson.loads(warns or "[]")]
+        return out
+
+    def sql(self, query: str) -> pl.DataFrame:
+        """Run SQL over the tables ``events``, ``kernels``, ``ranks`` and ``files``."""
+        context = pl.SQLContext(events=self.events, kernels=self.kernels(),
+                                ranks=self.ranks.lazy(), files=self.files.lazy())
+        try:
+            return context.execute(query, eager=True)
+        except (pl.exceptions.SQLInterfaceError, pl.exceptions.SQLSyntaxError,
+                pl.exceptions.ColumnNotFoundError, pl.exceptions.InvalidOperationError) as exc:
+            raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
+
+    def to_pandas(self) -> Any:
+        """All events as a pandas DataFrame (categoricals stay categorical)."""
+        return self.events.collect().to_pandas()
+
+    def write_store(self, out_dir: str | Path) -> Path:
+        """Write a self-contained store folder: one zstd Parquet file per rank."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for rank in self.ranks["rank"].to_list():
+            target = out / f"rank-{rank:05d}.parquet"
+            table = self.events.filter(pl.col("rank") == rank).collect().to_arrow()
+            store.write_events(schema.conform(table), target)
+        store.atomic_write(out / "ranks.parquet", lambda tmp: self.ranks.write_parquet(tmp))
+        store.atomic_write(out / "files.parquet", lambda tmp: self.files.write_parquet(tmp))
+        store.write_json({"traceview_store": store.CACHE_VERSION,
+                          "schema_version": schema.SCHEMA_VERSION,
+                          "ranks": self.ranks["rank"].to_list()}, out / store.STORE_MANIFEST)
+        return out
+
+    def __repr__(self) -> str:
+        n = self.files["stored_events"].sum() if self.files.height else 0
+        return f"<TraceSet {self.ranks.height} ranks, {self.files.height} files, {n} events>"
+
+    def _repr_html_(self) -> str:
+        summary = self.ranks.select("rank", "world_size", "source", "backend", "file_id").join(
+            self.files.select("file_id", "path", "stored_events"), on="file_id", how="left")
+        return f"<p>{self!r}</p>" + summary._repr_html_()
+
+
+def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  # noqa: A001
+         rank_map: dict[str, int] | None = None, cache: bool = True,
+         cache_dir: str | Path | None = None, progress: bool = False,
+         options: dict[str, Any] | None = None) -> TraceSet:
+    """Open trace files, folders of traces, or a store folder written by ``ingest -o``."""
+    items = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if not items:
+        raise UsageError("no input paths")
+    stores = [Path(p) for p in items if store.is_store(Path(p))]
+    if stores:
+        if len(items) > 1:
+            raise UsageError("a store folder must be the only input")
+        return _open_store(stores[0])
+    keep_alive = None
+    if not cache:
+        keep_alive = tempfile.TemporaryDirectory(prefix="traceview-")
+        cache_dir = keep_alive.name
+    elif cache_dir is None:
+        cache_dir = store.default_cache_dir()
+    result = ingest(items, cache_dir=cache_dir, skip_bad=skip_bad, rank_map=rank_map,
+                    options=options, progress=progress)
+    return _from_ingest(result, keep_alive)
+
+
+def _from_ingest(result: IngestResult, keep_alive: Any) -> TraceSet:
+    parts = []
+    for i, file in enumerate(result.files):
+        mapping = {parsed if parsed is not None else 0: final
+                   for (fi, parsed), final in result.rank_of.items() if fi == i}
+        single = next(iter(mapping.values())) if len(file.ranks) == 1 else None
+        parts.append(_Part(file.events_path, i, single, mapping))
+    ranks = pl.DataFrame(rank_info_rows(result), schema=schema.polars_schema(schema.RANK_COLUMNS))
+    files = pl.DataFrame([{
+        "file_id": i, "path": f.path, "format": f.format, "size_bytes": f.size_bytes,
+        "content_id": f.content_id, "input_events": f.input_events,
+        "stored_events": f.stored_events, "dropped": orjson.dumps(f.dropped).decode(),
+        "warnings": orjson.dumps(f.warnings).decode()} for i, f in enumerate(result.files)],
+        schema=schema.polars_schema(schema.FILE_COLUMNS))
+    return TraceSet(parts, ranks.sort("rank"), files, result.skipped, keep_alive)
+
+
+def _open_store(folder: Path) -> TraceSet:
+    manifest = store.read_json(folder / store.STORE_MANIFEST)
+    if manifest.get("schema_version") != schema.SCHEMA_VERSION:
+        raise UnreadableTraceError(folder, f"store has schema version "
+                                   f"{manifest.get('schema_version')}, this traceview reads "
+                                   f"{schema.SCHEMA_VERSION}: ingest the traces again")
+    ranks = pl.read_parquet(folder / "ranks.parquet")
+    files = pl.read_parquet(folder / "files.parquet")
+    parts = [_Part(str(folder / f"rank-{r:05d}.parquet"), fid, r)
+             for r, fid in ranks.select("rank", "file_id").iter_rows()]
+    return TraceSet(parts, ranks, files)
