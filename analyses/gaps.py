@@ -1,0 +1,235 @@
+"""GPU idle gaps and their causes.
+
+Per device: the busy union across all streams, and the gaps between busy intervals. Per
+stream: the same on one stream. Each gap gets one cause, the first that applies in this order:
+
+1. ``sync``: a host synchronisation (kind ``sync``, or a runtime call matching
+   ``GapOptions.sync_pattern``: cudaDeviceSynchronize, cudaStreamSynchronize,
+   cudaEventSynchronize, blocking cudaMemcpy, their HIP twins) overlaps the gap;
+2. ``data_loading``: a host op matching ``GapOptions.dataloader_pattern`` overlaps the gap;
+3. ``between_steps``: the GPU work before and after the gap was launched in different steps;
+4. ``host``: the runtime call that launched the work after the gap began at or after the gap
+   began (the GPU had nothing queued: waiting on the host);
+5. ``launch_overhead``: the gap is shorter than ``GapOptions.launch_overhead_ns``;
+6. ``other``: anything else (cross-stream waits, work without a matching launch, ...).
+
+Definitions with a worked example: docs/metrics.md, section "GPU time: gaps".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from .classify import DEFAULT_PATTERNS, ClassifyPatterns
+from .intervals import union
+from .overlap import NOTE_NO_GPU, prepared_gpu
+from .window import STEP_PATTERN
+
+Frame = pl.LazyFrame | pl.DataFrame
+
+CAUSES: tuple[str, ...] = (
+    "sync", "data_loading", "between_steps", "host", "launch_overhead", "other",
+)
+
+#: Histogram bucket edges (ns): <1 µs, 1-10 µs, 10-100 µs, 0.1-1 ms, 1-10 ms, 10-100 ms, >=100 ms.
+DEFAULT_EDGES_NS: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
+
+
+@dataclass(frozen=True)
+class GapOptions:
+    """Thresholds and patterns for gap attribution (all overridable)."""
+
+    launch_overhead_ns: int = 10_000
+    sync_pattern: str = (
+        r"(?i)^(cuda|hip)(Device|Stream|Event|Ctx)Synchroni[sz]e$|^(cuda|hip)Memcpy$"
+    )
+    dataloader_pattern: str = (
+        r"(?i)dataloader|_MultiProcessingDataLoaderIter|_SingleProcessDataLoaderIter"
+    )
+
+
+DEFAULT_OPTIONS = GapOptions()
+
+
+def gaps(
+    events: Frame,
+    *,
+    per_stream: bool = False,
+    options: GapOptions = DEFAULT_OPTIONS,
+    patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+    step_pattern: str = STEP_PATTERN,
+) -> pl.DataFrame:
+    """Every idle gap per (rank, device) -- or per (rank, device, stream) -- with its cause.
+
+    Columns: rank, device, [stream,] gap_start_ns, gap_end_ns, gap_ns, cause, prev_name,
+    next_name, prev_step, next_step, next_correlation, launch_ts_ns. Gaps are strictly
+    positive; touching or overlapping GPU work leaves no gap.
+    """
+    by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
+    gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
+    merged = union(gpu, by=by, keep={
+        "_first_name": pl.col("name").cast(pl.String).sort_by("ts_ns").first(),
+        "_first_step": pl.col("step").sort_by("ts_ns").first(),
+        "_first_corr": pl.col("correlation").sort_by("ts_ns").first(),
+        "_last_name": pl.col("name").cast(pl.String).sort_by("end_ns").last(),
+        "_last_step": pl.col("step").sort_by("end_ns").last(),
+    })
+    nxt = lambda c: pl.col(c).shift(-1).over(by)  # noqa: E731
+    g = (
+        merged.lazy()
+        .with_columns(
+            gap_start_ns=pl.col("end_ns"), gap_end_ns=nxt("ts_ns"),
+            prev_name=pl.col("_last_name"), prev_step=pl.col("_last_step"),
+            next_name=nxt("_first_name"), next_step=nxt("_first_step"),
+            next_correlation=nxt("_first_corr"),
+        )
+        .filter(pl.col("gap_end_ns").is_not_null() & (pl.col("gap_end_ns") > pl.col("gap_start_ns")))
+        .with_columns(gap_ns=pl.col("gap_end_ns") - pl.col("gap_start_ns"))
+    )
+    host = events.lazy()
+    kind = pl.col("kind").cast(pl.String)
+    name = pl.col("name").cast(pl.String)
+    launches = (
+        host.filter(kind.is_in(["cuda_runtime", "cuda_driver"]) & pl.col("correlation").is_not_null())
+        .group_by("rank", "correlation").agg(launch_ts_ns=pl.col("ts_ns").min())
+        .rename({"correlation": "next_correlation"})
+    )
+    g = g.join(launches, on=["rank", "next_correlation"], how="left")
+    syncs = host.filter(
+        ((kind == "sync") | (kind.is_in(["cuda_runtime", "cuda_driver"])
+                             & name.str.contains(options.sync_pattern)))
+        & pl.col("dur_ns").is_not_null())
+    loaders = host.filter(
+        kind.is_in(["cpu_op", "user_annotation", "python_function"])
+        & name.str.contains(options.dataloader_pattern) & pl.col("dur_ns").is_not_null())
+    g = _flag_overlap(g, syncs, "_sync")
+    g = _flag_overlap(g, loaders, "_loader")
+    cause = (
+        pl.when(pl.col("_sync")).then(pl.lit("sync"))
+        .when(pl.col("_loader")).then(pl.lit("data_loading"))
+        .when(pl.col("prev_step").is_not_null() & pl.col("next_step").is_not_null()
+              & (pl.col("prev_step") != pl.col("next_step"))).then(pl.lit("between_steps"))
+        .when(pl.col("launch_ts_ns") >= pl.col("gap_start_ns")).then(pl.lit("host"))
+        .when(pl.col("gap_ns") < options.launch_overhead_ns).then(pl.lit("launch_overhead"))
+        .otherwise(pl.lit("other"))
+    )
+    cols = [*by, "gap_start_ns", "gap_end_ns", "gap_ns", "cause", "prev_name", "next_name",
+            "prev_step", "next_step", "next_correlation", "launch_ts_ns"]
+    return g.with_columns(cause=cause).select(cols).sort([*by, "gap_start_ns"]).collect()
+
+
+def _flag_overlap(g: pl.LazyFrame, intervals: pl.LazyFrame, flag: str) -> pl.LazyFrame:
+    """Add boolean ``flag``: does any of ``intervals`` (same rank) overlap the gap?
+
+    The intervals are merged per rank; the last merged interval starting before the gap's end
+    is the only candidate (earlier ones end before it starts), found with an as-of join.
+    """
+    merged = union(
+        intervals.select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")),
+        by=["rank"],
+    ).lazy().select("rank", pl.col("ts_ns").alias("_iv_s"), pl.col("end_ns").alias("_iv_e"))
+    return (
+        g.sort("gap_end_ns")
+        .join_asof(merged.sort("_iv_s"), left_on="gap_end_ns", right_on="_iv_s", by="rank",
+                   strategy="backward", allow_exact_matches=False, check_sortedness=False)
+        .with_columns(pl.col("_iv_e").fill_null(pl.col("gap_start_ns")).gt(
+            pl.col("gap_start_ns")).alias(flag))
+        .drop("_iv_s", "_iv_e")
+    )
+
+
+def gap_causes(gap_frame: pl.DataFrame, *, by: Sequence[str] = ("rank", "device")) -> pl.DataFrame:
+    """Per group and cause: count, total_gap_ns, share_of_idle (of the group's total gap time)."""
+    by = list(by)
+    out = gap_frame.group_by([*by, "cause"]).agg(
+        count=pl.len().cast(pl.Int64), total_gap_ns=pl.col("gap_ns").sum(),
+        max_gap_ns=pl.col("gap_ns").max())
+    return (
+        out.with_columns(share_of_idle=pl.col("total_gap_ns") / pl.col("total_gap_ns").sum().over(by))
+        .sort([*by, "total_gap_ns"], descending=[False] * len(by) + [True])
+    )
+
+
+def gap_histogram(
+    gap_frame: pl.DataFrame,
+    *,
+    by: Sequence[str] = ("rank", "device"),
+    edges_ns: Sequence[int] = DEFAULT_EDGES_NS,
+) -> pl.DataFrame:
+    """Gap counts per duration bucket: by..., bucket_lo_ns, bucket_hi_ns (null: open), count,
+    total_gap_ns. Buckets are half-open [lo, hi)."""
+    by = list(by)
+    edges = sorted(edges_ns)
+    lo: pl.Expr = pl.lit(0, pl.Int64)
+    hi: pl.Expr = pl.lit(edges[0], pl.Int64) if edges else pl.lit(None, pl.Int64)
+    for i, e in enumerate(edges):
+        nxt = pl.lit(edges[i + 1], pl.Int64) if i + 1 < len(edges) else pl.lit(None, pl.Int64)
+        cond = pl.col("gap_ns") >= e
+        lo = pl.when(cond).then(pl.lit(e, pl.Int64)).otherwise(lo)
+        hi = pl.when(cond).then(nxt).otherwise(hi)
+    return (
+        gap_frame.with_columns(bucket_lo_ns=lo, bucket_hi_ns=hi)
+        .group_by([*by, "bucket_lo_ns", "bucket_hi_ns"])
+        .agg(count=pl.len().cast(pl.Int64), total_gap_ns=pl.col("gap_ns").sum())
+        .sort([*by, "bucket_lo_ns"])
+    )
+
+
+def largest_gaps(
+    gap_frame: pl.DataFrame,
+    events: Frame,
+    *,
+    n: int = 10,
+    ops_per_gap: int = 5,
+) -> pl.DataFrame:
+    """The ``n`` longest gaps with the host ops around them.
+
+    Adds ``launch_op`` (the CPU op that launched the work after the gap, through the runtime
+    call's external id) and ``ops_during`` (names of up to ``ops_per_gap`` host ops overlapping
+    the gap, longest overlap first; ProfilerStep ranges excluded).
+    """
+    top = gap_frame.sort("gap_ns", descending=True).head(n).with_row_index("_gap")
+    host = events.lazy()
+    kind = pl.col("kind").cast(pl.String)
+    runtime_ext = (
+        host.filter(kind.is_in(["cuda_runtime", "cuda_driver"]) & pl.col("correlation").is_not_null())
+        .group_by("rank", "correlation").agg(_ext=pl.col("external_id").drop_nulls().first())
+        .rename({"correlation": "next_correlation"})
+    )
+    ops = host.filter(kind.is_in(["cpu_op", "user_annotation"]) & pl.col("dur_ns").is_not_null())
+    op_by_ext = (
+        ops.filter(pl.col("external_id").is_not_null())
+        .group_by("rank", "external_id")
+        .agg(launch_op=pl.col("name").cast(pl.String).sort_by("dur_ns").first())
+        .rename({"external_id": "_ext"})
+    )
+    during = (
+        top.lazy().select("_gap", "rank", "gap_start_ns", "gap_end_ns")
+        .join(ops.select("rank", "name", "ts_ns", "dur_ns"), on="rank", how="inner")
+        .with_columns(_ov=pl.min_horizontal(pl.col("ts_ns") + pl.col("dur_ns"), "gap_end_ns")
+                      - pl.max_horizontal("ts_ns", "gap_start_ns"))
+        .filter((pl.col("_ov") > 0)
+                & ~pl.col("name").cast(pl.String).str.starts_with("ProfilerStep#"))
+        .group_by("_gap")
+        .agg(ops_during=pl.col("name").cast(pl.String).sort_by("_ov", descending=True)
+             .unique(maintain_order=True).head(ops_per_gap))
+    )
+    return (
+        top.lazy()
+        .join(runtime_ext, on=["rank", "next_correlation"], how="left")
+        .join(op_by_ext, on=["rank", "_ext"], how="left")
+        .join(during, on="_gap", how="left")
+        .sort("_gap")
+        .drop("_gap", "_ext")
+        .collect()
+    )
+
+
+def no_gpu_ranks(events: Frame, gap_frame: pl.DataFrame) -> pl.DataFrame:
+    """Ranks of ``events`` with no GPU work at all, each with the reason (for partial results)."""
+    gpu_ranks = prepared_gpu(events).select("rank").unique()
+    ranks = events.lazy().select("rank").unique().collect()
+    return ranks.join(gpu_ranks, on="rank", how="anti").with_columns(note=pl.lit(NOTE_NO_GPU)).sort("rank")

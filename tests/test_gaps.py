@@ -1,0 +1,105 @@
+"""GPU idle gaps and their causes (analyses/gaps.py) on a hand-built trace.
+
+Timeline of rank 0, device 0 (ns). Host: ProfilerStep#1 [0,1000), #2 [1000,2000), #3 [2000,40000).
+  k1 [100,200)   stream 7,  launched at 90
+  k2 [205,300)   stream 7,  launched at 150     -> gap [200,205) 5 ns, queued: launch_overhead
+  k3 [250,400)   stream 20, launched at 160     (overlaps k2: no device gap)
+  k4 [500,600)   stream 7,  launched at 450     -> gap [400,500): launch after gap start: host
+  cudaDeviceSynchronize on the host [610,700)
+  k5 [800,900)   stream 7,  launched at 605     -> gap [600,800): sync overlaps it: sync
+  DataLoader __next__ on the host [950,1100)
+  k6 [1200,1300) stream 7,  step 2, launched 1150 -> gap [900,1200): data_loading (beats step)
+  k7 [31300,31400) step 2, launched at 1250     -> gap [1300,31300) 30 µs, queued: other
+  k8 [31500,31600) step 3, launched at 2100     -> gap [31400,31500): between_steps
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from gpu_trace_helpers import frame, kernel, launch, row, step
+from traceview.analyses.gaps import (
+    GapOptions, gap_causes, gap_histogram, gaps, largest_gaps, no_gpu_ranks,
+)
+
+
+def _trace():
+    return frame([
+        step(1, 0, 1000), step(2, 1000, 1000), step(3, 2000, 38000),
+        launch(90, 5, 1, step=1), launch(150, 5, 2, step=1), launch(160, 5, 3, step=1),
+        launch(450, 5, 4, step=1), launch(605, 2, 5, step=1), launch(1150, 5, 6, step=2),
+        {**launch(1250, 5, 7, step=2), "external_id": 77}, launch(2100, 5, 8, step=3),
+        launch(610, 90, 99, name="cudaDeviceSynchronize"),
+        row("cpu_op", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 950, 150,
+            pid=1, tid=1),
+        row("cpu_op", "aten::add", 1240, 20, pid=1, tid=1, external_id=77),
+        row("cpu_op", "aten::item", 5000, 1000, pid=1, tid=1),
+        kernel("k1", 100, 100, corr=1, step=1), kernel("k2", 205, 95, corr=2, step=1),
+        kernel("k3", 250, 150, corr=3, step=1, stream=20),
+        kernel("k4", 500, 100, corr=4, step=1), kernel("k5", 800, 100, corr=5, step=1),
+        kernel("k6", 1200, 100, corr=6, step=2), kernel("k7", 31300, 100, corr=7, step=2),
+        kernel("k8", 31500, 100, corr=8, step=3),
+        row("cpu_op", "aten::mm", 0, 10, rank=1, pid=2, tid=2),
+    ])
+
+
+def test_device_gaps_and_causes_by_hand() -> None:
+    g = gaps(_trace())
+    assert g.select("rank", "device", "gap_start_ns", "gap_end_ns", "cause").rows() == [
+        (0, 0, 200, 205, "launch_overhead"),
+        (0, 0, 400, 500, "host"),
+        (0, 0, 600, 800, "sync"),
+        (0, 0, 900, 1200, "data_loading"),
+        (0, 0, 1300, 31300, "other"),
+        (0, 0, 31400, 31500, "between_steps"),
+    ]
+    assert (g["gap_ns"] > 0).all()
+    r = g.row(4, named=True)
+    assert (r["prev_name"], r["next_name"], r["next_correlation"], r["launch_ts_ns"]) == (
+        "k6", "k7", 7, 1250)
+
+
+def test_threshold_is_an_option() -> None:
+    # with a 40 µs threshold the queued 30 µs gap becomes launch overhead
+    g = gaps(_trace(), options=GapOptions(launch_overhead_ns=40_000))
+    assert g.filter(pl.col("gap_start_ns") == 1300)["cause"].item() == "launch_overhead"
+
+
+def test_per_stream_gaps_by_hand() -> None:
+    g = gaps(_trace(), per_stream=True)
+    s7 = g.filter(pl.col("stream") == 7)
+    # stream 7 sees [300,500) instead of [400,500): k3 ran on stream 20 meanwhile
+    assert s7.select("gap_start_ns", "gap_end_ns", "cause").rows()[:2] == [
+        (200, 205, "launch_overhead"), (300, 500, "host")]
+    assert g.filter(pl.col("stream") == 20).height == 0
+
+
+def test_histogram_and_causes_by_hand() -> None:
+    g = gaps(_trace())
+    h = gap_histogram(g)
+    # 5, 100, 200, 300, 100 ns fall in [0, 1 µs); 30 µs falls in [10 µs, 100 µs)
+    assert h.select("bucket_lo_ns", "bucket_hi_ns", "count", "total_gap_ns").rows() == [
+        (0, 1_000, 5, 705), (10_000, 100_000, 1, 30_000)]
+    c = gap_causes(g)
+    assert c.row(0, named=True)["cause"] == "other"
+    assert c["share_of_idle"].sum() == 1.0
+    assert c.filter(pl.col("cause") == "sync")["total_gap_ns"].item() == 200
+
+
+def test_largest_gaps_with_host_ops() -> None:
+    ev = _trace()
+    top = largest_gaps(gaps(ev), ev, n=2)
+    assert top["gap_ns"].to_list() == [30_000, 300]
+    first = top.row(0, named=True)
+    assert first["launch_op"] == "aten::add"
+    assert first["ops_during"] == ["aten::item"]
+    assert top.row(1, named=True)["ops_during"] == [
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"]
+
+
+def test_cpu_only_rank_is_reported_not_raised() -> None:
+    ev = _trace()
+    assert gaps(ev).filter(pl.col("rank") == 1).height == 0
+    assert no_gpu_ranks(ev, gaps(ev))["rank"].to_list() == [1]
+    empty = ev.filter(pl.col("rank") == 1)
+    assert gaps(empty).height == 0 and largest_gaps(gaps(empty), empty).height == 0
