@@ -1,0 +1,207 @@
+"""What a step consists of: GPU time breakdown, idle fraction, top kernels, top CPU ops,
+launch delays.
+
+Per step window (see ``window.gpu_step_windows``) and for the whole trace, per (rank, device):
+
+    window = compute + exposed_comm + exposed_memcpy + exposed_memset + idle
+
+with compute = |C|, exposed_comm = |M \\ C|, exposed_memcpy = |Y \\ (C ∪ M)|,
+exposed_memset = |S \\ (C ∪ M ∪ Y)|, idle = window − |C ∪ M ∪ Y ∪ S|, so the parts always add
+up (no negative "non-compute" time). ``idle_fraction`` = idle / window, which for the
+whole-trace row is 1 − |∪ all GPU events| / (last GPU end − first GPU start).
+
+Definitions with worked examples: docs/metrics.md, section "GPU time: step breakdown".
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .classify import DEFAULT_PATTERNS, ClassifyPatterns
+from .overlap import NOTE_NO_STEPS, accounting, finish, prepared_gpu
+from .window import STEP_PATTERN, gpu_step_windows, gpu_trace_windows, step_spans
+
+Frame = pl.LazyFrame | pl.DataFrame
+
+_BREAKDOWN_COLUMNS = [
+    "rank", "device", "step", "step_time_ns", "window_start_ns", "window_end_ns", "window_ns",
+    "compute_ns", "exposed_comm_ns", "exposed_memcpy_ns", "exposed_memset_ns", "idle_ns",
+    "idle_fraction", "comm_ns", "memcpy_ns", "busy_ns", "note",
+]
+
+
+def step_breakdown(
+    events: Frame,
+    *,
+    patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+    step_pattern: str = STEP_PATTERN,
+    include_trace: bool = True,
+) -> pl.DataFrame:
+    """GPU time per step (and a whole-trace row with step null) per (rank, device).
+
+    ``step_time_ns`` is the host ``ProfilerStep#N`` duration (null for the whole-trace row and
+    when the step has no host range). Ranks without GPU events get a row with a note.
+    """
+    gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
+    parts = []
+    steps = accounting(gpu, gpu_step_windows(gpu), window_keys=["step"])
+    spans = step_spans(events, pattern=step_pattern).select("rank", "step", "step_time_ns")
+    steps = steps.join(spans, on=["rank", "step"], how="left").with_columns(
+        note=pl.lit(None, pl.String))
+    parts.append(steps)
+    trace = accounting(gpu, gpu_trace_windows(gpu)).with_columns(
+        step=pl.lit(None, pl.Int32), step_time_ns=pl.lit(None, pl.Int64))
+    no_steps = trace.join(steps.select("rank", "device").unique(), on=["rank", "device"],
+                          how="anti").select("rank", "device")
+    trace = trace.join(no_steps.with_columns(note=pl.lit(NOTE_NO_STEPS)), on=["rank", "device"],
+                       how="left")
+    if include_trace or no_steps.height:
+        if not include_trace:
+            trace = trace.join(no_steps, on=["rank", "device"], how="semi")
+        parts.append(trace.select(steps.columns))
+    out = pl.concat(parts, how="vertical_relaxed").with_columns(
+        idle_fraction=pl.when(pl.col("window_ns") > 0)
+        .then(pl.col("idle_ns") / pl.col("window_ns")).otherwise(None))
+    return finish(out, events, _BREAKDOWN_COLUMNS)
+
+
+def idle_fraction(
+    events: Frame, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+) -> pl.DataFrame:
+    """Per (rank, device): busy_ns, span_ns, idle_ns, idle_fraction = 1 − busy / span."""
+    gpu = prepared_gpu(events, patterns=patterns)
+    acc = accounting(gpu, gpu_trace_windows(gpu))
+    out = acc.select(
+        "rank", "device", "busy_ns", pl.col("window_ns").alias("span_ns"), "idle_ns",
+        idle_fraction=pl.when(pl.col("window_ns") > 0)
+        .then(1 - pl.col("busy_ns") / pl.col("window_ns")).otherwise(None),
+    )
+    return finish(out, events, ["rank", "device", "busy_ns", "span_ns", "idle_ns",
+                                "idle_fraction", "note"])
+
+
+def top_kernels(
+    events: Frame, *, n: int = 20, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+) -> pl.DataFrame:
+    """The ``n`` GPU events (by name) with the most total time, per rank.
+
+    Columns: rank, name, gpu_class, count, total_ns, mean_ns, p50_ns, p99_ns, max_ns,
+    share_of_gpu_time (total / sum of all GPU event durations of the rank; a sum of
+    durations, so concurrent kernels count twice). Quantiles interpolate linearly.
+    """
+    gpu = prepared_gpu(events, patterns=patterns)
+    d = pl.col("dur_ns")
+    out = (
+        gpu.group_by("rank", pl.col("name").cast(pl.String), "gpu_class")
+        .agg(count=pl.len().cast(pl.Int64), total_ns=d.sum(), mean_ns=d.mean(),
+             p50_ns=d.quantile(0.5, "linear"), p99_ns=d.quantile(0.99, "linear"), max_ns=d.max())
+        .with_columns(share_of_gpu_time=pl.col("total_ns") / pl.col("total_ns").sum().over("rank"))
+        .sort(["rank", "total_ns", "name"], descending=[False, True, False])
+    )
+    return out.group_by("rank", maintain_order=True).head(n)
+
+
+def top_cpu_ops(events: Frame, *, n: int = 20, by: str = "self_ns") -> pl.DataFrame:
+    """Host operators (kind ``cpu_op``) by self or total time, per rank.
+
+    self time = duration − durations of the direct children on the same thread. Nesting is
+    found without a loop: a sweep (+1 at starts, −1 at ends, ends first on ties) gives each
+    op's depth; its parent is the latest earlier op one level up on the same thread (an as-of
+    join). Columns: rank, name, count, total_ns, self_ns, mean_ns, mean_self_ns.
+    """
+    ops = with_self_time(events)
+    out = (
+        ops.group_by("rank", "name")
+        .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum(),
+             self_ns=pl.col("self_ns").sum(), mean_ns=pl.col("dur_ns").mean(),
+             mean_self_ns=pl.col("self_ns").mean())
+        .sort(["rank", by, "name"], descending=[False, True, False])
+    )
+    return out.group_by("rank", maintain_order=True).head(n)
+
+
+def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl.DataFrame:
+    """Host ops with ``depth``, ``parent_idx`` and ``self_ns`` columns added."""
+    thread = ["rank", "pid", "tid"]
+    ops = (
+        events.lazy()
+        .filter(pl.col("kind").cast(pl.String).is_in(list(kinds)) & pl.col("dur_ns").is_not_null()
+                & (pl.col("dur_ns") >= 0))
+        .select(*thread, pl.col("name").cast(pl.String), "ts_ns", "dur_ns")
+        .with_row_index("_idx")
+        .with_columns(_end=pl.col("ts_ns") + pl.col("dur_ns"))
+        .collect()
+    )
+    # sweep points: ends sort before starts at equal time; starts of longer ops first
+    starts = ops.select(*thread, "_idx", _t=pl.col("ts_ns"), _kind=pl.lit(1),
+                        _tie=-pl.col("dur_ns"), _d=pl.lit(1))
+    ends = ops.select(*thread, "_idx", _t=pl.col("_end"), _kind=pl.lit(0),
+                      _tie=pl.lit(0, pl.Int64), _d=pl.lit(-1))
+    pts = (
+        pl.concat([starts, ends]).sort([*thread, "_t", "_kind", "_tie"])
+        .with_columns(_depth=pl.col("_d").cum_sum().over(thread), _order=pl.int_range(pl.len()))
+        .filter(pl.col("_kind") == 1)
+        .select(*thread, "_idx", "_depth", "_order")
+    )
+    cand = pts.select(*thread, pl.col("_depth").alias("_pdepth"), pl.col("_order"),
+                      pl.col("_idx").alias("parent_idx")).sort("_order")
+    linked = (
+        pts.with_columns(_pdepth=pl.col("_depth") - 1).sort("_order")
+        .join_asof(cand, on="_order", by=[*thread, "_pdepth"], strategy="backward",
+                   allow_exact_matches=False, check_sortedness=False)
+        .select("_idx", pl.col("_depth").alias("depth"), "parent_idx")
+    )
+    ops = ops.join(linked, on="_idx", how="left")
+    child = ops.filter(pl.col("parent_idx").is_not_null()).group_by("parent_idx").agg(
+        _child_ns=pl.col("dur_ns").sum())
+    return (
+        ops.join(child, left_on="_idx", right_on="parent_idx", how="left")
+        .with_columns(self_ns=pl.max_horizontal(pl.col("dur_ns") - pl.col("_child_ns").fill_null(0),
+                                                pl.lit(0)))
+        .drop("_child_ns", "_end")
+    )
+
+
+def launch_delays(
+    events: Frame, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+) -> pl.DataFrame:
+    """Per GPU event with a launching runtime call (same rank and correlation):
+    rank, device, stream, name, gpu_class, launch_name, launch_ts_ns, ts_ns,
+    launch_delay_ns = GPU start − runtime call start, and
+    queue_delay_ns = max(0, GPU start − runtime call end)."""
+    gpu = prepared_gpu(events, patterns=patterns).lazy()
+    rt = (
+        events.lazy()
+        .filter(pl.col("kind").cast(pl.String).is_in(["cuda_runtime", "cuda_driver"])
+                & pl.col("correlation").is_not_null())
+        .group_by("rank", "correlation")
+        .agg(launch_name=pl.col("name").cast(pl.String).first(),
+             launch_ts_ns=pl.col("ts_ns").min(),
+             _launch_end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max())
+    )
+    return (
+        gpu.join(rt, on=["rank", "correlation"], how="inner")
+        .select("rank", "device", "stream", pl.col("name").cast(pl.String), "gpu_class",
+                "launch_name", "launch_ts_ns", "ts_ns",
+                launch_delay_ns=pl.col("ts_ns") - pl.col("launch_ts_ns"),
+                queue_delay_ns=pl.max_horizontal(pl.col("ts_ns") - pl.col("_launch_end"),
+                                                 pl.lit(0)))
+        .sort("rank", "ts_ns")
+        .collect()
+    )
+
+
+def launch_delay_summary(delays: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, device): count, p50/p99/max of launch_delay_ns and queue_delay_ns, and how
+    many GPU events came from CUDA/HIP graph launches (their delay is from the graph launch)."""
+    ld, qd = pl.col("launch_delay_ns"), pl.col("queue_delay_ns")
+    return (
+        delays.group_by("rank", "device")
+        .agg(count=pl.len().cast(pl.Int64), launch_delay_p50_ns=ld.quantile(0.5, "linear"),
+             launch_delay_p99_ns=ld.quantile(0.99, "linear"), launch_delay_max_ns=ld.max(),
+             queue_delay_p50_ns=qd.quantile(0.5, "linear"),
+             queue_delay_p99_ns=qd.quantile(0.99, "linear"),
+             graph_launched=pl.col("launch_name").str.contains(r"(?i)GraphLaunch").sum()
+             .cast(pl.Int64))
+        .sort("rank", "device")
+    )
