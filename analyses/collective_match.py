@@ -229,6 +229,8 @@ def match_collectives(
     problems: list[pl.DataFrame] = [_seq_problems(by_seq)]
     for (group,), g in rest.group_by("group", maintain_order=True):
         ok, probs = _order_consistent(g)
+        if ok:
+            ok, probs = _order_timing_consistent(g, tolerance_ns)
         problems.append(probs)
         if ok:
             parts.append(g.with_columns(
@@ -292,6 +294,37 @@ def _order_consistent(g: pl.DataFrame) -> tuple[bool, pl.DataFrame]:
     return False, out
 
 
+#: Order matching is rejected when more than this share of positions has completion times that
+#: (jitter of single completions, e.g. concurrent gloo all-reduces, stays well below it)
+#: disagree (beyond the tolerance) with the rank's median clock offset.
+MAX_DISAGREEING = 0.5
+
+
+def _order_timing_consistent(g: pl.DataFrame, tolerance_ns: int) -> tuple[bool, pl.DataFrame]:
+    """Order pairs must also agree in time: end[r, k] - end[ref, k] is one clock offset."""
+    group = g.get_column("group")[0]
+    ref_rank = g.get_column("rank").min()
+    ref = g.filter(pl.col("rank") == ref_rank).select("position", ref_end="end_ns")
+    d = g.filter(pl.col("rank") != ref_rank).join(ref, on="position").with_columns(
+        d=pl.col("end_ns") - pl.col("ref_end"))
+    if d.height == 0:
+        return True, pl.DataFrame(schema=PROBLEM_SCHEMA)
+    per = d.with_columns(dev=(pl.col("d") - pl.col("d").median().over("rank")).abs()).group_by(
+        "rank").agg(bad=(pl.col("dev") > tolerance_ns).mean(), n=pl.len(),
+                    worst=pl.col("dev").max())
+    bad = per.filter(pl.col("bad") > MAX_DISAGREEING)
+    if bad.height == 0:
+        return True, pl.DataFrame(schema=PROBLEM_SCHEMA)
+    return False, bad.select(
+        group=pl.lit(group), rank="rank", problem=pl.lit("order_timing_mismatch"),
+        detail=pl.lit("order pairing contradicted by timing: ")
+        + (pl.col("bad") * pl.col("n")).round(0).cast(pl.Int64).cast(pl.String)
+        + pl.lit(" of ") + pl.col("n").cast(pl.String)
+        + pl.lit(f" completions differ from rank {ref_rank}'s by more than the median offset "
+                 f"+/- {tolerance_ns} ns (worst ")
+        + pl.col("worst").cast(pl.String) + pl.lit(" ns)")).cast({"rank": pl.Int32})
+
+
 def _mode_offset(ref: pl.DataFrame, other: pl.DataFrame, tolerance_ns: int,
                  max_vote: int) -> tuple[int | None, int]:
     """Clock offset other - ref with the most same-named end pairs within ``tolerance_ns``."""
@@ -332,6 +365,7 @@ def _match_by_time(g: pl.DataFrame, *, tolerance_ns: int,
             other.with_columns(key=pl.col("end_ns") - off).sort("key")
             .join_asof(ref.select("collective", "position", rkey="end_ns").sort("rkey"),
                        left_on="key", right_on="rkey", by="collective", strategy="nearest",
+                       check_sortedness=False,
                        suffix="_ref")
             .with_columns(err=(pl.col("key") - pl.col("rkey")).abs())
             .filter(pl.col("err") <= tolerance_ns)

@@ -294,7 +294,7 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
             "drift_ppm": (drift.get(c, 0.0) - drift.get(ref_clock, 0.0)) * 1e6,
             "uncertainty": unc,
             "anchors": int(a.filter(pl.col("rank") == r).height),
-            "epoch": int(round(ref_base + t0)),
+            "epoch": int(ref_base + round(t0)),
             "residual": int(round(sigma)),
             "low": None if lo is None else int(math.floor(offset + lo)),
             "high": None if hi is None else int(math.ceil(offset + hi)),

@@ -1,0 +1,244 @@
+"""Collectives across ranks: arrival, wait, skew, transfer time, bandwidth, tails, alpha-beta.
+
+Definitions (with a worked example) are in ``docs/metrics.md``, section *Collectives*. Per
+matched instance *k* (see :mod:`traceview.analyses.collective_match`) and rank *r*, on the
+aligned timeline (:mod:`traceview.align`):
+
+* ``arrival_ns`` = aligned start, ``end_ns`` = aligned end, ``dur_ns`` = end - start (own clock);
+* ``wait_ns`` = last arrival - own arrival; ``skew_ns`` = last arrival - first arrival;
+* ``end_spread_ns`` = last end - first end; ``transfer_ns`` = own end - last arrival;
+* ``comm_ns`` = min over ranks of ``dur_ns``: the last arriver waits for nobody, so its duration
+  is the transfer time, and it needs no clock alignment;
+* ``algbw_gbps`` = bytes / comm_ns (GB/s = bytes/ns); ``busbw_gbps`` = algbw x the nccl-tests
+  factor for n ranks: all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n;
+  broadcast, reduce 1.
+
+>>> from traceview.schema import events_frame
+>>> k = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+>>> ev = events_frame([
+...     dict(rank=0, file_id=0, source="kineto", kind="kernel", name=k, stream=7, ts_ns=0,
+...          dur_ns=1000, bytes=4000, group_size=2),
+...     dict(rank=1, file_id=1, source="kineto", kind="kernel", name=k, stream=7, ts_ns=600,
+...          dur_ns=400, bytes=4000, group_size=2)])
+>>> collectives(ev).select("n_ranks", "skew_ns", "last_rank", "comm_ns", "busbw_gbps").row(0)
+(2, 600, 1, 400, 10.0)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+
+from traceview.align import apply_offsets
+from traceview.analyses.collective_match import MatchResult, comm_events, match_collectives
+
+#: nccl-tests bus-bandwidth factors as functions of the group size n.
+BUSBW_FACTORS: dict[str, str] = {
+    "all_reduce": "2(n-1)/n", "all_gather": "(n-1)/n", "reduce_scatter": "(n-1)/n",
+    "all_to_all": "(n-1)/n", "broadcast": "1", "reduce": "1",
+}
+
+
+def busbw_factor(collective: pl.Expr, n: pl.Expr) -> pl.Expr:
+    """nccl-tests factor; null for collectives without one (barrier, send/recv, other)."""
+    nf = n.cast(pl.Float64)
+    return (
+        pl.when(collective == "all_reduce").then(2.0 * (nf - 1.0) / nf)
+        .when(collective.is_in(["all_gather", "reduce_scatter", "all_to_all"]))
+        .then((nf - 1.0) / nf)
+        .when(collective.is_in(["broadcast", "reduce"])).then(pl.lit(1.0))
+        .otherwise(None)
+    )
+
+
+def _matched(events: pl.LazyFrame | pl.DataFrame, match: MatchResult | None) -> MatchResult:
+    return match if match is not None else match_collectives(comm_events(events))
+
+
+def collective_ranks(
+    events: pl.LazyFrame | pl.DataFrame,
+    *,
+    offsets: pl.DataFrame | None = None,
+    match: MatchResult | None = None,
+) -> pl.DataFrame:
+    """One row per (instance, rank) with the per-rank metrics of the module docstring.
+
+    ``offsets`` from :func:`traceview.align.estimate_offsets` (None: raw clocks).
+    Also carries instance-level columns (``skew_ns``, ``last_rank``, ``n_ranks`` ...), and
+    ``uncertainty_ns``: the largest alignment uncertainty among the instance's ranks.
+    """
+    inst = _matched(events, match).instances
+    inst = inst.filter(pl.col("rank").n_unique().over("instance") >= 2)
+    if offsets is not None and offsets.height:
+        al = apply_offsets(inst, offsets).collect()
+        unc = offsets.select(pl.col("rank").cast(pl.Int32),
+                             unc=pl.col("uncertainty_ns").fill_null(0))
+        al = al.join(unc, on="rank", how="left").with_columns(pl.col("unc").fill_null(0))
+    else:
+        al = inst.with_columns(ts_aligned_ns=pl.col("ts_ns"), unc=pl.lit(0, pl.Int64))
+    over = "instance"
+    al = al.with_columns(
+        arrival_ns=pl.col("ts_aligned_ns"),
+        end_ns=pl.col("ts_aligned_ns") + pl.col("dur_ns"),
+    )
+    last_arr = pl.col("arrival_ns").max().over(over)
+    n = pl.col("rank").n_unique().over(over).cast(pl.Int32)
+    size = pl.coalesce(pl.col("group_size").max().over(over), n)
+    out = al.with_columns(
+        n_ranks=n,
+        group_size_used=size.cast(pl.Int32),
+        first_arrival_ns=pl.col("arrival_ns").min().over(over),
+        last_arrival_ns=last_arr,
+        wait_ns=last_arr - pl.col("arrival_ns"),
+        skew_ns=last_arr - pl.col("arrival_ns").min().over(over),
+        end_spread_ns=pl.col("end_ns").max().over(over) - pl.col("end_ns").min().over(over),
+        transfer_ns=pl.col("end_ns") - last_arr,
+        comm_ns=pl.col("dur_ns").min().over(over),
+        bytes=pl.col("bytes").max().over(over),
+        last_rank=pl.col("rank").sort_by("arrival_ns", "rank").last().over(over),
+        first_rank=pl.col("rank").sort_by("arrival_ns", "rank").first().over(over),
+        uncertainty_ns=pl.col("unc").max().over(over),
+    )
+    algbw = pl.when(pl.col("comm_ns") > 0).then(
+        pl.col("bytes").cast(pl.Float64) / pl.col("comm_ns")).otherwise(None)
+    out = out.with_columns(algbw_gbps=algbw).with_columns(
+        busbw_gbps=pl.col("algbw_gbps") * busbw_factor(pl.col("collective"),
+                                                       pl.col("group_size_used")))
+    return out.select(
+        "instance", "group", "position", "collective", "name", "rank", "side", "match",
+        "arrival_ns", "end_ns", "dur_ns", "wait_ns", "transfer_ns", "n_ranks",
+        "group_size_used", "first_arrival_ns", "last_arrival_ns", "skew_ns", "end_spread_ns",
+        "comm_ns", "bytes", "algbw_gbps", "busbw_gbps", "last_rank", "first_rank",
+        "uncertainty_ns",
+    ).sort("first_arrival_ns", "instance", "rank")
+
+
+def collectives(
+    events: pl.LazyFrame | pl.DataFrame,
+    *,
+    offsets: pl.DataFrame | None = None,
+    match: MatchResult | None = None,
+) -> pl.DataFrame:
+    """One row per matched instance: group, seq, name, n_ranks, bytes, skew_ns, last_rank, ...
+
+    ``seq`` is the sequence number when the trace has one, else the position in the group.
+    ``skew_resolved`` is false when the skew is within twice the alignment uncertainty: the
+    arrival order is then not established by the data.
+    """
+    per = collective_ranks(events, offsets=offsets, match=match)
+    return _instances(per)
+
+
+def _instances(per: pl.DataFrame) -> pl.DataFrame:
+    return (
+        per.group_by("instance", maintain_order=True)
+        .agg(
+            group=pl.col("group").first(), seq=pl.col("position").first(),
+            name=pl.col("collective").first(), kernel=pl.col("name").first(),
+            match=pl.col("match").first(), side=pl.col("side").first(),
+            n_ranks=pl.col("n_ranks").first(), group_size=pl.col("group_size_used").first(),
+            bytes=pl.col("bytes").first(),
+            first_arrival_ns=pl.col("first_arrival_ns").first(),
+            last_arrival_ns=pl.col("last_arrival_ns").first(),
+            skew_ns=pl.col("skew_ns").first(), end_spread_ns=pl.col("end_spread_ns").first(),
+            transfer_ns=pl.col("transfer_ns").median().round(0).cast(pl.Int64),
+            dur_max_ns=pl.col("dur_ns").max(), comm_ns=pl.col("comm_ns").first(),
+            algbw_gbps=pl.col("algbw_gbps").first(), busbw_gbps=pl.col("busbw_gbps").first(),
+            last_rank=pl.col("last_rank").first(), first_rank=pl.col("first_rank").first(),
+            uncertainty_ns=pl.col("uncertainty_ns").first(),
+        )
+        .with_columns(skew_resolved=pl.col("skew_ns") > 2 * pl.col("uncertainty_ns"))
+    )
+
+
+def size_bucket(bytes_: pl.Expr) -> pl.Expr:
+    """Power-of-two size bucket label, e.g. ``[64 KiB, 128 KiB)``; ``unknown`` when null."""
+    lo = (2.0 ** bytes_.cast(pl.Float64).clip(1.0).log(2).floor()).cast(pl.Int64)
+
+    def label(e: pl.Expr) -> pl.Expr:
+        return (
+            pl.when(e >= 1 << 30).then((e // (1 << 30)).cast(pl.String) + " GiB")
+            .when(e >= 1 << 20).then((e // (1 << 20)).cast(pl.String) + " MiB")
+            .when(e >= 1 << 10).then((e // (1 << 10)).cast(pl.String) + " KiB")
+            .otherwise(e.cast(pl.String) + " B")
+        )
+
+    return pl.when(bytes_.is_null()).then(pl.lit("unknown")).otherwise(
+        pl.lit("[") + label(lo) + pl.lit(", ") + label(lo * 2) + pl.lit(")"))
+
+
+def collective_summary(per_rank: pl.DataFrame) -> pl.DataFrame:
+    """Per (collective, size bucket): count, p50/p90/p99 of per-rank duration, tail ratio.
+
+    Takes :func:`collective_ranks` output. ``tail_ratio`` = p99 / p50 of ``dur_ns``;
+    ``comm_p50_ns`` is the median of the instances' ``comm_ns`` (clock-free transfer time).
+    Percentiles use linear interpolation.
+    """
+    if per_rank.height == 0:
+        return pl.DataFrame(schema={"name": pl.String, "size_bucket": pl.String,
+                                    "instances": pl.UInt32})
+    inst = per_rank.group_by("instance").agg(
+        name=pl.col("collective").first(), bytes=pl.col("bytes").first(),
+        comm_ns=pl.col("comm_ns").first(), busbw=pl.col("busbw_gbps").first(),
+        skew=pl.col("skew_ns").first())
+    inst = inst.with_columns(size_bucket=size_bucket(pl.col("bytes")),
+                             _lo=pl.col("bytes").fill_null(-1))
+    per = per_rank.join(inst.select("instance", "size_bucket", "_lo"), on="instance")
+    q = pl.col("dur_ns").cast(pl.Float64)
+    durs = per.group_by("collective", "size_bucket").agg(
+        samples=pl.len(), min_bytes=pl.col("_lo").min(),
+        p50_ns=q.quantile(0.5, "linear"), p90_ns=q.quantile(0.9, "linear"),
+        p99_ns=q.quantile(0.99, "linear"))
+    per_inst = inst.group_by("name", "size_bucket").agg(
+        instances=pl.len(), comm_p50_ns=pl.col("comm_ns").cast(pl.Float64).median(),
+        skew_p50_ns=pl.col("skew").cast(pl.Float64).median(),
+        busbw_p50_gbps=pl.col("busbw").median())
+    return (
+        per_inst.join(durs.rename({"collective": "name"}), on=["name", "size_bucket"])
+        .with_columns(tail_ratio=pl.col("p99_ns") / pl.col("p50_ns"))
+        .sort("name", "min_bytes").drop("min_bytes")
+        .select("name", "size_bucket", "instances", "samples", "p50_ns", "p90_ns", "p99_ns",
+                "tail_ratio", "comm_p50_ns", "skew_p50_ns", "busbw_p50_gbps")
+    )
+
+
+def alpha_beta(instances: pl.DataFrame, *, time_col: str = "comm_ns") -> pl.DataFrame:
+    """Latency-bandwidth fit ``t = alpha + bytes / beta`` per collective, in relative terms.
+
+    Minimises sum(((alpha + bytes/beta) - t) / t)^2 so a 1 KiB message counts as much as a
+    1 GiB one. Needs >= 3 instances with >= 2 distinct sizes. ``rel_rms_error`` is the fit's
+    root-mean-square relative error; a negative alpha is refitted with alpha = 0, a
+    non-positive slope leaves ``beta_gbps`` null (no size dependence in the data).
+    Takes :func:`collectives` output.
+    """
+    schema = {"name": pl.String, "instances": pl.Int64, "sizes": pl.Int64,
+              "alpha_ns": pl.Float64, "beta_gbps": pl.Float64, "rel_rms_error": pl.Float64,
+              "note": pl.String}
+    rows = []
+    usable = instances.filter(pl.col("bytes").is_not_null() & (pl.col(time_col) > 0))
+    for (name,), g in usable.group_by("name", maintain_order=True):
+        x = g.get_column("bytes").cast(pl.Float64).to_numpy()
+        t = g.get_column(time_col).cast(pl.Float64).to_numpy()
+        sizes = int(np.unique(x).size)
+        if len(t) < 3 or sizes < 2:
+            rows.append({"name": name, "instances": len(t), "sizes": sizes, "alpha_ns": None,
+                         "beta_gbps": None, "rel_rms_error": None,
+                         "note": "needs >= 3 instances and >= 2 sizes"})
+            continue
+        a = np.column_stack([1.0 / t, x / t])
+        (alpha, slope), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+        note = ""
+        if alpha < 0:
+            slope = float(np.sum(x / t) / np.sum((x / t) ** 2))
+            alpha, note = 0.0, "alpha < 0 refitted with alpha = 0"
+        if slope <= 0:
+            alpha = float(np.sum(1 / t) / np.sum((1 / t) ** 2))
+            slope, note = 0.0, "no size dependence: beta undetermined"
+        rel = (alpha + slope * x - t) / t
+        rows.append({"name": name, "instances": len(t), "sizes": sizes,
+                     "alpha_ns": float(alpha),
+                     "beta_gbps": (1.0 / slope) if slope > 0 else None,
+                     "rel_rms_error": float(math.sqrt(float(np.mean(rel**2)))), "note": note})
+    return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)

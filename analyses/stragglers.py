@@ -1,0 +1,207 @@
+"""Which rank holds the others back, and by how much: name-agnostic straggler detection.
+
+Works on matched collective instances of any implementation (``ncclKernel_*``,
+``ncclDevKernel_*``, gloo work items, custom kernels with NCCL in the name), on the aligned
+timeline. Per rank (definitions and a worked example in ``docs/metrics.md``, *Stragglers*):
+
+* ``last_arrivals``: instances at which the rank arrived last;
+* ``imposed_wait_ns``: sum over those instances of its lateness behind the second-to-last
+  arrival, the time every other rank spent waiting for it alone (the union of those
+  intervals: collectives in flight together, like DDP buckets, are counted once);
+* ``compute_before_ns``: sum of its busy time before each collective (own arrival minus the
+  end of its previous collective), and ``compute_ratio`` against the median rank;
+* ``step_time_ns``: its median ``ProfilerStep`` duration, ``step_ratio`` against the median.
+
+A rank is **flagged** only when all of these hold (each is reported, so a person can see why):
+
+1. *significant lateness*: an instance counts only when the last arrival leads the
+   second-to-last by more than ``max(2 x alignment uncertainty, 1% of the median step time,
+   50 us)`` (below that, who is last is noise);
+2. *persistence*: the rank is last at >= ``min_share`` of those significant instances, and at
+   least ``min_instances`` of them;
+3. *effect size*: its imposed wait per step is >= ``min_effect`` of the median step time
+   (without steps: of the span covered by the collectives);
+4. *leave-one-out dominance*: its imposed wait is >= ``dominance`` x the median of the
+   other ranks' (robust on 2 ranks, where median/MAD across ranks degenerates).
+
+A balanced run fails 1-3 for every rank, so nobody is flagged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+from traceview.analyses.collective_match import P2P, MatchResult
+from traceview.analyses.collectives import collective_ranks
+from traceview.analyses.intervals import total_length, union
+from traceview.analyses.window import step_spans
+
+RESULT_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32, "flagged": pl.Boolean, "imposed_wait_ns": pl.Int64,
+    "imposed_wait_per_step_ns": pl.Int64, "last_arrivals": pl.Int64,
+    "significant_last_arrivals": pl.Int64, "significant_instances": pl.Int64,
+    "instances": pl.Int64, "wait_suffered_ns": pl.Int64, "compute_before_ns": pl.Int64,
+    "compute_ratio": pl.Float64, "step_time_ns": pl.Int64, "step_ratio": pl.Float64,
+    "steps": pl.Int64, "effect": pl.Float64, "explanation": pl.String,
+}
+
+LATENESS_FLOOR_NS = 50_000
+
+
+def stragglers(
+    events: pl.LazyFrame | pl.DataFrame,
+    *,
+    offsets: pl.DataFrame | None = None,
+    match: MatchResult | None = None,
+    min_effect: float = 0.05,
+    min_share: float = 0.75,
+    min_instances: int = 3,
+    dominance: float = 3.0,
+) -> pl.DataFrame:
+    """One row per rank (``RESULT_SCHEMA``), largest ``imposed_wait_ns`` first.
+
+    ``offsets``: :func:`traceview.align.estimate_offsets` output (None: raw clocks, only
+    right when all ranks share one clock).
+    """
+    per = collective_ranks(events, offsets=offsets, match=match)
+    per = per.filter(~pl.col("collective").is_in(list(P2P)))
+    steps = step_spans(events)
+    ranks_all = sorted(events.lazy().select(pl.col("rank").unique()).collect()
+                       .get_column("rank").cast(pl.Int32).to_list())
+    if per.height == 0:
+        return _empty_rows(ranks_all, "no collective was matched across ranks: nothing to "
+                                      "compare (single rank, CPU-only without comms, or "
+                                      "ranks profiled over disjoint windows)")
+    step_by_rank = steps.group_by("rank").agg(
+        step_time_ns=pl.col("step_time_ns").median().round(0).cast(pl.Int64),
+        steps=pl.len()).with_columns(pl.col("rank").cast(pl.Int32))
+    median_step = step_by_rank.get_column("step_time_ns").median() if steps.height else None
+    n_steps = int(step_by_rank.get_column("steps").median()) if steps.height else None
+    unc = int(per.get_column("uncertainty_ns").max() or 0)
+    floor = max(2 * unc, LATENESS_FLOOR_NS,
+                int(0.01 * median_step) if median_step else 0)
+
+    inst = per.group_by("instance").agg(
+        last_rank=pl.col("last_rank").first(),
+        collective=pl.col("collective").first(),
+        late_from_ns=pl.col("arrival_ns").sort(descending=True).get(1),
+        late_to_ns=pl.col("arrival_ns").max(),
+        first_ns=pl.col("arrival_ns").min(), end_ns=pl.col("end_ns").max(),
+    ).with_columns(lateness_ns=pl.col("late_to_ns") - pl.col("late_from_ns"))
+    inst = inst.with_columns(significant=pl.col("lateness_ns") > floor)
+    n_sig = int(inst.get_column("significant").sum())
+    span = int(inst.get_column("end_ns").max() - inst.get_column("first_ns").min())
+
+    by_last = inst.group_by("last_rank").agg(
+        last_arrivals=pl.len(),
+        significant_last_arrivals=pl.col("significant").sum().cast(pl.Int64),
+        names=pl.col("collective").filter(pl.col("significant")).unique().sort(),
+    ).rename({"last_rank": "rank"})
+    # Imposed wait: lateness intervals of the rank's last arrivals, concurrent ones (DDP buckets
+    # in flight together) counted once.
+    late = union(inst.rename({"last_rank": "rank"}), by=["rank"], start="late_from_ns",
+                 end="late_to_ns")
+    imposed_tbl = total_length(late, by=["rank"], start="late_from_ns", end="late_to_ns",
+                               name="imposed_wait_ns")
+    by_last = by_last.join(imposed_tbl, on="rank", how="left")
+    before = (
+        per.sort("rank", "arrival_ns")
+        .with_columns(prev_end=pl.col("end_ns").shift(1).over("rank"))
+        .with_columns(gap=(pl.col("arrival_ns") - pl.col("prev_end")).clip(0))
+        .group_by("rank").agg(
+            instances=pl.len(), wait_suffered_ns=pl.col("wait_ns").sum(),
+            compute_before_ns=pl.col("gap").sum())
+    )
+    rows = (
+        pl.DataFrame({"rank": ranks_all}, schema={"rank": pl.Int32})
+        .join(before, on="rank", how="left")
+        .join(by_last, on="rank", how="left")
+        .join(step_by_rank, on="rank", how="left")
+        .with_columns(
+            pl.col("last_arrivals", "significant_last_arrivals", "imposed_wait_ns",
+                   "instances", "wait_suffered_ns", "compute_before_ns").fill_null(0)
+            .cast(pl.Int64))
+    )
+    med_before = rows.filter(pl.col("instances") > 0).get_column("compute_before_ns").median()
+    rows = rows.with_columns(
+        compute_ratio=pl.col("compute_before_ns") / med_before if med_before else None,
+        step_ratio=(pl.col("step_time_ns") / median_step) if median_step else None,
+        imposed_wait_per_step_ns=(pl.col("imposed_wait_ns") // n_steps) if n_steps
+        else pl.col("imposed_wait_ns"),
+        effect=(pl.col("imposed_wait_ns") / n_steps / median_step) if n_steps and median_step
+        else (pl.col("imposed_wait_ns") / span if span > 0 else pl.lit(0.0)),
+        significant_instances=pl.lit(n_sig, pl.Int64),
+    )
+    imposed = dict(rows.select("rank", "imposed_wait_ns").rows())
+    out = []
+    for row in rows.iter_rows(named=True):
+        r = row["rank"]
+        others = sorted(v for q, v in imposed.items() if q != r)
+        other_med = others[len(others) // 2] if len(others) % 2 else (
+            (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2 if others else 0)
+        k = row["significant_last_arrivals"]
+        checks = {
+            "persistent": n_sig > 0 and k >= min_instances and k / n_sig >= min_share,
+            "effect": row["effect"] is not None and row["effect"] >= min_effect,
+            "dominant": row["imposed_wait_ns"] > 0
+            and row["imposed_wait_ns"] >= dominance * other_med,
+        }
+        flagged = row["instances"] > 0 and all(checks.values())
+        names = row.pop("names") or []
+        row["flagged"] = flagged
+        row["explanation"] = _explain(row, flagged, checks, names, n_sig, floor, median_step,
+                                      n_steps, min_effect, min_share, unc)
+        out.append(row)
+    return (pl.DataFrame(out).select(list(RESULT_SCHEMA)).cast(RESULT_SCHEMA)
+            .sort(["imposed_wait_ns", "rank"], descending=[True, False]))
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms" if abs(ns) >= 100_000 else f"{ns / 1e3:.0f} us"
+
+
+def _explain(row: dict, flagged: bool, checks: dict, names: list[str], n_sig: int, floor: int,
+             median_step: float | None, n_steps: int | None, min_effect: float,
+             min_share: float, unc: int) -> str:
+    r = row["rank"]
+    if row["instances"] == 0:
+        return f"rank {r} took part in no matched collective"
+    what = "/".join(names) if names else "collectives"
+    k, n = row["significant_last_arrivals"], n_sig
+    per_step = row["imposed_wait_per_step_ns"]
+    held = (f"held the others {_ms(per_step)} per step" if n_steps
+            else f"held the others {_ms(row['imposed_wait_ns'])} in total")
+    parts = [f"rank {r} arrived last at {k} of {n} {what} instances with a clear last "
+             f"arrival (lead > {_ms(floor)})", held]
+    if median_step:
+        parts[-1] += f" ({100 * row['effect']:.0f}% of the median step time)"
+    if row["compute_ratio"] is not None and math.isfinite(row["compute_ratio"]):
+        parts.append(f"its compute before collectives takes {row['compute_ratio']:.1f}x the "
+                     f"median rank")
+    if row["step_ratio"] is not None:
+        parts.append(f"its step time is {row['step_ratio']:.2f}x the median (synchronous "
+                     f"collectives equalise step times)")
+    text = "; ".join(parts)
+    if flagged:
+        return "STRAGGLER: " + text
+    why = []
+    if not checks["persistent"]:
+        why.append(f"not persistently last (needs >= {min_share:.0%} of clear last arrivals)")
+    if not checks["effect"]:
+        why.append(f"effect below {min_effect:.0%} of step time")
+    if not checks["dominant"]:
+        why.append("imposes no more wait than the others")
+    if unc and n_sig == 0:
+        why.append(f"arrival order within alignment uncertainty ({_ms(unc)})")
+    return "not flagged: " + ", ".join(why) + ". " + text
+
+
+def _empty_rows(ranks: list[int], reason: str) -> pl.DataFrame:
+    rows = [{"rank": r, "flagged": False, "imposed_wait_ns": 0, "imposed_wait_per_step_ns": 0,
+             "last_arrivals": 0, "significant_last_arrivals": 0, "significant_instances": 0,
+             "instances": 0, "wait_suffered_ns": 0, "compute_before_ns": 0,
+             "compute_ratio": None, "step_time_ns": None, "step_ratio": None, "steps": None,
+             "effect": None, "explanation": f"not flagged: {reason}"} for r in ranks]
+    return pl.DataFrame(rows, schema=RESULT_SCHEMA)
