@@ -18,6 +18,7 @@ from traceview.errors import TraceviewError
 #: Modules that add subcommands. Each has ``register(subparsers) -> None``.
 COMMAND_MODULES: tuple[str, ...] = (
     "traceview.cli_core",
+    "traceview.cli_dist",
 )
 
 
