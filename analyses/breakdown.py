@@ -18,8 +18,8 @@ from __future__ import annotations
 import polars as pl
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns
-from .overlap import NOTE_NO_STEPS, accounting, finish, prepared_gpu
-from .window import STEP_PATTERN, gpu_step_windows, gpu_trace_windows, step_spans
+from .overlap import NOTE_NO_STEPS, accounting, finish, prepared_gpu, step_windows_for
+from .window import STEP_PATTERN, gpu_trace_windows, step_spans
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -36,6 +36,7 @@ def step_breakdown(
     patterns: ClassifyPatterns = DEFAULT_PATTERNS,
     step_pattern: str = STEP_PATTERN,
     include_trace: bool = True,
+    step_windows: str = "gpu",
 ) -> pl.DataFrame:
     """GPU time per step (and a whole-trace row with step null) per (rank, device).
 
@@ -44,7 +45,8 @@ def step_breakdown(
     """
     gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
     parts = []
-    steps = accounting(gpu, gpu_step_windows(gpu), window_keys=["step"])
+    steps = accounting(gpu, step_windows_for(gpu, events, step_windows, step_pattern),
+                       window_keys=["step"])
     spans = step_spans(events, pattern=step_pattern).select("rank", "step", "step_time_ns")
     steps = steps.join(spans, on=["rank", "step"], how="left").with_columns(
         note=pl.lit(None, pl.String))

@@ -21,9 +21,13 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from traceview.errors import UsageError
+
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events
 from .intervals import clip, has_bit, segment_lengths, sweep, union
-from .window import STEP_PATTERN, gpu_step_windows, gpu_trace_windows, with_gpu_steps
+from .window import (
+    STEP_PATTERN, gpu_step_windows, gpu_trace_windows, step_spans, with_gpu_steps,
+)
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -115,8 +119,13 @@ def overlap(
     patterns: ClassifyPatterns = DEFAULT_PATTERNS,
     bound_ratio: float = 1.2,
     step_pattern: str = STEP_PATTERN,
+    step_windows: str = "gpu",
 ) -> pl.DataFrame:
     """Overlap per (rank, device) for the whole trace, or per (rank, device, step).
+
+    ``step_windows``: ``"gpu"`` (default) tiles the GPU timeline by the steps' launched work
+    (see ``window.gpu_step_windows``); ``"host"`` uses the host ``ProfilerStep`` ranges as
+    windows on the GPU timeline (GPU work outside every host range is then not counted).
 
     Columns: rank, device, step (null for whole-trace rows), window_start_ns, window_end_ns,
     window_ns, compute_ns, comm_ns, overlap_ns, exposed_comm_ns, busy_ns, idle_ns, memcpy_ns,
@@ -129,7 +138,7 @@ def overlap(
     trace = accounting(gpu, gpu_trace_windows(gpu))
     trace = trace.with_columns(step=pl.lit(None, pl.Int32), note=pl.lit(None, pl.String))
     if per_step:
-        windows = gpu_step_windows(gpu)
+        windows = step_windows_for(gpu, events, step_windows, step_pattern)
         steps = accounting(gpu, windows, window_keys=["step"]).with_columns(
             note=pl.lit(None, pl.String))
         have = steps.select("rank", "device").unique()
@@ -142,6 +151,20 @@ def overlap(
         note=_join_notes(pl.col("note"), pl.when(pl.col("comm_ns") == 0)
                          .then(pl.lit(NOTE_NO_COMM)).otherwise(None)))
     return finish(result, events, _OVERLAP_COLUMNS)
+
+
+def step_windows_for(gpu: pl.DataFrame, events: Frame, kind: str,
+                     step_pattern: str = STEP_PATTERN) -> pl.DataFrame:
+    """Step windows per (rank, device): GPU tiling (``"gpu"``) or host ranges (``"host"``)."""
+    if kind == "gpu":
+        return gpu_step_windows(gpu)
+    if kind != "host":
+        raise UsageError(f"step windows are 'gpu' or 'host', not {kind!r}")
+    spans = step_spans(events, pattern=step_pattern)
+    devices = gpu.select("rank", "device").unique()
+    return devices.join(spans, on="rank", how="inner").select(
+        "rank", "device", "step", pl.col("step_start_ns").alias("window_start_ns"),
+        pl.col("step_end_ns").alias("window_end_ns")).sort("rank", "device", "step")
 
 
 _OVERLAP_COLUMNS = [

@@ -19,6 +19,7 @@ from traceview.errors import TraceviewError
 COMMAND_MODULES: tuple[str, ...] = (
     "traceview.cli_core",
     "traceview.cli_dist",
+    "traceview.cli_gpu",
 )
 
 

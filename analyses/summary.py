@@ -1,0 +1,104 @@
+"""The per-rank one-screen summary behind ``traceview summary``.
+
+Per rank (devices of a rank summed; a Kineto rank normally drives one device):
+steps, step_time_ns_p50 (median host ``ProfilerStep`` duration), compute_ns, comm_ns,
+overlap_ns, exposed_comm_ns, hidden_fraction = overlap / comm, busy_ns, span_ns, idle_ns,
+idle_fraction = idle / span (whole trace, as in ``overlap`` and ``breakdown``), the biggest gap
+cause and its time. The worst straggler comes from ``traceview.analyses.stragglers`` when that
+module is present (``worst_straggler``), otherwise a stated reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import polars as pl
+
+from .classify import DEFAULT_PATTERNS, ClassifyPatterns
+from .gaps import DEFAULT_OPTIONS, GapOptions, gap_causes, gaps
+from .overlap import NOTE_NO_GPU, overlap
+from .window import STEP_PATTERN, step_spans
+
+Frame = pl.LazyFrame | pl.DataFrame
+
+SUMMARY_COLUMNS = [
+    "rank", "steps", "step_time_ns_p50", "compute_ns", "comm_ns", "overlap_ns",
+    "exposed_comm_ns", "hidden_fraction", "idle_fraction", "busy_ns", "span_ns", "idle_ns",
+    "devices", "top_gap_cause", "top_gap_cause_ns", "note",
+]
+
+
+def summary(
+    events: Frame,
+    *,
+    patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+    gap_options: GapOptions = DEFAULT_OPTIONS,
+    step_pattern: str = STEP_PATTERN,
+) -> pl.DataFrame:
+    """One row per rank of ``events`` (columns ``SUMMARY_COLUMNS``)."""
+    ov = overlap(events, patterns=patterns, step_pattern=step_pattern)
+    sums = [pl.col(c).sum() for c in ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns",
+                                      "busy_ns", "idle_ns")]
+    per_rank = (
+        ov.filter(pl.col("device").is_not_null() | pl.col("compute_ns").is_not_null())
+        .group_by("rank")
+        .agg(*sums, span_ns=pl.col("window_ns").sum(), devices=pl.len().cast(pl.Int64))
+        .with_columns(
+            hidden_fraction=pl.when(pl.col("comm_ns") > 0)
+            .then(pl.col("overlap_ns") / pl.col("comm_ns")).otherwise(None),
+            idle_fraction=pl.when(pl.col("span_ns") > 0)
+            .then(pl.col("idle_ns") / pl.col("span_ns")).otherwise(None),
+        )
+    )
+    spans = step_spans(events, pattern=step_pattern)
+    steps = spans.group_by("rank").agg(
+        steps=pl.len().cast(pl.Int64),
+        step_time_ns_p50=pl.col("step_time_ns").median().round().cast(pl.Int64))
+    causes = gap_causes(gaps(events, options=gap_options, patterns=patterns,
+                             step_pattern=step_pattern), by=["rank"])
+    top = causes.sort("rank", "total_gap_ns", descending=[False, True]).group_by(
+        "rank", maintain_order=True).first().select(
+        "rank", top_gap_cause="cause", top_gap_cause_ns="total_gap_ns")
+    ranks = events.lazy().select("rank").unique().collect()
+    out = (
+        ranks.join(per_rank, on="rank", how="left")
+        .join(steps, on="rank", how="left")
+        .join(top, on="rank", how="left")
+        .with_columns(steps=pl.col("steps").fill_null(0))
+    )
+    note = pl.concat_str([
+        pl.when(pl.col("busy_ns").is_null()).then(pl.lit(NOTE_NO_GPU)),
+        pl.when(pl.col("steps") == 0).then(pl.lit("no ProfilerStep ranges: no step time")),
+        pl.when((pl.col("comm_ns") == 0)).then(pl.lit("no communication kernels")),
+    ], separator="; ", ignore_nulls=True).replace("", None)
+    return out.with_columns(note=note).select(SUMMARY_COLUMNS).sort("rank")
+
+
+def worst_straggler(events: Frame) -> dict[str, Any]:
+    """``{"rank", "imposed_wait_ns", "flagged", "explanation"}`` of the rank with the largest
+    imposed wait among flagged ranks, or ``{"rank": None, "reason": ...}``.
+
+    ``traceview.analyses.stragglers`` is imported lazily; if it is absent or cannot analyse
+    these events, the reason says so.
+    """
+    try:
+        mod = importlib.import_module("traceview.analyses.stragglers")
+    except ImportError:
+        return {"rank": None, "reason": "straggler analysis not available "
+                "(traceview.analyses.stragglers is not installed)"}
+    n_ranks = events.lazy().select(pl.col("rank").n_unique()).collect().item()
+    if n_ranks < 2:
+        return {"rank": None, "reason": "a single rank: no straggler analysis"}
+    try:
+        res = mod.stragglers(events)
+    except Exception as exc:  # a partial result with a reason, never a traceback
+        return {"rank": None, "reason": f"straggler analysis failed: {type(exc).__name__}: {exc}"}
+    if res.height == 0 or "flagged" not in res.columns:
+        return {"rank": None, "reason": "straggler analysis returned no ranks"}
+    flagged = res.filter(pl.col("flagged"))
+    if flagged.height == 0:
+        return {"rank": None, "reason": "no rank flagged as a straggler"}
+    row = flagged.sort("imposed_wait_ns", descending=True).row(0, named=True)
+    return {"rank": row["rank"], "imposed_wait_ns": row.get("imposed_wait_ns"),
+            "flagged": True, "explanation": row.get("explanation")}
