@@ -1,0 +1,368 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``) -> the traceview event store.
+
+The same concept gets the same kind and columns as in Kineto traces, so every analysis runs on
+either source:
+
+=====================================  ===============  ======================================
+table                                  kind             notes
+=====================================  ===============  ======================================
+CUPTI_ACTIVITY_KIND_KERNEL             kernel           name = demangled name; short name and
+                                                        launch geometry in args_json; NCCL
+                                                        kernels get ``collective``
+CUPTI_ACTIVITY_KIND_RUNTIME            cuda_runtime     ``eventClass`` 1 -> cuda_driver; the
+                                                        ``_v7000`` suffix is dropped from names
+CUPTI_ACTIVITY_KIND_MEMCPY             memcpy           ``Memcpy HtoD (Pageable -> Device)``,
+                                                        copy_kind, bytes
+CUPTI_ACTIVITY_KIND_MEMSET             memset           ``Memset (Device)``, bytes
+CUPTI_ACTIVITY_KIND_SYNCHRONIZATION    sync             ``Stream Sync``, ``Event Sync``, ...
+NVTX_EVENTS                            nvtx             ranges (dur_ns) and marks (dur_ns null);
+                                                        category = domain name (``default``);
+                                                        NCCL domain -> collective columns
+OSRT_API (``include_osrt=True``)       os_runtime       off by default: often the largest table
+ThreadNames, PROCESSES                 metadata         ``thread_name`` / ``process_name`` rows
+                                                        with ``{"name": ...}`` as in Kineto
+=====================================  ===============  ======================================
+
+Times: ``ts_ns = start + TARGET_INFO_SESSION_START_TIME.utcEpochNs`` (epoch ns, comparable across
+reports and with Kineto's ``baseTimeNanoseconds``); without that table (2020-era exports) the
+session-relative time is kept and a warning says so. ``dur_ns = end - start``.
+
+Counts: ``input_events`` = rows read from the event tables ingested (the CUPTI tables above,
+NVTX_EVENTS, OSRT_API when asked) + the name rows of the traced processes and threads;
+``input_events == stored + sum(dropped.values())``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from traceview import schema
+from traceview.errors import UnreadableTraceError
+from traceview.parsers import ParsedFile, RankInfo
+from traceview.parsers import nsys_nccl, nsys_ranks
+from traceview.parsers import nsys_tables as tables
+from traceview.parsers.nsys_db import Export, count_rows, open_export, query_rows, string_table
+
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+_GPU_KINDS = ("kernel", "memcpy", "memset", "sync", "cuda_runtime", "cuda_driver")
+
+
+def export_command(path: Path) -> str:
+    """The command that turns a report into the SQLite export this parser reads.
+
+    >>> export_command(Path("run 1.nsys-rep"))
+    "nsys export --type sqlite --output 'run 1.nsys-rep.sqlite' 'run 1.nsys-rep'"
+    """
+    return (f"nsys export --type sqlite --output {shlex.quote(f'{path}.sqlite')} "
+            f"{shlex.quote(str(path))}")
+
+
+def parse(path: Path, *, include_osrt: bool = False, rank_map: dict | None = None,
+          launch_args: bool = True, use_adbc: bool | None = None,
+          **_ignored: Any) -> ParsedFile:
+    """Parse one nsys SQLite export (or convert a ``.nsys-rep`` when ``nsys`` is installed).
+
+    ``rank_map``: ``{pid: rank}`` for the processes of a multi-process report. ``launch_args``:
+    keep kernel grid/block/registers/shared memory in args_json (slower on huge exports).
+    ``use_adbc``: read numeric tables through ``adbc-driver-sqlite`` (None = when installed).
+    """
+    path = Path(path)
+    with open(path, "rb") as fh:
+        is_sqlite = fh.read(16) == b"SQLite format 3\x00"
+    if not is_sqlite and path.name.endswith(REPORT_SUFFIXES):
+        return _from_report(path, include_osrt=include_osrt, rank_map=rank_map,
+                            launch_args=launch_args, use_adbc=use_adbc)
+    if not is_sqlite:
+        raise UnreadableTraceError(path, "is not a SQLite file (expected an nsys SQLite export)")
+    export = open_export(path, use_adbc=use_adbc)
+    try:
+        return _parse_export(export, include_osrt=include_osrt, rank_map=rank_map,
+                             launch_args=launch_args)
+    finally:
+        export.close()
+
+
+def _from_report(path: Path, **options: Any) -> ParsedFile:
+    command = export_command(path)
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise UnreadableTraceError(
+            path, f"is an Nsight Systems report; convert it first: {command}")
+    with tempfile.TemporaryDirectory(prefix="traceview-nsys-") as tmp:
+        target = Path(tmp) / f"{path.name}.sqlite"
+        try:
+            done = subprocess.run([nsys, "export", "--type", "sqlite", "--output", str(target),
+                                   str(path)], capture_output=True, text=True, timeout=3600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise UnreadableTraceError(path, f"nsys export failed ({exc}); run: {command}") \
+                from None
+        if done.returncode != 0 or not target.is_file():
+            detail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise UnreadableTraceError(
+                path, f"nsys export failed ({detail[0]}); run: {command}")
+        parsed = parse(target, **options)
+    parsed.path = str(path)
+    parsed.format = "nsys-rep"
+    parsed.warnings.insert(0, f"converted with `{command}` (into a temporary file)")
+    return parsed
+
+
+# --------------------------------------------------------------------------- the export
+
+
+def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
+                  launch_args: bool) -> ParsedFile:
+    warnings: list[str] = []
+    dropped: dict[str, int] = {}
+    epoch = _session_start(export, warnings)
+    strings = string_table(export)
+
+    staged: list[pl.DataFrame] = []
+    input_events = 0
+    readers = [(tables.KERNEL, lambda: tables.kernels(export, launch_args=launch_args)),
+               (tables.RUNTIME, lambda: tables.runtime(export)),
+               (tables.DRIVER, lambda: tables.runtime(export, tables.DRIVER)),
+               (tables.MEMCPY, lambda: tables.memcpy(export)),
+               (tables.MEMSET, lambda: tables.memset(export)),
+               (tables.SYNC, lambda: tables.sync(export))]
+    if include_osrt:
+        readers.append((tables.OSRT, lambda: tables.osrt(export)))
+    elif export.has(tables.OSRT):
+        skipped = count_rows(export, tables.OSRT)
+        if skipped:
+            warnings.append(f"OSRT_API: {skipped} OS runtime rows not read "
+                            "(include_osrt=True reads them)")
+    for table, reader in readers:
+        if export.has(table, "start", "end"):
+            frame = reader()
+            input_events += frame.height
+            staged.append(frame)
+    nvtx_raw = pl.DataFrame()
+    if export.has(tables.NVTX, "start", "eventType", "globalTid"):
+        nvtx_raw = tables.nvtx(export)
+        input_events += nvtx_raw.height
+        domains = tables.domain_names(export, nvtx_raw)
+        events, nvtx_dropped = tables.nvtx_events(nvtx_raw, domains, strings)
+        _add(dropped, nvtx_dropped)
+        staged.append(events)
+
+    frame = (pl.concat(staged, how="diagonal_relaxed") if staged else pl.DataFrame(
+        schema={"kind": pl.String, "gpid": pl.Int64, "start_rel": pl.Int64}))
+    frame = _ensure(frame)
+    frame = tables.resolve_names(frame, strings)
+    frame = _drop(frame, pl.col("gpid").is_null(), "no_process", dropped)
+    frame = _drop(frame, pl.col("end_rel") < pl.col("start_rel"), "end_before_start", dropped)
+    frame = frame.with_columns(
+        (pl.col("start_rel") + (epoch or 0)).alias("ts_ns"),
+        (pl.col("end_rel") - pl.col("start_rel")).alias("dur_ns"),
+    )
+
+    procs = _processes(frame)
+    ranked = nsys_ranks.assign(
+        procs, mpi=_mpi_ranks(export), thread_ranks=_thread_ranks(export, strings, nvtx_raw),
+        nccl=_nccl_hints(frame), capture=_capture(export), device_env=_device_env(export),
+        path=export.path, rank_map=rank_map, warnings=warnings)
+    kept = [p for p in ranked if p.rank is not None]
+    if not kept:
+        gpu = [p for p in ranked if p.is_gpu]
+        kept = gpu[:1] if len(gpu) == 1 else ranked[:1] if len(ranked) == 1 else []
+        if len(ranked) > 1 and not kept:
+            warnings.append("several processes and none is a GPU process with a rank")
+    rank_of = {p.gpid: p.rank for p in kept}
+    lost = frame.filter(~pl.col("gpid").is_in(list(rank_of)))
+    if lost.height:
+        pids = sorted(set(lost["pid"].drop_nulls().to_list()))
+        warnings.append(f"{lost.height} rows of processes without a rank dropped (pids {pids})")
+    frame = _drop(frame, ~pl.col("gpid").is_in(list(rank_of)), "no_rank_for_process", dropped)
+
+    names = _name_rows(export, strings, frame, set(rank_of))
+    input_events += names.height
+    frame = pl.concat([frame, names], how="diagonal_relaxed")
+    frame = nsys_nccl.nvtx_collectives(frame)
+    frame = nsys_nccl.kernel_collectives(frame)
+    frame = frame.with_columns(
+        pl.col("gpid").replace_strict({g: (r if r is not None else 0) for g, r in rank_of.items()},
+                                      default=0, return_dtype=pl.Int32).alias("rank"),
+        pl.lit(0, dtype=pl.Int32).alias("file_id"),
+        pl.lit("nsys").alias("source"),
+    ).sort("ts_ns", maintain_order=True)
+    table = schema.conform(frame.select(
+        [c for c in schema.EVENT_COLUMN_NAMES if c in frame.columns]).to_arrow())
+    stored = table.num_rows
+    if input_events != stored + sum(dropped.values()):  # a bug, but say so rather than lie
+        warnings.append(f"row accounting mismatch: input {input_events}, stored {stored}, "
+                        f"dropped {sum(dropped.values())}")
+    return ParsedFile(
+        path=str(export.path), format="nsys-sqlite", events=table,
+        ranks=_rank_infos(export, kept, frame, epoch), input_events=input_events,
+        dropped=dropped, warnings=warnings)
+
+
+def _add(into: dict[str, int], more: dict[str, int]) -> None:
+    for key, value in more.items():
+        if value:
+            into[key] = into.get(key, 0) + value
+
+
+def _drop(frame: pl.DataFrame, bad: pl.Expr, reason: str, dropped: dict[str, int]) -> pl.DataFrame:
+    n = frame.filter(bad.fill_null(False)).height
+    if n:
+        dropped[reason] = dropped.get(reason, 0) + n
+        frame = frame.filter(~bad.fill_null(False))
+    return frame
+
+
+_STAGING: dict[str, pl.DataType] = {
+    "kind": pl.String, "category": pl.String, "name": pl.String, "name_id": pl.Int64,
+    "gpid": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
+    "start_rel": pl.Int64, "end_rel": pl.Int64, "correlation": pl.Int64, "bytes": pl.Int64,
+    "copy_kind": pl.String, "args_json": pl.String, "collective": pl.String,
+    "pg_name": pl.String, "seq": pl.Int64, "in_nelems": pl.Int64, "dtype": pl.String,
+    "group_size": pl.Int32, "short_name": pl.String,
+}
+
+
+def _ensure(frame: pl.DataFrame) -> pl.DataFrame:
+    missing = [pl.lit(None, dtype=t).alias(c) for c, t in _STAGING.items()
+               if c not in frame.columns]
+    return frame.with_columns(missing) if missing else frame
+
+
+def _session_start(export: Export, warnings: list[str]) -> int | None:
+    epoch = None
+    if export.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+        rows = query_rows(export, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME "
+                                  "WHERE utcEpochNs IS NOT NULL LIMIT 1")
+        epoch = int(rows[0][0]) if rows else None
+    if epoch is None:
+        warnings.append("no TARGET_INFO_SESSION_START_TIME: times are nanoseconds since the "
+                        "session start, not epoch; other reports cannot be aligned by clock")
+    shift = export.meta.get("EXPORT_PARAM_TIME_SHIFT", "0").strip() or "0"
+    normalize = export.meta.get("EXPORT_PARAM_TIME_NORMALIZE", "false").strip().lower()
+    if shift not in ("0", "") or normalize == "true":
+        warnings.append(f"exported with time shift {shift} / normalize {normalize}: times are as "
+                        "exported, the shift is not undone")
+    return epoch
+
+
+def _processes(frame: pl.DataFrame) -> pl.DataFrame:
+    return (frame.group_by("gpid").agg(
+        pl.col("pid").first(),
+        pl.col("kind").is_in(_GPU_KINDS).any().alias("is_gpu"),
+        pl.col("device").drop_nulls().unique().sort().cast(pl.Int64).alias("devices"))
+        .sort("pid"))
+
+
+def _mpi_ranks(export: Export) -> dict[int, int]:
+    if not export.has("MPI_RANKS", "globalTid", "rank"):
+        return {}
+    return {int(g) & tables.PID_KEY_MASK: int(r) for g, r in query_rows(
+        export, "SELECT globalTid, rank FROM MPI_RANKS WHERE globalTid IS NOT NULL "
+                "AND rank IS NOT NULL")}
+
+
+def _thread_ranks(export: Export, strings: pl.DataFrame, nvtx_raw: pl.DataFrame) -> dict[int, int]:
+    """``MPI Rank N`` thread names (NVTX eventType 39 rows or ThreadNames)."""
+    names: list[tuple[int, str]] = []
+    if not nvtx_raw.is_empty():
+        names += [(g, t) for g, t in nvtx_raw.filter(pl.col("event_type") == 39)
+                  .select("gtid", "text").drop_nulls().iter_rows()]
+    if export.has("ThreadNames", "nameId", "globalTid"):
+        rows = query_rows(export, "SELECT t.globalTid, s.value FROM ThreadNames t "
+                                  "JOIN StringIds s ON s.id = t.nameId")
+        names += [(g, v) for g, v in rows if g is not None and v is not None]
+    out: dict[int, int] = {}
+    for gtid, text in names:
+        found = nsys_ranks._THREAD_RANK.match(text.strip())
+        if found:
+            out.setdefault(int(gtid) & tables.PID_KEY_MASK, int(found.group(1)))
+    return out
+
+
+def _nccl_hints(frame: pl.DataFrame) -> dict[int, tuple[int, int | None]]:
+    nvtx = frame.filter(nsys_nccl.is_nccl_domain()).select("gpid", "name")
+    hints = nsys_nccl.rank_hints(nvtx)
+    return {int(g): (int(r), int(n) if n is not None else None)
+            for g, r, n in hints.iter_rows()}
+
+
+def _capture(export: Export) -> list[tuple[str, str]]:
+    if not export.has("META_DATA_CAPTURE", "name", "value"):
+        return []
+    return [(str(n), str(v)) for n, v in query_rows(
+        export, "SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%'")
+        if n is not None and v is not None]
+
+
+def _system_env(export: Export, name: str) -> str:
+    if not export.has("TARGET_INFO_SYSTEM_ENV", "name", "value"):
+        return ""
+    rows = query_rows(export, "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = ? LIMIT 1",
+                      (name,))
+    return str(rows[0][0]) if rows and rows[0][0] is not None else ""
+
+
+def _device_env(export: Export) -> str:
+    return _system_env(export, "DeviceEnvironment")
+
+
+def _name_rows(export: Export, strings: pl.DataFrame, frame: pl.DataFrame,
+               kept: set[int]) -> pl.DataFrame:
+    """``metadata`` rows: process_name / thread_name of the kept processes, pinned to the
+    process's first event time (names are timeless)."""
+    parts: list[pl.DataFrame] = []
+    if export.has("PROCESSES", "globalPid", "name"):
+        rows = query_rows(export, "SELECT globalPid, pid, name FROM PROCESSES")
+        procs = pl.DataFrame(rows, schema={"gpid": pl.Int64, "pid": pl.Int64, "value": pl.String},
+                             orient="row").filter(pl.col("gpid").is_in(list(kept)))
+        parts.append(procs.select("gpid", "pid", pl.lit(None, dtype=pl.Int64).alias("tid"),
+                                  pl.lit("process_name").alias("name"), "value")
+                     .unique(["gpid"], keep="first"))
+    if export.has("ThreadNames", "nameId", "globalTid"):
+        rows = query_rows(export, "SELECT globalTid, nameId FROM ThreadNames")
+        threads = pl.DataFrame(rows, schema={"gtid": pl.Int64, "id": pl.Int64}, orient="row")
+        threads = (threads.join(strings, on="id", how="inner")
+                   .with_columns(tables.gpid_of("gtid").alias("gpid"))
+                   .filter(pl.col("gpid").is_in(list(kept))).unique(["gtid"], keep="first"))
+        parts.append(threads.select(
+            "gpid", tables.pid_of("gtid").alias("pid"), tables.tid_of("gtid").alias("tid"),
+            pl.lit("thread_name").alias("name"),
+            "value"))
+    if not parts:
+        return pl.DataFrame(schema={"gpid": pl.Int64})
+    names = pl.concat(parts, how="vertical_relaxed")
+    first = frame.group_by("gpid").agg(pl.col("ts_ns").min())
+    return names.join(first, on="gpid", how="left").select(
+        "gpid", "pid", "tid", "name", pl.lit("metadata").alias("kind"),
+        pl.lit("metadata").alias("category"), pl.col("ts_ns").fill_null(0),
+        pl.struct(pl.col("value").alias("name")).struct.json_encode().alias("args_json"))
+
+
+def _rank_infos(export: Export, kept: list[nsys_ranks.ProcessRank], frame: pl.DataFrame,
+                epoch: int | None) -> list[RankInfo]:
+    gpu_names = _gpu_names(export)
+    host = _system_env(export, "Hostname") or None
+    nccl_procs = set(frame.filter(
+        ((pl.col("kind") == "kernel") & pl.col("name").str.contains(r"(?i)nccl|rccl"))
+        | nsys_nccl.is_nccl_domain())["gpid"].unique().to_list())
+    infos = [RankInfo(
+        rank=p.rank, world_size=p.world_size, host=host,
+        devices=[gpu_names.get(d, f"GPU {d}") for d in p.devices],
+        backend="nccl" if p.gpid in nccl_procs else None, clock_base_ns=epoch,
+        rank_from=p.rank_from, pid=p.pid) for p in kept]
+    return infos or [RankInfo(rank=None, host=host, clock_base_ns=epoch)]
+
+
+def _gpu_names(export: Export) -> dict[int, str]:
+    for id_col in ("id", "deviceId"):
+        if export.has("TARGET_INFO_GPU", id_col, "name"):
+            rows = query_rows(export, f'SELECT "{id_col}", name FROM TARGET_INFO_GPU')
+            return {int(i): str(n) for i, n in rows if i is not None and n is not None}
+    return {}

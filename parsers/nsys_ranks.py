@@ -1,0 +1,172 @@
+"""Which rank each process of an nsys report is.
+
+One report can hold several processes (``nsys profile torchrun ...``); one report per rank works
+too. For every *GPU process* (one with CUDA API or GPU activity rows; when there is none, every
+process with events) the rank comes from, in order:
+
+1. ``rank_map`` given by the caller: ``{pid: rank}`` (the caller knows best);
+2. the report itself: ``MPI_RANKS(globalTid, rank)``; an NVTX thread name ``MPI Rank N``; an NCCL
+   communicator-init text ``... rank R nranks N ...``; for a single-process report (or a
+   ``PROCESS_k`` whose recorded PID matches) the recorded environment of the launched command in
+   ``META_DATA_CAPTURE`` (``RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``PMIX_RANK``,
+   ``SLURM_PROCID``, ``MV2_COMM_WORLD_RANK``) or its arguments (``--rank N``, ``--rank=N``),
+   then ``TARGET_INFO_SYSTEM_ENV.DeviceEnvironment``, then the file name (``rank3``, ...);
+3. else, with several GPU processes, by device: processes ordered by the lowest GPU they use get
+   ranks 0, 1, 2, ... (torchrun's ``LOCAL_RANK`` = device convention);
+4. else by process id order (``rank_from = "default"``, with a warning).
+
+A single process with no evidence keeps ``rank = None`` (the ingest layer then uses the file-level
+mapping or rank 0). A process that is not a GPU process and has no evidence gets no rank; its
+rows are dropped (reason ``no_rank_for_process``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+_ENV_RANK = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID",
+             "MV2_COMM_WORLD_RANK")
+_ENV_WORLD = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS",
+              "MV2_COMM_WORLD_SIZE")
+_ARG_RANK = re.compile(r"(?:^|\s)--(?:node_?)?rank[=\s]+(\d+)")
+_THREAD_RANK = re.compile(r"^MPI Rank (\d+)$")
+
+
+@dataclass
+class ProcessRank:
+    gpid: int
+    pid: int
+    rank: int | None
+    rank_from: str
+    world_size: int | None = None
+    devices: list[int] = field(default_factory=list)
+    is_gpu: bool = True
+
+
+def env_pairs(text: str, separator: str = ";") -> dict[str, str]:
+    """``K=V;K2=V2`` (DeviceEnvironment) -> dict; quotes around values removed.
+
+    >>> env_pairs('RANK="3";PATH=/bin')
+    {'RANK': '3', 'PATH': '/bin'}
+    """
+    out: dict[str, str] = {}
+    for item in text.split(separator):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            out.setdefault(key.strip(), value.strip().strip('"'))
+    return out
+
+
+def captured_processes(capture: list[tuple[str, str]]) -> dict[int, dict[str, object]]:
+    """META_DATA_CAPTURE ``PROCESS_k:*`` rows -> {k: {"pid", "env", "args"}}."""
+    procs: dict[int, dict[str, object]] = {}
+    for name, value in capture:
+        m = re.match(r"^PROCESS_(\d+):(\w+?)(?:_\d+)?$", name or "")
+        if not m or value is None:
+            continue
+        entry = procs.setdefault(int(m.group(1)), {"pid": None, "env": {}, "args": []})
+        key = m.group(2)
+        if key == "ENVIRONMENT_VARIABLE":
+            entry["env"].update(env_pairs(value, "\x00"))  # type: ignore[union-attr]
+        elif key == "ARGUMENT":
+            entry["args"].append(value)  # type: ignore[union-attr]
+        elif key == "PID" and value.strip().isdigit():
+            entry["pid"] = int(value)
+    return procs
+
+
+def _first_int(env: dict[str, str], keys: tuple[str, ...]) -> tuple[int | None, str | None]:
+    for key in keys:
+        value = env.get(key, "").strip()
+        if value.isdigit():
+            return int(value), key
+    return None, None
+
+
+def assign(processes: pl.DataFrame, *, mpi: dict[int, int], thread_ranks: dict[int, int],
+           nccl: dict[int, tuple[int, int | None]], capture: list[tuple[str, str]],
+           device_env: str, path: Path, rank_map: dict | None,
+           warnings: list[str]) -> list[ProcessRank]:
+    """Ranks for ``processes`` (columns gpid, pid, is_gpu, devices: list[int]).
+
+    ``mpi``/``thread_ranks``: gpid -> rank; ``nccl``: gpid -> (rank, nranks).
+    """
+    rows = processes.sort("pid").to_dicts()
+    explicit = _explicit_map(rank_map)
+    captured = captured_processes(capture)
+    single = len([r for r in rows if r["is_gpu"]]) == 1 or len(rows) == 1
+    out: list[ProcessRank] = []
+    for row in rows:
+        gpid, pid = int(row["gpid"]), int(row["pid"])
+        pr = ProcessRank(gpid=gpid, pid=pid, rank=None, rank_from="unknown",
+                         devices=sorted(row["devices"] or []), is_gpu=bool(row["is_gpu"]))
+        if pid in explicit:
+            pr.rank, pr.rank_from = explicit[pid], "mapping"
+        elif gpid in mpi:
+            pr.rank, pr.rank_from = mpi[gpid], "MPI_RANKS"
+        elif gpid in thread_ranks:
+            pr.rank, pr.rank_from = thread_ranks[gpid], "NVTX thread name"
+        elif gpid in nccl:
+            pr.rank, pr.rank_from = nccl[gpid][0], "NCCL NVTX"
+            pr.world_size = nccl[gpid][1]
+        else:
+            env_sources = [(e, f"environment of PROCESS_{k}") for k, e in captured.items()
+                           if e["pid"] == pid or (single and row["is_gpu"])]
+            if single and row["is_gpu"] and device_env:
+                env_sources.append(({"env": env_pairs(device_env), "args": []},
+                                    "DeviceEnvironment"))
+            for entry, label in env_sources:
+                env = entry["env"]  # type: ignore[index]
+                rank, key = _first_int(env, _ENV_RANK)  # type: ignore[arg-type]
+                if rank is None:
+                    found = _ARG_RANK.search(" ".join(entry["args"]))  # type: ignore[index]
+                    rank, key = (int(found.group(1)), "--rank") if found else (None, None)
+                if rank is not None:
+                    pr.rank, pr.rank_from = rank, f"{key} in {label}"
+                    pr.world_size, _ = _first_int(env, _ENV_WORLD)  # type: ignore[arg-type]
+                    break
+            if pr.rank is None and single and row["is_gpu"]:
+                from traceview.parsers.kineto import rank_from_file_name
+
+                by_name = rank_from_file_name(path.name)
+                if by_name is not None:
+                    pr.rank, pr.rank_from = by_name, "file name"
+        out.append(pr)
+    _fill_missing(out, warnings)
+    return out
+
+
+def _explicit_map(rank_map: dict | None) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for key, value in (rank_map or {}).items():
+        text = str(key).removeprefix("pid:").strip()
+        if text.isdigit():
+            out[int(text)] = int(value)
+    return out
+
+
+def _fill_missing(procs: list[ProcessRank], warnings: list[str]) -> None:
+    gpu = [p for p in procs if p.is_gpu]
+    if len(gpu) <= 1:
+        return
+    ranks = [p.rank for p in gpu]
+    if None not in ranks and len(set(ranks)) == len(ranks):
+        return
+    if None not in ranks:
+        warnings.append(f"processes claim the same rank ({sorted(ranks)}); ranks reassigned")
+    first_devices = [p.devices[0] if p.devices else None for p in gpu]
+    by_device = None not in first_devices and len(set(first_devices)) == len(first_devices)
+    order = sorted(gpu, key=(lambda p: p.devices[0]) if by_device else (lambda p: p.pid))
+    for rank, proc in enumerate(order):
+        proc.rank = rank
+        proc.rank_from = "device" if by_device else "default"
+    if by_device:
+        warnings.append(f"{len(gpu)} GPU processes without a recorded rank: ranked by device "
+                        "(lowest GPU id first); pass rank_map={pid: rank} to override")
+    else:
+        warnings.append(f"{len(gpu)} GPU processes without a recorded rank and no distinct "
+                        "device each: ranked by process id; pass rank_map={pid: rank}")
