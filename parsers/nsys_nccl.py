@@ -52,7 +52,16 @@ def is_nccl_domain() -> pl.Expr:
 
 
 def nvtx_collectives(events: pl.DataFrame) -> pl.DataFrame:
-    """Fill the collective columns of NCCL-domain NVTX rows (other rows unchanged)."""
+    """Fill the collective columns of NCCL-domain NVTX rows (other rows unchanged; row order
+    is not kept)."""
+    mask = is_nccl_domain()
+    if not events.select(mask.any()).item():
+        return events
+    return pl.concat([events.filter(~mask), _nvtx_collectives(events.filter(mask))],
+                     how="vertical_relaxed")
+
+
+def _nvtx_collectives(events: pl.DataFrame) -> pl.DataFrame:
     nccl = is_nccl_domain()
     api = pl.col("name").str.extract(r"^\s*((?:nccl|rccl)\w+)", 1)
     type_size = _as_int(_field("type_size|typeSize"))
@@ -87,11 +96,22 @@ def nvtx_collectives(events: pl.DataFrame) -> pl.DataFrame:
 def kernel_collectives(events: pl.DataFrame) -> pl.DataFrame:
     """NCCL kernels: collective from the kernel name, then the fields of the enclosing NCCL
     range of their launch (see the module docstring)."""
-    is_comm_kernel = (pl.col("kind") == "kernel") & pl.col("name").str.contains(r"(?i)nccl|rccl")
-    events = events.with_columns(
-        pl.when(is_comm_kernel).then(pl.coalesce(
-            collective_from_text(pl.coalesce(pl.col("short_name"), pl.col("name"))),
-            pl.lit("other"))).otherwise(pl.col("collective")).alias("collective"))
+    comm_name = pl.col("name").str.contains(r"(?i)nccl|rccl")
+    is_comm_kernel = (pl.col("kind") == "kernel") & comm_name
+    # the regexes run once per distinct kernel name, not once per kernel
+    kernel_names = (events.filter(pl.col("kind") == "kernel")
+                    .select("name", "short_name").unique()
+                    .filter(comm_name)
+                    .with_columns(pl.coalesce(
+                        collective_from_text(pl.coalesce(pl.col("short_name"), pl.col("name"))),
+                        pl.lit("other")).alias("_kernel_collective")))
+    if kernel_names.is_empty():
+        return events
+    events = (events.join(kernel_names, on=["name", "short_name"], how="left", nulls_equal=True)
+              .with_columns(pl.when(pl.col("kind") == "kernel")
+                            .then(pl.coalesce("_kernel_collective", "collective"))
+                            .otherwise(pl.col("collective")).alias("collective"))
+              .drop("_kernel_collective"))
     ranges = (events.filter(is_nccl_domain() & pl.col("collective").is_not_null()
                             & pl.col("dur_ns").is_not_null())
               .select("gpid", "tid", pl.col("ts_ns").alias("r_start"),
@@ -108,7 +128,8 @@ def kernel_collectives(events: pl.DataFrame) -> pl.DataFrame:
                 .select("gpid", "tid", "correlation", pl.col("ts_ns").alias("call_ts"))
                 .sort("call_ts"))
     matched = (launches.join_asof(ranges, left_on="call_ts", right_on="r_start",
-                                  by=["gpid", "tid"], strategy="backward")
+                                  by=["gpid", "tid"], strategy="backward",
+                                  check_sortedness=False)
                .filter(pl.col("call_ts") < pl.col("r_end"))
                .unique(["gpid", "correlation"], keep="first")
                .drop("tid", "call_ts", "r_start", "r_end"))

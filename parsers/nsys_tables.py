@@ -219,7 +219,8 @@ def domain_names(export: Export, nvtx_rows: pl.DataFrame) -> pl.DataFrame:
         legacy = read_frame(export, "SELECT id, domainName FROM DomainStrings",
                             {"domain_id": I64, "domain": pl.String})
         gpids = nvtx_rows.select("gpid").unique()
-        created = gpids.join(legacy, how="cross").select("gpid", "domain_id", "domain")
+        created = (gpids.join(legacy, how="cross").select("gpid", "domain_id", "domain")
+                   .unique(["gpid", "domain_id"], keep="first"))
     return created
 
 
@@ -255,46 +256,50 @@ def nvtx_events(rows: pl.DataFrame, domains: pl.DataFrame,
             {k: v for k, v in dropped.items() if v})
 
 
+def name_lookup(strings: pl.DataFrame) -> pl.DataFrame:
+    """StringIds with what every row needs derived once per string, not once per row:
+    ``name_id``, ``_sid_name``, ``_api_name`` (nsys's ``_v7000`` version suffix dropped, as Kineto
+    names API calls), ``_api_json`` (``{"nsys_name": raw}``) and ``_str_json`` (JSON literal)."""
+    return strings.select(
+        pl.col("id").alias("name_id"), pl.col("value").alias("_sid_name"),
+        pl.col("value").str.replace(r"_v\d+$", "").alias("_api_name"),
+        pl.struct(pl.col("value").alias("nsys_name")).struct.json_encode().alias("_api_json"),
+        _json_strings(pl.col("value")).alias("_str_json"),
+    )
+
+
 def resolve_names(frame: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
-    """Fill ``name`` from ``name_id`` (StringIds). API names lose nsys's version suffix
-    (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``, as Kineto names them); the raw name
-    stays in args_json. Kernel args_json gets the short name."""
-    lookup = strings.rename({"id": "name_id", "value": "_sid_name"})
-    frame = frame.join(lookup, on="name_id", how="left")
+    """Fill ``name`` from ``name_id`` (StringIds); API calls keep their raw nsys name (and a
+    non-zero return value) in args_json. Kernel args_json gets the short name."""
+    lookup = name_lookup(strings)
+    frame = frame.join(lookup.drop("_str_json"), on="name_id", how="left")
     is_api = pl.col("kind").is_in(["cuda_runtime", "cuda_driver", "os_runtime"])
-    api_name = pl.col("_sid_name").str.replace(r"_v\d+$", "")
     frame = frame.with_columns(
-        pl.coalesce(
-            pl.when(is_api).then(api_name).otherwise(pl.col("_sid_name")),
-            pl.col("name") if "name" in frame.columns else pl.lit(None, dtype=pl.String),
-        ).alias("name"))
-    if "return_value" in frame.columns:
-        frame = frame.with_columns(
-            pl.when(is_api).then(
-                pl.struct(pl.col("_sid_name").alias("nsys_name"),
-                          pl.col("return_value").alias("returnValue")).struct.json_encode())
-            .otherwise(pl.col("args_json") if "args_json" in frame.columns else None)
-            .alias("args_json"))
+        pl.coalesce(pl.when(is_api).then(pl.col("_api_name")).otherwise(pl.col("_sid_name")),
+                    pl.col("name")).alias("name"),
+        pl.when(is_api & (pl.col("return_value").fill_null(0) != 0)).then(
+            pl.concat_str(pl.col("_api_json").str.head(-1), pl.lit(',"returnValue":'),
+                          pl.col("return_value"), pl.lit("}")))
+        .when(is_api).then(pl.col("_api_json"))
+        .otherwise(pl.col("args_json")).alias("args_json"),
+    ).drop("_sid_name", "_api_name", "_api_json")
     if "short_id" in frame.columns:
-        short = strings.rename({"id": "short_id", "value": "_short"})
-        frame = frame.join(short, on="short_id", how="left")
-        short_json = pl.concat_str(pl.lit('"shortName":'), pl.col("_short").map_batches(
-            _json_strings, return_dtype=pl.String))
+        short = lookup.select(pl.col("name_id").alias("short_id"),
+                              pl.col("_sid_name").alias("short_name"), "_str_json")
+        frame = frame.drop("short_name", strict=False).join(short, on="short_id", how="left")
+        short_json = pl.concat_str(pl.lit('"shortName":'), pl.col("_str_json"))
         launch = pl.col("launch_json") if "launch_json" in frame.columns else pl.lit(None)
         frame = frame.with_columns(
             pl.when(pl.col("kind") == "kernel").then(
                 pl.coalesce(pl.concat_str(launch, pl.lit(","), short_json, pl.lit("}")),
                             pl.concat_str(pl.lit("{"), short_json, pl.lit("}")),
                             pl.lit("{}")))
-            .otherwise(pl.col("args_json") if "args_json" in frame.columns else None)
-            .alias("args_json"),
-            pl.when(pl.col("kind") == "kernel").then(pl.col("_short")).alias("short_name"),
-        ).drop("_short", "short_id", *(["launch_json"] if "launch_json" in frame.columns
-                                       else []))
-    return frame.drop("_sid_name")
+            .otherwise(pl.col("args_json")).alias("args_json"),
+        ).drop("_str_json", "short_id", *(["launch_json"] if "launch_json" in frame.columns
+                                          else []))
+    return frame
 
 
-def _json_strings(values: pl.Series) -> pl.Series:
-    """JSON string literals for a string column (nulls stay null), vectorised."""
-    return pl.DataFrame({"v": values}).select(
-        pl.struct("v").struct.json_encode().str.slice(5).str.head(-1))["v"]
+def _json_strings(value: pl.Expr) -> pl.Expr:
+    """JSON string literals of a string column (``"a\"b"``), vectorised."""
+    return pl.struct(value.alias("v")).struct.json_encode().str.slice(5).str.head(-1)
