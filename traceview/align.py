@@ -198,25 +198,35 @@ def _table(rows: list[dict]) -> pl.DataFrame:
         schema=OFFSETS_SCHEMA)
 
 
-def _alternate(x: pl.DataFrame, ref_clock: str, iters: int = 60) -> tuple[dict[str, float],
-                                                                          pl.DataFrame]:
-    """Alternating medians: E[k] = med_r(x - o), o[c] = med(x - E); o[ref] = 0."""
-    clocks = x.get_column("clock").unique().to_list()
-    off = pl.DataFrame({"clock": clocks, "o": [0.0] * len(clocks)})
+def _alternate(x: pl.DataFrame, ref_clock: str, iters: int = 100) -> tuple[dict[str, float],
+                                                                           pl.DataFrame]:
+    """Alternating medians: E[k] = med_r(x - o), o[c] = med(x - E); o[ref] = 0.
+
+    Runs on an (instance x rank) matrix with NaN where a rank missed an instance; the loop is
+    over iterations and clocks, never over events.
+    """
+    wide = x.pivot(on="rank", index="instance", values="x", aggregate_function="first")
+    inst = wide.get_column("instance")
+    rank_cols = [c for c in wide.columns if c != "instance"]
+    mat = wide.select(rank_cols).cast(pl.Float64).to_numpy()
+    clock_of = dict(x.select(pl.col("rank").cast(pl.String), "clock").unique().rows())
+    clocks = sorted(set(clock_of.values()))
+    cols = {c: [i for i, r in enumerate(rank_cols) if clock_of[r] == c] for c in clocks}
+    off = {c: 0.0 for c in clocks}
+    big_e = np.zeros(mat.shape[0])
     for _ in range(iters):
-        t = x.join(off, on="clock").with_columns(e=pl.col("x") - pl.col("o"))
-        big_e = t.group_by("instance").agg(E=pl.col("e").median())
-        new = (t.join(big_e, on="instance").group_by("clock")
-               .agg(o=(pl.col("x") - pl.col("E")).median()))
-        ref = new.filter(pl.col("clock") == ref_clock).get_column("o")[0]
-        new = new.with_columns(o=pl.col("o") - ref)
-        delta = new.join(off, on="clock").select((pl.col("o") - pl.col("o_right")).abs().max())
+        o_vec = np.array([off[clock_of[r]] for r in rank_cols])
+        big_e = np.nanmedian(mat - o_vec, axis=1)
+        new = {c: float(np.nanmedian(mat[:, cols[c]] - big_e[:, None])) for c in clocks}
+        ref = new[ref_clock]
+        new = {c: v - ref for c, v in new.items()}
+        delta = max(abs(new[c] - off[c]) for c in clocks)
         off = new
-        if delta.item() is not None and delta.item() < 0.5:
+        if delta < 0.25:
             break
-    t = x.join(off, on="clock").with_columns(e=pl.col("x") - pl.col("o"))
-    big_e = t.group_by("instance").agg(E=pl.col("e").median())
-    return dict(off.rows()), big_e
+    o_vec = np.array([off[clock_of[r]] for r in rank_cols])
+    big_e = np.nanmedian(mat - o_vec, axis=1)
+    return off, pl.DataFrame({"instance": inst, "E": big_e})
 
 
 def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int) -> dict:
@@ -226,6 +236,13 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
         clock=pl.col("rank").replace_strict(clock_of, return_dtype=pl.String))
     a = a.filter(pl.col("clock").n_unique().over("instance") >= 2)
     ref_clock = clock_of[reference_rank]
+    if a.height == 0 or ref_clock not in set(a.get_column("clock").to_list()):
+        # Everything pooled into the reference clock (one host): offsets are 0 by assumption.
+        return {r: {"offset": 0, "drift_ppm": 0.0, "uncertainty": 0,
+                    "anchors": int(anchors.filter(pl.col("rank") == r).height), "epoch": None,
+                    "residual": None, "low": None, "high": None,
+                    "note": "shares the reference clock"}
+                for r in ranks if clock_of[r] == ref_clock}
     # Work in float64 on values relative to each clock's own first anchor: exact to the ns.
     base = a.group_by("clock").agg(base=pl.col("end_ns").min())
     base_of = dict(base.rows())
@@ -288,7 +305,7 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
             if lo is not None and hi is not None:
                 unc = min(unc, max(-lo, hi))
             unc = int(math.ceil(unc))
-        offset = int(round(base_of[c] - ref_base + o))
+        offset = int(base_of[c] - ref_base) + math.floor(o + 0.5)
         out[r] = {
             "offset": offset,
             "drift_ppm": (drift.get(c, 0.0) - drift.get(ref_clock, 0.0)) * 1e6,
