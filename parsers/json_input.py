@@ -32,7 +32,7 @@ def read_bytes(path: Path, warnings: list[str]) -> bytes:
         return raw
     try:
         return _gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error, ValueError):
+    except Exception:  # noqa: BLE001 - isal raises its own IsalError; all mean "damaged"
         pass
     # Truncated or damaged stream: keep what inflates before the damage.
     inflater = zlib.decompressobj(wbits=47)

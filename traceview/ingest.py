@@ -8,6 +8,7 @@ explicit mapping; two files claiming one rank is an error naming both.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 from collections.abc import Iterable
@@ -129,6 +130,14 @@ def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any]) \
         return (path, f"{path}: cannot parse ({type(exc).__name__}: {exc})", 2)
 
 
+#: Below this much (estimated uncompressed) input, ingest in this process.
+IN_PROCESS_BYTES = 64 << 20
+
+
+def _estimated_bytes(paths: list[Path]) -> int:
+    return sum(p.stat().st_size * (15 if p.name.endswith(".gz") else 1) for p in paths)
+
+
 def worker_count(paths: list[Path], memory_budget: int | None = None) -> int:
     """Workers: at most one per core and as many as fit the memory budget.
 
@@ -163,11 +172,14 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     files = discover(paths)
     options = dict(options or {})
     cache = str(cache_dir) if cache_dir is not None else None
-    if len(files) == 1:
-        outcomes = [_safe_ingest(str(files[0]), cache, options)]
+    if executor is None and (len(files) == 1 or _estimated_bytes(files) < IN_PROCESS_BYTES):
+        # Starting worker processes costs ~1 s; small inputs parse faster than that in-process.
+        outcomes = [_safe_ingest(str(f), cache, options) for f in files]
     else:
         own = executor is None
-        pool = executor or ProcessPoolExecutor(max_workers=worker_count(files))
+        # spawn, not fork: forking a process whose Polars thread pool is running deadlocks.
+        pool = executor or ProcessPoolExecutor(max_workers=worker_count(files),
+                                               mp_context=multiprocessing.get_context("spawn"))
         try:
             futures = [pool.submit(_safe_ingest, str(f), cache, options) for f in files]
             outcomes = []

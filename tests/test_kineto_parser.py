@@ -1,0 +1,237 @@
+"""Kineto parser on hand-built traces whose every number can be checked by eye."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from tests.helpers import write_trace
+from traceview.errors import UnreadableTraceError
+from traceview.parsers import kineto
+
+
+def _frame(parsed) -> pl.DataFrame:
+    return pl.from_arrow(parsed.events).with_columns(pl.col(pl.Categorical).cast(pl.String))
+
+
+def test_times_are_exact_nanoseconds_from_decimal_text(tmp_path):
+    # 1712195495406752.8 us cannot be represented by a float64 to the ns (ulp is 0.25 us);
+    # the parser must read the decimal text: 1712195495406752800 ns exactly.
+    path = write_trace(tmp_path / "rank-0.json", text=(
+        '{"traceEvents": ['
+        '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, '
+        '"ts": 1712195495406752.8, "dur": 0.001},'
+        '{"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, '
+        '"ts": 10.0005, "dur": 3}]}'))
+    df = _frame(kineto.parse(path))
+    assert df["ts_ns"].to_list() == [1712195495406752800, 10001]  # 10.0005 us rounds half up
+    assert df["dur_ns"].to_list() == [1, 3000]
+
+
+def test_base_time_is_added(tmp_path):
+    path = write_trace(tmp_path / "t.json", [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 4458676522690.655,
+         "dur": 41.407, "args": {"device": 0, "stream": 7, "correlation": 5}}],
+        baseTimeNanoseconds=1711964646000000000)
+    row = _frame(kineto.parse(path)).row(0, named=True)
+    assert row["ts_ns"] == 1711964646000000000 + 4458676522690655
+    assert row["dur_ns"] == 41407
+    assert (row["kind"], row["device"], row["stream"], row["correlation"]) == ("kernel", 0, 7, 5)
+
+
+def test_kinds_flows_and_metadata(tmp_path):
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "Operator", "name": "aten::add", "pid": 1, "tid": 2, "ts": 2, "dur": 1},
+        {"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3, "dur": 1},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0,
+         "tid": 7, "ts": 4, "dur": 1, "args": {"bytes": 4096, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7, "ts": 5,
+         "dur": 1, "args": {"bytes": 64}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2,
+         "ts": 6, "dur": 1, "args": {"correlation": 9}},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 9, "pid": 1, "tid": 2, "ts": 6},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 9, "pid": 0, "tid": 7, "ts": 7,
+         "bp": "e"},
+        {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1,
+         "tid": 2, "ts": 8, "args": {"Bytes": 512, "Total Allocated": 1024,
+                                     "Total Reserved": 2048}},
+        {"ph": "C", "name": "counter", "pid": 1, "tid": 2, "ts": 9, "args": {"v": 1}},
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
+         "tid": "PyTorch Profiler", "ts": 0, "dur": 10},
+    ]
+    parsed = kineto.parse(write_trace(tmp_path / "t.json", events))
+    df = _frame(parsed)
+    assert df["kind"].to_list() == ["cpu_op", "cpu_op", "kernel", "memcpy", "memset",
+                                    "cuda_runtime", "flow", "flow", "memory", "counter",
+                                    "metadata", "trace_span"]
+    assert df.filter(pl.col("kind") == "memcpy")["copy_kind"].item() == "HtoD"
+    assert df.filter(pl.col("kind") == "memcpy")["bytes"].item() == 4096
+    assert df.filter(pl.col("kind") == "memset")["bytes"].item() == 64
+    flows = df.filter(pl.col("kind") == "flow")
+    assert flows["flow_id"].to_list() == [9, 9] and flows["flow_phase"].to_list() == ["s", "f"]
+    mem = df.filter(pl.col("kind") == "memory").row(0, named=True)
+    assert (mem["mem_bytes"], mem["mem_total_allocated"], mem["mem_total_reserved"]) == (
+        512, 1024, 2048)
+    # Metadata has no ts: pinned to the file's first time (0 here), never dropped.
+    assert df.filter(pl.col("kind") == "metadata")["ts_ns"].item() == 0
+    span = df.filter(pl.col("kind") == "trace_span").row(0, named=True)
+    assert span["pid"] is None and span["pid_label"] == "Spans"
+    assert span["tid_label"] == "PyTorch Profiler"
+    assert parsed.input_events == 12 and df.height == 12 and parsed.dropped == {}
+
+
+def test_args_are_kept_losslessly(tmp_path):
+    args = {"External id": 5, "weird key": [1, {"x": "y"}], "Input Dims": [[2, 3]]}
+    path = write_trace(tmp_path / "t.json", [
+        {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1,
+         "args": args}])
+    row = _frame(kineto.parse(path)).row(0, named=True)
+    assert json.loads(row["args_json"]) == args
+    assert row["external_id"] == 5
+
+
+def test_collective_columns_and_bytes(tmp_path):
+    args = {"Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000,
+            "Group size": 2, "dtype": "Float", "Process Group Name": "0",
+            "Process Group Description": "default_pg", "Process Group Ranks": "[0, 1]",
+            "Seq": 17}
+    path = write_trace(tmp_path / "t.json", [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
+         "ts": 1, "dur": 1, "args": args},
+        {"ph": "X", "cat": "kernel", "pid": 0, "tid": 40, "ts": 2, "dur": 1,
+         "name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+         "args": {**args, "dtype": "BFloat16", "stream": 40, "device": 0}},
+        {"ph": "X", "cat": "kernel", "pid": 0, "tid": 40, "ts": 3, "dur": 1,
+         "name": "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"},
+        {"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "pid": 1, "tid": 1,
+         "ts": 4, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::reduce", "pid": 1, "tid": 1, "ts": 5,
+         "dur": 1},
+    ])
+    df = _frame(kineto.parse(path))
+    assert df["collective"].to_list() == ["all_reduce", "all_reduce", "all_gather",
+                                          "all_reduce", None]
+    # 1000 elements x 4 bytes (Float); the kernel says BFloat16: 1000 x 2.
+    assert df["bytes"].to_list()[:2] == [4000, 2000]
+    first = df.row(0, named=True)
+    assert (first["pg_name"], first["pg_desc"], first["pg_ranks"], first["seq"],
+            first["group_size"], first["in_nelems"]) == ("0", "default_pg", "[0, 1]", 17, 2, 1000)
+
+
+def test_bare_array_layout(tmp_path):
+    path = write_trace(tmp_path / "worker0.pt.trace.json", text=json.dumps([
+        {"ph": "X", "cat": "Operator", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2, "dur": 1}]))
+    parsed = kineto.parse(path)
+    assert parsed.events.num_rows == 2
+    assert parsed.ranks[0].rank == 0 and parsed.ranks[0].rank_from == "file name"
+
+
+def test_begin_end_pairs_become_spans(tmp_path):
+    path = write_trace(tmp_path / "t.json", [
+        {"ph": "B", "name": "outer", "pid": 1, "tid": 1, "ts": 10},
+        {"ph": "B", "name": "inner", "pid": 1, "tid": 1, "ts": 12},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 15},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 20},
+        {"ph": "E", "pid": 1, "tid": 9, "ts": 21},
+        {"ph": "B", "name": "never closed", "pid": 1, "tid": 1, "ts": 30},
+    ])
+    parsed = kineto.parse(path)
+    df = _frame(parsed).sort("ts_ns")
+    assert df.select("name", "ts_ns", "dur_ns").rows() == [("outer", 10000, 10000),
+                                                           ("inner", 12000, 3000)]
+    assert parsed.dropped == {"end_merged_into_begin": 2, "unmatched_end": 1,
+                              "unmatched_begin": 1}
+    assert parsed.input_events == df.height + sum(parsed.dropped.values()) == 6
+
+
+def test_missing_dur_unsorted_and_missing_ts(tmp_path):
+    path = write_trace(tmp_path / "t.json", [
+        {"ph": "X", "cat": "cpu_op", "name": "late", "pid": 1, "tid": 1, "ts": 50, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "nodur", "pid": 1, "tid": 1, "ts": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "nots", "pid": 1, "tid": 1, "dur": 5},
+    ])
+    parsed = kineto.parse(path)
+    df = _frame(parsed)
+    assert df["name"].to_list() == ["late", "nodur"]
+    assert df["dur_ns"].to_list() == [1000, None]
+    assert parsed.dropped == {"missing_ts": 1}
+    assert any("without a duration" in w for w in parsed.warnings)
+
+
+def test_nan_invalid_utf8_and_huge_integers(tmp_path):
+    text = ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k\xff\xfe", "pid": 0, '
+            '"tid": 7, "ts": 1, "dur": NaN, "args": {"correlation": 99999999999999999999999, '
+            '"stream": 7, "note": "NaN stays text"}}, {"ph": "X", "cat": "cpu_op", '
+            '"name": "NaN", "pid": 1, "tid": 1, "ts": 2, "dur": Infinity}]}')
+    path = tmp_path / "t.json"
+    path.write_bytes(text.encode("latin-1"))
+    parsed = kineto.parse(path)
+    df = _frame(parsed)
+    assert df.height == 2 and parsed.dropped == {}
+    assert df["dur_ns"].to_list() == [None, None]
+    assert df["correlation"].to_list() == [None, None]  # beyond int64: null, kept in args_json
+    assert "99999999999999999999999" in df["args_json"][0]
+    assert df["name"].to_list()[1] == "NaN"  # a string "NaN" is not a token
+    assert "NaN stays text" in df["args_json"][0]
+    assert any("UTF-8" in w for w in parsed.warnings)
+    assert any("NaN/Infinity" in w for w in parsed.warnings)
+
+
+def test_truncated_write_keeps_complete_events(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i,
+               "dur": 1} for i in range(5)]
+    full = json.dumps({"traceEvents": events})
+    cut = full[: full.index('"op3"') + 3]  # in the middle of the 4th event
+    parsed = kineto.parse(write_trace(tmp_path / "t.json.gz", text=cut))
+    assert parsed.events.num_rows == 3
+    assert parsed.dropped == {"truncated": 1}
+    assert parsed.input_events == 4
+    assert any("truncated" in w for w in parsed.warnings)
+
+
+def test_truncated_gzip_stream_is_recovered(tmp_path):
+    import gzip
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i,
+               "dur": 1, "args": {"pad": "x" * 200}} for i in range(200)]
+    data = gzip.compress(json.dumps({"traceEvents": events}).encode())
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    parsed = kineto.parse(path)
+    assert 0 < parsed.events.num_rows < 200
+    assert any("gzip" in w for w in parsed.warnings)
+
+
+@pytest.mark.parametrize("content,problem", [
+    (b"", "empty file"),
+    (b"\x1f\x8b\x08\x00garbagegarbage", "corrupt gzip"),
+    (b'{"hello": "world"}', "no traceEvents"),
+    (b"hello world", "not JSON"),
+    (b'{"schema": "1.0.1", "nodes": []}', "Execution Trace"),
+    (b"[[1, 2], [3, 4]]", "without trace events"),
+])
+def test_bad_input_is_one_clear_error(tmp_path, content, problem):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(UnreadableTraceError) as info:
+        kineto.parse(path)
+    message = str(info.value)
+    assert str(path) in message and problem in message and "\n" not in message
+
+
+def test_rank_sources(tmp_path):
+    with_info = write_trace(tmp_path / "rank-5.json", [], distributedInfo={"rank": 3,
+                                                                           "world_size": 8})
+    assert kineto.parse(with_info).ranks[0].rank == 3
+    by_name = write_trace(tmp_path / "job_rank_12_trace.json", [],
+                          distributedInfo={"backend": "nccl"})
+    info = kineto.parse(by_name)
+    assert info.ranks[0].rank == 12 and info.ranks[0].rank_from == "file name"
+    assert any("no rank" in w for w in info.warnings)
+    nothing = write_trace(tmp_path / "trace.json", [])
+    assert kineto.parse(nothing).ranks[0].rank is None

@@ -1,0 +1,62 @@
+"""Build the wheel, install it into a clean venv, import every module, run the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def _modules() -> list[str]:
+    names = [f"traceview.{p.stem}" for p in (REPO / "traceview").glob("*.py")
+             if p.stem != "__init__"]
+    names += [f"traceview.parsers.{p.stem}" for p in (REPO / "parsers").glob("*.py")
+              if p.stem != "__init__"]
+    names += [f"traceview.analyses.{p.stem}" for p in (REPO / "analyses").glob("*.py")
+              if p.stem != "__init__"]
+    return sorted(["traceview", "traceview.parsers", "traceview.analyses", *names])
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_imports_every_module(tmp_path):
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
+                    str(dist), str(REPO)], check=True, capture_output=True)
+    wheel = next(dist.glob("traceview-*.whl"))
+    env_dir = tmp_path / "venv"
+    # The clean venv sees this interpreter's site-packages only for dependencies, so the
+    # test needs no network; traceview itself comes from the wheel alone.
+    venv.create(env_dir, with_pip=True, system_site_packages=False)
+    python = env_dir / "bin" / "python"
+    site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
+    (next((env_dir / "lib").glob("python*")) / "site-packages" / "deps.pth").write_text(
+        str(site) + "\n")
+    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q",
+                    str(wheel)], check=True, capture_output=True)
+    modules = _modules()
+    code = ("import importlib, sys\n"
+            f"mods = {modules!r}\n"
+            "for m in mods:\n"
+            "    mod = importlib.import_module(m)\n"
+            "    assert 'site-packages' in (mod.__file__ or ''), (m, mod.__file__)\n"
+            "print(len(mods))\n")
+    out = subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert int(out.stdout.strip()) == len(modules)
+    version = subprocess.run([str(env_dir / "bin" / "traceview"), "--version"], check=True,
+                             capture_output=True, text=True)
+    assert version.stdout.startswith("traceview ")
+
+
+def test_import_traceview_is_light():
+    code = ("import sys, traceview\n"
+            "heavy = [m for m in ('torch', 'plotly', 'IPython', 'polars') if m in sys.modules]\n"
+            "print(heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True)
+    assert out.stdout.strip() == "[]"
