@@ -84,7 +84,7 @@ def test_empty_input_gives_empty_result() -> None:
 _k = st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 500), st.integers(0, 80))
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.lists(_k, min_size=1, max_size=30))
 def test_invariants(ks) -> None:
     rows = [kernel("ncclKernel" if comm else "gemm", ts, dur, stream=s, step=ts // 200)
