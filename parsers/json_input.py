@@ -114,7 +114,7 @@ def salvage_events(data: bytes) -> tuple[list[object], dict[str, object], bool]:
 def _salvage_header(text: str, decoder: json.JSONDecoder) -> dict[str, object]:
     """Top-level keys other than traceEvents, when they parse (they usually precede events)."""
     header: dict[str, object] = {}
-    for key in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds"):
+    for key in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name"):
         at = text.find(f'"{key}"')
         if at < 0:
             continue

@@ -36,7 +36,7 @@ from traceview.parsers import ParsedFile, RankInfo
 from traceview.parsers.json_input import read_bytes, repair_text, salvage_events
 
 #: Bump when the parser's output for the same input changes (invalidates caches).
-PARSER_VERSION = 1
+PARSER_VERSION = 2
 
 _NULL = msgspec.Raw(b"null")
 
@@ -58,6 +58,7 @@ class _Trace(msgspec.Struct):
     distributedInfo: Any = None  # noqa: N815
     deviceProperties: Any = None  # noqa: N815
     baseTimeNanoseconds: Any = None  # noqa: N815
+    host_name: Any = None
     nodes: Any = None  # present in PyTorch Execution Traces, which are not Kineto traces
 
 
@@ -175,7 +176,7 @@ def _decode_fast(path: Path, data: bytes, bare: bool) -> tuple[list[_Event], dic
         raise UnreadableTraceError(path, "not a Kineto trace (no traceEvents)")
     header = {"distributedInfo": trace.distributedInfo,
               "deviceProperties": trace.deviceProperties,
-              "baseTimeNanoseconds": trace.baseTimeNanoseconds}
+              "baseTimeNanoseconds": trace.baseTimeNanoseconds, "host_name": trace.host_name}
     return trace.traceEvents, header
 
 
@@ -241,33 +242,20 @@ def _raw_strings(raws: list[msgspec.Raw]) -> pa.LargeStringArray:
 def decimal_us_to_ns(text: pl.Expr) -> pl.Expr:
     """Exact int64 ns from the decimal text of a microsecond value (``null`` -> null).
 
-    Digits beyond the nanosecond round half away from zero. Exponent notation and quoted
-    numbers go through float64, the only lossy case (Kineto does not write them).
+    The text is cast to a Decimal with 3 fractional digits (exact for everything Kineto writes;
+    further digits round to the nearest ns, ties to even), so no float is ever involved.
     """
-    body = text.str.strip_chars('"').str.strip_chars()
-    negative = body.str.starts_with("-")
-    digits = body.str.strip_prefix("-")
-    simple = digits.str.contains(r"^\d+(\.\d*)?$")
-    parts = digits.str.split_exact(".", 1)
-    whole = parts.struct.field("field_0").cast(pl.Int64, strict=False)
-    frac = parts.struct.field("field_1").fill_null("")
-    frac_ns = (frac + "000").str.slice(0, 3).cast(pl.Int64, strict=False)
-    round_up = (frac.str.slice(3, 1) >= "5").cast(pl.Int64)
-    exact = whole * 1000 + frac_ns + round_up
-    exact = pl.when(negative).then(-exact).otherwise(exact)
-    approx = (body.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False)
-    return pl.when(body == "null").then(None).when(simple).then(exact).otherwise(approx)
+    micros = text.str.strip_chars('"').cast(pl.Decimal(38, 3), strict=False)
+    return (micros * 1000).cast(pl.Int64, strict=False)
 
 
 def _split_ids(values: list[Any]) -> tuple[pa.Array, pa.Array]:
     """pid/tid: integers to an int64 column, anything else to a label column."""
-    try:
-        return pa.array(values, type=pa.int64()), pa.nulls(len(values), pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        pass
     ints = [v if type(v) is int and -(2**63) <= v < 2**63 else None for v in values]
-    labels = [None if v is None or (type(v) is int and -(2**63) <= v < 2**63) else str(v)
-              for v in values]
+    others = len(values) - len(ints) + ints.count(None) - values.count(None)
+    if not others:
+        return pa.array(ints, type=pa.int64()), pa.nulls(len(values), pa.string())
+    labels = [None if v is None or i is not None else str(v) for v, i in zip(values, ints)]
     return pa.array(ints, type=pa.int64()), pa.array(labels, type=pa.string())
 
 
@@ -317,17 +305,18 @@ def _decode_args(raws: list[msgspec.Raw]) -> list[Any]:
 
 
 def _args_columns(args: list[Any]) -> dict[str, pa.Array]:
+    empty = _Args()
+    args = [empty if a is None else a for a in args]
     columns: dict[str, pa.Array] = {}
     text_fields = {"collective_name", "pg_name", "pg_desc", "pg_ranks", "dtype"}
     for attr, keys in _ARG_FIELDS.items():
-        merged: list[Any] | None = None
-        for i in range(len(keys)):
-            getter = attrgetter(f"{attr}_{i}")
-            values = [None if a is None else getter(a) for a in args]
-            merged = values if merged is None else [m if m is not None else v
-                                                    for m, v in zip(merged, values)]
+        merged = list(map(attrgetter(f"{attr}_0"), args))
+        for i in range(1, len(keys)):  # older spellings fill what the current one lacks
+            alias = list(map(attrgetter(f"{attr}_{i}"), args))
+            if alias.count(None) != len(alias):
+                merged = [m if m is not None else v for m, v in zip(merged, alias)]
         typ = pa.string() if attr in text_fields else pa.int64()
-        columns[attr] = _any_column(merged or [], typ)
+        columns[attr] = _any_column(merged, typ)
     return columns
 
 
@@ -385,8 +374,9 @@ def _derive(frame: pl.DataFrame, base_ns: int) -> pl.DataFrame:
     comm_op_name = pl.col("kind").is_in(["cpu_op", "user_annotation"]) & pl.col(
         "name").str.contains(r"(?i)^(nccl|gloo|c10d|mpi)[:_]")
     collective = pl.coalesce(
-        collective_from_text(pl.col("collective_name")),
-        pl.when(is_comm_kernel | comm_op_name).then(collective_from_text(pl.col("name"))),
+        _per_unique(frame, "collective_name", collective_from_text),
+        pl.when(is_comm_kernel | comm_op_name).then(_per_unique(frame, "name",
+                                                                 collective_from_text)),
         pl.when(pl.col("collective_name").is_not_null()).then(pl.lit("other")),
     )
     elements = pl.max_horizontal("in_nelems", "out_nelems")
@@ -421,6 +411,14 @@ def _derive(frame: pl.DataFrame, base_ns: int) -> pl.DataFrame:
     )
 
 
+def _per_unique(frame: pl.DataFrame, column: str, fn: Any) -> pl.Expr:
+    """Apply a (costly) string expression once per distinct value, then look it up per row."""
+    distinct = frame.select(pl.col(column).unique().drop_nulls())
+    mapped = distinct.with_columns(fn(pl.col(column)).alias("_out")).drop_nulls("_out")
+    return pl.col(column).replace_strict(mapped[column], mapped["_out"], default=None,
+                                         return_dtype=pl.String)
+
+
 def _timeless_metadata(frame: pl.DataFrame) -> pl.DataFrame:
     """Metadata events may lack ``ts``; they are timeless, so pin them to the file's first time."""
     first = frame.select(pl.col("ts_ns").min()).item()
@@ -453,6 +451,7 @@ def _rank_info(path: Path, header: dict[str, Any], base_ns: int,
     return RankInfo(
         rank=rank,
         world_size=_as_int(info.get("world_size")),
+        host=header.get("host_name") if isinstance(header.get("host_name"), str) else None,
         devices=names,
         backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
         clock_base_ns=base_ns or None,

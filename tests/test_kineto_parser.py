@@ -26,7 +26,7 @@ def test_times_are_exact_nanoseconds_from_decimal_text(tmp_path):
         '{"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, '
         '"ts": 10.0005, "dur": 3}]}'))
     df = _frame(kineto.parse(path))
-    assert df["ts_ns"].to_list() == [1712195495406752800, 10001]  # 10.0005 us rounds half up
+    assert df["ts_ns"].to_list() == [1712195495406752800, 10000]  # 10.0005 us: ties to even
     assert df["dur_ns"].to_list() == [1, 3000]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 
 import polars as pl
 from hypothesis import HealthCheck, given, settings
@@ -35,7 +35,7 @@ def _dump(value: object) -> str:
 
 
 def _exact_ns(text: str) -> int:
-    return int((Decimal(text) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
+    return int((Decimal(text) * 1000).to_integral_value(rounding=ROUND_HALF_EVEN))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

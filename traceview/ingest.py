@@ -23,8 +23,15 @@ from traceview import store
 from traceview.errors import RankConflictError, TraceviewError, UnreadableTraceError
 from traceview.parsers import RankInfo, detect_format, is_trace_name
 
-#: Parser versions by format family; part of the cache key.
-PARSER_VERSIONS = {"kineto": 1, "nsys": 1}
+def parser_version(fmt: str) -> int:
+    """The parser version for a format; part of the cache key."""
+    if family(fmt) == "nsys":
+        from traceview.parsers import nsys
+
+        return getattr(nsys, "PARSER_VERSION", 1)
+    from traceview.parsers import kineto
+
+    return kineto.PARSER_VERSION
 
 
 @dataclass
@@ -81,7 +88,7 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any]) -> Fi
     file_path = Path(path)
     fmt = detect_format(file_path)
     cid = store.content_id(file_path)
-    key = store.cache_key(cid, PARSER_VERSIONS[family(fmt)], options)
+    key = store.cache_key(cid, parser_version(fmt), options)
     base = Path(cache_dir) if cache_dir else None
     if base is not None:
         meta_path = base / key / "meta.json"
