@@ -1,0 +1,247 @@
+"""Capture traces that analyse well: ``torch.profiler`` with per-rank names, sync probes, run.json.
+
+>>> import traceview.capture as cap                                  # doctest: +SKIP
+>>> with cap.profile("runs/exp1", wait=1, warmup=1, active=3) as prof:  # doctest: +SKIP
+...     for batch in loader:
+...         train_step(batch)
+...         prof.step()
+
+What it adds to a bare ``torch.profiler.profile``:
+
+* **Per-rank file names** in one run directory, gzipped:
+  ``rank-<R>.<host>.<pid>.pt.trace.json.gz`` (``.w<K>`` before ``.pt`` when ``repeat != 1``,
+  one file per active window). The rank comes from ``torch.distributed`` when it is initialised,
+  else from ``RANK`` / ``LOCAL_RANK``, else 0.
+* **A clock-sync probe** (:func:`traceview.capture_sync.sync_probe`) at the start and the end of
+  every active window: a few barriers, each inside a ``traceview::sync`` span. They are
+  blocking collectives on every rank, so the alignment finds anchors even in a run without
+  collectives of its own. Skipped (harmlessly) when torch.distributed is not initialised, and
+  when the block exits with an exception (other ranks might never reach the barrier).
+* **run.json**, written by rank 0: world size, ranks with their hosts, pids and file names,
+  torch/CUDA/NCCL versions, the command line and the schedule. ``traceview validate`` reads it.
+
+torch is imported only when :func:`profile` is entered; without it a :class:`CaptureUnavailable`
+error names the ``capture`` extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from traceview.capture_sync import DEFAULT_ROUNDS, SYNC_NAME, Identity, identity, sync_probe
+from traceview.capture_sync import trace_file_name as _file_name
+from traceview.errors import TraceviewError
+
+RUN_FILE = "run.json"
+RUN_FORMAT = 1
+
+__all__ = ["Capture", "CaptureUnavailable", "RUN_FILE", "SYNC_NAME", "profile", "import_torch"]
+
+
+class CaptureUnavailable(TraceviewError):
+    """torch (the ``capture`` extra) is not installed."""
+
+
+def import_torch() -> Any:
+    """``import torch`` with a message naming the extra to install when it is missing."""
+    try:
+        import torch
+        import torch.distributed
+        import torch.profiler
+    except ImportError as exc:
+        raise CaptureUnavailable(
+            f"traceview.capture needs torch ({exc}); install it with "
+            "pip install 'traceview[capture]'") from None
+    return torch
+
+
+class Capture:
+    """The handle :func:`profile` yields: call :meth:`step` once per training iteration."""
+
+    def __init__(self, torch: Any, prof: Any, out_dir: Path, ident: Identity, *, repeat: int,
+                 sync: bool, sync_rounds: int, cuda_profiler_api: bool) -> None:
+        self._torch = torch
+        self.profiler = prof
+        self.out_dir = out_dir
+        self.identity = ident
+        self.rank = ident.rank
+        self.files: list[Path] = []
+        self.sync_timings: list[dict[str, Any]] = []
+        self.steps = 0
+        self._repeat = repeat
+        self._sync = sync
+        self._rounds = sync_rounds
+        self._cuda_api = cuda_profiler_api and torch.cuda.is_available()
+        self._in_window = False
+
+    # -- schedule bookkeeping -------------------------------------------------------------
+    def _recording(self) -> bool:
+        from torch.profiler import ProfilerAction
+
+        return self.profiler.current_action in (ProfilerAction.RECORD,
+                                                ProfilerAction.RECORD_AND_SAVE)
+
+    def _last_of_window(self) -> bool:
+        from torch.profiler import ProfilerAction
+
+        return self.profiler.current_action == ProfilerAction.RECORD_AND_SAVE
+
+    def _probe(self, where: str) -> None:
+        if not self._sync:
+            return
+        for t in sync_probe(self._torch, self._rounds):
+            self.sync_timings.append({"where": where, "step": self.profiler.step_num, **t})
+
+    def _window_start(self) -> None:
+        self._in_window = True
+        if self._cuda_api:
+            self._torch.cuda.cudart().cudaProfilerStart()
+        self._probe("start")
+
+    def _window_end(self) -> None:
+        self._probe("end")
+        if self._cuda_api:
+            self._torch.cuda.synchronize()
+            self._torch.cuda.cudart().cudaProfilerStop()
+        self._in_window = False
+
+    def step(self) -> None:
+        """End this iteration: probe at a window's end, ``prof.step()``, probe at a start."""
+        if self._last_of_window():
+            self._window_end()
+        self.profiler.step()
+        self.steps += 1
+        if self._recording() and not self._in_window:
+            self._window_start()
+
+    def _trace_ready(self, prof: Any) -> None:
+        window = len(self.files) if self._repeat != 1 else None
+        path = self.out_dir / _file_name(self.identity, window)
+        prof.export_chrome_trace(str(path))
+        self.files.append(path)
+
+
+def _run_info(torch: Any, ident: Identity, peers: list[dict[str, Any]], *,
+              schedule: dict[str, int], options: dict[str, Any]) -> dict[str, Any]:
+    nccl = None
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_available():
+            nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+    return {
+        "traceview_run": RUN_FORMAT,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "world_size": ident.world_size,
+        "distributed": ident.distributed,
+        "backend": ident.backend,
+        "rank_from": ident.rank_from,
+        "hosts": sorted({p["host"] for p in peers}),
+        "ranks": sorted(peers, key=lambda p: p["rank"]),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "python": sys.version.split()[0],
+        "command": list(sys.argv),
+        "cwd": os.getcwd(),
+        "schedule": schedule,
+        "options": options,
+        "sync_probe": {"name": SYNC_NAME, "rounds": options.get("sync_rounds"),
+                       "enabled": bool(options.get("sync")) and ident.distributed},
+        "completed": False,
+    }
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _peers(torch: Any, ident: Identity, file_name: str) -> list[dict[str, Any]]:
+    """Every rank's identity (one all_gather_object, before profiling starts)."""
+    me = {"rank": ident.rank, "host": ident.host, "pid": ident.pid,
+          "local_rank": ident.local_rank, "file": file_name}
+    if not ident.distributed or ident.world_size == 1:
+        return [me]
+    out: list[Any] = [None] * ident.world_size
+    torch.distributed.all_gather_object(out, me)
+    return [p for p in out if p]
+
+
+@contextlib.contextmanager
+def profile(out_dir: str | os.PathLike[str], *, wait: int = 1, warmup: int = 1, active: int = 3,
+            repeat: int = 1, skip_first: int = 0, record_shapes: bool = True,
+            profile_memory: bool = False, with_stack: bool = False, with_flops: bool = False,
+            activities: Iterable[Any] | None = None, sync: bool = True,
+            sync_rounds: int = DEFAULT_ROUNDS,
+            cuda_profiler_api: bool = False) -> Iterator[Capture]:
+    """Profile the block with ``torch.profiler`` into ``out_dir`` (see the module docstring).
+
+    ``wait``/``warmup``/``active``/``repeat``/``skip_first`` are the ``torch.profiler.schedule``
+    arguments; the flags are passed to ``torch.profiler.profile``. ``activities`` defaults to
+    CPU, plus CUDA when available. ``sync=False`` turns the clock-sync probe off;
+    ``cuda_profiler_api=True`` also brackets each active window with
+    ``cudaProfilerStart/Stop`` (for ``nsys --capture-range=cudaProfilerApi``).
+    """
+    if active < 1 or wait < 0 or warmup < 0 or repeat < 0 or skip_first < 0:
+        raise TraceviewError(f"bad schedule: wait={wait} warmup={warmup} active={active} "
+                             f"repeat={repeat} skip_first={skip_first}")
+    torch = import_torch()
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+    from torch.profiler import schedule as torch_schedule
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ident = identity(torch.distributed)
+    if activities is None:
+        activities = [ProfilerActivity.CPU] + (
+            [ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    sched = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat,
+             "skip_first": skip_first}
+    options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
+               "with_stack": with_stack, "with_flops": with_flops,
+               "activities": [str(a).rsplit(".", 1)[-1] for a in activities],
+               "sync": sync, "sync_rounds": sync_rounds, "cuda_profiler_api": cuda_profiler_api}
+    peers = _peers(torch, ident, _file_name(ident, None if repeat == 1 else 0))
+    run_path = out / RUN_FILE
+    info = _run_info(torch, ident, peers, schedule=sched, options=options)
+    if ident.rank == 0:
+        _write_json(run_path, info)
+
+    handle: Capture | None = None
+
+    def on_ready(prof: Any) -> None:
+        assert handle is not None
+        handle._trace_ready(prof)
+
+    prof = torch_profile(activities=list(activities), schedule=torch_schedule(**sched),
+                         on_trace_ready=on_ready, record_shapes=record_shapes,
+                         profile_memory=profile_memory, with_stack=with_stack,
+                         with_flops=with_flops)
+    handle = Capture(torch, prof, out, ident, repeat=repeat, sync=sync,
+                     sync_rounds=sync_rounds, cuda_profiler_api=cuda_profiler_api)
+    failed = False
+    prof.start()
+    try:
+        if handle._recording():
+            handle._window_start()
+        yield handle
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        if handle._in_window and not failed:
+            handle._window_end()
+        prof.stop()
+        if ident.rank == 0:
+            info.update(completed=not failed, steps=handle.steps,
+                        windows_written=len(handle.files),
+                        files_written=[p.name for p in handle.files])
+            _write_json(run_path, info)
