@@ -95,8 +95,8 @@ def kernels(export: Export, *, launch_args: bool = True) -> pl.DataFrame:
         schema |= {c: I64 for c in extra}
     frame = read_frame(export, f"SELECT {select} FROM {KERNEL}", schema, numeric=True)
     frame = _gpu_staging(frame, "kernel", KERNEL)
-    if launch_args:
-        frame = frame.with_columns(
+    if launch_args:  # JSON text built once per distinct launch configuration
+        combos = frame.select(extra).unique().with_columns(
             pl.concat_str(
                 pl.lit('{"grid":['), pl.col("gridX"), pl.lit(","), pl.col("gridY"), pl.lit(","),
                 pl.col("gridZ"), pl.lit('],"block":['), pl.col("blockX"), pl.lit(","),
@@ -104,8 +104,8 @@ def kernels(export: Export, *, launch_args: bool = True) -> pl.DataFrame:
                 pl.lit('],"registers per thread":'), pl.col("registersPerThread"),
                 pl.lit(',"shared memory":'),
                 pl.col("staticSharedMemory") + pl.col("dynamicSharedMemory"),
-                ignore_nulls=False).alias("launch_json"),
-        ).drop(extra)
+                ignore_nulls=False).alias("launch_json"))
+        frame = frame.join(combos, on=list(extra), how="left", nulls_equal=True).drop(extra)
     return frame
 
 
