@@ -1,0 +1,280 @@
+"""Is this run analysable? Pure checks over a run's tables -> problems, each with the fix.
+
+Input: ``files``, one row per trace file (``file_id``, ``path``, ``rank``, ``rank_from``,
+``world_size``, ``warnings`` (JSON list), ``dropped`` (JSON object), ``error`` (null when the
+file was read)), and the ``events`` of the readable files (schema of :mod:`traceview.schema`,
+``file_id`` pointing into ``files``). Optionally the ``run.json`` that
+:func:`traceview.capture.profile` writes. :func:`validate_traceset` builds the tables from an
+opened :class:`~traceview.traceset.TraceSet`; ``traceview validate`` opens each file on its own
+so that duplicated ranks and unreadable files are reported instead of stopping the run.
+
+Checks (``Problem.code``):
+
+* ``unreadable_file``, ``truncated_file`` (per file), ``no_rank`` (a file of a multi-file run
+  names no rank);
+* ``duplicate_rank`` (two files claim one rank), ``missing_rank`` (a rank of
+  ``0 .. world_size - 1`` wrote nothing; the world size comes from run.json, else the largest the
+  traces claim), ``unexpected_rank``, ``world_size_mismatch``;
+* ``no_steps`` (no ``ProfilerStep#N`` range on a rank);
+* ``no_anchors`` (a rank of a multi-rank run has no blocking collective matched with another
+  rank: no ``traceview::sync`` probe and no collectives, so clocks cannot be aligned);
+* ``windows_disjoint`` (a rank's recorded time span does not overlap the reference rank's, on
+  the raw clocks), ``steps_disjoint`` (no profiler step number in common with the reference).
+
+The reference rank is the lowest rank present. Cross-rank checks use the first file of each
+rank.
+
+>>> from traceview.schema import events_frame
+>>> ev = events_frame([dict(rank=0, file_id=0, source="kineto", kind="user_annotation",
+...                         name="ProfilerStep#2", ts_ns=0, dur_ns=10)])
+>>> files = files_frame([dict(file_id=0, path="rank-0.json", rank=0, world_size=1)])
+>>> [p.code for p in validate(ev, files)]
+[]
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+import polars as pl
+
+from traceview.capture_sync import SYNC_NAME
+
+FILES_SCHEMA: dict[str, pl.DataType] = {
+    "file_id": pl.Int32, "path": pl.String, "rank": pl.Int32, "rank_from": pl.String,
+    "world_size": pl.Int32, "warnings": pl.String, "dropped": pl.String, "error": pl.String,
+}
+
+#: Kinds whose timestamps are not recorded activity (excluded from a rank's time window).
+_NOT_ACTIVITY = ("metadata",)
+
+FIX = {
+    "unreadable_file": "the file is not a trace traceview can read: re-export it "
+                       "(prof.export_chrome_trace / nsys export --type sqlite), and make sure the "
+                       "job was not killed while writing it",
+    "truncated_file": "the trace was cut off while being written: let every rank leave the "
+                      "profiler block (traceview.capture.profile or prof.stop()) before the "
+                      "process exits, do not kill ranks at a timeout, and check free disk space",
+    "no_rank": "the trace names no rank: initialise torch.distributed before starting the "
+               "profiler (Kineto then writes distributedInfo.rank) or name files rank-<R>.*; "
+               "traceview.capture.profile does both",
+    "duplicate_rank": "each rank must write exactly one file per run: remove traces left from "
+                      "an earlier run (write each run to a fresh directory) or use "
+                      "traceview.capture.profile, whose file names carry rank, host and pid",
+    "missing_rank": "every rank must run the profiler, not only rank 0: call "
+                    "traceview.capture.profile (or torch.profiler) on all ranks, and check this "
+                    "rank's log for a crash before it wrote its trace",
+    "unexpected_rank": "the directory mixes runs of different sizes: write each run to its "
+                       "own directory",
+    "world_size_mismatch": "the files come from runs with different world sizes: write each "
+                           "run to its own directory",
+    "no_steps": "call prof.step() once per training iteration inside the profiler block "
+                "(traceview.capture.profile handle.step()), with a schedule whose active >= 1",
+    "no_anchors": "give the alignment blocking collectives inside the active window: keep the "
+                  "traceview::sync probe of traceview.capture.profile on (sync=True) or call "
+                  "dist.barrier() inside the profiled steps",
+    "windows_disjoint_clock": "the ranks profiled the same steps but their clocks differ: "
+                              "synchronise the hosts' clocks (chrony/NTP) and keep the "
+                              "traceview::sync probe on so traceview align can correct the rest",
+    "windows_disjoint": "profile the same iterations on every rank: use one schedule "
+                        "(wait/warmup/active) on all ranks and call prof.step() on every rank "
+                        "every iteration",
+    "steps_disjoint": "profile the same iterations on every rank: use one schedule "
+                      "(wait/warmup/active) on all ranks and call prof.step() on every rank "
+                      "every iteration",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a run, and what to change in the capture."""
+
+    code: str
+    message: str
+    fix: str
+    rank: int | None = None
+    file: str | None = None
+    files: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def files_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """A typed ``files`` table from a few dicts (missing columns are null)."""
+    full = [{k: r.get(k) for k in FILES_SCHEMA} for r in rows]
+    return pl.DataFrame(full, schema=FILES_SCHEMA, orient="row")
+
+
+def _problem(code: str, message: str, *, rank: int | None = None, file: str | None = None,
+             files: list[str] | None = None, fix: str | None = None) -> Problem:
+    return Problem(code=code, message=message, fix=fix or FIX[code], rank=rank, file=file,
+                   files=files or [])
+
+
+def check_files(files: pl.DataFrame, *, run_info: dict[str, Any] | None = None) -> list[Problem]:
+    """File-level checks: unreadable, truncated, no rank, duplicates, missing ranks."""
+    out: list[Problem] = []
+    rows = files.sort("file_id").to_dicts()
+    readable = [r for r in rows if r["error"] is None]
+    seen: set[int] = set()
+    for r in rows:
+        if r["file_id"] in seen:  # a file holding several ranks (nsys): file checks once
+            continue
+        seen.add(r["file_id"])
+        if r["error"] is not None:
+            out.append(_problem("unreadable_file", f"{r['path']}: {r['error']}", file=r["path"]))
+            continue
+        warnings = orjson.loads(r["warnings"] or "[]")
+        dropped = orjson.loads(r["dropped"] or "{}")
+        cut = [w for w in warnings if "truncated" in w]
+        if cut or dropped.get("truncated"):
+            out.append(_problem("truncated_file", f"{r['path']}: "
+                                + ("; ".join(cut) or "input is truncated"),
+                                rank=r["rank"], file=r["path"]))
+        if r["rank_from"] == "default" and len(rows) > 1:
+            out.append(_problem("no_rank", f"{r['path']}: names no rank (read as rank "
+                                f"{r['rank']})", file=r["path"]))
+    by_rank: dict[int, list[str]] = {}
+    for r in readable:
+        if r["rank"] is not None:
+            by_rank.setdefault(int(r["rank"]), []).append(r["path"])
+    for rank, paths in sorted(by_rank.items()):
+        if len(paths) > 1:
+            out.append(_problem("duplicate_rank", f"rank {rank} is claimed by {len(paths)} "
+                                f"files: {', '.join(paths)}", rank=rank, file=paths[1],
+                                files=paths))
+    claimed = sorted({int(r["world_size"]) for r in readable if r["world_size"] is not None})
+    expected = (run_info or {}).get("world_size")
+    if len(claimed) > 1:
+        out.append(_problem("world_size_mismatch", f"the traces claim world sizes "
+                            f"{', '.join(map(str, claimed))}"))
+    if expected is None and claimed:
+        expected = claimed[-1]
+    if expected is None or not readable:
+        return out
+    expected = int(expected)
+    expected_files = {int(p["rank"]): p.get("file") for p in (run_info or {}).get("ranks", [])
+                      if isinstance(p, dict) and p.get("rank") is not None}
+    source = "run.json" if (run_info or {}).get("world_size") is not None else "the traces"
+    for rank in range(expected):
+        if rank not in by_rank:
+            out.append(_problem("missing_rank", f"rank {rank} of world size {expected} (from "
+                                f"{source}) has no trace", rank=rank,
+                                file=expected_files.get(rank)))
+    for rank in sorted(r for r in by_rank if r >= expected):
+        out.append(_problem("unexpected_rank", f"rank {rank} is outside world size {expected} "
+                            f"(from {source})", rank=rank, file=by_rank[rank][0]))
+    return out
+
+
+def _first_file_per_rank(events: pl.LazyFrame, files: pl.DataFrame) -> pl.LazyFrame:
+    first = (files.filter(pl.col("error").is_null() & pl.col("rank").is_not_null())
+             .sort("file_id").unique("rank", keep="first").select("file_id"))
+    return events.join(first.lazy(), on="file_id", how="semi")
+
+
+def rank_windows(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """Per rank: first start and last end of recorded activity (raw clock), sync-span count.
+
+    Columns: rank, start_ns, end_ns, events, sync_spans.
+    """
+    return (
+        events.lazy()
+        .filter(~pl.col("kind").cast(pl.String).is_in(list(_NOT_ACTIVITY)))
+        .group_by("rank")
+        .agg(start_ns=pl.col("ts_ns").min(),
+             end_ns=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max(),
+             events=pl.len(),
+             sync_spans=(pl.col("name").cast(pl.String) == SYNC_NAME).sum())
+        .sort("rank")
+        .collect()
+    )
+
+
+def check_events(events: pl.LazyFrame | pl.DataFrame, *, world_size: int | None = None
+                 ) -> list[Problem]:
+    """Event-level checks over one file per rank: steps, anchors, overlapping windows."""
+    from traceview.align import anchors_from
+    from traceview.analyses.collective_match import comm_events, match_collectives
+    from traceview.steps import step_ranges
+
+    ev = events.lazy()
+    windows = rank_windows(ev)
+    ranks = windows.get_column("rank").to_list()
+    if not ranks:
+        return []
+    out: list[Problem] = []
+    steps = step_ranges(ev).collect()
+    step_sets = {int(r): set(g.get_column("step").to_list())
+                 for (r,), g in steps.group_by("rank")}
+    for rank in ranks:
+        if not step_sets.get(rank):
+            out.append(_problem("no_steps", f"rank {rank} has no ProfilerStep#N range, so "
+                                "per-step analyses and step windows have nothing to use",
+                                rank=rank))
+    if len(ranks) >= 2:
+        frame = ev.collect()
+        anchors = anchors_from(match_collectives(comm_events(frame)))
+        per = dict(anchors.group_by("rank").agg(n=pl.len()).rows())
+        sync = dict(windows.select("rank", "sync_spans").rows())
+        for rank in ranks:
+            if not per.get(rank):
+                out.append(_problem(
+                    "no_anchors", f"rank {rank} has no blocking collective matched with another "
+                    f"rank ({sync.get(rank, 0)} {SYNC_NAME} spans): its clock cannot be aligned",
+                    rank=rank))
+    ref = windows.row(0, named=True)
+    ref_steps = step_sets.get(ref["rank"], set())
+    for w in windows.iter_rows(named=True):
+        if w["rank"] == ref["rank"]:
+            continue
+        own_steps = step_sets.get(w["rank"], set())
+        common = own_steps & ref_steps
+        overlap = min(w["end_ns"], ref["end_ns"]) - max(w["start_ns"], ref["start_ns"])
+        if overlap <= 0:
+            gap_s = -overlap / 1e9
+            when = "after" if w["start_ns"] >= ref["end_ns"] else "before"
+            same_steps = bool(common)
+            out.append(_problem(
+                "windows_disjoint",
+                f"rank {w['rank']}'s recorded span starts {gap_s:.3f} s {when} rank "
+                f"{ref['rank']}'s ends (raw clocks); "
+                + ("they share profiler steps " + _steps_text(common)
+                   + ", so the hosts' clocks differ" if same_steps else
+                   "their profiler steps are " + _steps_text(own_steps) + " and "
+                   + _steps_text(ref_steps)),
+                rank=w["rank"],
+                fix=FIX["windows_disjoint_clock" if same_steps else "windows_disjoint"]))
+        if own_steps and ref_steps and not common:
+            out.append(_problem(
+                "steps_disjoint", f"rank {w['rank']} profiled steps {_steps_text(own_steps)}, "
+                f"rank {ref['rank']} steps {_steps_text(ref_steps)}: none in common",
+                rank=w["rank"]))
+    return out
+
+
+def _steps_text(steps: set[int]) -> str:
+    if not steps:
+        return "none"
+    s = sorted(steps)
+    return f"{s[0]}..{s[-1]}" if len(s) > 1 else str(s[0])
+
+
+def validate(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame, *,
+             run_info: dict[str, Any] | None = None) -> list[Problem]:
+    """All checks: :func:`check_files`, then :func:`check_events` on one file per rank."""
+    problems = check_files(files, run_info=run_info)
+    ev = _first_file_per_rank(events.lazy(), files)
+    return problems + check_events(ev, world_size=(run_info or {}).get("world_size"))
+
+
+def validate_traceset(ts: Any, *, run_info: dict[str, Any] | None = None) -> list[Problem]:
+    """:func:`validate` for an opened TraceSet (whose ranks are already unique)."""
+    files = ts.files.select("file_id", "path", "warnings", "dropped").join(
+        ts.ranks.select("file_id", "rank", "rank_from", "world_size"), on="file_id", how="left")
+    files = files.with_columns(error=pl.lit(None, pl.String)).select(list(FILES_SCHEMA)).cast(
+        FILES_SCHEMA)
+    return validate(ts.events, files, run_info=run_info)
