@@ -65,12 +65,13 @@ def export_command(path: Path) -> str:
 
 
 def parse(path: Path, *, include_osrt: bool = False, rank_map: dict | None = None,
-          launch_args: bool = True, use_adbc: bool | None = None,
+          launch_args: bool = False, use_adbc: bool | None = None,
           **_ignored: Any) -> ParsedFile:
     """Parse one nsys SQLite export (or convert a ``.nsys-rep`` when ``nsys`` is installed).
 
     ``rank_map``: ``{pid: rank}`` for the processes of a multi-process report. ``launch_args``:
-    keep kernel grid/block/registers/shared memory in args_json (slower on huge exports).
+    also keep kernel grid/block/registers/shared memory in args_json (off by default: it
+    roughly doubles the parse time of kernel-heavy exports).
     ``use_adbc``: read numeric tables through ``adbc-driver-sqlite`` (None = when installed).
     """
     path = Path(path)
