@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "traceview.cli_core",
     "traceview.cli_dist",
     "traceview.cli_gpu",
+    "traceview.cli_report",
     "traceview.cli_capture",
 )
 

@@ -1,0 +1,237 @@
+"""Subcommands for people and for CI: ``report``, ``diff``, ``baseline``, ``check``,
+``export-perfetto``.
+
+``--json`` contracts (fields may be added, never renamed):
+
+* ``diff``: ``{"test", "base_rank_steps", "test_rank_steps", "metrics": [{"metric", "base",
+  "test", "change", "change_pct", "p_value", "significant", "test_method", ...}],
+  "kernels": [...], "cpu_ops": [...], "collectives": [...], "contributors": [{"kind", "name",
+  "base_ns", "test_ns", "delta_ns", "share_of_step_change"}]}``
+* ``check``: ``{"status", "exit_code", "counts", "metrics": [{"metric", "unit", "baseline",
+  "now", "allowed", "tolerance_pct", "change_pct", "status", "note"}]}``
+* ``report`` / ``export-perfetto`` / ``baseline``: ``{"output", ...counts}``.
+
+``check`` exits 0 within tolerance, 1 on a regression, 2 on bad input (unreadable traces or
+baseline, bad ``--tolerance``). The CLI only formats: numbers come from the analyses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+from traceview.cli_common import (
+    add_input_args, add_json_arg, add_window_args, dumps, emit_json, open_traceset, parse_ranks,
+    parse_steps,
+)
+from traceview.errors import UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="one self-contained HTML report of a run")
+    _inputs(p)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
+    p.add_argument("--title", default=None, help="report title")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="kernels / gaps to list")
+    p.set_defaults(run=run_report)
+
+    p = sub.add_parser("diff", help="compare two runs: step time, comm, idle, kernels, "
+                                    "collectives, with a significance test")
+    p.add_argument("base", metavar="BASE", help="baseline run (traces, folder or store)")
+    p.add_argument("test", metavar="TEST", help="run to compare")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="contributors to list")
+    _shared(p)
+    p.set_defaults(run=run_diff)
+
+    p = sub.add_parser("baseline", help="write the CI gate's baseline metrics of a run")
+    _inputs(p)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="baseline JSON to write")
+    p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=PCT",
+                   help="store a tolerance for a metric in the baseline (repeatable; all=PCT)")
+    p.set_defaults(run=run_baseline)
+
+    p = sub.add_parser("check", help="CI gate: exit 1 if a metric regressed past its tolerance")
+    _inputs(p)
+    p.add_argument("--baseline", required=True, metavar="FILE", help="from `traceview baseline`")
+    p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=PCT",
+                   help="allowed increase in percent (repeatable; all=PCT sets every metric)")
+    p.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
+    p.set_defaults(run=run_check)
+
+    p = sub.add_parser("export-perfetto",
+                       help="all ranks on the aligned timeline in one Chrome-trace file")
+    _inputs(p)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSON file to write")
+    p.set_defaults(run=run_export)
+
+
+def _shared(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--skip-bad", action="store_true", help="skip unreadable files")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
+    p.add_argument("--cache-dir", metavar="DIR", help="where the Parquet cache lives")
+    add_window_args(p)
+    p.add_argument("--align", choices=("auto", "collectives", "host", "none"), default="auto",
+                   help="clock alignment across ranks (default auto)")
+    add_json_arg(p)
+
+
+def _inputs(p: argparse.ArgumentParser) -> None:
+    add_input_args(p)
+    add_window_args(p)
+    p.add_argument("--align", choices=("auto", "collectives", "host", "none"), default="auto",
+                   help="clock alignment across ranks (default auto)")
+    add_json_arg(p)
+
+
+def _open(args: argparse.Namespace, paths: list[str] | None = None) -> Any:
+    """(TraceSet, windowed events DataFrame)."""
+    from traceview.analyses.window import Window, select
+
+    ns = argparse.Namespace(**vars(args))
+    if paths is not None:
+        ns.paths, ns.rank_map = paths, []
+    ts = open_traceset(ns)
+    window = Window(ranks=parse_ranks(args.ranks), steps=parse_steps(args.steps),
+                    skip_warmup=args.skip_warmup)
+    return ts, select(ts.events, window).collect()
+
+
+def _write_text(path: str, text: str) -> None:
+    target = Path(path)
+    if target.parent and not target.parent.exists():
+        raise UsageError(f"{path}: directory does not exist")
+    target.write_text(text, encoding="utf-8")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from traceview.report import gather, write_html
+
+    ts, ev = _open(args)
+    title = args.title or "traceview report: " + ", ".join(Path(p).name for p in args.paths)
+    data = gather(ev, ranks=ts.ranks, title=title, top=args.top, align=args.align)
+    buf = io.StringIO()
+    figures = write_html(data, buf)
+    _write_text(args.output, buf.getvalue())
+    sections = {k: v for k, v in data.notes.items()}
+    if args.json:
+        emit_json({"output": args.output, "figures": figures, "ranks": data.meta["ranks"],
+                   "partial_sections": sections, "worst_straggler": data.worst_straggler})
+        return 0
+    print(f"wrote {args.output} ({figures} figures, {data.meta['ranks']} ranks)")
+    for section, items in sections.items():
+        for item in items:
+            print(f"note: {section}: {item}")
+    return 0
+
+
+def _fmt_ns(v: float | None) -> str:
+    return "-" if v is None else f"{v / 1e6:.3f}"
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    from traceview.diff import diff_tables, run_tables
+
+    _, base = _open(args, [args.base])
+    _, test = _open(args, [args.test])
+    res = diff_tables(run_tables(base), run_tables(test), alpha=args.alpha, top=args.top)
+    if args.json:
+        emit_json(res.to_dict())
+        return 0
+    print(f"base: {args.base} ({res.base_rank_steps} rank-steps)   "
+          f"test: {args.test} ({res.test_rank_steps} rank-steps)")
+    print("significance: two-sided Mann-Whitney U over per-step samples, "
+          f"alpha {args.alpha:g}")
+    print(f"{'metric':<18}{'base_ms':>12}{'test_ms':>12}{'change_ms':>12}{'change':>9}"
+          f"{'p':>10}  significant")
+    for r in res.metrics.iter_rows(named=True):
+        pct = "-" if r["change_pct"] is None else f"{100 * r['change_pct']:+.1f}%"
+        p = "-" if r["p_value"] is None else f"{r['p_value']:.2g}"
+        sig = "-" if r["significant"] is None else ("yes" if r["significant"] else "no")
+        print(f"{r['metric']:<18}{_fmt_ns(r['base']):>12}{_fmt_ns(r['test']):>12}"
+              f"{_fmt_ns(r['change']):>12}{pct:>9}{p:>10}  {sig}"
+              + (f"  ({r['note']})" if r["note"] else ""))
+    print(f"\nTop contributors (ms per rank-step, test - base)")
+    for r in res.contributors.iter_rows(named=True):
+        name = r["name"] if len(r["name"]) <= 70 else r["name"][:69] + "…"
+        print(f"{r['kind']:<11}{_fmt_ns(r['base_ns']):>10}{_fmt_ns(r['test_ns']):>10}"
+              f"{_fmt_ns(r['delta_ns']):>10}  {name}")
+    return 0
+
+
+def _inputs_info(ts: Any, ev: Any) -> dict[str, Any]:
+    import polars as pl
+
+    files = sorted(Path(p).name for p in ts.files["path"].to_list())
+    return {"files": files, "ranks": ev.select(pl.col("rank").n_unique()).item() if ev.height
+            else 0}
+
+
+def run_baseline(args: argparse.Namespace) -> int:
+    from traceview import gate
+
+    tolerances = gate.parse_tolerances(args.tolerance)
+    ts, ev = _open(args)
+    metrics, notes = gate.extract_metrics(ev, ranks=ts.ranks, align=args.align)
+    doc = gate.baseline(metrics, notes, inputs=_inputs_info(ts, ev), tolerances=tolerances)
+    _write_text(args.output, dumps(doc) + "\n")
+    if args.json:
+        emit_json({"output": args.output, "metrics": doc["metrics"]})
+        return 0
+    print(f"wrote {args.output}")
+    for name, entry in doc["metrics"].items():
+        unit = entry["unit"]
+        v = entry["value"]
+        shown = "-" if v is None else (f"{v / 1e6:.3f} ms" if unit == "ns" else f"{v:.4f}")
+        print(f"  {name:<36}{shown:>14}" + (f"  ({entry['note']})" if "note" in entry else ""))
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from traceview import gate
+
+    tolerances = gate.parse_tolerances(args.tolerance)
+    path = Path(args.baseline)
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise gate.BaselineError(f"{path}: cannot read baseline ({exc.strerror})") from None
+    doc = gate.read_baseline(text, source=str(path))
+    ts, ev = _open(args)
+    metrics, notes = gate.extract_metrics(ev, ranks=ts.ranks, align=args.align)
+    result = gate.check(metrics, doc, tolerances=tolerances, now_notes=notes)
+    if args.junit:
+        _write_text(args.junit, gate.junit_xml(result))
+    if args.json:
+        emit_json(result.to_dict())
+        return result.exit_code
+    for row in result.rows.iter_rows(named=True):
+        mark = {"ok": "ok  ", "regression": "FAIL", "missing": "FAIL"}.get(row["status"], "skip")
+        print(f"{mark} {gate.describe(row)}")
+    counts = result.to_dict()["counts"]
+    failed = counts.get("regression", 0) + counts.get("missing", 0)
+    print(f"check: {'REGRESSION' if result.failed else 'ok'}: {counts.get('ok', 0)} ok, "
+          f"{failed} failed, {len(result.rows) - counts.get('ok', 0) - failed} skipped",
+          file=sys.stdout)
+    return result.exit_code
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from traceview.perfetto import export
+
+    ts, ev = _open(args)
+    buf = io.StringIO()
+    info = export(ev, buf, ranks=ts.ranks, align=args.align)
+    _write_text(args.output, buf.getvalue())
+    if args.json:
+        emit_json({"output": args.output, **info})
+        return 0
+    print(f"wrote {args.output}: {info['events']} events, {info['ranks']} ranks "
+          f"(one process each), {info['gaps']} idle gaps, {info['waits']} collective waits; "
+          f"alignment {', '.join(info['alignment']) or 'none'}"
+          + (f"; stragglers: {', '.join(map(str, info['stragglers']))}"
+             if info["stragglers"] else ""))
+    return 0
