@@ -35,6 +35,11 @@ from traceview.naming import collective_from_text, copy_kind_from_name, dtype_by
 from traceview.parsers import ParsedFile, RankInfo
 from traceview.parsers.json_input import read_bytes, repair_text, salvage_events
 
+try:  # the C fast path; without it (no compiler at install) the tolerant path does all
+    from traceview import _kineto_scan
+except ImportError:  # pragma: no cover - exercised by setting the module to None in tests
+    _kineto_scan = None
+
 #: Bump when the parser's output for the same input changes (invalidates caches).
 PARSER_VERSION = 2
 
@@ -110,12 +115,19 @@ def parse(path: Path, **_options: object) -> ParsedFile:
     warnings: list[str] = []
     data = read_bytes(path, warnings)
     dropped: dict[str, int] = {}
-    events, header = _decode(path, data, warnings, dropped)
+    fast = _scan_fast(path, data)
+    if fast is not None:
+        base, header = fast
+        input_events = base.num_rows
+    else:
+        events, header = _decode(path, data, warnings, dropped)
+        input_events = len(events) + sum(dropped.values())
+        events = _pair_begin_end(events, dropped)
+        base = _columns_from_structs(events)
+        del events
     del data
-    input_events = len(events) + sum(dropped.values())
-    events = _pair_begin_end(events, dropped)
     base_ns = _as_int(header.get("baseTimeNanoseconds")) or 0
-    table = _events_table(events, base_ns, dropped, warnings)
+    table = _events_table(base, base_ns, dropped, warnings)
     rank_info = _rank_info(path, header, base_ns, warnings)
     return ParsedFile(
         path=str(path),
@@ -129,6 +141,71 @@ def parse(path: Path, **_options: object) -> ParsedFile:
 
 
 # --------------------------------------------------------------------------- decoding
+
+
+class _Top(msgspec.Struct):
+    """The top level with the event array left as raw bytes, for the C scanner."""
+
+    traceEvents: msgspec.Raw = _NULL  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    host_name: Any = None
+    nodes: Any = None
+
+
+_RAW_COLUMNS: dict[str, pa.DataType] = {
+    "ph": pa.large_string(), "category": pa.large_string(), "name": pa.large_string(),
+    "pid": pa.int64(), "pid_label": pa.large_string(), "tid": pa.int64(),
+    "tid_label": pa.large_string(), "ts_ns": pa.int64(), "dur_ns": pa.int64(),
+    "flow_id": pa.int64(), "args_json": pa.large_string(),
+    **{attr: pa.large_string() if attr in ("collective_name", "pg_name", "pg_desc", "pg_ranks",
+                                          "dtype") else pa.int64() for attr in _ARG_FIELDS},
+}
+
+
+def _scan_fast(path: Path, data: bytes) -> tuple[pa.Table, dict[str, Any]] | None:
+    """The C scanner over well-formed input; None sends the caller to the tolerant path."""
+    if _kineto_scan is None:
+        return None
+    try:
+        if data.lstrip()[:1] == b"[":
+            raw, header = data, {}
+        else:
+            top = msgspec.json.decode(data, type=_Top)
+            if bytes(memoryview(top.traceEvents)[:1]) != b"[":
+                return None  # no event array: the tolerant path words the error
+            raw = top.traceEvents
+            header = {"distributedInfo": top.distributedInfo,
+                      "deviceProperties": top.deviceProperties,
+                      "baseTimeNanoseconds": top.baseTimeNanoseconds,
+                      "host_name": top.host_name}
+        rows, columns = _kineto_scan.scan(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        return None
+    arrays = {}
+    for name, typ in _RAW_COLUMNS.items():
+        buffers = columns[name]
+        if buffers is None:
+            arrays[name] = pa.nulls(rows, typ)
+        elif len(buffers) == 2:
+            arrays[name] = pa.Array.from_buffers(typ, rows, [pa.py_buffer(buffers[1]),
+                                                             pa.py_buffer(buffers[0])])
+        else:
+            arrays[name] = pa.Array.from_buffers(typ, rows, [pa.py_buffer(buffers[2]),
+                                                             pa.py_buffer(buffers[1]),
+                                                             pa.py_buffer(buffers[0])])
+    try:
+        for name, typ in _RAW_COLUMNS.items():
+            if typ == pa.large_string():
+                arrays[name].validate(full=True)  # invalid UTF-8: let the tolerant path repair
+    except pa.ArrowInvalid:
+        return None
+    table = _table(arrays)  # not pa.table(): that imports pandas (~0.3 s per worker)
+    if columns["begin_end_events"]:
+        return None  # begin/end pairs are matched by the tolerant path
+    return table, header
+
 
 
 def _decode(path: Path, data: bytes, warnings: list[str],
@@ -320,12 +397,16 @@ def _args_columns(args: list[Any]) -> dict[str, pa.Array]:
     return columns
 
 
-def _events_table(events: list[_Event], base_ns: int, dropped: dict[str, int],
-                  warnings: list[str]) -> pa.Table:
+def _table(columns: dict[str, pa.Array]) -> pa.Table:
+    return pa.Table.from_arrays(list(columns.values()), names=list(columns))
+
+
+def _columns_from_structs(events: list[_Event]) -> pa.Table:
+    """The raw columns of the tolerant path (same layout as the C scanner's)."""
     pid, pid_label = _split_ids(list(map(attrgetter("pid"), events)))
     tid, tid_label = _split_ids(list(map(attrgetter("tid"), events)))
     args_raw = list(map(attrgetter("args"), events))
-    base = pa.table({
+    base = _table({
         "ph": _any_column(list(map(attrgetter("ph"), events)), pa.string()),
         "name": _any_column(list(map(attrgetter("name"), events)), pa.string()),
         "category": _any_column(list(map(attrgetter("cat"), events)), pa.string()),
@@ -336,7 +417,17 @@ def _events_table(events: list[_Event], base_ns: int, dropped: dict[str, int],
         "args_json": _raw_strings(args_raw),
         **_args_columns(_decode_args(args_raw)),
     })
-    del events, args_raw
+    times = pl.from_arrow(base.select(["ts_text", "dur_text"])).select(
+        decimal_us_to_ns(pl.col("ts_text")).alias("ts_ns"),
+        decimal_us_to_ns(pl.col("dur_text")).alias("dur_ns"))
+    return (base.drop_columns(["ts_text", "dur_text"])
+            .append_column("ts_ns", times["ts_ns"].to_arrow())
+            .append_column("dur_ns", times["dur_ns"].to_arrow()))
+
+
+def _events_table(base: pa.Table, base_ns: int, dropped: dict[str, int],
+                  warnings: list[str]) -> pa.Table:
+    """Derive every schema column from the raw columns, count what cannot be stored."""
     frame = _derive(pl.from_arrow(base), base_ns)
     missing_ts = frame.filter(pl.col("ts_ns").is_null() & (pl.col("kind") != "metadata")).height
     if missing_ts:
@@ -383,8 +474,7 @@ def _derive(frame: pl.DataFrame, base_ns: int) -> pl.DataFrame:
     return (
         frame.with_columns(
             kind.alias("kind"),
-            (decimal_us_to_ns(pl.col("ts_text")) + base_ns).alias("ts_ns"),
-            decimal_us_to_ns(pl.col("dur_text")).alias("dur_ns"),
+            (pl.col("ts_ns") + base_ns).alias("ts_ns"),
             pl.lit("kineto").alias("source"),
             pl.lit(0, dtype=pl.Int32).alias("rank"),
             pl.lit(0, dtype=pl.Int32).alias("file_id"),

@@ -211,3 +211,10 @@ def test_input_files_are_not_modified(tmp_path):
     after = {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
              for p in copy.iterdir()}
     assert before == after
+
+
+def test_lazy_events_outlive_an_uncached_traceset(tmp_path):
+    import traceview
+
+    path = _trace(tmp_path, "rank-0.json", rank=0, n=4)
+    assert traceview.open(path, cache=False).events.collect().height == 4

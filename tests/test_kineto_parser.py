@@ -235,3 +235,29 @@ def test_rank_sources(tmp_path):
     assert any("no rank" in w for w in info.warnings)
     nothing = write_trace(tmp_path / "trace.json", [])
     assert kineto.parse(nothing).ranks[0].rank is None
+
+
+CORPUS_SAMPLES = [
+    "hta-tests-data/tests/data/nccl_parser_config/nccl_data.json.gz",
+    "hta-tests-data/tests/data/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "hta-tests-data/tests/data/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.pt.trace.json.gz",
+    "tracelens/tests/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz",
+    "hta-tests-data/tests/data/trace_file_list/inference_rank_1.json.gz",
+]
+
+
+@pytest.mark.parametrize("relative", CORPUS_SAMPLES)
+def test_fast_and_tolerant_paths_store_identical_tables(relative, corpus, monkeypatch):
+    """The C scanner is only an optimisation: both paths must give the same table."""
+    path = corpus / relative
+    fast = kineto.parse(path)
+    monkeypatch.setattr(kineto, "_kineto_scan", None)
+    slow = kineto.parse(path)
+    assert fast.input_events == slow.input_events and fast.dropped == slow.dropped
+    assert fast.events.equals(slow.events), relative
+
+
+def test_fast_path_is_built():
+    # CI machines have a compiler: the C fast path must be there, not silently missing.
+    assert kineto._kineto_scan is not None

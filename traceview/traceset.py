@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -122,8 +124,10 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
         return _open_store(stores[0])
     keep_alive = None
     if not cache:
-        keep_alive = tempfile.TemporaryDirectory(prefix="traceview-")
-        cache_dir = keep_alive.name
+        # Lazy frames read these Parquet files after this function returns, possibly after the
+        # TraceSet is gone (``open(p, cache=False).events.collect()``): remove them at exit.
+        cache_dir = tempfile.mkdtemp(prefix="traceview-")
+        atexit.register(shutil.rmtree, cache_dir, ignore_errors=True)
     elif cache_dir is None:
         cache_dir = store.default_cache_dir()
     result = ingest(items, cache_dir=cache_dir, skip_bad=skip_bad, rank_map=rank_map,

@@ -1,0 +1,692 @@
+/*
+ * Fast path of the Kineto parser: one pass over the bytes of a `traceEvents` array that fills
+ * Arrow-ready column buffers directly, with no Python object per event.
+ *
+ * It reads the keys every event has (ph, cat, name, pid, tid, ts, dur, id, args), keeps the
+ * complete raw text of `args` (lossless), and pulls the few args keys that become columns.
+ * `ts` and `dur` are converted from their decimal text to exact int64 nanoseconds (digits beyond
+ * the nanosecond round half to even, as the Decimal path in kineto.py does).
+ *
+ * Anything unusual (malformed JSON, NaN tokens, an element that is not an object) makes scan()
+ * raise ValueError; the caller then uses the tolerant pure-Python path, which repairs and
+ * salvages. So this file only has to be right for well-formed input, and fast.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra) cap *= 2;
+    char *d = realloc(b->data, (size_t)cap);
+    if (!d) return -1;
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    memcpy(b->data + b->len, src, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+/* Validity bitmaps are kept as one byte per row while scanning and packed at the end. */
+typedef struct {
+    const char *name;
+    int is_str; /* 1: string column (data + int64 offsets), 0: int64 column */
+    Buf values; /* int64 values, or string bytes */
+    Buf offsets; /* int64 offsets (strings only) */
+    Buf valid;  /* one byte per row */
+    int any;    /* at least one non-null value */
+    /* per-event staging: where this event's value is, if any */
+    int has;
+    int64_t ival;
+    const char *s;
+    Py_ssize_t slen;
+    int s_escaped; /* string needs unescaping */
+    int s_raw;     /* not a JSON string: keep the raw text */
+} Col;
+
+enum {
+    C_PH, C_CAT, C_NAME, C_PID, C_PID_LABEL, C_TID, C_TID_LABEL, C_TS, C_DUR, C_ID, C_ARGS,
+    /* args */
+    A_EXTERNAL_ID, A_CORRELATION, A_DEVICE, A_STREAM, A_COLLECTIVE_NAME, A_PG_NAME, A_PG_DESC,
+    A_PG_RANKS, A_SEQ, A_IN_NELEMS, A_OUT_NELEMS, A_DTYPE, A_GROUP_SIZE, A_BYTES, A_FLOPS,
+    A_MEM_BYTES, A_MEM_TOTAL_ALLOCATED, A_MEM_TOTAL_RESERVED, A_MEM_DEVICE,
+    N_COLS
+};
+
+static const char *COL_NAMES[N_COLS] = {
+    "ph", "category", "name", "pid", "pid_label", "tid", "tid_label", "ts_ns", "dur_ns",
+    "flow_id", "args_json", "external_id", "correlation", "device", "stream", "collective_name",
+    "pg_name", "pg_desc", "pg_ranks", "seq", "in_nelems", "out_nelems", "dtype", "group_size",
+    "bytes", "flops", "mem_bytes", "mem_total_allocated", "mem_total_reserved", "mem_device",
+};
+
+static const int COL_IS_STR[N_COLS] = {
+    1, 1, 1, 0, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+};
+
+/* args keys -> columns. Older spellings map to the same column; the first key seen in the
+ * list order wins when both are present, as in the Python path (current spelling first). */
+typedef struct {
+    const char *key;
+    int col;
+    int priority; /* 0 = current spelling, 1 = alias */
+} ArgKey;
+
+#define KEY_IS(k, n, lit) ((n) == (Py_ssize_t)(sizeof(lit) - 1) && memcmp((k), (lit), sizeof(lit) - 1) == 0)
+
+static const ArgKey ARG_KEYS[] = {
+    {"External id", A_EXTERNAL_ID, 0}, {"external id", A_EXTERNAL_ID, 1},
+    {"correlation", A_CORRELATION, 0}, {"device", A_DEVICE, 0}, {"stream", A_STREAM, 0},
+    {"Collective name", A_COLLECTIVE_NAME, 0}, {"Process Group Name", A_PG_NAME, 0},
+    {"Process Group Description", A_PG_DESC, 0}, {"Process Group Ranks", A_PG_RANKS, 0},
+    {"Seq", A_SEQ, 0}, {"seq", A_SEQ, 1}, {"In msg nelems", A_IN_NELEMS, 0},
+    {"Out msg nelems", A_OUT_NELEMS, 0}, {"dtype", A_DTYPE, 0}, {"Group size", A_GROUP_SIZE, 0},
+    {"bytes", A_BYTES, 0}, {"flops", A_FLOPS, 0}, {"Bytes", A_MEM_BYTES, 0},
+    {"Total Allocated", A_MEM_TOTAL_ALLOCATED, 0}, {"Total Reserved", A_MEM_TOTAL_RESERVED, 0},
+    {"Device Id", A_MEM_DEVICE, 0},
+};
+#define N_ARG_KEYS ((int)(sizeof(ARG_KEYS) / sizeof(ARG_KEYS[0])))
+static Py_ssize_t ARG_KEY_LEN[N_ARG_KEYS];
+
+typedef struct {
+    const char *p, *end, *start;
+    const char *err;
+} Scanner;
+
+static inline void skip_ws(Scanner *sc) {
+    while (sc->p < sc->end) {
+        char c = *sc->p;
+        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') sc->p++;
+        else break;
+    }
+}
+
+/* At an opening quote: find the closing quote. Sets *escaped when a backslash occurs. */
+static int scan_string(Scanner *sc, const char **s, Py_ssize_t *n, int *escaped) {
+    const char *p = sc->p + 1;
+    *escaped = 0;
+    for (;;) {
+        const char *q = memchr(p, '"', (size_t)(sc->end - p));
+        if (!q) { sc->err = "unterminated string"; return -1; }
+        /* count backslashes before the quote */
+        const char *b = q;
+        while (b > p && b[-1] == '\\') b--;
+        if ((q - b) % 2 == 0) {
+            if (memchr(sc->p + 1, '\\', (size_t)(q - sc->p - 1))) *escaped = 1;
+            *s = sc->p + 1;
+            *n = q - (sc->p + 1);
+            sc->p = q + 1;
+            return 0;
+        }
+        p = q + 1;
+    }
+}
+
+static int skip_value(Scanner *sc);
+
+static int skip_container(Scanner *sc) {
+    int depth = 0;
+    while (sc->p < sc->end) {
+        char c = *sc->p;
+        if (c == '"') {
+            const char *s; Py_ssize_t n; int e;
+            if (scan_string(sc, &s, &n, &e) < 0) return -1;
+            continue;
+        }
+        if (c == '{' || c == '[') depth++;
+        else if (c == '}' || c == ']') {
+            depth--;
+            if (depth == 0) { sc->p++; return 0; }
+        } else if (c == 'N' || c == 'I') { sc->err = "non-standard token"; return -1; }
+        sc->p++;
+    }
+    sc->err = "unterminated object or array";
+    return -1;
+}
+
+static int skip_scalar(Scanner *sc) {
+    const char *p = sc->p;
+    while (p < sc->end) {
+        char c = *p;
+        if (c == ',' || c == '}' || c == ']' || c == ' ' || c == '\n' || c == '\r' || c == '\t')
+            break;
+        p++;
+    }
+    if (p == sc->p) { sc->err = "expected a value"; return -1; }
+    char c0 = *sc->p;
+    if (!((c0 >= '0' && c0 <= '9') || c0 == '-' || c0 == 't' || c0 == 'f' || c0 == 'n')) {
+        sc->err = "unexpected token";
+        return -1;
+    }
+    if (c0 == 'n' && !(p - sc->p == 4 && memcmp(sc->p, "null", 4) == 0)) {
+        sc->err = "unexpected token"; return -1;
+    }
+    if (c0 == 't' && !(p - sc->p == 4 && memcmp(sc->p, "true", 4) == 0)) {
+        sc->err = "unexpected token"; return -1;
+    }
+    if (c0 == 'f' && !(p - sc->p == 5 && memcmp(sc->p, "false", 5) == 0)) {
+        sc->err = "unexpected token"; return -1;
+    }
+    if (c0 == '-' && p - sc->p > 1 && (sc->p[1] == 'I' || sc->p[1] == 'N')) {
+        sc->err = "non-standard token"; return -1;
+    }
+    sc->p = p;
+    return 0;
+}
+
+static int skip_value(Scanner *sc) {
+    skip_ws(sc);
+    if (sc->p >= sc->end) { sc->err = "unexpected end"; return -1; }
+    char c = *sc->p;
+    if (c == '"') {
+        const char *s; Py_ssize_t n; int e;
+        return scan_string(sc, &s, &n, &e);
+    }
+    if (c == '{' || c == '[') return skip_container(sc);
+    return skip_scalar(sc);
+}
+
+/* ------------------------------------------------------------------ numbers */
+
+/* Parse an integer-valued JSON number (or integral float) into int64. 1 ok, 0 not an int64. */
+static int parse_int_text(const char *s, Py_ssize_t n, int64_t *out) {
+    Py_ssize_t i = 0;
+    int neg = 0;
+    while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
+    while (n > i && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
+    if (i < n && (s[i] == '-' || s[i] == '+')) { neg = s[i] == '-'; i++; }
+    if (i >= n) return 0;
+    if (n - i > 2 && s[i] == '0' && (s[i + 1] == 'x' || s[i + 1] == 'X')) {
+        uint64_t v = 0;
+        for (i += 2; i < n; i++) {
+            int d;
+            char c = s[i];
+            if (c >= '0' && c <= '9') d = c - '0';
+            else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+            else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+            else return 0;
+            if (v > (UINT64_MAX >> 4)) return 0;
+            v = v * 16 + (uint64_t)d;
+        }
+        if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX) return 0;
+        *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+        return 1;
+    }
+    uint64_t v = 0;
+    int digits = 0;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+        if (v > (UINT64_MAX - 9) / 10) return 0;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+        digits++;
+    }
+    if (!digits) return 0;
+    if (i < n) {
+        /* integral float like 4.0 or 4.000 */
+        if (s[i] != '.') return 0;
+        for (i++; i < n; i++) if (s[i] != '0') return 0;
+    }
+    if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX) return 0;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 1;
+}
+
+/* Decimal microseconds -> int64 ns, exact; rounding half to even past the 3rd decimal.
+ * Returns 1 ok, 0 not representable / not a plain decimal (caller falls back or nulls). */
+static int parse_us_to_ns(const char *s, Py_ssize_t n, int64_t *out) {
+    Py_ssize_t i = 0;
+    int neg = 0;
+    if (i < n && s[i] == '-') { neg = 1; i++; }
+    __int128 whole = 0;
+    int digits = 0;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++, digits++) {
+        whole = whole * 10 + (s[i] - '0');
+        if (whole > ((__int128)1 << 100)) return 0;
+    }
+    int frac[3] = {0, 0, 0};
+    int round_digit = -1, sticky = 0;
+    if (i < n && s[i] == '.') {
+        i++;
+        int k = 0;
+        for (; i < n && s[i] >= '0' && s[i] <= '9'; i++, k++) {
+            if (k < 3) frac[k] = s[i] - '0';
+            else if (k == 3) round_digit = s[i] - '0';
+            else if (s[i] != '0') sticky = 1;
+        }
+        digits += k;
+    }
+    if (!digits) return 0;
+    if (i < n) {
+        /* exponent or junk: let the caller use the general path */
+        return -1;
+    }
+    __int128 ns = whole * 1000 + frac[0] * 100 + frac[1] * 10 + frac[2];
+    if (round_digit > 5 || (round_digit == 5 && (sticky || (ns & 1)))) ns += 1;
+    if (neg) ns = -ns;
+    if (ns > INT64_MAX || ns < INT64_MIN) return 0;
+    *out = (int64_t)ns;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ strings */
+
+static int utf8_put(Buf *b, uint32_t cp) {
+    char tmp[4];
+    int n;
+    if (cp < 0x80) { tmp[0] = (char)cp; n = 1; }
+    else if (cp < 0x800) { tmp[0] = (char)(0xC0 | (cp >> 6)); tmp[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
+    else if (cp < 0x10000) {
+        tmp[0] = (char)(0xE0 | (cp >> 12)); tmp[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        tmp[2] = (char)(0x80 | (cp & 0x3F)); n = 3;
+    } else {
+        tmp[0] = (char)(0xF0 | (cp >> 18)); tmp[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        tmp[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); tmp[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
+    }
+    return buf_put(b, tmp, n);
+}
+
+static int hex4(const char *s, uint32_t *out) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = s[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (uint32_t)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (uint32_t)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (uint32_t)(c - 'A' + 10);
+        else return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Append the unescaped content of a JSON string. -1 on a bad escape. */
+static int put_unescaped(Buf *b, const char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        const char *bs = memchr(s + i, '\\', (size_t)(n - i));
+        Py_ssize_t run = bs ? bs - (s + i) : n - i;
+        if (run && buf_put(b, s + i, run) < 0) return -1;
+        i += run;
+        if (!bs) break;
+        if (i + 1 >= n) return -1;
+        char c = s[i + 1];
+        char out;
+        switch (c) {
+            case '"': out = '"'; break;
+            case '\\': out = '\\'; break;
+            case '/': out = '/'; break;
+            case 'b': out = '\b'; break;
+            case 'f': out = '\f'; break;
+            case 'n': out = '\n'; break;
+            case 'r': out = '\r'; break;
+            case 't': out = '\t'; break;
+            case 'u': {
+                uint32_t cp;
+                if (i + 6 > n || hex4(s + i + 2, &cp) < 0) return -1;
+                i += 6;
+                if (cp >= 0xD800 && cp < 0xDC00) {
+                    uint32_t lo;
+                    if (i + 6 <= n && s[i] == '\\' && s[i + 1] == 'u' && hex4(s + i + 2, &lo) == 0
+                        && lo >= 0xDC00 && lo < 0xE000) {
+                        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                        i += 6;
+                    } else {
+                        cp = 0xFFFD; /* lone surrogate: replacement, as Python's 'replace' */
+                    }
+                } else if (cp >= 0xDC00 && cp < 0xE000) {
+                    cp = 0xFFFD;
+                }
+                if (utf8_put(b, cp) < 0) return -1;
+                continue;
+            }
+            default: return -1;
+        }
+        if (buf_put(b, &out, 1) < 0) return -1;
+        i += 2;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ columns */
+
+static void col_clear_stage(Col *c) { c->has = 0; }
+
+/* Stage a value of the current event for column c: the scanner is at the value. */
+static int stage_value(Scanner *sc, Col *c) {
+    skip_ws(sc);
+    if (sc->p >= sc->end) { sc->err = "unexpected end"; return -1; }
+    const char *v0 = sc->p;
+    if (*sc->p == '"') {
+        const char *s; Py_ssize_t n; int e;
+        if (scan_string(sc, &s, &n, &e) < 0) return -1;
+        c->has = 1; c->s = s; c->slen = n; c->s_escaped = e; c->s_raw = 0;
+        return 0;
+    }
+    if (skip_value(sc) < 0) return -1;
+    if (sc->p - v0 == 4 && memcmp(v0, "null", 4) == 0) { c->has = 0; return 0; }
+    c->has = 1; c->s = v0; c->slen = sc->p - v0; c->s_escaped = 0; c->s_raw = 1;
+    return 0;
+}
+
+static int col_row_valid(Col *c, Py_ssize_t row, int valid) {
+    if (!valid) {
+        /* rows before the first value are implicitly null: only materialise once needed */
+        if (!c->any) return 0;
+    } else if (!c->any) {
+        c->any = 1;
+        if (buf_reserve(&c->valid, row + 1) < 0) return -1;
+        memset(c->valid.data, 0, (size_t)row);
+        c->valid.len = row;
+        Py_ssize_t w = c->is_str ? 8 : 8;
+        if (c->is_str) {
+            if (buf_reserve(&c->offsets, (row + 2) * w) < 0) return -1;
+            memset(c->offsets.data, 0, (size_t)((row + 1) * w));
+            c->offsets.len = (row + 1) * w;
+        } else {
+            if (buf_reserve(&c->values, (row + 1) * w) < 0) return -1;
+            memset(c->values.data, 0, (size_t)(row * w));
+            c->values.len = row * w;
+        }
+    }
+    char v = (char)valid;
+    return buf_put(&c->valid, &v, 1);
+}
+
+/* Commit the staged value of column c for this row. kind: 0 int, 1 str, 2 us->ns time. */
+static int commit(Col *c, Py_ssize_t row) {
+    if (c->is_str) {
+        int valid = c->has;
+        if (col_row_valid(c, row, valid) < 0) return -1;
+        if (!c->any) return 0;
+        if (valid) {
+            if (c->s_escaped) {
+                if (put_unescaped(&c->values, c->s, c->slen) < 0) return -2;
+            } else if (buf_put(&c->values, c->s, c->slen) < 0) return -1;
+        }
+        int64_t off = (int64_t)c->values.len;
+        return buf_put(&c->offsets, &off, 8);
+    }
+    int64_t v = 0;
+    int valid = 0;
+    if (c->has) {
+        if (c->s_escaped) valid = 0; /* escaped digit strings: not worth it */
+        else valid = parse_int_text(c->s, c->slen, &v);
+        if (c->s_raw && c->slen == 4 && memcmp(c->s, "true", 4) == 0) { v = 1; valid = 1; }
+        if (c->s_raw && c->slen == 5 && memcmp(c->s, "false", 5) == 0) { v = 0; valid = 1; }
+    }
+    if (col_row_valid(c, row, valid) < 0) return -1;
+    if (!c->any) return 0;
+    return buf_put(&c->values, &v, 8);
+}
+
+static int commit_time(Col *c, Py_ssize_t row) {
+    int64_t v = 0;
+    int valid = 0;
+    if (c->has && !c->s_escaped) {
+        int r = parse_us_to_ns(c->s, c->slen, &v);
+        if (r < 0) return -2; /* exponent notation: general path */
+        valid = r;
+    } else if (c->has) {
+        return -2;
+    }
+    if (col_row_valid(c, row, valid) < 0) return -1;
+    if (!c->any) return 0;
+    return buf_put(&c->values, &v, 8);
+}
+
+/* pid/tid: an integer goes to the int column, anything else to the label column. */
+static int commit_id(Col *ints, Col *labels, Py_ssize_t row) {
+    int64_t v = 0;
+    int is_int = ints->has && ints->s_raw && parse_int_text(ints->s, ints->slen, &v);
+    /* integral floats like 7.0 are labels in the Python path (type(v) is int fails) */
+    if (is_int && memchr(ints->s, '.', (size_t)ints->slen)) is_int = 0;
+    if (col_row_valid(ints, row, is_int) < 0) return -1;
+    if (ints->any && buf_put(&ints->values, &v, 8) < 0) return -1;
+    labels->has = ints->has && !is_int;
+    labels->s = ints->s; labels->slen = ints->slen;
+    labels->s_escaped = ints->s_escaped; labels->s_raw = ints->s_raw;
+    return commit(labels, row);
+}
+
+
+/* Scan the args object: keep its raw text, stage the known keys. */
+static int scan_args(Scanner *sc, Col *cols, int *prio) {
+    skip_ws(sc);
+    const char *a0 = sc->p;
+    if (sc->p >= sc->end) { sc->err = "unexpected end"; return -1; }
+    if (*sc->p != '{') {
+        /* args that is not an object: keep the raw text only */
+        if (skip_value(sc) < 0) return -1;
+        if (!(sc->p - a0 == 4 && memcmp(a0, "null", 4) == 0)) {
+            Col *c = &cols[C_ARGS];
+            c->has = 1; c->s = a0; c->slen = sc->p - a0; c->s_escaped = 0; c->s_raw = 1;
+        }
+        return 0;
+    }
+    sc->p++;
+    skip_ws(sc);
+    if (sc->p < sc->end && *sc->p == '}') {
+        sc->p++;
+    } else {
+        for (;;) {
+            skip_ws(sc);
+            if (sc->p >= sc->end || *sc->p != '"') { sc->err = "expected a key"; return -1; }
+            const char *k; Py_ssize_t kn; int ke;
+            if (scan_string(sc, &k, &kn, &ke) < 0) return -1;
+            skip_ws(sc);
+            if (sc->p >= sc->end || *sc->p != ':') { sc->err = "expected ':'"; return -1; }
+            sc->p++;
+            int matched = -1;
+            if (!ke && kn >= 3 && kn <= 25) {
+                for (int j = 0; j < N_ARG_KEYS; j++) {
+                    if (ARG_KEY_LEN[j] == kn && ARG_KEYS[j].key[0] == k[0]
+                        && memcmp(k, ARG_KEYS[j].key, (size_t)kn) == 0) { matched = j; break; }
+                }
+            }
+            if (matched >= 0) {
+                const ArgKey *ak = &ARG_KEYS[matched];
+                Col *c = &cols[ak->col];
+                if (!c->has || ak->priority <= prio[ak->col]) {
+                    Col saved = *c;
+                    if (stage_value(sc, c) < 0) return -1;
+                    if (c->has) prio[ak->col] = ak->priority;
+                    else if (saved.has) *c = saved; /* a null never hides the other spelling */
+                } else if (skip_value(sc) < 0) {
+                    return -1;
+                }
+            } else if (skip_value(sc) < 0) {
+                return -1;
+            }
+            skip_ws(sc);
+            if (sc->p >= sc->end) { sc->err = "unexpected end"; return -1; }
+            if (*sc->p == ',') { sc->p++; continue; }
+            if (*sc->p == '}') { sc->p++; break; }
+            sc->err = "expected ',' or '}'";
+            return -1;
+        }
+    }
+    Col *c = &cols[C_ARGS];
+    c->has = 1; c->s = a0; c->slen = sc->p - a0; c->s_escaped = 0; c->s_raw = 1;
+    return 0;
+}
+
+static PyObject *col_to_py(Col *c, Py_ssize_t rows) {
+    if (!c->any) Py_RETURN_NONE;
+    /* pack the validity bytes into an Arrow bitmap (LSB first) */
+    Py_ssize_t nbytes = (rows + 7) / 8;
+    PyObject *bitmap = PyBytes_FromStringAndSize(NULL, nbytes);
+    if (!bitmap) return NULL;
+    unsigned char *bm = (unsigned char *)PyBytes_AS_STRING(bitmap);
+    memset(bm, 0, (size_t)nbytes);
+    for (Py_ssize_t i = 0; i < rows; i++)
+        if (c->valid.data[i]) bm[i >> 3] |= (unsigned char)(1u << (i & 7));
+    PyObject *values = PyBytes_FromStringAndSize(c->values.data, c->values.len);
+    free(c->values.data); c->values.data = NULL;
+    if (!values) { Py_DECREF(bitmap); return NULL; }
+    if (c->is_str) {
+        PyObject *offsets = PyBytes_FromStringAndSize(c->offsets.data, c->offsets.len);
+        free(c->offsets.data); c->offsets.data = NULL;
+        if (!offsets) { Py_DECREF(bitmap); Py_DECREF(values); return NULL; }
+        return Py_BuildValue("(NNN)", values, offsets, bitmap);
+    }
+    return Py_BuildValue("(NN)", values, bitmap);
+}
+
+static void free_cols(Col *cols) {
+    for (int i = 0; i < N_COLS; i++) {
+        free(cols[i].values.data);
+        free(cols[i].offsets.data);
+        free(cols[i].valid.data);
+    }
+}
+
+/* scan(buffer) -> (rows, {column: (values, bitmap) | (data, offsets, bitmap) | None,
+ *                        "begin_end_events": count of ph B/E, which the caller pairs})
+ * `buffer` holds a JSON array of event objects. Raises ValueError(message, position). */
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    Col cols[N_COLS];
+    memset(cols, 0, sizeof(cols));
+    for (int i = 0; i < N_COLS; i++) { cols[i].name = COL_NAMES[i]; cols[i].is_str = COL_IS_STR[i]; }
+    Scanner sc = {(const char *)view.buf, (const char *)view.buf + view.len,
+                  (const char *)view.buf, NULL};
+    Py_ssize_t rows = 0, begin_end = 0;
+    int rc = 0;
+    Py_BEGIN_ALLOW_THREADS
+    skip_ws(&sc);
+    if (sc.p >= sc.end || *sc.p != '[') { sc.err = "expected '['"; rc = -1; goto done; }
+    sc.p++;
+    skip_ws(&sc);
+    if (sc.p < sc.end && *sc.p == ']') { sc.p++; goto done; }
+    for (;;) {
+        skip_ws(&sc);
+        if (sc.p >= sc.end || *sc.p != '{') { sc.err = "element is not an object"; rc = -1; goto done; }
+        sc.p++;
+        for (int i = 0; i < N_COLS; i++) col_clear_stage(&cols[i]);
+        int prio[N_COLS];
+        for (int i = 0; i < N_COLS; i++) prio[i] = 99;
+        skip_ws(&sc);
+        if (sc.p < sc.end && *sc.p == '}') {
+            sc.p++;
+        } else {
+            for (;;) {
+                skip_ws(&sc);
+                if (sc.p >= sc.end || *sc.p != '"') { sc.err = "expected a key"; rc = -1; goto done; }
+                const char *k; Py_ssize_t kn; int ke;
+                if (scan_string(&sc, &k, &kn, &ke) < 0) { rc = -1; goto done; }
+                skip_ws(&sc);
+                if (sc.p >= sc.end || *sc.p != ':') { sc.err = "expected ':'"; rc = -1; goto done; }
+                sc.p++;
+                int target = -1;
+                if (!ke) {
+                    switch (kn) {
+                        case 2:
+                            if (KEY_IS(k, kn, "ph")) target = C_PH;
+                            else if (KEY_IS(k, kn, "ts")) target = C_TS;
+                            else if (KEY_IS(k, kn, "id")) target = C_ID;
+                            break;
+                        case 3:
+                            if (KEY_IS(k, kn, "cat")) target = C_CAT;
+                            else if (KEY_IS(k, kn, "pid")) target = C_PID;
+                            else if (KEY_IS(k, kn, "tid")) target = C_TID;
+                            else if (KEY_IS(k, kn, "dur")) target = C_DUR;
+                            break;
+                        case 4:
+                            if (KEY_IS(k, kn, "name")) target = C_NAME;
+                            else if (KEY_IS(k, kn, "args")) target = C_ARGS;
+                            break;
+                    }
+                }
+                int r;
+                if (target == C_ARGS) {
+                    for (int a = A_EXTERNAL_ID; a < N_COLS; a++) { cols[a].has = 0; prio[a] = 99; }
+                    r = scan_args(&sc, cols, prio);
+                } else if (target >= 0) {
+                    r = stage_value(&sc, &cols[target]);
+                } else {
+                    r = skip_value(&sc);
+                }
+                if (r < 0) { rc = -1; goto done; }
+                skip_ws(&sc);
+                if (sc.p >= sc.end) { sc.err = "unexpected end"; rc = -1; goto done; }
+                if (*sc.p == ',') { sc.p++; continue; }
+                if (*sc.p == '}') { sc.p++; break; }
+                sc.err = "expected ',' or '}'"; rc = -1; goto done;
+            }
+        }
+        /* commit the event's row */
+        Col *ph = &cols[C_PH];
+        if (ph->has && ph->slen == 1 && (ph->s[0] == 'B' || ph->s[0] == 'E')) begin_end++;
+        int r = 0;
+        r |= commit(&cols[C_PH], rows) == 0 ? 0 : 1;
+        r |= commit(&cols[C_CAT], rows) == 0 ? 0 : 1;
+        r |= commit(&cols[C_NAME], rows) == 0 ? 0 : 1;
+        r |= commit_id(&cols[C_PID], &cols[C_PID_LABEL], rows) == 0 ? 0 : 1;
+        r |= commit_id(&cols[C_TID], &cols[C_TID_LABEL], rows) == 0 ? 0 : 1;
+        r |= commit_time(&cols[C_TS], rows) == 0 ? 0 : 1;
+        r |= commit_time(&cols[C_DUR], rows) == 0 ? 0 : 1;
+        /* a quoted flow id is kept only when it parses as an integer, like the Python path */
+        r |= commit(&cols[C_ID], rows) == 0 ? 0 : 1;
+        r |= commit(&cols[C_ARGS], rows) == 0 ? 0 : 1;
+        for (int a = A_EXTERNAL_ID; a < N_COLS; a++) r |= commit(&cols[a], rows) == 0 ? 0 : 1;
+        if (r) { sc.err = "value needs the general path"; rc = -1; goto done; }
+        rows++;
+        skip_ws(&sc);
+        if (sc.p >= sc.end) { sc.err = "unexpected end (truncated?)"; rc = -1; goto done; }
+        if (*sc.p == ',') { sc.p++; continue; }
+        if (*sc.p == ']') { sc.p++; break; }
+        sc.err = "expected ',' or ']'"; rc = -1; goto done;
+    }
+done:
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        Py_ssize_t pos = sc.p - sc.start;
+        free_cols(cols);
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "%s at byte %zd", sc.err ? sc.err : "error", pos);
+        return NULL;
+    }
+    PyObject *out = PyDict_New();
+    if (!out) { free_cols(cols); PyBuffer_Release(&view); return NULL; }
+    for (int i = 0; i < N_COLS; i++) {
+        PyObject *v = col_to_py(&cols[i], rows);
+        if (!v || PyDict_SetItemString(out, COL_NAMES[i], v) < 0) {
+            Py_XDECREF(v); Py_DECREF(out); free_cols(cols); PyBuffer_Release(&view);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    free_cols(cols);
+    PyBuffer_Release(&view);
+    PyObject *be = PyLong_FromSsize_t(begin_end);
+    if (!be || PyDict_SetItemString(out, "begin_end_events", be) < 0) {
+        Py_XDECREF(be); Py_DECREF(out); return NULL;
+    }
+    Py_DECREF(be);
+    return Py_BuildValue("(nN)", rows, out);
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, "scan(buffer) -> (rows, columns)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kineto_scan", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__kineto_scan(void) {
+    for (int j = 0; j < N_ARG_KEYS; j++) ARG_KEY_LEN[j] = (Py_ssize_t)strlen(ARG_KEYS[j].key);
+    return PyModule_Create(&module);
+}
