@@ -1,0 +1,235 @@
+"""NCCL debug logs (``NCCL_DEBUG=INFO``, ``NCCL_DEBUG_SUBSYS=INIT,COLL``) -> tables.
+
+Lines look like ``<host>:<pid>:<tid> [<cudaDev>] NCCL INFO <message>``; the prefix may be
+missing (the short form quoted in course notes). What is read:
+
+* **calls** (``NCCL_DEBUG_SUBSYS=COLL``): ``AllReduce: opCount 139d sendbuff 0x.. recvbuff 0x..
+  count 7382228 datatype 7 op 0 root 0 comm 0x.. [nranks=128] stream 0x..``. ``opCount`` is
+  hexadecimal; ``count`` is elements, so ``bytes = count x sizeof(datatype)``. The older short
+  form ``AllReduce: opCount 42 bytes 104857600 datatype 7 op 0`` gives bytes directly.
+* **comms** (``INIT``): ``comm 0x.. rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 1b000 commId
+  0x.. - Init COMPLETE`` (also the older ``ncclCommInitRank comm 0x.. rank ..`` form): the rank of
+  each (host, pid, comm). The process's global ``rank`` is its rank in its largest communicator.
+* **topology**: ``Ring 00 : 0 -> 1 -> 2 -> 3 -> 0`` (older NCCL), ``Channel 00/02 :  0 1 2 3``
+  (ring order, newer NCCL), and connections ``Channel 00/08 : 0[0] -> 1[1] via P2P/CUMEM``
+  (also ``[send]``/``[receive]`` over ``NET/IB/0``, ``SHM``, ``P2P/IPC``).
+
+Calls carry ``rank`` and ``order`` (position among the calls of that rank and comm), so they join
+with trace collectives by rank and order; :func:`match_trace` finds the offset between a log
+(all calls of the run) and a trace (the profiled window only) from the sequence of collective
+names.
+
+>>> log = parse_text("h:7:9 [0] NCCL INFO comm 0xa rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\\n"
+...                  "h:7:9 [0] NCCL INFO AllReduce: opCount 1f sendbuff 0x1 recvbuff 0x2 count 10 "
+...                  "datatype 7 op 0 root 0 comm 0xa [nranks=2] stream 0x3")
+>>> log.calls.select("rank", "collective", "op_count", "bytes", "reduction").rows()
+[(0, 'all_reduce', 31, 40, 'sum')]
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+#: ncclDataType_t codes -> (name, bytes per element).
+DATATYPES: dict[int, tuple[str, int]] = {
+    0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8),
+    5: ("uint64", 8), 6: ("float16", 2), 7: ("float32", 4), 8: ("float64", 8),
+    9: ("bfloat16", 2), 10: ("float8_e4m3", 1), 11: ("float8_e5m2", 1),
+}
+#: ncclRedOp_t codes (user-defined PreMulSum ops have larger codes: left null).
+REDUCTIONS: dict[int, str] = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
+#: NCCL call names -> traceview's normalised collective names.
+COLLECTIVES: dict[str, str] = {
+    "AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
+    "Broadcast": "broadcast", "Bcast": "broadcast", "Reduce": "reduce", "AllToAll": "all_to_all",
+    "Send": "send", "Recv": "recv", "Gather": "gather", "Scatter": "scatter",
+}
+
+_PREFIX = (r"^(?:(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] )?"
+           r"NCCL (?P<level>INFO|WARN|TRACE) (?P<msg>.*?)\s*$")
+_CALL = r"^(?P<name>" + "|".join(COLLECTIVES) + r"): opCount (?P<opcount>[0-9a-fA-F]+)\b"
+_COMM = r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<crank>\d+) nranks (?P<cnranks>\d+)"
+_RING = r"^Ring (?P<ch>\d+) : (?P<ring>\d+(?: -> \d+)+)$"
+_ORDER = r"^Channel (?P<ch>\d+)/(?P<nch>\d+) :(?P<ring>(?:\s+\d+)+)$"
+_CONN = (r"^Channel (?P<ch>\d+)(?:/(?P<nch>\d+))? : (?P<src>\d+)\[(?P<srcdev>[0-9a-fA-F]+)\] -> "
+         r"(?P<dst>\d+)\[(?P<dstdev>[0-9a-fA-F]+)\](?: \[(?P<dir>send|receive)\])? via "
+         r"(?P<via>\S+)")
+
+CALL_SCHEMA: dict[str, pl.DataType] = {
+    "line": pl.Int64, "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "device": pl.Int32,
+    "rank": pl.Int32, "comm_rank": pl.Int32, "comm": pl.String, "nranks": pl.Int32,
+    "nccl_name": pl.String, "collective": pl.String, "op_count": pl.Int64, "count": pl.Int64,
+    "datatype": pl.Int32, "dtype": pl.String, "bytes": pl.Int64, "op": pl.Int32,
+    "reduction": pl.String, "root": pl.Int32, "stream": pl.String, "order": pl.Int64,
+}
+COMM_SCHEMA: dict[str, pl.DataType] = {
+    "line": pl.Int64, "host": pl.String, "pid": pl.Int64, "device": pl.Int32,
+    "comm": pl.String, "comm_rank": pl.Int32, "nranks": pl.Int32, "rank": pl.Int32,
+    "bus_id": pl.String, "comm_id": pl.String,
+}
+TOPOLOGY_SCHEMA: dict[str, pl.DataType] = {
+    "line": pl.Int64, "host": pl.String, "pid": pl.Int64, "device": pl.Int32,
+    "rank": pl.Int32, "kind": pl.String, "channel": pl.Int32, "channels": pl.Int32,
+    "ring": pl.String, "src": pl.Int32, "src_dev": pl.String, "dst": pl.Int32,
+    "dst_dev": pl.String, "direction": pl.String, "transport": pl.String, "via": pl.String,
+}
+
+
+@dataclass(frozen=True)
+class NcclLog:
+    """``calls`` (one row per collective call), ``comms`` (communicator inits), ``topology``."""
+
+    calls: pl.DataFrame
+    comms: pl.DataFrame
+    topology: pl.DataFrame
+
+
+def _kv_int(msg: pl.Expr, key: str) -> pl.Expr:
+    return msg.str.extract(rf"\b{key} (-?\d+)\b").cast(pl.Int64)
+
+
+def _lines(text: str) -> pl.DataFrame:
+    lines = pl.Series("text", text.splitlines(), dtype=pl.String)
+    df = pl.DataFrame(lines).with_row_index("line", offset=1).with_columns(
+        pl.col("line").cast(pl.Int64))
+    pre = pl.col("text").str.extract_groups(_PREFIX)
+    return df.with_columns(pre.alias("p")).unnest("p").filter(pl.col("msg").is_not_null()).select(
+        "line", "host", pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64),
+        device=pl.col("dev").cast(pl.Int32), msg=pl.col("msg"))
+
+
+def parse_text(text: str) -> NcclLog:
+    """Parse the text of one or more NCCL logs (lines of many processes may interleave)."""
+    df = _lines(text)
+    msg = pl.col("msg")
+    comms = (
+        df.filter(msg.str.contains(_COMM) & msg.str.contains("Init COMPLETE"))
+        .with_columns(msg.str.extract_groups(_COMM).alias("c")).unnest("c")
+        .select("line", "host", "pid", "device", "comm",
+                comm_rank=pl.col("crank").cast(pl.Int32),
+                nranks=pl.col("cnranks").cast(pl.Int32),
+                bus_id=msg.str.extract(r"busId ([0-9a-fA-F]+)"),
+                comm_id=msg.str.extract(r"commId (0x[0-9a-fA-F]+)"))
+    )
+    # The process's global rank: its rank in its largest communicator.
+    proc_rank = (comms.sort("nranks", "line", descending=[True, False])
+                 .group_by("host", "pid", maintain_order=True)
+                 .agg(rank=pl.col("comm_rank").first()))
+    comms = comms.join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
+    call = msg.str.extract_groups(_CALL)
+    calls = (
+        df.filter(msg.str.contains(_CALL))
+        .with_columns(call.alias("c")).unnest("c")
+        .with_columns(
+            comm=msg.str.extract(r"\bcomm (0x[0-9a-fA-F]+)"),
+            count=_kv_int(msg, "count"),
+            logged_bytes=_kv_int(msg, "bytes"),
+            datatype=_kv_int(msg, "datatype").cast(pl.Int32),
+            op=_kv_int(msg, "op").cast(pl.Int32),
+            root=_kv_int(msg, "root").cast(pl.Int32),
+            nranks=msg.str.extract(r"\[nranks=(\d+)\]").cast(pl.Int32),
+            stream=msg.str.extract(r"\bstream (0x[0-9a-fA-F]+)"),
+            op_count=pl.col("opcount").str.to_integer(base=16, strict=False),
+        )
+    )
+    size = pl.col("datatype").replace_strict({k: v[1] for k, v in DATATYPES.items()},
+                                             default=None, return_dtype=pl.Int64)
+    calls = calls.with_columns(
+        nccl_name=pl.col("name"),
+        collective=pl.col("name").replace_strict(COLLECTIVES, return_dtype=pl.String),
+        dtype=pl.col("datatype").replace_strict({k: v[0] for k, v in DATATYPES.items()},
+                                                default=None, return_dtype=pl.String),
+        bytes=pl.coalesce(pl.col("logged_bytes"), pl.col("count") * size),
+        reduction=pl.col("op").replace_strict(REDUCTIONS, default=None,
+                                              return_dtype=pl.String),
+    )
+    per_comm = comms.select("host", "pid", "comm", "comm_rank", cnr="nranks").unique(
+        ["host", "pid", "comm"], keep="first")
+    calls = (calls.join(per_comm, on=["host", "pid", "comm"], how="left", nulls_equal=True)
+             .join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
+             .with_columns(nranks=pl.coalesce("nranks", "cnr"))
+             .sort("line")
+             .with_columns(order=pl.int_range(pl.len()).over("host", "pid", "comm")
+                           .cast(pl.Int64)))
+    topo = _topology(df).join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
+    return NcclLog(
+        calls=calls.select(list(CALL_SCHEMA)).cast(CALL_SCHEMA),
+        comms=comms.select(list(COMM_SCHEMA)).cast(COMM_SCHEMA),
+        topology=topo.select(list(TOPOLOGY_SCHEMA)).cast(TOPOLOGY_SCHEMA).sort("line"),
+    )
+
+
+def _topology(df: pl.DataFrame) -> pl.DataFrame:
+    msg = pl.col("msg")
+    base = ["line", "host", "pid", "device"]
+    rings = (df.filter(msg.str.contains(_RING)).with_columns(msg.str.extract_groups(_RING)
+                                                            .alias("g")).unnest("g")
+             .select(*base, kind=pl.lit("ring"), channel=pl.col("ch").cast(pl.Int32),
+                     ring=pl.col("ring").str.replace_all(" -> ", " ")))
+    orders = (df.filter(msg.str.contains(_ORDER)).with_columns(msg.str.extract_groups(_ORDER)
+                                                              .alias("g")).unnest("g")
+              .select(*base, kind=pl.lit("ring"), channel=pl.col("ch").cast(pl.Int32),
+                      channels=pl.col("nch").cast(pl.Int32),
+                      ring=pl.col("ring").str.strip_chars().str.replace_all(r"\s+", " ")))
+    conns = (df.filter(msg.str.contains(_CONN)).with_columns(msg.str.extract_groups(_CONN)
+                                                            .alias("g")).unnest("g")
+             .select(*base, kind=pl.lit("connection"), channel=pl.col("ch").cast(pl.Int32),
+                     channels=pl.col("nch").cast(pl.Int32),
+                     src=pl.col("src").cast(pl.Int32), src_dev="srcdev",
+                     dst=pl.col("dst").cast(pl.Int32), dst_dev="dstdev", direction="dir",
+                     via="via", transport=pl.col("via").str.extract(r"^([^/]+)")))
+    return pl.concat([rings, orders, conns], how="diagonal_relaxed")
+
+
+def parse(paths: str | os.PathLike[str] | list[str | os.PathLike[str]]) -> NcclLog:
+    """Parse NCCL log files (``NCCL_DEBUG_FILE=nccl_%h_%p.log`` writes one per process).
+
+    Lines are numbered across the files in the order given. Invalid UTF-8 is replaced.
+    """
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    text = "\n".join(Path(p).read_bytes().decode("utf-8", errors="replace") for p in items)
+    return parse_text(text)
+
+
+def match_trace(calls: pl.DataFrame, trace: pl.DataFrame) -> pl.DataFrame:
+    """Pair each rank's logged calls with its trace collectives, in order.
+
+    ``trace``: one row per collective call with ``rank``, ``collective`` and ``ts_ns`` (e.g.
+    :func:`traceview.analyses.collective_match.comm_events` on GPU ranks). The log usually holds
+    every call of the run and the trace only the profiled window, so for each rank the trace's
+    sequence of collective names is slid along the log's and the offset with the most equal
+    names wins (ties: the earliest). Returns the trace rows with ``log_order``, ``op_count``,
+    ``count``, ``bytes_logged``, ``dtype``, ``comm`` and ``name_match`` (the names agree).
+    Loops over ranks and offsets, never over calls.
+    """
+    out = []
+    for (rank,), tr in trace.sort("ts_ns").group_by("rank", maintain_order=True):
+        lg = calls.filter(pl.col("rank") == rank).sort("line")
+        if lg.height == 0:
+            continue
+        vocab = {n: i for i, n in enumerate(sorted(set(lg["collective"].to_list())
+                                                   | set(tr["collective"].to_list())))}
+        a = np.array([vocab[n] for n in lg["collective"].to_list()])
+        b = np.array([vocab[n] for n in tr["collective"].to_list()])
+        best, best_lag = -1, 0
+        for lag in range(-(len(b) - 1), len(a)):
+            lo, hi = max(0, lag), min(len(a), lag + len(b))
+            score = int((a[lo:hi] == b[lo - lag:hi - lag]).sum())
+            if score > best:
+                best, best_lag = score, lag
+        tr = tr.with_row_index("_pos").with_columns(
+            log_order=pl.col("_pos").cast(pl.Int64) + best_lag)
+        logged = lg.select(pl.int_range(pl.len()).cast(pl.Int64).alias("log_order"),
+                           "op_count", "count", pl.col("bytes").alias("bytes_logged"),
+                           "dtype", "comm", log_collective="collective")
+        joined = tr.join(logged, on="log_order", how="left").with_columns(
+            name_match=pl.col("log_collective") == pl.col("collective")).drop("_pos")
+        out.append(joined)
+    if not out:
+        return trace.head(0)
+    return pl.concat(out, how="diagonal_relaxed")
