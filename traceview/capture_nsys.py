@@ -100,7 +100,8 @@ def nsys_command(command: Sequence[str], *, output_dir: str | os.PathLike[str],
         return launcher + profile + program
     py = python or sys.executable or "python"
     body = [py, "-m", *program] if module else [py, *program]
-    launcher = [a for a in launcher if a not in _MODULE_FLAGS]
+    head = _is_torchrun(command)
+    launcher = launcher[:head] + [a for a in launcher[head:] if a not in _MODULE_FLAGS]
     return launcher + ["--no-python"] + profile + body
 
 
