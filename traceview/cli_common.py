@@ -21,6 +21,19 @@ def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True) -> Non
                         help="explicit rank for a file (repeatable)")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
     parser.add_argument("--cache-dir", metavar="DIR", help="where the Parquet cache lives")
+    add_executor_args(parser)
+
+
+def add_executor_args(parser: argparse.ArgumentParser) -> None:
+    """--executor local|dask and --scheduler ADDRESS (where files are parsed)."""
+    parser.add_argument("--executor", choices=("local", "dask"), default=None,
+                        help="parse files in local processes or on a Dask cluster "
+                             "(default: in this process for small inputs, else local)")
+    parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                        help="Dask scheduler address (tcp://host:8786); without it "
+                             "--executor dask starts and closes a local cluster")
+    parser.add_argument("--retries", type=int, default=2, metavar="N",
+                        help="retries of a failed worker task (default 2)")
 
 
 def add_json_arg(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +93,18 @@ def parse_steps(spec: str | None) -> tuple[int | None, int | None] | None:
     return start, stop
 
 
+def executor_spec(args: argparse.Namespace):  # -> ExecutorSpec | None
+    """The executor the options ask for, or None (the default placement)."""
+    kind = getattr(args, "executor", None)
+    scheduler = getattr(args, "scheduler", None)
+    if kind is None and scheduler is None:
+        return None
+    from traceview.executors import ExecutorSpec
+
+    return ExecutorSpec(kind or "dask", scheduler=scheduler,
+                        retries=getattr(args, "retries", 2))
+
+
 def open_traceset(args: argparse.Namespace):  # -> TraceSet
     """Open the command's inputs with the shared options."""
     import traceview
@@ -91,6 +116,7 @@ def open_traceset(args: argparse.Namespace):  # -> TraceSet
         cache=not getattr(args, "no_cache", False),
         cache_dir=getattr(args, "cache_dir", None),
         progress=sys.stderr.isatty(),
+        executor=executor_spec(args),
     )
 
 

@@ -8,11 +8,10 @@ explicit mapping; two files claiming one rank is an error naming both.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 from collections.abc import Iterable
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,8 +173,13 @@ def _available_memory() -> int:
 def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
            skip_bad: bool = False, rank_map: dict[str, int] | None = None,
            options: dict[str, Any] | None = None, progress: bool = False,
-           executor: Executor | None = None) -> IngestResult:
-    """Parse every input (in parallel), then resolve ranks across files."""
+           executor: Executor | Any = None) -> IngestResult:
+    """Parse every input (in parallel), then resolve ranks across files.
+
+    ``executor``: an ``Executor``, a :class:`traceview.executors.ExecutorSpec`, ``"local"`` or
+    ``"dask"``; None parses small inputs in this process and large ones in a spawn pool.
+    A task that raises is retried; one that keeps failing is reported like a bad file.
+    """
     files = discover(paths)
     options = dict(options or {})
     cache = str(cache_dir) if cache_dir is not None else None
@@ -183,23 +187,7 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
         # Starting worker processes costs ~1 s; small inputs parse faster than that in-process.
         outcomes = [_safe_ingest(str(f), cache, options) for f in files]
     else:
-        own = executor is None
-        # spawn, not fork: forking a process whose Polars thread pool is running deadlocks.
-        pool = executor or ProcessPoolExecutor(max_workers=worker_count(files),
-                                               mp_context=multiprocessing.get_context("spawn"))
-        try:
-            futures = [pool.submit(_safe_ingest, str(f), cache, options) for f in files]
-            outcomes = []
-            for done, future in enumerate(futures, 1):
-                outcomes.append(future.result())
-                if progress:
-                    print(f"\rtraceview: ingested {done}/{len(files)} files", end="",
-                          file=sys.stderr, flush=True)
-            if progress:
-                print(file=sys.stderr)
-        finally:
-            if own:
-                pool.shutdown()
+        outcomes = _ingest_parallel(files, cache, options, progress, executor)
     results: list[FileResult] = []
     skipped: list[tuple[str, str]] = []
     for outcome in outcomes:
@@ -213,6 +201,59 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
         raise UnreadableTraceError(", ".join(str(f) for f in files), "no readable trace")
     rank_of = resolve_ranks(results, rank_map or {})
     return IngestResult(files=results, rank_of=rank_of, skipped=skipped)
+
+
+def _ingest_task(path: str, cache_dir: str | None, options: dict[str, Any]) \
+        -> FileResult | tuple[str, str, int]:
+    """The per-file task on an executor: a bad trace is an answer (no retry); anything else
+    (a worker that died, an I/O error) raises so that the attempt is retried."""
+    try:
+        return ingest_file(path, cache_dir, options)
+    except TraceviewError as exc:
+        return (path, str(exc), exc.exit_code)
+
+
+def _ingest_parallel(files: list[Path], cache: str | None, options: dict[str, Any],
+                     progress: bool, executor: Any) -> list[FileResult | tuple[str, str, int]]:
+    """Map :func:`_ingest_task` over the files on ``executor``: an ``Executor``, an
+    ``ExecutorSpec``, ``"local"``/``"dask"``, or None (own spawn pool sized by memory)."""
+    from contextlib import nullcontext
+
+    from traceview.executors import (
+        ExecutorSpec,
+        TaskFailure,
+        local_pool,
+        open_executor,
+        run_tasks,
+    )
+
+    if isinstance(executor, str):
+        executor = ExecutorSpec(executor)
+    retries = executor.retries if isinstance(executor, ExecutorSpec) else 2
+    if executor is None or (isinstance(executor, ExecutorSpec) and executor.kind == "local"):
+        workers = (executor.max_workers if isinstance(executor, ExecutorSpec) else None) \
+            or worker_count(files)
+        ctx: Any = open_executor(ExecutorSpec("local", max_workers=workers, retries=retries))
+        replace = lambda: local_pool(workers)  # noqa: E731 - a dead worker breaks the pool
+    elif isinstance(executor, ExecutorSpec):
+        ctx, replace = open_executor(executor), None
+    else:
+        ctx, replace = nullcontext(executor), None
+    done = [0]
+
+    def tick(_: int, __: Any) -> None:
+        done[0] += 1
+        if progress:
+            print(f"\rtraceview: ingested {done[0]}/{len(files)} files", end="",
+                  file=sys.stderr, flush=True)
+
+    with ctx as pool:
+        raw = run_tasks(pool, _ingest_task, [(str(f), cache, options) for f in files],
+                        retries=retries, on_result=tick, replace_pool=replace)
+    if progress:
+        print(file=sys.stderr)
+    return [(t.args[0], f"{t.args[0]}: cannot parse ({t.error}; failed {t.attempts} "
+             f"attempts)", 2) if isinstance(t, TaskFailure) else t for t in raw]
 
 
 def _error(outcome: tuple[str, str, int]) -> TraceviewError:

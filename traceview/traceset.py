@@ -51,6 +51,8 @@ class TraceSet:
         self.files = files
         self.skipped = list(skipped)
         self._keep_alive = keep_alive  # temporary directory when caching is off
+        #: where per-rank work runs (``traceview.executors.ExecutorSpec``/``Executor``), or None
+        self.executor: Any = None
 
     @property
     def events(self) -> pl.LazyFrame:
@@ -84,8 +86,17 @@ class TraceSet:
         """All events as a pandas DataFrame (categoricals stay categorical)."""
         return self.events.collect().to_pandas()
 
-    def write_store(self, out_dir: str | Path) -> Path:
-        """Write a self-contained store folder: one zstd Parquet file per rank."""
+    def write_store(self, out_dir: str | Path) -> Path | str:
+        """Write a self-contained store folder: one zstd Parquet file per rank.
+
+        ``out_dir`` may be a URL (``file://``, ``s3://``, ``memory://`` ...); then, or when
+        this TraceSet was opened with an executor, the workers write the rank files
+        (:func:`traceview.remote_store.write_store`).
+        """
+        from traceview import remote_store
+
+        if remote_store.is_url(out_dir) or self.executor is not None:
+            return remote_store.write_store(self, out_dir, executor=self.executor)
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         for rank in self.ranks["rank"].to_list():
@@ -112,11 +123,29 @@ class TraceSet:
 def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  # noqa: A001
          rank_map: dict[str, int] | None = None, cache: bool = True,
          cache_dir: str | Path | None = None, progress: bool = False,
-         options: dict[str, Any] | None = None) -> TraceSet:
-    """Open trace files, folders of traces, or a store folder written by ``ingest -o``."""
+         options: dict[str, Any] | None = None, executor: Any = None,
+         scheduler: str | None = None) -> TraceSet:
+    """Open trace files, folders of traces, or a store (folder or URL) written by ``ingest -o``.
+
+    ``executor``: where files are parsed: ``"local"`` (spawn processes), ``"dask"`` (with
+    ``scheduler`` ADDRESS, or a local cluster started and closed here), an
+    ``ExecutorSpec`` or any ``concurrent.futures.Executor``; None: in this process for small
+    inputs, local processes for large ones.
+    """
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
     if not items:
         raise UsageError("no input paths")
+    if isinstance(executor, str) or scheduler:
+        from traceview.executors import ExecutorSpec
+
+        executor = ExecutorSpec(executor or "dask", scheduler=scheduler)
+    from traceview import remote_store
+
+    urls = [p for p in items if remote_store.is_url(p)]
+    if urls:
+        if len(items) > 1 or not remote_store.is_store(urls[0]):
+            raise UsageError("a URL input must be a traceview store, and the only input")
+        return remote_store.open_store(urls[0])
     stores = [Path(p) for p in items if store.is_store(Path(p))]
     if stores:
         if len(items) > 1:
@@ -131,8 +160,10 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
     elif cache_dir is None:
         cache_dir = store.default_cache_dir()
     result = ingest(items, cache_dir=cache_dir, skip_bad=skip_bad, rank_map=rank_map,
-                    options=options, progress=progress)
-    return _from_ingest(result, keep_alive)
+                    options=options, progress=progress, executor=executor)
+    ts = _from_ingest(result, keep_alive)
+    ts.executor = executor
+    return ts
 
 
 def _from_ingest(result: IngestResult, keep_alive: Any) -> TraceSet:

@@ -1,0 +1,219 @@
+"""Executors: where per-file and per-rank work runs (local processes, or a Dask cluster).
+
+Everything parallel in traceview goes through a ``concurrent.futures.Executor``:
+
+* ``local`` (default): a ``ProcessPoolExecutor`` with the *spawn* start method. Never fork:
+  forking a process whose Polars thread pool is running deadlocks the child.
+* ``dask``: ``distributed.Client(address).get_executor(pure=False)``. Without an address a
+  ``LocalCluster`` is started for the duration of the ``with`` block and closed after it.
+  On a real cluster (``dask-jobqueue`` under SLURM, ``dask scheduler`` + ``dask worker``) pass
+  the scheduler address; traceview schedules nothing itself.
+
+:func:`run_tasks` maps a function over task arguments on such an executor and retries a task
+whose attempt *raised* (a worker that died, a transient I/O error) up to ``retries`` more times;
+a task that keeps failing comes back as a :class:`TaskFailure` naming the error, so one bad rank
+never takes the others down. With a pool this module owns, a pool broken by a dead worker
+process is replaced before the retry.
+
+>>> from traceview.executors import ExecutorSpec, open_executor, run_tasks
+>>> with open_executor(ExecutorSpec("local", max_workers=1)) as ex:      # doctest: +SKIP
+...     run_tasks(ex, abs, [(-1,), (2,)])
+[1, 2]
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from traceview.errors import UsageError
+
+KINDS: tuple[str, ...] = ("local", "dask")
+
+#: Retries after a failed attempt (so up to ``1 + DEFAULT_RETRIES`` attempts per task).
+DEFAULT_RETRIES = 2
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """How to run parallel work.
+
+    ``kind``: ``local`` or ``dask``; ``scheduler``: a Dask scheduler address
+    (``tcp://host:8786``), None starts a local cluster; ``max_workers``: local processes or
+    local-cluster workers (None: one per core); ``retries``: extra attempts per failed task;
+    ``processes``: for a local Dask cluster, worker processes (True) or threads in this
+    process (False: quick to start, used by tests).
+    """
+
+    kind: str = "local"
+    scheduler: str | None = None
+    max_workers: int | None = None
+    retries: int = DEFAULT_RETRIES
+    processes: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UsageError(f"--executor wants one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.scheduler and self.kind != "dask":
+            raise UsageError("--scheduler needs --executor dask")
+        if self.retries < 0:
+            raise UsageError(f"retries must be >= 0, got {self.retries}")
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    """A task that raised on every attempt. ``error`` is one line: ``Type: message``."""
+
+    args: tuple[Any, ...]
+    error: str
+    attempts: int
+
+
+def cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def local_pool(max_workers: int | None = None) -> ProcessPoolExecutor:
+    """A process pool with the spawn start method (never fork: see the module docstring)."""
+    return ProcessPoolExecutor(max_workers=max_workers or cores(),
+                               mp_context=multiprocessing.get_context("spawn"))
+
+
+def _import_distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise UsageError("--executor dask needs Dask: pip install 'traceview[dask]' "
+                         "(dask[distributed])") from None
+    return distributed
+
+
+@contextmanager
+def open_executor(spec: ExecutorSpec | str = "local") -> Iterator[Executor]:
+    """An executor for ``spec``, shut down (and a local Dask cluster closed) on exit."""
+    if isinstance(spec, str):
+        spec = ExecutorSpec(spec)
+    if spec.kind == "local":
+        pool = local_pool(spec.max_workers)
+        try:
+            yield pool
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return
+    distributed = _import_distributed()
+    cluster = None
+    if spec.scheduler:
+        client = distributed.Client(spec.scheduler)
+    else:
+        workers = spec.max_workers or cores()
+        cluster = distributed.LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=spec.processes,
+            dashboard_address=None, silence_logs=40)
+        client = distributed.Client(cluster)
+    try:
+        yield client.get_executor(pure=False)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def is_dask(executor: Executor) -> bool:
+    return type(executor).__module__.startswith("distributed")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def run_tasks(
+    executor: Executor,
+    fn: Callable[..., Any],
+    tasks: Sequence[tuple[Any, ...]],
+    *,
+    retries: int = DEFAULT_RETRIES,
+    on_result: Callable[[int, Any], None] | None = None,
+    replace_pool: Callable[[], Executor] | None = None,
+) -> list[Any]:
+    """``[fn(*t) for t in tasks]`` on ``executor``, in task order, retrying failed attempts.
+
+    An attempt that raises is submitted again, up to ``retries`` more times; after that the
+    task's slot holds a :class:`TaskFailure`. ``on_result(index, value)`` is called as each
+    task finishes (for progress). When a local process pool breaks (a worker process died),
+    ``replace_pool()`` gives a fresh one for the remaining attempts; without it the remaining
+    tasks fail with the pool's error.
+    """
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    results: list[Any] = [None] * len(tasks)
+    attempts = [0] * len(tasks)
+    pending: dict[Future, int] = {}
+    pool = executor
+    created: list[Executor] = []  # replacement pools: ours to shut down
+
+    def submit(i: int) -> None:
+        attempts[i] += 1
+        try:
+            pending[pool.submit(fn, *tasks[i])] = i
+        except BrokenProcessPool as exc:  # the pool died between two submissions
+            failed: Future = Future()
+            failed.set_exception(exc)
+            pending[failed] = i
+
+    for i in range(len(tasks)):
+        submit(i)
+    while pending:
+        done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+        broken = False
+        retry: list[int] = []
+        for future in done:
+            i = pending.pop(future)
+            exc = future.exception()
+            if exc is None:
+                results[i] = future.result()
+                if on_result:
+                    on_result(i, results[i])
+                continue
+            broken = broken or isinstance(exc, BrokenProcessPool)
+            if attempts[i] <= retries:
+                retry.append(i)
+            else:
+                results[i] = TaskFailure(tuple(tasks[i]), _one_line(exc), attempts[i])
+                if on_result:
+                    on_result(i, results[i])
+        if broken and replace_pool is not None:
+            # Every other future of a broken pool fails too: collect them, resubmit on a new pool.
+            for future in list(pending):
+                exc = future.exception()
+                i = pending.pop(future)
+                if exc is None:
+                    results[i] = future.result()
+                    if on_result:
+                        on_result(i, results[i])
+                elif attempts[i] <= retries:
+                    retry.append(i)
+                else:
+                    results[i] = TaskFailure(tuple(tasks[i]), _one_line(exc), attempts[i])
+                    if on_result:
+                        on_result(i, results[i])
+            old, pool = pool, replace_pool()
+            old.shutdown(wait=False, cancel_futures=True)
+            created.append(pool)
+        for i in sorted(retry):
+            submit(i)
+    for extra in created:
+        extra.shutdown(wait=True)
+    return results
+
+
+__all__ = ["DEFAULT_RETRIES", "KINDS", "ExecutorSpec", "TaskFailure", "cores", "is_dask",
+           "local_pool", "open_executor", "run_tasks"]

@@ -1,0 +1,229 @@
+"""Store folders on any filesystem: local paths, ``file://``, object stores, fsspec URLs.
+
+A store (see :mod:`traceview.store`) is one zstd Parquet file per rank plus ``ranks.parquet``,
+``files.parquet`` and the manifest ``traceview-store.json``. Here it may live wherever pyarrow
+or fsspec can write: a shared filesystem (``/lustre/run7`` or ``file:///lustre/run7``), an
+object store (``s3://bucket/run7``, ``gs://...``: pyarrow's own filesystems, or fsspec's when
+installed), or fsspec's ``memory://`` (one process only: tests).
+
+Writing is done by the workers: :func:`write_store` maps one task per rank on an executor;
+each task reads that rank's events from the parsed Parquet (the cache, which must be readable
+by the workers: a shared filesystem on a multi-node cluster) and writes ``rank-NNNNN.parquet``
+straight to the store. The driver writes only the small ranks/files tables and, last, the
+manifest: a store without a manifest is incomplete and is not opened.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from traceview import schema, store
+from traceview.errors import UnreadableTraceError
+
+
+def is_url(path: str | Path) -> bool:
+    """``scheme://...`` (a Path never holds one: ``Path("s3://b")`` collapses the slashes)."""
+    return isinstance(path, str) and "://" in path
+
+
+def filesystem(location: str | Path) -> tuple[pafs.FileSystem, str]:
+    """``(pyarrow filesystem, path inside it)`` for a local path or a URL.
+
+    pyarrow's filesystems first (local, s3, gs, hdfs); any other scheme through fsspec
+    (``memory://``, ``abfs://``, ...), wrapped for pyarrow.
+    """
+    if not is_url(location):
+        return pafs.LocalFileSystem(), str(Path(location).resolve())
+    url = str(location)
+    try:
+        return pafs.FileSystem.from_uri(url)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        pass
+    try:
+        import fsspec
+    except ImportError:
+        raise UnreadableTraceError(url, "this URL needs fsspec (pip install fsspec)") from None
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:
+        raise UnreadableTraceError(url, f"no filesystem for this URL ({exc})") from None
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), path
+
+
+def _exists(fs: pafs.FileSystem, path: str) -> bool:
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def _atomic(fs: pafs.FileSystem, path: str, write: Any) -> None:
+    """Write through a temporary name, then move into place (a put is atomic on object stores;
+    on filesystems the move is a rename)."""
+    parent = posixpath.dirname(path)
+    fs.create_dir(parent, recursive=True)
+    tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+    try:
+        with fs.open_output_stream(tmp) as out:
+            write(out)
+        fs.move(tmp, path)
+    except BaseException:
+        if _exists(fs, tmp):
+            fs.delete_file(tmp)
+        raise
+
+
+def write_table(table: pa.Table, fs: pafs.FileSystem, path: str) -> None:
+    """An events table as zstd Parquet with the schema version in its metadata."""
+    table = table.replace_schema_metadata(
+        {**(table.schema.metadata or {}),
+         b"traceview.schema_version": str(schema.SCHEMA_VERSION).encode()})
+    _atomic(fs, path, lambda out: pq.write_table(table, out, compression="zstd",
+                                                 compression_level=3, row_group_size=1 << 20))
+
+
+def write_bytes(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    _atomic(fs, path, lambda out: out.write(data))
+
+
+def read_bytes(fs: pafs.FileSystem, path: str) -> bytes:
+    with fs.open_input_stream(path) as fh:
+        return fh.read()
+
+
+def rank_file(rank: int) -> str:
+    return f"rank-{rank:05d}.parquet"
+
+
+def is_store(location: str | Path) -> bool:
+    """True when ``location`` (path or URL) holds a complete store (its manifest)."""
+    if not is_url(location):
+        return store.is_store(Path(location))
+    try:
+        fs, base = filesystem(location)
+        return _exists(fs, posixpath.join(base, store.STORE_MANIFEST))
+    except (UnreadableTraceError, OSError):
+        return False
+
+
+# --- writing: one task per rank on the executor ----------------------------------------------
+
+def write_rank_task(parts: list[tuple[str, int, int | None, dict[int, int]]], rank: int,
+                    location: str) -> int:
+    """Worker task: the events of ``rank`` from its parsed Parquet file(s) -> the store.
+
+    ``parts``: ``(parquet path, file_id, single rank or None, parsed -> final rank map)``, as
+    in ``TraceSet``. Returns the number of events written.
+    """
+    from traceview.traceset import _Part
+
+    frames = [_Part(*p).scan() for p in parts]
+    events = pl.concat(frames, how="vertical").filter(pl.col("rank") == rank).collect()
+    fs, base = filesystem(location)
+    write_table(schema.conform(events.to_arrow()), fs, posixpath.join(base, rank_file(rank)))
+    return events.height
+
+
+def write_store(ts: Any, location: str | Path, *, executor: Any = None) -> str:
+    """Write ``ts`` (a TraceSet) as a store at ``location`` (path or URL), one task per rank on
+    ``executor`` (``ExecutorSpec``, ``Executor``, ``"local"``/``"dask"``; None: this process).
+
+    Returns the location. A rank whose task keeps failing raises ``TraceviewError`` naming it
+    (a store missing a rank would silently change every cross-rank answer).
+    """
+    from contextlib import nullcontext
+
+    from traceview.errors import TraceviewError
+    from traceview.executors import ExecutorSpec, TaskFailure, open_executor, run_tasks
+
+    target = str(location)
+    fs, base = filesystem(target)
+    fs.create_dir(base, recursive=True)
+    by_file: dict[int, list[int]] = {}
+    for rank, fid in ts.ranks.select("rank", "file_id").iter_rows():
+        by_file.setdefault(fid, []).append(rank)
+    parts = {p.file_id: (p.path, p.file_id, p.rank, p.rank_map) for p in ts._parts}
+    tasks = [([parts[fid]], rank, target) for fid, ranks in sorted(by_file.items())
+             for rank in ranks]
+    if executor is None:
+        results: list[Any] = [write_rank_task(*t) for t in tasks]
+    else:
+        spec = ExecutorSpec(executor) if isinstance(executor, str) else executor
+        ctx = open_executor(spec) if isinstance(spec, ExecutorSpec) else nullcontext(spec)
+        retries = spec.retries if isinstance(spec, ExecutorSpec) else 2
+        with ctx as pool:
+            results = run_tasks(pool, write_rank_task, tasks, retries=retries)
+    failed = [(t[1], r) for t, r in zip(tasks, results) if isinstance(r, TaskFailure)]
+    if failed:
+        raise TraceviewError("; ".join(f"rank {rank}: cannot write to {target} ({f.error}; "
+                                       f"failed {f.attempts} attempts)" for rank, f in failed))
+    write_bytes(fs, posixpath.join(base, "ranks.parquet"), _parquet_bytes(ts.ranks))
+    write_bytes(fs, posixpath.join(base, "files.parquet"), _parquet_bytes(ts.files))
+    write_bytes(fs, posixpath.join(base, store.STORE_MANIFEST), orjson.dumps(
+        {"traceview_store": store.CACHE_VERSION, "schema_version": schema.SCHEMA_VERSION,
+         "ranks": ts.ranks["rank"].to_list()}, option=orjson.OPT_INDENT_2))
+    return target
+
+
+def _parquet_bytes(frame: pl.DataFrame) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    frame.write_parquet(buf)
+    return buf.getvalue()
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+class _RemotePart:
+    """One rank's Parquet file in a store on any filesystem (scanned lazily through pyarrow)."""
+
+    def __init__(self, location: str, name: str, file_id: int, rank: int) -> None:
+        self.location = location
+        self.name = name
+        self.path = f"{location.rstrip('/')}/{name}"
+        self.file_id = file_id
+        self.rank = rank
+        self.rank_map: dict[int, int] = {}
+
+    def scan(self) -> pl.LazyFrame:
+        import pyarrow.dataset as ds
+
+        fs, base = filesystem(self.location)
+        path = posixpath.join(base, self.name)
+        if isinstance(fs, pafs.LocalFileSystem):
+            frame = pl.scan_parquet(path)
+        else:
+            frame = pl.scan_pyarrow_dataset(ds.dataset(path, filesystem=fs, format="parquet"))
+        return frame.with_columns(pl.lit(self.rank, dtype=pl.Int32).alias("rank"),
+                                  pl.lit(self.file_id, dtype=pl.Int32).alias("file_id"))
+
+
+def open_store(location: str) -> Any:
+    """A TraceSet over a store at a URL (``file://``, ``memory://``, ``s3://`` ...)."""
+    from traceview.traceset import TraceSet
+
+    fs, base = filesystem(location)
+    manifest_path = posixpath.join(base, store.STORE_MANIFEST)
+    if not _exists(fs, manifest_path):
+        raise UnreadableTraceError(location, "no traceview store here (no "
+                                   f"{store.STORE_MANIFEST}: missing or still being written)")
+    manifest = orjson.loads(read_bytes(fs, manifest_path))
+    if manifest.get("schema_version") != schema.SCHEMA_VERSION:
+        raise UnreadableTraceError(location, f"store has schema version "
+                                   f"{manifest.get('schema_version')}, this traceview reads "
+                                   f"{schema.SCHEMA_VERSION}: ingest the traces again")
+    ranks = pl.read_parquet(read_bytes(fs, posixpath.join(base, "ranks.parquet")))
+    files = pl.read_parquet(read_bytes(fs, posixpath.join(base, "files.parquet")))
+    parts = [_RemotePart(location, rank_file(r), fid, r)
+             for r, fid in ranks.select("rank", "file_id").iter_rows()]
+    return TraceSet(parts, ranks, files)  # type: ignore[arg-type]
+
+
+__all__ = ["filesystem", "is_store", "is_url", "open_store", "write_rank_task", "write_store"]
