@@ -429,15 +429,19 @@ def _events_table(base: pa.Table, base_ns: int, dropped: dict[str, int],
                   warnings: list[str]) -> pa.Table:
     """Derive every schema column from the raw columns, count what cannot be stored."""
     frame = _derive(pl.from_arrow(base), base_ns)
-    missing_ts = frame.filter(pl.col("ts_ns").is_null() & (pl.col("kind") != "metadata")).height
+    # Count with sums, never with filter(...).height: a filter copies every column (args too).
+    missing_ts, no_dur, negative = frame.select(
+        (pl.col("ts_ns").is_null() & (pl.col("kind") != "metadata")).sum().alias("a"),
+        (pl.col("dur_ns").is_null() & (pl.col("ph") == "X")).sum().alias("b"),
+        (pl.col("dur_ns") < 0).sum().alias("c"),
+    ).row(0)
     if missing_ts:
         dropped["missing_ts"] = dropped.get("missing_ts", 0) + missing_ts
     frame = _timeless_metadata(frame)
-    frame = frame.filter(pl.col("ts_ns").is_not_null())
-    no_dur = frame.filter(pl.col("dur_ns").is_null() & (pl.col("ph") == "X")).height
+    if missing_ts:
+        frame = frame.filter(pl.col("ts_ns").is_not_null())
     if no_dur:
         warnings.append(f"{no_dur} complete events without a duration (dur_ns left null)")
-    negative = frame.filter(pl.col("dur_ns") < 0).height
     if negative:
         warnings.append(f"{negative} events with a negative duration (dur_ns set to null)")
         frame = frame.with_columns(

@@ -380,86 +380,97 @@ static int stage_value(Scanner *sc, Col *c) {
     return 0;
 }
 
-static int col_row_valid(Col *c, Py_ssize_t row, int valid) {
-    if (!valid) {
-        /* rows before the first value are implicitly null: only materialise once needed */
-        if (!c->any) return 0;
-    } else if (!c->any) {
-        c->any = 1;
-        if (buf_reserve(&c->valid, row + 1) < 0) return -1;
-        memset(c->valid.data, 0, (size_t)row);
-        c->valid.len = row;
-        Py_ssize_t w = c->is_str ? 8 : 8;
-        if (c->is_str) {
-            if (buf_reserve(&c->offsets, (row + 2) * w) < 0) return -1;
-            memset(c->offsets.data, 0, (size_t)((row + 1) * w));
-            c->offsets.len = (row + 1) * w;
-        } else {
-            if (buf_reserve(&c->values, (row + 1) * w) < 0) return -1;
-            memset(c->values.data, 0, (size_t)(row * w));
-            c->values.len = row * w;
-        }
-    }
-    char v = (char)valid;
-    return buf_put(&c->valid, &v, 1);
+/* Rows are written only when they hold a value: null rows cost nothing while scanning and are
+ * filled in (zero values, cleared validity, repeated string offsets) on the next write or at
+ * the end. Most args columns are null on most rows, so this is where the time goes. */
+static int grow_zeroed(Buf *b, Py_ssize_t len) {
+    if (b->len >= len) return 0;
+    if (buf_reserve(b, len - b->len) < 0) return -1;
+    memset(b->data + b->len, 0, (size_t)(len - b->len));
+    b->len = len;
+    return 0;
 }
 
-/* Commit the staged value of column c for this row. kind: 0 int, 1 str, 2 us->ns time. */
-static int commit(Col *c, Py_ssize_t row) {
-    if (c->is_str) {
-        int valid = c->has;
-        if (col_row_valid(c, row, valid) < 0) return -1;
-        if (!c->any) return 0;
-        if (valid) {
-            if (c->s_escaped) {
-                if (put_unescaped(&c->values, c->s, c->slen) < 0) return -2;
-            } else if (buf_put(&c->values, c->s, c->slen) < 0) return -1;
-        }
-        int64_t off = (int64_t)c->values.len;
-        return buf_put(&c->offsets, &off, 8);
+static int fill_offsets(Col *c, Py_ssize_t rows) {
+    /* offsets hold rows+1 entries; null rows repeat the current end */
+    if (c->offsets.len == 0) {
+        int64_t zero = 0;
+        if (buf_put(&c->offsets, &zero, 8) < 0) return -1;
     }
-    int64_t v = 0;
-    int valid = 0;
-    if (c->has) {
-        if (c->s_escaped) valid = 0; /* escaped digit strings: not worth it */
-        else valid = parse_int_text(c->s, c->slen, &v);
-        if (c->s_raw && c->slen == 4 && memcmp(c->s, "true", 4) == 0) { v = 1; valid = 1; }
-        if (c->s_raw && c->slen == 5 && memcmp(c->s, "false", 5) == 0) { v = 0; valid = 1; }
-    }
-    if (col_row_valid(c, row, valid) < 0) return -1;
-    if (!c->any) return 0;
-    return buf_put(&c->values, &v, 8);
+    Py_ssize_t have = c->offsets.len / 8 - 1;
+    if (have >= rows) return 0;
+    if (buf_reserve(&c->offsets, (rows - have) * 8) < 0) return -1;
+    int64_t end = (int64_t)c->values.len;
+    int64_t *o = (int64_t *)(c->offsets.data + c->offsets.len);
+    for (Py_ssize_t i = have; i < rows; i++) *o++ = end;
+    c->offsets.len = (rows + 1) * 8;
+    return 0;
 }
 
-static int commit_time(Col *c, Py_ssize_t row) {
+static int set_int(Col *c, Py_ssize_t row, int64_t v) {
+    if (grow_zeroed(&c->values, (row + 1) * 8) < 0 || grow_zeroed(&c->valid, row + 1) < 0)
+        return -1;
+    ((int64_t *)c->values.data)[row] = v;
+    c->valid.data[row] = 1;
+    c->any = 1;
+    return 0;
+}
+
+static int set_str(Col *c, Py_ssize_t row) {
+    if (fill_offsets(c, row) < 0 || grow_zeroed(&c->valid, row + 1) < 0) return -1;
+    if (c->s_escaped) {
+        if (put_unescaped(&c->values, c->s, c->slen) < 0) return -2;
+    } else if (buf_put(&c->values, c->s, c->slen) < 0) {
+        return -1;
+    }
+    int64_t end = (int64_t)c->values.len;
+    if (buf_put(&c->offsets, &end, 8) < 0) return -1;
+    c->valid.data[row] = 1;
+    c->any = 1;
+    return 0;
+}
+
+static int finish_col(Col *c, Py_ssize_t rows) {
+    if (!c->any) return 0;
+    if (grow_zeroed(&c->valid, rows) < 0) return -1;
+    if (c->is_str) return fill_offsets(c, rows);
+    return grow_zeroed(&c->values, rows * 8);
+}
+
+/* Commit the staged value of column c for this row (strings, or integers). */
+static inline int commit(Col *c, Py_ssize_t row) {
+    if (!c->has) return 0;
+    if (c->is_str) return set_str(c, row);
     int64_t v = 0;
     int valid = 0;
-    if (c->has && !c->s_escaped) {
-        int r = parse_us_to_ns(c->s, c->slen, &v);
-        if (r < 0) return -2; /* exponent notation: general path */
-        valid = r;
-    } else if (c->has) {
-        return -2;
-    }
-    if (col_row_valid(c, row, valid) < 0) return -1;
-    if (!c->any) return 0;
-    return buf_put(&c->values, &v, 8);
+    if (!c->s_escaped) valid = parse_int_text(c->s, c->slen, &v);
+    if (c->s_raw && c->slen == 4 && memcmp(c->s, "true", 4) == 0) { v = 1; valid = 1; }
+    if (c->s_raw && c->slen == 5 && memcmp(c->s, "false", 5) == 0) { v = 0; valid = 1; }
+    return valid ? set_int(c, row, v) : 0;
+}
+
+static inline int commit_time(Col *c, Py_ssize_t row) {
+    if (!c->has) return 0;
+    if (c->s_escaped) return -2;
+    int64_t v = 0;
+    int r = parse_us_to_ns(c->s, c->slen, &v);
+    if (r < 0) return -2; /* exponent notation: general path */
+    return r ? set_int(c, row, v) : 0;
 }
 
 /* pid/tid: an integer goes to the int column, anything else to the label column. */
 static int commit_id(Col *ints, Col *labels, Py_ssize_t row) {
+    if (!ints->has) return 0;
     int64_t v = 0;
-    int is_int = ints->has && ints->s_raw && parse_int_text(ints->s, ints->slen, &v);
+    int is_int = ints->s_raw && parse_int_text(ints->s, ints->slen, &v);
     /* integral floats like 7.0 are labels in the Python path (type(v) is int fails) */
     if (is_int && memchr(ints->s, '.', (size_t)ints->slen)) is_int = 0;
-    if (col_row_valid(ints, row, is_int) < 0) return -1;
-    if (ints->any && buf_put(&ints->values, &v, 8) < 0) return -1;
-    labels->has = ints->has && !is_int;
+    if (is_int) return set_int(ints, row, v);
+    labels->has = 1;
     labels->s = ints->s; labels->slen = ints->slen;
     labels->s_escaped = ints->s_escaped; labels->s_raw = ints->s_raw;
-    return commit(labels, row);
+    return set_str(labels, row);
 }
-
 
 /* Scan the args object: keep its raw text, stage the known keys. */
 static int scan_args(Scanner *sc, Col *cols, int *prio) {
@@ -524,6 +535,7 @@ static int scan_args(Scanner *sc, Col *cols, int *prio) {
 
 static PyObject *col_to_py(Col *c, Py_ssize_t rows) {
     if (!c->any) Py_RETURN_NONE;
+    if (finish_col(c, rows) < 0) return PyErr_NoMemory();
     /* pack the validity bytes into an Arrow bitmap (LSB first) */
     Py_ssize_t nbytes = (rows + 7) / 8;
     PyObject *bitmap = PyBytes_FromStringAndSize(NULL, nbytes);
