@@ -143,17 +143,6 @@ def parse(path: Path, **_options: object) -> ParsedFile:
 # --------------------------------------------------------------------------- decoding
 
 
-class _Top(msgspec.Struct):
-    """The top level with the event array left as raw bytes, for the C scanner."""
-
-    traceEvents: msgspec.Raw = _NULL  # noqa: N815
-    distributedInfo: Any = None  # noqa: N815
-    deviceProperties: Any = None  # noqa: N815
-    baseTimeNanoseconds: Any = None  # noqa: N815
-    host_name: Any = None
-    nodes: Any = None
-
-
 _RAW_COLUMNS: dict[str, pa.DataType] = {
     "ph": pa.large_string(), "category": pa.large_string(), "name": pa.large_string(),
     "pid": pa.int64(), "pid_label": pa.large_string(), "tid": pa.int64(),
@@ -169,20 +158,14 @@ def _scan_fast(path: Path, data: bytes) -> tuple[pa.Table, dict[str, Any]] | Non
     if _kineto_scan is None:
         return None
     try:
-        if data.lstrip()[:1] == b"[":
-            raw, header = data, {}
-        else:
-            top = msgspec.json.decode(data, type=_Top)
-            if bytes(memoryview(top.traceEvents)[:1]) != b"[":
-                return None  # no event array: the tolerant path words the error
-            raw = top.traceEvents
-            header = {"distributedInfo": top.distributedInfo,
-                      "deviceProperties": top.deviceProperties,
-                      "baseTimeNanoseconds": top.baseTimeNanoseconds,
-                      "host_name": top.host_name}
-        rows, columns = _kineto_scan.scan(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        rows, columns = _kineto_scan.scan(data)
+        if not columns["has_events"]:
+            return None  # no event array: the tolerant path words the error
+        header = {key: msgspec.json.decode(raw) for key, raw in columns["header"].items()}
+    except (msgspec.DecodeError, ValueError):
         return None
+    if header.get("nodes") is not None:
+        return None  # an Execution Trace: the tolerant path names it
     arrays = {}
     for name, typ in _RAW_COLUMNS.items():
         buffers = columns[name]

@@ -564,44 +564,32 @@ static void free_cols(Col *cols) {
     }
 }
 
-/* scan(buffer) -> (rows, {column: (values, bitmap) | (data, offsets, bitmap) | None,
- *                        "begin_end_events": count of ph B/E, which the caller pairs})
- * `buffer` holds a JSON array of event objects. Raises ValueError(message, position). */
-static PyObject *scan(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
-    Col cols[N_COLS];
-    memset(cols, 0, sizeof(cols));
-    for (int i = 0; i < N_COLS; i++) { cols[i].name = COL_NAMES[i]; cols[i].is_str = COL_IS_STR[i]; }
-    Scanner sc = {(const char *)view.buf, (const char *)view.buf + view.len,
-                  (const char *)view.buf, NULL};
-    Py_ssize_t rows = 0, begin_end = 0;
-    int rc = 0;
-    Py_BEGIN_ALLOW_THREADS
-    skip_ws(&sc);
-    if (sc.p >= sc.end || *sc.p != '[') { sc.err = "expected '['"; rc = -1; goto done; }
-    sc.p++;
-    skip_ws(&sc);
-    if (sc.p < sc.end && *sc.p == ']') { sc.p++; goto done; }
+/* Scan a JSON array of event objects into the columns. 0 ok, -1 error (sc->err set). */
+static int scan_array(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end) {
+    skip_ws(sc);
+    if (sc->p >= sc->end || *sc->p != '[') { sc->err = "expected '['"; return -1; }
+    sc->p++;
+    skip_ws(sc);
+    if (sc->p < sc->end && *sc->p == ']') { sc->p++; return 0; }
     for (;;) {
-        skip_ws(&sc);
-        if (sc.p >= sc.end || *sc.p != '{') { sc.err = "element is not an object"; rc = -1; goto done; }
-        sc.p++;
+        skip_ws(sc);
+        if (sc->p >= sc->end || *sc->p != '{') { sc->err = "element is not an object"; return -1; }
+        sc->p++;
         for (int i = 0; i < N_COLS; i++) col_clear_stage(&cols[i]);
         int prio[N_COLS];
         for (int i = 0; i < N_COLS; i++) prio[i] = 99;
-        skip_ws(&sc);
-        if (sc.p < sc.end && *sc.p == '}') {
-            sc.p++;
+        skip_ws(sc);
+        if (sc->p < sc->end && *sc->p == '}') {
+            sc->p++;
         } else {
             for (;;) {
-                skip_ws(&sc);
-                if (sc.p >= sc.end || *sc.p != '"') { sc.err = "expected a key"; rc = -1; goto done; }
+                skip_ws(sc);
+                if (sc->p >= sc->end || *sc->p != '"') { sc->err = "expected a key"; return -1; }
                 const char *k; Py_ssize_t kn; int ke;
-                if (scan_string(&sc, &k, &kn, &ke) < 0) { rc = -1; goto done; }
-                skip_ws(&sc);
-                if (sc.p >= sc.end || *sc.p != ':') { sc.err = "expected ':'"; rc = -1; goto done; }
-                sc.p++;
+                if (scan_string(sc, &k, &kn, &ke) < 0) { return -1; }
+                skip_ws(sc);
+                if (sc->p >= sc->end || *sc->p != ':') { sc->err = "expected ':'"; return -1; }
+                sc->p++;
                 int target = -1;
                 if (!ke) {
                     switch (kn) {
@@ -625,44 +613,124 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                 int r;
                 if (target == C_ARGS) {
                     for (int a = A_EXTERNAL_ID; a < N_COLS; a++) { cols[a].has = 0; prio[a] = 99; }
-                    r = scan_args(&sc, cols, prio);
+                    r = scan_args(sc, cols, prio);
                 } else if (target >= 0) {
-                    r = stage_value(&sc, &cols[target]);
+                    r = stage_value(sc, &cols[target]);
                 } else {
-                    r = skip_value(&sc);
+                    r = skip_value(sc);
                 }
-                if (r < 0) { rc = -1; goto done; }
-                skip_ws(&sc);
-                if (sc.p >= sc.end) { sc.err = "unexpected end"; rc = -1; goto done; }
-                if (*sc.p == ',') { sc.p++; continue; }
-                if (*sc.p == '}') { sc.p++; break; }
-                sc.err = "expected ',' or '}'"; rc = -1; goto done;
+                if (r < 0) { return -1; }
+                skip_ws(sc);
+                if (sc->p >= sc->end) { sc->err = "unexpected end"; return -1; }
+                if (*sc->p == ',') { sc->p++; continue; }
+                if (*sc->p == '}') { sc->p++; break; }
+                sc->err = "expected ',' or '}'"; return -1;
             }
         }
         /* commit the event's row */
         Col *ph = &cols[C_PH];
-        if (ph->has && ph->slen == 1 && (ph->s[0] == 'B' || ph->s[0] == 'E')) begin_end++;
+        if (ph->has && ph->slen == 1 && (ph->s[0] == 'B' || ph->s[0] == 'E')) (*begin_end)++;
         int r = 0;
-        r |= commit(&cols[C_PH], rows) == 0 ? 0 : 1;
-        r |= commit(&cols[C_CAT], rows) == 0 ? 0 : 1;
-        r |= commit(&cols[C_NAME], rows) == 0 ? 0 : 1;
-        r |= commit_id(&cols[C_PID], &cols[C_PID_LABEL], rows) == 0 ? 0 : 1;
-        r |= commit_id(&cols[C_TID], &cols[C_TID_LABEL], rows) == 0 ? 0 : 1;
-        r |= commit_time(&cols[C_TS], rows) == 0 ? 0 : 1;
-        r |= commit_time(&cols[C_DUR], rows) == 0 ? 0 : 1;
+        r |= commit(&cols[C_PH], *rows) == 0 ? 0 : 1;
+        r |= commit(&cols[C_CAT], *rows) == 0 ? 0 : 1;
+        r |= commit(&cols[C_NAME], *rows) == 0 ? 0 : 1;
+        r |= commit_id(&cols[C_PID], &cols[C_PID_LABEL], *rows) == 0 ? 0 : 1;
+        r |= commit_id(&cols[C_TID], &cols[C_TID_LABEL], *rows) == 0 ? 0 : 1;
+        r |= commit_time(&cols[C_TS], *rows) == 0 ? 0 : 1;
+        r |= commit_time(&cols[C_DUR], *rows) == 0 ? 0 : 1;
         /* a quoted flow id is kept only when it parses as an integer, like the Python path */
-        r |= commit(&cols[C_ID], rows) == 0 ? 0 : 1;
-        r |= commit(&cols[C_ARGS], rows) == 0 ? 0 : 1;
-        for (int a = A_EXTERNAL_ID; a < N_COLS; a++) r |= commit(&cols[a], rows) == 0 ? 0 : 1;
-        if (r) { sc.err = "value needs the general path"; rc = -1; goto done; }
-        rows++;
-        skip_ws(&sc);
-        if (sc.p >= sc.end) { sc.err = "unexpected end (truncated?)"; rc = -1; goto done; }
-        if (*sc.p == ',') { sc.p++; continue; }
-        if (*sc.p == ']') { sc.p++; break; }
-        sc.err = "expected ',' or ']'"; rc = -1; goto done;
+        r |= commit(&cols[C_ID], *rows) == 0 ? 0 : 1;
+        r |= commit(&cols[C_ARGS], *rows) == 0 ? 0 : 1;
+        for (int a = A_EXTERNAL_ID; a < N_COLS; a++) r |= commit(&cols[a], *rows) == 0 ? 0 : 1;
+        if (r) { sc->err = "value needs the general path"; return -1; }
+        (*rows)++;
+        skip_ws(sc);
+        if (sc->p >= sc->end) { sc->err = "unexpected end (truncated?)"; return -1; }
+        if (*sc->p == ',') { sc->p++; continue; }
+        if (*sc->p == ']') { sc->p++; return 0; }
+        sc->err = "expected ',' or ']'"; return -1;
     }
-done:
+}
+
+/* Top-level keys whose raw values are handed back for the caller to decode. */
+static const char *HEADER_KEYS[] = {"distributedInfo", "deviceProperties", "baseTimeNanoseconds",
+                                    "host_name", "nodes"};
+#define N_HEADER_KEYS 5
+
+/* Scan a Kineto document object: the event array in place, header values as raw spans. */
+static int scan_document(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end,
+                         const char **spans, Py_ssize_t *span_len, int *found) {
+    sc->p++; /* '{' */
+    skip_ws(sc);
+    if (sc->p < sc->end && *sc->p == '}') { sc->p++; goto tail; }
+    for (;;) {
+        skip_ws(sc);
+        if (sc->p >= sc->end || *sc->p != '"') { sc->err = "expected a key"; return -1; }
+        const char *k; Py_ssize_t kn; int ke;
+        if (scan_string(sc, &k, &kn, &ke) < 0) return -1;
+        skip_ws(sc);
+        if (sc->p >= sc->end || *sc->p != ':') { sc->err = "expected ':'"; return -1; }
+        sc->p++;
+        skip_ws(sc);
+        if (!ke && KEY_IS(k, kn, "traceEvents") && sc->p < sc->end && *sc->p == '[') {
+            if (*found) { sc->err = "two traceEvents arrays"; return -1; }
+            if (scan_array(sc, cols, rows, begin_end) < 0) return -1;
+            *found = 1;
+        } else {
+            int h = -1;
+            for (int j = 0; j < N_HEADER_KEYS && !ke; j++)
+                if ((size_t)kn == strlen(HEADER_KEYS[j]) && memcmp(k, HEADER_KEYS[j], (size_t)kn) == 0) h = j;
+            const char *v0 = sc->p;
+            if (skip_value(sc) < 0) return -1;
+            if (h >= 0) { spans[h] = v0; span_len[h] = sc->p - v0; }
+        }
+        skip_ws(sc);
+        if (sc->p >= sc->end) { sc->err = "unexpected end (truncated?)"; return -1; }
+        if (*sc->p == ',') { sc->p++; continue; }
+        if (*sc->p == '}') { sc->p++; break; }
+        sc->err = "expected ',' or '}'";
+        return -1;
+    }
+tail:
+    skip_ws(sc);
+    if (sc->p != sc->end) { sc->err = "data after the document"; return -1; }
+    return 0;
+}
+
+/* scan(buffer) -> (rows, {column: (values, bitmap) | (data, offsets, bitmap) | None,
+ *                        "begin_end_events": count of ph B/E, which the caller pairs,
+ *                        "header": {top-level key: raw JSON bytes}, "has_events": bool})
+ * `buffer` is a whole Kineto document (object or bare array).
+ * Raises ValueError("problem at byte N") on anything the tolerant path should handle. */
+static PyObject *scan(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    Col cols[N_COLS];
+    memset(cols, 0, sizeof(cols));
+    for (int i = 0; i < N_COLS; i++) { cols[i].name = COL_NAMES[i]; cols[i].is_str = COL_IS_STR[i]; }
+    Scanner sc = {(const char *)view.buf, (const char *)view.buf + view.len,
+                  (const char *)view.buf, NULL};
+    Py_ssize_t rows = 0, begin_end = 0;
+    int rc = 0;
+    const char *spans[N_HEADER_KEYS] = {NULL};
+    Py_ssize_t span_len[N_HEADER_KEYS] = {0};
+    int found = 0;
+    Py_BEGIN_ALLOW_THREADS
+    skip_ws(&sc);
+    if (sc.p < sc.end && *sc.p == '[') {
+        rc = scan_array(&sc, cols, &rows, &begin_end);
+        found = 1;
+        if (rc == 0) {
+            skip_ws(&sc);
+            if (sc.p != sc.end) { sc.err = "data after the document"; rc = -1; }
+        }
+    } else if (sc.p < sc.end && *sc.p == '{') {
+        rc = scan_document(&sc, cols, &rows, &begin_end, spans, span_len, &found);
+    } else {
+        sc.err = "not a JSON object or array";
+        rc = -1;
+    }
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         Py_ssize_t pos = sc.p - sc.start;
@@ -683,6 +751,22 @@ done:
     }
     free_cols(cols);
     PyBuffer_Release(&view);
+    PyObject *header = PyDict_New();
+    if (!header || PyDict_SetItemString(out, "header", header) < 0) {
+        Py_XDECREF(header); Py_DECREF(out); return NULL;
+    }
+    Py_DECREF(header);
+    for (int j = 0; j < N_HEADER_KEYS; j++) {
+        if (!spans[j]) continue;
+        PyObject *raw = PyBytes_FromStringAndSize(spans[j], span_len[j]);
+        if (!raw || PyDict_SetItemString(header, HEADER_KEYS[j], raw) < 0) {
+            Py_XDECREF(raw); Py_DECREF(out); return NULL;
+        }
+        Py_DECREF(raw);
+    }
+    PyObject *has_events = PyBool_FromLong(found);
+    PyDict_SetItemString(out, "has_events", has_events);
+    Py_DECREF(has_events);
     PyObject *be = PyLong_FromSsize_t(begin_end);
     if (!be || PyDict_SetItemString(out, "begin_end_events", be) < 0) {
         Py_XDECREF(be); Py_DECREF(out); return NULL;
