@@ -71,7 +71,7 @@ def _launch(browser: str, page: Path, profile: Path) -> subprocess.Popen:
         [browser, "--headless", "--no-sandbox", "--disable-gpu",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--no-first-run", f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
-         "--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
+         "--virtual-time-budget=1500", "--dump-dom", page.as_uri()],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
