@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "traceview.cli_gpu",
     "traceview.cli_report",
     "traceview.cli_capture",
+    "traceview.cli_scale",
 )
 
 
