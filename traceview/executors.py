@@ -116,7 +116,7 @@ def open_executor(spec: ExecutorSpec | str = "local") -> Iterator[Executor]:
         workers = spec.max_workers or cores()
         cluster = distributed.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=spec.processes,
-            dashboard_address=None, silence_logs=40)
+            dashboard_address=":0", silence_logs=40)
         client = distributed.Client(cluster)
     try:
         yield client.get_executor(pure=False)
