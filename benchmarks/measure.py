@@ -1,0 +1,95 @@
+"""Run one measured operation in its own child process; wall time and peak RSS.
+
+Peak RSS is taken two ways and both are kept:
+
+* ``peak_rss_mb``: the largest resident set of any single process of the operation
+  (``getrusage`` of the child for itself and for its waited-for descendants: ingest workers);
+* ``tree_rss_mb``: the largest *sum* of resident sets over the child and all its descendants,
+  sampled every 20 ms with psutil (what the machine must hold at once when workers run in
+  parallel; shared pages count once per process, so this is an upper bound).
+
+The child prints one JSON object as its last stdout line; its in-process timings (``wall_s``)
+exclude interpreter start-up and imports, which ``outer_s`` includes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _sample_tree(pid: int, stop: threading.Event, out: dict[str, float]) -> None:
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    while not stop.is_set():
+        total = 0
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        out["tree"] = max(out.get("tree", 0), total)
+        stop.wait(0.02)
+
+
+def run_child(argv: list[str], *, timeout: float = 1800, env: dict[str, str] | None = None,
+              parse=None) -> dict[str, Any]:
+    """Run ``argv``; return its JSON result plus outer wall time and both peak RSS figures."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    stop, sampled = threading.Event(), {}
+    sampler = threading.Thread(target=_sample_tree, args=(proc.pid, stop, sampled), daemon=True)
+    sampler.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        stderr += f"\n(killed after {timeout} s)"
+    stop.set()
+    sampler.join()
+    outer = time.perf_counter() - t
+    result: dict[str, Any]
+    try:
+        result = parse(stdout) if parse else _last_json(stdout)
+    except Exception as exc:  # noqa: BLE001 - a failed measurement is recorded, not raised
+        result = {"error": f"no result ({type(exc).__name__})"}
+    if proc.returncode != 0 and not result.get("error"):
+        result["error"] = f"exit {proc.returncode}: {stderr.strip().splitlines()[-1:] }"
+    if result.get("error"):
+        result["stderr_tail"] = stderr[-1500:]
+    result["outer_s"] = outer
+    result["tree_rss_mb"] = sampled.get("tree", 0) / 2**20
+    return result
+
+
+def _last_json(stdout: str) -> dict[str, Any]:
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise ValueError("no JSON line")
+
+
+def op(name: str, **kwargs: Any) -> list[str]:
+    """The command line of one ``benchmarks/ops.py`` operation."""
+    return [sys.executable, str(REPO / "benchmarks" / "ops.py"), name, json.dumps(kwargs)]
+
+
+def measure(name: str, **kwargs: Any) -> dict[str, Any]:
+    return run_child(op(name, **kwargs))

@@ -1,0 +1,232 @@
+"""The measured operations, each run alone in a child process by ``benchmarks/measure.py``.
+
+    python benchmarks/ops.py NAME '{"paths": [...], ...}'
+
+Prints one JSON object on its last stdout line: ``wall_s`` (the operation only, after imports),
+``peak_rss_mb`` (largest resident set of this process or any waited-for child: ingest
+workers), and what the operation counted. Nothing here is imported by the test suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import json
+import resource
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def _peak_mb() -> dict[str, float]:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"peak_rss_mb": max(own, kids), "self_rss_mb": own, "children_rss_mb": kids}
+
+
+def _read(path: Path, inflater: str = "isal") -> bytes:
+    raw = path.read_bytes()
+    if not raw.startswith(b"\x1f\x8b"):
+        return raw
+    if inflater == "zlib":
+        import gzip
+        return gzip.decompress(raw)
+    from isal import igzip
+    return igzip.decompress(raw)
+
+
+def _warm_imports() -> None:
+    """Import what traceview imports lazily, so timings measure work, not module loading."""
+    import polars  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+    import xxhash  # noqa: F401
+
+    import traceview.cli  # noqa: F401
+    import traceview.ingest  # noqa: F401
+    import traceview.steps  # noqa: F401
+    import traceview.traceset  # noqa: F401
+    from traceview.parsers import kineto, nsys  # noqa: F401
+
+
+def op_baseline(_: dict[str, Any]) -> dict[str, Any]:
+    """Interpreter + the imports an ingest needs: the constant under every peak RSS."""
+    t = time.perf_counter()
+    _warm_imports()
+    return {"wall_s": 0.0, "import_s": time.perf_counter() - t}
+
+
+def op_read(a: dict[str, Any]) -> dict[str, Any]:
+    """Read (and inflate) the bytes: the floor under any parser; ``inflater`` isal or zlib."""
+    t = time.perf_counter()
+    total = sum(len(_read(Path(p), a.get("inflater", "isal"))) for p in a["paths"])
+    return {"wall_s": time.perf_counter() - t, "bytes": total}
+
+
+def op_orjson(a: dict[str, Any]) -> dict[str, Any]:
+    """``orjson.loads`` of the (already read) bytes into Python objects, gc disabled."""
+    import orjson
+
+    gc.disable()
+    spent, events, total = 0.0, 0, 0
+    for p in a["paths"]:
+        data = _read(Path(p))
+        total += len(data)
+        t = time.perf_counter()
+        doc = orjson.loads(data)
+        spent += time.perf_counter() - t
+        events += len(doc["traceEvents"] if isinstance(doc, dict) else doc)
+        del doc, data
+    return {"wall_s": spent, "bytes": total, "events": events}
+
+
+class _Event(msgspec.Struct, gc=False):
+    """The Kineto event fields, typed; ``args`` kept as raw JSON text (the decode limit)."""
+
+    ph: str = ""
+    name: str = ""
+    cat: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    id: int | str | None = None
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Trace(msgspec.Struct):
+    traceEvents: list[_Event] = []  # noqa: N815, RUF012 - Kineto's key; msgspec copies defaults
+
+
+def op_msgspec(a: dict[str, Any]) -> dict[str, Any]:
+    """Typed msgspec decode into Structs with the Kineto event fields, ``args`` left raw."""
+    decoder = msgspec.json.Decoder(_Trace)
+    spent, events, total = 0.0, 0, 0
+    for p in a["paths"]:
+        data = _read(Path(p))
+        total += len(data)
+        t = time.perf_counter()
+        doc = decoder.decode(data)
+        spent += time.perf_counter() - t
+        events += len(doc.traceEvents)
+        del doc, data
+    return {"wall_s": spent, "bytes": total, "events": events}
+
+
+def op_ingest(a: dict[str, Any]) -> dict[str, Any]:
+    """Cold ingest into an empty cache folder (removed first): ``traceview.open``, or with
+    ``workers``/``memory_budget_mb`` the ingest pool sized by ``ingest.worker_count``."""
+    cache = Path(a["cache_dir"])
+    shutil.rmtree(cache, ignore_errors=True)
+    import traceview
+
+    t = time.perf_counter()
+    if a.get("workers") is None and a.get("memory_budget_mb") is None:
+        ts = traceview.open(a["paths"], cache_dir=cache)
+        workers = None
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        from traceview.ingest import discover, ingest, worker_count
+        from traceview.traceset import _from_ingest
+
+        files = discover(a["paths"])
+        budget = a.get("memory_budget_mb")
+        workers = a.get("workers") or worker_count(
+            files, memory_budget=None if budget is None else int(budget * 2**20))
+        with ProcessPoolExecutor(max_workers=workers,
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            ts = _from_ingest(ingest(files, cache_dir=cache, executor=pool), None)
+    wall = time.perf_counter() - t
+    files = ts.files
+    return {"wall_s": wall, "workers": workers,
+            "input_events": int(files["input_events"].sum()),
+            "stored_events": int(files["stored_events"].sum()),
+            "store_bytes": sum(p.stat().st_size for p in cache.rglob("*.parquet"))}
+
+
+def op_reopen(a: dict[str, Any]) -> dict[str, Any]:
+    """Open again from the Parquet cache, then count the events (touches every file)."""
+    import polars as pl
+
+    import traceview
+
+    t = time.perf_counter()
+    ts = traceview.open(a["paths"], cache_dir=a["cache_dir"])
+    opened = time.perf_counter() - t
+    n = ts.events.select(pl.len()).collect().item()
+    return {"wall_s": opened, "with_count_s": time.perf_counter() - t, "stored_events": int(n)}
+
+
+def op_analysis(a: dict[str, Any]) -> dict[str, Any]:
+    """One analysis command as a user runs it (``traceview CMD PATHS --json``), from the cache."""
+    from traceview.cli import main
+
+    sink = io.StringIO()
+    t = time.perf_counter()
+    with contextlib.redirect_stdout(sink):
+        rc = main([a["command"], *a["paths"], "--json", "--cache-dir", a["cache_dir"]])
+    return {"wall_s": time.perf_counter() - t, "rc": rc, "output_bytes": len(sink.getvalue()),
+            "error": None if rc == 0 else f"exit code {rc}"}
+
+
+def op_lazy_scan(a: dict[str, Any]) -> dict[str, Any]:
+    """A streaming aggregate over the whole store (kernel time per rank): lazy Parquet scan."""
+    import polars as pl
+
+    import traceview
+
+    ts = traceview.open(a["paths"], cache_dir=a["cache_dir"])
+    t = time.perf_counter()
+    out = (ts.events.filter(pl.col("kind") == "kernel").group_by("rank")
+           .agg(pl.col("dur_ns").sum().alias("kernel_ns"), pl.len().alias("kernels"))
+           .collect(engine="streaming"))
+    return {"wall_s": time.perf_counter() - t, "ranks": out.height,
+            "kernels": int(out["kernels"].sum())}
+
+
+def op_nsys(a: dict[str, Any]) -> dict[str, Any]:
+    """Cold ingest of an nsys SQLite export; kernel rows counted from the store."""
+    import polars as pl
+
+    cache = Path(a["cache_dir"])
+    shutil.rmtree(cache, ignore_errors=True)
+    import traceview
+
+    t = time.perf_counter()
+    ts = traceview.open(a["paths"], cache_dir=cache)
+    wall = time.perf_counter() - t
+    kernels = ts.events.filter(pl.col("kind") == "kernel").select(pl.len()).collect().item()
+    return {"wall_s": wall, "kernels": int(kernels),
+            "stored_events": int(ts.files["stored_events"].sum())}
+
+
+OPS = {name[3:]: fn for name, fn in globals().items() if name.startswith("op_")}
+
+
+def main(argv: list[str]) -> int:
+    name, args = argv[0], json.loads(argv[1]) if len(argv) > 1 else {}
+    if name not in ("baseline", "read", "orjson", "msgspec"):
+        _warm_imports()
+    try:
+        result = OPS[name](args)
+    except Exception as exc:  # noqa: BLE001 - recorded in the results table, not raised
+        import traceback
+        traceback.print_exc()
+        result = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    result.update(_peak_mb())
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,222 @@
+"""The performance harness: build large inputs, measure traceview against the decode limits and
+HTA 0.5.0 in one run, and regenerate the tables of ``docs/performance.md``.
+
+    python benchmarks/run.py                       # full scale (see benchmarks/README.md)
+    python benchmarks/run.py --scale 0.1           # quick smoke run
+    python benchmarks/run.py --only decode,hta     # some parts only
+    python benchmarks/run.py --hta-python /work/hta-venv/bin/python   # reuse an HTA venv
+
+Parts: decode (single rank: read, orjson, msgspec, cold ingest), gzip, ingest (multi-rank cold
+and reopen), scaling (1 vs N workers), analyses, bounded (memory vs ranks), nsys, hta.
+Every measured operation runs in its own child process (benchmarks/ops.py). Results go to
+``benchmarks/out/results-<scale>.json`` and, unless ``--no-docs``, into the generated block
+of ``docs/performance.md`` (the hand-written sections around it are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+for p in (str(HERE), str(REPO)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import hta  # noqa: E402
+import inputs  # noqa: E402
+import machine  # noqa: E402
+import report  # noqa: E402
+from measure import measure, run_child  # noqa: E402
+
+PARTS = ("decode", "gzip", "ingest", "scaling", "analyses", "bounded", "nsys", "hta")
+SUITE = ("align", "collectives", "stragglers", "gaps", "overlap", "breakdown", "summary")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def best(name: str, repeat: int, **kwargs: Any) -> dict[str, Any]:
+    """Run an operation ``repeat`` times: the fastest run, with the largest peak RSS seen."""
+    runs = [measure(name, **kwargs) for _ in range(max(1, repeat))]
+    ok = [r for r in runs if not r.get("error")] or runs
+    out = dict(min(ok, key=lambda r: r.get("wall_s") or float("inf")))
+    out["peak_rss_mb"] = max(r.get("peak_rss_mb", 0) for r in runs)
+    out["tree_rss_mb"] = max(r.get("tree_rss_mb", 0) for r in runs)
+    out["runs_s"] = [r.get("wall_s") for r in runs]
+    return out
+
+
+def _paths(s: inputs.InputSet) -> list[str]:
+    return [str(p) for p in s.paths]
+
+
+def _input_row(s: inputs.InputSet) -> dict[str, Any]:
+    return {"name": s.name, "ranks": s.ranks, "disk_mb": s.disk_bytes / 1e6,
+            "json_mb": s.json_bytes / 1e6, "largest_mb": s.largest_json_bytes / 1e6,
+            "events": s.events}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="input sizes relative to the issue's (1 = 300 MB, 8x100 MB, 64x10 MB)")
+    ap.add_argument("--only", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)}")
+    ap.add_argument("--out", type=Path, default=HERE / "out")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per timing (fastest is kept)")
+    ap.add_argument("--hta-venv", type=Path, default=None,
+                    help="where the HTA environment lives or is created (default OUT/hta-venv)")
+    ap.add_argument("--hta-python", default=None, help="use this interpreter for HTA instead")
+    ap.add_argument("--docs", type=Path, default=REPO / "docs" / "performance.md")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/performance.md")
+    args = ap.parse_args(argv)
+    parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        ap.error(f"unknown part(s) {unknown}; choose from {', '.join(PARTS)}")
+    s = args.scale
+    root = args.out / "inputs"
+    caches = args.out / "cache"
+    root.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    res: dict[str, Any] = {
+        "scale": s, "parts": parts, "repeat": args.repeat,
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "load_start": machine.load_average(), "machine": machine.describe(), "inputs": {},
+    }
+    log(f"scale {s}, parts {parts}, load average {res['load_start']}")
+
+    # ---- inputs (generated once, reused) ----
+    single = inputs.kineto_set(root, ranks=1, mb_per_rank=round(300 * s, 1), gzip_files=False, log=log)
+    sets = {"single": single}
+    if {"gzip"} & set(parts):
+        sets["single_gz"] = inputs.gzipped_copy(single, root, log=log)
+    if {"ingest", "scaling", "analyses", "hta"} & set(parts):
+        sets["r8"] = inputs.kineto_set(root, ranks=8, mb_per_rank=round(100 * s, 1),
+                                       gzip_files=False, log=log)
+    if {"ingest", "analyses", "bounded", "hta"} & set(parts):
+        sets["r64"] = inputs.kineto_set(root, ranks=64, mb_per_rank=round(10 * s, 2),
+                                        gzip_files=True, log=log)
+    if "nsys" in parts:
+        sets["nsys"] = inputs.nsys_set(root, kernels=max(100_000, int(2_000_000 * s)), log=log)
+    res["inputs"] = {k: _input_row(v) for k, v in sets.items()}
+    res["generate_s"] = time.perf_counter() - started
+
+    res["baseline"] = measure("baseline")
+    log(f"baseline (interpreter + imports) peak RSS {res['baseline']['peak_rss_mb']:.0f} MB")
+
+    def cache_of(name: str) -> str:
+        return str(caches / name)
+
+    if "decode" in parts:
+        p = _paths(single)
+        d: dict[str, Any] = {}
+        for name in ("read", "orjson", "msgspec"):
+            d[name] = best(name, args.repeat, paths=p)
+            log(f"decode {name}: {d[name].get('wall_s')}")
+        d["ingest"] = best("ingest", args.repeat, paths=p, cache_dir=cache_of("single"))
+        log(f"decode ingest: {d['ingest'].get('wall_s')}")
+        d["reopen"] = best("reopen", args.repeat, paths=p, cache_dir=cache_of("single"))
+        res["decode"] = d
+
+    if "gzip" in parts:
+        gz = sets["single_gz"]
+        p = _paths(gz)
+        res["gzip"] = {
+            "inflate_isal": best("read", args.repeat, paths=p, inflater="isal"),
+            "inflate_zlib": best("read", args.repeat, paths=p, inflater="zlib"),
+            "ingest": best("ingest", args.repeat, paths=p, cache_dir=cache_of("single_gz")),
+        }
+        log(f"gzip ingest: {res['gzip']['ingest'].get('wall_s')}")
+
+    if "ingest" in parts:
+        res["ingest"] = {}
+        for key in ("r8", "r64"):
+            p = _paths(sets[key])
+            cold = best("ingest", args.repeat, paths=p, cache_dir=cache_of(key))
+            warm = best("reopen", args.repeat, paths=p, cache_dir=cache_of(key))
+            res["ingest"][key] = {"cold": cold, "reopen": warm}
+            log(f"ingest {key}: cold {cold.get('wall_s')} reopen {warm.get('wall_s')}")
+
+    if "scaling" in parts:
+        p = _paths(sets["r8"])
+        res["scaling"] = {str(w): best("ingest", args.repeat, paths=p, workers=w,
+                                       cache_dir=cache_of(f"r8-w{w}")) for w in (1, 2)}
+        log(f"scaling: { {k: v.get('wall_s') for k, v in res['scaling'].items()} }")
+
+    if "analyses" in parts:
+        res["analyses"] = {}
+        for key in ("single", "r8", "r64"):
+            p = _paths(sets[key])
+            cache = cache_of(key)
+            if not (Path(cache).is_dir() and any(Path(cache).rglob("*.parquet"))):
+                res["analyses"].setdefault("_ingest", {})[key] = measure(
+                    "ingest", paths=p, cache_dir=cache)
+            res["analyses"][key] = {c: best("analysis", args.repeat, paths=p, cache_dir=cache,
+                                            command=c) for c in SUITE}
+            log(f"analyses {key}: "
+                f"{ {c: round(v.get('wall_s') or -1, 2) for c, v in res['analyses'][key].items()} }")
+
+    if "bounded" in parts:
+        full = sets["r64"]
+        # ingest.worker_count budgets 3x the estimated inflated size (15x a .gz file) per worker:
+        # this budget admits exactly one worker, whatever the number of ranks.
+        largest_disk = max(p.stat().st_size for p in full.paths)
+        budget_mb = 1.5 * 3 * 15 * largest_disk / 2**20
+        res["bounded"] = {"memory_budget_mb": budget_mb, "rows": []}
+        for n in (8, 32, 64):
+            sub = full.subset(n)
+            p = _paths(sub)
+            cache = cache_of(f"bounded-{n}")
+            row = {"ranks": n, "json_mb": sub.json_bytes / 1e6,
+                   "ingest": measure("ingest", paths=p, cache_dir=cache,
+                                     memory_budget_mb=budget_mb)}
+            row["lazy_scan"] = measure("lazy_scan", paths=p, cache_dir=cache)
+            row["summary"] = measure("analysis", paths=p, cache_dir=cache, command="summary")
+            res["bounded"]["rows"].append(row)
+            log(f"bounded {n}: ingest tree {row['ingest'].get('tree_rss_mb'):.0f} MB, "
+                f"summary {row['summary'].get('peak_rss_mb'):.0f} MB")
+
+    if "nsys" in parts:
+        res["nsys"] = best("nsys", args.repeat, paths=_paths(sets["nsys"]),
+                           cache_dir=cache_of("nsys"))
+        log(f"nsys: {res['nsys'].get('wall_s')} s, {res['nsys'].get('kernels')} kernels")
+
+    if "hta" in parts:
+        res["hta"] = {}
+        try:
+            exe = hta.ensure_venv(args.hta_venv or args.out / "hta-venv", args.hta_python, log=log)
+            res["hta"]["versions"] = hta.versions(exe)
+            for key in ("single", "r8", "r64"):
+                folder = hta.trace_dir_for(sets[key].paths, args.out)
+                res["hta"][key] = run_child(hta.command(exe, folder), parse=hta.parse_output)
+                log(f"hta {key}: load {res['hta'][key].get('load_s')} "
+                    f"error {res['hta'][key].get('error')}")
+        except Exception as exc:  # noqa: BLE001 - recorded: HTA failing is a result too
+            res["hta"]["error"] = f"{type(exc).__name__}: {exc}"
+            log(f"hta: {res['hta']['error']}")
+
+    res["total_s"] = time.perf_counter() - started
+    res["load_end"] = machine.load_average()
+    args.out.mkdir(parents=True, exist_ok=True)
+    out_json = args.out / f"results-scale{s:g}.json"
+    out_json.write_text(json.dumps(res, indent=1, default=str))
+    log(f"results in {out_json} ({res['total_s']:.0f} s, load average {res['load_end']})")
+    text = report.render(res)
+    if not args.no_docs:
+        report.update_doc(args.docs, text)
+        log(f"updated {args.docs}")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
