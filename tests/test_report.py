@@ -24,13 +24,18 @@ def _html(events, **kw) -> tuple[str, int, object]:
     return buf.getvalue(), n, data
 
 
+@pytest.fixture(scope="module")
+def gpu_report() -> tuple[str, int, object]:
+    return _html(two_rank_trace(), title="run <b>x</b>")
+
+
 def _body(page: str) -> str:
     """The page without the inlined plotly.js bundle."""
     return page[page.index("</script></head>"):]
 
 
-def test_report_sections_numbers_and_escaping() -> None:
-    page, figures, data = _html(two_rank_trace(), title="run <b>x</b>")
+def test_report_sections_numbers_and_escaping(gpu_report: tuple[str, int, object]) -> None:
+    page, figures, data = gpu_report
     body = _body(page)
     assert figures == 6
     for section in ("summary", "steps", "breakdown", "collectives", "stragglers", "gaps",
@@ -51,8 +56,8 @@ def test_report_sections_numbers_and_escaping() -> None:
     assert re.search(r"<td>0\.200</td>", body)  # the 200 us skew, in ms
 
 
-def test_report_is_self_contained() -> None:
-    page, _, _ = _html(two_rank_trace())
+def test_report_is_self_contained(gpu_report: tuple[str, int, object]) -> None:
+    page, _, _ = gpu_report
     assert page.startswith("<!DOCTYPE html>")
     assert not re.search(r"<script[^>]+src=", page)
     assert not re.search(r"<link[^>]+href=", page)
