@@ -66,7 +66,7 @@ def empty(title: str, reason: str) -> Any:
                        yref="paper")
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    return _layout(fig, title)
+    return _layout(fig, title, height=220)
 
 
 def step_timeline(spans: pl.DataFrame, *, title: str = "Steps per rank (aligned timeline)") -> Any:
