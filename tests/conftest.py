@@ -5,6 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Timing-based failures are not failures of the code: CI machines are shared and slow.
+settings.register_profile("traceview", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("traceview")
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"
