@@ -114,9 +114,12 @@ def open_executor(spec: ExecutorSpec | str = "local") -> Iterator[Executor]:
         client = distributed.Client(spec.scheduler)
     else:
         workers = spec.max_workers or cores()
+        # One task per worker at a time: one Polars thread each, or the workers' thread pools
+        # oversubscribe the cores (measured: ingest of 256 small ranks on 2 cores 25 s -> 17 s).
+        extra = {"env": {"POLARS_MAX_THREADS": "1"}} if spec.processes else {}
         cluster = distributed.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=spec.processes,
-            dashboard_address=":0", silence_logs=40)
+            dashboard_address=":0", silence_logs=40, **extra)
         client = distributed.Client(cluster)
     try:
         yield client.get_executor(pure=False)

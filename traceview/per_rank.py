@@ -93,7 +93,10 @@ def summarise(events: pl.LazyFrame | pl.DataFrame) -> RankSummary:
              .sort("rank", "kind").collect())
     return RankSummary(
         ranks=[int(r) for r in ranks],
-        comm=comm_events(lf).select(list(COMM_SCHEMA)).cast(COMM_SCHEMA),
+        # pg_ranks (the group's rank list as text) is dropped in transit: ``group`` already
+        # carries the identity, and on a 16k-rank world group it is ~90 KB per row.
+        comm=comm_events(lf).with_columns(pg_ranks=pl.lit(None, pl.String))
+        .select(list(COMM_SCHEMA)).cast(COMM_SCHEMA),
         steps=step_spans(lf).cast(STEPS_SCHEMA),
         overlap=overlap(lf),
         kinds=kinds,
