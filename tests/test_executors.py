@@ -258,3 +258,56 @@ def test_cross_rank_with_missing_rank_is_partial() -> None:
 def test_cross_rank_of_nothing() -> None:
     res = cross_rank([])
     assert res.offsets.height == 0 and res.collectives.height == 0
+
+
+# --- property: the per-rank path equals the whole-frame analyses -----------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def _traces(draw) -> pl.DataFrame:
+    n_ranks = draw(st.integers(2, 3))
+    n_coll = draw(st.integers(1, 4))
+    rows = []
+    for r in range(n_ranks):
+        off = draw(st.integers(-10**9, 10**9)) if r else 0
+        t = 0
+        for s in range(n_coll):
+            comp = draw(st.integers(0, 50_000))
+            rows.append(dict(rank=r, file_id=r, source="kineto", kind="user_annotation",
+                             name=f"ProfilerStep#{s}", ts_ns=t + off,
+                             dur_ns=comp + 200_000))
+            if comp:
+                rows.append(dict(rank=r, file_id=r, source="kineto", kind="kernel",
+                                 name="gemm", device=r, stream=7, ts_ns=t + off, dur_ns=comp))
+            start = t + comp - draw(st.integers(0, comp))  # may overlap the compute kernel
+            rows.append(dict(rank=r, file_id=r, source="kineto", kind="kernel", name=K,
+                             device=r, stream=13, ts_ns=start + off,
+                             dur_ns=100_000 + s * 1_000 - (start - t), collective="all_reduce",
+                             bytes=1 << 20, group_size=n_ranks, pg_name="0", seq=s))
+            t += 200_000
+    return events_frame(rows)
+
+
+@settings(max_examples=25, deadline=None)
+@given(_traces())
+def test_per_rank_equals_whole_frame(ev: pl.DataFrame) -> None:
+    from traceview.align import estimate_offsets
+    from traceview.analyses.collective_match import comm_events, match_collectives
+    from traceview.analyses.collectives import collectives
+    from traceview.analyses.overlap import overlap
+    from traceview.analyses.stragglers import stragglers
+
+    m = match_collectives(comm_events(ev))
+    off = estimate_offsets(ev, match=m)
+    ranks = sorted(ev.get_column("rank").unique().to_list())
+    res = cross_rank([summarise(ev.filter(pl.col("rank") == r)) for r in ranks])
+    assert res.offsets.equals(off)
+    assert res.collectives.equals(collectives(ev, offsets=off, match=m))
+    assert res.stragglers.equals(stragglers(ev, offsets=off, match=m))
+    assert res.overlap.equals(overlap(ev))
+    # Overlap never exceeds either side; the union of both fits in the window.
+    o = res.overlap
+    assert (o["overlap_ns"] <= o["compute_ns"]).all() and (o["overlap_ns"] <= o["comm_ns"]).all()
