@@ -22,14 +22,18 @@ HTA_REQUIREMENTS = ["HolisticTraceAnalysis==0.5.0", "pandas<3"]
 HTA_SCRIPT = r'''
 import gc, json, sys, time, traceback, resource, logging
 logging.disable(logging.WARNING)
+def cpu():
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 out = {"load_s": None, "analyses": {}, "error": None}
 t0 = time.perf_counter()
 try:
     from hta.trace_analysis import TraceAnalysis
     out["import_s"] = time.perf_counter() - t0
-    t = time.perf_counter()
+    t, c = time.perf_counter(), cpu()
     analyzer = TraceAnalysis(trace_dir=sys.argv[1])
     out["load_s"] = time.perf_counter() - t
+    out["load_cpu_s"] = cpu() - c
     ranks = list(analyzer.t.traces.keys())
     out["ranks"] = len(ranks)
     out["events"] = int(sum(len(df) for df in analyzer.t.traces.values()))

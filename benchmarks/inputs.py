@@ -111,7 +111,7 @@ def gzipped_copy(source: InputSet, root: Path, log=print) -> InputSet:
 
 def nsys_set(root: Path, *, kernels: int, log=print) -> InputSet:
     """A generation-3 nsys export with ``kernels`` kernel rows (4 processes)."""
-    name = f"nsys-{kernels}k"
+    name = f"nsys-{kernels}-kernels"
     folder = root / name
     m = _manifest(folder)
     if m is None:

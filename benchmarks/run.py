@@ -76,7 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-python", default=None, help="use this interpreter for HTA instead")
     ap.add_argument("--docs", type=Path, default=REPO / "docs" / "performance.md")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/performance.md")
+    ap.add_argument("--from-results", type=Path, default=None, metavar="JSON",
+                    help="only render a saved results file (e.g. of an interrupted run)")
     args = ap.parse_args(argv)
+    if args.from_results:
+        return _emit(json.loads(args.from_results.read_text()), args)
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
@@ -86,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     caches = args.out / "cache"
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    out_json = args.out / f"results-scale{s:g}.json"
+
+    def checkpoint(part: str) -> None:
+        """Save what was measured so far: an interrupted run can still be rendered."""
+        res["total_s"] = time.perf_counter() - started
+        res["load_end"] = machine.load_average()
+        res["completed_parts"] = [*res.get("completed_parts", []), part]
+        out_json.write_text(json.dumps(res, indent=1, default=str))
+
     res: dict[str, Any] = {
         "scale": s, "parts": parts, "repeat": args.repeat,
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -125,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"decode ingest: {d['ingest'].get('wall_s')}")
         d["reopen"] = best("reopen", args.repeat, paths=p, cache_dir=cache_of("single"))
         res["decode"] = d
+        checkpoint("decode")
 
     if "gzip" in parts:
         gz = sets["single_gz"]
@@ -135,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             "ingest": best("ingest", args.repeat, paths=p, cache_dir=cache_of("single_gz")),
         }
         log(f"gzip ingest: {res['gzip']['ingest'].get('wall_s')}")
+        checkpoint("gzip")
 
     if "ingest" in parts:
         res["ingest"] = {}
@@ -144,12 +159,14 @@ def main(argv: list[str] | None = None) -> int:
             warm = best("reopen", args.repeat, paths=p, cache_dir=cache_of(key))
             res["ingest"][key] = {"cold": cold, "reopen": warm}
             log(f"ingest {key}: cold {cold.get('wall_s')} reopen {warm.get('wall_s')}")
+        checkpoint("ingest")
 
     if "scaling" in parts:
         p = _paths(sets["r8"])
         res["scaling"] = {str(w): best("ingest", args.repeat, paths=p, workers=w,
                                        cache_dir=cache_of(f"r8-w{w}")) for w in (1, 2)}
         log(f"scaling: { {k: v.get('wall_s') for k, v in res['scaling'].items()} }")
+        checkpoint("scaling")
 
     if "analyses" in parts:
         res["analyses"] = {}
@@ -163,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                                             command=c) for c in SUITE}
             log(f"analyses {key}: "
                 f"{ {c: round(v.get('wall_s') or -1, 2) for c, v in res['analyses'][key].items()} }")
+            checkpoint(f"analyses:{key}")
 
     if "bounded" in parts:
         full = sets["r64"]
@@ -183,11 +201,13 @@ def main(argv: list[str] | None = None) -> int:
             res["bounded"]["rows"].append(row)
             log(f"bounded {n}: ingest tree {row['ingest'].get('tree_rss_mb'):.0f} MB, "
                 f"summary {row['summary'].get('peak_rss_mb'):.0f} MB")
+            checkpoint(f"bounded:{n}")
 
     if "nsys" in parts:
         res["nsys"] = best("nsys", args.repeat, paths=_paths(sets["nsys"]),
                            cache_dir=cache_of("nsys"))
         log(f"nsys: {res['nsys'].get('wall_s')} s, {res['nsys'].get('kernels')} kernels")
+        checkpoint("nsys")
 
     if "hta" in parts:
         res["hta"] = {}
@@ -199,16 +219,17 @@ def main(argv: list[str] | None = None) -> int:
                 res["hta"][key] = run_child(hta.command(exe, folder), parse=hta.parse_output)
                 log(f"hta {key}: load {res['hta'][key].get('load_s')} "
                     f"error {res['hta'][key].get('error')}")
+                checkpoint(f"hta:{key}")
         except Exception as exc:  # noqa: BLE001 - recorded: HTA failing is a result too
             res["hta"]["error"] = f"{type(exc).__name__}: {exc}"
             log(f"hta: {res['hta']['error']}")
 
-    res["total_s"] = time.perf_counter() - started
-    res["load_end"] = machine.load_average()
-    args.out.mkdir(parents=True, exist_ok=True)
-    out_json = args.out / f"results-scale{s:g}.json"
-    out_json.write_text(json.dumps(res, indent=1, default=str))
+    checkpoint("done")
     log(f"results in {out_json} ({res['total_s']:.0f} s, load average {res['load_end']})")
+    return _emit(res, args)
+
+
+def _emit(res: dict[str, Any], args: argparse.Namespace) -> int:
     text = report.render(res)
     if not args.no_docs:
         report.update_doc(args.docs, text)
