@@ -25,6 +25,12 @@ WORLD = 2
 WAIT, WARMUP, ACTIVE = 1, 1, 3
 SLOW_RANK, DELAY_MS = 1, 20.0
 ROUNDS = 3  # sync_rounds: barriers per probe
+#: Matching tolerance. On a loaded 2-core machine the gloo work items of one collective end up
+#: to ~1.6 ms apart on the two ranks (runloop threads wait for a core; measured over 6 runs), so
+#: the default 500 us rejects order matching in about half of the runs. 5 ms is still far below
+#: the ~25 ms step and the 20 ms injected delay.
+TOL_US = "5000"
+TOL_NS = 5_000_000
 
 
 def _free_port() -> int:
@@ -119,26 +125,30 @@ def test_sync_probe_spans_at_window_start_and_end(run_dir: Path):
 def test_probe_alone_gives_anchors(run_dir: Path):
     """Drop every collective the job itself ran: the probe's barriers still align the clocks."""
     from traceview.align import estimate_offsets
+    from traceview.analyses.collective_match import comm_events, match_collectives
 
     ev = traceview.open(run_dir).events.collect()
     probe_only = ev.filter(~pl.col("name").cast(pl.String).str.contains("all_reduce|allreduce"))
-    off = estimate_offsets(probe_only, method="collectives").sort("rank")
+    match = match_collectives(comm_events(probe_only), tolerance_ns=TOL_NS)
+    assert set(match.instances.get_column("match").to_list()) == {"order"}
+    off = estimate_offsets(probe_only, method="collectives", match=match).sort("rank")
     assert off.get_column("anchors").to_list() == [2 * ROUNDS] * WORLD
     _check_offset(off.row(1, named=True))
 
 
 def _check_offset(r1: dict) -> None:
     """One host, one clock: the true offset is 0. It must lie inside the causality window
-    (a hard bound), and the estimate and its (1-sigma, statistical) uncertainty must be small
-    next to the ~20 ms effects analysed."""
+    (a hard bound; its width follows the ranks' arrival skew, so it is not bounded here), and
+    the estimate and its (1-sigma, statistical) uncertainty must be small next to the ~20 ms
+    effects analysed."""
     assert r1["causal_low_ns"] <= 0 <= r1["causal_high_ns"]
-    assert r1["causal_high_ns"] - r1["causal_low_ns"] < 2_000_000
     assert 0 < r1["uncertainty_ns"] < 1_000_000
     assert abs(r1["offset_ns"]) < 500_000
 
 
 def test_align(run_dir: Path, capsys):
-    code, res = _json(capsys, ["align", str(run_dir), "--json", "--align", "collectives"])
+    code, res = _json(capsys, ["align", str(run_dir), "--json", "--align", "collectives",
+                                  "--tolerance-us", TOL_US])
     assert code == 0
     ranks = {r["rank"]: r for r in res["ranks"]}
     assert sorted(ranks) == [0, 1] and res["reference_rank"] == 0
@@ -146,13 +156,14 @@ def test_align(run_dir: Path, capsys):
     # probe barriers (2 x ROUNDS) plus at least one DDP all-reduce per active step
     assert ranks[1]["anchors"] >= 2 * ROUNDS + ACTIVE
     _check_offset(ranks[1])
-    code, res = _json(capsys, ["align", str(run_dir), "--json"])  # auto: one host, pooled
+    # auto: one host, so the two ranks are pooled into one clock
+    code, res = _json(capsys, ["align", str(run_dir), "--json", "--tolerance-us", TOL_US])
     assert code == 0 and {r["method"] for r in res["ranks"]} == {"host"}
 
 
 def test_collectives(run_dir: Path, capsys):
-    code, res = _json(capsys, ["collectives", str(run_dir), "--json"])
-    assert code == 0
+    code, res = _json(capsys, ["collectives", str(run_dir), "--json", "--tolerance-us", TOL_US])
+    assert code == 0 and res["problems"] == []  # every call paired by order
     by_name: dict[str, int] = {}
     for inst in res["instances"]:
         assert inst["n_ranks"] == WORLD
@@ -162,7 +173,7 @@ def test_collectives(run_dir: Path, capsys):
 
 
 def test_stragglers_puts_the_slow_rank_first(run_dir: Path, capsys):
-    code, res = _json(capsys, ["stragglers", str(run_dir), "--json"])
+    code, res = _json(capsys, ["stragglers", str(run_dir), "--json", "--tolerance-us", TOL_US])
     assert code == 0
     ranks = res["ranks"]
     assert sorted(r["rank"] for r in ranks) == [0, 1]
