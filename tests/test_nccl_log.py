@@ -110,3 +110,39 @@ def test_match_trace_finds_the_window_offset():
     m = match_trace(calls, trace)
     assert m.select("log_order", "op_count", "count", "bytes_logged", "name_match").rows() == [
         (3, 3, 400, 1600, True), (4, 4, 500, 2000, True), (5, 5, 600, 2400, True)]
+
+
+# ----------------------------------------------------------------------------- properties
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from traceview.parsers.nccl_log import COLLECTIVES, DATATYPES, REDUCTIONS  # noqa: E402
+
+_call = st.fixed_dictionaries({
+    "name": st.sampled_from(sorted(COLLECTIVES)), "op_count": st.integers(0, 2**40),
+    "count": st.integers(0, 2**40), "datatype": st.sampled_from(sorted(DATATYPES)),
+    "op": st.sampled_from(sorted(REDUCTIONS)), "root": st.integers(0, 7),
+    "nranks": st.integers(1, 4096), "pid": st.integers(1, 99999), "dev": st.integers(0, 7)})
+
+
+@settings(max_examples=40, deadline=None)
+@given(calls=st.lists(_call, min_size=1, max_size=20))
+def test_call_lines_round_trip(calls):
+    """Formatting calls the way NCCL does (%lx opCount, %zu count) and parsing them back gives
+    the same fields; bytes = count x element size; order counts per (host, pid, comm)."""
+    lines = [f"node-{c['pid'] % 3}:{c['pid']}:{c['pid'] + 1} [{c['dev']}] NCCL INFO "
+             f"{c['name']}: opCount {c['op_count']:x} sendbuff 0x7f00 recvbuff 0x7f01 "
+             f"count {c['count']} datatype {c['datatype']} op {c['op']} root {c['root']} "
+             f"comm 0xc{c['pid']} [nranks={c['nranks']}] stream 0x5" for c in calls]
+    got = parse_text("\n".join(lines)).calls
+    assert got.height == len(calls)
+    seen: dict[int, int] = {}
+    for row, c in zip(got.iter_rows(named=True), calls):
+        assert (row["nccl_name"], row["op_count"], row["count"], row["datatype"], row["root"],
+                row["nranks"], row["pid"], row["device"]) == (
+            c["name"], c["op_count"], c["count"], c["datatype"], c["root"], c["nranks"],
+            c["pid"], c["dev"])
+        assert row["bytes"] == c["count"] * DATATYPES[c["datatype"]][1]
+        assert row["reduction"] == REDUCTIONS[c["op"]]
+        assert row["order"] == seen.get(c["pid"], 0)
+        seen[c["pid"]] = seen.get(c["pid"], 0) + 1

@@ -222,3 +222,25 @@ def test_validate_uses_first_file_of_a_duplicated_rank():
                          dict(file_id=2, path="c", rank=0, world_size=2)])
     codes = [(p.code, p.rank) for p in validate(events_frame(rows), files)]
     assert ("duplicate_rank", 0) in codes and ("no_steps", 0) in codes
+
+
+# ----------------------------------------------------------------------------- properties
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_span = st.tuples(st.integers(-10**15, 10**15), st.integers(1, 10**12))
+
+
+@settings(max_examples=60, deadline=None)
+@given(spans=st.lists(st.lists(_span, min_size=1, max_size=4), min_size=2, max_size=4))
+def test_windows_disjoint_iff_no_overlap_with_reference(spans):
+    """Each rank's window is [min start, max end) of its events; a rank is flagged exactly when
+    that window does not overlap rank 0's (a positive-length intersection)."""
+    rows = []
+    for rank, evs in enumerate(spans):
+        rows += [_ann(rank, f"op{i}", ts, dur) for i, (ts, dur) in enumerate(evs)]
+    flagged = {p.rank for p in check_events(events_frame(rows)) if p.code == "windows_disjoint"}
+    win = [(min(t for t, _ in evs), max(t + d for t, d in evs)) for evs in spans]
+    expect = {r for r in range(1, len(spans))
+              if min(win[r][1], win[0][1]) - max(win[r][0], win[0][0]) <= 0}
+    assert flagged == expect

@@ -194,8 +194,7 @@ def rank_windows(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def check_events(events: pl.LazyFrame | pl.DataFrame, *, world_size: int | None = None
-                 ) -> list[Problem]:
+def check_events(events: pl.LazyFrame | pl.DataFrame) -> list[Problem]:
     """Event-level checks over one file per rank: steps, anchors, overlapping windows."""
     from traceview.align import anchors_from
     from traceview.analyses.collective_match import comm_events, match_collectives
@@ -268,7 +267,7 @@ def validate(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame, *,
     """All checks: :func:`check_files`, then :func:`check_events` on one file per rank."""
     problems = check_files(files, run_info=run_info)
     ev = _first_file_per_rank(events.lazy(), files)
-    return problems + check_events(ev, world_size=(run_info or {}).get("world_size"))
+    return problems + check_events(ev)
 
 
 def validate_traceset(ts: Any, *, run_info: dict[str, Any] | None = None) -> list[Problem]:
