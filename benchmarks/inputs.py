@@ -66,10 +66,18 @@ def _write_manifest(folder: Path, files: list[Path], events: int | None) -> dict
     return m
 
 
+#: Compute kernels per profiler step. Real large traces hold a few to a few hundred steps of
+#: thousands of kernels; the generator's default (12) would give a 300 MB trace ~13,000 steps,
+#: which no real trace has and which makes HTA's per-event step lookup (O(steps) per event,
+#: hta/common/trace.py ``_get_profiler_step``) quadratic. 4000 gives ~70 steps in 300 MB.
+KERNELS_PER_STEP = 4000
+
+
 def kineto_set(root: Path, *, ranks: int, mb_per_rank: float, gzip_files: bool,
-               log=print) -> InputSet:
+               kernels_per_step: int = KERNELS_PER_STEP, log=print) -> InputSet:
     """``ranks`` synthetic Kineto traces of ~``mb_per_rank`` MB of JSON each."""
-    name = f"kineto-{ranks}r-{mb_per_rank:g}mb-{'gz' if gzip_files else 'json'}"
+    name = (f"kineto-{ranks}r-{mb_per_rank:g}mb-{'gz' if gzip_files else 'json'}"
+            f"-kps{kernels_per_step}")
     folder = root / name
     m = _manifest(folder)
     if m is None:
@@ -77,7 +85,8 @@ def kineto_set(root: Path, *, ranks: int, mb_per_rank: float, gzip_files: bool,
         log(f"generating {name} ...")
         t = time.perf_counter()
         cmd = [sys.executable, "-m", "fixtures.synthetic", "--out", str(folder),
-               "--world-size", str(ranks), "--seed", "0", "--target-mb", f"{mb_per_rank:g}"]
+               "--world-size", str(ranks), "--seed", "0", "--target-mb", f"{mb_per_rank:g}",
+               "--kernels-per-step", str(kernels_per_step)]
         if not gzip_files:
             cmd.append("--no-gzip")
         out = subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True).stdout
@@ -92,7 +101,7 @@ def kineto_set(root: Path, *, ranks: int, mb_per_rank: float, gzip_files: bool,
 
 def gzipped_copy(source: InputSet, root: Path, log=print) -> InputSet:
     """The same single trace gzipped (zlib level 6, as ``gzip`` does by default)."""
-    name = source.name.replace("-json", "-gz6")
+    name = source.name.replace("-json-", "-gz6-")
     folder = root / name
     m = _manifest(folder)
     if m is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from datetime import datetime, timezone
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-venv", type=Path, default=None,
                     help="where the HTA environment lives or is created (default OUT/hta-venv)")
     ap.add_argument("--hta-python", default=None, help="use this interpreter for HTA instead")
+    ap.add_argument("--analysis-sets", default="single,r8,r64",
+                    help="input sets the analysis suite runs on (r8 is the target's)")
+    ap.add_argument("--hta-sets", default="single,r8,r64", help="input sets HTA runs on")
     ap.add_argument("--docs", type=Path, default=REPO / "docs" / "performance.md")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/performance.md")
     ap.add_argument("--from-results", type=Path, default=None, metavar="JSON",
@@ -170,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "analyses" in parts:
         res["analyses"] = {}
-        for key in ("single", "r8", "r64"):
+        for key in [k.strip() for k in args.analysis_sets.split(",") if k.strip()]:
             p = _paths(sets[key])
             cache = cache_of(key)
             if not (Path(cache).is_dir() and any(Path(cache).rglob("*.parquet"))):
@@ -214,9 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             exe = hta.ensure_venv(args.hta_venv or args.out / "hta-venv", args.hta_python, log=log)
             res["hta"]["versions"] = hta.versions(exe)
-            for key in ("single", "r8", "r64"):
+            for key in [k.strip() for k in args.hta_sets.split(",") if k.strip()]:
                 folder = hta.trace_dir_for(sets[key].paths, args.out)
                 res["hta"][key] = run_child(hta.command(exe, folder), parse=hta.parse_output)
+                shutil.rmtree(folder, ignore_errors=True)
                 log(f"hta {key}: load {res['hta'][key].get('load_s')} "
                     f"error {res['hta'][key].get('error')}")
                 checkpoint(f"hta:{key}")
