@@ -261,3 +261,27 @@ def test_fast_and_tolerant_paths_store_identical_tables(relative, corpus, monkey
 def test_fast_path_is_built():
     # CI machines have a compiler: the C fast path must be there, not silently missing.
     assert kineto._kineto_scan is not None
+
+
+@pytest.mark.parametrize("relative", CORPUS_SAMPLES)
+def test_two_thread_scan_equals_one_thread(relative, corpus):
+    """The scanner splits large arrays between two threads; the split must change nothing."""
+    from traceview.parsers.json_input import read_bytes
+
+    data = read_bytes(corpus / relative, [])
+    rows_one, one = kineto._kineto_scan.scan(data, 1 << 62)
+    rows_two, two = kineto._kineto_scan.scan(data, 1)  # force the split on any size
+    assert one["threads"] == 1
+    assert rows_one == rows_two and {k: v for k, v in one.items() if k != "threads"} == {
+        k: v for k, v in two.items() if k != "threads"}
+
+
+def test_two_thread_scan_is_used_on_kineto_layouts(tmp_path):
+    pretty = ",\n".join(json.dumps({"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1,
+                                    "tid": 1, "ts": i, "dur": 1, "args": {"External id": i}},
+                                   indent=2) for i in range(200))
+    for text in ('{"traceEvents": [\n' + pretty + "\n]}",
+                 "[" + ",\n".join(f'{{"ph":"X","name":"a","ts":{i},"dur":1}}'
+                                  for i in range(200)) + "]"):
+        rows, columns = kineto._kineto_scan.scan(text.encode(), 1)
+        assert rows == 200 and columns["threads"] == 2

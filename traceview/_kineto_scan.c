@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 
 typedef struct {
     char *data;
@@ -565,12 +566,11 @@ static void free_cols(Col *cols) {
 }
 
 /* Scan a JSON array of event objects into the columns. 0 ok, -1 error (sc->err set). */
-static int scan_array(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end) {
-    skip_ws(sc);
-    if (sc->p >= sc->end || *sc->p != '[') { sc->err = "expected '['"; return -1; }
-    sc->p++;
-    skip_ws(sc);
-    if (sc->p < sc->end && *sc->p == ']') { sc->p++; return 0; }
+/* Scan array elements from the current position (an element, not '['). With `stop`, return 1
+ * once the next element would start at or after it: the caller checks that this is exactly
+ * `stop`, which proves `stop` is an element boundary. Without it, scan through the ']'. */
+static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end,
+                         const char *stop) {
     for (;;) {
         skip_ws(sc);
         if (sc->p >= sc->end || *sc->p != '{') { sc->err = "element is not an object"; return -1; }
@@ -646,10 +646,127 @@ static int scan_array(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begi
         (*rows)++;
         skip_ws(sc);
         if (sc->p >= sc->end) { sc->err = "unexpected end (truncated?)"; return -1; }
-        if (*sc->p == ',') { sc->p++; continue; }
+        if (*sc->p == ',') {
+            sc->p++;
+            if (stop) {
+                skip_ws(sc);
+                if (sc->p >= stop) return 1;
+            }
+            continue;
+        }
         if (*sc->p == ']') { sc->p++; return 0; }
         sc->err = "expected ',' or ']'"; return -1;
     }
+}
+
+/* Append src's rows after dst's (both columns of the same kind). */
+static int append_col(Col *dst, Py_ssize_t dst_rows, Col *src, Py_ssize_t src_rows) {
+    if (!src->any) return 0; /* the end-of-scan fill makes src's rows null in dst */
+    if (finish_col(src, src_rows) < 0) return -1;
+    if (!dst->any) {
+        dst->any = 1;
+        if (grow_zeroed(&dst->valid, dst_rows) < 0) return -1;
+        if (dst->is_str ? fill_offsets(dst, dst_rows) < 0
+                        : grow_zeroed(&dst->values, dst_rows * 8) < 0) return -1;
+    } else if (finish_col(dst, dst_rows) < 0) {
+        return -1;
+    }
+    if (buf_put(&dst->valid, src->valid.data, src_rows) < 0) return -1;
+    if (!dst->is_str) return buf_put(&dst->values, src->values.data, src->values.len);
+    int64_t base = (int64_t)dst->values.len;
+    if (buf_put(&dst->values, src->values.data, src->values.len) < 0) return -1;
+    if (buf_reserve(&dst->offsets, src_rows * 8) < 0) return -1;
+    const int64_t *so = (const int64_t *)src->offsets.data;
+    int64_t *o = (int64_t *)(dst->offsets.data + dst->offsets.len);
+    for (Py_ssize_t i = 1; i <= src_rows; i++) *o++ = so[i] + base;
+    dst->offsets.len += src_rows * 8;
+    return 0;
+}
+
+typedef struct {
+    Scanner sc;
+    Col cols[N_COLS];
+    Py_ssize_t rows, begin_end;
+    int rc;
+} Half;
+
+static void init_cols(Col *cols) {
+    memset(cols, 0, sizeof(Col) * N_COLS);
+    for (int i = 0; i < N_COLS; i++) { cols[i].name = COL_NAMES[i]; cols[i].is_str = COL_IS_STR[i]; }
+}
+
+static void *scan_second_half(void *arg) {
+    Half *h = (Half *)arg;
+    h->rc = scan_elements(&h->sc, h->cols, &h->rows, &h->begin_end, NULL);
+    return NULL;
+}
+
+static void free_cols(Col *cols);
+
+/* Below this many bytes a second thread costs more than it saves (scan()'s second argument
+ * overrides it, so tests can force the two-thread path on small inputs). */
+static Py_ssize_t parallel_min_bytes = 8 << 20;
+static int used_threads = 1; /* reported back, so tests can see which path ran */
+
+/* A likely element start in the middle of the array: '{' after ',' and a newline (JSON strings
+ * cannot hold a raw newline, so this is outside every string). Only a hint: it is proven by the
+ * first half landing on it exactly. */
+static const char *split_hint(const char *from, const char *end) {
+    for (const char *p = from; p < end; p++) {
+        p = memchr(p, '\n', (size_t)(end - p));
+        if (!p) return NULL;
+        const char *b = p;
+        while (b > from && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r' || b[-1] == '\n')) b--;
+        if (b <= from || b[-1] != ',') continue;
+        const char *q = p;
+        while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n')) q++;
+        if (q < end && *q == '{' && b - 1 > from && b[-2] == '}') return q;
+    }
+    return NULL;
+}
+
+/* Scan the event array at sc->p ('['), with two threads when it is large. */
+static int scan_array(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end) {
+    if (sc->p >= sc->end || *sc->p != '[') { sc->err = "expected '['"; return -1; }
+    sc->p++;
+    skip_ws(sc);
+    if (sc->p < sc->end && *sc->p == ']') { sc->p++; return 0; }
+    const char *hint = NULL;
+    if (sc->end - sc->p > parallel_min_bytes)
+        hint = split_hint(sc->p + (sc->end - sc->p) / 2, sc->end);
+    if (!hint) return scan_elements(sc, cols, rows, begin_end, NULL);
+    Half *second = calloc(1, sizeof(Half));
+    if (!second) return scan_elements(sc, cols, rows, begin_end, NULL);
+    init_cols(second->cols);
+    second->sc = *sc;
+    second->sc.p = hint;
+    second->sc.err = NULL;
+    pthread_t thread;
+    int started = pthread_create(&thread, NULL, scan_second_half, second) == 0;
+    if (!started) scan_second_half(second);
+    int rc = scan_elements(sc, cols, rows, begin_end, hint);
+    if (started) pthread_join(thread, NULL);
+    int ok = rc == 1 && sc->p == hint && second->rc == 0;
+    if (ok) {
+        for (int i = 0; i < N_COLS && ok; i++)
+            ok = append_col(&cols[i], *rows, &second->cols[i], second->rows) == 0;
+        if (ok) {
+            used_threads = 2;
+            *rows += second->rows;
+            *begin_end += second->begin_end;
+            sc->p = second->sc.p;
+        }
+    }
+    free_cols(second->cols);
+    free(second);
+    if (ok) return 0;
+    if (rc < 0) return -1;
+    if (rc == 1 && sc->p == hint) {
+        /* the second half failed on its own: finish sequentially (it reports the error) */
+        return scan_elements(sc, cols, rows, begin_end, NULL);
+    }
+    /* the hint was not an element boundary: continue sequentially from where we are */
+    return rc == 1 ? scan_elements(sc, cols, rows, begin_end, NULL) : rc;
 }
 
 /* Top-level keys whose raw values are handed back for the caller to decode. */
@@ -705,10 +822,12 @@ tail:
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    Py_ssize_t min_parallel = 8 << 20;
+    if (!PyArg_ParseTuple(args, "y*|n", &view, &min_parallel)) return NULL;
+    parallel_min_bytes = min_parallel;
+    used_threads = 1;
     Col cols[N_COLS];
-    memset(cols, 0, sizeof(cols));
-    for (int i = 0; i < N_COLS; i++) { cols[i].name = COL_NAMES[i]; cols[i].is_str = COL_IS_STR[i]; }
+    init_cols(cols);
     Scanner sc = {(const char *)view.buf, (const char *)view.buf + view.len,
                   (const char *)view.buf, NULL};
     Py_ssize_t rows = 0, begin_end = 0;
@@ -767,6 +886,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *has_events = PyBool_FromLong(found);
     PyDict_SetItemString(out, "has_events", has_events);
     Py_DECREF(has_events);
+    PyObject *threads = PyLong_FromLong(used_threads);
+    if (!threads || PyDict_SetItemString(out, "threads", threads) < 0) {
+        Py_XDECREF(threads); Py_DECREF(out); return NULL;
+    }
+    Py_DECREF(threads);
     PyObject *be = PyLong_FromSsize_t(begin_end);
     if (!be || PyDict_SetItemString(out, "begin_end_events", be) < 0) {
         Py_XDECREF(be); Py_DECREF(out); return NULL;
@@ -776,7 +900,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"scan", scan, METH_VARARGS, "scan(buffer) -> (rows, columns)"},
+    {"scan", scan, METH_VARARGS, "scan(buffer, min_parallel_bytes=8 MiB) -> (rows, columns)"},
     {NULL, NULL, 0, NULL},
 };
 
