@@ -127,7 +127,15 @@ def parse(path: Path, **_options: object) -> ParsedFile:
         del events
     del data
     base_ns = _as_int(header.get("baseTimeNanoseconds")) or 0
-    table = _events_table(base, base_ns, dropped, warnings)
+    # args_json is most of the bytes: keep it out of the Polars work (each round trip through
+    # Polars copies every string) and put it back at the end.
+    args = base.column("args_json")
+    table, keep = _events_table(base.drop_columns(["args_json"]), base_ns, dropped, warnings)
+    del base
+    if keep is not None:
+        args = args.filter(keep)
+    table = table.set_column(table.schema.get_field_index("args_json"),
+                             schema.EVENTS_ARROW.field("args_json"), args)
     rank_info = _rank_info(path, header, base_ns, warnings)
     return ParsedFile(
         path=str(path),
@@ -380,6 +388,12 @@ def _args_columns(args: list[Any]) -> dict[str, pa.Array]:
     return columns
 
 
+def _null_if_null_text(raw: pa.Array) -> pa.Array:
+    """Raw text ``null`` (no args) becomes a null entry, as the C scanner writes it."""
+    column = pl.from_arrow(raw)
+    return column.set(column == "null", None).to_arrow().cast(pa.large_string())
+
+
 def _table(columns: dict[str, pa.Array]) -> pa.Table:
     return pa.Table.from_arrays(list(columns.values()), names=list(columns))
 
@@ -397,7 +411,7 @@ def _columns_from_structs(events: list[_Event]) -> pa.Table:
         "ts_text": _raw_strings(list(map(attrgetter("ts"), events))),
         "dur_text": _raw_strings(list(map(attrgetter("dur"), events))),
         "flow_id": _any_column(list(map(attrgetter("id"), events)), pa.int64()),
-        "args_json": _raw_strings(args_raw),
+        "args_json": _null_if_null_text(_raw_strings(args_raw)),
         **_args_columns(_decode_args(args_raw)),
     })
     times = pl.from_arrow(base.select(["ts_text", "dur_text"])).select(
@@ -409,8 +423,9 @@ def _columns_from_structs(events: list[_Event]) -> pa.Table:
 
 
 def _events_table(base: pa.Table, base_ns: int, dropped: dict[str, int],
-                  warnings: list[str]) -> pa.Table:
-    """Derive every schema column from the raw columns, count what cannot be stored."""
+                  warnings: list[str]) -> tuple[pa.Table, pa.Array | None]:
+    """Derive the schema columns (all but args_json) from the raw columns, count what cannot be
+    stored. Returns the table and, when rows were dropped, the mask of rows kept."""
     frame = _derive(pl.from_arrow(base), base_ns)
     # Count with sums, never with filter(...).height: a filter copies every column (args too).
     missing_ts, no_dur, negative = frame.select(
@@ -421,7 +436,9 @@ def _events_table(base: pa.Table, base_ns: int, dropped: dict[str, int],
     if missing_ts:
         dropped["missing_ts"] = dropped.get("missing_ts", 0) + missing_ts
     frame = _timeless_metadata(frame)
+    keep = None
     if missing_ts:
+        keep = frame.get_column("ts_ns").is_not_null().to_arrow()
         frame = frame.filter(pl.col("ts_ns").is_not_null())
     if no_dur:
         warnings.append(f"{no_dur} complete events without a duration (dur_ns left null)")
@@ -430,7 +447,7 @@ def _events_table(base: pa.Table, base_ns: int, dropped: dict[str, int],
         frame = frame.with_columns(
             pl.when(pl.col("dur_ns") < 0).then(None).otherwise(pl.col("dur_ns")).alias("dur_ns"))
     frame = frame.drop([c for c in frame.columns if c not in schema.EVENT_COLUMN_NAMES])
-    return schema.conform(frame.to_arrow())
+    return schema.conform(frame.to_arrow()), keep
 
 
 def _derive(frame: pl.DataFrame, base_ns: int) -> pl.DataFrame:
@@ -465,8 +482,6 @@ def _derive(frame: pl.DataFrame, base_ns: int) -> pl.DataFrame:
             pl.lit("kineto").alias("source"),
             pl.lit(0, dtype=pl.Int32).alias("rank"),
             pl.lit(0, dtype=pl.Int32).alias("file_id"),
-            pl.when(pl.col("args_json") == "null").then(None).otherwise(pl.col("args_json"))
-            .alias("args_json"),
         )
         .with_columns(
             pl.when(pl.col("kind") == "flow").then(pl.col("ph")).alias("flow_phase"),

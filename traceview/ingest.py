@@ -123,7 +123,11 @@ def with_steps(table: pa.Table) -> pa.Table:
     from traceview.schema import conform
     from traceview.steps import assign_steps
 
-    return conform(assign_steps(pl.from_arrow(table)).to_arrow())
+    # args_json stays in Arrow: a Polars round trip would copy the largest column twice.
+    args = table.column("args_json")
+    stepped = conform(assign_steps(pl.from_arrow(table.drop_columns(["args_json"]))).to_arrow())
+    return stepped.set_column(stepped.schema.get_field_index("args_json"),
+                              table.schema.field("args_json"), args)
 
 
 def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any]) \

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 #: Bump when a column is added, removed or changes meaning. Stored in Parquet metadata; a cache
 #: written under another version is never served.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: The kinds of event. Every stored event has exactly one.
 KINDS: tuple[str, ...] = (
@@ -126,7 +126,7 @@ EVENT_COLUMNS: tuple[Column, ...] = (
            "event", "args['Total Allocated']"),
     Column("mem_total_reserved", pa.int64(), "bytes", "allocator total reserved after the "
            "event", "args['Total Reserved']"),
-    Column("args_json", pa.string(), "", "the event's complete args object as JSON text "
+    Column("args_json", pa.large_string(), "", "the event's complete args object as JSON text "
            "(lossless: nothing the columns do not take is lost)", "args", "extra columns"),
 )
 
