@@ -80,23 +80,40 @@ def family(fmt: str) -> str:
     return "nsys" if fmt.startswith("nsys") else "kineto"
 
 
-def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any]) -> FileResult:
-    """Parse one file into the cache (or find it there). Runs in a worker process."""
-    from traceview.parsers import parse
-
+def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any]) \
+        -> tuple[FileResult | None, str, Path | None, Path, Path]:
+    """The cached result of a file, if its content was ingested before (and where it goes)."""
     file_path = Path(path)
     fmt = detect_format(file_path)
     cid = store.content_id(file_path)
     key = store.cache_key(cid, parser_version(fmt), options)
     base = Path(cache_dir) if cache_dir else None
-    if base is not None:
-        meta_path = base / key / "meta.json"
-        events_path = base / key / "events.parquet"
-        if meta_path.is_file() and events_path.is_file() and \
-                store.parquet_schema_version(events_path) == store.schema.SCHEMA_VERSION:
-            meta = store.read_json(meta_path)
-            meta.update(path=path, from_cache=True, events_path=str(events_path))
-            return FileResult(**meta)
+    meta_path = (base or Path()) / key / "meta.json"
+    events_path = (base or Path()) / key / "events.parquet"
+    if base is not None and meta_path.is_file() and events_path.is_file() and \
+            store.parquet_schema_version(events_path) == store.schema.SCHEMA_VERSION:
+        meta = store.read_json(meta_path)
+        meta.update(path=path, from_cache=True, events_path=str(events_path))
+        return FileResult(**meta), cid, base, meta_path, events_path
+    return None, cid, base, meta_path, events_path
+
+
+def cached_result(path: str, cache_dir: str | None, options: dict[str, Any]) -> FileResult | None:
+    """The cached result of a file, or None (also when the file cannot be read)."""
+    try:
+        return _cache_lookup(path, cache_dir, options)[0]
+    except (OSError, TraceviewError):
+        return None
+
+
+def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any]) -> FileResult:
+    """Parse one file into the cache (or find it there). Runs in a worker process."""
+    from traceview.parsers import parse
+
+    file_path = Path(path)
+    cached, cid, base, meta_path, events_path = _cache_lookup(path, cache_dir, options)
+    if cached is not None:
+        return cached
     parsed = parse(file_path, **options)
     parsed.events = with_steps(parsed.events)
     if base is None:
@@ -117,17 +134,20 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any]) -> Fi
 
 
 def with_steps(table: pa.Table) -> pa.Table:
-    """Fill the ``step`` column (source-agnostic, so every parser gets it the same way)."""
+    """Fill the ``step`` column (source-agnostic, so every parser gets it the same way).
+
+    Only the few key columns go through Polars; the step column is set into the Arrow table,
+    so no other column is copied.
+    """
     import polars as pl
 
-    from traceview.schema import conform
-    from traceview.steps import assign_steps
+    from traceview.steps import step_of_events
 
-    # args_json stays in Arrow: a Polars round trip would copy the largest column twice.
-    args = table.column("args_json")
-    stepped = conform(assign_steps(pl.from_arrow(table.drop_columns(["args_json"]))).to_arrow())
-    return stepped.set_column(stepped.schema.get_field_index("args_json"),
-                              table.schema.field("args_json"), args)
+    keys = pl.from_arrow(table.select(["rank", "kind", "name", "ts_ns", "dur_ns",
+                                       "correlation"]))
+    step = step_of_events(keys).to_arrow().cast(pa.int32())
+    index = table.schema.get_field_index("step")
+    return table.set_column(index, table.schema.field("step"), step)
 
 
 def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any]) \
@@ -187,11 +207,18 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     files = discover(paths)
     options = dict(options or {})
     cache = str(cache_dir) if cache_dir is not None else None
-    if executor is None and (len(files) == 1 or _estimated_bytes(files) < IN_PROCESS_BYTES):
+    # Cache hits are answered here: starting workers to find them would cost more than reading.
+    hits = {f: cached_result(str(f), cache, options) for f in files} if cache else {}
+    misses = [f for f in files if hits.get(f) is None]
+    if not misses:
+        parsed = []
+    elif executor is None and (len(misses) <= 1 or _estimated_bytes(misses) < IN_PROCESS_BYTES):
         # Starting worker processes costs ~1 s; small inputs parse faster than that in-process.
-        outcomes = [_safe_ingest(str(f), cache, options) for f in files]
+        parsed = [_safe_ingest(str(f), cache, options) for f in misses]
     else:
-        outcomes = _ingest_parallel(files, cache, options, progress, executor)
+        parsed = _ingest_parallel(misses, cache, options, progress, executor)
+    by_file = dict(zip(misses, parsed))
+    outcomes = [hits[f] if hits.get(f) is not None else by_file[f] for f in files]
     results: list[FileResult] = []
     skipped: list[tuple[str, str]] = []
     for outcome in outcomes:

@@ -175,7 +175,8 @@ def polars_schema(columns: tuple[Column, ...] = EVENT_COLUMNS):  # -> pl.Schema
     """The Polars schema of a column declaration (dictionary strings become Categorical)."""
     import polars as pl
 
-    empty = pl.from_arrow(arrow_schema(columns).empty_table())
+    # Table.from_batches, not Schema.empty_table(): the latter imports pandas (~0.7 s).
+    empty = pl.from_arrow(pa.Table.from_batches([], schema=arrow_schema(columns)))
     return empty.schema
 
 
@@ -183,7 +184,7 @@ def empty_events():  # -> pl.DataFrame
     """An events frame with no rows and every column typed."""
     import polars as pl
 
-    return pl.from_arrow(EVENTS_ARROW.empty_table())
+    return pl.from_arrow(pa.Table.from_batches([], schema=EVENTS_ARROW))
 
 
 def events_frame(rows: list[dict]):  # -> pl.DataFrame

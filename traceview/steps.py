@@ -43,18 +43,23 @@ def step_ranges(events: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def assign_steps(events: pl.DataFrame) -> pl.DataFrame:
-    """``events`` with its ``step`` column filled (null outside every step)."""
-    steps = step_ranges(events).collect()
+def step_of_events(events: pl.DataFrame) -> pl.Series:
+    """The step of every row of ``events`` (Int32, null outside every step), in row order.
+
+    Works on the few columns it needs (rank, kind, name, ts_ns, dur_ns, correlation), so the
+    sorts and joins do not move the wide event rows.
+    """
+    keys = events.select("rank", "kind", "name", "ts_ns", "dur_ns", "correlation")
+    steps = step_ranges(keys).collect()
     if steps.is_empty():
-        return events.with_columns(pl.lit(None, dtype=pl.Int32).alias("step"))
-    indexed = events.with_row_index("_row").sort("ts_ns")
+        return pl.repeat(None, events.height, dtype=pl.Int32, eager=True).alias("step")
     ranges = steps.rename({"step": "_range_step"}).sort("step_start_ns")
-    by_time = indexed.join_asof(ranges, left_on="ts_ns", right_on="step_start_ns", by="rank",
-                                strategy="backward", check_sortedness=False)
-    by_time = by_time.with_columns(
-        pl.when(pl.col("ts_ns") < pl.col("step_end_ns")).then(pl.col("_range_step"))
-        .alias("_time_step"))
+    by_time = (keys.select("rank", "kind", "ts_ns", "correlation").with_row_index("_row")
+               .sort("ts_ns")
+               .join_asof(ranges, left_on="ts_ns", right_on="step_start_ns", by="rank",
+                          strategy="backward", check_sortedness=False)
+               .with_columns(pl.when(pl.col("ts_ns") < pl.col("step_end_ns"))
+                             .then(pl.col("_range_step")).alias("_time_step")))
     launches = (by_time.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])
                                & pl.col("correlation").is_not_null())
                 .group_by("rank", "correlation").agg(pl.col("_time_step").first()
@@ -63,5 +68,9 @@ def assign_steps(events: pl.DataFrame) -> pl.DataFrame:
     is_gpu = pl.col("kind").is_in(GPU_KINDS)
     step = pl.when(is_gpu).then(pl.coalesce("_launch_step", "_time_step")).otherwise(
         pl.col("_time_step"))
-    return (joined.with_columns(step.cast(pl.Int32).alias("step"))
-            .sort("_row").select(events.columns))
+    return joined.select("_row", step.cast(pl.Int32).alias("step")).sort("_row")["step"]
+
+
+def assign_steps(events: pl.DataFrame) -> pl.DataFrame:
+    """``events`` with its ``step`` column filled (null outside every step)."""
+    return events.with_columns(step_of_events(events))
