@@ -91,7 +91,10 @@ def worst_straggler(events: Frame) -> dict[str, Any]:
     if n_ranks < 2:
         return {"rank": None, "reason": "a single rank: no straggler analysis"}
     try:
-        res = mod.stragglers(events)
+        # Arrival order is only meaningful on one timeline: align the ranks' clocks first.
+        from traceview.align import estimate_offsets
+
+        res = mod.stragglers(events, offsets=estimate_offsets(events, method="auto"))
     except Exception as exc:  # a partial result with a reason, never a traceback
         return {"rank": None, "reason": f"straggler analysis failed: {type(exc).__name__}: {exc}"}
     if res.height == 0 or "flagged" not in res.columns:

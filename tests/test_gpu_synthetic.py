@@ -63,3 +63,21 @@ def test_injected_gap_is_found_exactly(run) -> None:
                            & (pl.col("gap_start_ns") == base + gt.start_true_ns + offset))
         assert hit.height == 1, (gt, g.filter(pl.col("rank") == gt.rank).sort("gap_ns").tail(3))
         assert hit["cause"].item() in ("sync", "host")
+
+
+def test_summary_names_the_slow_rank_despite_clock_offsets(tmp_path):
+    """Ranks' clocks differ by seconds: the worst straggler must come from aligned arrivals."""
+    import json
+
+    from fixtures.synthetic import SyntheticSpec, generate
+    from traceview.cli import main
+
+    truth = generate(SyntheticSpec(world_size=4, steps=5, seed=0), tmp_path)
+    assert max(abs(o) for o in truth.clock_offset_ns) > 10**8
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["summary", str(tmp_path), "--json", "--no-cache"]) == 0
+    assert json.loads(out.getvalue())["worst_straggler"]["rank"] == truth.slow_rank
