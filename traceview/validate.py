@@ -239,8 +239,10 @@ def check_events(events: pl.LazyFrame | pl.DataFrame) -> list[Problem]:
             same_steps = bool(common)
             out.append(_problem(
                 "windows_disjoint",
-                f"rank {w['rank']}'s recorded span starts {gap_s:.3f} s {when} rank "
-                f"{ref['rank']}'s ends (raw clocks); "
+                (f"rank {w['rank']}'s recorded span starts {gap_s:.3f} s after rank "
+                 f"{ref['rank']}'s ends (raw clocks); " if when == "after" else
+                 f"rank {w['rank']}'s recorded span ends {gap_s:.3f} s before rank "
+                 f"{ref['rank']}'s starts (raw clocks); ")
                 + ("they share profiler steps " + _steps_text(common)
                    + ", so the hosts' clocks differ" if same_steps else
                    "their profiler steps are " + _steps_text(own_steps) + " and "
