@@ -37,6 +37,20 @@ def load_average() -> tuple[float, float, float]:
     return os.getloadavg()
 
 
+def git_state(repo: str) -> str:
+    """The commit measured, and whether the working tree differs from it (code only)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True)
+        return out.stdout.strip()
+
+    head = git("rev-parse", "--short=10", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "traceview", "parsers",
+                "analyses")
+    return head + (" (with uncommitted changes in traceview/parsers/analyses)" if dirty else "")
+
+
 def describe() -> dict[str, Any]:
     versions = {}
     for name in PACKAGES:

@@ -90,6 +90,8 @@ def render(res: dict[str, Any]) -> str:
                + f"; Kineto C fast path: {'yes' if m['kineto_c_fast_path'] else 'no'}")
     if res.get("hta", {}).get("versions"):
         out.append(f"- HTA environment: {res['hta']['versions']}")
+    out.append(f"- traceview commit measured: {res.get('commit', 'unknown')}. Code that changes "
+               "during a run (other engineers commit to the same tree) is not detected.")
     out.append(f"- Run started {res['started']}, scale {res['scale']:g}, parts "
                f"{', '.join(res['parts'])}, {res['repeat']} run(s) per timing (fastest kept); "
                f"took {res['total_s']:.0f} s (input generation {res['generate_s']:.0f} s).")

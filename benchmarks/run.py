@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         "scale": s, "parts": parts, "repeat": args.repeat,
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "load_start": machine.load_average(), "machine": machine.describe(), "inputs": {},
+        "commit": machine.git_state(str(REPO)),
     }
     log(f"scale {s}, parts {parts}, load average {res['load_start']}")
 
