@@ -17,8 +17,9 @@ A rank is **flagged** only when all of these hold (each is reported, so a person
 1. *significant lateness*: an instance counts only when the last arrival leads the
    second-to-last by more than ``max(2 x alignment uncertainty, 1% of the median step time,
    50 us)`` (below that, who is last is noise);
-2. *persistence*: the rank is last at >= ``min_share`` of those significant instances, and at
-   least ``min_instances`` of them;
+2. *persistence*: the rank is last at >= ``min_share`` of those significant instances, or
+   holds >= ``min_share`` of all the imposed wait (near-ties decided by noise cannot then hide
+   a rank that causes nearly all the waiting), and is last at least ``min_instances`` times;
 3. *effect size*: its imposed wait per step is >= ``min_effect`` of the median step time
    (without steps: of the span covered by the collectives);
 4. *leave-one-out dominance*: its imposed wait is >= ``dominance`` x the median of the
@@ -135,6 +136,7 @@ def stragglers(
         significant_instances=pl.lit(n_sig, pl.Int64),
     )
     imposed = dict(rows.select("rank", "imposed_wait_ns").rows())
+    total_imposed = sum(imposed.values())
     out = []
     for row in rows.iter_rows(named=True):
         r = row["rank"]
@@ -143,7 +145,13 @@ def stragglers(
             (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2 if others else 0)
         k = row["significant_last_arrivals"]
         checks = {
-            "persistent": n_sig > 0 and k >= min_instances and k / n_sig >= min_share,
+            # Persistent by count, or by weight: noise makes near-ties (e.g. a barrier right
+            # after an all-reduce) fall either way, so a rank that holds >= min_share of all the
+            # imposed wait over >= min_instances clear instances is persistent too.
+            "persistent": n_sig > 0 and k >= min_instances and (
+                k / n_sig >= min_share or (total_imposed > 0
+                                           and row["imposed_wait_ns"] / total_imposed
+                                           >= min_share)),
             "effect": row["effect"] is not None and row["effect"] >= min_effect,
             "dominant": row["imposed_wait_ns"] > 0
             and row["imposed_wait_ns"] >= dominance * other_med,
@@ -188,7 +196,8 @@ def _explain(row: dict, flagged: bool, checks: dict, names: list[str], n_sig: in
         return "STRAGGLER: " + text
     why = []
     if not checks["persistent"]:
-        why.append(f"not persistently last (needs >= {min_share:.0%} of clear last arrivals)")
+        why.append(f"not persistently last (needs >= {min_share:.0%} of clear last arrivals "
+                   "or of all imposed wait)")
     if not checks["effect"]:
         why.append(f"effect below {min_effect:.0%} of step time")
     if not checks["dominant"]:

@@ -58,7 +58,7 @@ def _prepare(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, Matc
 
     ts = open_traceset(args)
     ranks = parse_ranks(args.ranks)
-    full = select(ts.events, Window(ranks=ranks)).collect()
+    full = select(ts.analysis_events(), Window(ranks=ranks)).collect()
     tol = int(args.tolerance_us * 1000)
     match_full = match_collectives(comm_events(full), tolerance_ns=tol)
     offsets = estimate_offsets(full, method=args.align, reference_rank=args.reference_rank,

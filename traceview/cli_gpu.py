@@ -84,7 +84,7 @@ def _events(args: argparse.Namespace) -> tuple[pl.LazyFrame, dict[str, Any]]:
 
     window = _window(args)
     ts = open_traceset(args)
-    events = select(ts.events, window).collect().lazy()
+    events = select(ts.analysis_events(), window).collect().lazy()
     info = {"ranks": args.ranks, "steps": args.steps, "time": args.time,
             "skip_warmup": args.skip_warmup}
     return events, info

@@ -87,8 +87,9 @@ def _inputs(p: argparse.ArgumentParser) -> None:
     add_json_arg(p)
 
 
-def _open(args: argparse.Namespace, paths: list[str] | None = None) -> Any:
-    """(TraceSet, windowed events DataFrame)."""
+def _open(args: argparse.Namespace, paths: list[str] | None = None, *,
+          with_args: bool = False) -> Any:
+    """(TraceSet, windowed events DataFrame); ``args_json`` only when ``with_args``."""
     from traceview.analyses.window import Window, select
 
     ns = argparse.Namespace(**vars(args))
@@ -97,7 +98,8 @@ def _open(args: argparse.Namespace, paths: list[str] | None = None) -> Any:
     ts = open_traceset(ns)
     window = Window(ranks=parse_ranks(args.ranks), steps=parse_steps(args.steps),
                     skip_warmup=args.skip_warmup)
-    return ts, select(ts.events, window).collect()
+    events = ts.events if with_args else ts.analysis_events()
+    return ts, select(events, window).collect()
 
 
 def _write_text(path: str, text: str) -> None:
@@ -222,7 +224,7 @@ def run_check(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from traceview.perfetto import export
 
-    ts, ev = _open(args)
+    ts, ev = _open(args, with_args=True)
     buf = io.StringIO()
     info = export(ev, buf, ranks=ts.ranks, align=args.align)
     _write_text(args.output, buf.getvalue())

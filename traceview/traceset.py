@@ -61,6 +61,11 @@ class TraceSet:
             return schema.empty_events().lazy()
         return pl.concat([p.scan() for p in self._parts], how="vertical")
 
+    def analysis_events(self) -> pl.LazyFrame:
+        """The events without ``args_json``: every column an analysis reads, and a fraction of
+        the bytes (the raw args text is most of a trace), so collecting a window is cheap."""
+        return self.events.drop("args_json")
+
     def kernels(self) -> pl.LazyFrame:
         """GPU kernels only."""
         return self.events.filter(pl.col("kind") == "kernel")
