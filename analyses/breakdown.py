@@ -37,13 +37,15 @@ def step_breakdown(
     step_pattern: str = STEP_PATTERN,
     include_trace: bool = True,
     step_windows: str = "gpu",
+    gpu: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """GPU time per step (and a whole-trace row with step null) per (rank, device).
 
     ``step_time_ns`` is the host ``ProfilerStep#N`` duration (null for the whole-trace row and
     when the step has no host range). Ranks without GPU events get a row with a note.
     """
-    gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
+    if gpu is None:  # callers running several analyses pass it once (it is the costly part)
+        gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
     parts = []
     steps = accounting(gpu, step_windows_for(gpu, events, step_windows, step_pattern),
                        window_keys=["step"])
@@ -84,6 +86,7 @@ def idle_fraction(
 
 def top_kernels(
     events: Frame, *, n: int = 20, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+    gpu: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The ``n`` GPU events (by name) with the most total time, per rank.
 
@@ -91,7 +94,8 @@ def top_kernels(
     share_of_gpu_time (total / sum of all GPU event durations of the rank; a sum of
     durations, so concurrent kernels count twice). Quantiles interpolate linearly.
     """
-    gpu = prepared_gpu(events, patterns=patterns)
+    if gpu is None:
+        gpu = prepared_gpu(events, patterns=patterns)
     d = pl.col("dur_ns")
     out = (
         gpu.group_by("rank", pl.col("name").cast(pl.String), "gpu_class")
@@ -166,12 +170,13 @@ def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl
 
 def launch_delays(
     events: Frame, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+    gpu: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Per GPU event with a launching runtime call (same rank and correlation):
     rank, device, stream, name, gpu_class, launch_name, launch_ts_ns, ts_ns,
     launch_delay_ns = GPU start − runtime call start, and
     queue_delay_ns = max(0, GPU start − runtime call end)."""
-    gpu = prepared_gpu(events, patterns=patterns).lazy()
+    gpu = (prepared_gpu(events, patterns=patterns) if gpu is None else gpu).lazy()
     rt = (
         events.lazy()
         .filter(pl.col("kind").cast(pl.String).is_in(["cuda_runtime", "cuda_driver"])

@@ -203,12 +203,15 @@ def run_breakdown(args: argparse.Namespace) -> int:
         launch_delay_summary, launch_delays, step_breakdown, top_cpu_ops, top_kernels,
     )
 
+    from traceview.analyses.overlap import prepared_gpu
+
     events, info = _events(args)
-    steps = step_breakdown(events)
-    kernels = top_kernels(events, n=args.top)
+    gpu = prepared_gpu(events)  # shared by the three GPU analyses below
+    steps = step_breakdown(events, gpu=gpu)
+    kernels = top_kernels(events, n=args.top, gpu=gpu)
     ops_self = top_cpu_ops(events, n=args.top, by="self_ns")
     ops_total = top_cpu_ops(events, n=args.top, by="total_ns")
-    delays = launch_delay_summary(launch_delays(events))
+    delays = launch_delay_summary(launch_delays(events, gpu=gpu))
     if args.json:
         emit_json({"window": info, "steps": _records(steps), "top_kernels": _records(kernels),
                    "top_cpu_ops_by_self": _records(ops_self),
