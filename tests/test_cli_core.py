@@ -218,3 +218,15 @@ def test_lazy_events_outlive_an_uncached_traceset(tmp_path):
 
     path = _trace(tmp_path, "rank-0.json", rank=0, n=4)
     assert traceview.open(path, cache=False).events.collect().height == 4
+
+
+def test_other_json_in_a_trace_folder_is_passed_over(capsys, tmp_path):
+    _trace(tmp_path, "a.json", rank=0, n=2)
+    (tmp_path / "manifest.json").write_text('{"files": ["a.json"], "seed": 0}')
+    code, out, _ = _run(capsys, "info", str(tmp_path), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["stored_events"] == 2
+    assert report["skipped"][0]["file"].endswith("manifest.json")
+    # named explicitly, it is read and rejected
+    code, _, err = _run(capsys, "info", str(tmp_path / "manifest.json"))
+    assert code == 2 and "no traceEvents" in err

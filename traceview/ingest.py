@@ -9,6 +9,7 @@ explicit mapping; two files claiming one rank is an error naming both.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterable
 from concurrent.futures import Executor
@@ -60,20 +61,48 @@ class IngestResult:
 
 def discover(paths: Iterable[str | Path]) -> list[Path]:
     """Expand directories (one level) into trace files; keep explicit files as given."""
+    return discover_with_ignored(paths)[0]
+
+
+def discover_with_ignored(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
+    """(trace files, JSON files in the given folders that are not traces and were passed over).
+
+    Folders of traces often hold other JSON (manifests, configs). A file found in a folder is
+    passed over only when neither its name (trace, rank, worker) nor its first 64 KiB
+    (``"traceEvents"`` or ``"ph"``) suggests a trace; a damaged trace is still read, and fails
+    or warns as such. Files named explicitly are always read.
+    """
     found: list[Path] = []
+    ignored: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             inner = sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p))
-            if not inner:
+            traces = [p for p in inner if _looks_like_trace(p)]
+            ignored.extend(p for p in inner if p not in traces)
+            if not traces:
                 raise UnreadableTraceError(path, "directory holds no trace files "
                                            "(.json, .json.gz, .sqlite)")
-            found.extend(inner)
+            found.extend(traces)
         elif path.exists():
             found.append(path)
         else:
             raise UnreadableTraceError(path, "no such file or directory")
-    return found
+    return found, ignored
+
+
+_TRACE_NAME = re.compile(r"trace|rank|worker", re.IGNORECASE)
+
+
+def _looks_like_trace(path: Path) -> bool:
+    if not path.name.endswith(".json") or _TRACE_NAME.search(path.name):
+        return True  # gzip, SQLite and trace-like names are always read
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return True  # unreadable: let the reader report it
+    return b'"traceEvents"' in head or b'"ph"' in head or not head.strip()
 
 
 def family(fmt: str) -> str:
@@ -204,7 +233,7 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     ``"dask"``; None parses small inputs in this process and large ones in a spawn pool.
     A task that raises is retried; one that keeps failing is reported like a bad file.
     """
-    files = discover(paths)
+    files, ignored = discover_with_ignored(paths)
     options = dict(options or {})
     cache = str(cache_dir) if cache_dir is not None else None
     # Cache hits are answered here: starting workers to find them would cost more than reading.
@@ -231,6 +260,7 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     if not results:
         raise UnreadableTraceError(", ".join(str(f) for f in files), "no readable trace")
     rank_of = resolve_ranks(results, rank_map or {})
+    skipped += [(str(p), f"{p}: passed over, not a trace (no traceEvents)") for p in ignored]
     return IngestResult(files=results, rank_of=rank_of, skipped=skipped)
 
 
