@@ -61,6 +61,7 @@ def gaps(
     options: GapOptions = DEFAULT_OPTIONS,
     patterns: ClassifyPatterns = DEFAULT_PATTERNS,
     step_pattern: str = STEP_PATTERN,
+    gpu: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every idle gap per (rank, device) -- or per (rank, device, stream) -- with its cause.
 
@@ -69,7 +70,8 @@ def gaps(
     positive; touching or overlapping GPU work leaves no gap.
     """
     by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
-    gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
+    if gpu is None:  # ``gpu``: prepared_gpu(events) when the caller already has it
+        gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
     merged = union(gpu, by=by, keep={
         "_first_name": pl.col("name").cast(pl.String).sort_by("ts_ns").first(),
         "_first_step": pl.col("step").sort_by("ts_ns").first(),

@@ -120,6 +120,7 @@ def overlap(
     bound_ratio: float = 1.2,
     step_pattern: str = STEP_PATTERN,
     step_windows: str = "gpu",
+    gpu: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Overlap per (rank, device) for the whole trace, or per (rank, device, step).
 
@@ -134,7 +135,8 @@ def overlap(
     events gets nulls and a note. With ``per_step`` and no steps, the whole-trace row is
     returned with a note.
     """
-    gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
+    if gpu is None:  # ``gpu``: prepared_gpu(events) when the caller already has it
+        gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
     trace = accounting(gpu, gpu_trace_windows(gpu))
     trace = trace.with_columns(step=pl.lit(None, pl.Int32), note=pl.lit(None, pl.String))
     if per_step:

@@ -17,7 +17,7 @@ import polars as pl
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns
 from .gaps import DEFAULT_OPTIONS, GapOptions, gap_causes, gaps
-from .overlap import NOTE_NO_GPU, overlap
+from .overlap import NOTE_NO_GPU, overlap, prepared_gpu
 from .window import STEP_PATTERN, step_spans
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -37,7 +37,8 @@ def summary(
     step_pattern: str = STEP_PATTERN,
 ) -> pl.DataFrame:
     """One row per rank of ``events`` (columns ``SUMMARY_COLUMNS``)."""
-    ov = overlap(events, patterns=patterns, step_pattern=step_pattern)
+    gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)  # shared below
+    ov = overlap(events, patterns=patterns, step_pattern=step_pattern, gpu=gpu)
     sums = [pl.col(c).sum() for c in ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns",
                                       "busy_ns", "idle_ns")]
     per_rank = (
@@ -56,7 +57,7 @@ def summary(
         steps=pl.len().cast(pl.Int64),
         step_time_ns_p50=pl.col("step_time_ns").median().round().cast(pl.Int64))
     causes = gap_causes(gaps(events, options=gap_options, patterns=patterns,
-                             step_pattern=step_pattern), by=["rank"])
+                             step_pattern=step_pattern, gpu=gpu), by=["rank"])
     top = causes.sort("rank", "total_gap_ns", descending=[False, True]).group_by(
         "rank", maintain_order=True).first().select(
         "rank", top_gap_cause="cause", top_gap_cause_ns="total_gap_ns")
