@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .classify import DEFAULT_PATTERNS, ClassifyPatterns
+from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events
 from .intervals import union
 from .overlap import NOTE_NO_GPU, prepared_gpu
 from .window import STEP_PATTERN
@@ -232,6 +232,6 @@ def largest_gaps(
 
 def no_gpu_ranks(events: Frame, gap_frame: pl.DataFrame) -> pl.DataFrame:
     """Ranks of ``events`` with no GPU work at all, each with the reason (for partial results)."""
-    gpu_ranks = prepared_gpu(events).select("rank").unique()
+    gpu_ranks = gpu_events(events).select("rank").unique().collect()  # no step join needed
     ranks = events.lazy().select("rank").unique().collect()
     return ranks.join(gpu_ranks, on="rank", how="anti").with_columns(note=pl.lit(NOTE_NO_GPU)).sort("rank")
