@@ -473,6 +473,27 @@ static int commit_id(Col *ints, Col *labels, Py_ssize_t row) {
     return set_str(labels, row);
 }
 
+/* At a member of an object: read its key and the ':' after it. */
+static int read_key(Scanner *sc, const char **k, Py_ssize_t *kn, int *ke) {
+    skip_ws(sc);
+    if (sc->p >= sc->end || *sc->p != '"') { sc->err = "expected a key"; return -1; }
+    if (scan_string(sc, k, kn, ke) < 0) return -1;
+    skip_ws(sc);
+    if (sc->p >= sc->end || *sc->p != ':') { sc->err = "expected ':'"; return -1; }
+    sc->p++;
+    return 0;
+}
+
+/* After a member's value: 1 when another member follows, 0 at the closing '}', -1 on error. */
+static int next_member(Scanner *sc) {
+    skip_ws(sc);
+    if (sc->p >= sc->end) { sc->err = "unexpected end (truncated?)"; return -1; }
+    if (*sc->p == ',') { sc->p++; return 1; }
+    if (*sc->p == '}') { sc->p++; return 0; }
+    sc->err = "expected ',' or '}'";
+    return -1;
+}
+
 /* Scan the args object: keep its raw text, stage the known keys. */
 static int scan_args(Scanner *sc, Col *cols, int *prio) {
     skip_ws(sc);
@@ -493,13 +514,8 @@ static int scan_args(Scanner *sc, Col *cols, int *prio) {
         sc->p++;
     } else {
         for (;;) {
-            skip_ws(sc);
-            if (sc->p >= sc->end || *sc->p != '"') { sc->err = "expected a key"; return -1; }
             const char *k; Py_ssize_t kn; int ke;
-            if (scan_string(sc, &k, &kn, &ke) < 0) return -1;
-            skip_ws(sc);
-            if (sc->p >= sc->end || *sc->p != ':') { sc->err = "expected ':'"; return -1; }
-            sc->p++;
+            if (read_key(sc, &k, &kn, &ke) < 0) return -1;
             int matched = -1;
             if (!ke && kn >= 3 && kn <= 25) {
                 for (int j = 0; j < N_ARG_KEYS; j++) {
@@ -521,12 +537,9 @@ static int scan_args(Scanner *sc, Col *cols, int *prio) {
             } else if (skip_value(sc) < 0) {
                 return -1;
             }
-            skip_ws(sc);
-            if (sc->p >= sc->end) { sc->err = "unexpected end"; return -1; }
-            if (*sc->p == ',') { sc->p++; continue; }
-            if (*sc->p == '}') { sc->p++; break; }
-            sc->err = "expected ',' or '}'";
-            return -1;
+            int more = next_member(sc);
+            if (more < 0) return -1;
+            if (!more) break;
         }
     }
     Col *c = &cols[C_ARGS];
@@ -583,13 +596,8 @@ static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
             sc->p++;
         } else {
             for (;;) {
-                skip_ws(sc);
-                if (sc->p >= sc->end || *sc->p != '"') { sc->err = "expected a key"; return -1; }
                 const char *k; Py_ssize_t kn; int ke;
-                if (scan_string(sc, &k, &kn, &ke) < 0) { return -1; }
-                skip_ws(sc);
-                if (sc->p >= sc->end || *sc->p != ':') { sc->err = "expected ':'"; return -1; }
-                sc->p++;
+                if (read_key(sc, &k, &kn, &ke) < 0) return -1;
                 int target = -1;
                 if (!ke) {
                     switch (kn) {
@@ -620,11 +628,9 @@ static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
                     r = skip_value(sc);
                 }
                 if (r < 0) { return -1; }
-                skip_ws(sc);
-                if (sc->p >= sc->end) { sc->err = "unexpected end"; return -1; }
-                if (*sc->p == ',') { sc->p++; continue; }
-                if (*sc->p == '}') { sc->p++; break; }
-                sc->err = "expected ',' or '}'"; return -1;
+                int more = next_member(sc);
+                if (more < 0) return -1;
+                if (!more) break;
             }
         }
         /* commit the event's row */
@@ -781,13 +787,8 @@ static int scan_document(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
     skip_ws(sc);
     if (sc->p < sc->end && *sc->p == '}') { sc->p++; goto tail; }
     for (;;) {
-        skip_ws(sc);
-        if (sc->p >= sc->end || *sc->p != '"') { sc->err = "expected a key"; return -1; }
         const char *k; Py_ssize_t kn; int ke;
-        if (scan_string(sc, &k, &kn, &ke) < 0) return -1;
-        skip_ws(sc);
-        if (sc->p >= sc->end || *sc->p != ':') { sc->err = "expected ':'"; return -1; }
-        sc->p++;
+        if (read_key(sc, &k, &kn, &ke) < 0) return -1;
         skip_ws(sc);
         if (!ke && KEY_IS(k, kn, "traceEvents") && sc->p < sc->end && *sc->p == '[') {
             if (*found) { sc->err = "two traceEvents arrays"; return -1; }
@@ -801,12 +802,9 @@ static int scan_document(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
             if (skip_value(sc) < 0) return -1;
             if (h >= 0) { spans[h] = v0; span_len[h] = sc->p - v0; }
         }
-        skip_ws(sc);
-        if (sc->p >= sc->end) { sc->err = "unexpected end (truncated?)"; return -1; }
-        if (*sc->p == ',') { sc->p++; continue; }
-        if (*sc->p == '}') { sc->p++; break; }
-        sc->err = "expected ',' or '}'";
-        return -1;
+        int more = next_member(sc);
+        if (more < 0) return -1;
+        if (!more) break;
     }
 tail:
     skip_ws(sc);
