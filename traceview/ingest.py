@@ -181,11 +181,11 @@ def with_steps(table: pa.Table) -> pa.Table:
 
 def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any]) \
         -> FileResult | tuple[str, str, int]:
+    """In this process: :func:`_ingest_task`, with any other failure (a parser bug) reported
+    as that file's error, so it cannot take the other ranks down."""
     try:
-        return ingest_file(path, cache_dir, options)
-    except TraceviewError as exc:
-        return (path, str(exc), exc.exit_code)
-    except Exception as exc:  # noqa: BLE001 - a parser bug must not take the other ranks down
+        return _ingest_task(path, cache_dir, options)
+    except Exception as exc:  # noqa: BLE001
         return (path, f"{path}: cannot parse ({type(exc).__name__}: {exc})", 2)
 
 

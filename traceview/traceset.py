@@ -45,12 +45,11 @@ class TraceSet:
     """The events of one run (all ranks, long form) with its ranks and files tables."""
 
     def __init__(self, parts: list[_Part], ranks: pl.DataFrame, files: pl.DataFrame,
-                 skipped: Sequence[tuple[str, str]] = (), keep_alive: Any = None) -> None:
+                 skipped: Sequence[tuple[str, str]] = ()) -> None:
         self._parts = parts
         self.ranks = ranks
         self.files = files
         self.skipped = list(skipped)
-        self._keep_alive = keep_alive  # temporary directory when caching is off
         #: where per-rank work runs (``traceview.executors.ExecutorSpec``/``Executor``), or None
         self.executor: Any = None
 
@@ -156,7 +155,6 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
         if len(items) > 1:
             raise UsageError("a store folder must be the only input")
         return _open_store(stores[0])
-    keep_alive = None
     if not cache:
         # Lazy frames read these Parquet files after this function returns, possibly after the
         # TraceSet is gone (``open(p, cache=False).events.collect()``): remove them at exit.
@@ -166,12 +164,12 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
         cache_dir = store.default_cache_dir()
     result = ingest(items, cache_dir=cache_dir, skip_bad=skip_bad, rank_map=rank_map,
                     options=options, progress=progress, executor=executor)
-    ts = _from_ingest(result, keep_alive)
+    ts = _from_ingest(result)
     ts.executor = executor
     return ts
 
 
-def _from_ingest(result: IngestResult, keep_alive: Any) -> TraceSet:
+def _from_ingest(result: IngestResult) -> TraceSet:
     parts = []
     for i, file in enumerate(result.files):
         mapping = {parsed if parsed is not None else 0: final
@@ -185,7 +183,7 @@ def _from_ingest(result: IngestResult, keep_alive: Any) -> TraceSet:
         "stored_events": f.stored_events, "dropped": orjson.dumps(f.dropped).decode(),
         "warnings": orjson.dumps(f.warnings).decode()} for i, f in enumerate(result.files)],
         schema=schema.polars_schema(schema.FILE_COLUMNS))
-    return TraceSet(parts, ranks.sort("rank"), files, result.skipped, keep_alive)
+    return TraceSet(parts, ranks.sort("rank"), files, result.skipped)
 
 
 def _open_store(folder: Path) -> TraceSet:
