@@ -109,12 +109,14 @@ def family(fmt: str) -> str:
     return "nsys" if fmt.startswith("nsys") else "kineto"
 
 
-def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any]) \
+def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
+                  content: str | None = None) \
         -> tuple[FileResult | None, str, Path | None, Path, Path]:
-    """The cached result of a file, if its content was ingested before (and where it goes)."""
+    """The cached result of a file, if its content was ingested before (and where it goes).
+    ``content``: the file's content id when the caller hashed it already."""
     file_path = Path(path)
     fmt = detect_format(file_path)
-    cid = store.content_id(file_path)
+    cid = content or store.content_id(file_path)
     key = store.cache_key(cid, parser_version(fmt), options)
     base = Path(cache_dir) if cache_dir else None
     meta_path = (base or Path()) / key / "meta.json"
@@ -127,20 +129,23 @@ def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any]) \
     return None, cid, base, meta_path, events_path
 
 
-def cached_result(path: str, cache_dir: str | None, options: dict[str, Any]) -> FileResult | None:
-    """The cached result of a file, or None (also when the file cannot be read)."""
+def cached_result(path: str, cache_dir: str | None, options: dict[str, Any]) \
+        -> tuple[FileResult | None, str | None]:
+    """(the cached result of a file or None, its content id; None when it cannot be read)."""
     try:
-        return _cache_lookup(path, cache_dir, options)[0]
+        found = _cache_lookup(path, cache_dir, options)
     except (OSError, TraceviewError):
-        return None
+        return None, None
+    return found[0], found[1]
 
 
-def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any]) -> FileResult:
+def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
+                content: str | None = None) -> FileResult:
     """Parse one file into the cache (or find it there). Runs in a worker process."""
     from traceview.parsers import parse
 
     file_path = Path(path)
-    cached, cid, base, meta_path, events_path = _cache_lookup(path, cache_dir, options)
+    cached, cid, base, meta_path, events_path = _cache_lookup(path, cache_dir, options, content)
     if cached is not None:
         return cached
     parsed = parse(file_path, **options)
@@ -179,12 +184,12 @@ def with_steps(table: pa.Table) -> pa.Table:
     return table.set_column(index, table.schema.field("step"), step)
 
 
-def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any]) \
-        -> FileResult | tuple[str, str, int]:
+def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any],
+                 content: str | None = None) -> FileResult | tuple[str, str, int]:
     """In this process: :func:`_ingest_task`, with any other failure (a parser bug) reported
     as that file's error, so it cannot take the other ranks down."""
     try:
-        return _ingest_task(path, cache_dir, options)
+        return _ingest_task(path, cache_dir, options, content)
     except Exception as exc:  # noqa: BLE001
         return (path, f"{path}: cannot parse ({type(exc).__name__}: {exc})", 2)
 
@@ -237,15 +242,17 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     options = dict(options or {})
     cache = str(cache_dir) if cache_dir is not None else None
     # Cache hits are answered here: starting workers to find them would cost more than reading.
-    hits = {f: cached_result(str(f), cache, options) for f in files} if cache else {}
+    looked = {f: cached_result(str(f), cache, options) for f in files} if cache else {}
+    hits = {f: hit for f, (hit, _) in looked.items()}
+    ids = {f: cid for f, (_, cid) in looked.items()}  # hashed once, here
     misses = [f for f in files if hits.get(f) is None]
     if not misses:
         parsed = []
     elif executor is None and (len(misses) <= 1 or _estimated_bytes(misses) < IN_PROCESS_BYTES):
         # Starting worker processes costs ~1 s; small inputs parse faster than that in-process.
-        parsed = [_safe_ingest(str(f), cache, options) for f in misses]
+        parsed = [_safe_ingest(str(f), cache, options, ids.get(f)) for f in misses]
     else:
-        parsed = _ingest_parallel(misses, cache, options, progress, executor)
+        parsed = _ingest_parallel(misses, cache, options, progress, executor, ids)
     by_file = dict(zip(misses, parsed))
     outcomes = [hits[f] if hits.get(f) is not None else by_file[f] for f in files]
     results: list[FileResult] = []
@@ -264,18 +271,19 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     return IngestResult(files=results, rank_of=rank_of, skipped=skipped)
 
 
-def _ingest_task(path: str, cache_dir: str | None, options: dict[str, Any]) \
-        -> FileResult | tuple[str, str, int]:
+def _ingest_task(path: str, cache_dir: str | None, options: dict[str, Any],
+                 content: str | None = None) -> FileResult | tuple[str, str, int]:
     """The per-file task on an executor: a bad trace is an answer (no retry); anything else
     (a worker that died, an I/O error) raises so that the attempt is retried."""
     try:
-        return ingest_file(path, cache_dir, options)
+        return ingest_file(path, cache_dir, options, content)
     except TraceviewError as exc:
         return (path, str(exc), exc.exit_code)
 
 
 def _ingest_parallel(files: list[Path], cache: str | None, options: dict[str, Any],
-                     progress: bool, executor: Any) -> list[FileResult | tuple[str, str, int]]:
+                     progress: bool, executor: Any, ids: dict[Path, str | None] | None = None,
+                     ) -> list[FileResult | tuple[str, str, int]]:
     """Map :func:`_ingest_task` over the files on ``executor``: an ``Executor``, an
     ``ExecutorSpec``, ``"local"``/``"dask"``, or None (own spawn pool sized by memory)."""
     from contextlib import nullcontext
@@ -309,7 +317,8 @@ def _ingest_parallel(files: list[Path], cache: str | None, options: dict[str, An
                   file=sys.stderr, flush=True)
 
     with ctx as pool:
-        raw = run_tasks(pool, _ingest_task, [(str(f), cache, options) for f in files],
+        raw = run_tasks(pool, _ingest_task,
+                        [(str(f), cache, options, (ids or {}).get(f)) for f in files],
                         retries=retries, on_result=tick, replace_pool=replace)
     if progress:
         print(file=sys.stderr)
