@@ -7,10 +7,16 @@ not stored (``input_events == events.num_rows + sum(dropped.values())``, always)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass
@@ -30,12 +36,42 @@ class RankInfo:
 
 
 @dataclass
+class EventBatches:
+    """A file's events as row batches in the events schema, built one at a time on demand, so
+    that the whole table is never in memory at once (see ``store.write_event_batches``).
+
+    ``step_keys`` holds, for every row, the columns the step assignment needs (rank, kind,
+    name, ts_ns, dur_ns, correlation): steps depend on the whole file, batches do not.
+    ``batch(start, stop)`` returns rows ``[start, stop)`` with ``step`` null.
+    """
+
+    num_rows: int
+    step_keys: pl.DataFrame
+    batch: Callable[[int, int], pa.Table]
+    batch_rows: int = 1 << 18
+
+    def ranges(self) -> Iterator[tuple[int, int]]:
+        """Row ranges of the batches; an empty file has one empty batch (it has a schema)."""
+        for start in range(0, max(self.num_rows, 1), self.batch_rows):
+            yield start, min(start + self.batch_rows, self.num_rows)
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        for start, stop in self.ranges():
+            yield self.batch(start, stop)
+
+    def table(self) -> pa.Table:
+        """All rows as one table (for callers that want it whole: tests, small files)."""
+        return pa.concat_tables(list(self))
+
+
+@dataclass
 class ParsedFile:
-    """One input file, parsed. ``events.rank`` is filled when every rank is known."""
+    """One input file, parsed. ``events.rank`` is filled when every rank is known.
+    ``events`` is a table, or :class:`EventBatches` from :func:`parse_batched`."""
 
     path: str
     format: str
-    events: pa.Table
+    events: pa.Table | EventBatches
     ranks: list[RankInfo]
     input_events: int
     dropped: dict[str, int] = field(default_factory=dict)
@@ -75,3 +111,13 @@ def parse(path: Path, **options: object) -> ParsedFile:
     from traceview.parsers import kineto
 
     return kineto.parse(path, **options)
+
+
+def parse_batched(path: Path, **options: object) -> ParsedFile:
+    """Like :func:`parse`, but formats that can build their events in batches (Kineto JSON)
+    return :class:`EventBatches`; the others return their table."""
+    if detect_format(path).startswith("nsys"):
+        return parse(path, **options)
+    from traceview.parsers import kineto
+
+    return kineto.parse_batched(path, **options)

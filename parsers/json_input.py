@@ -8,8 +8,12 @@ functions here turn such bytes into something decodable and say what they change
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import re
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from traceview.errors import UnreadableTraceError
@@ -18,6 +22,29 @@ try:  # ISA-L inflates 2-3x faster than zlib; fall back to the standard library.
     from isal import igzip as _gzip
 except ImportError:  # pragma: no cover - isal is a dependency, but keep working without it
     import gzip as _gzip
+
+
+@contextmanager
+def open_input(path: Path, warnings: list[str]) -> Iterator[bytes | mmap.mmap]:
+    """The file's JSON bytes: an uncompressed file as a read-only memory map (the C scanner
+    hands scanned pages back to the kernel, so the input need not stay resident), a gzipped
+    one inflated into memory."""
+    try:
+        with open(path, "rb") as fh:
+            gzipped = fh.read(2) == b"\x1f\x8b"
+            size = os.fstat(fh.fileno()).st_size
+            mapped = None if gzipped or not size else mmap.mmap(fh.fileno(), 0,
+                                                                access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as exc:
+        raise UnreadableTraceError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}"
+                                   ) from None
+    if mapped is None:
+        yield read_bytes(path, warnings)
+        return
+    try:
+        yield mapped
+    finally:
+        mapped.close()
 
 
 def read_bytes(path: Path, warnings: list[str]) -> bytes:

@@ -19,7 +19,9 @@ to a slower element-by-element reader that keeps every complete event and says w
 
 from __future__ import annotations
 
+import mmap
 import re
+from functools import partial
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -32,8 +34,9 @@ import pyarrow as pa
 from traceview import schema
 from traceview.errors import UnreadableTraceError
 from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
-from traceview.parsers import ParsedFile, RankInfo
-from traceview.parsers.json_input import read_bytes, repair_text, salvage_events
+from traceview.parsers import EventBatches, ParsedFile, RankInfo
+from traceview.parsers.json_input import open_input, repair_text, salvage_events
+from traceview.parsers.raw_columns import RawColumns, Sparse
 
 try:  # the C fast path; without it (no compiler at install) the tolerant path does all
     from traceview import _kineto_scan
@@ -109,39 +112,45 @@ _CAT_TO_KIND: dict[str, str] = {
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?![0-9])", re.IGNORECASE)
 
 
-def parse(path: Path, **_options: object) -> ParsedFile:
-    """Read one Kineto trace file (``.json`` or ``.json.gz``)."""
+def parse(path: Path, **options: object) -> ParsedFile:
+    """Read one Kineto trace file (``.json`` or ``.json.gz``) into one events table."""
+    parsed = parse_batched(path, **options)
+    parsed.events = parsed.events.table()
+    return parsed
+
+
+def parse_batched(path: Path, **_options: object) -> ParsedFile:
+    """Read one Kineto trace file; its events come as :class:`EventBatches`.
+
+    The scan covers the whole file (steps and timeless metadata depend on all of it), but only
+    the key columns are derived for every row at once; the rest of each row is built one batch
+    at a time, so the finished table is never whole in memory.
+    """
     path = Path(path)
     warnings: list[str] = []
-    data = read_bytes(path, warnings)
     dropped: dict[str, int] = {}
-    fast = _scan_fast(path, data)
-    if fast is not None:
-        base, header = fast
-        input_events = base.num_rows
-    else:
-        events, header = _decode(path, data, warnings, dropped)
-        input_events = len(events) + sum(dropped.values())
-        events = _pair_begin_end(events, dropped)
-        base = _columns_from_structs(events)
-        del events
-    del data
+    with open_input(path, warnings) as data:
+        fast = _scan_fast(path, data)
+        if fast is not None:
+            raw, header = fast
+            input_events = raw.num_rows
+        else:
+            events, header = _decode(path, bytes(data), warnings, dropped)
+            input_events = len(events) + sum(dropped.values())
+            events = _pair_begin_end(events, dropped)
+            raw = _raw_columns(_columns_from_structs(events))
+            del events
     base_ns = _as_int(header.get("baseTimeNanoseconds")) or 0
-    # args_json is most of the bytes: keep it out of the Polars work (each round trip through
-    # Polars copies every string) and put it back at the end.
-    args = base.column("args_json")
-    table, keep = _events_table(base.drop_columns(["args_json"]), base_ns, dropped, warnings)
-    del base
-    if keep is not None:
-        args = args.filter(keep)
-    table = table.set_column(table.schema.get_field_index("args_json"),
-                             schema.EVENTS_ARROW.field("args_json"), args)
-    rank_info = _rank_info(path, header, base_ns, warnings)
+    keys, raw = _key_frame(raw, base_ns, dropped, warnings)
+    step_keys = keys.select(pl.lit(0, dtype=pl.Int32).alias("rank"), "kind", "name", "ts_ns",
+                            "dur_ns", pl.Series("correlation", raw.full("correlation")))
+    facts = _text_facts(raw)
+    batches = EventBatches(keys.height, step_keys, partial(_batch, keys, raw, facts))
     return ParsedFile(
         path=str(path),
         format="kineto-json-gz" if path.name.endswith(".gz") else "kineto-json",
-        events=table,
-        ranks=[rank_info],
+        events=batches,
+        ranks=[_rank_info(path, header, base_ns, warnings)],
         input_events=input_events,
         dropped={k: v for k, v in dropped.items() if v},
         warnings=warnings,
@@ -161,42 +170,61 @@ _RAW_COLUMNS: dict[str, pa.DataType] = {
 }
 
 
-def _scan_fast(path: Path, data: bytes) -> tuple[pa.Table, dict[str, Any]] | None:
+#: String columns stored dictionary-encoded; encoding them right after the scan makes the
+#: names (a quarter of the scanner's output) ~15x smaller for the rest of the parse.
+_REPEATING_TEXT = ("ph", "category", "name", "pid_label", "tid_label", "collective_name",
+                   "pg_name", "pg_desc", "pg_ranks", "dtype")
+
+
+def _scan_fast(path: Path, data: Any) -> tuple[RawColumns, dict[str, Any]] | None:
     """The C scanner over well-formed input; None sends the caller to the tolerant path."""
     if _kineto_scan is None:
         return None
     try:
-        rows, columns = _kineto_scan.scan(data)
+        rows, columns = _kineto_scan.scan(data, 8 << 20, isinstance(data, mmap.mmap))
         if not columns["has_events"]:
             return None  # no event array: the tolerant path words the error
         header = {key: msgspec.json.decode(raw) for key, raw in columns["header"].items()}
     except (msgspec.DecodeError, ValueError):
         return None
-    if header.get("nodes") is not None:
-        return None  # an Execution Trace: the tolerant path names it
-    arrays = {}
+    if header.get("nodes") is not None or columns["begin_end_events"]:
+        return None  # an Execution Trace, or B/E pairs to match: the tolerant path does both
+    raw: dict[str, pa.Array | Sparse | None] = {}
     for name, typ in _RAW_COLUMNS.items():
-        buffers = columns[name]
-        if buffers is None:
-            arrays[name] = pa.nulls(rows, typ)
-        elif len(buffers) == 2:
-            arrays[name] = pa.Array.from_buffers(typ, rows, [pa.py_buffer(buffers[1]),
-                                                             pa.py_buffer(buffers[0])])
-        else:
-            arrays[name] = pa.Array.from_buffers(typ, rows, [pa.py_buffer(buffers[2]),
-                                                             pa.py_buffer(buffers[1]),
-                                                             pa.py_buffer(buffers[0])])
-    try:
-        for name, typ in _RAW_COLUMNS.items():
-            if typ == pa.large_string():
-                arrays[name].validate(full=True)  # invalid UTF-8: let the tolerant path repair
-    except pa.ArrowInvalid:
-        return None
-    table = _table(arrays)  # not pa.table(): that imports pandas (~0.3 s per worker)
-    if columns["begin_end_events"]:
-        return None  # begin/end pairs are matched by the tolerant path
-    return table, header
+        raw[name] = _scanned_column(columns.pop(name), typ, rows)
+        if typ == pa.large_string() and raw[name] is not None:
+            try:
+                raw[name].validate(full=True)  # invalid UTF-8: let the tolerant path repair
+            except pa.ArrowInvalid:
+                return None
+        if name in _REPEATING_TEXT:
+            raw[name] = (raw[name] if raw[name] is not None else pa.nulls(rows, typ)
+                         ).dictionary_encode()
+    return RawColumns(rows, raw, _RAW_COLUMNS), header
 
+
+def _scanned_column(column: tuple | None, typ: pa.DataType,
+                    rows: int) -> pa.Array | Sparse | None:
+    """One column of the C scanner (see col_to_py in _kineto_scan.c), without copying."""
+    if column is None:
+        return None
+    kind, *blocks = column
+    buffers = [pa.foreign_buffer(address, size, base=owner) for address, size, owner in blocks]
+    if kind == "sparse":
+        return Sparse(np.frombuffer(buffers[0], dtype=np.uint32),
+                      np.frombuffer(buffers[1], dtype=np.int64))
+    if kind == "int":
+        return pa.Array.from_buffers(typ, rows, [buffers[1], buffers[0]])
+    return pa.Array.from_buffers(typ, rows, [buffers[2], buffers[1], buffers[0]])
+
+
+def _raw_columns(table: pa.Table) -> RawColumns:
+    """The tolerant path's dense columns in the scanner's form."""
+    columns = {}
+    for name, typ in _RAW_COLUMNS.items():
+        column = table.column(name).combine_chunks().cast(typ)
+        columns[name] = column.dictionary_encode() if name in _REPEATING_TEXT else column
+    return RawColumns(table.num_rows, columns, _RAW_COLUMNS)
 
 
 def _decode(path: Path, data: bytes, warnings: list[str],
@@ -422,12 +450,15 @@ def _columns_from_structs(events: list[_Event]) -> pa.Table:
             .append_column("dur_ns", times["dur_ns"].to_arrow()))
 
 
-def _events_table(base: pa.Table, base_ns: int, dropped: dict[str, int],
-                  warnings: list[str]) -> tuple[pa.Table, pa.Array | None]:
-    """Derive the schema columns (all but args_json) from the raw columns, count what cannot be
-    stored. Returns the table and, when rows were dropped, the mask of rows kept."""
-    frame = _derive(pl.from_arrow(base), base_ns)
-    # Count with sums, never with filter(...).height: a filter copies every column (args too).
+def _key_frame(raw: RawColumns, base_ns: int, dropped: dict[str, int],
+               warnings: list[str]) -> tuple[pl.DataFrame, RawColumns]:
+    """Kind, name, category and exact times of every row, and what cannot be stored counted.
+    Returns them with the raw columns of the rows kept."""
+    frame = pl.from_arrow(_table({
+        "kind": _kinds(raw.full("ph"), raw.full("category"), raw.full("name")),
+        **{n: raw.full(n) for n in ("ph", "category", "name", "ts_ns", "dur_ns")}}))
+    frame = frame.with_columns((pl.col("ts_ns") + base_ns).alias("ts_ns"))
+    # Count with sums, never with filter(...).height: a filter copies every column.
     missing_ts, no_dur, negative = frame.select(
         (pl.col("ts_ns").is_null() & (pl.col("kind") != "metadata")).sum().alias("a"),
         (pl.col("dur_ns").is_null() & (pl.col("ph") == "X")).sum().alias("b"),
@@ -436,9 +467,8 @@ def _events_table(base: pa.Table, base_ns: int, dropped: dict[str, int],
     if missing_ts:
         dropped["missing_ts"] = dropped.get("missing_ts", 0) + missing_ts
     frame = _timeless_metadata(frame)
-    keep = None
     if missing_ts:
-        keep = frame.get_column("ts_ns").is_not_null().to_arrow()
+        raw = raw.filter(frame.get_column("ts_ns").is_not_null().to_arrow())
         frame = frame.filter(pl.col("ts_ns").is_not_null())
     if no_dur:
         warnings.append(f"{no_dur} complete events without a duration (dur_ns left null)")
@@ -446,69 +476,147 @@ def _events_table(base: pa.Table, base_ns: int, dropped: dict[str, int],
         warnings.append(f"{negative} events with a negative duration (dur_ns set to null)")
         frame = frame.with_columns(
             pl.when(pl.col("dur_ns") < 0).then(None).otherwise(pl.col("dur_ns")).alias("dur_ns"))
-    frame = frame.drop([c for c in frame.columns if c not in schema.EVENT_COLUMN_NAMES])
-    return schema.conform(frame.to_arrow()), keep
+    return frame, raw
 
 
-def _derive(frame: pl.DataFrame, base_ns: int) -> pl.DataFrame:
-    """Kind, exact times, and the collective columns, all as vectorised expressions."""
-    cat = pl.col("category").str.to_lowercase()
-    ph = pl.col("ph")
-    kind = (
+def _kind_of(ph: pl.Expr, category: pl.Expr) -> pl.Expr:
+    """The event kind from the phase and the category (instants named ``[memory]`` aside)."""
+    return (
         pl.when(ph.is_in(["s", "t", "f"])).then(pl.lit("flow"))
         .when(ph == "M").then(pl.lit("metadata"))
         .when(ph == "C").then(pl.lit("counter"))
-        .when(ph.is_in(["i", "I"]) & (pl.col("name") == "[memory]")).then(pl.lit("memory"))
         .when(ph.is_in(["i", "I"])).then(pl.lit("instant"))
-        .when(ph == "X").then(cat.replace_strict(_CAT_TO_KIND, default="other"))
+        .when(ph == "X").then(category.str.to_lowercase()
+                              .replace_strict(_CAT_TO_KIND, default="other"))
         .otherwise(pl.lit("other"))
     )
+
+
+def _codes(column: pa.DictionaryArray) -> np.ndarray:
+    """Dictionary indices with null rows as one more code (``len(dictionary)``)."""
+    # through Polars: pyarrow's to_numpy() imports pandas (~0.4 s per worker process)
+    return pl.Series(column.indices).fill_null(len(column.dictionary)).to_numpy().astype(np.int64)
+
+
+def _kinds(ph: pa.DictionaryArray, category: pa.DictionaryArray,
+           name: pa.DictionaryArray) -> pa.DictionaryArray:
+    """The kind of every row, worked out once per (ph, category) pair of dictionary entries
+    (a few dozen pairs for millions of rows) and spread over the rows by their indices."""
+    ph_values = ph.dictionary.to_pylist() + [None]
+    cat_values = category.dictionary.to_pylist() + [None]
+    pairs = pl.DataFrame({"ph": [p for p in ph_values for _ in cat_values],
+                          "category": cat_values * len(ph_values)},
+                         schema={"ph": pl.String, "category": pl.String})
+    kinds = pairs.select(_kind_of(pl.col("ph"), pl.col("category")))[:, 0].to_list()
+    names = sorted(set(kinds) | {"memory"})
+    pair_code = np.array([names.index(k) for k in kinds], dtype=np.int32)
+    code = pair_code[_codes(ph) * len(cat_values) + _codes(category)]
+    memory = pl.Series(name.dictionary.cast(pa.string())).eq("[memory]").arg_true()
+    if len(memory):  # instants named [memory] are memory events
+        is_memory = _codes(name) == memory[0]
+        code[is_memory & (code == names.index("instant"))] = names.index("memory")
+    indices = pa.Array.from_buffers(pa.int32(), len(code), [None, pa.py_buffer(code)])
+    dictionary = pl.Series(names, dtype=pl.String).to_arrow().cast(pa.string())
+    return pa.DictionaryArray.from_arrays(indices, dictionary)
+
+
+def _text_facts(raw: RawColumns) -> dict[str, pl.DataFrame]:
+    """What the text columns say, worked out once per distinct value (dictionary entry); rows
+    look it up by their dictionary index. From the name: the collective of an NCCL/RCCL kernel
+    or of a c10d/gloo/nccl/mpi op, the memcpy direction; from ``Collective name`` the
+    collective; from ``dtype`` the element size."""
+    def entries(column: str) -> pl.DataFrame:
+        return pl.DataFrame(pl.Series("v", raw.columns[column].dictionary.cast(pa.string())))
+
+    v = pl.col("v")
+    return {
+        "name": entries("name").select(
+            pl.when(v.str.contains(r"(?i)nccl|rccl")).then(collective_from_text(v))
+            .alias("kernel_collective"),
+            pl.when(v.str.contains(r"(?i)^(nccl|gloo|c10d|mpi)[:_]"))
+            .then(collective_from_text(v)).alias("op_collective"),
+            copy_kind_from_name(v).alias("name_copy_kind")),
+        "collective_name": entries("collective_name").select(
+            collective_from_text(v).alias("arg_collective")),
+        "dtype": entries("dtype").select(dtype_bytes(v).alias("dtype_bytes")),
+    }
+
+
+def _looked_up(facts: dict[str, pl.DataFrame], raw: RawColumns, start: int,
+               stop: int) -> list[pl.DataFrame]:
+    return [table.select(pl.all().gather(pl.Series(raw.slice(column, start, stop).indices)))
+            for column, table in facts.items()]
+
+
+#: Raw columns the derived columns are computed from.
+_DERIVE_INPUTS = ("flow_id", "device", "mem_device", "stream", "collective_name", "in_nelems",
+                  "out_nelems", "bytes")
+#: Columns the batch builds (the others are stored as the scanner read them).
+_DERIVED = ("flow_phase", "flow_id", "device", "stream", "collective", "copy_kind", "bytes")
+
+
+def _batch(keys: pl.DataFrame, raw: RawColumns, facts: dict[str, pl.DataFrame], start: int,
+           stop: int) -> pa.Table:
+    """Rows ``[start, stop)`` in the events schema (step left null). Only the derived columns
+    go through Polars; the rest are the scanner's arrays, cast to the schema's types."""
+    rows = stop - start
+    key_rows = keys.slice(start, rows)
+    inputs = pl.concat([
+        key_rows.select("kind", "ph"),
+        pl.from_arrow(_table({n: raw.slice(n, start, stop) for n in _DERIVE_INPUTS})),
+        *_looked_up(facts, raw, start, stop),
+    ], how="horizontal")
+    columns = {
+        "rank": _constant_int32(rows, 0), "file_id": _constant_int32(rows, 0),
+        "source": _constant_text(rows, "kineto"), "step": None,
+        **{n: raw.slice(n, start, stop) for n in raw.columns if n in schema.EVENT_COLUMN_NAMES},
+        **{n: key_rows.get_column(n).to_arrow() for n in ("kind", "ts_ns", "dur_ns")},
+        **{n: c.to_arrow() for n, c in _derive(inputs).select(_DERIVED).to_dict().items()},
+    }
+    return pa.Table.from_arrays(
+        [pa.nulls(rows, f.type) if columns[f.name] is None else columns[f.name].cast(f.type)
+         for f in schema.EVENTS_ARROW], schema=schema.EVENTS_ARROW)
+
+
+def _constant_int32(rows: int, value: int) -> pa.Array:
+    values = np.full(rows, value, dtype=np.int32)  # pa.array(numpy) would import pandas
+    return pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(values)])
+
+
+def _constant_text(rows: int, text: str) -> pa.DictionaryArray:
+    dictionary = pl.Series([text], dtype=pl.String).to_arrow().cast(pa.string())
+    return pa.DictionaryArray.from_arrays(_constant_int32(rows, 0), dictionary)
+
+
+def _derive(frame: pl.DataFrame) -> pl.DataFrame:
+    """Device, stream, flow and collective columns, as vectorised expressions."""
     is_gpu = pl.col("kind").is_in(["kernel", "memcpy", "memset", "gpu_user_annotation"])
-    is_comm_kernel = (pl.col("kind") == "kernel") & pl.col("name").str.contains(
-        r"(?i)nccl|rccl")
-    comm_op_name = pl.col("kind").is_in(["cpu_op", "user_annotation"]) & pl.col(
-        "name").str.contains(r"(?i)^(nccl|gloo|c10d|mpi)[:_]")
     collective = pl.coalesce(
-        _per_unique(frame, "collective_name", collective_from_text),
-        pl.when(is_comm_kernel | comm_op_name).then(_per_unique(frame, "name",
-                                                                 collective_from_text)),
+        pl.col("arg_collective"),
+        pl.when(pl.col("kind") == "kernel").then(pl.col("kernel_collective")),
+        pl.when(pl.col("kind").is_in(["cpu_op", "user_annotation"])).then(
+            pl.col("op_collective")),
         pl.when(pl.col("collective_name").is_not_null()).then(pl.lit("other")),
     )
     elements = pl.max_horizontal("in_nelems", "out_nelems")
     return (
         frame.with_columns(
-            kind.alias("kind"),
-            (pl.col("ts_ns") + base_ns).alias("ts_ns"),
-            pl.lit("kineto").alias("source"),
-            pl.lit(0, dtype=pl.Int32).alias("rank"),
-            pl.lit(0, dtype=pl.Int32).alias("file_id"),
-        )
-        .with_columns(
             pl.when(pl.col("kind") == "flow").then(pl.col("ph")).alias("flow_phase"),
             pl.when(pl.col("kind") == "flow").then(pl.col("flow_id")).alias("flow_id"),
             pl.when(is_gpu).then(pl.col("device")).otherwise(
                 pl.when(pl.col("kind") == "memory").then(pl.col("mem_device"))).alias("device"),
             pl.when(is_gpu).then(pl.col("stream")).alias("stream"),
             collective.alias("collective"),
-            pl.when(pl.col("kind") == "memcpy").then(copy_kind_from_name(pl.col("name")))
-            .alias("copy_kind"),
+            pl.when(pl.col("kind") == "memcpy").then(pl.col("name_copy_kind")).alias("copy_kind"),
         )
         .with_columns(
             pl.coalesce(
                 pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.col("bytes")),
                 pl.when(pl.col("collective").is_not_null())
-                .then(elements * dtype_bytes(pl.col("dtype"))),
+                .then(elements * pl.col("dtype_bytes")),
             ).alias("bytes"),
         )
     )
-
-
-def _per_unique(frame: pl.DataFrame, column: str, fn: Any) -> pl.Expr:
-    """Apply a (costly) string expression once per distinct value, then look it up per row."""
-    distinct = frame.select(pl.col(column).unique().drop_nulls())
-    mapped = distinct.with_columns(fn(pl.col(column)).alias("_out")).drop_nulls("_out")
-    return pl.col(column).replace_strict(mapped[column], mapped["_out"], default=None,
-                                         return_dtype=pl.String)
 
 
 def _timeless_metadata(frame: pl.DataFrame) -> pl.DataFrame:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import polars as pl
+import pyarrow as pa
 import pytest
 
 from tests.helpers import write_trace
@@ -271,9 +272,33 @@ def test_two_thread_scan_equals_one_thread(relative, corpus):
     data = read_bytes(corpus / relative, [])
     rows_one, one = kineto._kineto_scan.scan(data, 1 << 62)
     rows_two, two = kineto._kineto_scan.scan(data, 1)  # force the split on any size
-    assert one["threads"] == 1
-    assert rows_one == rows_two and {k: v for k, v in one.items() if k != "threads"} == {
-        k: v for k, v in two.items() if k != "threads"}
+    assert one["threads"] == 1 and two["threads"] == 2
+    assert rows_one == rows_two and one["header"] == two["header"]
+    for name, typ in kineto._RAW_COLUMNS.items():
+        a = kineto._scanned_column(one[name], typ, rows_one)
+        b = kineto._scanned_column(two[name], typ, rows_two)
+        if isinstance(a, kineto.Sparse):
+            assert (a.rows == b.rows).all() and (a.values == b.values).all(), name
+        else:
+            assert a == b if a is None else a.equals(b), name
+
+
+def test_sparse_and_dense_integer_columns(tmp_path):
+    """Integer columns with values on few rows come out of the scanner as (row, value) pairs,
+    dense ones as arrays; both read back to the same values, split or not."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+               "args": {"External id": i, **({"Seq": i * 10} if i % 20 == 3 else {})}}
+              for i in range(100)]
+    data = json.dumps({"traceEvents": events}, indent=1).encode()
+    for split in (1 << 62, 1):
+        rows, columns = kineto._kineto_scan.scan(data, split)
+        seq = kineto._scanned_column(columns["seq"], pa.int64(), rows)
+        ext = kineto._scanned_column(columns["external_id"], pa.int64(), rows)
+        assert isinstance(seq, kineto.Sparse) and isinstance(ext, pa.Array)
+        assert seq.rows.tolist() == [3, 23, 43, 63, 83]
+        assert seq.dense(0, 100).to_pylist() == [i * 10 if i % 20 == 3 else None
+                                                 for i in range(100)]
+        assert ext.to_pylist() == list(range(100))
 
 
 def test_two_thread_scan_is_used_on_kineto_layouts(tmp_path):

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef struct {
     char *data;
@@ -41,13 +43,17 @@ static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
     return 0;
 }
 
-/* Validity bitmaps are kept as one byte per row while scanning and packed at the end. */
+/* String columns keep a validity byte per row while scanning, packed into a bitmap at the end.
+ * Integer columns keep (row, value) pairs: most args columns hold a value on few rows, and a
+ * dense int64 column per args key was most of the scanner's memory. At the end a column with
+ * values on at least 1/8 of the rows is made dense; sparser ones go out as pairs, which the
+ * caller spreads over one batch of rows at a time. */
 typedef struct {
     const char *name;
     int is_str; /* 1: string column (data + int64 offsets), 0: int64 column */
     Buf values; /* int64 values, or string bytes */
-    Buf offsets; /* int64 offsets (strings only) */
-    Buf valid;  /* one byte per row */
+    Buf offsets; /* int64 offsets (strings), or uint32 row numbers (integers) */
+    Buf valid;  /* one byte per row (strings only) */
     int any;    /* at least one non-null value */
     /* per-event staging: where this event's value is, if any */
     int has;
@@ -105,7 +111,23 @@ static Py_ssize_t ARG_KEY_LEN[N_ARG_KEYS];
 typedef struct {
     const char *p, *end, *start;
     const char *err;
+    /* With a file mapping as input, pages already scanned are handed back to the kernel as
+     * the scan moves on, so the input does not stay resident next to the columns built from
+     * it (they fault back in from the file if read again). Never set for other memory. */
+    int release;
+    const char *released;
 } Scanner;
+
+#define RELEASE_STEP (16 << 20)
+
+static void release_behind(Scanner *sc) {
+    if (sc->p - sc->released < RELEASE_STEP) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t from = ((uintptr_t)sc->released + page - 1) & ~(page - 1);
+    uintptr_t to = (uintptr_t)sc->p & ~(page - 1);
+    if (to > from) madvise((void *)from, to - from, MADV_DONTNEED);
+    sc->released = sc->p;
+}
 
 static inline void skip_ws(Scanner *sc) {
     while (sc->p < sc->end) {
@@ -409,10 +431,9 @@ static int fill_offsets(Col *c, Py_ssize_t rows) {
 }
 
 static int set_int(Col *c, Py_ssize_t row, int64_t v) {
-    if (grow_zeroed(&c->values, (row + 1) * 8) < 0 || grow_zeroed(&c->valid, row + 1) < 0)
-        return -1;
-    ((int64_t *)c->values.data)[row] = v;
-    c->valid.data[row] = 1;
+    uint32_t r = (uint32_t)row;
+    if (row > (Py_ssize_t)UINT32_MAX) return -2; /* > 4 G events: the general path */
+    if (buf_put(&c->values, &v, 8) < 0 || buf_put(&c->offsets, &r, 4) < 0) return -1;
     c->any = 1;
     return 0;
 }
@@ -432,10 +453,9 @@ static int set_str(Col *c, Py_ssize_t row) {
 }
 
 static int finish_col(Col *c, Py_ssize_t rows) {
-    if (!c->any) return 0;
+    if (!c->any || !c->is_str) return 0;
     if (grow_zeroed(&c->valid, rows) < 0) return -1;
-    if (c->is_str) return fill_offsets(c, rows);
-    return grow_zeroed(&c->values, rows * 8);
+    return fill_offsets(c, rows);
 }
 
 /* Commit the staged value of column c for this row (strings, or integers). */
@@ -547,27 +567,70 @@ static int scan_args(Scanner *sc, Col *cols, int *prio) {
     return 0;
 }
 
+/* Hand a malloc'd block to Python without copying: (address, length, owner). The owner is a
+ * capsule that frees the block when the last Arrow buffer viewing it goes away. */
+static void free_block(PyObject *capsule) {
+    free(PyCapsule_GetPointer(capsule, "traceview.block"));
+}
+
+static PyObject *give_block(char *data, Py_ssize_t len) {
+    if (!data) {
+        data = malloc(1); /* an empty column still needs an address */
+        if (!data) return PyErr_NoMemory();
+    }
+    PyObject *owner = PyCapsule_New(data, "traceview.block", free_block);
+    if (!owner) { free(data); return NULL; }
+    return Py_BuildValue("(NnN)", PyLong_FromVoidPtr(data), len, owner);
+}
+
+static PyObject *give_buf(Buf *b) {
+    PyObject *out = give_block(b->data, b->len);
+    b->data = NULL; b->len = b->cap = 0;
+    return out;
+}
+
+/* Pack one byte per row into an Arrow validity bitmap (LSB first). */
+static char *pack_bitmap(const char *valid, Py_ssize_t rows) {
+    Py_ssize_t nbytes = (rows + 7) / 8;
+    unsigned char *bm = calloc((size_t)(nbytes ? nbytes : 1), 1);
+    if (!bm) return NULL;
+    for (Py_ssize_t i = 0; i < rows; i++)
+        if (valid[i]) bm[i >> 3] |= (unsigned char)(1u << (i & 7));
+    return (char *)bm;
+}
+
+/* An integer column's (row, value) pairs spread into dense values and a bitmap. */
+static PyObject *dense_ints(Col *c, Py_ssize_t rows) {
+    Py_ssize_t n = c->values.len / 8;
+    int64_t *values = calloc((size_t)(rows ? rows : 1), 8);
+    unsigned char *bm = calloc((size_t)((rows + 7) / 8 ? (rows + 7) / 8 : 1), 1);
+    if (!values || !bm) { free(values); free(bm); return PyErr_NoMemory(); }
+    const int64_t *v = (const int64_t *)c->values.data;
+    const uint32_t *r = (const uint32_t *)c->offsets.data;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        values[r[i]] = v[i];
+        bm[r[i] >> 3] |= (unsigned char)(1u << (r[i] & 7));
+    }
+    free(c->values.data); c->values.data = NULL;
+    free(c->offsets.data); c->offsets.data = NULL;
+    return Py_BuildValue("(sNN)", "int", give_block((char *)values, rows * 8),
+                         give_block((char *)bm, (rows + 7) / 8));
+}
+
+/* A column for Python: None (no values), ("int", values, bitmap), ("sparse", rows, values)
+ * or ("str", data, offsets, bitmap); each buffer an (address, length, owner) triple. */
 static PyObject *col_to_py(Col *c, Py_ssize_t rows) {
     if (!c->any) Py_RETURN_NONE;
     if (finish_col(c, rows) < 0) return PyErr_NoMemory();
-    /* pack the validity bytes into an Arrow bitmap (LSB first) */
-    Py_ssize_t nbytes = (rows + 7) / 8;
-    PyObject *bitmap = PyBytes_FromStringAndSize(NULL, nbytes);
-    if (!bitmap) return NULL;
-    unsigned char *bm = (unsigned char *)PyBytes_AS_STRING(bitmap);
-    memset(bm, 0, (size_t)nbytes);
-    for (Py_ssize_t i = 0; i < rows; i++)
-        if (c->valid.data[i]) bm[i >> 3] |= (unsigned char)(1u << (i & 7));
-    PyObject *values = PyBytes_FromStringAndSize(c->values.data, c->values.len);
-    free(c->values.data); c->values.data = NULL;
-    if (!values) { Py_DECREF(bitmap); return NULL; }
-    if (c->is_str) {
-        PyObject *offsets = PyBytes_FromStringAndSize(c->offsets.data, c->offsets.len);
-        free(c->offsets.data); c->offsets.data = NULL;
-        if (!offsets) { Py_DECREF(bitmap); Py_DECREF(values); return NULL; }
-        return Py_BuildValue("(NNN)", values, offsets, bitmap);
+    if (!c->is_str) {
+        if ((c->values.len / 8) * 8 >= rows) return dense_ints(c, rows);
+        return Py_BuildValue("(sNN)", "sparse", give_buf(&c->offsets), give_buf(&c->values));
     }
-    return Py_BuildValue("(NN)", values, bitmap);
+    char *bm = pack_bitmap(c->valid.data, rows);
+    if (!bm) return PyErr_NoMemory();
+    free(c->valid.data); c->valid.data = NULL;
+    return Py_BuildValue("(sNNN)", "str", give_buf(&c->values), give_buf(&c->offsets),
+                         give_block(bm, (rows + 7) / 8));
 }
 
 static void free_cols(Col *cols) {
@@ -650,6 +713,7 @@ static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
         for (int a = A_EXTERNAL_ID; a < N_COLS; a++) r |= commit(&cols[a], *rows) == 0 ? 0 : 1;
         if (r) { sc->err = "value needs the general path"; return -1; }
         (*rows)++;
+        if (sc->release) release_behind(sc);
         skip_ws(sc);
         if (sc->p >= sc->end) { sc->err = "unexpected end (truncated?)"; return -1; }
         if (*sc->p == ',') {
@@ -668,17 +732,26 @@ static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
 /* Append src's rows after dst's (both columns of the same kind). */
 static int append_col(Col *dst, Py_ssize_t dst_rows, Col *src, Py_ssize_t src_rows) {
     if (!src->any) return 0; /* the end-of-scan fill makes src's rows null in dst */
+    if (!dst->is_str) {
+        Py_ssize_t n = src->values.len / 8;
+        if (dst_rows + src_rows > (Py_ssize_t)UINT32_MAX) return -1;
+        if (buf_put(&dst->values, src->values.data, src->values.len) < 0) return -1;
+        if (buf_reserve(&dst->offsets, n * 4) < 0) return -1;
+        const uint32_t *sr = (const uint32_t *)src->offsets.data;
+        uint32_t *o = (uint32_t *)(dst->offsets.data + dst->offsets.len);
+        for (Py_ssize_t i = 0; i < n; i++) *o++ = sr[i] + (uint32_t)dst_rows;
+        dst->offsets.len += n * 4;
+        dst->any = 1;
+        return 0;
+    }
     if (finish_col(src, src_rows) < 0) return -1;
     if (!dst->any) {
         dst->any = 1;
-        if (grow_zeroed(&dst->valid, dst_rows) < 0) return -1;
-        if (dst->is_str ? fill_offsets(dst, dst_rows) < 0
-                        : grow_zeroed(&dst->values, dst_rows * 8) < 0) return -1;
+        if (grow_zeroed(&dst->valid, dst_rows) < 0 || fill_offsets(dst, dst_rows) < 0) return -1;
     } else if (finish_col(dst, dst_rows) < 0) {
         return -1;
     }
     if (buf_put(&dst->valid, src->valid.data, src_rows) < 0) return -1;
-    if (!dst->is_str) return buf_put(&dst->values, src->values.data, src->values.len);
     int64_t base = (int64_t)dst->values.len;
     if (buf_put(&dst->values, src->values.data, src->values.len) < 0) return -1;
     if (buf_reserve(&dst->offsets, src_rows * 8) < 0) return -1;
@@ -746,6 +819,7 @@ static int scan_array(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begi
     init_cols(second->cols);
     second->sc = *sc;
     second->sc.p = hint;
+    second->sc.released = hint;
     second->sc.err = NULL;
     pthread_t thread;
     int started = pthread_create(&thread, NULL, scan_second_half, second) == 0;
@@ -812,7 +886,7 @@ tail:
     return 0;
 }
 
-/* scan(buffer) -> (rows, {column: (values, bitmap) | (data, offsets, bitmap) | None,
+/* scan(buffer, min_parallel, release) -> (rows, {column: see col_to_py,
  *                        "begin_end_events": count of ph B/E, which the caller pairs,
  *                        "header": {top-level key: raw JSON bytes}, "has_events": bool})
  * `buffer` is a whole Kineto document (object or bare array).
@@ -821,13 +895,14 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
     Py_ssize_t min_parallel = 8 << 20;
-    if (!PyArg_ParseTuple(args, "y*|n", &view, &min_parallel)) return NULL;
+    int release = 0;
+    if (!PyArg_ParseTuple(args, "y*|np", &view, &min_parallel, &release)) return NULL;
     parallel_min_bytes = min_parallel;
     used_threads = 1;
     Col cols[N_COLS];
     init_cols(cols);
     Scanner sc = {(const char *)view.buf, (const char *)view.buf + view.len,
-                  (const char *)view.buf, NULL};
+                  (const char *)view.buf, NULL, release, (const char *)view.buf};
     Py_ssize_t rows = 0, begin_end = 0;
     int rc = 0;
     const char *spans[N_HEADER_KEYS] = {NULL};
@@ -898,7 +973,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"scan", scan, METH_VARARGS, "scan(buffer, min_parallel_bytes=8 MiB) -> (rows, columns)"},
+    {"scan", scan, METH_VARARGS,
+     "scan(buffer, min_parallel_bytes=8 MiB, release=False) -> (rows, columns); release only "
+     "for a read-only file mapping: scanned pages are dropped from memory as the scan goes"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from traceview import store
 from traceview.errors import RankConflictError, TraceviewError, UnreadableTraceError
-from traceview.parsers import RankInfo, detect_format, is_trace_name
+from traceview.parsers import EventBatches, RankInfo, detect_format, is_trace_name
 
 def parser_version(fmt: str) -> int:
     """The parser version for a format; part of the cache key."""
@@ -142,19 +142,21 @@ def cached_result(path: str, cache_dir: str | None, options: dict[str, Any]) \
 def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
                 content: str | None = None) -> FileResult:
     """Parse one file into the cache (or find it there). Runs in a worker process."""
-    from traceview.parsers import parse
+    from traceview.parsers import parse_batched
 
     file_path = Path(path)
     cached, cid, base, meta_path, events_path = _cache_lookup(path, cache_dir, options, content)
     if cached is not None:
         return cached
-    parsed = parse(file_path, **options)
-    parsed.events = with_steps(parsed.events)
+    parsed = parse_batched(file_path, **options)
     if base is None:
         import tempfile
 
         events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
-    store.write_events(parsed.events, events_path)
+    if isinstance(parsed.events, EventBatches):
+        store.write_event_batches(batches_with_steps(parsed.events), events_path)
+    else:
+        store.write_events(with_steps(parsed.events), events_path)
     result = FileResult(
         path=path, format=parsed.format, size_bytes=file_path.stat().st_size, content_id=cid,
         events_path=str(events_path), ranks=[asdict(r) for r in parsed.ranks],
@@ -182,6 +184,17 @@ def with_steps(table: pa.Table) -> pa.Table:
     step = step_of_events(keys).to_arrow().cast(pa.int32())
     index = table.schema.get_field_index("step")
     return table.set_column(index, table.schema.field("step"), step)
+
+
+def batches_with_steps(batches: EventBatches) -> Iterator[pa.Table]:
+    """The batches of a file with their ``step`` column filled (steps need the whole file's
+    key columns, which the batches carry; each batch gets its slice)."""
+    from traceview.steps import step_of_events
+
+    step = step_of_events(batches.step_keys).to_arrow().cast(pa.int32())
+    for (start, stop), table in zip(batches.ranges(), batches, strict=True):
+        index = table.schema.get_field_index("step")
+        yield table.set_column(index, table.schema.field("step"), step.slice(start, stop - start))
 
 
 def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any],

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -68,17 +69,61 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
         raise
 
 
+#: Columns whose values repeat (ids of kinds, streams, steps ...) gain from Parquet dictionary
+#: pages; near-unique ones (times, correlation ids, args text) only pay for the hash table and
+#: then fall back to plain pages: dictionary-encoding them took 40 % of the write and made the
+#: file larger (docs/performance.md, log 15).
+_UNIQUE_COLUMNS = frozenset({"ts_ns", "dur_ns", "correlation", "external_id", "flow_id",
+                             "args_json"})
+
+
+def parquet_options(table_schema: pa.Schema) -> dict[str, Any]:
+    """Write options of the events files: zstd-1, dictionary pages only where values repeat,
+    min/max statistics on every column but the args text (they drive predicate pushdown)."""
+    names = table_schema.names
+    return dict(compression="zstd", compression_level=1,
+                use_dictionary=[n for n in names if n not in _UNIQUE_COLUMNS],
+                write_statistics=[n for n in names if n != "args_json"])
+
+
+def _with_version(table_schema: pa.Schema) -> pa.Schema:
+    return table_schema.with_metadata(
+        {**(table_schema.metadata or {}),
+         b"traceview.schema_version": str(schema.SCHEMA_VERSION).encode()})
+
+
 def write_events(table: pa.Table, target: Path) -> None:
     """Write an events table as zstd Parquet with the schema version in its metadata."""
-    table = table.replace_schema_metadata(
-        {**(table.schema.metadata or {}),
-         b"traceview.schema_version": str(schema.SCHEMA_VERSION).encode()})
-    # args_json is near-unique text: dictionary-encoding it and keeping min/max statistics
-    # costs a third of the write time and makes reads slower, for no gain.
-    others = [name for name in table.column_names if name != "args_json"]
-    atomic_write(target, lambda tmp: pq.write_table(
-        table, tmp, compression="zstd", compression_level=1, row_group_size=1 << 20,
-        use_dictionary=others, write_statistics=others))
+    table = table.replace_schema_metadata(_with_version(table.schema).metadata)
+    atomic_write(target, lambda tmp: pq.write_table(table, tmp, row_group_size=1 << 20,
+                                                    **parquet_options(table.schema)))
+
+
+def write_event_batches(batches: Iterable[pa.Table], target: Path) -> None:
+    """Write event batches (one events schema) as one Parquet file, a row group per batch.
+
+    A thread writes batch N (pyarrow encodes and compresses without the GIL) while the caller
+    builds batch N+1, so the two cores share the work; at most two batches are alive.
+    """
+    def write(tmp: Path) -> None:
+        writer = None
+        with ThreadPoolExecutor(1) as pool:
+            pending = None
+            for table in batches:
+                if writer is None:
+                    table_schema = _with_version(table.schema)
+                    writer = pq.ParquetWriter(tmp, table_schema, **parquet_options(table_schema))
+                table = table.replace_schema_metadata(table_schema.metadata)
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(writer.write_table, table, row_group_size=table.num_rows)
+            if pending is not None:
+                pending.result()
+        if writer is None:
+            raise ValueError("no batches to write")
+        writer.close()
+
+    atomic_write(target, write)
 
 
 def write_json(obj: Any, target: Path) -> None:

@@ -1,0 +1,81 @@
+"""The Kineto scanner's raw columns, held compactly and cut into row batches on demand.
+
+Most ``args`` columns (sequence numbers, element counts, memory fields ...) hold a value on few
+rows, so the C scanner hands them over as (row, value) pairs instead of dense int64 arrays,
+which were most of its memory. :class:`RawColumns` keeps dense columns as Arrow arrays and
+sparse ones as pairs, and builds the dense Arrow array of any row range when a batch needs it.
+
+>>> import numpy as np, pyarrow as pa
+>>> raw = RawColumns(5, {"ts": pa.array([1, 2, 3, 4, 5]),
+...                      "seq": Sparse(np.array([1, 4], np.uint32), np.array([10, 40]))})
+>>> raw.slice("seq", 1, 5).to_pylist(), raw.slice("ts", 3, 5).to_pylist()
+([10, None, None, 40], [4, 5])
+>>> raw.filter(pa.array([True, False, True, True, True])).slice("seq", 0, 4).to_pylist()
+[None, None, None, 40]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """An int64 column as ascending row numbers and their values; other rows are null."""
+
+    rows: np.ndarray  # uint32, ascending
+    values: np.ndarray  # int64
+
+    def dense(self, start: int, stop: int) -> pa.Array:
+        lo, hi = np.searchsorted(self.rows, [start, stop])
+        at = self.rows[lo:hi].astype(np.int64) - start
+        values = np.zeros(stop - start, dtype=np.int64)
+        values[at] = self.values[lo:hi]
+        valid = np.zeros(stop - start, dtype=bool)
+        valid[at] = True
+        bitmap = np.packbits(valid, bitorder="little")
+        return pa.Array.from_buffers(pa.int64(), stop - start,
+                                     [pa.py_buffer(bitmap), pa.py_buffer(values)])
+
+
+@dataclass(frozen=True)
+class RawColumns:
+    """Columns of ``num_rows`` rows: Arrow arrays (full length), :class:`Sparse` pairs, or
+    None for a column without a single value (type given by ``types``)."""
+
+    num_rows: int
+    columns: dict[str, pa.Array | Sparse | None]
+    types: dict[str, pa.DataType] | None = None
+
+    def slice(self, name: str, start: int, stop: int) -> pa.Array:
+        column = self.columns[name]
+        if column is None:
+            return pa.nulls(stop - start, (self.types or {}).get(name, pa.null()))
+        if isinstance(column, Sparse):
+            return column.dense(start, stop)
+        return column.slice(start, stop - start)
+
+    def full(self, name: str) -> pa.Array:
+        return self.slice(name, 0, self.num_rows)
+
+    def filter(self, keep: pa.Array) -> RawColumns:
+        """Only the rows where ``keep`` is true (rare: rows without a time are dropped)."""
+        mask = pl.Series(keep).fill_null(False).to_numpy()  # pyarrow's would import pandas
+        new_row = np.cumsum(mask) - 1
+        out: dict[str, pa.Array | Sparse | None] = {}
+        for name, column in self.columns.items():
+            if isinstance(column, Sparse):
+                kept = mask[column.rows]
+                out[name] = Sparse(new_row[column.rows[kept]].astype(np.uint32),
+                                   column.values[kept])
+            else:
+                out[name] = None if column is None else column.filter(keep)
+        return RawColumns(int(mask.sum()), out, self.types)
+
+    def drop(self, name: str) -> RawColumns:
+        return RawColumns(self.num_rows, {k: v for k, v in self.columns.items() if k != name},
+                          self.types)
