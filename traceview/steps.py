@@ -21,6 +21,7 @@ containment, which is the best the trace allows.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_user_annotation")
@@ -46,29 +47,51 @@ def step_ranges(events: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
 def step_of_events(events: pl.DataFrame) -> pl.Series:
     """The step of every row of ``events`` (Int32, null outside every step), in row order.
 
-    Works on the few columns it needs (rank, kind, name, ts_ns, dur_ns, correlation), so the
-    sorts and joins do not move the wide event rows.
+    Works on the few columns it needs (rank, kind, name, ts_ns, dur_ns, correlation). The step
+    ranges are few, so each row finds its range by binary search over the sorted range starts
+    (the last range starting at or before the row, if the row starts before it ends): no sort
+    or join of the millions of event rows.
     """
     keys = events.select("rank", "kind", "name", "ts_ns", "dur_ns", "correlation")
     steps = step_ranges(keys).collect()
     if steps.is_empty():
         return pl.repeat(None, events.height, dtype=pl.Int32, eager=True).alias("step")
-    ranges = steps.rename({"step": "_range_step"}).sort("step_start_ns")
-    by_time = (keys.select("rank", "kind", "ts_ns", "correlation").with_row_index("_row")
-               .sort("ts_ns")
-               .join_asof(ranges, left_on="ts_ns", right_on="step_start_ns", by="rank",
-                          strategy="backward", check_sortedness=False)
-               .with_columns(pl.when(pl.col("ts_ns") < pl.col("step_end_ns"))
-                             .then(pl.col("_range_step")).alias("_time_step")))
-    launches = (by_time.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])
-                               & pl.col("correlation").is_not_null())
+    step = _containing_step(keys, steps)
+    frame = keys.select("rank", "kind", "ts_ns", "correlation").with_columns(_time_step=step)
+    launches = (frame.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])
+                             & pl.col("correlation").is_not_null())
+                .sort("ts_ns")
                 .group_by("rank", "correlation").agg(pl.col("_time_step").first()
                                                      .alias("_launch_step")))
-    joined = by_time.join(launches, on=["rank", "correlation"], how="left")
-    is_gpu = pl.col("kind").is_in(GPU_KINDS)
-    step = pl.when(is_gpu).then(pl.coalesce("_launch_step", "_time_step")).otherwise(
-        pl.col("_time_step"))
-    return joined.select("_row", step.cast(pl.Int32).alias("step")).sort("_row")["step"]
+    gpu = (frame.with_row_index("_row")
+           .filter(pl.col("kind").is_in(GPU_KINDS) & pl.col("correlation").is_not_null())
+           .join(launches, on=["rank", "correlation"], how="inner")
+           .filter(pl.col("_launch_step").is_not_null()))
+    return step.scatter(gpu.get_column("_row"), gpu.get_column("_launch_step"))
+
+
+def _containing_step(keys: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
+    """The step whose range contains each row's start, on the row's rank (else null)."""
+    ts = keys.get_column("ts_ns").fill_null(0).to_numpy()
+    rank = keys.get_column("rank").fill_null(-1).to_numpy()
+    found = np.zeros(len(ts), dtype=bool)
+    out = np.zeros(len(ts), dtype=np.int32)
+    ranks = steps.get_column("rank").unique().to_list()
+    for r in ranks:
+        ranges = steps.filter(pl.col("rank") == r).sort("step_start_ns", maintain_order=True)
+        starts = ranges.get_column("step_start_ns").to_numpy()
+        on_rank = rank == r
+        rows = None if on_rank.all() else np.flatnonzero(on_rank)
+        at = ts if rows is None else ts[rows]
+        i = np.searchsorted(starts, at, side="right") - 1
+        inside = (i >= 0) & (at < ranges.get_column("step_end_ns").to_numpy()[np.maximum(i, 0)])
+        where = np.flatnonzero(inside) if rows is None else rows[inside]
+        found[where] = True
+        out[where] = ranges.get_column("step").to_numpy()[i[inside]]
+    inside_any = found & keys.get_column("ts_ns").is_not_null().to_numpy()
+    return (pl.DataFrame({"s": out, "ok": inside_any})
+            .select(pl.when(pl.col("ok")).then(pl.col("s")).cast(pl.Int32).alias("step"))
+            .to_series())
 
 
 def assign_steps(events: pl.DataFrame) -> pl.DataFrame:
