@@ -275,12 +275,12 @@ def test_two_thread_scan_equals_one_thread(relative, corpus):
     assert one["threads"] == 1 and two["threads"] == 2
     assert rows_one == rows_two and one["header"] == two["header"]
     for name, typ in kineto._RAW_COLUMNS.items():
-        a = kineto._scanned_column(one[name], typ, rows_one)
-        b = kineto._scanned_column(two[name], typ, rows_two)
-        if isinstance(a, kineto.Sparse):
-            assert (a.rows == b.rows).all() and (a.values == b.values).all(), name
-        else:
-            assert a == b if a is None else a.equals(b), name
+        # a column may be dense in one scan and (row, value) pairs in the other: same values
+        a = kineto.RawColumns(rows_one, {name: kineto._scanned_column(one[name], typ, rows_one)},
+                              {name: typ}).full(name)
+        b = kineto.RawColumns(rows_two, {name: kineto._scanned_column(two[name], typ, rows_two)},
+                              {name: typ}).full(name)
+        assert a.equals(b), name
 
 
 def test_sparse_and_dense_integer_columns(tmp_path):
@@ -294,7 +294,7 @@ def test_sparse_and_dense_integer_columns(tmp_path):
         rows, columns = kineto._kineto_scan.scan(data, split)
         seq = kineto._scanned_column(columns["seq"], pa.int64(), rows)
         ext = kineto._scanned_column(columns["external_id"], pa.int64(), rows)
-        assert isinstance(seq, kineto.Sparse) and isinstance(ext, pa.Array)
+        assert isinstance(seq, kineto.Sparse) and isinstance(ext, pa.Array), split
         assert seq.rows.tolist() == [3, 23, 43, 63, 83]
         assert seq.dense(0, 100).to_pylist() == [i * 10 if i % 20 == 3 else None
                                                  for i in range(100)]
@@ -310,3 +310,24 @@ def test_two_thread_scan_is_used_on_kineto_layouts(tmp_path):
                                   for i in range(200)) + "]"):
         rows, columns = kineto._kineto_scan.scan(text.encode(), 1)
         assert rows == 200 and columns["threads"] == 2
+
+
+def test_columns_that_change_density_and_interned_names_survive_the_split():
+    """A column dense in the first half of the file and sparse in the second (it switches to
+    dense storage on one scanner thread only), and names interned per thread then merged,
+    read back the same with one thread and with two."""
+    n = 40_000
+    events = [{"ph": "X", "cat": "cpu_op", "name": ["a\"b", "a\\u0022b", "c", f"u{i}"][i % 4],
+               "pid": 1, "tid": 1, "ts": i, "dur": 1,
+               "args": {"Seq": i} if i < n // 2 or i % 1000 == 0 else {}} for i in range(n)]
+    text = "[" + ",\n".join(json.dumps(e).replace("a\\\\u0022b", "a\\u0022b") for e in events)
+    data = (text + "]").encode()
+    for split in (1 << 62, 1):
+        rows, columns = kineto._kineto_scan.scan(data, split)
+        raw = {name: kineto._scanned_column(columns[name], typ, rows)
+               for name, typ in kineto._RAW_COLUMNS.items()}
+        seq = kineto.RawColumns(rows, raw, kineto._RAW_COLUMNS).full("seq").to_pylist()
+        assert seq == [i if i < n // 2 or i % 1000 == 0 else None for i in range(n)], split
+        names = raw["name"]
+        assert names.to_pylist() == [['a"b', 'a"b', "c", f"u{i}"][i % 4] for i in range(n)]
+        assert len(names.dictionary) == 2 + n // 4  # 'a"b' once, however it was escaped

@@ -43,18 +43,32 @@ static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
     return 0;
 }
 
-/* String columns keep a validity byte per row while scanning, packed into a bitmap at the end.
- * Integer columns keep (row, value) pairs: most args columns hold a value on few rows, and a
- * dense int64 column per args key was most of the scanner's memory. At the end a column with
- * values on at least 1/8 of the rows is made dense; sparser ones go out as pairs, which the
- * caller spreads over one batch of rows at a time. */
+/* Distinct strings of a text column that repeats (names, categories, phases ...): rows hold
+ * an index into it, so each name is stored once instead of once per event. Open addressing. */
+typedef struct {
+    Buf data;        /* the distinct strings, back to back */
+    Buf offsets;     /* int64 offsets, entries + 1 */
+    uint32_t *slots; /* entry + 1; 0 = empty */
+    uint64_t *slot_hash;
+    Py_ssize_t cap, n;
+} Dict;
+
+/* Validity is kept as one byte per row while scanning and packed into a bitmap at the end.
+ * Integer columns start as (row, value) pairs: most args columns hold a value on few rows, and
+ * a dense int64 column per args key was most of the scanner's memory. A column that turns out
+ * to hold values on at least 1/8 of the rows switches to dense values (row-indexed) early;
+ * sparse ones go out as pairs, which the caller spreads over one batch of rows at a time. */
 typedef struct {
     const char *name;
-    int is_str; /* 1: string column (data + int64 offsets), 0: int64 column */
-    Buf values; /* int64 values, or string bytes */
-    Buf offsets; /* int64 offsets (strings), or uint32 row numbers (integers) */
-    Buf valid;  /* one byte per row (strings only) */
-    int any;    /* at least one non-null value */
+    int is_str;  /* 1: text column, 0: int64 column */
+    int is_dict; /* text stored as dictionary indices (int32 per row) */
+    int dense;   /* integers: row-indexed values + validity bytes, not pairs */
+    Buf values;  /* int64 values, string bytes, or int32 dictionary indices */
+    Buf offsets; /* int64 offsets (plain text), or uint32 row numbers (sparse integers) */
+    Buf valid;   /* one byte per row (text, dense integers) */
+    Buf scratch; /* unescaped text before interning */
+    Dict dict;
+    int any;     /* at least one non-null value */
     /* per-event staging: where this event's value is, if any */
     int has;
     int64_t ival;
@@ -78,6 +92,11 @@ static const char *COL_NAMES[N_COLS] = {
     "flow_id", "args_json", "external_id", "correlation", "device", "stream", "collective_name",
     "pg_name", "pg_desc", "pg_ranks", "seq", "in_nelems", "out_nelems", "dtype", "group_size",
     "bytes", "flops", "mem_bytes", "mem_total_allocated", "mem_total_reserved", "mem_device",
+};
+
+/* Text columns whose values repeat: interned (see Dict). */
+static const int COL_IS_DICT[N_COLS] = {
+    1, 1, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
 };
 
 static const int COL_IS_STR[N_COLS] = {
@@ -430,15 +449,128 @@ static int fill_offsets(Col *c, Py_ssize_t rows) {
     return 0;
 }
 
-static int set_int(Col *c, Py_ssize_t row, int64_t v) {
-    uint32_t r = (uint32_t)row;
-    if (row > (Py_ssize_t)UINT32_MAX) return -2; /* > 4 G events: the general path */
-    if (buf_put(&c->values, &v, 8) < 0 || buf_put(&c->offsets, &r, 4) < 0) return -1;
-    c->any = 1;
+/* ---- dictionaries */
+
+static uint64_t hash_bytes(const char *s, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0x100000001b3ULL;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
+    return h ^ (h >> 32);
+}
+
+static int dict_grow(Dict *d) {
+    Py_ssize_t cap = d->cap ? d->cap * 2 : 1024;
+    uint32_t *slots = calloc((size_t)cap, sizeof(uint32_t));
+    uint64_t *hashes = malloc((size_t)cap * sizeof(uint64_t));
+    if (!slots || !hashes) { free(slots); free(hashes); return -1; }
+    for (Py_ssize_t i = 0; i < d->cap; i++) {
+        if (!d->slots[i]) continue;
+        size_t j = (size_t)(d->slot_hash[i] & (uint64_t)(cap - 1));
+        while (slots[j]) j = (j + 1) & (size_t)(cap - 1);
+        slots[j] = d->slots[i];
+        hashes[j] = d->slot_hash[i];
+    }
+    free(d->slots); free(d->slot_hash);
+    d->slots = slots; d->slot_hash = hashes; d->cap = cap;
     return 0;
 }
 
+/* The index of string s in d, added if new; -1 when out of memory. */
+static int64_t dict_intern(Dict *d, const char *s, Py_ssize_t n) {
+    if ((d->n + 1) * 2 > d->cap && dict_grow(d) < 0) return -1;
+    if (d->n >= INT32_MAX) return -1;
+    uint64_t h = hash_bytes(s, n);
+    size_t mask = (size_t)(d->cap - 1), i = (size_t)(h & mask);
+    const int64_t *o = (const int64_t *)d->offsets.data;
+    for (;;) {
+        uint32_t e = d->slots[i];
+        if (!e) break;
+        if (d->slot_hash[i] == h && o[e] - o[e - 1] == n
+            && memcmp(d->data.data + o[e - 1], s, (size_t)n) == 0) return e - 1;
+        i = (i + 1) & mask;
+    }
+    if (d->offsets.len == 0) {
+        int64_t zero = 0;
+        if (buf_put(&d->offsets, &zero, 8) < 0) return -1;
+    }
+    if (buf_put(&d->data, s, n) < 0) return -1;
+    int64_t end = (int64_t)d->data.len;
+    if (buf_put(&d->offsets, &end, 8) < 0) return -1;
+    d->slots[i] = (uint32_t)++d->n;
+    d->slot_hash[i] = h;
+    return d->n - 1;
+}
+
+static void dict_free(Dict *d) {
+    free(d->data.data); free(d->offsets.data); free(d->slots); free(d->slot_hash);
+    memset(d, 0, sizeof(Dict));
+}
+
+/* ---- integers: (row, value) pairs, or dense once a column proves dense */
+
+#define DENSE_CHECK_FROM 8192
+
+static int to_dense(Col *c, Py_ssize_t rows) {
+    Buf values = {0}, valid = {0};
+    if (grow_zeroed(&values, rows * 8) < 0 || grow_zeroed(&valid, rows) < 0) {
+        free(values.data); free(valid.data); return -1;
+    }
+    Py_ssize_t n = c->values.len / 8;
+    const int64_t *v = (const int64_t *)c->values.data;
+    const uint32_t *r = (const uint32_t *)c->offsets.data;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ((int64_t *)values.data)[r[i]] = v[i];
+        valid.data[r[i]] = 1;
+    }
+    free(c->values.data); free(c->offsets.data);
+    memset(&c->offsets, 0, sizeof(Buf));
+    c->values = values; c->valid = valid; c->dense = 1;
+    return 0;
+}
+
+static int set_int(Col *c, Py_ssize_t row, int64_t v) {
+    c->any = 1;
+    if (c->dense) {
+        if (grow_zeroed(&c->values, (row + 1) * 8) < 0 || grow_zeroed(&c->valid, row + 1) < 0)
+            return -1;
+        ((int64_t *)c->values.data)[row] = v;
+        c->valid.data[row] = 1;
+        return 0;
+    }
+    uint32_t r = (uint32_t)row;
+    if (row > (Py_ssize_t)UINT32_MAX) return -2; /* > 4 G events: the general path */
+    if (buf_put(&c->values, &v, 8) < 0 || buf_put(&c->offsets, &r, 4) < 0) return -1;
+    Py_ssize_t n = c->values.len / 8;
+    if (n >= DENSE_CHECK_FROM && (n & (n - 1)) == 0 && n * 8 >= row) return to_dense(c, row + 1);
+    return 0;
+}
+
+/* ---- text */
+
 static int set_str(Col *c, Py_ssize_t row) {
+    if (c->is_dict) {
+        const char *s = c->s;
+        Py_ssize_t n = c->slen;
+        if (c->s_escaped) {
+            c->scratch.len = 0;
+            if (put_unescaped(&c->scratch, s, n) < 0) return -2;
+            s = c->scratch.data ? c->scratch.data : "";
+            n = c->scratch.len;
+        }
+        int64_t code = dict_intern(&c->dict, s, n);
+        if (code < 0 || grow_zeroed(&c->values, (row + 1) * 4) < 0
+            || grow_zeroed(&c->valid, row + 1) < 0) return -1;
+        ((int32_t *)c->values.data)[row] = (int32_t)code;
+        c->valid.data[row] = 1;
+        c->any = 1;
+        return 0;
+    }
     if (fill_offsets(c, row) < 0 || grow_zeroed(&c->valid, row + 1) < 0) return -1;
     if (c->s_escaped) {
         if (put_unescaped(&c->values, c->s, c->slen) < 0) return -2;
@@ -452,10 +584,13 @@ static int set_str(Col *c, Py_ssize_t row) {
     return 0;
 }
 
+/* Fill the null rows at the end of a row-indexed column (not for sparse integers). */
 static int finish_col(Col *c, Py_ssize_t rows) {
-    if (!c->any || !c->is_str) return 0;
+    if (!c->any || (!c->is_str && !c->dense)) return 0;
     if (grow_zeroed(&c->valid, rows) < 0) return -1;
-    return fill_offsets(c, rows);
+    if (c->is_dict) return grow_zeroed(&c->values, rows * 4);
+    if (c->is_str) return fill_offsets(c, rows);
+    return grow_zeroed(&c->values, rows * 8);
 }
 
 /* Commit the staged value of column c for this row (strings, or integers). */
@@ -599,38 +734,31 @@ static char *pack_bitmap(const char *valid, Py_ssize_t rows) {
     return (char *)bm;
 }
 
-/* An integer column's (row, value) pairs spread into dense values and a bitmap. */
-static PyObject *dense_ints(Col *c, Py_ssize_t rows) {
-    Py_ssize_t n = c->values.len / 8;
-    int64_t *values = calloc((size_t)(rows ? rows : 1), 8);
-    unsigned char *bm = calloc((size_t)((rows + 7) / 8 ? (rows + 7) / 8 : 1), 1);
-    if (!values || !bm) { free(values); free(bm); return PyErr_NoMemory(); }
-    const int64_t *v = (const int64_t *)c->values.data;
-    const uint32_t *r = (const uint32_t *)c->offsets.data;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        values[r[i]] = v[i];
-        bm[r[i] >> 3] |= (unsigned char)(1u << (r[i] & 7));
-    }
-    free(c->values.data); c->values.data = NULL;
-    free(c->offsets.data); c->offsets.data = NULL;
-    return Py_BuildValue("(sNN)", "int", give_block((char *)values, rows * 8),
-                         give_block((char *)bm, (rows + 7) / 8));
-}
-
-/* A column for Python: None (no values), ("int", values, bitmap), ("sparse", rows, values)
- * or ("str", data, offsets, bitmap); each buffer an (address, length, owner) triple. */
+/* A column for Python: None (no values), ("int", values, bitmap), ("sparse", rows, values),
+ * ("str", data, offsets, bitmap) or ("dict", indices, bitmap, data, offsets); each buffer an
+ * (address, length, owner) triple. */
 static PyObject *col_to_py(Col *c, Py_ssize_t rows) {
     if (!c->any) Py_RETURN_NONE;
-    if (finish_col(c, rows) < 0) return PyErr_NoMemory();
-    if (!c->is_str) {
-        if ((c->values.len / 8) * 8 >= rows) return dense_ints(c, rows);
-        return Py_BuildValue("(sNN)", "sparse", give_buf(&c->offsets), give_buf(&c->values));
+    if (!c->is_str && !c->dense) {
+        if ((c->values.len / 8) * 8 < rows)
+            return Py_BuildValue("(sNN)", "sparse", give_buf(&c->offsets), give_buf(&c->values));
+        if (to_dense(c, rows) < 0) return PyErr_NoMemory();
     }
+    if (finish_col(c, rows) < 0) return PyErr_NoMemory();
     char *bm = pack_bitmap(c->valid.data, rows);
     if (!bm) return PyErr_NoMemory();
     free(c->valid.data); c->valid.data = NULL;
-    return Py_BuildValue("(sNNN)", "str", give_buf(&c->values), give_buf(&c->offsets),
-                         give_block(bm, (rows + 7) / 8));
+    PyObject *bitmap = give_block(bm, (rows + 7) / 8);
+    if (!c->is_str) return Py_BuildValue("(sNN)", "int", give_buf(&c->values), bitmap);
+    if (c->is_dict) {
+        if (c->dict.offsets.len == 0) {
+            int64_t zero = 0;
+            if (buf_put(&c->dict.offsets, &zero, 8) < 0) return PyErr_NoMemory();
+        }
+        return Py_BuildValue("(sNNNN)", "dict", give_buf(&c->values), bitmap,
+                             give_buf(&c->dict.data), give_buf(&c->dict.offsets));
+    }
+    return Py_BuildValue("(sNNN)", "str", give_buf(&c->values), give_buf(&c->offsets), bitmap);
 }
 
 static void free_cols(Col *cols) {
@@ -638,6 +766,8 @@ static void free_cols(Col *cols) {
         free(cols[i].values.data);
         free(cols[i].offsets.data);
         free(cols[i].valid.data);
+        free(cols[i].scratch.data);
+        dict_free(&cols[i].dict);
     }
 }
 
@@ -732,7 +862,7 @@ static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
 /* Append src's rows after dst's (both columns of the same kind). */
 static int append_col(Col *dst, Py_ssize_t dst_rows, Col *src, Py_ssize_t src_rows) {
     if (!src->any) return 0; /* the end-of-scan fill makes src's rows null in dst */
-    if (!dst->is_str) {
+    if (!dst->is_str && !dst->dense && !src->dense) { /* pairs after pairs */
         Py_ssize_t n = src->values.len / 8;
         if (dst_rows + src_rows > (Py_ssize_t)UINT32_MAX) return -1;
         if (buf_put(&dst->values, src->values.data, src->values.len) < 0) return -1;
@@ -744,14 +874,39 @@ static int append_col(Col *dst, Py_ssize_t dst_rows, Col *src, Py_ssize_t src_ro
         dst->any = 1;
         return 0;
     }
+    if (!dst->is_str && !dst->dense && to_dense(dst, dst_rows) < 0) return -1;
+    if (!src->is_str && !src->dense && to_dense(src, src_rows) < 0) return -1;
     if (finish_col(src, src_rows) < 0) return -1;
     if (!dst->any) {
         dst->any = 1;
-        if (grow_zeroed(&dst->valid, dst_rows) < 0 || fill_offsets(dst, dst_rows) < 0) return -1;
+        if (grow_zeroed(&dst->valid, dst_rows) < 0) return -1;
+        if (dst->is_dict ? grow_zeroed(&dst->values, dst_rows * 4) < 0
+            : dst->is_str ? fill_offsets(dst, dst_rows) < 0
+            : grow_zeroed(&dst->values, dst_rows * 8) < 0) return -1;
     } else if (finish_col(dst, dst_rows) < 0) {
         return -1;
     }
     if (buf_put(&dst->valid, src->valid.data, src_rows) < 0) return -1;
+    if (!dst->is_str) return buf_put(&dst->values, src->values.data, src->values.len);
+    if (dst->is_dict) {
+        /* src's entries into dst's dictionary, then its indices through that map */
+        Py_ssize_t n = src->dict.n;
+        int32_t *map = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+        if (!map) return -1;
+        const int64_t *o = (const int64_t *)src->dict.offsets.data;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            int64_t code = dict_intern(&dst->dict, src->dict.data.data + o[j], o[j + 1] - o[j]);
+            if (code < 0) { free(map); return -1; }
+            map[j] = (int32_t)code;
+        }
+        if (buf_reserve(&dst->values, src_rows * 4) < 0) { free(map); return -1; }
+        const int32_t *si = (const int32_t *)src->values.data;
+        int32_t *di = (int32_t *)(dst->values.data + dst->values.len);
+        for (Py_ssize_t i = 0; i < src_rows; i++) di[i] = src->valid.data[i] ? map[si[i]] : 0;
+        dst->values.len += src_rows * 4;
+        free(map);
+        return 0;
+    }
     int64_t base = (int64_t)dst->values.len;
     if (buf_put(&dst->values, src->values.data, src->values.len) < 0) return -1;
     if (buf_reserve(&dst->offsets, src_rows * 8) < 0) return -1;
@@ -771,7 +926,11 @@ typedef struct {
 
 static void init_cols(Col *cols) {
     memset(cols, 0, sizeof(Col) * N_COLS);
-    for (int i = 0; i < N_COLS; i++) { cols[i].name = COL_NAMES[i]; cols[i].is_str = COL_IS_STR[i]; }
+    for (int i = 0; i < N_COLS; i++) {
+        cols[i].name = COL_NAMES[i];
+        cols[i].is_str = COL_IS_STR[i];
+        cols[i].is_dict = COL_IS_DICT[i];
+    }
 }
 
 static void *scan_second_half(void *arg) {
