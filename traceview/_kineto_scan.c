@@ -25,6 +25,21 @@ typedef struct {
     Py_ssize_t len, cap;
 } Buf;
 
+/* Large buffers ask for transparent huge pages: a fresh process otherwise takes one page
+ * fault per 4 KiB of column it writes (~100k faults for a 300 MB trace, a third of the scan). */
+#define HUGE_FROM (4 << 20)
+
+static void advise_huge(char *data, Py_ssize_t cap) {
+#ifdef MADV_HUGEPAGE
+    uintptr_t page = 2u << 20;
+    uintptr_t from = ((uintptr_t)data + page - 1) & ~(page - 1);
+    uintptr_t to = ((uintptr_t)data + (uintptr_t)cap) & ~(page - 1);
+    if (to > from) madvise((void *)from, to - from, MADV_HUGEPAGE);
+#else
+    (void)data; (void)cap;
+#endif
+}
+
 static int buf_reserve(Buf *b, Py_ssize_t extra) {
     if (b->len + extra <= b->cap) return 0;
     Py_ssize_t cap = b->cap ? b->cap : 4096;
@@ -33,6 +48,7 @@ static int buf_reserve(Buf *b, Py_ssize_t extra) {
     if (!d) return -1;
     b->data = d;
     b->cap = cap;
+    if (cap >= HUGE_FROM) advise_huge(d, cap);
     return 0;
 }
 
