@@ -186,15 +186,30 @@ def with_steps(table: pa.Table) -> pa.Table:
     return table.set_column(index, table.schema.field("step"), step)
 
 
-def batches_with_steps(batches: EventBatches) -> Iterator[pa.Table]:
-    """The batches of a file with their ``step`` column filled (steps need the whole file's
-    key columns, which the batches carry; each batch gets its slice)."""
+def batches_with_steps(batches: EventBatches, ahead: int = 2) -> Iterator[pa.Table]:
+    """The batches of a file with their ``step`` column filled. Steps need the whole file's
+    key columns (which the batches carry); they are worked out in a thread while the first
+    ``ahead`` batches are built, since building a batch does not need them."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from traceview.steps import step_of_events
 
-    step = step_of_events(batches.step_keys).to_arrow().cast(pa.int32())
-    for (start, stop), table in zip(batches.ranges(), batches, strict=True):
+    def with_step(start: int, stop: int, table: pa.Table) -> pa.Table:
         index = table.schema.get_field_index("step")
-        yield table.set_column(index, table.schema.field("step"), step.slice(start, stop - start))
+        return table.set_column(index, table.schema.field("step"), step.slice(start, stop - start))
+
+    with ThreadPoolExecutor(1) as pool:
+        steps = pool.submit(step_of_events, batches.step_keys)
+        built: list[tuple[int, int, pa.Table]] = []
+        for (start, stop), table in zip(batches.ranges(), batches, strict=True):
+            built.append((start, stop, table))
+            if len(built) < ahead and not steps.done():
+                continue
+            step = steps.result().to_arrow().cast(pa.int32())
+            yield from (with_step(*item) for item in built)
+            built = []
+        step = steps.result().to_arrow().cast(pa.int32())
+        yield from (with_step(*item) for item in built)
 
 
 def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any],

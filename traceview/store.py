@@ -124,7 +124,8 @@ def write_event_batches(batches: Iterable[pa.Table], target: Path) -> None:
                 table = table.replace_schema_metadata(table_schema.metadata)
                 if pending is not None:
                     pending.result()
-                pending = pool.submit(writer.write_table, table, row_group_size=table.num_rows)
+                pending = pool.submit(writer.write_table, table,
+                                      row_group_size=max(1, table.num_rows))
             if pending is not None:
                 pending.result()
         if writer is None:
