@@ -233,15 +233,16 @@ def _estimated_bytes(paths: list[Path]) -> int:
 def worker_count(paths: list[Path], memory_budget: int | None = None) -> int:
     """Workers: at most one per core and as many as fit the memory budget.
 
-    A worker needs roughly 3x the uncompressed size of the file it parses (bytes, decoded
-    structs, columns); gzip files are assumed to inflate 15x.
+    A worker's peak memory grows by about 2x the uncompressed size of the file it parses
+    (scanned columns plus two batches in flight: docs/performance.md); 2.5x leaves a margin.
+    Gzip files are assumed to inflate 15x.
     """
     if len(paths) <= 1:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     budget = memory_budget or _available_memory() // 2
     largest = max(p.stat().st_size * (15 if p.name.endswith(".gz") else 1) for p in paths)
-    by_memory = max(1, budget // max(1, 3 * largest))
+    by_memory = max(1, int(budget // max(1, 2.5 * largest)))
     return max(1, min(cores or 1, len(paths), by_memory))
 
 
