@@ -144,6 +144,7 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
     keys, raw = _key_frame(raw, base_ns, dropped, warnings)
     step_keys = keys.select(pl.lit(0, dtype=pl.Int32).alias("rank"), "kind", "name", "ts_ns",
                             "dur_ns", pl.Series("correlation", raw.full("correlation")))
+    raw = raw.drop("ts_ns").drop("dur_ns")  # the key frame holds them (with the clock base)
     facts = _text_facts(raw)
     batches = EventBatches(keys.height, step_keys, partial(_batch, keys, raw, facts))
     return ParsedFile(
