@@ -166,7 +166,7 @@ def op_ingest(a: dict[str, Any]) -> dict[str, Any]:
             files, memory_budget=None if budget is None else int(budget * 2**20))
         with ProcessPoolExecutor(max_workers=workers,
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
-            ts = _from_ingest(ingest(files, cache_dir=cache, executor=pool), None)
+            ts = _from_ingest(ingest(files, cache_dir=cache, executor=pool))
     wall = _toc(t)
     files = ts.files
     return {"wall_s": wall, "workers": workers,
