@@ -172,32 +172,50 @@ static inline void skip_ws(Scanner *sc) {
     }
 }
 
-/* At an opening quote: find the closing quote. Sets *escaped when a backslash occurs. */
+/* Eight bytes at a time: a bit set in the lowest byte equal to '"' or '\\' (SWAR: bytes above
+ * the first match may be flagged falsely, so only the lowest flagged byte is used). */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+static inline uint64_t quote_or_backslash(uint64_t w) {
+    uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
+    return ((q - ONES) & ~q & HIGHS) | ((b - ONES) & ~b & HIGHS);
+}
+
+/* At an opening quote: find the closing quote, in one pass. Sets *escaped when a backslash
+ * occurs (the caller then unescapes). */
 static int scan_string(Scanner *sc, const char **s, Py_ssize_t *n, int *escaped) {
-    const char *p = sc->p + 1;
-    *escaped = 0;
+    const char *start = sc->p + 1, *p = start, *end = sc->end;
+    int esc = 0;
     for (;;) {
-        const char *q = memchr(p, '"', (size_t)(sc->end - p));
-        if (!q) { sc->err = "unterminated string"; return -1; }
-        /* count backslashes before the quote */
-        const char *b = q;
-        while (b > p && b[-1] == '\\') b--;
-        if ((q - b) % 2 == 0) {
-            if (memchr(sc->p + 1, '\\', (size_t)(q - sc->p - 1))) *escaped = 1;
-            *s = sc->p + 1;
-            *n = q - (sc->p + 1);
-            sc->p = q + 1;
-            return 0;
+        while (end - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            uint64_t hit = quote_or_backslash(w);
+            if (hit) { p += __builtin_ctzll(hit) >> 3; break; }
+            p += 8;
         }
-        p = q + 1;
+        while (p < end && *p != '"' && *p != '\\') p++;
+        if (p >= end) { sc->err = "unterminated string"; return -1; }
+        if (*p == '"') break;
+        esc = 1;
+        p += 2; /* the backslash and the character it escapes */
     }
+    *escaped = esc;
+    *s = start;
+    *n = p - start;
+    sc->p = p + 1;
+    return 0;
 }
 
 static int skip_value(Scanner *sc);
 
+/* Bytes that matter inside a container being skipped. */
+static unsigned char SKIP_STOP[256];
+
 static int skip_container(Scanner *sc) {
     int depth = 0;
     while (sc->p < sc->end) {
+        if (!SKIP_STOP[(unsigned char)*sc->p]) { sc->p++; continue; }
         char c = *sc->p;
         if (c == '"') {
             const char *s; Py_ssize_t n; int e;
@@ -1158,5 +1176,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kineto_scan", NULL,
 
 PyMODINIT_FUNC PyInit__kineto_scan(void) {
     for (int j = 0; j < N_ARG_KEYS; j++) ARG_KEY_LEN[j] = (Py_ssize_t)strlen(ARG_KEYS[j].key);
+    for (const char *c = "\"{}[]NI"; *c; c++) SKIP_STOP[(unsigned char)*c] = 1;
     return PyModule_Create(&module);
 }
