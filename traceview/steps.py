@@ -57,39 +57,78 @@ def step_of_events(events: pl.DataFrame) -> pl.Series:
     if steps.is_empty():
         return pl.repeat(None, events.height, dtype=pl.Int32, eager=True).alias("step")
     step = _containing_step(keys, steps)
-    frame = keys.select("rank", "kind", "ts_ns", "correlation").with_columns(_time_step=step)
-    launches = (frame.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])
-                             & pl.col("correlation").is_not_null())
-                .sort("ts_ns")
-                .group_by("rank", "correlation").agg(pl.col("_time_step").first()
-                                                     .alias("_launch_step")))
-    gpu = (frame.with_row_index("_row")
-           .filter(pl.col("kind").is_in(GPU_KINDS) & pl.col("correlation").is_not_null())
-           .join(launches, on=["rank", "correlation"], how="inner")
-           .filter(pl.col("_launch_step").is_not_null()))
-    return step.scatter(gpu.get_column("_row"), gpu.get_column("_launch_step"))
+    return _through_launches(keys, step)
 
 
-def _containing_step(keys: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
-    """The step whose range contains each row's start, on the row's rank (else null)."""
-    ts = keys.get_column("ts_ns").fill_null(0).to_numpy()
-    rank = keys.get_column("rank").fill_null(-1).to_numpy()
-    found = np.zeros(len(ts), dtype=bool)
-    out = np.zeros(len(ts), dtype=np.int32)
-    ranks = steps.get_column("rank").unique().to_list()
-    for r in ranks:
-        ranges = steps.filter(pl.col("rank") == r).sort("step_start_ns", maintain_order=True)
-        starts = ranges.get_column("step_start_ns").to_numpy()
-        on_rank = rank == r
-        rows = None if on_rank.all() else np.flatnonzero(on_rank)
-        at = ts if rows is None else ts[rows]
-        i = np.searchsorted(starts, at, side="right") - 1
-        inside = (i >= 0) & (at < ranges.get_column("step_end_ns").to_numpy()[np.maximum(i, 0)])
-        where = np.flatnonzero(inside) if rows is None else rows[inside]
-        found[where] = True
-        out[where] = ranges.get_column("step").to_numpy()[i[inside]]
-    inside_any = found & keys.get_column("ts_ns").is_not_null().to_numpy()
-    return (pl.DataFrame({"s": out, "ok": inside_any})
+def _through_launches(keys: pl.DataFrame, step: pl.Series) -> pl.Series:
+    """GPU rows take the step of the runtime call that launched them (same rank and
+    correlation; the earliest such call), where that call has a step.
+
+    Plain arrays: the runtime and GPU rows are a fraction of the events, so only they are
+    gathered, sorted and searched; no frame of all events is built.
+    """
+    corr = keys.get_column("correlation")
+    has_corr = corr.is_not_null().to_numpy()
+    is_launch = (keys.get_column("kind").is_in(["cuda_runtime", "cuda_driver"]).to_numpy()
+                 & has_corr)
+    is_gpu = keys.get_column("kind").is_in(GPU_KINDS).to_numpy() & has_corr
+    launches, gpus = np.flatnonzero(is_launch), np.flatnonzero(is_gpu)
+    if not len(launches) or not len(gpus):
+        return step
+    corr_of = corr.fill_null(0).to_numpy()
+    rank_of = keys.get_column("rank").fill_null(-1).to_numpy()
+    ts_of = keys.get_column("ts_ns").fill_null(0).to_numpy()
+    step_of = step.fill_null(-1).to_numpy()  # -1: no step (step numbers are >= 0)
+    # the earliest launch of each (rank, correlation)
+    order = launches[np.lexsort((ts_of[launches], corr_of[launches], rank_of[launches]))]
+    key_r, key_c = rank_of[order], corr_of[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (key_r[1:] != key_r[:-1]) | (key_c[1:] != key_c[:-1])
+    order, key_r, key_c = order[first], key_r[first], key_c[first]
+    # each GPU row's launch, by binary search over (rank, correlation)
+    at = np.minimum(_search_pairs(key_r, key_c, rank_of[gpus], corr_of[gpus]), len(order) - 1)
+    match = (key_r[at] == rank_of[gpus]) & (key_c[at] == corr_of[gpus])
+    launch_step = step_of[order[at]]
+    take = match & (launch_step >= 0)
+    out = step_of.copy()
+    out[gpus[take]] = launch_step[take]
+    return (pl.DataFrame({"s": out.astype(np.int32)})
+            .select(pl.when(pl.col("s") >= 0).then(pl.col("s")).alias("step")).to_series())
+
+
+def _search_pairs(sorted_rank: np.ndarray, sorted_corr: np.ndarray, rank: np.ndarray,
+                  corr: np.ndarray) -> np.ndarray:
+    """searchsorted over (rank, correlation) pairs sorted by rank, then correlation."""
+    at = np.zeros(len(rank), dtype=np.int64)
+    for r in np.unique(rank):
+        lo, hi = np.searchsorted(sorted_rank, [r, r + 1])
+        rows = np.flatnonzero(rank == r)
+        at[rows] = lo + np.searchsorted(sorted_corr[lo:hi], corr[rows])
+    return at
+
+
+def _containing_step(keys: pl.DataFrame, steps: pl.DataFrame,
+                     chunk: int = 1 << 18) -> pl.Series:
+    """The step whose range contains each row's start, on the row's rank (else null).
+    Rows go through in chunks, so the temporaries stay small next to the events."""
+    ts = keys.get_column("ts_ns")
+    rank = keys.get_column("rank")
+    out = np.zeros(keys.height, dtype=np.int32)
+    found = np.zeros(keys.height, dtype=bool)
+    ranges = {r: group.sort("step_start_ns", maintain_order=True)
+              for (r,), group in steps.group_by("rank")}
+    for start in range(0, keys.height, chunk):
+        at = ts.slice(start, chunk).fill_null(-1 << 62).to_numpy()
+        on = rank.slice(start, chunk).fill_null(-1).to_numpy()
+        for r, group in ranges.items():
+            starts = group.get_column("step_start_ns").to_numpy()
+            ends = group.get_column("step_end_ns").to_numpy()
+            i = np.searchsorted(starts, at, side="right") - 1
+            inside = (i >= 0) & (on == r) & (at < ends[np.maximum(i, 0)])
+            rows = np.flatnonzero(inside)
+            out[start + rows] = group.get_column("step").to_numpy()[i[rows]]
+            found[start + rows] = True
+    return (pl.DataFrame({"s": out, "ok": found})
             .select(pl.when(pl.col("ok")).then(pl.col("s")).cast(pl.Int32).alias("step"))
             .to_series())
 
