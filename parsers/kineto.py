@@ -36,7 +36,7 @@ from traceview.errors import UnreadableTraceError
 from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
 from traceview.parsers import EventBatches, ParsedFile, RankInfo
 from traceview.parsers.json_input import open_input, repair_text, salvage_events
-from traceview.parsers.raw_columns import RawColumns, Sparse
+from traceview.parsers.raw_columns import RawColumns, Sparse, SparseText
 
 try:  # the C fast path; without it (no compiler at install) the tolerant path does all
     from traceview import _kineto_scan
@@ -200,7 +200,22 @@ def _scan_fast(path: Path, data: Any) -> tuple[RawColumns, dict[str, Any]] | Non
                 (column.dictionary if name in _REPEATING_TEXT else column).validate(full=True)
             except pa.ArrowInvalid:
                 return None
-    return RawColumns(rows, raw, _RAW_COLUMNS), header
+    return RawColumns(rows, _sparse_text(raw, rows), _RAW_COLUMNS), header
+
+
+#: Text columns that few events carry (labels, process-group fields, dtypes).
+_RARE_TEXT = ("pid_label", "tid_label", "collective_name", "pg_name", "pg_desc", "pg_ranks",
+              "dtype")
+
+
+def _sparse_text(raw: dict[str, Any], rows: int) -> dict[str, Any]:
+    """Rare text columns held as (row, index) pairs while the batches are built: a dense int32
+    index per row for each was ~40 MB of a 300 MB trace's peak memory."""
+    for name in _RARE_TEXT:
+        column = raw[name]
+        if column is not None and column.null_count * 8 >= rows * 7:
+            raw[name] = SparseText.of(column)
+    return raw
 
 
 def _scanned_column(column: tuple | None, typ: pa.DataType,

@@ -43,19 +43,47 @@ class Sparse:
 
 
 @dataclass(frozen=True)
+class SparseText:
+    """A dictionary-encoded text column as ascending row numbers, their dictionary indices,
+    and the dictionary; other rows are null."""
+
+    rows: np.ndarray  # uint32, ascending
+    codes: np.ndarray  # int32
+    dictionary: pa.Array
+
+    @classmethod
+    def of(cls, column: pa.DictionaryArray) -> SparseText:
+        valid = pl.Series(column.indices).is_not_null().to_numpy()
+        rows = np.flatnonzero(valid).astype(np.uint32)
+        codes = pl.Series(column.indices).drop_nulls().to_numpy().astype(np.int32)
+        return cls(rows, codes, column.dictionary)
+
+    def dense(self, start: int, stop: int) -> pa.DictionaryArray:
+        lo, hi = np.searchsorted(self.rows, [start, stop])
+        at = self.rows[lo:hi].astype(np.int64) - start
+        codes = np.zeros(stop - start, dtype=np.int32)
+        codes[at] = self.codes[lo:hi]
+        valid = np.zeros(stop - start, dtype=bool)
+        valid[at] = True
+        indices = pa.Array.from_buffers(pa.int32(), stop - start, [
+            pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(codes)])
+        return pa.DictionaryArray.from_arrays(indices, self.dictionary)
+
+
+@dataclass(frozen=True)
 class RawColumns:
     """Columns of ``num_rows`` rows: Arrow arrays (full length), :class:`Sparse` pairs, or
     None for a column without a single value (type given by ``types``)."""
 
     num_rows: int
-    columns: dict[str, pa.Array | Sparse | None]
+    columns: dict[str, pa.Array | Sparse | SparseText | None]
     types: dict[str, pa.DataType] | None = None
 
     def slice(self, name: str, start: int, stop: int) -> pa.Array:
         column = self.columns[name]
         if column is None:
             return pa.nulls(stop - start, (self.types or {}).get(name, pa.null()))
-        if isinstance(column, Sparse):
+        if isinstance(column, (Sparse, SparseText)):
             return column.dense(start, stop)
         return column.slice(start, stop - start)
 
@@ -66,12 +94,16 @@ class RawColumns:
         """Only the rows where ``keep`` is true (rare: rows without a time are dropped)."""
         mask = pl.Series(keep).fill_null(False).to_numpy()  # pyarrow's would import pandas
         new_row = np.cumsum(mask) - 1
-        out: dict[str, pa.Array | Sparse | None] = {}
+        out: dict[str, pa.Array | Sparse | SparseText | None] = {}
         for name, column in self.columns.items():
             if isinstance(column, Sparse):
                 kept = mask[column.rows]
                 out[name] = Sparse(new_row[column.rows[kept]].astype(np.uint32),
                                    column.values[kept])
+            elif isinstance(column, SparseText):
+                kept = mask[column.rows]
+                out[name] = SparseText(new_row[column.rows[kept]].astype(np.uint32),
+                                       column.codes[kept], column.dictionary)
             else:
                 out[name] = None if column is None else column.filter(keep)
         return RawColumns(int(mask.sum()), out, self.types)
