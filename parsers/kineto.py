@@ -1,12 +1,15 @@
-"""PyTorch-profiler (Kineto) Chrome-trace JSON -> events table.
+"""PyTorch-profiler (Kineto) Chrome-trace JSON -> events (a table, or row batches).
 
-The hot path is two typed msgspec decodes (events with ``ts``/``dur``/``args`` left as raw
-JSON text, then every ``args`` object at once into the few keys that become columns), followed
-by vectorised Polars expressions. Times are parsed from their decimal text, so
-``1712195495406752.8`` µs becomes exactly ``1712195495406752800`` ns.
+The hot path is the C scanner (``traceview/_kineto_scan.c``): one pass over the bytes, two
+threads on large arrays, straight into compact columns (times as exact int64 ns parsed from
+their decimal text, so ``1712195495406752.8`` µs becomes exactly ``1712195495406752800`` ns;
+repeating text interned; sparse integers as (row, value) pairs; ``args`` kept raw). The kind,
+times and steps are then derived for every row, and the rest one batch of rows at a time
+(:func:`parse_batched`), so ingest never holds the finished table whole.
 
-Damaged input (truncated writes, NaN tokens, invalid UTF-8, values of the wrong type) falls back
-to a slower element-by-element reader that keeps every complete event and says what it dropped.
+Damaged input (truncated writes, NaN tokens, invalid UTF-8, values of the wrong type, B/E pairs)
+falls back to a slower msgspec reader that keeps every complete event and says what it dropped;
+both paths store identical tables (tests).
 
 >>> from pathlib import Path; import tempfile, os
 >>> p = Path(tempfile.mkdtemp()) / "rank-1.json"
