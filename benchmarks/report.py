@@ -224,6 +224,13 @@ def render(res: dict[str, Any]) -> str:
                    "traceview again).\n")
         targets.append(["multi-rank ingest scales with the cores (2 workers vs 1)",
                         f"{_f(sp, '.2f')}x of ideal 2x", _ok(sp, 1.6)])
+        # One worker already runs its scan and its Parquet writer on two threads, so the
+        # 1-vs-2 ratio understates scaling; how busy the cores are says it directly.
+        busy = {k: _ratio(r.get("cpu_s"), r.get("wall_s")) for k, r in sc.items()}
+        out.append("Cores kept busy (CPU s / wall s): " + ", ".join(
+            f"{k} worker(s) {_f(b, '.2f')}" for k, b in busy.items()) + " (2 cores).\n")
+        targets.append(["multi-rank ingest keeps both cores busy (CPU s / wall s, 2 workers)",
+                        f"{_f(busy.get('2'), '.2f')} of 2", _ok(busy.get("2"), 1.6)])
 
     if "analyses" in res:
         out.append("## Analysis suite (each command as `traceview CMD PATHS --json`, from the "
