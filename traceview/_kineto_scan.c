@@ -142,6 +142,10 @@ static const ArgKey ARG_KEYS[] = {
 };
 #define N_ARG_KEYS ((int)(sizeof(ARG_KEYS) / sizeof(ARG_KEYS[0])))
 static Py_ssize_t ARG_KEY_LEN[N_ARG_KEYS];
+/* The args key with a given (length, first byte), + 1; 0 for none. No two keys share both
+ * (checked at import), so a key is matched with one lookup and one memcmp. */
+#define ARG_MAX_LEN 32
+static signed char ARG_BY_SHAPE[ARG_MAX_LEN][128];
 
 typedef struct {
     const char *p, *end, *start;
@@ -165,11 +169,9 @@ static void release_behind(Scanner *sc) {
 }
 
 static inline void skip_ws(Scanner *sc) {
-    while (sc->p < sc->end) {
-        char c = *sc->p;
-        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') sc->p++;
-        else break;
-    }
+    const char *p = sc->p, *end = sc->end; /* a local cursor: no store per byte */
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    sc->p = p;
 }
 
 /* Eight bytes at a time: a bit set in the lowest byte equal to '"' or '\\' (SWAR: bytes above
@@ -215,8 +217,11 @@ static unsigned char SKIP_STOP[256];
 static int skip_container(Scanner *sc) {
     int depth = 0;
     while (sc->p < sc->end) {
-        if (!SKIP_STOP[(unsigned char)*sc->p]) { sc->p++; continue; }
-        char c = *sc->p;
+        const char *p = sc->p, *end = sc->end;
+        while (p < end && !SKIP_STOP[(unsigned char)*p]) p++;
+        sc->p = p;
+        if (p >= end) break;
+        char c = *p;
         if (c == '"') {
             const char *s; Py_ssize_t n; int e;
             if (scan_string(sc, &s, &n, &e) < 0) return -1;
@@ -233,14 +238,12 @@ static int skip_container(Scanner *sc) {
     return -1;
 }
 
+/* Bytes that end a scalar. */
+static unsigned char SCALAR_END[256];
+
 static int skip_scalar(Scanner *sc) {
     const char *p = sc->p;
-    while (p < sc->end) {
-        char c = *p;
-        if (c == ',' || c == '}' || c == ']' || c == ' ' || c == '\n' || c == '\r' || c == '\t')
-            break;
-        p++;
-    }
+    while (p < sc->end && !SCALAR_END[(unsigned char)*p]) p++;
     if (p == sc->p) { sc->err = "expected a value"; return -1; }
     char c0 = *sc->p;
     if (!((c0 >= '0' && c0 <= '9') || c0 == '-' || c0 == 't' || c0 == 'f' || c0 == 'n')) {
@@ -325,8 +328,12 @@ static int parse_us_to_ns(const char *s, Py_ssize_t n, int64_t *out) {
     Py_ssize_t i = 0;
     int neg = 0;
     if (i < n && s[i] == '-') { neg = 1; i++; }
-    __int128 whole = 0;
+    /* 64-bit digits while they fit (every real timestamp), 128-bit only beyond */
+    uint64_t small = 0;
     int digits = 0;
+    for (; i < n && s[i] >= '0' && s[i] <= '9' && digits < 18; i++, digits++)
+        small = small * 10 + (uint64_t)(s[i] - '0');
+    __int128 whole = small;
     for (; i < n && s[i] >= '0' && s[i] <= '9'; i++, digits++) {
         whole = whole * 10 + (s[i] - '0');
         if (whole > ((__int128)1 << 100)) return 0;
@@ -684,7 +691,9 @@ static int next_member(Scanner *sc) {
 }
 
 /* Scan the args object: keep its raw text, stage the known keys. */
-static int scan_args(Scanner *sc, Col *cols, int *prio) {
+/* `staged` lists the args columns given a value in this event, so that only those are
+ * committed and cleared (most events carry a few of the 19 args columns). */
+static int scan_args(Scanner *sc, Col *cols, int *prio, int *staged, int *n_staged) {
     skip_ws(sc);
     const char *a0 = sc->p;
     if (sc->p >= sc->end) { sc->err = "unexpected end"; return -1; }
@@ -706,20 +715,25 @@ static int scan_args(Scanner *sc, Col *cols, int *prio) {
             const char *k; Py_ssize_t kn; int ke;
             if (read_key(sc, &k, &kn, &ke) < 0) return -1;
             int matched = -1;
-            if (!ke && kn >= 3 && kn <= 25) {
-                for (int j = 0; j < N_ARG_KEYS; j++) {
-                    if (ARG_KEY_LEN[j] == kn && ARG_KEYS[j].key[0] == k[0]
-                        && memcmp(k, ARG_KEYS[j].key, (size_t)kn) == 0) { matched = j; break; }
-                }
+            if (!ke && kn < ARG_MAX_LEN && (unsigned char)k[0] < 128) {
+                int j = ARG_BY_SHAPE[kn][(unsigned char)k[0]] - 1; /* the one candidate */
+                if (j >= 0 && memcmp(k, ARG_KEYS[j].key, (size_t)kn) == 0) matched = j;
             }
             if (matched >= 0) {
                 const ArgKey *ak = &ARG_KEYS[matched];
                 Col *c = &cols[ak->col];
                 if (!c->has || ak->priority <= prio[ak->col]) {
-                    Col saved = *c;
+                    int had = c->has, saved_escaped = c->s_escaped, saved_raw = c->s_raw;
+                    const char *saved_s = c->s;
+                    Py_ssize_t saved_len = c->slen;
                     if (stage_value(sc, c) < 0) return -1;
-                    if (c->has) prio[ak->col] = ak->priority;
-                    else if (saved.has) *c = saved; /* a null never hides the other spelling */
+                    if (c->has) {
+                        prio[ak->col] = ak->priority;
+                        if (!had) staged[(*n_staged)++] = ak->col;
+                    } else if (had) { /* a null never hides the other spelling */
+                        c->has = 1; c->s = saved_s; c->slen = saved_len;
+                        c->s_escaped = saved_escaped; c->s_raw = saved_raw;
+                    }
                 } else if (skip_value(sc) < 0) {
                     return -1;
                 }
@@ -815,9 +829,11 @@ static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
         skip_ws(sc);
         if (sc->p >= sc->end || *sc->p != '{') { sc->err = "element is not an object"; return -1; }
         sc->p++;
-        for (int i = 0; i < N_COLS; i++) col_clear_stage(&cols[i]);
+        /* args columns were cleared when the previous event was committed; prio is read
+         * only for a column staged in this event */
+        for (int i = 0; i < A_EXTERNAL_ID; i++) col_clear_stage(&cols[i]);
         int prio[N_COLS];
-        for (int i = 0; i < N_COLS; i++) prio[i] = 99;
+        int staged[N_COLS], n_staged = 0;
         skip_ws(sc);
         if (sc->p < sc->end && *sc->p == '}') {
             sc->p++;
@@ -847,8 +863,9 @@ static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
                 }
                 int r;
                 if (target == C_ARGS) {
-                    for (int a = A_EXTERNAL_ID; a < N_COLS; a++) { cols[a].has = 0; prio[a] = 99; }
-                    r = scan_args(sc, cols, prio);
+                    for (int a = 0; a < n_staged; a++) cols[staged[a]].has = 0; /* a 2nd args */
+                    n_staged = 0;
+                    r = scan_args(sc, cols, prio, staged, &n_staged);
                 } else if (target >= 0) {
                     r = stage_value(sc, &cols[target]);
                 } else {
@@ -874,7 +891,10 @@ static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
         /* a quoted flow id is kept only when it parses as an integer, like the Python path */
         r |= commit(&cols[C_ID], *rows) == 0 ? 0 : 1;
         r |= commit(&cols[C_ARGS], *rows) == 0 ? 0 : 1;
-        for (int a = A_EXTERNAL_ID; a < N_COLS; a++) r |= commit(&cols[a], *rows) == 0 ? 0 : 1;
+        for (int a = 0; a < n_staged; a++) {
+            r |= commit(&cols[staged[a]], *rows) == 0 ? 0 : 1;
+            cols[staged[a]].has = 0;
+        }
         if (r) { sc->err = "value needs the general path"; return -1; }
         (*rows)++;
         if (sc->release) release_behind(sc);
@@ -1175,7 +1195,16 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kineto_scan", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__kineto_scan(void) {
-    for (int j = 0; j < N_ARG_KEYS; j++) ARG_KEY_LEN[j] = (Py_ssize_t)strlen(ARG_KEYS[j].key);
+    for (int j = 0; j < N_ARG_KEYS; j++) {
+        ARG_KEY_LEN[j] = (Py_ssize_t)strlen(ARG_KEYS[j].key);
+        if (ARG_KEY_LEN[j] >= ARG_MAX_LEN
+            || ARG_BY_SHAPE[ARG_KEY_LEN[j]][(unsigned char)ARG_KEYS[j].key[0]]) {
+            PyErr_SetString(PyExc_RuntimeError, "args keys share a (length, first byte)");
+            return NULL;
+        }
+        ARG_BY_SHAPE[ARG_KEY_LEN[j]][(unsigned char)ARG_KEYS[j].key[0]] = (signed char)(j + 1);
+    }
     for (const char *c = "\"{}[]NI"; *c; c++) SKIP_STOP[(unsigned char)*c] = 1;
+    for (const char *c = ",}] \n\r\t"; *c; c++) SCALAR_END[(unsigned char)*c] = 1;
     return PyModule_Create(&module);
 }
