@@ -169,6 +169,7 @@ static void release_behind(Scanner *sc) {
 }
 
 static inline void skip_ws(Scanner *sc) {
+    if (sc->p < sc->end && (unsigned char)*sc->p > ' ') return; /* the usual case: no space */
     const char *p = sc->p, *end = sc->end; /* a local cursor: no store per byte */
     while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
     sc->p = p;
@@ -466,6 +467,8 @@ static int stage_value(Scanner *sc, Col *c) {
 /* Rows are written only when they hold a value: null rows cost nothing while scanning and are
  * filled in (zero values, cleared validity, repeated string offsets) on the next write or at
  * the end. Most args columns are null on most rows, so this is where the time goes. */
+static const char VALID = 1; /* a validity byte */
+
 static int grow_zeroed(Buf *b, Py_ssize_t len) {
     if (b->len >= len) return 0;
     if (buf_reserve(b, len - b->len) < 0) return -1;
@@ -577,11 +580,9 @@ static int to_dense(Col *c, Py_ssize_t rows) {
 
 static int set_int(Col *c, Py_ssize_t row, int64_t v) {
     c->any = 1;
-    if (c->dense) {
-        if (grow_zeroed(&c->values, (row + 1) * 8) < 0 || grow_zeroed(&c->valid, row + 1) < 0)
-            return -1;
-        ((int64_t *)c->values.data)[row] = v;
-        c->valid.data[row] = 1;
+    if (c->dense) { /* null rows before this one are zero-filled, this one appended */
+        if (grow_zeroed(&c->values, row * 8) < 0 || grow_zeroed(&c->valid, row) < 0
+            || buf_put(&c->values, &v, 8) < 0 || buf_put(&c->valid, &VALID, 1) < 0) return -1;
         return 0;
     }
     uint32_t r = (uint32_t)row;
@@ -604,15 +605,14 @@ static int set_str(Col *c, Py_ssize_t row) {
             s = c->scratch.data ? c->scratch.data : "";
             n = c->scratch.len;
         }
-        int64_t code = dict_intern(&c->dict, s, n);
-        if (code < 0 || grow_zeroed(&c->values, (row + 1) * 4) < 0
-            || grow_zeroed(&c->valid, row + 1) < 0) return -1;
-        ((int32_t *)c->values.data)[row] = (int32_t)code;
-        c->valid.data[row] = 1;
+        int32_t code = (int32_t)dict_intern(&c->dict, s, n);
+        if (code < 0 || grow_zeroed(&c->values, row * 4) < 0 || grow_zeroed(&c->valid, row) < 0
+            || buf_put(&c->values, &code, 4) < 0 || buf_put(&c->valid, &VALID, 1) < 0) return -1;
         c->any = 1;
         return 0;
     }
-    if (fill_offsets(c, row) < 0 || grow_zeroed(&c->valid, row + 1) < 0) return -1;
+    if (fill_offsets(c, row) < 0 || grow_zeroed(&c->valid, row) < 0
+        || buf_put(&c->valid, &VALID, 1) < 0) return -1;
     if (c->s_escaped) {
         if (put_unescaped(&c->values, c->s, c->slen) < 0) return -2;
     } else if (buf_put(&c->values, c->s, c->slen) < 0) {
@@ -620,7 +620,6 @@ static int set_str(Col *c, Py_ssize_t row) {
     }
     int64_t end = (int64_t)c->values.len;
     if (buf_put(&c->offsets, &end, 8) < 0) return -1;
-    c->valid.data[row] = 1;
     c->any = 1;
     return 0;
 }
