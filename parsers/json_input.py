@@ -14,6 +14,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from traceview.errors import UnreadableTraceError
@@ -24,27 +25,61 @@ except ImportError:  # pragma: no cover - isal is a dependency, but keep working
     import gzip as _gzip
 
 
+@dataclass
+class Input:
+    """A trace's JSON bytes for the scanner. ``releasable``: a memory map whose pages the
+    scanner may hand back as it goes (then, after a failed scan, read the file again with
+    :func:`read_bytes` rather than reuse ``data``)."""
+
+    data: bytes | mmap.mmap
+    releasable: bool
+
+
 @contextmanager
-def open_input(path: Path, warnings: list[str]) -> Iterator[bytes | mmap.mmap]:
-    """The file's JSON bytes: an uncompressed file as a read-only memory map (the C scanner
-    hands scanned pages back to the kernel, so the input need not stay resident), a gzipped
-    one inflated into memory."""
+def open_input(path: Path, warnings: list[str]) -> Iterator[Input]:
+    """The file's JSON bytes: an uncompressed file as a read-only memory map, a gzipped one
+    inflated into a private anonymous map of its recorded size. Either way the scanner can
+    hand scanned pages back, so the input need not stay resident beside the columns. Damaged
+    or unusual gzip (truncated, several members, > 4 GiB) is inflated into bytes instead."""
     try:
         with open(path, "rb") as fh:
             gzipped = fh.read(2) == b"\x1f\x8b"
             size = os.fstat(fh.fileno()).st_size
-            mapped = None if gzipped or not size else mmap.mmap(fh.fileno(), 0,
-                                                                access=mmap.ACCESS_READ)
+            mapped = (_inflate_into_map(path) if gzipped else
+                      mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else None)
     except (OSError, ValueError) as exc:
         raise UnreadableTraceError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}"
                                    ) from None
     if mapped is None:
-        yield read_bytes(path, warnings)
+        yield Input(read_bytes(path, warnings), releasable=False)
         return
     try:
-        yield mapped
+        yield Input(mapped, releasable=True)
     finally:
         mapped.close()
+
+
+def _inflate_into_map(path: Path) -> mmap.mmap | None:
+    """Inflate a gzip file into a private anonymous map of the size its trailer records
+    (ISIZE); None when that size cannot be trusted or the stream is damaged."""
+    with open(path, "rb") as fh:
+        fh.seek(-4, os.SEEK_END)
+        size = int.from_bytes(fh.read(4), "little")
+    if not size:
+        return None
+    mapped = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+    got, extra = 0, b""
+    try:
+        with _gzip.open(path, "rb") as stream, memoryview(mapped) as view:
+            while got < size and (n := stream.readinto(view[got:])):
+                got += n
+            extra = stream.read(1)
+    except Exception:  # noqa: BLE001 - any inflate error: read_bytes words it (or salvages)
+        got = -1
+    if got != size or extra:  # damaged, several members, or > 4 GiB (ISIZE is mod 2**32)
+        mapped.close()
+        return None
+    return mapped
 
 
 def read_bytes(path: Path, warnings: list[str]) -> bytes:

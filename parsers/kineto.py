@@ -22,7 +22,6 @@ both paths store identical tables (tests).
 
 from __future__ import annotations
 
-import mmap
 import re
 from functools import partial
 from operator import attrgetter
@@ -38,7 +37,13 @@ from traceview import schema
 from traceview.errors import UnreadableTraceError
 from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
 from traceview.parsers import EventBatches, ParsedFile, RankInfo
-from traceview.parsers.json_input import open_input, repair_text, salvage_events
+from traceview.parsers.json_input import (
+    Input,
+    open_input,
+    read_bytes,
+    repair_text,
+    salvage_events,
+)
 from traceview.parsers.raw_columns import RawColumns, Sparse, SparseText
 
 try:  # the C fast path; without it (no compiler at install) the tolerant path does all
@@ -132,13 +137,14 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
     path = Path(path)
     warnings: list[str] = []
     dropped: dict[str, int] = {}
-    with open_input(path, warnings) as data:
-        fast = _scan_fast(path, data)
+    with open_input(path, warnings) as given:
+        fast = _scan_fast(path, given)
         if fast is not None:
             raw, header = fast
             input_events = raw.num_rows
-        else:
-            events, header = _decode(path, bytes(data), warnings, dropped)
+        else:  # a failed scan may have released pages of a map: read the bytes anew
+            data = read_bytes(path, warnings) if given.releasable else given.data
+            events, header = _decode(path, data, warnings, dropped)
             input_events = len(events) + sum(dropped.values())
             events = _pair_begin_end(events, dropped)
             raw = _raw_columns(_columns_from_structs(events))
@@ -180,12 +186,12 @@ _REPEATING_TEXT = ("ph", "category", "name", "pid_label", "tid_label", "collecti
                    "pg_name", "pg_desc", "pg_ranks", "dtype")
 
 
-def _scan_fast(path: Path, data: Any) -> tuple[RawColumns, dict[str, Any]] | None:
+def _scan_fast(path: Path, given: Input) -> tuple[RawColumns, dict[str, Any]] | None:
     """The C scanner over well-formed input; None sends the caller to the tolerant path."""
     if _kineto_scan is None:
         return None
     try:
-        rows, columns = _kineto_scan.scan(data, 8 << 20, isinstance(data, mmap.mmap))
+        rows, columns = _kineto_scan.scan(given.data, 8 << 20, given.releasable)
         if not columns["has_events"]:
             return None  # no event array: the tolerant path words the error
         header = {key: msgspec.json.decode(raw) for key, raw in columns["header"].items()}

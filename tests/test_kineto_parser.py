@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import polars as pl
@@ -331,3 +332,48 @@ def test_columns_that_change_density_and_interned_names_survive_the_split():
         names = raw["name"]
         assert names.to_pylist() == [['a"b', 'a"b', "c", f"u{i}"][i % 4] for i in range(n)]
         assert len(names.dictionary) == 2 + n // 4  # 'a"b' once, however it was escaped
+
+
+def _events_json(n: int, last: str = "1") -> bytes:
+    rows = [f'{{"ph":"X","cat":"cpu_op","name":"op{i % 50}","pid":1,"tid":1,"ts":{i},'
+            f'"dur":{last if i == n - 1 else 1},"args":{{"External id":{i}}}}}' for i in range(n)]
+    return ('{"distributedInfo": {"rank": 5}, "traceEvents": [\n' + ",\n".join(rows)
+            + '\n], "baseTimeNanoseconds": 1000}').encode()
+
+
+def test_gzip_is_inflated_into_a_releasable_map_and_parses_like_plain_json(tmp_path):
+    from traceview.parsers.json_input import open_input
+
+    text = _events_json(2000)
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    plain.write_bytes(text)
+    packed.write_bytes(gzip.compress(text))
+    with open_input(packed, []) as given:
+        assert given.releasable and bytes(given.data[:20]) == text[:20]
+    a, b = kineto.parse(plain), kineto.parse(packed)
+    assert a.events.equals(b.events) and b.ranks[0].rank == 5 and b.ranks[0].clock_base_ns == 1000
+
+
+def test_gzip_with_two_members_is_read_whole(tmp_path):
+    from traceview.parsers.json_input import open_input
+
+    text = _events_json(500)
+    path = tmp_path / "two.json.gz"
+    path.write_bytes(gzip.compress(text[:1000]) + gzip.compress(text[1000:]))
+    with open_input(path, []) as given:
+        assert not given.releasable  # the trailer records only the last member's size
+    assert kineto.parse(path).input_events == 500
+
+
+def test_a_scan_that_fails_after_releasing_pages_falls_back_to_fresh_bytes(tmp_path):
+    """The scanner hands pages back as it goes (16 MiB at a time); when it then meets
+    something only the tolerant path reads (a NaN at the very end), that path must not see
+    the released (zeroed) memory of an inflated gzip."""
+    n = 300_000  # ~30 MB of JSON
+    text = _events_json(n, last="NaN")
+    path = tmp_path / "late-nan.json.gz"
+    path.write_bytes(gzip.compress(text, compresslevel=1))
+    parsed = kineto.parse(path)
+    assert parsed.input_events == n and parsed.ranks[0].rank == 5
+    ext = parsed.events.column("external_id").to_pylist()
+    assert ext == list(range(n)) and any("NaN" in w for w in parsed.warnings)

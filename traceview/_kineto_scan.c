@@ -150,9 +150,11 @@ static signed char ARG_BY_SHAPE[ARG_MAX_LEN][128];
 typedef struct {
     const char *p, *end, *start;
     const char *err;
-    /* With a file mapping as input, pages already scanned are handed back to the kernel as
-     * the scan moves on, so the input does not stay resident next to the columns built from
-     * it (they fault back in from the file if read again). Never set for other memory. */
+    /* With a memory map as input, pages of the event array already scanned are handed back
+     * to the kernel as the scan moves on, so the input does not stay resident next to the
+     * columns built from it. A file mapping faults them back in if read again; a private
+     * anonymous one (inflated gzip) reads zeros, so its caller must not reuse the buffer
+     * after a failed scan. Never set for other memory. */
     int release;
     const char *released;
 } Scanner;
@@ -1022,6 +1024,8 @@ static int scan_array(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begi
     sc->p++;
     skip_ws(sc);
     if (sc->p < sc->end && *sc->p == ']') { sc->p++; return 0; }
+    sc->released = sc->p; /* only the array's pages are released: header values before it are
+                           * read after the scan, from memory that may not fault back in */
     const char *hint = NULL;
     if (sc->end - sc->p > parallel_min_bytes)
         hint = split_hint(sc->p + (sc->end - sc->p) / 2, sc->end);
