@@ -486,7 +486,8 @@ def _key_frame(raw: RawColumns, base_ns: int, dropped: dict[str, int],
     frame = pl.from_arrow(_table({
         "kind": _kinds(raw.full("ph"), raw.full("category"), raw.full("name")),
         **{n: raw.full(n) for n in ("ph", "category", "name", "ts_ns", "dur_ns")}}))
-    frame = frame.with_columns((pl.col("ts_ns") + base_ns).alias("ts_ns"))
+    if base_ns:
+        frame = frame.with_columns((pl.col("ts_ns") + base_ns).alias("ts_ns"))
     # Count with sums, never with filter(...).height: a filter copies every column.
     missing_ts, no_dur, negative = frame.select(
         (pl.col("ts_ns").is_null() & (pl.col("kind") != "metadata")).sum().alias("a"),
@@ -650,6 +651,9 @@ def _derive(frame: pl.DataFrame) -> pl.DataFrame:
 
 def _timeless_metadata(frame: pl.DataFrame) -> pl.DataFrame:
     """Metadata events may lack ``ts``; they are timeless, so pin them to the file's first time."""
+    timeless = (pl.col("kind") == "metadata") & pl.col("ts_ns").is_null()
+    if not frame.select(timeless.any()).item():
+        return frame  # the usual case: no new column
     first = frame.select(pl.col("ts_ns").min()).item()
     return frame.with_columns(
         pl.when((pl.col("kind") == "metadata") & pl.col("ts_ns").is_null())
