@@ -4,8 +4,8 @@
 
 Writes a generation-3 export with ``--kernels`` kernel rows (4 processes; with ``--launches`` also
 one cudaLaunchKernel row per kernel) into ``benchmarks/out/`` and times
-``traceview.parsers.nsys.parse`` on it, for each reader (ADBC when installed, and the SQLAlchemy
-/ sqlite3 path) with and without kernel launch geometry in args_json. Prints kernel rows/s and
+``traceview.parsers.nsys.parse`` on it, for each reader (ADBC when installed, and the
+sqlite3 module) with and without kernel launch geometry in args_json. Prints kernel rows/s and
 total rows/s of the best of ``--repeat`` runs, and the peak RSS of the process.
 """
 

@@ -124,17 +124,18 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     dropped: dict[str, int] = {}
     epoch = _session_start(export, warnings)
     strings = string_table(export)
+    lookup = tables.name_lookup(strings)
 
     staged: list[pl.DataFrame] = []
     input_events = 0
-    readers = [(tables.KERNEL, lambda: tables.kernels(export, launch_args=launch_args)),
-               (tables.RUNTIME, lambda: tables.runtime(export)),
-               (tables.DRIVER, lambda: tables.runtime(export, tables.DRIVER)),
+    readers = [(tables.KERNEL, lambda: tables.kernels(export, lookup, launch_args=launch_args)),
+               (tables.RUNTIME, lambda: tables.runtime(export, lookup)),
+               (tables.DRIVER, lambda: tables.runtime(export, lookup, tables.DRIVER)),
                (tables.MEMCPY, lambda: tables.memcpy(export)),
                (tables.MEMSET, lambda: tables.memset(export)),
                (tables.SYNC, lambda: tables.sync(export))]
     if include_osrt:
-        readers.append((tables.OSRT, lambda: tables.osrt(export)))
+        readers.append((tables.OSRT, lambda: tables.osrt(export, lookup)))
     elif export.has(tables.OSRT):
         skipped = count_rows(export, tables.OSRT)
         if skipped:
@@ -155,9 +156,8 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         staged.append(events)
 
     frame = (pl.concat(staged, how="diagonal_relaxed") if staged else pl.DataFrame(
-        schema={"kind": pl.String, "gpid": pl.Int64, "start_rel": pl.Int64}))
+        schema={"kind": tables.KIND, "gpid": pl.Int64, "start_rel": pl.Int64}))
     frame = _ensure(frame)
-    frame = tables.resolve_names(frame, strings)
     frame = _drop(frame, pl.col("gpid").is_null(), "no_process", dropped)
     frame = _drop(frame, pl.col("end_rel") < pl.col("start_rel"), "end_before_start", dropped)
     frame = frame.with_columns(
@@ -185,17 +185,15 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
 
     names = _name_rows(export, strings, frame, set(rank_of))
     input_events += names.height
-    frame = pl.concat([frame, names], how="diagonal_relaxed")
     frame = nsys_nccl.nvtx_collectives(frame)
     frame = nsys_nccl.kernel_collectives(frame)
-    frame = frame.with_columns(
-        pl.col("gpid").replace_strict({g: (r if r is not None else 0) for g, r in rank_of.items()},
-                                      default=0, return_dtype=pl.Int32).alias("rank"),
-        pl.lit(0, dtype=pl.Int32).alias("file_id"),
-        pl.lit("nsys").alias("source"),
-    ).sort("ts_ns", maintain_order=True)
-    table = schema.conform(frame.select(
-        [c for c in schema.EVENT_COLUMN_NAMES if c in frame.columns]).to_arrow())
+    rank = pl.col("gpid").replace_strict(
+        {g: (r if r is not None else 0) for g, r in rank_of.items()}, default=0,
+        return_dtype=pl.Int32)
+    events, names = (_stored_columns(f.with_columns(
+        rank.alias("rank"), pl.lit(0, dtype=pl.Int32).alias("file_id"),
+        pl.lit("nsys", dtype=tables.SOURCE).alias("source"))) for f in (frame, names))
+    table = schema.conform(_in_time_order(events, names).to_arrow())
     stored = table.num_rows
     if input_events != stored + sum(dropped.values()):  # a bug, but say so rather than lie
         warnings.append(f"row accounting mismatch: input {input_events}, stored {stored}, "
@@ -204,6 +202,33 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         path=str(export.path), format="nsys-sqlite", events=table,
         ranks=_rank_infos(export, kept, frame, epoch), input_events=input_events,
         dropped=dropped, warnings=warnings)
+
+
+def _stored_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    """The event-store columns of ``frame`` that hold a value: ``schema.conform`` makes the
+    columns left out all null at once, where exporting a null Polars column costs ~25 ms per
+    2 M rows."""
+    return frame.select([c for c in schema.EVENT_COLUMN_NAMES if c in frame.columns
+                         and (frame.is_empty() or frame[c].null_count() < frame.height)])
+
+
+def _in_time_order(events: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
+    """``events`` then ``extra`` rows, stably sorted by ``ts_ns``. When ``events`` are in time
+    order already (an export of one event table), the few ``extra`` rows are slid into place
+    between slices of them: a sort would copy every column of every row to move a handful."""
+    if extra.is_empty():
+        return events
+    if not events["ts_ns"].is_sorted():
+        return pl.concat([events, extra], how="diagonal_relaxed").sort("ts_ns",
+                                                                       maintain_order=True)
+    extra = extra.sort("ts_ns", maintain_order=True)
+    after = events["ts_ns"].search_sorted(extra["ts_ns"], side="right")  # ties: events first
+    parts, start = [], 0
+    for (at,), rows in extra.with_columns(after.alias("_at")).group_by("_at", maintain_order=True):
+        parts += [events.slice(start, at - start), rows.drop("_at")]
+        start = at
+    parts.append(events.slice(start))
+    return pl.concat(parts, how="diagonal_relaxed")
 
 
 def _add(into: dict[str, int], more: dict[str, int]) -> None:
@@ -221,12 +246,12 @@ def _drop(frame: pl.DataFrame, bad: pl.Expr, reason: str, dropped: dict[str, int
 
 
 _STAGING: dict[str, pl.DataType] = {
-    "kind": pl.String, "category": pl.String, "name": pl.String, "name_id": pl.Int64,
-    "gpid": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
+    "kind": tables.KIND, "category": tables.CAT, "name": tables.CAT, "gpid": pl.Int64,
+    "pid": pl.Int64, "tid": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
     "start_rel": pl.Int64, "end_rel": pl.Int64, "correlation": pl.Int64, "bytes": pl.Int64,
-    "copy_kind": pl.String, "args_json": pl.String, "collective": pl.String,
+    "copy_kind": tables.CAT, "args_json": pl.String, "collective": pl.String,
     "pg_name": pl.String, "seq": pl.Int64, "in_nelems": pl.Int64, "dtype": pl.String,
-    "group_size": pl.Int32, "short_name": pl.String, "return_value": pl.Int64,
+    "group_size": pl.Int32, "short_name": tables.CAT, "return_value": pl.Int64,
 }
 
 
@@ -288,7 +313,8 @@ def _thread_ranks(export: Export, strings: pl.DataFrame, nvtx_raw: pl.DataFrame)
 
 
 def _nccl_hints(frame: pl.DataFrame) -> dict[int, tuple[int, int | None]]:
-    nvtx = frame.filter(nsys_nccl.is_nccl_domain()).select("gpid", "name")
+    nvtx = (frame.select("gpid", "kind", "category", "name").filter(nsys_nccl.is_nccl_domain())
+            .select("gpid", pl.col("name").cast(pl.String)))
     hints = nsys_nccl.rank_hints(nvtx)
     return {int(g): (int(r), int(n) if n is not None else None)
             for g, r, n in hints.iter_rows()}
@@ -324,7 +350,7 @@ def _name_rows(export: Export, strings: pl.DataFrame, frame: pl.DataFrame,
         procs = pl.DataFrame(rows, schema={"gpid": pl.Int64, "pid": pl.Int64, "value": pl.String},
                              orient="row").filter(pl.col("gpid").is_in(list(kept)))
         parts.append(procs.select("gpid", "pid", pl.lit(None, dtype=pl.Int64).alias("tid"),
-                                  pl.lit("process_name").alias("name"), "value")
+                                  tables.label("process_name").alias("name"), "value")
                      .unique(["gpid"], keep="first"))
     if export.has("ThreadNames", "nameId", "globalTid"):
         rows = query_rows(export, "SELECT globalTid, nameId FROM ThreadNames")
@@ -334,15 +360,15 @@ def _name_rows(export: Export, strings: pl.DataFrame, frame: pl.DataFrame,
                    .filter(pl.col("gpid").is_in(list(kept))).unique(["gtid"], keep="first"))
         parts.append(threads.select(
             "gpid", tables.pid_of("gtid").alias("pid"), tables.tid_of("gtid").alias("tid"),
-            pl.lit("thread_name").alias("name"),
+            tables.label("thread_name").alias("name"),
             "value"))
     if not parts:
         return pl.DataFrame(schema={"gpid": pl.Int64})
     names = pl.concat(parts, how="vertical_relaxed")
     first = frame.group_by("gpid").agg(pl.col("ts_ns").min())
     return names.join(first, on="gpid", how="left").select(
-        "gpid", "pid", "tid", "name", pl.lit("metadata").alias("kind"),
-        pl.lit("metadata").alias("category"), pl.col("ts_ns").fill_null(0),
+        "gpid", "pid", "tid", "name", tables.kind("metadata").alias("kind"),
+        tables.label("metadata").alias("category"), pl.col("ts_ns").fill_null(0),
         pl.struct(pl.col("value").alias("name")).struct.json_encode().alias("args_json"))
 
 
@@ -350,9 +376,8 @@ def _rank_infos(export: Export, kept: list[nsys_ranks.ProcessRank], frame: pl.Da
                 epoch: int | None) -> list[RankInfo]:
     gpu_names = _gpu_names(export)
     host = _system_env(export, "Hostname") or None
-    nccl_procs = set(frame.filter(
-        ((pl.col("kind") == "kernel") & pl.col("name").str.contains(r"(?i)nccl|rccl"))
-        | nsys_nccl.is_nccl_domain())["gpid"].unique().to_list())
+    nccl_procs = set(frame.select("gpid", "kind", "category", "collective").filter(
+        nsys_nccl.is_comm_kernel() | nsys_nccl.is_nccl_domain())["gpid"].unique())
     infos = [RankInfo(
         rank=p.rank, world_size=p.world_size, host=host,
         devices=[gpu_names.get(d, f"GPU {d}") for d in p.devices],

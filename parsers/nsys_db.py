@@ -1,24 +1,29 @@
 """Read-only access to an Nsight Systems SQLite export: open, introspect, read tables in chunks.
 
-The user's file is opened through SQLAlchemy with the URI ``file:<path>?mode=ro`` (``uri=True``),
-so SQLite itself refuses every write and never creates a ``-journal`` or ``-wal`` file.
-``immutable=1`` is *not* used: it also skips locking and change detection, which is only safe if
-nobody writes the file while we read it, and an export still being written (or copied) would then
-be read inconsistently instead of failing. Text is decoded leniently (bytes that are not UTF-8
-become U+FFFD; real exports contain them in ``TARGET_INFO_SYSTEM_ENV``).
+The user's file is opened with the URI ``file:<path>?mode=ro`` (``uri=True``), so SQLite itself
+refuses every write and never creates a ``-journal`` or ``-wal`` file. ``immutable=1`` is *not*
+used: it also skips locking and change detection, which is only safe if nobody writes the file
+while we read it, and an export still being written (or copied) would then be read
+inconsistently instead of failing. Text is decoded leniently (bytes that are not UTF-8 become
+U+FFFD; real exports contain them in ``TARGET_INFO_SYSTEM_ENV``).
 
-Large numeric tables are read in chunks of :data:`CHUNK_ROWS` rows, each turned into a compact
-Polars frame at once, so peak memory is the columns plus one chunk of Python rows. When the
-optional ``adbc-driver-sqlite`` package is installed, numeric queries go through its Arrow-native
-reader instead (same read-only URI; about 3x faster, as no Python object is made per value);
-text queries always use the lenient SQLAlchemy path.
+Event tables and StringIds are read with :func:`read_table`: through the Arrow-native reader of
+``adbc-driver-sqlite`` (same read-only URI; no Python object is made per value), a large table
+in rowid ranges read at the same time on their own connections, one per core (the driver
+releases the GIL while it steps SQLite). Text comes that way too when it is all UTF-8. What
+ADBC cannot give exactly (text with other bytes, a column it typed from a batch of NULLs that
+then holds REALs), what is read without ADBC, and the small metadata queries come through the
+``sqlite3`` module, text decoded leniently, in chunks of :data:`CHUNK_ROWS` rows each turned
+into a compact Polars frame at once, so peak memory is the columns plus one chunk of Python rows.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import urllib.parse
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,9 @@ from traceview.errors import UnreadableTraceError
 CHUNK_ROWS = 131_072
 #: Rows per Arrow batch when reading through ADBC.
 ADBC_BATCH_ROWS = 131_072
+#: A table is split into parallel rowid ranges only above this many rows per range: below it,
+#: opening one more connection costs more than the range saves.
+MIN_RANGE_ROWS = 262_144
 
 _META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 _NSYS_MARKERS = ("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "TARGET_INFO_", "OSRT_API",
@@ -52,15 +60,17 @@ def _lenient_text(raw: bytes) -> str:
 
 @dataclass
 class Export:
-    """An open export: its tables with their columns, the export generation and meta data."""
+    """An open export: its tables with their columns, the export generation and meta data.
+
+    ``conn`` is the ``sqlite3`` connection (text, small queries); ``adbc`` the ADBC database
+    that :func:`read_table` opens its connections from (None: not installed or not wanted).
+    """
 
     path: Path
     conn: sqlite3.Connection
-    engine: Any
     tables: dict[str, list[str]]
     meta: dict[str, str] = field(default_factory=dict)
     adbc: Any = None
-    proxy: Any = None
 
     @property
     def generation(self) -> str:
@@ -80,9 +90,8 @@ class Export:
 
     def close(self) -> None:
         try:
-            (self.proxy or self.conn).close()
+            self.conn.close()
         finally:
-            self.engine.dispose()
             if self.adbc is not None:
                 self.adbc.close()
 
@@ -93,30 +102,22 @@ def open_export(path: Path, *, use_adbc: bool | None = None) -> Export:
     Raises :class:`UnreadableTraceError` naming the file when it is not SQLite or not an nsys
     export. ``use_adbc``: None = when installed, False = never, True = required.
     """
-    from sqlalchemy import create_engine
-    from sqlalchemy.pool import NullPool
-
     uri = ro_uri(path)
-
-    def connect() -> sqlite3.Connection:
-        con = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        con.text_factory = _lenient_text
-        return con
-
-    engine = create_engine("sqlite+pysqlite://", creator=connect, poolclass=NullPool)
     try:
-        proxy = engine.raw_connection()  # keep it: with NullPool, dropping it closes the file
-        conn = proxy.driver_connection
+        conn = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:  # a missing file or folder, no permission
+        raise UnreadableTraceError(path, f"cannot be read as SQLite ({exc})") from None
+    conn.text_factory = _lenient_text
+    try:
         rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    except Exception as exc:  # sqlite3.DatabaseError: not a database, encrypted, truncated
-        engine.dispose()
+    except sqlite3.Error as exc:  # not a database, encrypted, truncated
+        conn.close()
         raise UnreadableTraceError(path, f"cannot be read as SQLite ({exc})") from None
     names = [r[0] for r in rows]
     is_nsys = any(t in names for t in _META_TABLES) or (
         "StringIds" in names and any(n.startswith(_NSYS_MARKERS) for n in names))
     if not is_nsys:
-        proxy.close()
-        engine.dispose()
+        conn.close()
         raise UnreadableTraceError(
             path, "is a SQLite database but not an Nsight Systems export (no StringIds, "
             "META_DATA_EXPORT or CUPTI_ACTIVITY_KIND_* tables)")
@@ -126,20 +127,22 @@ def open_export(path: Path, *, use_adbc: bool | None = None) -> Export:
         if table in tables:
             meta.update({str(k): str(v) for k, v in conn.execute(
                 f"SELECT name, value FROM {table}") if v is not None})
-    export = Export(path=path, conn=conn, engine=engine, tables=tables, meta=meta, proxy=proxy)
+    export = Export(path=path, conn=conn, tables=tables, meta=meta)
     if use_adbc is not False:
-        export.adbc = _adbc_connect(uri, required=bool(use_adbc))
+        export.adbc = _adbc_database(uri, required=bool(use_adbc))
     return export
 
 
-def _adbc_connect(uri: str, *, required: bool) -> Any:
+def _adbc_database(uri: str, *, required: bool) -> Any:
+    # The low-level API, not adbc_driver_manager.dbapi: the DB-API module imports
+    # pyarrow.dataset and pandas (~0.5 s), which nothing here uses.
     try:
-        import adbc_driver_sqlite.dbapi as adbc
+        import adbc_driver_sqlite
     except ImportError:
         if required:
             raise
         return None
-    return adbc.connect(uri)
+    return adbc_driver_sqlite.connect(uri)
 
 
 def query_rows(export: Export, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
@@ -148,22 +151,16 @@ def query_rows(export: Export, sql: str, params: Sequence[Any] = ()) -> list[tup
 
 
 def read_frame(export: Export, sql: str, schema: dict[str, pl.DataType],
-               params: Sequence[Any] = (), *, numeric: bool = False) -> pl.DataFrame:
-    """A query's result as one typed Polars frame, read in chunks.
-
-    ``numeric`` queries (no text columns) may use the ADBC reader when it is available.
-    """
-    frames = list(iter_frames(export, sql, schema, params, numeric=numeric))
+               params: Sequence[Any] = ()) -> pl.DataFrame:
+    """A query's result (text decoded leniently) as one typed Polars frame, read in chunks."""
+    frames = list(iter_frames(export, sql, schema, params))
     if not frames:
         return pl.DataFrame(schema=schema)
     return pl.concat(frames, how="vertical", rechunk=True)
 
 
 def iter_frames(export: Export, sql: str, schema: dict[str, pl.DataType],
-                params: Sequence[Any] = (), *, numeric: bool = False) -> Iterator[pl.DataFrame]:
-    if numeric and export.adbc is not None:
-        yield from _adbc_frames(export, sql, schema, params)
-        return
+                params: Sequence[Any] = ()) -> Iterator[pl.DataFrame]:
     cursor = export.conn.execute(sql, tuple(params))
     try:
         while True:
@@ -175,22 +172,90 @@ def iter_frames(export: Export, sql: str, schema: dict[str, pl.DataType],
         cursor.close()
 
 
-def _adbc_frames(export: Export, sql: str, schema: dict[str, pl.DataType],
-                 params: Sequence[Any]) -> Iterator[pl.DataFrame]:
-    cursor = export.adbc.cursor()
+def read_table(export: Export, table: str, select: str,
+               schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """``SELECT select FROM table`` as one typed frame, rows in table order.
+
+    Through ADBC when available, a large table in parallel rowid ranges. Text comes through
+    ADBC too when all of it is UTF-8; a table with other bytes in its text, or values ADBC
+    cannot type, is read by the lenient ``sqlite3`` path instead: slower, same frame.
+    """
+    sql = f'SELECT {select} FROM "{table}"'
+    if export.adbc is None:
+        return read_frame(export, sql, schema)
+    queries = [(f"{sql} WHERE rowid BETWEEN {lo} AND {hi}", hi - lo + 1)
+               for lo, hi in rowid_ranges(export, table, parts=_cores())]
+    if not queries and pl.String in schema.values():
+        return read_frame(export, sql, schema)  # no rowid: the size of a range is unknown
     try:
-        cursor.adbc_statement.set_options(
-            **{"adbc.sqlite.query.batch_rows": str(ADBC_BATCH_ROWS)})
-        cursor.execute(sql, tuple(params) if params else None)
-        reader = cursor.fetch_record_batch()
-        names = list(schema)
-        for batch in reader:
-            frame = pl.from_arrow(batch)
-            assert isinstance(frame, pl.DataFrame)
-            frame.columns = names
-            yield frame.cast(schema, strict=False)  # type: ignore[arg-type]
+        with ThreadPoolExecutor(max(1, len(queries))) as pool:
+            frames = list(pool.map(lambda query: _adbc_frame(export, *query, schema),
+                                   queries or [(sql, 0)]))
+    except _NotForArrow:
+        return read_frame(export, sql, schema)
+    return pl.concat(frames, how="vertical", rechunk=True)
+
+
+def rowid_ranges(export: Export, table: str, parts: int) -> list[tuple[int, int]]:
+    """Up to ``parts`` consecutive ``(first, last)`` rowid ranges covering ``table``, each of at
+    least :data:`MIN_RANGE_ROWS` rowids; ``[]`` when the table has no rowid (a view, a
+    ``WITHOUT ROWID`` table) or no rows. A full scan visits rows in rowid order, so reading
+    the ranges in order and concatenating gives the rows in the same order."""
+    try:  # two queries: SQLite answers a lone min() or max() from the b-tree, both together
+        # only by scanning the table
+        lo = export.conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
+        hi = export.conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
+    except sqlite3.Error:
+        return []
+    if lo is None:
+        return []
+    span = hi - lo + 1
+    n = max(1, min(parts, span // MIN_RANGE_ROWS))
+    bounds = [lo + span * i // n for i in range(n + 1)]
+    return [(bounds[i], bounds[i + 1] - 1) for i in range(n)]
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+
+
+class _NotForArrow(Exception):
+    """A query whose result ADBC cannot give exactly: read it through ``sqlite3``."""
+
+
+def _adbc_frame(export: Export, sql: str, rows: int,
+                schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """One query (of at most ``rows`` rows) through its own ADBC connection, so several can run
+    at once."""
+    import adbc_driver_manager
+    import pyarrow as pa
+
+    text = pl.String in schema.values()
+    # ADBC types each column from the first batch: text whose first rows are NULL would be
+    # typed int64 and fail at its first value, so text is read in one batch
+    batch = max(rows, 1) if text else ADBC_BATCH_ROWS
+    conn = adbc_driver_manager.AdbcConnection(export.adbc)
+    try:
+        statement = adbc_driver_manager.AdbcStatement(conn)
+        try:
+            statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch)})
+            statement.set_sql_query(sql)
+            stream, _ = statement.execute_query()
+            table = pa.RecordBatchReader.from_stream(stream).read_all()
+            if text:
+                table.validate(full=True)  # checks the text is UTF-8
+        except (adbc_driver_manager.Error, pa.ArrowException, OSError) as exc:
+            # the driver's own errors come out of the Arrow stream as OSError
+            raise _NotForArrow(str(exc)) from exc
+        finally:
+            statement.close()
     finally:
-        cursor.close()
+        conn.close()
+    # one chunk per Arrow batch: the caller makes one contiguous frame of all ranges at once
+    frame = pl.from_arrow(table.rename_columns(list(schema)), rechunk=False)
+    assert isinstance(frame, pl.DataFrame)
+    return frame.cast(schema, strict=False)  # type: ignore[arg-type]
 
 
 def count_rows(export: Export, table: str) -> int:
@@ -201,8 +266,7 @@ def string_table(export: Export) -> pl.DataFrame:
     """``StringIds`` as a frame ``(id, value)``; empty when the table is missing."""
     if not export.has("StringIds", "id", "value"):
         return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
-    return read_frame(export, "SELECT id, value FROM StringIds",
-                      {"id": pl.Int64, "value": pl.String})
+    return read_table(export, "StringIds", "id, value", {"id": pl.Int64, "value": pl.String})
 
 
 def table_text(export: Export, table: str, key_col: str, value_col: str) -> dict[str, str]:

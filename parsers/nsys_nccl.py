@@ -30,6 +30,8 @@ thread that started before the call and ends after it).
 
 from __future__ import annotations
 
+import itertools
+
 import polars as pl
 
 from traceview.naming import collective_from_text
@@ -47,8 +49,31 @@ def _as_int(text: pl.Expr) -> pl.Expr:
             .otherwise(text.str.to_integer(strict=False)))
 
 
+#: NCCL's NVTX domain name in every letter case. Membership is tested on the Categorical column
+#: as it is, where ``str.to_uppercase() == "NCCL"`` would make a string per row; no other
+#: character upper-cases to N, C or L, so both tests agree.
+_NCCL_SPELLINGS = ["".join(letters) for letters in itertools.product(*zip("nccl", "NCCL"))]
+
+
 def is_nccl_domain() -> pl.Expr:
-    return (pl.col("kind") == "nvtx") & (pl.col("category").str.to_uppercase() == "NCCL")
+    return (pl.col("kind") == "nvtx") & pl.col("category").is_in(_NCCL_SPELLINGS)
+
+
+def is_comm_kernel_name(name: pl.Expr) -> pl.Expr:
+    """An NCCL/RCCL kernel's name (text)."""
+    return name.str.contains(r"(?i)nccl|rccl")
+
+
+def kernel_collective(comm_name: pl.Expr, told: pl.Expr) -> pl.Expr:
+    """A kernel's collective: for an NCCL/RCCL kernel (``comm_name``), the one its short name,
+    else its name, tells (``told``: :func:`collective_from_text` of that text), else ``other``;
+    null for every other kernel."""
+    return pl.when(comm_name).then(pl.coalesce(told, pl.lit("other")))
+
+
+def is_comm_kernel() -> pl.Expr:
+    """NCCL/RCCL kernels: the kernels that :func:`kernel_collective` gave a collective."""
+    return (pl.col("kind") == "kernel") & pl.col("collective").is_not_null()
 
 
 def nvtx_collectives(events: pl.DataFrame) -> pl.DataFrame:
@@ -62,6 +87,8 @@ def nvtx_collectives(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _nvtx_collectives(events: pl.DataFrame) -> pl.DataFrame:
+    name_type = events.schema["name"]
+    events = events.with_columns(pl.col("name").cast(pl.String))  # the fields are in the text
     nccl = is_nccl_domain()
     api = pl.col("name").str.extract(r"^\s*((?:nccl|rccl)\w+)", 1)
     type_size = _as_int(_field("type_size|typeSize"))
@@ -90,28 +117,15 @@ def _nvtx_collectives(events: pl.DataFrame) -> pl.DataFrame:
         pl.when(keyed).then(
             pl.col("ts_ns").rank("ordinal").over(["gpid", pl.when(keyed).then(
                 pl.col("pg_name"))]).cast(pl.Int64) - 1)
-        .otherwise(pl.col("seq")).alias("seq"))
+        .otherwise(pl.col("seq")).alias("seq"),
+        pl.col("name").cast(name_type))
 
 
 def kernel_collectives(events: pl.DataFrame) -> pl.DataFrame:
-    """NCCL kernels: collective from the kernel name, then the fields of the enclosing NCCL
-    range of their launch (see the module docstring)."""
-    comm_name = pl.col("name").str.contains(r"(?i)nccl|rccl")
-    is_comm_kernel = (pl.col("kind") == "kernel") & comm_name
-    # the regexes run once per distinct kernel name, not once per kernel
-    kernel_names = (events.filter(pl.col("kind") == "kernel")
-                    .select("name", "short_name").unique()
-                    .filter(comm_name)
-                    .with_columns(pl.coalesce(
-                        collective_from_text(pl.coalesce(pl.col("short_name"), pl.col("name"))),
-                        pl.lit("other")).alias("_kernel_collective")))
-    if kernel_names.is_empty():
+    """NCCL kernels (their collective set from their name by :func:`kernel_collective`): the
+    fields of the NCCL range that encloses their launch (see the module docstring)."""
+    if not events.select(is_comm_kernel().any()).item():
         return events
-    events = (events.join(kernel_names, on=["name", "short_name"], how="left", nulls_equal=True)
-              .with_columns(pl.when(pl.col("kind") == "kernel")
-                            .then(pl.coalesce("_kernel_collective", "collective"))
-                            .otherwise(pl.col("collective")).alias("collective"))
-              .drop("_kernel_collective"))
     ranges = (events.filter(is_nccl_domain() & pl.col("collective").is_not_null()
                             & pl.col("dur_ns").is_not_null())
               .select("gpid", "tid", pl.col("ts_ns").alias("r_start"),
@@ -123,8 +137,9 @@ def kernel_collectives(events: pl.DataFrame) -> pl.DataFrame:
               .sort("r_start"))
     if ranges.is_empty():
         return events
-    launches = (events.filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])
-                              & pl.col("correlation").is_not_null())
+    launches = (events.select("kind", "gpid", "tid", "correlation", "ts_ns")
+                .filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])
+                        & pl.col("correlation").is_not_null())
                 .select("gpid", "tid", "correlation", pl.col("ts_ns").alias("call_ts"))
                 .sort("call_ts"))
     matched = (launches.join_asof(ranges, left_on="call_ts", right_on="r_start",
@@ -136,11 +151,13 @@ def kernel_collectives(events: pl.DataFrame) -> pl.DataFrame:
     if matched.is_empty():
         return events
     with_row = events.with_row_index("_row")
-    kernels = (with_row.filter(is_comm_kernel).select("_row", "gpid", "correlation")
+    kernels = (with_row.select("_row", "kind", "collective", "gpid", "correlation")
+               .filter(is_comm_kernel()).drop("kind", "collective")
                .join(matched, on=["gpid", "correlation"], how="inner"))
     if kernels.is_empty():
         return events
-    joined = with_row.join(kernels.drop("gpid", "correlation"), on="_row", how="left")
+    joined = with_row.join(kernels.drop("gpid", "correlation"), on="_row", how="left",
+                           maintain_order="left")
     hit = pl.col("r_seq").is_not_null() | pl.col("r_pg").is_not_null()
     return joined.with_columns(
         pl.when(pl.col("collective").is_in(["other"]) & pl.col("r_collective").is_not_null())

@@ -2,16 +2,24 @@
 
 Every reader returns a frame in the *staging layout*: the event-store columns it can fill plus
 ``gpid`` (the serialized process id, tid bits cleared: the key that scopes correlation ids and
-NVTX domains), ``end_rel`` / ``start_rel`` (session-relative ns) and, for NVTX, ``domain_id``.
-Names stay integer ``StringIds`` ids (``name_id``) until :func:`resolve_names`, one join for
-all tables.
+NVTX domains) and ``end_rel`` / ``start_rel`` (session-relative ns).
+
+Strings that repeat are dictionary-typed from the start (``kind`` an Enum of the schema's kinds,
+category, name, short_name and copy_kind Categoricals), and text is made once per distinct
+value, not once per row: what a row needs from ``StringIds`` (its name, its kernel args_json,
+...) is derived once per string by :func:`name_lookup` and gathered at the row's string id
+(:func:`by_id`), and the labels and args_json of memcpy and memset once per distinct
+combination. A table of millions of kernels then carries no string per row but its args_json.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from traceview.parsers.nsys_db import Export, read_frame
+from traceview.naming import collective_from_text
+from traceview.parsers.nsys_db import Export, read_frame, read_table
+from traceview.parsers.nsys_nccl import is_comm_kernel_name, kernel_collective
+from traceview.schema import KINDS, SOURCES
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -43,6 +51,21 @@ NVTX_DOMAIN_CREATE = 75
 NO_STREAM = 0xFFFFFFFF
 
 I64 = pl.Int64
+CAT = pl.Categorical
+#: ``kind`` and ``source`` are closed vocabularies: as Enums they go to Arrow as they are, where
+#: a Categorical column is re-encoded (~40 ms per 2 M rows).
+KIND = pl.Enum(KINDS)
+SOURCE = pl.Enum(SOURCES)
+
+
+def kind(name: str) -> pl.Expr:
+    """A constant ``kind`` column."""
+    return pl.lit(name, dtype=KIND)
+
+
+def label(text: str) -> pl.Expr:
+    """A constant Categorical column (``category``, ``name``)."""
+    return pl.lit(text, dtype=CAT)
 
 
 def _pid_from_gpid(col: str) -> pl.Expr:
@@ -72,19 +95,20 @@ def _gpu_common(export: Export, table: str) -> tuple[str, dict[str, pl.DataType]
     return select, schema
 
 
-def _gpu_staging(frame: pl.DataFrame, kind: str, category: str) -> pl.DataFrame:
+def _gpu_staging(frame: pl.DataFrame, kind_name: str, category: str) -> pl.DataFrame:
     return frame.with_columns(
-        pl.lit(kind).alias("kind"),
-        pl.lit(category).alias("category"),
+        kind(kind_name).alias("kind"),
+        label(category).alias("category"),
         _pid_from_gpid("gpid").alias("pid"),
         pl.when(pl.col("stream") == NO_STREAM).then(None).otherwise(pl.col("stream"))
         .alias("stream"),
     )
 
 
-def kernels(export: Export, *, launch_args: bool = True) -> pl.DataFrame:
+def kernels(export: Export, lookup: pl.DataFrame, *, launch_args: bool = True) -> pl.DataFrame:
     """CUPTI_ACTIVITY_KIND_KERNEL -> ``kernel`` rows; name = demangled name (short name in
-    args_json with the launch geometry)."""
+    args_json with the launch geometry), NCCL kernels' collective from their name.
+    ``lookup``: :func:`name_lookup`."""
     select, schema = _gpu_common(export, KERNEL)
     select += f', demangledName, {export.col(KERNEL, "shortName")}'
     schema |= {"name_id": I64, "short_id": I64}
@@ -93,38 +117,70 @@ def kernels(export: Export, *, launch_args: bool = True) -> pl.DataFrame:
     if launch_args:
         select += ", " + ", ".join(export.col(KERNEL, c) for c in extra)
         schema |= {c: I64 for c in extra}
-    frame = read_frame(export, f"SELECT {select} FROM {KERNEL}", schema, numeric=True)
-    frame = _gpu_staging(frame, "kernel", KERNEL)
-    if launch_args:  # JSON text built once per distinct launch configuration
-        combos = frame.select(extra).unique().with_columns(
-            pl.concat_str(
-                pl.lit('{"grid":['), pl.col("gridX"), pl.lit(","), pl.col("gridY"), pl.lit(","),
-                pl.col("gridZ"), pl.lit('],"block":['), pl.col("blockX"), pl.lit(","),
-                pl.col("blockY"), pl.lit(","), pl.col("blockZ"),
-                pl.lit('],"registers per thread":'), pl.col("registersPerThread"),
-                pl.lit(',"shared memory":'),
-                pl.col("staticSharedMemory") + pl.col("dynamicSharedMemory"),
-                ignore_nulls=False).alias("launch_json"))
-        frame = frame.join(combos, on=list(extra), how="left", nulls_equal=True).drop(extra)
-    return frame
+    frame = _gpu_staging(read_table(export, KERNEL, select, schema), "kernel", KERNEL)
+    short = by_id(lookup, "_sid_name", "short_id")
+    # args_json: {launch geometry, "shortName": ...}; {} without a short name
+    if launch_args:  # the geometry's JSON made once per distinct launch configuration
+        combos = frame.select(extra).unique().with_columns(pl.concat_str(
+            pl.lit('{"grid":['), pl.col("gridX"), pl.lit(","), pl.col("gridY"), pl.lit(","),
+            pl.col("gridZ"), pl.lit('],"block":['), pl.col("blockX"), pl.lit(","),
+            pl.col("blockY"), pl.lit(","), pl.col("blockZ"),
+            pl.lit('],"registers per thread":'), pl.col("registersPerThread"),
+            pl.lit(',"shared memory":'),
+            pl.col("staticSharedMemory") + pl.col("dynamicSharedMemory"),
+            ignore_nulls=False).alias("_launch_json"))
+        frame = _join(frame, combos, list(extra)).drop(extra)
+        short_json = pl.concat_str(pl.lit('"shortName":'), by_id(lookup, "_str_json", "short_id"))
+        args = pl.coalesce(pl.concat_str(pl.col("_launch_json"), pl.lit(","), short_json,
+                                         pl.lit("}")),
+                           pl.concat_str(pl.lit("{"), short_json, pl.lit("}")), pl.lit("{}"))
+    else:
+        args = by_id(lookup, "_short_args", "short_id").fill_null("{}")
+    # NCCL kernels: the collective their short name (else name) tells
+    told = pl.when(short.is_not_null()).then(by_id(lookup, "_collective", "short_id")).otherwise(
+        by_id(lookup, "_collective", "name_id"))
+    return frame.with_columns(
+        by_id(lookup, "_sid_name", "name_id").alias("name"), short.alias("short_name"),
+        args.alias("args_json"),
+        kernel_collective(by_id(lookup, "_comm_kernel", "name_id"), told).alias("collective"),
+    ).drop("name_id", "short_id", *(["_launch_json"] if launch_args else []))
 
 
-def runtime(export: Export, table: str = RUNTIME) -> pl.DataFrame:
-    """CUDA runtime and driver API calls. ``eventClass`` 1 (or a ``cu*`` name in the
-    ``DRIVER`` table) is a driver call; the kind is fixed after names are resolved."""
+def runtime(export: Export, lookup: pl.DataFrame, table: str = RUNTIME) -> pl.DataFrame:
+    """CUDA runtime and driver API calls. ``eventClass`` 1 (or any row of the ``DRIVER``
+    table) is a driver call. ``lookup``: :func:`name_lookup`."""
     select = (f'start, "end", {export.col(table, "eventClass", "0")}, globalTid, '
               f'{export.col(table, "correlationId")}, nameId, '
               f'{export.col(table, "returnValue", "0")}')
     schema = {"start_rel": I64, "end_rel": I64, "event_class": I64, "gtid": I64,
               "correlation": I64, "name_id": I64, "return_value": I64}
-    frame = read_frame(export, f'SELECT {select} FROM "{table}"', schema, numeric=True)
+    frame = read_table(export, table, select, schema)
     driver = (pl.lit(True) if table == DRIVER else pl.col("event_class") == 1)
-    return frame.with_columns(
-        pl.when(driver).then(pl.lit("cuda_driver")).otherwise(pl.lit("cuda_runtime"))
+    frame = frame.with_columns(
+        pl.when(driver).then(kind("cuda_driver")).otherwise(kind("cuda_runtime"))
         .alias("kind"),
-        pl.lit(table).alias("category"),
+        label(table).alias("category"),
         *_thread_ids(),
     )
+    return _api_names(frame, lookup)
+
+
+def _api_names(frame: pl.DataFrame, lookup: pl.DataFrame) -> pl.DataFrame:
+    """API calls: the name without nsys's version suffix; the raw name (and a non-zero return
+    value) in args_json."""
+    raw = by_id(lookup, "_api_json", "name_id")
+    return frame.with_columns(
+        by_id(lookup, "_api_name", "name_id").alias("name"),
+        pl.when(pl.col("return_value").fill_null(0) != 0).then(
+            pl.concat_str(raw.str.head(-1), pl.lit(',"returnValue":'), pl.col("return_value"),
+                          pl.lit("}")))
+        .otherwise(raw).alias("args_json"),
+    ).drop("name_id")
+
+
+def _join(frame: pl.DataFrame, labels: pl.DataFrame, keys: str | list[str]) -> pl.DataFrame:
+    """``frame`` with the columns of ``labels`` (one row per distinct key), rows in order."""
+    return frame.join(labels, on=keys, how="left", nulls_equal=True, maintain_order="left")
 
 
 def _thread_ids() -> list[pl.Expr]:
@@ -140,7 +196,7 @@ def memcpy(export: Export) -> pl.DataFrame:
     select += (f', bytes, copyKind, {export.col(MEMCPY, "srcKind")}, '
                f'{export.col(MEMCPY, "dstKind")}')
     schema |= {"bytes": I64, "copy_kind_id": I64, "src_kind": I64, "dst_kind": I64}
-    frame = read_frame(export, f"SELECT {select} FROM {MEMCPY}", schema, numeric=True)
+    frame = read_table(export, MEMCPY, select, schema)
     direction = pl.col("copy_kind_id").replace_strict(COPY_KIND, default=None,
                                                       return_dtype=pl.String)
     src = pl.col("src_kind").replace_strict(MEM_KIND, default=None, return_dtype=pl.String)
@@ -149,47 +205,49 @@ def memcpy(export: Export) -> pl.DataFrame:
         pl.concat_str(pl.lit("Memcpy "), direction, pl.lit(" ("), src, pl.lit(" -> "), dst,
                       pl.lit(")"), ignore_nulls=False),
         pl.concat_str(pl.lit("Memcpy "), pl.coalesce(direction, pl.lit("Unknown"))))
-    return _gpu_staging(frame, "memcpy", MEMCPY).with_columns(
-        name.alias("name"), direction.alias("copy_kind"),
+    keys = ["copy_kind_id", "src_kind", "dst_kind"]
+    combos = frame.select(keys).unique().with_columns(
+        name.cast(CAT).alias("name"), direction.cast(CAT).alias("copy_kind"),
         pl.struct(pl.col("copy_kind_id").alias("copyKind"), pl.col("src_kind").alias("srcKind"),
-                  pl.col("dst_kind").alias("dstKind")).struct.json_encode().alias("args_json"),
-    ).drop("copy_kind_id", "src_kind", "dst_kind")
+                  pl.col("dst_kind").alias("dstKind")).struct.json_encode().alias("args_json"))
+    return _join(_gpu_staging(frame, "memcpy", MEMCPY), combos, keys).drop(keys)
 
 
 def memset(export: Export) -> pl.DataFrame:
     select, schema = _gpu_common(export, MEMSET)
     select += f', bytes, {export.col(MEMSET, "memKind")}, {export.col(MEMSET, "value")}'
     schema |= {"bytes": I64, "mem_kind": I64, "value": I64}
-    frame = read_frame(export, f"SELECT {select} FROM {MEMSET}", schema, numeric=True)
+    frame = read_table(export, MEMSET, select, schema)
     kind_label = pl.col("mem_kind").replace_strict(MEM_KIND, default=None,
                                                    return_dtype=pl.String)
-    return _gpu_staging(frame, "memset", MEMSET).with_columns(
+    keys = ["mem_kind", "value"]
+    combos = frame.select(keys).unique().with_columns(
         pl.coalesce(pl.concat_str(pl.lit("Memset ("), kind_label, pl.lit(")")),
-                    pl.lit("Memset")).alias("name"),
+                    pl.lit("Memset")).cast(CAT).alias("name"),
         pl.struct(pl.col("value"), pl.col("mem_kind").alias("memKind")).struct.json_encode()
-        .alias("args_json"),
-    ).drop("mem_kind", "value")
+        .alias("args_json"))
+    return _join(_gpu_staging(frame, "memset", MEMSET), combos, keys).drop(keys)
 
 
 def sync(export: Export) -> pl.DataFrame:
     select, schema = _gpu_common(export, SYNC)
     select += f', syncType, {export.col(SYNC, "eventId")}'
     schema |= {"sync_type": I64, "event_id": I64}
-    frame = read_frame(export, f"SELECT {select} FROM {SYNC}", schema, numeric=True)
+    frame = read_table(export, SYNC, select, schema)
     return _gpu_staging(frame, "sync", SYNC).with_columns(
         pl.col("sync_type").replace_strict(SYNC_NAME, default="Unknown Sync",
-                                           return_dtype=pl.String).alias("name"),
+                                           return_dtype=CAT).alias("name"),
         pl.struct(pl.col("sync_type").alias("syncType"), pl.col("event_id").alias("eventId"))
         .struct.json_encode().alias("args_json"),
     ).drop("sync_type", "event_id")
 
 
-def osrt(export: Export) -> pl.DataFrame:
+def osrt(export: Export, lookup: pl.DataFrame) -> pl.DataFrame:
     schema = {"start_rel": I64, "end_rel": I64, "gtid": I64, "name_id": I64}
-    frame = read_frame(export, f'SELECT start, "end", globalTid, nameId FROM {OSRT}', schema,
-                       numeric=True)
-    return frame.with_columns(pl.lit("os_runtime").alias("kind"), pl.lit(OSRT).alias("category"),
-                              *_thread_ids())
+    frame = read_table(export, OSRT, 'start, "end", globalTid, nameId', schema)
+    frame = frame.with_columns(kind("os_runtime").alias("kind"), label(OSRT).alias("category"),
+                               pl.lit(None, dtype=I64).alias("return_value"), *_thread_ids())
+    return _api_names(frame, lookup)
 
 
 def nvtx(export: Export) -> pl.DataFrame:
@@ -205,8 +263,7 @@ def nvtx(export: Export) -> pl.DataFrame:
     schema = {"start_rel": I64, "end_rel": I64, "event_type": I64, "text": pl.String,
               "name_id": I64, "gtid": I64, "domain_id": I64, "payload_int": I64,
               "payload_float": pl.Float64, "json_text": pl.String}
-    frame = read_frame(export, f"SELECT {select} FROM {NVTX}", schema)
-    return frame.with_columns(*_thread_ids())
+    return read_table(export, NVTX, select, schema).with_columns(*_thread_ids())
 
 
 def domain_names(export: Export, nvtx_rows: pl.DataFrame) -> pl.DataFrame:
@@ -240,8 +297,8 @@ def nvtx_events(rows: pl.DataFrame, domains: pl.DataFrame,
     domain = pl.when(pl.col("domain_id").fill_null(0) == 0).then(pl.lit("default")).otherwise(
         pl.coalesce(pl.col("domain"), pl.format("domain {}", pl.col("domain_id"))))
     events = events.with_columns(
-        pl.lit("nvtx").alias("kind"),
-        pl.coalesce(pl.col("text"), pl.col("_registered"), pl.lit("")).alias("name"),
+        kind("nvtx").alias("kind"),
+        pl.coalesce(pl.col("text"), pl.col("_registered"), pl.lit("")).cast(CAT).alias("name"),
         domain.alias("category"),
         pl.when(is_mark).then(pl.lit(None, dtype=I64)).otherwise(pl.col("end_rel"))
         .alias("end_rel"),
@@ -250,54 +307,55 @@ def nvtx_events(rows: pl.DataFrame, domains: pl.DataFrame,
         pl.col("category").alias("domain"), pl.col("event_type").alias("eventType"),
         pl.col("payload_int").alias("payload"), pl.col("payload_float").alias("payload_float"),
         pl.col("json_text").alias("json"))
-    events = events.with_columns(payload.struct.json_encode().alias("args_json"))
+    events = events.with_columns(payload.struct.json_encode().alias("args_json"),
+                                 pl.col("category").cast(CAT))
     return (events.drop("text", "_registered", "domain", "event_type", "payload_int",
                         "payload_float", "json_text", "name_id"),
             {k: v for k, v in dropped.items() if v})
 
 
+#: StringIds are numbered 0, 1, 2, ... in exports; up to this many unused ids (or twice the
+#: strings) are kept as null rows so that a row's id is its row in :func:`name_lookup`.
+_ID_GAPS = 65_536
+
+
 def name_lookup(strings: pl.DataFrame) -> pl.DataFrame:
-    """StringIds with what every row needs derived once per string, not once per row:
-    ``name_id``, ``_sid_name``, ``_api_name`` (nsys's ``_v7000`` version suffix dropped, as Kineto
-    names API calls), ``_api_json`` (``{"nsys_name": raw}``) and ``_str_json`` (JSON literal)."""
+    """StringIds with what rows need derived once per string, not once per row: ``name_id``,
+    ``_sid_name``, ``_api_name`` (nsys's ``_v7000`` version suffix dropped, as Kineto names API
+    calls), ``_api_json`` (``{"nsys_name": raw}``), ``_str_json`` (JSON literal),
+    ``_short_args`` (a kernel's args_json ``{"shortName": ...}``), ``_comm_kernel`` (an
+    NCCL/RCCL kernel name) and ``_collective`` (the collective the text tells).
+
+    One row per id from 0 up, null rows for unused ids, when the ids are that dense (they are in
+    exports): then :func:`by_id` resolves a column by gathering at the id instead of a join."""
+    strings = strings.unique("id", keep="first", maintain_order=True).sort("id")
+    ids = strings["id"]
+    if strings.height and ids.min() >= 0 and ids.max() < 2 * strings.height + _ID_GAPS:
+        strings = pl.DataFrame({"id": pl.int_range(ids.max() + 1, eager=True)}).join(
+            strings, on="id", how="left", maintain_order="left")
+    value = pl.col("value")
     return strings.select(
-        pl.col("id").alias("name_id"), pl.col("value").alias("_sid_name"),
-        pl.col("value").str.replace(r"_v\d+$", "").alias("_api_name"),
-        pl.struct(pl.col("value").alias("nsys_name")).struct.json_encode().alias("_api_json"),
-        _json_strings(pl.col("value")).alias("_str_json"),
+        pl.col("id").alias("name_id"), value.cast(CAT).alias("_sid_name"),
+        value.str.replace(r"_v\d+$", "").cast(CAT).alias("_api_name"),
+        pl.struct(value.alias("nsys_name")).struct.json_encode().alias("_api_json"),
+        _json_strings(value).alias("_str_json"),
+        pl.concat_str(pl.lit('{"shortName":'), _json_strings(value), pl.lit("}"))
+        .alias("_short_args"),
+        is_comm_kernel_name(value).alias("_comm_kernel"),
+        collective_from_text(value).alias("_collective"),
     )
 
 
-def resolve_names(frame: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
-    """Fill ``name`` from ``name_id`` (StringIds); API calls keep their raw nsys name (and a
-    non-zero return value) in args_json. Kernel args_json gets the short name."""
-    lookup = name_lookup(strings)
-    frame = frame.join(lookup.drop("_str_json"), on="name_id", how="left")
-    is_api = pl.col("kind").is_in(["cuda_runtime", "cuda_driver", "os_runtime"])
-    frame = frame.with_columns(
-        pl.coalesce(pl.when(is_api).then(pl.col("_api_name")).otherwise(pl.col("_sid_name")),
-                    pl.col("name")).alias("name"),
-        pl.when(is_api & (pl.col("return_value").fill_null(0) != 0)).then(
-            pl.concat_str(pl.col("_api_json").str.head(-1), pl.lit(',"returnValue":'),
-                          pl.col("return_value"), pl.lit("}")))
-        .when(is_api).then(pl.col("_api_json"))
-        .otherwise(pl.col("args_json")).alias("args_json"),
-    ).drop("_sid_name", "_api_name", "_api_json")
-    if "short_id" in frame.columns:
-        short = lookup.select(pl.col("name_id").alias("short_id"),
-                              pl.col("_sid_name").alias("short_name"), "_str_json")
-        frame = frame.drop("short_name", strict=False).join(short, on="short_id", how="left")
-        short_json = pl.concat_str(pl.lit('"shortName":'), pl.col("_str_json"))
-        launch = pl.col("launch_json") if "launch_json" in frame.columns else pl.lit(None)
-        frame = frame.with_columns(
-            pl.when(pl.col("kind") == "kernel").then(
-                pl.coalesce(pl.concat_str(launch, pl.lit(","), short_json, pl.lit("}")),
-                            pl.concat_str(pl.lit("{"), short_json, pl.lit("}")),
-                            pl.lit("{}")))
-            .otherwise(pl.col("args_json")).alias("args_json"),
-        ).drop("_str_json", "short_id", *(["launch_json"] if "launch_json" in frame.columns
-                                          else []))
-    return frame
+def by_id(lookup: pl.DataFrame, column: str, id_col: str) -> pl.Expr:
+    """``lookup[column]`` (a :func:`name_lookup` column) at each row's ``id_col``; null for a
+    null or unknown id."""
+    ids = pl.col(id_col)
+    if lookup.height and lookup["name_id"][-1] == lookup.height - 1:  # id i is row i
+        row = pl.when(ids.is_between(0, lookup.height - 1)).then(ids)
+    else:  # ids too far apart to lay out by id: look each one up
+        row = ids.replace_strict(lookup["name_id"], pl.int_range(lookup.height, eager=True),
+                                 default=None)
+    return pl.lit(lookup[column]).gather(row)
 
 
 def _json_strings(value: pl.Expr) -> pl.Expr:

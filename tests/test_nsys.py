@@ -306,6 +306,87 @@ def test_adbc_and_python_driver_agree(tmp_path: Path) -> None:
     assert (fast.input_events, fast.dropped) == (slow.input_events, slow.dropped)
 
 
+def test_arrow_reader_gives_the_lenient_readers_frame(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``read_table`` (ADBC, in parallel rowid ranges) gives the frame the sqlite3 path gives,
+    for text whose first rows are NULL (ADBC types a column from its first batch), and falls
+    back to the sqlite3 path for text that is not UTF-8 and for a column that ADBC types from a
+    batch of NULLs (int64) before it meets a REAL."""
+    pytest.importorskip("adbc_driver_sqlite")
+    from traceview.parsers import nsys_db
+
+    path = tmp_path / "t.sqlite"
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+        con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER, text TEXT, payload REAL)")
+        con.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?)", [
+            (i, None if i < 700 else f"range {i}", None if i < 900 else i / 4)
+            for i in range(1000)])
+        con.execute("CREATE TABLE mixed (start INTEGER, value)")  # text from the first batch
+        con.executemany("INSERT INTO mixed VALUES (?, ?)", [(i, "x" if i % 3 == 1 else i)
+                                                           for i in range(1000)])
+        con.execute("CREATE TABLE reals (start INTEGER, payload REAL)")
+        con.executemany("INSERT INTO reals VALUES (?, ?)", [(i, i / 4 if i >= 700 else None)
+                                                           for i in range(1000)])
+        con.execute("CREATE TABLE bad (start INTEGER, text TEXT)")
+        con.executemany("INSERT INTO bad VALUES (?, ?)", [(i, f"ok {i}") for i in range(999)])
+        con.execute("INSERT INTO bad VALUES (999, CAST(X'6261645FFF' AS TEXT))")
+    con.close()
+    monkeypatch.setattr(nsys_db, "MIN_RANGE_ROWS", 100)
+    monkeypatch.setattr(nsys_db, "ADBC_BATCH_ROWS", 100)
+    monkeypatch.setattr(nsys_db, "_cores", lambda: 4)
+    lenient: list[str] = []
+    read_frame = nsys_db.read_frame
+    monkeypatch.setattr(nsys_db, "read_frame", lambda export, sql, schema, params=(): (
+        lenient.append(sql), read_frame(export, sql, schema, params))[1])
+    export = nsys_db.open_export(path, use_adbc=True)
+    try:
+        cases = [("NVTX_EVENTS", "start, text, payload",
+                  {"start": pl.Int64, "text": pl.String, "payload": pl.Float64}, False),
+                 ("mixed", "start, value", {"start": pl.Int64, "value": pl.String}, False),
+                 ("reals", "start, payload", {"start": pl.Int64, "payload": pl.Float64}, True),
+                 ("bad", "start, text", {"start": pl.Int64, "text": pl.String}, True)]
+        for table, select, schema, falls_back in cases:
+            lenient.clear()
+            fast = nsys_db.read_table(export, table, select, schema)
+            assert len(lenient) == falls_back, table
+            assert fast.equals(read_frame(export, f'SELECT {select} FROM "{table}"', schema))
+        assert fast["text"][-1] == "bad_\ufffd"
+    finally:
+        export.close()
+
+
+def test_string_ids_far_apart_resolve_like_dense_ones(tmp_path: Path) -> None:
+    """Names are looked up by gathering at the StringIds id when ids are 0..n-1 (as exports
+    number them) and by a hash lookup otherwise: both must store the same events. A kernel
+    whose name id is missing from StringIds gets no name either way."""
+    dense = write_export(tmp_path / "dense.sqlite", ranks=2).path
+    sparse = tmp_path / "sparse.sqlite"
+    sparse.write_bytes(dense.read_bytes())
+    references = {"CUPTI_ACTIVITY_KIND_KERNEL": ["demangledName", "shortName"],
+                  "CUPTI_ACTIVITY_KIND_RUNTIME": ["nameId"], "OSRT_API": ["nameId"],
+                  "ThreadNames": ["nameId"], "NVTX_EVENTS": ["textId"]}
+    with sqlite3.connect(sparse) as con:  # id -> id * 1_000_003 + 7: far apart, none small
+        con.execute("UPDATE StringIds SET id = -1 - id")  # through negatives: ids stay unique
+        con.execute("UPDATE StringIds SET id = (-1 - id) * 1000003 + 7")
+        for table, columns in references.items():
+            for column in columns:
+                con.execute(f"UPDATE {table} SET {column} = {column} * 1000003 + 7 "
+                            f"WHERE {column} IS NOT NULL")
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 5 "
+                    "WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    con.close()
+    with sqlite3.connect(dense) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 1000000 "
+                    "WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    con.close()
+    for launch_args in (False, True):
+        a = frame(nsys.parse(dense, include_osrt=True, launch_args=launch_args))
+        b = frame(nsys.parse(sparse, include_osrt=True, launch_args=launch_args))
+        assert a.equals(b)
+        assert a.filter(pl.col("kind") == "kernel")["name"].null_count() == 1
+
+
 @given(pid=st.integers(0, 2**24 - 1), tid=st.integers(0, 2**24 - 1), vm=st.integers(0, 2**15))
 def test_global_id_decoding(pid: int, tid: int, vm: int) -> None:
     """globalTid = vm << 48 | pid << 24 | tid decodes back to (pid, tid, globalPid)."""

@@ -1,0 +1,101 @@
+"""Cold ingest of one nsys SQLite export through ``traceview.open``, as ``ops.op_nsys`` times it.
+
+    python benchmarks/nsys_ingest.py PATH [--cache-dir DIR] [--repeat 3] [--profile pyinstrument]
+
+Each run is a fresh process (as in the harness, so lazy imports inside the parser are paid): it
+imports what ``ops._warm_imports`` imports, removes the cache folder, then times
+``traceview.open`` and counts the kernel rows in the store. Prints wall and CPU seconds (the
+process and its waited-for children), kernel rows/s and the peak RSS of each run. Not a unit
+test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.ops import _warm_imports  # noqa: E402
+
+
+def _cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def cold_open(path: Path, cache: Path) -> tuple[float, float, int]:
+    """(wall s, CPU s, kernel rows) of one cold ``traceview.open``."""
+    import polars as pl
+
+    import traceview
+
+    shutil.rmtree(cache, ignore_errors=True)
+    wall, cpu = time.perf_counter(), _cpu()
+    ts = traceview.open([path], cache_dir=cache)
+    wall, cpu = time.perf_counter() - wall, _cpu() - cpu
+    kernels = ts.events.filter(pl.col("kind") == "kernel").select(pl.len()).collect().item()
+    return wall, cpu, int(kernels)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("path", type=Path)
+    ap.add_argument("--cache-dir", type=Path, default=Path("/tmp/traceview-nsys-bench-cache"))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--profile", choices=("pyinstrument", "cprofile"))
+    ap.add_argument("--once", action="store_true", help="one run in this process, as JSON")
+    args = ap.parse_args(argv)
+    if not args.once and not args.profile:
+        return _repeat(args)
+    _warm_imports()
+    if args.profile == "pyinstrument":
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.001)
+        profiler.start()
+        cold_open(args.path, args.cache_dir)
+        profiler.stop()
+        print(profiler.output_text(unicode=False, color=False, show_all=False))
+        return 0
+    if args.profile == "cprofile":
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+        cold_open(args.path, args.cache_dir)
+        prof.disable()
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
+        return 0
+    wall, cpu, kernels = cold_open(args.path, args.cache_dir)
+    peak = max(resource.getrusage(who).ru_maxrss / 1024
+               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "kernels": kernels, "peak_rss_mb": peak}))
+    return 0
+
+
+def _repeat(args: argparse.Namespace) -> int:
+    command = [sys.executable, __file__, str(args.path), "--cache-dir", str(args.cache_dir),
+               "--once"]
+    for i in range(args.repeat):
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"run {i + 1}: wall {r['wall_s']:5.2f} s  cpu {r['cpu_s']:5.2f} s  "
+              f"{r['kernels']:,} kernels  {r['kernels'] / r['wall_s']:>9,.0f} kernel rows/s "
+              f"(wall)  {r['kernels'] / r['cpu_s']:>9,.0f} (CPU)  "
+              f"peak RSS {r['peak_rss_mb']:,.0f} MB", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
