@@ -1,7 +1,7 @@
 """Read-only access to an Nsight Systems SQLite export: open, introspect, read tables in chunks.
 
-The user's file is opened with the URI ``file:<path>?mode=ro`` (``uri=True``), so SQLite itself
-refuses every write and never creates a ``-journal`` or ``-wal`` file. ``immutable=1`` is *not*
+The export is opened through a SQLAlchemy engine (whose connection is a ``sqlite3`` one) with
+the URI ``file:<path>?mode=ro`` (``uri=True``), so SQLite itself refuses every write and never creates a ``-journal`` or ``-wal`` file. ``immutable=1`` is *not*
 used: it also skips locking and change detection, which is only safe if nobody writes the file
 while we read it, and an export still being written (or copied) would then be read
 inconsistently instead of failing. Text is decoded leniently (bytes that are not UTF-8 become
@@ -62,8 +62,9 @@ def _lenient_text(raw: bytes) -> str:
 class Export:
     """An open export: its tables with their columns, the export generation and meta data.
 
-    ``conn`` is the ``sqlite3`` connection (text, small queries); ``adbc`` the ADBC database
-    that :func:`read_table` opens its connections from (None: not installed or not wanted).
+    ``conn`` is the ``sqlite3`` connection (text, small queries) that the SQLAlchemy
+    ``engine`` opened; ``adbc`` the ADBC database that :func:`read_table` opens its
+    connections from (None: not installed or not wanted).
     """
 
     path: Path
@@ -71,6 +72,8 @@ class Export:
     tables: dict[str, list[str]]
     meta: dict[str, str] = field(default_factory=dict)
     adbc: Any = None
+    engine: Any = None
+    proxy: Any = None  # the engine's checked-out connection (NullPool: closing it closes conn)
 
     @property
     def generation(self) -> str:
@@ -90,7 +93,12 @@ class Export:
 
     def close(self) -> None:
         try:
-            self.conn.close()
+            if self.proxy is not None:
+                self.proxy.close()
+            else:
+                self.conn.close()
+            if self.engine is not None:
+                self.engine.dispose()
         finally:
             if self.adbc is not None:
                 self.adbc.close()
@@ -102,22 +110,37 @@ def open_export(path: Path, *, use_adbc: bool | None = None) -> Export:
     Raises :class:`UnreadableTraceError` naming the file when it is not SQLite or not an nsys
     export. ``use_adbc``: None = when installed, False = never, True = required.
     """
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
     uri = ro_uri(path)
+
+    def connect() -> sqlite3.Connection:
+        con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        con.text_factory = _lenient_text
+        return con
+
+    # SQLAlchemy owns the connection (the project's database layer; its engine is how other
+    # tools reach the export too); the bulk tables bypass it through ADBC, below.
+    engine = create_engine("sqlite+pysqlite://", creator=connect, poolclass=NullPool)
     try:
-        conn = sqlite3.connect(uri, uri=True)
-    except sqlite3.Error as exc:  # a missing file or folder, no permission
+        proxy = engine.raw_connection()
+    except Exception as exc:  # sqlite3.Error: a missing file or folder, no permission
+        engine.dispose()
         raise UnreadableTraceError(path, f"cannot be read as SQLite ({exc})") from None
-    conn.text_factory = _lenient_text
+    conn = proxy.driver_connection
     try:
         rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     except sqlite3.Error as exc:  # not a database, encrypted, truncated
-        conn.close()
+        proxy.close()
+        engine.dispose()
         raise UnreadableTraceError(path, f"cannot be read as SQLite ({exc})") from None
     names = [r[0] for r in rows]
     is_nsys = any(t in names for t in _META_TABLES) or (
         "StringIds" in names and any(n.startswith(_NSYS_MARKERS) for n in names))
     if not is_nsys:
-        conn.close()
+        proxy.close()
+        engine.dispose()
         raise UnreadableTraceError(
             path, "is a SQLite database but not an Nsight Systems export (no StringIds, "
             "META_DATA_EXPORT or CUPTI_ACTIVITY_KIND_* tables)")
@@ -127,7 +150,7 @@ def open_export(path: Path, *, use_adbc: bool | None = None) -> Export:
         if table in tables:
             meta.update({str(k): str(v) for k, v in conn.execute(
                 f"SELECT name, value FROM {table}") if v is not None})
-    export = Export(path=path, conn=conn, tables=tables, meta=meta)
+    export = Export(path=path, conn=conn, tables=tables, meta=meta, engine=engine, proxy=proxy)
     if use_adbc is not False:
         export.adbc = _adbc_database(uri, required=bool(use_adbc))
     return export
