@@ -107,50 +107,74 @@ def gpu_events(
     Keeps every input column. Rows without a duration or with a negative one are dropped
     (they cannot be placed on a timeline). ``device`` falls back to ``pid`` (Kineto GPU rows
     use the device as pid) and ``stream`` to ``tid`` when a reader left them null.
+
+    Names, kinds and categories repeat (a trace has a few dozen distinct kernel names for
+    hundreds of thousands of kernels), so the text rules run once per distinct value and the
+    rows get their class by a join; the distinct categories are read first (a small query),
+    so that selecting the rows compares dictionary codes and can be pushed into a scan.
     """
     lf = events.lazy()
-    kind = pl.col("kind").cast(pl.String)
-    cat = pl.col("category").cast(pl.String).str.to_lowercase()
-    cat_kind = cat.replace_strict(GPU_CATEGORIES, default=None, return_dtype=pl.String)
-    gpu_kind = pl.when(kind.is_in(list(GPU_KINDS))).then(kind).otherwise(cat_kind)
-    name = pl.col("name").cast(pl.String)
-    lf = lf.with_columns(_gpu_kind=gpu_kind).filter(
-        pl.col("_gpu_kind").is_not_null()
+    kind = pl.col("kind")
+    cat_kinds = _gpu_category_kinds(lf)
+    lf = lf.filter(
+        (kind.is_in(list(GPU_KINDS)) | pl.col("category").is_in(list(cat_kinds)))
         & pl.col("dur_ns").is_not_null()
         & (pl.col("dur_ns") >= 0)
-    )
-    if patterns.ignore:
-        lf = lf.filter(~name.fill_null("").str.contains(patterns.ignore))
-    is_kernel = pl.col("_gpu_kind") == "kernel"
-    nm = name.fill_null("")
-    sub = (
-        pl.when(is_kernel & nm.str.contains(patterns.comm)).then(pl.lit("comm"))
-    )
-    if patterns.memcpy_kernel:
-        sub = sub.when(is_kernel & nm.str.contains(patterns.memcpy_kernel)).then(
-            _direction(pl.col("copy_kind").cast(pl.String), name))
-    if patterns.memset_kernel:
-        sub = sub.when(is_kernel & nm.str.contains(patterns.memset_kernel)).then(
-            pl.lit("memset"))
-    sub = (
-        sub.when(is_kernel).then(pl.lit("compute"))
-        .when(pl.col("_gpu_kind") == "memset").then(pl.lit("memset"))
-        .otherwise(_direction(pl.col("copy_kind").cast(pl.String), name))
-    )
+    ).with_columns(
+        _gpu_kind=pl.when(kind.is_in(list(GPU_KINDS))).then(kind.cast(pl.String))
+        .otherwise(pl.col("category").cast(pl.String).replace_strict(
+            cat_kinds, default=None, return_dtype=pl.String)))
+    keys = ["_gpu_kind", "name", "copy_kind"]
+    classes = lf.select(keys).unique().with_columns(
+        gpu_subclass=_subclass(patterns),
+        _ignored=_ignored(patterns))
+    lf = lf.join(classes, on=keys, how="left", nulls_equal=True, maintain_order="left")
     coarse = (
         pl.when(pl.col("gpu_subclass").str.starts_with("memcpy")).then(pl.lit("memcpy"))
         .otherwise(pl.col("gpu_subclass"))
     )
     return (
-        lf.with_columns(gpu_subclass=sub)
+        lf.filter(~pl.col("_ignored"))
         .with_columns(
             gpu_class=coarse,
             end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
             device=pl.coalesce(pl.col("device"), pl.col("pid").cast(pl.Int32, strict=False)),
             stream=pl.coalesce(pl.col("stream"), pl.col("tid")),
         )
-        .drop("_gpu_kind")
+        .drop("_gpu_kind", "_ignored")
     )
+
+
+def _gpu_category_kinds(lf: pl.LazyFrame) -> dict[str, str]:
+    """The categories present (as written) that mean GPU work, and the kind each means."""
+    present = lf.select(pl.col("category").cast(pl.String).unique()).collect()
+    return {c: GPU_CATEGORIES[c.lower()] for c in present.get_column("category").drop_nulls()
+            if c.lower() in GPU_CATEGORIES}
+
+
+def _subclass(patterns: ClassifyPatterns) -> pl.Expr:
+    """``gpu_subclass`` from ``_gpu_kind``, ``name`` and ``copy_kind``."""
+    is_kernel = pl.col("_gpu_kind") == "kernel"
+    name = pl.col("name").cast(pl.String)
+    nm = name.fill_null("")
+    sub = pl.when(is_kernel & nm.str.contains(patterns.comm)).then(pl.lit("comm"))
+    if patterns.memcpy_kernel:
+        sub = sub.when(is_kernel & nm.str.contains(patterns.memcpy_kernel)).then(
+            _direction(pl.col("copy_kind").cast(pl.String), name))
+    if patterns.memset_kernel:
+        sub = sub.when(is_kernel & nm.str.contains(patterns.memset_kernel)).then(
+            pl.lit("memset"))
+    return (
+        sub.when(is_kernel).then(pl.lit("compute"))
+        .when(pl.col("_gpu_kind") == "memset").then(pl.lit("memset"))
+        .otherwise(_direction(pl.col("copy_kind").cast(pl.String), name))
+    )
+
+
+def _ignored(patterns: ClassifyPatterns) -> pl.Expr:
+    if not patterns.ignore:
+        return pl.lit(False)
+    return pl.col("name").cast(pl.String).fill_null("").str.contains(patterns.ignore)
 
 
 def is_comm_name(names: pl.Expr, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS) -> pl.Expr:

@@ -166,6 +166,74 @@ def sweep(
     )
 
 
+def windowed_sweep(
+    frame: Frame,
+    windows: Frame,
+    sets: Mapping[str, pl.Expr],
+    *,
+    by: Sequence[str] = (),
+    window_keys: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+    lo: str = "window_start_ns",
+    hi: str = "window_end_ns",
+) -> pl.DataFrame:
+    """``sweep`` of several interval sets clipped to windows, in one pass over raw intervals.
+
+    ``sets`` maps a label to a boolean expression choosing its rows of ``frame`` (the i-th
+    gets bit ``2**i``); the intervals need not be merged. ``windows`` holds ``by...,
+    window_keys..., lo, hi`` and must be disjoint per group (see ``windows_disjoint``).
+    Returns the segments ``sweep(sets, by=[*by, *window_keys])`` returns for the intervals
+    clipped to the windows, ``by..., window_keys..., seg_start_ns, seg_end_ns, mask``, in
+    (by..., seg_start_ns) order.
+
+    One sort of all start and end points (and the window bounds) per group; a running count
+    per set says whether it is active (count > 0), a running count of window bounds whether
+    the segment is inside a window, and the last window start seen which one. Each group's
+    counts return to zero at its end, so the running sums need no reset between groups.
+    """
+    by, wk = list(by), list(window_keys)
+    w = (_lazy(windows).select([*by, *wk, lo, hi]).filter(pl.col(hi) > pl.col(lo))
+         .with_row_index("_wid"))
+    iv = _lazy(frame).filter(pl.col(end) > pl.col(start))
+    deltas = {f"_d{i}": cond.cast(pl.Int64) for i, cond in enumerate(sets.values())}
+    points = pl.concat([
+        iv.select(*by, _t=pl.col(start), **deltas),
+        iv.select(*by, _t=pl.col(end), **{k: -d for k, d in deltas.items()}),
+        w.select(*by, _t=pl.col(lo), _in=pl.lit(1, pl.Int64), _wid="_wid"),
+        w.select(*by, _t=pl.col(hi), _in=pl.lit(-1, pl.Int64)),
+    ], how="diagonal").with_columns(pl.col(*deltas, "_in").fill_null(0)).sort([*by, "_t"])
+    mask = pl.sum_horizontal([(pl.col(k).cum_sum() > 0).cast(pl.Int64) * (1 << i)
+                              for i, k in enumerate(deltas)]) if deltas else pl.lit(0, pl.Int64)
+    same_group = pl.all_horizontal([pl.col(c).eq_missing(pl.col(c).shift(-1)) for c in by]) \
+        if by else pl.lit(True)
+    return (
+        points.with_columns(
+            mask=mask, _inside=pl.col("_in").cum_sum(), _wid=pl.col("_wid").forward_fill(),
+            seg_end_ns=pl.when(same_group).then(pl.col("_t").shift(-1)))
+        .filter((pl.col("_inside") > 0) & (pl.col("mask") > 0)
+                & (pl.col("seg_end_ns") > pl.col("_t")))
+        .select("_wid", pl.col("_t").alias("seg_start_ns"), "seg_end_ns", "mask")
+        .join(w.select("_wid", *by, *wk), on="_wid", how="inner", maintain_order="left")
+        .select([*by, *wk, "seg_start_ns", "seg_end_ns", "mask"])
+        .collect()
+    )
+
+
+def windows_disjoint(windows: Frame, *, by: Sequence[str] = (), lo: str = "window_start_ns",
+                     hi: str = "window_end_ns") -> bool:
+    """Whether the (non-empty) windows of each group are disjoint."""
+    by = list(by)
+    prev_hi = pl.col(hi).shift(1)
+    if by:
+        prev_hi = prev_hi.over(by)
+    overlapping = (
+        _lazy(windows).filter(pl.col(hi) > pl.col(lo)).sort([*by, lo])
+        .filter(pl.col(lo) < prev_hi).select(pl.len()).collect().item()
+    )
+    return overlapping == 0
+
+
 def clip(
     frame: Frame,
     windows: Frame,

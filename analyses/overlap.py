@@ -24,7 +24,9 @@ import polars as pl
 from traceview.errors import UsageError
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events
-from .intervals import clip, has_bit, segment_lengths, sweep, union
+from .intervals import (
+    clip, has_bit, segment_lengths, sweep, union, windowed_sweep, windows_disjoint,
+)
 from .window import (
     STEP_PATTERN, gpu_step_windows, gpu_trace_windows, step_spans, with_gpu_steps,
 )
@@ -71,13 +73,15 @@ def accounting(
     by, wk = list(by), list(window_keys)
     keys = [*by, *wk]
     w = windows.lazy().collect() if isinstance(windows, pl.LazyFrame) else windows
-    cut = clip(gpu.lazy().select([*by, "ts_ns", "end_ns", "gpu_class"]), w, by=by,
-               window_keys=wk)
-    sets = {
-        cls: union(cut.filter(pl.col("gpu_class") == cls), by=keys)
-        for cls in BITS
-    }
-    lengths = segment_lengths(sweep(sets, by=keys), _LABELS, by=keys)
+    intervals = gpu.lazy().select([*by, "ts_ns", "end_ns", "gpu_class"])
+    if windows_disjoint(w, by=by):  # steps tile the timeline: always, unless replayed
+        segments = windowed_sweep(intervals, w, {cls: pl.col("gpu_class") == cls for cls in BITS},
+                                  by=by, window_keys=wk)
+    else:  # overlapping windows each get their own clipped copy of the intervals
+        cut = clip(intervals, w, by=by, window_keys=wk)
+        segments = sweep({cls: union(cut.filter(pl.col("gpu_class") == cls), by=keys)
+                          for cls in BITS}, by=keys)
+    lengths = segment_lengths(segments, _LABELS, by=keys)
     out = w.join(lengths, on=keys, how="left") if keys else w.join(lengths, how="cross")
     return (
         out.with_columns([pl.col(c).fill_null(0) for c in _LABELS])
@@ -103,13 +107,24 @@ def overlap_columns(bound_ratio: float = 1.2) -> list[pl.Expr]:
     ]
 
 
+#: The columns of ``prepared_gpu``: what the GPU analyses read, nothing more (a window of a
+#: large trace has hundreds of thousands of GPU events; the other columns would ride along).
+PREPARED_COLUMNS: tuple[str, ...] = (
+    "rank", "device", "stream", "name", "ts_ns", "dur_ns", "end_ns", "step", "correlation",
+    "gpu_class", "gpu_subclass",
+)
+
+
 def prepared_gpu(
     events: Frame, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
     step_pattern: str = STEP_PATTERN,
 ) -> pl.DataFrame:
-    """Classified GPU events with steps filled from their launches, collected once."""
-    return with_gpu_steps(gpu_events(events, patterns=patterns), events,
-                          pattern=step_pattern).collect()
+    """Classified GPU events (``PREPARED_COLUMNS``) with steps filled from their launches,
+    collected once."""
+    gpu = gpu_events(events, patterns=patterns).select(PREPARED_COLUMNS).collect()
+    if gpu.get_column("step").null_count() == 0:
+        return gpu  # every step known (the store assigns them at ingest): nothing to fill
+    return with_gpu_steps(gpu.lazy(), events, pattern=step_pattern).collect()
 
 
 def overlap(

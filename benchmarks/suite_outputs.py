@@ -141,9 +141,9 @@ def _diff(a: Any, b: Any, where: str, out: list[str]) -> None:
         out.append(f"{where}: {a!r} != {b!r}")
 
 
-def compare(before: Path, after: Path) -> int:
-    names_a = {p.name for p in before.glob("*.json")}
-    names_b = {p.name for p in after.glob("*.json")}
+def compare(before: Path, after: Path, only: str | None = None) -> int:
+    names_a = {p.name for p in before.glob("*.json") if not only or only in p.name}
+    names_b = {p.name for p in after.glob("*.json") if not only or only in p.name}
     problems = [f"only in {before}: {n}" for n in sorted(names_a - names_b)]
     problems += [f"only in {after}: {n}" for n in sorted(names_b - names_a)]
     for name in sorted(names_a & names_b):
@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
+    c.add_argument("--only", help="only runs whose key contains this text")
     args = p.parse_args(argv)
     if args.cmd == "prepare":
         prepare()
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "save":
         save(args.out, args.cache_dir, args.big, args.only)
         return 0
-    return compare(args.before, args.after)
+    return compare(args.before, args.after, args.only)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,13 @@ def _events(args: argparse.Namespace) -> tuple[pl.LazyFrame, dict[str, Any]]:
 
     window = _window(args)
     ts = open_traceset(args)
-    events = select(ts.analysis_events(), window).collect().lazy()
+    events = select(ts.analysis_events(), window)
+    if window.steps is not None or window.skip_warmup or window.time_ns is not None:
+        # These windows join and aggregate over the whole selection: do it once, not in
+        # every query the analyses make.
+        events = events.collect().lazy()
+    # Otherwise the events stay a lazy scan: each analysis reads only the rows and columns it
+    # selects (filters and projections reach the Parquet reader).
     info = {"ranks": args.ranks, "steps": args.steps, "time": args.time,
             "skip_warmup": args.skip_warmup}
     return events, info
