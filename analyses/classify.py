@@ -3,7 +3,8 @@
 GPU events are kernels, memory copies and memory sets (Kineto categories ``kernel``,
 ``gpu_memcpy``, ``gpu_memset`` and the 2021 spellings ``Kernel``, ``Memcpy``, ``Memset``; the
 nsys ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``MEMCPY`` / ``MEMSET`` tables), i.e. events of kind
-``kernel``, ``memcpy`` or ``memset``. Each gets
+``kernel``, ``memcpy`` or ``memset``, and events of kind ``other`` (a reader that did not
+recognise them) with one of those categories. Each gets
 
 * ``gpu_class``: ``compute``, ``comm``, ``memcpy`` or ``memset``;
 * ``gpu_subclass``: ``compute``, ``comm``, ``memset``, or the copy direction
@@ -108,48 +109,47 @@ def gpu_events(
     (they cannot be placed on a timeline). ``device`` falls back to ``pid`` (Kineto GPU rows
     use the device as pid) and ``stream`` to ``tid`` when a reader left them null.
 
-    Names, kinds and categories repeat (a trace has a few dozen distinct kernel names for
-    hundreds of thousands of kernels), so the text rules run once per distinct value and the
-    rows get their class by a join; the distinct categories are read first (a small query),
-    so that selecting the rows compares dictionary codes and can be pushed into a scan.
+    Kinds, categories and names repeat (a trace has a few dozen distinct kernel names for
+    hundreds of thousands of kernels), so the text rules run once per distinct combination
+    and the rows get their class by a join; selecting the candidate rows compares kind codes
+    only, which a Parquet scan can apply while reading.
     """
-    lf = events.lazy()
-    kind = pl.col("kind")
-    cat_kinds = _gpu_category_kinds(lf)
-    lf = lf.filter(
-        (kind.is_in(list(GPU_KINDS)) | pl.col("category").is_in(list(cat_kinds)))
+    lf = events.lazy().filter(
+        pl.col("kind").is_in([*GPU_KINDS, "other"])
         & pl.col("dur_ns").is_not_null()
         & (pl.col("dur_ns") >= 0)
-    ).with_columns(
-        _gpu_kind=pl.when(kind.is_in(list(GPU_KINDS))).then(kind.cast(pl.String))
-        .otherwise(pl.col("category").cast(pl.String).replace_strict(
-            cat_kinds, default=None, return_dtype=pl.String)))
-    keys = ["_gpu_kind", "name", "copy_kind"]
-    classes = lf.select(keys).unique().with_columns(
-        gpu_subclass=_subclass(patterns),
-        _ignored=_ignored(patterns))
-    lf = lf.join(classes, on=keys, how="left", nulls_equal=True, maintain_order="left")
+    )
+    keys = ["kind", "category", "name", "copy_kind"]
+    classes = (
+        lf.select(keys).unique()
+        .with_columns(_gpu_kind=_gpu_kind())
+        .filter(pl.col("_gpu_kind").is_not_null())
+        .with_columns(gpu_subclass=_subclass(patterns), _ignored=_ignored(patterns))
+        .filter(~pl.col("_ignored"))
+        .select(*keys, "gpu_subclass")
+    )
     coarse = (
         pl.when(pl.col("gpu_subclass").str.starts_with("memcpy")).then(pl.lit("memcpy"))
         .otherwise(pl.col("gpu_subclass"))
     )
     return (
-        lf.filter(~pl.col("_ignored"))
+        lf.join(classes, on=keys, how="inner", nulls_equal=True, maintain_order="left")
         .with_columns(
             gpu_class=coarse,
             end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
             device=pl.coalesce(pl.col("device"), pl.col("pid").cast(pl.Int32, strict=False)),
             stream=pl.coalesce(pl.col("stream"), pl.col("tid")),
         )
-        .drop("_gpu_kind", "_ignored")
     )
 
 
-def _gpu_category_kinds(lf: pl.LazyFrame) -> dict[str, str]:
-    """The categories present (as written) that mean GPU work, and the kind each means."""
-    present = lf.select(pl.col("category").cast(pl.String).unique()).collect()
-    return {c: GPU_CATEGORIES[c.lower()] for c in present.get_column("category").drop_nulls()
-            if c.lower() in GPU_CATEGORIES}
+def _gpu_kind() -> pl.Expr:
+    """``kernel``/``memcpy``/``memset`` from the kind, or for kind ``other`` from the category."""
+    kind = pl.col("kind").cast(pl.String)
+    by_category = pl.col("category").cast(pl.String).str.to_lowercase().replace_strict(
+        GPU_CATEGORIES, default=None, return_dtype=pl.String)
+    return (pl.when(kind.is_in(list(GPU_KINDS))).then(kind)
+            .when(kind == "other").then(by_category))
 
 
 def _subclass(patterns: ClassifyPatterns) -> pl.Expr:

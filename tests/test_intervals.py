@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceview.analyses.intervals import (
-    clip, complement, has_bit, segment_lengths, sweep, total_length, union, windowed_sweep,
-    windows_disjoint,
+    clip, complement, has_bit, overlapping, segment_lengths, sweep, total_length, union,
+    windowed_sweep, windows_disjoint,
 )
 
 
@@ -192,3 +192,13 @@ def test_windowed_sweep_equals_clip_union_sweep(ivs, gaps_and_widths) -> None:
         lo, hi = edges[step]
         assert s0 == len({c for gg, s, e, k in ivs if gg == g and k == 0
                           for c in range(s, e) if lo <= c < hi})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_iv, max_size=25), st.lists(_iv, max_size=8))
+def test_overlapping_matches_pairwise_check(rows, others) -> None:
+    f = _frame(rows).with_row_index("i")
+    got = overlapping(f, union(_frame(others), by=["g"]), by=["g"]).collect()
+    want = [i for i, (g, s, e) in enumerate(rows)
+            if any(gg == g and s < oe and e > os for gg, os, oe in others)]
+    assert got.get_column("i").to_list() == want  # and in the input order

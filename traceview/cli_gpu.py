@@ -130,13 +130,16 @@ def run_gaps(args: argparse.Namespace) -> int:
         GapOptions, gap_causes, gap_histogram, gaps, largest_gaps, no_gpu_ranks,
     )
 
+    from traceview.analyses.overlap import prepared_gpu
+
     events, info = _events(args)
     opts = GapOptions(launch_overhead_ns=parse_duration(args.launch_overhead))
-    g = gaps(events, per_stream=args.per_stream, options=opts)
+    gpu = prepared_gpu(events)  # shared by gaps and no_gpu_ranks
+    g = gaps(events, per_stream=args.per_stream, options=opts, gpu=gpu)
     by = ["rank", "device", "stream"] if args.per_stream else ["rank", "device"]
     causes, hist = gap_causes(g, by=by), gap_histogram(g, by=by)
     top = largest_gaps(g, events, n=args.top)
-    missing = no_gpu_ranks(events, g)
+    missing = no_gpu_ranks(events, g, gpu=gpu)
     if args.json:
         emit_json({"window": info, "per_stream": args.per_stream,
                    "causes": _records(causes), "histogram": _records(hist),
