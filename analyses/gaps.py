@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events
-from .intervals import overlapping, union
+from .intervals import flag_overlapping, overlapping, union
 from .names import matching
 from .overlap import NOTE_NO_GPU, prepared_gpu
 from .window import STEP_PATTERN
@@ -84,14 +84,16 @@ def gaps(
         .group_by("rank", "correlation").agg(launch_ts_ns=pl.col("ts_ns").min())
         .rename({"correlation": "next_correlation"})
     )
-    g = g.join(launches, on=["rank", "next_correlation"], how="left")
+    g = g.join(launches, on=["rank", "next_correlation"], how="left",
+               maintain_order="left").collect()
     timed = host.filter(pl.col("dur_ns").is_not_null())
     syncs = pl.concat([
         timed.filter(kind == "sync").select("rank", "ts_ns", "dur_ns"),
         matching(timed.filter(kind.is_in(RUNTIME_KINDS)), options.sync_pattern)
         .select("rank", "ts_ns", "dur_ns")])
     loaders = matching(timed.filter(kind.is_in(["cpu_op", "user_annotation", "python_function"])),
-                       options.dataloader_pattern)
+                       options.dataloader_pattern).select("rank", "ts_ns", "dur_ns")
+    syncs, loaders = pl.collect_all([syncs, loaders])  # one pass over the host events
     g = _flag_overlap(g, syncs, "_sync")
     g = _flag_overlap(g, loaders, "_loader")
     cause = (
@@ -105,7 +107,8 @@ def gaps(
     )
     cols = [*by, "gap_start_ns", "gap_end_ns", "gap_ns", "cause", "prev_name", "next_name",
             "prev_step", "next_step", "next_correlation", "launch_ts_ns"]
-    return g.with_columns(cause=cause).select(cols).sort([*by, "gap_start_ns"]).collect()
+    return g.with_columns(cause=cause).select(cols).sort([*by, "gap_start_ns"],
+                                                         maintain_order=True)
 
 
 def _between(gpu: pl.DataFrame, by: list[str]) -> pl.LazyFrame:
@@ -136,7 +139,7 @@ def _between(gpu: pl.DataFrame, by: list[str]) -> pl.LazyFrame:
     )
 
 
-def _flag_overlap(g: pl.LazyFrame, intervals: pl.LazyFrame, flag: str) -> pl.LazyFrame:
+def _flag_overlap(g: pl.DataFrame, intervals: pl.DataFrame, flag: str) -> pl.DataFrame:
     """Add boolean ``flag``: does any of ``intervals`` (same rank) overlap the gap?
 
     The intervals are merged per rank; the last merged interval starting before the gap's end
@@ -145,15 +148,11 @@ def _flag_overlap(g: pl.LazyFrame, intervals: pl.LazyFrame, flag: str) -> pl.Laz
     merged = union(
         intervals.select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")),
         by=["rank"],
-    ).lazy().select("rank", pl.col("ts_ns").alias("_iv_s"), pl.col("end_ns").alias("_iv_e"))
-    return (
-        g.sort("gap_end_ns")
-        .join_asof(merged.sort("_iv_s"), left_on="gap_end_ns", right_on="_iv_s", by="rank",
-                   strategy="backward", allow_exact_matches=False, check_sortedness=False)
-        .with_columns(pl.col("_iv_e").fill_null(pl.col("gap_start_ns")).gt(
-            pl.col("gap_start_ns")).alias(flag))
-        .drop("_iv_s", "_iv_e")
     )
+    if merged.height == 0:  # nothing to overlap (often: no data loader, few syncs)
+        return g.with_columns(pl.lit(False).alias(flag))
+    return flag_overlapping(g, merged, flag, by=["rank"], start="gap_start_ns",
+                            end="gap_end_ns")
 
 
 def gap_causes(gap_frame: pl.DataFrame, *, by: Sequence[str] = ("rank", "device")) -> pl.DataFrame:
@@ -232,7 +231,8 @@ def largest_gaps(
                                   end_ns=pl.col("ts_ns") + pl.col("dur_ns")), spans, by=["rank"])
     during = (
         top.lazy().select("_gap", "rank", "gap_start_ns", "gap_end_ns")
-        .join(near.select("rank", "name", "ts_ns", dur_ns=pl.col("end_ns") - pl.col("ts_ns")),
+        .join(near.lazy().select("rank", "name", "ts_ns",
+                                 dur_ns=pl.col("end_ns") - pl.col("ts_ns")),
               on="rank", how="inner")
         .with_columns(_ov=pl.min_horizontal(pl.col("ts_ns") + pl.col("dur_ns"), "gap_end_ns")
                       - pl.max_horizontal("ts_ns", "gap_start_ns"))

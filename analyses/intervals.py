@@ -50,7 +50,7 @@ def union(
     """
     by = list(by)
     lf = _lazy(frame).filter(pl.col(start).is_not_null() & pl.col(end).is_not_null())
-    lf = lf.sort([*by, start, end])
+    lf = lf.sort([*by, start, end], maintain_order=True)  # stable: fast on near-sorted traces
     prev_max = pl.col(end).cum_max().shift(1)
     if by:
         prev_max = prev_max.over(by)
@@ -223,6 +223,40 @@ def windowed_sweep(
     )
 
 
+def flag_overlapping(
+    frame: Frame,
+    merged: Frame,
+    flag: str,
+    *,
+    by: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+    merged_start: str = "ts_ns",
+    merged_end: str = "end_ns",
+) -> pl.DataFrame:
+    """``frame`` with a boolean column ``flag``: does the row's interval ``[start, end)``
+    overlap one of the ``merged`` intervals ``[merged_start, merged_end)`` (a ``union``
+    result: disjoint, sorted) of its group? Rows keep their order.
+
+    The merged interval starting last before a row's end is the only candidate: every earlier
+    one ends before it starts. One as-of join finds it, whatever the number of intervals.
+    """
+    by = list(by)
+    rows = _lazy(frame).collect()
+    cand = _lazy(merged).select([*by, pl.col(merged_start).alias("_m_s"),
+                                 pl.col(merged_end).alias("_m_e")])
+    kw: dict = {"by": by, "check_sortedness": False} if by else {}
+    hits = (
+        rows.lazy().select([*by, start, end]).with_row_index("_ov_row").sort(end)
+        .join_asof(cand.sort("_m_s"), left_on=end, right_on="_m_s", strategy="backward",
+                   allow_exact_matches=False, **kw)
+        .filter(pl.col("_m_e") > pl.col(start))
+        .select("_ov_row").collect().get_column("_ov_row")
+    )
+    return rows.with_columns(
+        pl.int_range(pl.len(), dtype=hits.dtype).is_in(hits.implode()).alias(flag))
+
+
 def overlapping(
     frame: Frame,
     merged: Frame,
@@ -230,25 +264,12 @@ def overlapping(
     by: Sequence[str] = (),
     start: str = "ts_ns",
     end: str = "end_ns",
-) -> pl.LazyFrame:
-    """The rows of ``frame`` whose interval overlaps one of the ``merged`` intervals (a
-    ``union`` result: disjoint, sorted) of its group, in their order.
-
-    The merged interval starting last before a row's end is the only candidate: every earlier
-    one ends before it starts. One as-of join finds it, whatever the number of intervals.
-    """
-    by = list(by)
-    rows = _lazy(frame).with_row_index("_ov_row")
-    cand = _lazy(merged).select([*by, pl.col(start).alias("_m_s"), pl.col(end).alias("_m_e")])
-    kw: dict = {"by": by, "check_sortedness": False} if by else {}
-    hit = (
-        rows.select([*by, "_ov_row", start, end]).sort(end)
-        .join_asof(cand.sort("_m_s"), left_on=end, right_on="_m_s", strategy="backward",
-                   allow_exact_matches=False, **kw)
-        .filter(pl.col("_m_e") > pl.col(start))
-        .select("_ov_row")
-    )
-    return rows.join(hit, on="_ov_row", how="semi", maintain_order="left").drop("_ov_row")
+) -> pl.DataFrame:
+    """The rows of ``frame`` whose interval overlaps one of the ``merged`` intervals of its
+    group (same column names), in their order (see ``flag_overlapping``)."""
+    return (flag_overlapping(frame, merged, "_overlaps", by=by, start=start, end=end,
+                             merged_start=start, merged_end=end)
+            .filter(pl.col("_overlaps")).drop("_overlaps"))
 
 
 def windows_disjoint(windows: Frame, *, by: Sequence[str] = (), lo: str = "window_start_ns",

@@ -198,7 +198,7 @@ def test_windowed_sweep_equals_clip_union_sweep(ivs, gaps_and_widths) -> None:
 @given(st.lists(_iv, max_size=25), st.lists(_iv, max_size=8))
 def test_overlapping_matches_pairwise_check(rows, others) -> None:
     f = _frame(rows).with_row_index("i")
-    got = overlapping(f, union(_frame(others), by=["g"]), by=["g"]).collect()
+    got = overlapping(f, union(_frame(others), by=["g"]), by=["g"])
     want = [i for i, (g, s, e) in enumerate(rows)
             if any(gg == g and s < oe and e > os for gg, os, oe in others)]
     assert got.get_column("i").to_list() == want  # and in the input order
