@@ -98,42 +98,48 @@ def top_kernels(
         gpu = prepared_gpu(events, patterns=patterns)
     d = pl.col("dur_ns")
     out = (
-        gpu.group_by("rank", pl.col("name").cast(pl.String), "gpu_class")
+        gpu.group_by("rank", "name", "gpu_class")
         .agg(count=pl.len().cast(pl.Int64), total_ns=d.sum(), mean_ns=d.mean(),
              p50_ns=d.quantile(0.5, "linear"), p99_ns=d.quantile(0.99, "linear"), max_ns=d.max())
-        .with_columns(share_of_gpu_time=pl.col("total_ns") / pl.col("total_ns").sum().over("rank"))
+        .with_columns(pl.col("name").cast(pl.String),
+                      share_of_gpu_time=pl.col("total_ns") / pl.col("total_ns").sum().over("rank"))
         .sort(["rank", "total_ns", "name"], descending=[False, True, False])
     )
     return out.group_by("rank", maintain_order=True).head(n)
 
 
-def top_cpu_ops(events: Frame, *, n: int = 20, by: str = "self_ns") -> pl.DataFrame:
+def top_cpu_ops(events: Frame, *, n: int = 20, by: str = "self_ns",
+                ops: pl.DataFrame | None = None) -> pl.DataFrame:
     """Host operators (kind ``cpu_op``) by self or total time, per rank.
 
     self time = duration − durations of the direct children on the same thread. Nesting is
     found without a loop: a sweep (+1 at starts, −1 at ends, ends first on ties) gives each
     op's depth; its parent is the latest earlier op one level up on the same thread (an as-of
     join). Columns: rank, name, count, total_ns, self_ns, mean_ns, mean_self_ns.
+    ``ops``: ``with_self_time(events)`` when the caller has it (both rankings share it).
     """
-    ops = with_self_time(events)
+    if ops is None:
+        ops = with_self_time(events)
     out = (
         ops.group_by("rank", "name")
         .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum(),
              self_ns=pl.col("self_ns").sum(), mean_ns=pl.col("dur_ns").mean(),
              mean_self_ns=pl.col("self_ns").mean())
+        .with_columns(pl.col("name").cast(pl.String))
         .sort(["rank", by, "name"], descending=[False, True, False])
     )
     return out.group_by("rank", maintain_order=True).head(n)
 
 
 def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl.DataFrame:
-    """Host ops with ``depth``, ``parent_idx`` and ``self_ns`` columns added."""
+    """Host ops (rank, pid, tid, name as stored, ts_ns, dur_ns, _idx) with ``depth``,
+    ``parent_idx`` and ``self_ns`` columns added."""
     thread = ["rank", "pid", "tid"]
     ops = (
         events.lazy()
-        .filter(pl.col("kind").cast(pl.String).is_in(list(kinds)) & pl.col("dur_ns").is_not_null()
+        .filter(pl.col("kind").is_in(list(kinds)) & pl.col("dur_ns").is_not_null()
                 & (pl.col("dur_ns") >= 0))
-        .select(*thread, pl.col("name").cast(pl.String), "ts_ns", "dur_ns")
+        .select(*thread, "name", "ts_ns", "dur_ns")
         .with_row_index("_idx")
         .with_columns(_end=pl.col("ts_ns") + pl.col("dur_ns"))
         .collect()
@@ -144,25 +150,29 @@ def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl
     ends = ops.select(*thread, "_idx", _t=pl.col("_end"), _kind=pl.lit(0),
                       _tie=pl.lit(0, pl.Int64), _d=pl.lit(-1))
     pts = (
-        pl.concat([starts, ends]).sort([*thread, "_t", "_kind", "_tie"])
+        # stable: exact ties keep the ops' order; and fast on traces written in time order
+        pl.concat([starts, ends]).sort([*thread, "_t", "_kind", "_tie"], maintain_order=True)
         .with_columns(_depth=pl.col("_d").cum_sum().over(thread), _order=pl.int_range(pl.len()))
         .filter(pl.col("_kind") == 1)
         .select(*thread, "_idx", "_depth", "_order")
     )
     cand = pts.select(*thread, pl.col("_depth").alias("_pdepth"), pl.col("_order"),
-                      pl.col("_idx").alias("parent_idx")).sort("_order")
-    linked = (
-        pts.with_columns(_pdepth=pl.col("_depth") - 1).sort("_order")
+                      pl.col("_idx").alias("parent_idx"))
+    linked = (  # one row per op (its start), put back in the ops' order
+        pts.with_columns(_pdepth=pl.col("_depth") - 1)
         .join_asof(cand, on="_order", by=[*thread, "_pdepth"], strategy="backward",
                    allow_exact_matches=False, check_sortedness=False)
         .select("_idx", pl.col("_depth").alias("depth"), "parent_idx")
+        .sort("_idx")
     )
-    ops = ops.join(linked, on="_idx", how="left")
+    ops = ops.with_columns(linked.get_column("depth"), linked.get_column("parent_idx"))
     child = ops.filter(pl.col("parent_idx").is_not_null()).group_by("parent_idx").agg(
         _child_ns=pl.col("dur_ns").sum())
+    child_ns = pl.Series("_child_ns", [0] * 0, dtype=pl.Int64).extend_constant(0, ops.height) \
+        .scatter(child.get_column("parent_idx"), child.get_column("_child_ns"))
     return (
-        ops.join(child, left_on="_idx", right_on="parent_idx", how="left")
-        .with_columns(self_ns=pl.max_horizontal(pl.col("dur_ns") - pl.col("_child_ns").fill_null(0),
+        ops.with_columns(child_ns)
+        .with_columns(self_ns=pl.max_horizontal(pl.col("dur_ns") - pl.col("_child_ns"),
                                                 pl.lit(0)))
         .drop("_child_ns", "_end")
     )
@@ -179,21 +189,21 @@ def launch_delays(
     gpu = (prepared_gpu(events, patterns=patterns) if gpu is None else gpu).lazy()
     rt = (
         events.lazy()
-        .filter(pl.col("kind").cast(pl.String).is_in(["cuda_runtime", "cuda_driver"])
+        .filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])
                 & pl.col("correlation").is_not_null())
         .group_by("rank", "correlation")
-        .agg(launch_name=pl.col("name").cast(pl.String).first(),
+        .agg(launch_name=pl.col("name").first(),
              launch_ts_ns=pl.col("ts_ns").min(),
              _launch_end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max())
     )
     return (
         gpu.join(rt, on=["rank", "correlation"], how="inner")
         .select("rank", "device", "stream", pl.col("name").cast(pl.String), "gpu_class",
-                "launch_name", "launch_ts_ns", "ts_ns",
+                pl.col("launch_name").cast(pl.String), "launch_ts_ns", "ts_ns",
                 launch_delay_ns=pl.col("ts_ns") - pl.col("launch_ts_ns"),
                 queue_delay_ns=pl.max_horizontal(pl.col("ts_ns") - pl.col("_launch_end"),
                                                  pl.lit(0)))
-        .sort("rank", "ts_ns")
+        .sort("rank", "ts_ns", maintain_order=True)
         .collect()
     )
 

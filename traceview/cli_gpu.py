@@ -210,16 +210,17 @@ def run_overlap(args: argparse.Namespace) -> int:
 def run_breakdown(args: argparse.Namespace) -> int:
     from traceview.analyses.breakdown import (
         launch_delay_summary, launch_delays, step_breakdown, top_cpu_ops, top_kernels,
+        with_self_time,
     )
-
     from traceview.analyses.overlap import prepared_gpu
 
     events, info = _events(args)
     gpu = prepared_gpu(events)  # shared by the three GPU analyses below
     steps = step_breakdown(events, gpu=gpu)
     kernels = top_kernels(events, n=args.top, gpu=gpu)
-    ops_self = top_cpu_ops(events, n=args.top, by="self_ns")
-    ops_total = top_cpu_ops(events, n=args.top, by="total_ns")
+    ops = with_self_time(events)  # shared by both rankings
+    ops_self = top_cpu_ops(events, n=args.top, by="self_ns", ops=ops)
+    ops_total = top_cpu_ops(events, n=args.top, by="total_ns", ops=ops)
     delays = launch_delay_summary(launch_delays(events, gpu=gpu))
     if args.json:
         emit_json({"window": info, "steps": _records(steps), "top_kernels": _records(kernels),
