@@ -259,11 +259,14 @@ def run_breakdown(args: argparse.Namespace) -> int:
 
 
 def run_summary(args: argparse.Namespace) -> int:
+    from traceview.analyses.overlap import prepared_gpu
     from traceview.analyses.summary import summary, worst_straggler
+    from traceview.analyses.window import step_spans
 
     events, info = _events(args)
-    df = summary(events)
-    straggler = worst_straggler(events)
+    spans = step_spans(events)  # shared by the summary and the straggler analysis
+    df = summary(events, gpu=prepared_gpu(events), spans=spans)
+    straggler = worst_straggler(events, spans=spans)
     if args.json:
         emit_json({"window": info, "ranks": _records(df), "worst_straggler": straggler})
         return 0
