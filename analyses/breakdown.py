@@ -152,7 +152,9 @@ def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl
     pts = (
         # stable: exact ties keep the ops' order; and fast on traces written in time order
         pl.concat([starts, ends]).sort([*thread, "_t", "_kind", "_tie"], maintain_order=True)
-        .with_columns(_depth=pl.col("_d").cum_sum().over(thread), _order=pl.int_range(pl.len()))
+        # each thread's +1/-1 sum to zero and its points are contiguous: a running sum over
+        # all rows is the running sum per thread (no window expression needed)
+        .with_columns(_depth=pl.col("_d").cum_sum(), _order=pl.int_range(pl.len()))
         .filter(pl.col("_kind") == 1)
         .select(*thread, "_idx", "_depth", "_order")
     )
