@@ -18,6 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns
+from .launches import launch_table, with_launches
 from .overlap import NOTE_NO_STEPS, accounting, finish, prepared_gpu, step_windows_for
 from .window import STEP_PATTERN, gpu_trace_windows, step_spans
 
@@ -188,18 +189,14 @@ def launch_delays(
     rank, device, stream, name, gpu_class, launch_name, launch_ts_ns, ts_ns,
     launch_delay_ns = GPU start − runtime call start, and
     queue_delay_ns = max(0, GPU start − runtime call end)."""
-    gpu = (prepared_gpu(events, patterns=patterns) if gpu is None else gpu).lazy()
-    rt = (
-        events.lazy()
-        .filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])
-                & pl.col("correlation").is_not_null())
-        .group_by("rank", "correlation")
-        .agg(launch_name=pl.col("name").first(),
-             launch_ts_ns=pl.col("ts_ns").min(),
-             _launch_end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max())
-    )
+    gpu = prepared_gpu(events, patterns=patterns) if gpu is None else gpu
+    rt = launch_table(events, launch_name=pl.col("name").first(),
+                      launch_ts_ns=pl.col("ts_ns").min(),
+                      _launch_end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max())
     return (
-        gpu.join(rt, on=["rank", "correlation"], how="inner")
+        with_launches(gpu.select("rank", "device", "stream", "name", "gpu_class", "ts_ns",
+                                 "correlation"), rt, how="inner")
+        .lazy()
         .select("rank", "device", "stream", pl.col("name").cast(pl.String), "gpu_class",
                 pl.col("launch_name").cast(pl.String), "launch_ts_ns", "ts_ns",
                 launch_delay_ns=pl.col("ts_ns") - pl.col("launch_ts_ns"),

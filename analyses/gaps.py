@@ -25,14 +25,12 @@ import polars as pl
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events
 from .intervals import flag_overlapping, overlapping, union
+from .launches import RUNTIME_KINDS, launch_table, with_launches
 from .names import matching
 from .overlap import NOTE_NO_GPU, prepared_gpu
 from .window import STEP_PATTERN
 
 Frame = pl.LazyFrame | pl.DataFrame
-
-#: Host-side kinds of the calls that launch GPU work.
-RUNTIME_KINDS: list[str] = ["cuda_runtime", "cuda_driver"]
 
 CAUSES: tuple[str, ...] = (
     "sync", "data_loading", "between_steps", "host", "launch_overhead", "other",
@@ -76,16 +74,11 @@ def gaps(
     by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
     if gpu is None:  # ``gpu``: prepared_gpu(events) when the caller already has it
         gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
-    g = _between(gpu, by).lazy()
+    g = _between(gpu, by)
     host = events.lazy()
     kind = pl.col("kind")
-    launches = (
-        host.filter(kind.is_in(RUNTIME_KINDS) & pl.col("correlation").is_not_null())
-        .group_by("rank", "correlation").agg(launch_ts_ns=pl.col("ts_ns").min())
-        .rename({"correlation": "next_correlation"})
-    )
-    g = g.join(launches, on=["rank", "next_correlation"], how="left",
-               maintain_order="left").collect()
+    g = with_launches(g, launch_table(events, launch_ts_ns=pl.col("ts_ns").min()),
+                      correlation="next_correlation")
     timed = host.filter(pl.col("dur_ns").is_not_null())
     syncs = pl.concat([
         timed.filter(kind == "sync").select("rank", "ts_ns", "dur_ns"),
