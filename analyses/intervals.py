@@ -193,8 +193,70 @@ def windowed_sweep(
     counts return to zero at its end, so the running sums need no reset between groups.
     """
     by, wk = list(by), list(window_keys)
-    w = (_lazy(windows).select([*by, *wk, lo, hi]).filter(pl.col(hi) > pl.col(lo))
-         .with_row_index("_wid"))
+    w = _numbered_windows(windows, by, wk, lo, hi)
+    return (
+        _swept_segments(frame, w, sets, by, start, end, lo, hi)
+        .join(w.select("_wid", *by, *wk), on="_wid", how="inner", maintain_order="left")
+        .select([*by, *wk, "seg_start_ns", "seg_end_ns", "mask"])
+        .collect()
+    )
+
+
+def windowed_mask_lengths(
+    frame: Frame,
+    windows: Frame,
+    sets: Mapping[str, pl.Expr],
+    *,
+    by: Sequence[str] = (),
+    window_keys: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+    lo: str = "window_start_ns",
+    hi: str = "window_end_ns",
+) -> pl.DataFrame:
+    """``windowed_sweep`` summed per window and mask: ``by..., window_keys..., mask,
+    length_ns`` (at most 2**len(sets) rows per window; ``mask_lengths`` turns them into the
+    length of any condition on the mask). The segments themselves are never materialised."""
+    by, wk = list(by), list(window_keys)
+    w = _numbered_windows(windows, by, wk, lo, hi)
+    per_mask = (
+        _swept_segments(frame, w, sets, by, start, end, lo, hi)
+        .group_by("_wid", "mask")
+        .agg(length_ns=(pl.col("seg_end_ns") - pl.col("seg_start_ns")).sum())
+        .collect()
+    )
+    return (
+        per_mask.join(w.select("_wid", *by, *wk).collect(), on="_wid", how="inner")
+        .select([*by, *wk, "mask", "length_ns"])
+    )
+
+
+def mask_lengths(
+    per_mask: Frame,
+    labels: Mapping[str, pl.Expr],
+    *,
+    by: Sequence[str] = (),
+) -> pl.DataFrame:
+    """``segment_lengths`` from per-mask totals (``windowed_mask_lengths`` output, or
+    segments grouped by mask): ``by..., <labels>`` (Int64 ns)."""
+    by = list(by)
+    aggs = [pl.col("length_ns").filter(cond).sum().alias(name) for name, cond in labels.items()]
+    lf = _lazy(per_mask)
+    if by:
+        return lf.group_by(by).agg(aggs).sort(by).collect()
+    return lf.select(aggs).collect()
+
+
+def _numbered_windows(windows: Frame, by: list[str], wk: list[str], lo: str,
+                      hi: str) -> pl.LazyFrame:
+    return (_lazy(windows).select([*by, *wk, lo, hi]).filter(pl.col(hi) > pl.col(lo))
+            .with_row_index("_wid"))
+
+
+def _swept_segments(frame: Frame, w: pl.LazyFrame, sets: Mapping[str, pl.Expr],
+                    by: list[str], start: str, end: str, lo: str, hi: str) -> pl.LazyFrame:
+    """The segments of ``windowed_sweep`` as ``_wid`` (row of ``w``), seg_start_ns,
+    seg_end_ns, mask."""
     iv = _lazy(frame).filter(pl.col(end) > pl.col(start))
     deltas = {f"_d{i}": cond.cast(pl.Int64) for i, cond in enumerate(sets.values())}
     points = pl.concat([
@@ -217,9 +279,6 @@ def windowed_sweep(
         .filter((pl.col("_inside") > 0) & (pl.col("mask") > 0)
                 & (pl.col("seg_end_ns") > pl.col("_t")))
         .select("_wid", pl.col("_t").alias("seg_start_ns"), "seg_end_ns", "mask")
-        .join(w.select("_wid", *by, *wk), on="_wid", how="inner", maintain_order="left")
-        .select([*by, *wk, "seg_start_ns", "seg_end_ns", "mask"])
-        .collect()
     )
 
 

@@ -25,7 +25,7 @@ from traceview.errors import UsageError
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events
 from .intervals import (
-    clip, has_bit, segment_lengths, sweep, union, windowed_sweep, windows_disjoint,
+    clip, has_bit, mask_lengths, sweep, union, windowed_mask_lengths, windows_disjoint,
 )
 from .window import (
     STEP_PATTERN, gpu_step_windows, gpu_trace_windows, step_spans, with_gpu_steps,
@@ -75,13 +75,15 @@ def accounting(
     w = windows.lazy().collect() if isinstance(windows, pl.LazyFrame) else windows
     intervals = gpu.lazy().select([*by, "ts_ns", "end_ns", "gpu_class"])
     if windows_disjoint(w, by=by):  # steps tile the timeline: always, unless replayed
-        segments = windowed_sweep(intervals, w, {cls: pl.col("gpu_class") == cls for cls in BITS},
-                                  by=by, window_keys=wk)
+        per_mask = windowed_mask_lengths(
+            intervals, w, {cls: pl.col("gpu_class") == cls for cls in BITS}, by=by,
+            window_keys=wk)
     else:  # overlapping windows each get their own clipped copy of the intervals
         cut = clip(intervals, w, by=by, window_keys=wk)
-        segments = sweep({cls: union(cut.filter(pl.col("gpu_class") == cls), by=keys)
-                          for cls in BITS}, by=keys)
-    lengths = segment_lengths(segments, _LABELS, by=keys)
+        per_mask = sweep({cls: union(cut.filter(pl.col("gpu_class") == cls), by=keys)
+                          for cls in BITS}, by=keys).group_by([*keys, "mask"]).agg(
+            length_ns=(pl.col("seg_end_ns") - pl.col("seg_start_ns")).sum())
+    lengths = mask_lengths(per_mask, _LABELS, by=keys)
     out = w.join(lengths, on=keys, how="left") if keys else w.join(lengths, how="cross")
     return (
         out.with_columns([pl.col(c).fill_null(0) for c in _LABELS])

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceview.analyses.intervals import (
-    clip, complement, has_bit, overlapping, segment_lengths, sweep, total_length, union,
-    windowed_sweep, windows_disjoint,
+    clip, complement, has_bit, mask_lengths, overlapping, segment_lengths, sweep, total_length,
+    union, windowed_mask_lengths, windowed_sweep, windows_disjoint,
 )
 
 
@@ -188,6 +188,8 @@ def test_windowed_sweep_equals_clip_union_sweep(ivs, gaps_and_widths) -> None:
     want = segment_lengths(sweep({k: union(cut.filter(c), by=keys) for k, c in sets.items()},
                                  by=keys), labels, by=keys)
     assert got.equals(want)
+    per_mask = windowed_mask_lengths(f, win, sets, by=["g"], window_keys=["step"])
+    assert mask_lengths(per_mask, labels, by=keys).equals(want)
     for g, step, s0, *_ in got.rows():  # and against the cell oracle
         lo, hi = edges[step]
         assert s0 == len({c for gg, s, e, k in ivs if gg == g and k == 0
