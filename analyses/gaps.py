@@ -64,29 +64,31 @@ def gaps(
     patterns: ClassifyPatterns = DEFAULT_PATTERNS,
     step_pattern: str = STEP_PATTERN,
     gpu: pl.DataFrame | None = None,
+    host: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every idle gap per (rank, device) -- or per (rank, device, stream) -- with its cause.
 
     Columns: rank, device, [stream,] gap_start_ns, gap_end_ns, gap_ns, cause, prev_name,
     next_name, prev_step, next_step, next_correlation, launch_ts_ns. Gaps are strictly
-    positive; touching or overlapping GPU work leaves no gap.
+    positive; touching or overlapping GPU work leaves no gap. ``gpu`` (``prepared_gpu``) and
+    ``host`` (``host_events``) when the caller has them.
     """
     by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
-    if gpu is None:  # ``gpu``: prepared_gpu(events) when the caller already has it
+    if gpu is None:
         gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
+    if host is None:
+        host = host_events(events)
     g = _between(gpu, by)
-    host = events.lazy()
-    kind = pl.col("kind")
-    g = with_launches(g, launch_table(events, launch_ts_ns=pl.col("ts_ns").min()),
+    g = with_launches(g, launch_table(host, launch_ts_ns=pl.col("ts_ns").min()),
                       correlation="next_correlation")
-    timed = host.filter(pl.col("dur_ns").is_not_null())
+    kind = pl.col("kind")
+    timed = host.lazy().filter(pl.col("dur_ns").is_not_null())
     syncs = pl.concat([
         timed.filter(kind == "sync").select("rank", "ts_ns", "dur_ns"),
         matching(timed.filter(kind.is_in(RUNTIME_KINDS)), options.sync_pattern)
-        .select("rank", "ts_ns", "dur_ns")])
+        .select("rank", "ts_ns", "dur_ns")]).collect()
     loaders = matching(timed.filter(kind.is_in(["cpu_op", "user_annotation", "python_function"])),
-                       options.dataloader_pattern).select("rank", "ts_ns", "dur_ns")
-    syncs, loaders = pl.collect_all([syncs, loaders])  # one pass over the host events
+                       options.dataloader_pattern).select("rank", "ts_ns", "dur_ns").collect()
     g = _flag_overlap(g, syncs, "_sync")
     g = _flag_overlap(g, loaders, "_loader")
     cause = (
@@ -102,6 +104,19 @@ def gaps(
             "prev_step", "next_step", "next_correlation", "launch_ts_ns"]
     return g.with_columns(cause=cause).select(cols).sort([*by, "gap_start_ns"],
                                                          maintain_order=True)
+
+
+#: The host-side kinds the gap analyses read: launches, synchronisations, ops, annotations.
+HOST_KINDS: tuple[str, ...] = (*RUNTIME_KINDS, "sync", "cpu_op", "user_annotation",
+                               "python_function")
+
+
+def host_events(events: Frame) -> pl.DataFrame:
+    """The rows and columns of ``events`` that ``gaps`` and ``largest_gaps`` read besides the
+    GPU events, collected once (one read of the store instead of one per lookup)."""
+    return (events.lazy().filter(pl.col("kind").is_in(HOST_KINDS))
+            .select("rank", "kind", "name", "ts_ns", "dur_ns", "correlation", "external_id")
+            .collect())
 
 
 def _between(gpu: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -197,15 +212,17 @@ def largest_gaps(
     *,
     n: int = 10,
     ops_per_gap: int = 5,
+    host: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The ``n`` longest gaps with the host ops around them.
 
     Adds ``launch_op`` (the CPU op that launched the work after the gap, through the runtime
     call's external id) and ``ops_during`` (names of up to ``ops_per_gap`` host ops overlapping
-    the gap, longest overlap first; ProfilerStep ranges excluded).
+    the gap, longest overlap first; ProfilerStep ranges excluded). ``host``: ``host_events``
+    when the caller has it.
     """
     top = gap_frame.sort("gap_ns", descending=True).head(n).with_row_index("_gap")
-    host = events.lazy()
+    host = (events if host is None else host).lazy()
     kind = pl.col("kind")
     # Only the few launches, ops and overlaps of these gaps are looked up (semi joins first),
     # not every runtime call and op of the trace.
