@@ -39,18 +39,22 @@ def step_breakdown(
     include_trace: bool = True,
     step_windows: str = "gpu",
     gpu: pl.DataFrame | None = None,
+    spans: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """GPU time per step (and a whole-trace row with step null) per (rank, device).
 
     ``step_time_ns`` is the host ``ProfilerStep#N`` duration (null for the whole-trace row and
     when the step has no host range). Ranks without GPU events get a row with a note.
+    ``gpu`` (``prepared_gpu``) and ``spans`` (``step_spans``) when the caller has them.
     """
     if gpu is None:  # callers running several analyses pass it once (it is the costly part)
         gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
     parts = []
     steps = accounting(gpu, step_windows_for(gpu, events, step_windows, step_pattern),
                        window_keys=["step"])
-    spans = step_spans(events, pattern=step_pattern).select("rank", "step", "step_time_ns")
+    if spans is None:
+        spans = step_spans(events, pattern=step_pattern)
+    spans = spans.select("rank", "step", "step_time_ns")
     steps = steps.join(spans, on=["rank", "step"], how="left").with_columns(
         note=pl.lit(None, pl.String))
     parts.append(steps)

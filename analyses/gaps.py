@@ -25,6 +25,7 @@ import polars as pl
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events
 from .intervals import flag_overlapping, overlapping, union
+from .host import host_events
 from .launches import RUNTIME_KINDS, launch_table, with_launches
 from .names import matching
 from .overlap import NOTE_NO_GPU, prepared_gpu
@@ -104,19 +105,6 @@ def gaps(
             "prev_step", "next_step", "next_correlation", "launch_ts_ns"]
     return g.with_columns(cause=cause).select(cols).sort([*by, "gap_start_ns"],
                                                          maintain_order=True)
-
-
-#: The host-side kinds the gap analyses read: launches, synchronisations, ops, annotations.
-HOST_KINDS: tuple[str, ...] = (*RUNTIME_KINDS, "sync", "cpu_op", "user_annotation",
-                               "python_function")
-
-
-def host_events(events: Frame) -> pl.DataFrame:
-    """The rows and columns of ``events`` that ``gaps`` and ``largest_gaps`` read besides the
-    GPU events, collected once (one read of the store instead of one per lookup)."""
-    return (events.lazy().filter(pl.col("kind").is_in(HOST_KINDS))
-            .select("rank", "kind", "name", "ts_ns", "dur_ns", "correlation", "external_id")
-            .collect())
 
 
 def _between(gpu: pl.DataFrame, by: list[str]) -> pl.DataFrame:

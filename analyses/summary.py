@@ -37,9 +37,11 @@ def summary(
     step_pattern: str = STEP_PATTERN,
     gpu: pl.DataFrame | None = None,
     spans: pl.DataFrame | None = None,
+    host: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """One row per rank of ``events`` (columns ``SUMMARY_COLUMNS``). ``gpu``
-    (``prepared_gpu``) and ``spans`` (``step_spans``) when the caller has them."""
+    (``prepared_gpu``), ``spans`` (``step_spans``) and ``host`` (``host_events``) when the
+    caller has them."""
     if gpu is None:
         gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
     ov = overlap(events, patterns=patterns, step_pattern=step_pattern, gpu=gpu)
@@ -62,7 +64,7 @@ def summary(
         steps=pl.len().cast(pl.Int64),
         step_time_ns_p50=pl.col("step_time_ns").median().round().cast(pl.Int64))
     causes = gap_causes(gaps(events, options=gap_options, patterns=patterns,
-                             step_pattern=step_pattern, gpu=gpu), by=["rank"])
+                             step_pattern=step_pattern, gpu=gpu, host=host), by=["rank"])
     top = causes.sort("rank", "total_gap_ns", descending=[False, True]).group_by(
         "rank", maintain_order=True).first().select(
         "rank", top_gap_cause="cause", top_gap_cause_ns="total_gap_ns")

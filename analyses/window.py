@@ -53,7 +53,7 @@ def parse_step_name(names: pl.Series | pl.Expr, pattern: str = STEP_PATTERN):
 
 
 #: Host-side kinds whose ranges can be step markers.
-_HOST_KINDS = ["user_annotation", "cpu_op", "nvtx", "python_function"]
+STEP_MARKER_KINDS = ["user_annotation", "cpu_op", "nvtx", "python_function"]
 
 
 def step_spans(events: Frame, *, pattern: str = STEP_PATTERN) -> pl.DataFrame:
@@ -65,7 +65,7 @@ def step_spans(events: Frame, *, pattern: str = STEP_PATTERN) -> pl.DataFrame:
     """
     host = (
         events.lazy()
-        .filter(pl.col("kind").is_in(_HOST_KINDS) & pl.col("dur_ns").is_not_null())
+        .filter(pl.col("kind").is_in(STEP_MARKER_KINDS) & pl.col("dur_ns").is_not_null())
         .select("rank", "name", "ts_ns", "dur_ns")
     )
     numbers = (
