@@ -19,7 +19,9 @@ import polars as pl
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns
 from .launches import launch_table, with_launches
-from .overlap import NOTE_NO_STEPS, accounting, finish, prepared_gpu, step_windows_for
+from .overlap import (
+    NOTE_NO_STEPS, accounting, accountings, finish, prepared_gpu, step_windows_for,
+)
 from .window import STEP_PATTERN, gpu_trace_windows, step_spans
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -50,16 +52,16 @@ def step_breakdown(
     if gpu is None:  # callers running several analyses pass it once (it is the costly part)
         gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
     parts = []
-    steps = accounting(gpu, step_windows_for(gpu, events, step_windows, step_pattern),
-                       window_keys=["step"])
+    steps, trace = accountings(  # one sweep for the steps and the whole trace
+        gpu, [(step_windows_for(gpu, events, step_windows, step_pattern), ["step"]),
+              (gpu_trace_windows(gpu), [])])
     if spans is None:
         spans = step_spans(events, pattern=step_pattern)
     spans = spans.select("rank", "step", "step_time_ns")
     steps = steps.join(spans, on=["rank", "step"], how="left").with_columns(
         note=pl.lit(None, pl.String))
     parts.append(steps)
-    trace = accounting(gpu, gpu_trace_windows(gpu)).with_columns(
-        step=pl.lit(None, pl.Int32), step_time_ns=pl.lit(None, pl.Int64))
+    trace = trace.with_columns(step=pl.lit(None, pl.Int32), step_time_ns=pl.lit(None, pl.Int64))
     no_steps = trace.join(steps.select("rank", "device").unique(), on=["rank", "device"],
                           how="anti").select("rank", "device")
     trace = trace.join(no_steps.with_columns(note=pl.lit(NOTE_NO_STEPS)), on=["rank", "device"],

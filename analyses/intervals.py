@@ -195,7 +195,7 @@ def windowed_sweep(
     by, wk = list(by), list(window_keys)
     w = _numbered_windows(windows, by, wk, lo, hi)
     return (
-        _swept_segments(frame, w, sets, by, start, end, lo, hi)
+        _inside(_swept_points(frame, [w], sets, by, start, end, lo, hi), 0)
         .join(w.select("_wid", *by, *wk), on="_wid", how="inner", maintain_order="left")
         .select([*by, *wk, "seg_start_ns", "seg_end_ns", "mask"])
         .collect()
@@ -204,31 +204,34 @@ def windowed_sweep(
 
 def windowed_mask_lengths(
     frame: Frame,
-    windows: Frame,
+    window_sets: Sequence[tuple[Frame, Sequence[str]]],
     sets: Mapping[str, pl.Expr],
     *,
     by: Sequence[str] = (),
-    window_keys: Sequence[str] = (),
     start: str = "ts_ns",
     end: str = "end_ns",
     lo: str = "window_start_ns",
     hi: str = "window_end_ns",
-) -> pl.DataFrame:
-    """``windowed_sweep`` summed per window and mask: ``by..., window_keys..., mask,
+) -> list[pl.DataFrame]:
+    """``windowed_sweep`` summed per window and mask, for several sets of windows in one sweep.
+
+    ``window_sets``: ``(windows, window_keys)`` pairs, each set disjoint per group (a step
+    tiling and the whole-trace window, say). Returns, per set, ``by..., window_keys..., mask,
     length_ns`` (at most 2**len(sets) rows per window; ``mask_lengths`` turns them into the
-    length of any condition on the mask). The segments themselves are never materialised."""
-    by, wk = list(by), list(window_keys)
-    w = _numbered_windows(windows, by, wk, lo, hi)
-    per_mask = (
-        _swept_segments(frame, w, sets, by, start, end, lo, hi)
-        .group_by("_wid", "mask")
+    length of any condition on the mask). The segments themselves are never materialised.
+    """
+    by = list(by)
+    numbered = [(_numbered_windows(w, by, list(wk), lo, hi), list(wk)) for w, wk in window_sets]
+    points = _swept_points(frame, [w for w, _ in numbered], sets, by, start, end, lo, hi)
+    per_mask = pl.collect_all([  # one sort and one set of running counts serve every set
+        _inside(points, k).group_by("_wid", "mask")
         .agg(length_ns=(pl.col("seg_end_ns") - pl.col("seg_start_ns")).sum())
-        .collect()
-    )
-    return (
-        per_mask.join(w.select("_wid", *by, *wk).collect(), on="_wid", how="inner")
+        for k in range(len(numbered))])
+    return [
+        lengths.join(w.select("_wid", *by, *wk).collect(), on="_wid", how="inner")
         .select([*by, *wk, "mask", "length_ns"])
-    )
+        for lengths, (w, wk) in zip(per_mask, numbered)
+    ]
 
 
 def mask_lengths(
@@ -253,18 +256,25 @@ def _numbered_windows(windows: Frame, by: list[str], wk: list[str], lo: str,
             .with_row_index("_wid"))
 
 
-def _swept_segments(frame: Frame, w: pl.LazyFrame, sets: Mapping[str, pl.Expr],
-                    by: list[str], start: str, end: str, lo: str, hi: str) -> pl.LazyFrame:
-    """The segments of ``windowed_sweep`` as ``_wid`` (row of ``w``), seg_start_ns,
-    seg_end_ns, mask."""
+def _swept_points(frame: Frame, window_sets: list[pl.LazyFrame], sets: Mapping[str, pl.Expr],
+                  by: list[str], start: str, end: str, lo: str, hi: str) -> pl.LazyFrame:
+    """The sweep behind ``windowed_sweep``: every start, end and window bound in time order
+    per group, each row opening a segment to the next (``seg_start_ns``, ``seg_end_ns``) with
+    the ``mask`` of the sets active in it and, for window set k, ``_in{k}`` (inside one of its
+    windows) and ``_wid{k}`` (which one: a row of that set). Only busy segments are kept."""
     iv = _lazy(frame).filter(pl.col(end) > pl.col(start))
     deltas = {f"_d{i}": cond.cast(pl.Int64) for i, cond in enumerate(sets.values())}
+    bounds = []
+    for k, w in enumerate(window_sets):
+        bounds.append(w.select(*by, _t=pl.col(lo), **{f"_b{k}": pl.lit(1, pl.Int64),
+                                                      f"_wid{k}": pl.col("_wid")}))
+        bounds.append(w.select(*by, _t=pl.col(hi), **{f"_b{k}": pl.lit(-1, pl.Int64)}))
+    counted = [*deltas, *(f"_b{k}" for k in range(len(window_sets)))]
     points = pl.concat([
         iv.select(*by, _t=pl.col(start), **deltas),
         iv.select(*by, _t=pl.col(end), **{k: -d for k, d in deltas.items()}),
-        w.select(*by, _t=pl.col(lo), _in=pl.lit(1, pl.Int64), _wid="_wid"),
-        w.select(*by, _t=pl.col(hi), _in=pl.lit(-1, pl.Int64)),
-    ], how="diagonal").with_columns(pl.col(*deltas, "_in").fill_null(0))
+        *bounds,
+    ], how="diagonal").with_columns(pl.col(*counted).fill_null(0))
     # A stable sort: traces come nearly in time order per group, which it exploits (~8x faster
     # than the default sort on 1.5 M points).
     points = points.sort([*by, "_t"], maintain_order=True)
@@ -274,12 +284,19 @@ def _swept_segments(frame: Frame, w: pl.LazyFrame, sets: Mapping[str, pl.Expr],
         if by else pl.lit(True)
     return (
         points.with_columns(
-            mask=mask, _inside=pl.col("_in").cum_sum(), _wid=pl.col("_wid").forward_fill(),
-            seg_end_ns=pl.when(same_group).then(pl.col("_t").shift(-1)))
-        .filter((pl.col("_inside") > 0) & (pl.col("mask") > 0)
-                & (pl.col("seg_end_ns") > pl.col("_t")))
-        .select("_wid", pl.col("_t").alias("seg_start_ns"), "seg_end_ns", "mask")
+            mask=mask, seg_end_ns=pl.when(same_group).then(pl.col("_t").shift(-1)),
+            **{f"_in{k}": pl.col(f"_b{k}").cum_sum() > 0 for k in range(len(window_sets))},
+            **{f"_wid{k}": pl.col(f"_wid{k}").forward_fill() for k in range(len(window_sets))})
+        .filter((pl.col("mask") > 0) & (pl.col("seg_end_ns") > pl.col("_t")))
+        .rename({"_t": "seg_start_ns"})
     )
+
+
+def _inside(points: pl.LazyFrame, k: int) -> pl.LazyFrame:
+    """The segments of ``_swept_points`` inside a window of set ``k``: _wid, seg_start_ns,
+    seg_end_ns, mask."""
+    return points.filter(pl.col(f"_in{k}")).select(
+        pl.col(f"_wid{k}").alias("_wid"), "seg_start_ns", "seg_end_ns", "mask")
 
 
 def flag_overlapping(

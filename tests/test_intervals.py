@@ -188,8 +188,17 @@ def test_windowed_sweep_equals_clip_union_sweep(ivs, gaps_and_widths) -> None:
     want = segment_lengths(sweep({k: union(cut.filter(c), by=keys) for k, c in sets.items()},
                                  by=keys), labels, by=keys)
     assert got.equals(want)
-    per_mask = windowed_mask_lengths(f, win, sets, by=["g"], window_keys=["step"])
-    assert mask_lengths(per_mask, labels, by=keys).equals(want)
+    # several window sets in one sweep: the steps, and one window over everything
+    whole = pl.DataFrame({"g": [0, 1, 2], "window_start_ns": [-5] * 3,
+                          "window_end_ns": [200] * 3})
+    per_step, per_group = windowed_mask_lengths(f, [(win, ["step"]), (whole, [])], sets,
+                                                by=["g"])
+    assert mask_lengths(per_step, labels, by=keys).equals(want)
+    alone = windowed_mask_lengths(f, [(whole, [])], sets, by=["g"])[0]
+    assert mask_lengths(per_group, labels, by=["g"]).equals(mask_lengths(alone, labels, by=["g"]))
+    assert mask_lengths(per_group, labels, by=["g"]).equals(segment_lengths(
+        sweep({k: union(f.filter(c), by=["g"]) for k, c in sets.items()}, by=["g"]), labels,
+        by=["g"]))
     for g, step, s0, *_ in got.rows():  # and against the cell oracle
         lo, hi = edges[step]
         assert s0 == len({c for gg, s, e, k in ivs if gg == g and k == 0
