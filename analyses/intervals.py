@@ -222,11 +222,13 @@ def windowed_mask_lengths(
     """
     by = list(by)
     numbered = [(_numbered_windows(w, by, list(wk), lo, hi), list(wk)) for w, wk in window_sets]
-    points = _swept_points(frame, [w for w, _ in numbered], sets, by, start, end, lo, hi)
-    per_mask = pl.collect_all([  # one sort and one set of running counts serve every set
+    # one sort and one set of running counts serve every set: collected once
+    points = _swept_points(frame, [w for w, _ in numbered], sets, by, start, end, lo,
+                           hi).collect().lazy()
+    per_mask = [
         _inside(points, k).group_by("_wid", "mask")
-        .agg(length_ns=(pl.col("seg_end_ns") - pl.col("seg_start_ns")).sum())
-        for k in range(len(numbered))])
+        .agg(length_ns=(pl.col("seg_end_ns") - pl.col("seg_start_ns")).sum()).collect()
+        for k in range(len(numbered))]
     return [
         lengths.join(w.select("_wid", *by, *wk).collect(), on="_wid", how="inner")
         .select([*by, *wk, "mask", "length_ns"])
@@ -288,7 +290,9 @@ def _swept_points(frame: Frame, window_sets: list[pl.LazyFrame], sets: Mapping[s
             **{f"_in{k}": pl.col(f"_b{k}").cum_sum() > 0 for k in range(len(window_sets))},
             **{f"_wid{k}": pl.col(f"_wid{k}").forward_fill() for k in range(len(window_sets))})
         .filter((pl.col("mask") > 0) & (pl.col("seg_end_ns") > pl.col("_t")))
-        .rename({"_t": "seg_start_ns"})
+        .select(pl.col("_t").alias("seg_start_ns"), "seg_end_ns", "mask",
+                *(f"_in{k}" for k in range(len(window_sets))),
+                *(f"_wid{k}" for k in range(len(window_sets))))
     )
 
 
