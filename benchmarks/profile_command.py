@@ -1,6 +1,6 @@
 """Where one CLI command spends its time: cProfile with a process-time clock.
 
-    python benchmarks/profile_command.py CMD PATH --cache-dir DIR [-- EXTRA CLI ARGS]
+    python benchmarks/profile_command.py CMD PATH --cache-dir DIR [other CLI options]
 
 Runs ``traceview.cli.main([CMD, PATH, "--json", "--cache-dir", DIR, *EXTRA])`` once in this
 process (imports warmed first, as ``benchmarks/ops.py`` does) and prints the wall and CPU time
@@ -26,14 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path")
     p.add_argument("--cache-dir", required=True)
     p.add_argument("--top", type=int, default=30, help="functions to list")
-    p.add_argument("extra", nargs=argparse.REMAINDER, help="more CLI arguments after --")
-    args = p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)  # the rest goes to the command
     import polars  # noqa: F401  (warm, like benchmarks/ops.py)
 
     import traceview.cli
     import traceview.traceset  # noqa: F401
 
-    extra = [a for a in args.extra if a != "--"]
     profiler = cProfile.Profile(timer=time.process_time)
     wall, cpu = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(io.StringIO()):
