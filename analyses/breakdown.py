@@ -18,7 +18,10 @@ from __future__ import annotations
 import polars as pl
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns
-from .overlap import NOTE_NO_STEPS, accounting, finish, prepared_gpu, step_windows_for
+from .launches import launch_table, with_launches
+from .overlap import (
+    NOTE_NO_STEPS, accounting, accountings, finish, prepared_gpu, step_windows_for,
+)
 from .window import STEP_PATTERN, gpu_trace_windows, step_spans
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -38,23 +41,27 @@ def step_breakdown(
     include_trace: bool = True,
     step_windows: str = "gpu",
     gpu: pl.DataFrame | None = None,
+    spans: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """GPU time per step (and a whole-trace row with step null) per (rank, device).
 
     ``step_time_ns`` is the host ``ProfilerStep#N`` duration (null for the whole-trace row and
     when the step has no host range). Ranks without GPU events get a row with a note.
+    ``gpu`` (``prepared_gpu``) and ``spans`` (``step_spans``) when the caller has them.
     """
     if gpu is None:  # callers running several analyses pass it once (it is the costly part)
         gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
     parts = []
-    steps = accounting(gpu, step_windows_for(gpu, events, step_windows, step_pattern),
-                       window_keys=["step"])
-    spans = step_spans(events, pattern=step_pattern).select("rank", "step", "step_time_ns")
+    steps, trace = accountings(  # one sweep for the steps and the whole trace
+        gpu, [(step_windows_for(gpu, events, step_windows, step_pattern), ["step"]),
+              (gpu_trace_windows(gpu), [])])
+    if spans is None:
+        spans = step_spans(events, pattern=step_pattern)
+    spans = spans.select("rank", "step", "step_time_ns")
     steps = steps.join(spans, on=["rank", "step"], how="left").with_columns(
         note=pl.lit(None, pl.String))
     parts.append(steps)
-    trace = accounting(gpu, gpu_trace_windows(gpu)).with_columns(
-        step=pl.lit(None, pl.Int32), step_time_ns=pl.lit(None, pl.Int64))
+    trace = trace.with_columns(step=pl.lit(None, pl.Int32), step_time_ns=pl.lit(None, pl.Int64))
     no_steps = trace.join(steps.select("rank", "device").unique(), on=["rank", "device"],
                           how="anti").select("rank", "device")
     trace = trace.join(no_steps.with_columns(note=pl.lit(NOTE_NO_STEPS)), on=["rank", "device"],
@@ -98,42 +105,48 @@ def top_kernels(
         gpu = prepared_gpu(events, patterns=patterns)
     d = pl.col("dur_ns")
     out = (
-        gpu.group_by("rank", pl.col("name").cast(pl.String), "gpu_class")
+        gpu.group_by("rank", "name", "gpu_class")
         .agg(count=pl.len().cast(pl.Int64), total_ns=d.sum(), mean_ns=d.mean(),
              p50_ns=d.quantile(0.5, "linear"), p99_ns=d.quantile(0.99, "linear"), max_ns=d.max())
-        .with_columns(share_of_gpu_time=pl.col("total_ns") / pl.col("total_ns").sum().over("rank"))
+        .with_columns(pl.col("name").cast(pl.String),
+                      share_of_gpu_time=pl.col("total_ns") / pl.col("total_ns").sum().over("rank"))
         .sort(["rank", "total_ns", "name"], descending=[False, True, False])
     )
     return out.group_by("rank", maintain_order=True).head(n)
 
 
-def top_cpu_ops(events: Frame, *, n: int = 20, by: str = "self_ns") -> pl.DataFrame:
+def top_cpu_ops(events: Frame, *, n: int = 20, by: str = "self_ns",
+                ops: pl.DataFrame | None = None) -> pl.DataFrame:
     """Host operators (kind ``cpu_op``) by self or total time, per rank.
 
     self time = duration − durations of the direct children on the same thread. Nesting is
     found without a loop: a sweep (+1 at starts, −1 at ends, ends first on ties) gives each
     op's depth; its parent is the latest earlier op one level up on the same thread (an as-of
     join). Columns: rank, name, count, total_ns, self_ns, mean_ns, mean_self_ns.
+    ``ops``: ``with_self_time(events)`` when the caller has it (both rankings share it).
     """
-    ops = with_self_time(events)
+    if ops is None:
+        ops = with_self_time(events)
     out = (
         ops.group_by("rank", "name")
         .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum(),
              self_ns=pl.col("self_ns").sum(), mean_ns=pl.col("dur_ns").mean(),
              mean_self_ns=pl.col("self_ns").mean())
+        .with_columns(pl.col("name").cast(pl.String))
         .sort(["rank", by, "name"], descending=[False, True, False])
     )
     return out.group_by("rank", maintain_order=True).head(n)
 
 
 def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl.DataFrame:
-    """Host ops with ``depth``, ``parent_idx`` and ``self_ns`` columns added."""
+    """Host ops (rank, pid, tid, name as stored, ts_ns, dur_ns, _idx) with ``depth``,
+    ``parent_idx`` and ``self_ns`` columns added."""
     thread = ["rank", "pid", "tid"]
     ops = (
         events.lazy()
-        .filter(pl.col("kind").cast(pl.String).is_in(list(kinds)) & pl.col("dur_ns").is_not_null()
+        .filter(pl.col("kind").is_in(list(kinds)) & pl.col("dur_ns").is_not_null()
                 & (pl.col("dur_ns") >= 0))
-        .select(*thread, pl.col("name").cast(pl.String), "ts_ns", "dur_ns")
+        .select(*thread, "name", "ts_ns", "dur_ns")
         .with_row_index("_idx")
         .with_columns(_end=pl.col("ts_ns") + pl.col("dur_ns"))
         .collect()
@@ -144,25 +157,31 @@ def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl
     ends = ops.select(*thread, "_idx", _t=pl.col("_end"), _kind=pl.lit(0),
                       _tie=pl.lit(0, pl.Int64), _d=pl.lit(-1))
     pts = (
-        pl.concat([starts, ends]).sort([*thread, "_t", "_kind", "_tie"])
-        .with_columns(_depth=pl.col("_d").cum_sum().over(thread), _order=pl.int_range(pl.len()))
+        # stable: exact ties keep the ops' order; and fast on traces written in time order
+        pl.concat([starts, ends]).sort([*thread, "_t", "_kind", "_tie"], maintain_order=True)
+        # each thread's +1/-1 sum to zero and its points are contiguous: a running sum over
+        # all rows is the running sum per thread (no window expression needed)
+        .with_columns(_depth=pl.col("_d").cum_sum(), _order=pl.int_range(pl.len()))
         .filter(pl.col("_kind") == 1)
         .select(*thread, "_idx", "_depth", "_order")
     )
     cand = pts.select(*thread, pl.col("_depth").alias("_pdepth"), pl.col("_order"),
-                      pl.col("_idx").alias("parent_idx")).sort("_order")
-    linked = (
-        pts.with_columns(_pdepth=pl.col("_depth") - 1).sort("_order")
+                      pl.col("_idx").alias("parent_idx"))
+    linked = (  # one row per op (its start), put back in the ops' order
+        pts.with_columns(_pdepth=pl.col("_depth") - 1)
         .join_asof(cand, on="_order", by=[*thread, "_pdepth"], strategy="backward",
                    allow_exact_matches=False, check_sortedness=False)
         .select("_idx", pl.col("_depth").alias("depth"), "parent_idx")
+        .sort("_idx")
     )
-    ops = ops.join(linked, on="_idx", how="left")
+    ops = ops.with_columns(linked.get_column("depth"), linked.get_column("parent_idx"))
     child = ops.filter(pl.col("parent_idx").is_not_null()).group_by("parent_idx").agg(
         _child_ns=pl.col("dur_ns").sum())
+    child_ns = pl.Series("_child_ns", [0] * 0, dtype=pl.Int64).extend_constant(0, ops.height) \
+        .scatter(child.get_column("parent_idx"), child.get_column("_child_ns"))
     return (
-        ops.join(child, left_on="_idx", right_on="parent_idx", how="left")
-        .with_columns(self_ns=pl.max_horizontal(pl.col("dur_ns") - pl.col("_child_ns").fill_null(0),
+        ops.with_columns(child_ns)
+        .with_columns(self_ns=pl.max_horizontal(pl.col("dur_ns") - pl.col("_child_ns"),
                                                 pl.lit(0)))
         .drop("_child_ns", "_end")
     )
@@ -176,24 +195,20 @@ def launch_delays(
     rank, device, stream, name, gpu_class, launch_name, launch_ts_ns, ts_ns,
     launch_delay_ns = GPU start − runtime call start, and
     queue_delay_ns = max(0, GPU start − runtime call end)."""
-    gpu = (prepared_gpu(events, patterns=patterns) if gpu is None else gpu).lazy()
-    rt = (
-        events.lazy()
-        .filter(pl.col("kind").cast(pl.String).is_in(["cuda_runtime", "cuda_driver"])
-                & pl.col("correlation").is_not_null())
-        .group_by("rank", "correlation")
-        .agg(launch_name=pl.col("name").cast(pl.String).first(),
-             launch_ts_ns=pl.col("ts_ns").min(),
-             _launch_end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max())
-    )
+    gpu = prepared_gpu(events, patterns=patterns) if gpu is None else gpu
+    rt = launch_table(events, launch_name=pl.col("name").first(),
+                      launch_ts_ns=pl.col("ts_ns").min(),
+                      _launch_end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max())
     return (
-        gpu.join(rt, on=["rank", "correlation"], how="inner")
+        with_launches(gpu.select("rank", "device", "stream", "name", "gpu_class", "ts_ns",
+                                 "correlation"), rt, how="inner")
+        .lazy()
         .select("rank", "device", "stream", pl.col("name").cast(pl.String), "gpu_class",
-                "launch_name", "launch_ts_ns", "ts_ns",
+                pl.col("launch_name").cast(pl.String), "launch_ts_ns", "ts_ns",
                 launch_delay_ns=pl.col("ts_ns") - pl.col("launch_ts_ns"),
                 queue_delay_ns=pl.max_horizontal(pl.col("ts_ns") - pl.col("_launch_end"),
                                                  pl.lit(0)))
-        .sort("rank", "ts_ns")
+        .sort("rank", "ts_ns", maintain_order=True)
         .collect()
     )
 

@@ -3,7 +3,8 @@
 GPU events are kernels, memory copies and memory sets (Kineto categories ``kernel``,
 ``gpu_memcpy``, ``gpu_memset`` and the 2021 spellings ``Kernel``, ``Memcpy``, ``Memset``; the
 nsys ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``MEMCPY`` / ``MEMSET`` tables), i.e. events of kind
-``kernel``, ``memcpy`` or ``memset``. Each gets
+``kernel``, ``memcpy`` or ``memset``, and events of kind ``other`` (a reader that did not
+recognise them) with one of those categories. Each gets
 
 * ``gpu_class``: ``compute``, ``comm``, ``memcpy`` or ``memset``;
 * ``gpu_subclass``: ``compute``, ``comm``, ``memset``, or the copy direction
@@ -107,50 +108,73 @@ def gpu_events(
     Keeps every input column. Rows without a duration or with a negative one are dropped
     (they cannot be placed on a timeline). ``device`` falls back to ``pid`` (Kineto GPU rows
     use the device as pid) and ``stream`` to ``tid`` when a reader left them null.
+
+    Kinds, categories and names repeat (a trace has a few dozen distinct kernel names for
+    hundreds of thousands of kernels), so the text rules run once per distinct combination
+    and the rows get their class by a join; selecting the candidate rows compares kind codes
+    only, which a Parquet scan can apply while reading.
     """
-    lf = events.lazy()
-    kind = pl.col("kind").cast(pl.String)
-    cat = pl.col("category").cast(pl.String).str.to_lowercase()
-    cat_kind = cat.replace_strict(GPU_CATEGORIES, default=None, return_dtype=pl.String)
-    gpu_kind = pl.when(kind.is_in(list(GPU_KINDS))).then(kind).otherwise(cat_kind)
-    name = pl.col("name").cast(pl.String)
-    lf = lf.with_columns(_gpu_kind=gpu_kind).filter(
-        pl.col("_gpu_kind").is_not_null()
+    lf = events.lazy().filter(
+        pl.col("kind").is_in([*GPU_KINDS, "other"])
         & pl.col("dur_ns").is_not_null()
         & (pl.col("dur_ns") >= 0)
     )
-    if patterns.ignore:
-        lf = lf.filter(~name.fill_null("").str.contains(patterns.ignore))
-    is_kernel = pl.col("_gpu_kind") == "kernel"
-    nm = name.fill_null("")
-    sub = (
-        pl.when(is_kernel & nm.str.contains(patterns.comm)).then(pl.lit("comm"))
-    )
-    if patterns.memcpy_kernel:
-        sub = sub.when(is_kernel & nm.str.contains(patterns.memcpy_kernel)).then(
-            _direction(pl.col("copy_kind").cast(pl.String), name))
-    if patterns.memset_kernel:
-        sub = sub.when(is_kernel & nm.str.contains(patterns.memset_kernel)).then(
-            pl.lit("memset"))
-    sub = (
-        sub.when(is_kernel).then(pl.lit("compute"))
-        .when(pl.col("_gpu_kind") == "memset").then(pl.lit("memset"))
-        .otherwise(_direction(pl.col("copy_kind").cast(pl.String), name))
+    keys = ["kind", "category", "name", "copy_kind"]
+    classes = (
+        lf.select(keys).unique()
+        .with_columns(_gpu_kind=_gpu_kind())
+        .filter(pl.col("_gpu_kind").is_not_null())
+        .with_columns(gpu_subclass=_subclass(patterns), _ignored=_ignored(patterns))
+        .filter(~pl.col("_ignored"))
+        .select(*keys, "gpu_subclass")
     )
     coarse = (
         pl.when(pl.col("gpu_subclass").str.starts_with("memcpy")).then(pl.lit("memcpy"))
         .otherwise(pl.col("gpu_subclass"))
     )
     return (
-        lf.with_columns(gpu_subclass=sub)
+        lf.join(classes, on=keys, how="inner", nulls_equal=True, maintain_order="left")
         .with_columns(
             gpu_class=coarse,
             end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
             device=pl.coalesce(pl.col("device"), pl.col("pid").cast(pl.Int32, strict=False)),
             stream=pl.coalesce(pl.col("stream"), pl.col("tid")),
         )
-        .drop("_gpu_kind")
     )
+
+
+def _gpu_kind() -> pl.Expr:
+    """``kernel``/``memcpy``/``memset`` from the kind, or for kind ``other`` from the category."""
+    kind = pl.col("kind").cast(pl.String)
+    by_category = pl.col("category").cast(pl.String).str.to_lowercase().replace_strict(
+        GPU_CATEGORIES, default=None, return_dtype=pl.String)
+    return (pl.when(kind.is_in(list(GPU_KINDS))).then(kind)
+            .when(kind == "other").then(by_category))
+
+
+def _subclass(patterns: ClassifyPatterns) -> pl.Expr:
+    """``gpu_subclass`` from ``_gpu_kind``, ``name`` and ``copy_kind``."""
+    is_kernel = pl.col("_gpu_kind") == "kernel"
+    name = pl.col("name").cast(pl.String)
+    nm = name.fill_null("")
+    sub = pl.when(is_kernel & nm.str.contains(patterns.comm)).then(pl.lit("comm"))
+    if patterns.memcpy_kernel:
+        sub = sub.when(is_kernel & nm.str.contains(patterns.memcpy_kernel)).then(
+            _direction(pl.col("copy_kind").cast(pl.String), name))
+    if patterns.memset_kernel:
+        sub = sub.when(is_kernel & nm.str.contains(patterns.memset_kernel)).then(
+            pl.lit("memset"))
+    return (
+        sub.when(is_kernel).then(pl.lit("compute"))
+        .when(pl.col("_gpu_kind") == "memset").then(pl.lit("memset"))
+        .otherwise(_direction(pl.col("copy_kind").cast(pl.String), name))
+    )
+
+
+def _ignored(patterns: ClassifyPatterns) -> pl.Expr:
+    if not patterns.ignore:
+        return pl.lit(False)
+    return pl.col("name").cast(pl.String).fill_null("").str.contains(patterns.ignore)
 
 
 def is_comm_name(names: pl.Expr, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS) -> pl.Expr:

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceview.analyses.classify import DEFAULT_PATTERNS
+from traceview.analyses.names import matching, per_name
 from traceview.naming import collective_from_text
 
 #: Collectives whose completion on any rank needs every rank to have arrived (causality holds,
@@ -87,14 +89,6 @@ class MatchResult:
     problems: pl.DataFrame
 
 
-def _is_comm_kernel(name: pl.Expr) -> pl.Expr:
-    try:
-        from traceview.analyses.classify import is_comm_name
-    except ImportError:  # pragma: no cover - classify ships with the package
-        return name.cast(pl.String).fill_null("").str.contains(r"(?i)nccl|rccl")
-    return is_comm_name(name)
-
-
 def _text(col: str) -> pl.Expr:
     return pl.col(col).cast(pl.String)
 
@@ -107,12 +101,11 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """
     lf = events.lazy()
     name = _text("name")
-    kind = _text("kind")
     norm = pl.coalesce(_text("collective"), collective_from_text(name))
 
+    kernels = lf.filter((pl.col("kind") == "kernel") & pl.col("dur_ns").is_not_null())
     gpu = (
-        lf.filter((kind == "kernel") & _is_comm_kernel(pl.col("name"))
-                  & pl.col("dur_ns").is_not_null())
+        matching(kernels, DEFAULT_PATTERNS.comm)  # the rule runs once per distinct name
         .select(
             pl.col("rank").cast(pl.Int32),
             side=pl.lit("gpu"),
@@ -146,12 +139,12 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
 def _cpu_calls(lf: pl.LazyFrame) -> pl.DataFrame:
     """CPU-side calls: nested comm events merged per (rank, thread); backend work preferred."""
     name = _text("name")
-    kind = _text("kind")
-    cand = lf.filter(
-        kind.is_in(["cpu_op", "user_annotation"])
-        & pl.col("dur_ns").is_not_null()
-        & (name.str.contains(_BACKEND_WORK) | name.str.contains(_DISPATCH)
-           | pl.col("collective").is_not_null())
+    ops = per_name(  # the name rules run once per distinct name
+        lf.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])
+                  & pl.col("dur_ns").is_not_null()),
+        _backend=name.str.contains(_BACKEND_WORK), _dispatch=name.str.contains(_DISPATCH))
+    cand = ops.filter(
+        pl.col("_backend") | pl.col("_dispatch") | pl.col("collective").is_not_null()
     ).select(
         pl.col("rank").cast(pl.Int32),
         tid=pl.coalesce(pl.col("tid"), pl.lit(0)),
@@ -161,7 +154,7 @@ def _cpu_calls(lf: pl.LazyFrame) -> pl.DataFrame:
         norm=pl.coalesce(_text("collective"), collective_from_text(name)),
         seq="seq", pg_name=_text("pg_name"), pg_ranks=_text("pg_ranks"), bytes="bytes",
         group_size=pl.col("group_size").cast(pl.Int32), dtype=_text("dtype"),
-        backend_work=name.str.contains(_BACKEND_WORK),
+        backend_work=pl.col("_backend"),
     ).sort("rank", "tid", "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
     # Merge nested events: a new call starts where ts > running max of previous ends.
     cand = cand.with_columns(

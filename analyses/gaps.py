@@ -24,7 +24,10 @@ from dataclasses import dataclass
 import polars as pl
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events
-from .intervals import union
+from .intervals import flag_overlapping, overlapping, union
+from .host import host_events
+from .launches import RUNTIME_KINDS, launch_table, with_launches
+from .names import matching
 from .overlap import NOTE_NO_GPU, prepared_gpu
 from .window import STEP_PATTERN
 
@@ -62,51 +65,31 @@ def gaps(
     patterns: ClassifyPatterns = DEFAULT_PATTERNS,
     step_pattern: str = STEP_PATTERN,
     gpu: pl.DataFrame | None = None,
+    host: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every idle gap per (rank, device) -- or per (rank, device, stream) -- with its cause.
 
     Columns: rank, device, [stream,] gap_start_ns, gap_end_ns, gap_ns, cause, prev_name,
     next_name, prev_step, next_step, next_correlation, launch_ts_ns. Gaps are strictly
-    positive; touching or overlapping GPU work leaves no gap.
+    positive; touching or overlapping GPU work leaves no gap. ``gpu`` (``prepared_gpu``) and
+    ``host`` (``host_events``) when the caller has them.
     """
     by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
-    if gpu is None:  # ``gpu``: prepared_gpu(events) when the caller already has it
+    if gpu is None:
         gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
-    merged = union(gpu, by=by, keep={
-        "_first_name": pl.col("name").cast(pl.String).sort_by("ts_ns").first(),
-        "_first_step": pl.col("step").sort_by("ts_ns").first(),
-        "_first_corr": pl.col("correlation").sort_by("ts_ns").first(),
-        "_last_name": pl.col("name").cast(pl.String).sort_by("end_ns").last(),
-        "_last_step": pl.col("step").sort_by("end_ns").last(),
-    })
-    nxt = lambda c: pl.col(c).shift(-1).over(by)  # noqa: E731
-    g = (
-        merged.lazy()
-        .with_columns(
-            gap_start_ns=pl.col("end_ns"), gap_end_ns=nxt("ts_ns"),
-            prev_name=pl.col("_last_name"), prev_step=pl.col("_last_step"),
-            next_name=nxt("_first_name"), next_step=nxt("_first_step"),
-            next_correlation=nxt("_first_corr"),
-        )
-        .filter(pl.col("gap_end_ns").is_not_null() & (pl.col("gap_end_ns") > pl.col("gap_start_ns")))
-        .with_columns(gap_ns=pl.col("gap_end_ns") - pl.col("gap_start_ns"))
-    )
-    host = events.lazy()
-    kind = pl.col("kind").cast(pl.String)
-    name = pl.col("name").cast(pl.String)
-    launches = (
-        host.filter(kind.is_in(["cuda_runtime", "cuda_driver"]) & pl.col("correlation").is_not_null())
-        .group_by("rank", "correlation").agg(launch_ts_ns=pl.col("ts_ns").min())
-        .rename({"correlation": "next_correlation"})
-    )
-    g = g.join(launches, on=["rank", "next_correlation"], how="left")
-    syncs = host.filter(
-        ((kind == "sync") | (kind.is_in(["cuda_runtime", "cuda_driver"])
-                             & name.str.contains(options.sync_pattern)))
-        & pl.col("dur_ns").is_not_null())
-    loaders = host.filter(
-        kind.is_in(["cpu_op", "user_annotation", "python_function"])
-        & name.str.contains(options.dataloader_pattern) & pl.col("dur_ns").is_not_null())
+    if host is None:
+        host = host_events(events)
+    g = _between(gpu, by)
+    g = with_launches(g, launch_table(host, launch_ts_ns=pl.col("ts_ns").min()),
+                      correlation="next_correlation")
+    kind = pl.col("kind")
+    timed = host.lazy().filter(pl.col("dur_ns").is_not_null())
+    syncs = pl.concat([
+        timed.filter(kind == "sync").select("rank", "ts_ns", "dur_ns"),
+        matching(timed.filter(kind.is_in(RUNTIME_KINDS)), options.sync_pattern)
+        .select("rank", "ts_ns", "dur_ns")]).collect()
+    loaders = matching(timed.filter(kind.is_in(["cpu_op", "user_annotation", "python_function"])),
+                       options.dataloader_pattern).select("rank", "ts_ns", "dur_ns").collect()
     g = _flag_overlap(g, syncs, "_sync")
     g = _flag_overlap(g, loaders, "_loader")
     cause = (
@@ -120,10 +103,45 @@ def gaps(
     )
     cols = [*by, "gap_start_ns", "gap_end_ns", "gap_ns", "cause", "prev_name", "next_name",
             "prev_step", "next_step", "next_correlation", "launch_ts_ns"]
-    return g.with_columns(cause=cause).select(cols).sort([*by, "gap_start_ns"]).collect()
+    return g.with_columns(cause=cause).select(cols).sort([*by, "gap_start_ns"],
+                                                         maintain_order=True)
 
 
-def _flag_overlap(g: pl.LazyFrame, intervals: pl.LazyFrame, flag: str) -> pl.LazyFrame:
+def _between(gpu: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """The gaps of ``gpu`` per ``by`` group, with the GPU work on either side of each.
+
+    One pass over each group's events sorted by start: ``_reach`` is the latest end so far
+    (the end of the busy time); a gap opens where an event starts after it. The work after the
+    gap is that event (the first to start; ties: the shorter, then input order), the work
+    before it the event that set ``_reach`` (the last to end; ties: the later to start).
+    A Python loop over the groups (devices or streams, never events): running maxima per group
+    cost ~4x more as window expressions.
+    """
+    rows = (gpu.select(*by, "ts_ns", "end_ns", pl.col("name").cast(pl.String), "step",
+                       "correlation")
+            .sort([*by, "ts_ns", "end_ns"], maintain_order=True))
+    parts = [_gaps_of_group(g, by) for g in rows.partition_by(by, maintain_order=True)]
+    return pl.concat(parts) if parts else _gaps_of_group(rows, by)
+
+
+def _gaps_of_group(rows: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """``_between`` for the rows of one group, sorted by start."""
+    reacher = pl.when(pl.col("end_ns") == pl.col("_reach")).then(pl.int_range(pl.len()))
+    prev = pl.col("_reacher").shift(1)
+    return (
+        rows.with_columns(_reach=pl.col("end_ns").cum_max())
+        .with_columns(_reacher=reacher.forward_fill())
+        .with_columns(gap_start_ns=pl.col("_reach").shift(1),
+                      prev_name=pl.col("name").gather(prev), prev_step=pl.col("step").gather(prev))
+        .filter(pl.col("ts_ns") > pl.col("gap_start_ns"))
+        .select(*by, "gap_start_ns", gap_end_ns="ts_ns", prev_name="prev_name",
+                prev_step="prev_step", next_name="name", next_step="step",
+                next_correlation="correlation")
+        .with_columns(gap_ns=pl.col("gap_end_ns") - pl.col("gap_start_ns"))
+    )
+
+
+def _flag_overlap(g: pl.DataFrame, intervals: pl.DataFrame, flag: str) -> pl.DataFrame:
     """Add boolean ``flag``: does any of ``intervals`` (same rank) overlap the gap?
 
     The intervals are merged per rank; the last merged interval starting before the gap's end
@@ -132,15 +150,11 @@ def _flag_overlap(g: pl.LazyFrame, intervals: pl.LazyFrame, flag: str) -> pl.Laz
     merged = union(
         intervals.select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")),
         by=["rank"],
-    ).lazy().select("rank", pl.col("ts_ns").alias("_iv_s"), pl.col("end_ns").alias("_iv_e"))
-    return (
-        g.sort("gap_end_ns")
-        .join_asof(merged.sort("_iv_s"), left_on="gap_end_ns", right_on="_iv_s", by="rank",
-                   strategy="backward", allow_exact_matches=False, check_sortedness=False)
-        .with_columns(pl.col("_iv_e").fill_null(pl.col("gap_start_ns")).gt(
-            pl.col("gap_start_ns")).alias(flag))
-        .drop("_iv_s", "_iv_e")
     )
+    if merged.height == 0:  # nothing to overlap (often: no data loader, few syncs)
+        return g.with_columns(pl.lit(False).alias(flag))
+    return flag_overlapping(g, merged, flag, by=["rank"], start="gap_start_ns",
+                            end="gap_end_ns")
 
 
 def gap_causes(gap_frame: pl.DataFrame, *, by: Sequence[str] = ("rank", "device")) -> pl.DataFrame:
@@ -186,31 +200,44 @@ def largest_gaps(
     *,
     n: int = 10,
     ops_per_gap: int = 5,
+    host: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The ``n`` longest gaps with the host ops around them.
 
     Adds ``launch_op`` (the CPU op that launched the work after the gap, through the runtime
     call's external id) and ``ops_during`` (names of up to ``ops_per_gap`` host ops overlapping
-    the gap, longest overlap first; ProfilerStep ranges excluded).
+    the gap, longest overlap first; ProfilerStep ranges excluded). ``host``: ``host_events``
+    when the caller has it.
     """
     top = gap_frame.sort("gap_ns", descending=True).head(n).with_row_index("_gap")
-    host = events.lazy()
-    kind = pl.col("kind").cast(pl.String)
+    host = (events if host is None else host).lazy()
+    kind = pl.col("kind")
+    # Only the few launches, ops and overlaps of these gaps are looked up (semi joins first),
+    # not every runtime call and op of the trace.
+    wanted = top.lazy().select("rank", pl.col("next_correlation").alias("correlation"))
     runtime_ext = (
-        host.filter(kind.is_in(["cuda_runtime", "cuda_driver"]) & pl.col("correlation").is_not_null())
+        host.filter(kind.is_in(RUNTIME_KINDS) & pl.col("correlation").is_not_null())
+        .join(wanted, on=["rank", "correlation"], how="semi", maintain_order="left")
         .group_by("rank", "correlation").agg(_ext=pl.col("external_id").drop_nulls().first())
         .rename({"correlation": "next_correlation"})
-    )
+    ).collect()
     ops = host.filter(kind.is_in(["cpu_op", "user_annotation"]) & pl.col("dur_ns").is_not_null())
     op_by_ext = (
         ops.filter(pl.col("external_id").is_not_null())
+        .join(runtime_ext.lazy().select("rank", external_id="_ext"), on=["rank", "external_id"],
+              how="semi", maintain_order="left")
         .group_by("rank", "external_id")
         .agg(launch_op=pl.col("name").cast(pl.String).sort_by("dur_ns").first())
         .rename({"external_id": "_ext"})
     )
+    spans = union(top.select("rank", ts_ns="gap_start_ns", end_ns="gap_end_ns"), by=["rank"])
+    near = overlapping(ops.select("rank", "name", "ts_ns",
+                                  end_ns=pl.col("ts_ns") + pl.col("dur_ns")), spans, by=["rank"])
     during = (
         top.lazy().select("_gap", "rank", "gap_start_ns", "gap_end_ns")
-        .join(ops.select("rank", "name", "ts_ns", "dur_ns"), on="rank", how="inner")
+        .join(near.lazy().select("rank", "name", "ts_ns",
+                                 dur_ns=pl.col("end_ns") - pl.col("ts_ns")),
+              on="rank", how="inner")
         .with_columns(_ov=pl.min_horizontal(pl.col("ts_ns") + pl.col("dur_ns"), "gap_end_ns")
                       - pl.max_horizontal("ts_ns", "gap_start_ns"))
         .filter((pl.col("_ov") > 0)
@@ -221,7 +248,7 @@ def largest_gaps(
     )
     return (
         top.lazy()
-        .join(runtime_ext, on=["rank", "next_correlation"], how="left")
+        .join(runtime_ext.lazy(), on=["rank", "next_correlation"], how="left")
         .join(op_by_ext, on=["rank", "_ext"], how="left")
         .join(during, on="_gap", how="left")
         .sort("_gap")
@@ -230,8 +257,11 @@ def largest_gaps(
     )
 
 
-def no_gpu_ranks(events: Frame, gap_frame: pl.DataFrame) -> pl.DataFrame:
-    """Ranks of ``events`` with no GPU work at all, each with the reason (for partial results)."""
-    gpu_ranks = gpu_events(events).select("rank").unique().collect()  # no step join needed
+def no_gpu_ranks(events: Frame, gap_frame: pl.DataFrame, *,
+                 gpu: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Ranks of ``events`` with no GPU work at all, each with the reason (for partial results).
+    ``gpu``: ``prepared_gpu(events)`` when the caller has it."""
+    gpu_ranks = (gpu_events(events) if gpu is None else gpu.lazy()).select(
+        pl.col("rank").unique()).collect()
     ranks = events.lazy().select("rank").unique().collect()
     return ranks.join(gpu_ranks, on="rank", how="anti").with_columns(note=pl.lit(NOTE_NO_GPU)).sort("rank")

@@ -50,7 +50,7 @@ def union(
     """
     by = list(by)
     lf = _lazy(frame).filter(pl.col(start).is_not_null() & pl.col(end).is_not_null())
-    lf = lf.sort([*by, start, end])
+    lf = lf.sort([*by, start, end], maintain_order=True)  # stable: fast on near-sorted traces
     prev_max = pl.col(end).cum_max().shift(1)
     if by:
         prev_max = prev_max.over(by)
@@ -164,6 +164,206 @@ def sweep(
         .select([*by, pl.col("_t").alias("seg_start_ns"), "seg_end_ns", "mask"])
         .collect()
     )
+
+
+def windowed_sweep(
+    frame: Frame,
+    windows: Frame,
+    sets: Mapping[str, pl.Expr],
+    *,
+    by: Sequence[str] = (),
+    window_keys: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+    lo: str = "window_start_ns",
+    hi: str = "window_end_ns",
+) -> pl.DataFrame:
+    """``sweep`` of several interval sets clipped to windows, in one pass over raw intervals.
+
+    ``sets`` maps a label to a boolean expression choosing its rows of ``frame`` (the i-th
+    gets bit ``2**i``); the intervals need not be merged. ``windows`` holds ``by...,
+    window_keys..., lo, hi`` and must be disjoint per group (see ``windows_disjoint``).
+    Returns the segments ``sweep(sets, by=[*by, *window_keys])`` returns for the intervals
+    clipped to the windows, ``by..., window_keys..., seg_start_ns, seg_end_ns, mask``, in
+    (by..., seg_start_ns) order.
+
+    One sort of all start and end points (and the window bounds) per group; a running count
+    per set says whether it is active (count > 0), a running count of window bounds whether
+    the segment is inside a window, and the last window start seen which one. Each group's
+    counts return to zero at its end, so the running sums need no reset between groups.
+    """
+    by, wk = list(by), list(window_keys)
+    w = _numbered_windows(windows, by, wk, lo, hi)
+    return (
+        _inside(_swept_points(frame, [w], sets, by, start, end, lo, hi), 0)
+        .join(w.select("_wid", *by, *wk), on="_wid", how="inner", maintain_order="left")
+        .select([*by, *wk, "seg_start_ns", "seg_end_ns", "mask"])
+        .collect()
+    )
+
+
+def windowed_mask_lengths(
+    frame: Frame,
+    window_sets: Sequence[tuple[Frame, Sequence[str]]],
+    sets: Mapping[str, pl.Expr],
+    *,
+    by: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+    lo: str = "window_start_ns",
+    hi: str = "window_end_ns",
+) -> list[pl.DataFrame]:
+    """``windowed_sweep`` summed per window and mask, for several sets of windows in one sweep.
+
+    ``window_sets``: ``(windows, window_keys)`` pairs, each set disjoint per group (a step
+    tiling and the whole-trace window, say). Returns, per set, ``by..., window_keys..., mask,
+    length_ns`` (at most 2**len(sets) rows per window; ``mask_lengths`` turns them into the
+    length of any condition on the mask). The segments themselves are never materialised.
+    """
+    by = list(by)
+    numbered = [(_numbered_windows(w, by, list(wk), lo, hi), list(wk)) for w, wk in window_sets]
+    # one sort and one set of running counts serve every set: collected once
+    points = _swept_points(frame, [w for w, _ in numbered], sets, by, start, end, lo,
+                           hi).collect().lazy()
+    per_mask = [
+        _inside(points, k).group_by("_wid", "mask")
+        .agg(length_ns=(pl.col("seg_end_ns") - pl.col("seg_start_ns")).sum()).collect()
+        for k in range(len(numbered))]
+    return [
+        lengths.join(w.select("_wid", *by, *wk).collect(), on="_wid", how="inner")
+        .select([*by, *wk, "mask", "length_ns"])
+        for lengths, (w, wk) in zip(per_mask, numbered)
+    ]
+
+
+def mask_lengths(
+    per_mask: Frame,
+    labels: Mapping[str, pl.Expr],
+    *,
+    by: Sequence[str] = (),
+) -> pl.DataFrame:
+    """``segment_lengths`` from per-mask totals (``windowed_mask_lengths`` output, or
+    segments grouped by mask): ``by..., <labels>`` (Int64 ns)."""
+    by = list(by)
+    aggs = [pl.col("length_ns").filter(cond).sum().alias(name) for name, cond in labels.items()]
+    lf = _lazy(per_mask)
+    if by:
+        return lf.group_by(by).agg(aggs).sort(by).collect()
+    return lf.select(aggs).collect()
+
+
+def _numbered_windows(windows: Frame, by: list[str], wk: list[str], lo: str,
+                      hi: str) -> pl.LazyFrame:
+    return (_lazy(windows).select([*by, *wk, lo, hi]).filter(pl.col(hi) > pl.col(lo))
+            .with_row_index("_wid"))
+
+
+def _swept_points(frame: Frame, window_sets: list[pl.LazyFrame], sets: Mapping[str, pl.Expr],
+                  by: list[str], start: str, end: str, lo: str, hi: str) -> pl.LazyFrame:
+    """The sweep behind ``windowed_sweep``: every start, end and window bound in time order
+    per group, each row opening a segment to the next (``seg_start_ns``, ``seg_end_ns``) with
+    the ``mask`` of the sets active in it and, for window set k, ``_in{k}`` (inside one of its
+    windows) and ``_wid{k}`` (which one: a row of that set). Only busy segments are kept."""
+    iv = _lazy(frame).filter(pl.col(end) > pl.col(start))
+    deltas = {f"_d{i}": cond.cast(pl.Int64) for i, cond in enumerate(sets.values())}
+    bounds = []
+    for k, w in enumerate(window_sets):
+        bounds.append(w.select(*by, _t=pl.col(lo), **{f"_b{k}": pl.lit(1, pl.Int64),
+                                                      f"_wid{k}": pl.col("_wid")}))
+        bounds.append(w.select(*by, _t=pl.col(hi), **{f"_b{k}": pl.lit(-1, pl.Int64)}))
+    counted = [*deltas, *(f"_b{k}" for k in range(len(window_sets)))]
+    points = pl.concat([
+        iv.select(*by, _t=pl.col(start), **deltas),
+        iv.select(*by, _t=pl.col(end), **{k: -d for k, d in deltas.items()}),
+        *bounds,
+    ], how="diagonal").with_columns(pl.col(*counted).fill_null(0))
+    # A stable sort: traces come nearly in time order per group, which it exploits (~8x faster
+    # than the default sort on 1.5 M points).
+    points = points.sort([*by, "_t"], maintain_order=True)
+    mask = pl.sum_horizontal([(pl.col(k).cum_sum() > 0).cast(pl.Int64) * (1 << i)
+                              for i, k in enumerate(deltas)]) if deltas else pl.lit(0, pl.Int64)
+    same_group = pl.all_horizontal([pl.col(c).eq_missing(pl.col(c).shift(-1)) for c in by]) \
+        if by else pl.lit(True)
+    return (
+        points.with_columns(
+            mask=mask, seg_end_ns=pl.when(same_group).then(pl.col("_t").shift(-1)),
+            **{f"_in{k}": pl.col(f"_b{k}").cum_sum() > 0 for k in range(len(window_sets))},
+            **{f"_wid{k}": pl.col(f"_wid{k}").forward_fill() for k in range(len(window_sets))})
+        .filter((pl.col("mask") > 0) & (pl.col("seg_end_ns") > pl.col("_t")))
+        .select(pl.col("_t").alias("seg_start_ns"), "seg_end_ns", "mask",
+                *(f"_in{k}" for k in range(len(window_sets))),
+                *(f"_wid{k}" for k in range(len(window_sets))))
+    )
+
+
+def _inside(points: pl.LazyFrame, k: int) -> pl.LazyFrame:
+    """The segments of ``_swept_points`` inside a window of set ``k``: _wid, seg_start_ns,
+    seg_end_ns, mask."""
+    return points.filter(pl.col(f"_in{k}")).select(
+        pl.col(f"_wid{k}").alias("_wid"), "seg_start_ns", "seg_end_ns", "mask")
+
+
+def flag_overlapping(
+    frame: Frame,
+    merged: Frame,
+    flag: str,
+    *,
+    by: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+    merged_start: str = "ts_ns",
+    merged_end: str = "end_ns",
+) -> pl.DataFrame:
+    """``frame`` with a boolean column ``flag``: does the row's interval ``[start, end)``
+    overlap one of the ``merged`` intervals ``[merged_start, merged_end)`` (a ``union``
+    result: disjoint, sorted) of its group? Rows keep their order.
+
+    The merged interval starting last before a row's end is the only candidate: every earlier
+    one ends before it starts. One as-of join finds it, whatever the number of intervals.
+    """
+    by = list(by)
+    rows = _lazy(frame).collect()
+    cand = _lazy(merged).select([*by, pl.col(merged_start).alias("_m_s"),
+                                 pl.col(merged_end).alias("_m_e")])
+    kw: dict = {"by": by, "check_sortedness": False} if by else {}
+    hits = (
+        rows.lazy().select([*by, start, end]).with_row_index("_ov_row").sort(end)
+        .join_asof(cand.sort("_m_s"), left_on=end, right_on="_m_s", strategy="backward",
+                   allow_exact_matches=False, **kw)
+        .filter(pl.col("_m_e") > pl.col(start))
+        .select("_ov_row").collect().get_column("_ov_row")
+    )
+    return rows.with_columns(
+        pl.int_range(pl.len(), dtype=hits.dtype).is_in(hits.implode()).alias(flag))
+
+
+def overlapping(
+    frame: Frame,
+    merged: Frame,
+    *,
+    by: Sequence[str] = (),
+    start: str = "ts_ns",
+    end: str = "end_ns",
+) -> pl.DataFrame:
+    """The rows of ``frame`` whose interval overlaps one of the ``merged`` intervals of its
+    group (same column names), in their order (see ``flag_overlapping``)."""
+    return (flag_overlapping(frame, merged, "_overlaps", by=by, start=start, end=end,
+                             merged_start=start, merged_end=end)
+            .filter(pl.col("_overlaps")).drop("_overlaps"))
+
+
+def windows_disjoint(windows: Frame, *, by: Sequence[str] = (), lo: str = "window_start_ns",
+                     hi: str = "window_end_ns") -> bool:
+    """Whether the (non-empty) windows of each group are disjoint."""
+    by = list(by)
+    prev_hi = pl.col(hi).shift(1)
+    if by:
+        prev_hi = prev_hi.over(by)
+    overlapping = (
+        _lazy(windows).filter(pl.col(hi) > pl.col(lo)).sort([*by, lo])
+        .filter(pl.col(lo) < prev_hi).select(pl.len()).collect().item()
+    )
+    return overlapping == 0
 
 
 def clip(

@@ -24,7 +24,9 @@ import polars as pl
 from traceview.errors import UsageError
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events
-from .intervals import clip, has_bit, segment_lengths, sweep, union
+from .intervals import (
+    clip, has_bit, mask_lengths, sweep, union, windowed_mask_lengths, windows_disjoint,
+)
 from .window import (
     STEP_PATTERN, gpu_step_windows, gpu_trace_windows, step_spans, with_gpu_steps,
 )
@@ -68,23 +70,45 @@ def accounting(
     Returns the window columns, ``window_ns``, every ``_LABELS`` column and ``idle_ns`` =
     window − busy. Windows without GPU work have zeros.
     """
-    by, wk = list(by), list(window_keys)
-    keys = [*by, *wk]
-    w = windows.lazy().collect() if isinstance(windows, pl.LazyFrame) else windows
-    cut = clip(gpu.lazy().select([*by, "ts_ns", "end_ns", "gpu_class"]), w, by=by,
-               window_keys=wk)
-    sets = {
-        cls: union(cut.filter(pl.col("gpu_class") == cls), by=keys)
-        for cls in BITS
-    }
-    lengths = segment_lengths(sweep(sets, by=keys), _LABELS, by=keys)
-    out = w.join(lengths, on=keys, how="left") if keys else w.join(lengths, how="cross")
-    return (
-        out.with_columns([pl.col(c).fill_null(0) for c in _LABELS])
-        .with_columns(window_ns=pl.col("window_end_ns") - pl.col("window_start_ns"))
-        .with_columns(idle_ns=pl.col("window_ns") - pl.col("busy_ns"))
-        .sort(keys)
-    )
+    return accountings(gpu, [(windows, window_keys)], by=by)[0]
+
+
+def accountings(
+    gpu: Frame,
+    window_sets: Sequence[tuple[Frame, Sequence[str]]],
+    *,
+    by: Sequence[str] = ("rank", "device"),
+) -> list[pl.DataFrame]:
+    """``accounting`` for several sets of ``(windows, window_keys)`` (e.g. the steps and the
+    whole trace): the sets whose windows are disjoint share one sweep over the events."""
+    by = list(by)
+    sets = [(w.lazy().collect() if isinstance(w, pl.LazyFrame) else w, list(wk))
+            for w, wk in window_sets]
+    intervals = gpu.lazy().select([*by, "ts_ns", "end_ns", "gpu_class"])
+    classes = {cls: pl.col("gpu_class") == cls for cls in BITS}
+    # steps tile the timeline: always disjoint, unless replayed out of order
+    disjoint = [i for i, (w, _) in enumerate(sets) if windows_disjoint(w, by=by)]
+    swept = dict(zip(disjoint, windowed_mask_lengths(
+        intervals, [sets[i] for i in disjoint], classes, by=by))) if disjoint else {}
+    out = []
+    for i, (w, wk) in enumerate(sets):
+        keys = [*by, *wk]
+        if i in swept:
+            per_mask = swept[i]
+        else:  # overlapping windows each get their own clipped copy of the intervals
+            cut = clip(intervals, w, by=by, window_keys=wk)
+            per_mask = sweep({cls: union(cut.filter(cond), by=keys)
+                              for cls, cond in classes.items()}, by=keys).group_by(
+                [*keys, "mask"]).agg(length_ns=(pl.col("seg_end_ns") - pl.col("seg_start_ns")).sum())
+        lengths = mask_lengths(per_mask, _LABELS, by=keys)
+        joined = w.join(lengths, on=keys, how="left") if keys else w.join(lengths, how="cross")
+        out.append(
+            joined.with_columns([pl.col(c).fill_null(0) for c in _LABELS])
+            .with_columns(window_ns=pl.col("window_end_ns") - pl.col("window_start_ns"))
+            .with_columns(idle_ns=pl.col("window_ns") - pl.col("busy_ns"))
+            .sort(keys)
+        )
+    return out
 
 
 def overlap_columns(bound_ratio: float = 1.2) -> list[pl.Expr]:
@@ -103,13 +127,24 @@ def overlap_columns(bound_ratio: float = 1.2) -> list[pl.Expr]:
     ]
 
 
+#: The columns of ``prepared_gpu``: what the GPU analyses read, nothing more (a window of a
+#: large trace has hundreds of thousands of GPU events; the other columns would ride along).
+PREPARED_COLUMNS: tuple[str, ...] = (
+    "rank", "device", "stream", "name", "ts_ns", "dur_ns", "end_ns", "step", "correlation",
+    "gpu_class", "gpu_subclass",
+)
+
+
 def prepared_gpu(
     events: Frame, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
     step_pattern: str = STEP_PATTERN,
 ) -> pl.DataFrame:
-    """Classified GPU events with steps filled from their launches, collected once."""
-    return with_gpu_steps(gpu_events(events, patterns=patterns), events,
-                          pattern=step_pattern).collect()
+    """Classified GPU events (``PREPARED_COLUMNS``) with steps filled from their launches,
+    collected once."""
+    gpu = gpu_events(events, patterns=patterns).select(PREPARED_COLUMNS).collect()
+    if gpu.get_column("step").null_count() == 0:
+        return gpu  # every step known (the store assigns them at ingest): nothing to fill
+    return with_gpu_steps(gpu.lazy(), events, pattern=step_pattern).collect()
 
 
 def overlap(
@@ -137,12 +172,13 @@ def overlap(
     """
     if gpu is None:  # ``gpu``: prepared_gpu(events) when the caller already has it
         gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
-    trace = accounting(gpu, gpu_trace_windows(gpu))
+    window_sets = [(gpu_trace_windows(gpu), [])]
+    if per_step:
+        window_sets.append((step_windows_for(gpu, events, step_windows, step_pattern), ["step"]))
+    trace, *per = accountings(gpu, window_sets)  # one sweep for the trace and its steps
     trace = trace.with_columns(step=pl.lit(None, pl.Int32), note=pl.lit(None, pl.String))
     if per_step:
-        windows = step_windows_for(gpu, events, step_windows, step_pattern)
-        steps = accounting(gpu, windows, window_keys=["step"]).with_columns(
-            note=pl.lit(None, pl.String))
+        steps = per[0].with_columns(note=pl.lit(None, pl.String))
         have = steps.select("rank", "device").unique()
         fallback = trace.join(have, on=["rank", "device"], how="anti").with_columns(
             note=pl.lit(NOTE_NO_STEPS))

@@ -35,9 +35,15 @@ def summary(
     patterns: ClassifyPatterns = DEFAULT_PATTERNS,
     gap_options: GapOptions = DEFAULT_OPTIONS,
     step_pattern: str = STEP_PATTERN,
+    gpu: pl.DataFrame | None = None,
+    spans: pl.DataFrame | None = None,
+    host: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """One row per rank of ``events`` (columns ``SUMMARY_COLUMNS``)."""
-    gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)  # shared below
+    """One row per rank of ``events`` (columns ``SUMMARY_COLUMNS``). ``gpu``
+    (``prepared_gpu``), ``spans`` (``step_spans``) and ``host`` (``host_events``) when the
+    caller has them."""
+    if gpu is None:
+        gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
     ov = overlap(events, patterns=patterns, step_pattern=step_pattern, gpu=gpu)
     sums = [pl.col(c).sum() for c in ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns",
                                       "busy_ns", "idle_ns")]
@@ -52,12 +58,13 @@ def summary(
             .then(pl.col("idle_ns") / pl.col("span_ns")).otherwise(None),
         )
     )
-    spans = step_spans(events, pattern=step_pattern)
+    if spans is None:
+        spans = step_spans(events, pattern=step_pattern)
     steps = spans.group_by("rank").agg(
         steps=pl.len().cast(pl.Int64),
         step_time_ns_p50=pl.col("step_time_ns").median().round().cast(pl.Int64))
     causes = gap_causes(gaps(events, options=gap_options, patterns=patterns,
-                             step_pattern=step_pattern, gpu=gpu), by=["rank"])
+                             step_pattern=step_pattern, gpu=gpu, host=host), by=["rank"])
     top = causes.sort("rank", "total_gap_ns", descending=[False, True]).group_by(
         "rank", maintain_order=True).first().select(
         "rank", top_gap_cause="cause", top_gap_cause_ns="total_gap_ns")
@@ -76,12 +83,12 @@ def summary(
     return out.with_columns(note=note).select(SUMMARY_COLUMNS).sort("rank")
 
 
-def worst_straggler(events: Frame) -> dict[str, Any]:
+def worst_straggler(events: Frame, *, spans: pl.DataFrame | None = None) -> dict[str, Any]:
     """``{"rank", "imposed_wait_ns", "flagged", "explanation"}`` of the rank with the largest
     imposed wait among flagged ranks, or ``{"rank": None, "reason": ...}``.
 
     ``traceview.analyses.stragglers`` is imported lazily; if it is absent or cannot analyse
-    these events, the reason says so.
+    these events, the reason says so. ``spans``: ``step_spans(events)`` when the caller has it.
     """
     try:
         mod = importlib.import_module("traceview.analyses.stragglers")
@@ -94,8 +101,11 @@ def worst_straggler(events: Frame) -> dict[str, Any]:
     try:
         # Arrival order is only meaningful on one timeline: align the ranks' clocks first.
         from traceview.align import estimate_offsets
+        from traceview.analyses.collective_match import comm_events, match_collectives
 
-        res = mod.stragglers(events, offsets=estimate_offsets(events, method="auto"))
+        match = match_collectives(comm_events(events))  # one matching for both steps
+        res = mod.stragglers(events, offsets=estimate_offsets(events, method="auto", match=match),
+                             match=match, spans=spans)
     except Exception as exc:  # a partial result with a reason, never a traceback
         return {"rank": None, "reason": f"straggler analysis failed: {type(exc).__name__}: {exc}"}
     if res.height == 0 or "flagged" not in res.columns:

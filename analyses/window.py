@@ -52,18 +52,29 @@ def parse_step_name(names: pl.Series | pl.Expr, pattern: str = STEP_PATTERN):
     return names.cast(pl.String).str.extract(pattern, 1).cast(pl.Int32)
 
 
+#: Host-side kinds whose ranges can be step markers.
+STEP_MARKER_KINDS = ["user_annotation", "cpu_op", "nvtx", "python_function"]
+
+
 def step_spans(events: Frame, *, pattern: str = STEP_PATTERN) -> pl.DataFrame:
     """Host step ranges: ``rank, step, step_start_ns, step_end_ns, step_time_ns``.
 
     Taken from host-side events (not ``gpu_user_annotation``) whose name matches ``pattern``.
     If a step number appears twice on a rank, its first start and last end are used.
+    The pattern runs once per distinct name; the markers are found by a join on the name.
     """
-    host_kinds = ["user_annotation", "cpu_op", "nvtx", "python_function"]
-    return (
+    host = (
         events.lazy()
-        .filter(pl.col("kind").cast(pl.String).is_in(host_kinds) & pl.col("dur_ns").is_not_null())
+        .filter(pl.col("kind").is_in(STEP_MARKER_KINDS) & pl.col("dur_ns").is_not_null())
+        .select("rank", "name", "ts_ns", "dur_ns")
+    )
+    numbers = (
+        host.select(pl.col("name").unique())
         .with_columns(step=parse_step_name(pl.col("name"), pattern))
         .filter(pl.col("step").is_not_null())
+    )
+    return (
+        host.join(numbers, on="name", how="inner")
         .group_by("rank", "step")
         .agg(step_start_ns=pl.col("ts_ns").min(), step_end_ns=(pl.col("ts_ns") + pl.col("dur_ns")).max())
         .with_columns(step_time_ns=pl.col("step_end_ns") - pl.col("step_start_ns"))

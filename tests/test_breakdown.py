@@ -69,6 +69,22 @@ def test_top_cpu_ops_self_time_by_hand() -> None:
     assert t["name"][0] == "F" and t["name"][1] == "A"
 
 
+def test_identical_ops_nest_in_trace_order() -> None:
+    # aten::to calls aten::_to_copy; with µs timestamps both start at 0 and last 18: the one
+    # written first is the parent, whatever order the other ops come in
+    op = lambda name, ts, dur: row("cpu_op", name, ts, dur, pid=1, tid=1)  # noqa: E731
+    for filler in ([], [op("z", 500, 5), op("y", 400, 5)]):
+        ev = frame([*filler, op("aten::to", 0, 18), op("aten::_to_copy", 0, 18),
+                    op("aten::copy_", 9, 9)])
+        got = {r["name"]: r["self_ns"] for r in top_cpu_ops(ev, n=10).iter_rows(named=True)}
+        assert (got["aten::to"], got["aten::_to_copy"], got["aten::copy_"]) == (0, 9, 9)
+    # the same on a trace large enough for a sort to reorder exact ties (an unstable one did)
+    ev = frame([op(name, 100 * i, 18 if name != "aten::copy_" else 9)
+                for i in range(3000) for name in ("aten::to", "aten::_to_copy", "aten::copy_")])
+    got = {r["name"]: r["self_ns"] for r in top_cpu_ops(ev, n=10).iter_rows(named=True)}
+    assert (got["aten::to"], got["aten::_to_copy"], got["aten::copy_"]) == (0, 27000, 27000)
+
+
 def test_launch_delays_by_hand() -> None:
     d = launch_delays(two_step_trace())
     # launches at 5,6,8,9,105,106 (3 ns long); GPU starts 10,30,50,75,110,140

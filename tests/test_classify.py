@@ -47,6 +47,7 @@ def test_old_capitalised_categories_are_gpu_events() -> None:
         _ev("other", "Memcpy HtoD", 5, 3, category="Memcpy"),
         _ev("other", "Memset", 5, 3, category="gpu_memset"),
         _ev("other", "x", 5, 3, category="Operator"),
+        _ev("cpu_op", "y", 5, 3, category="kernel"),  # a known kind is not overridden
     ])
     assert gpu_events(ev).collect().get_column("gpu_subclass").to_list() == [
         "compute", "memcpy_htod", "memset"]

@@ -103,3 +103,21 @@ def test_cpu_only_rank_is_reported_not_raised() -> None:
     assert no_gpu_ranks(ev, gaps(ev))["rank"].to_list() == [1]
     empty = ev.filter(pl.col("rank") == 1)
     assert gaps(empty).height == 0 and largest_gaps(gaps(empty), empty).height == 0
+
+
+def test_work_on_either_side_of_each_gap_per_group() -> None:
+    # Rank 0 (given first, so its rows come first): a long kernel "long" [0,100) holds the busy
+    # time past "short" [10,20); the gap [100,150) has "long" before it. Rank 1: "a" [0,50)
+    # and "b" [0,50) tie on the end (the later-starting one wins, here the later row), then a
+    # null step and a null name after the gap [50,70): nothing is carried over from before.
+    g = gaps(frame([
+        kernel("long", 0, 100, step=1), kernel("short", 10, 10, step=1),
+        kernel("after0", 150, 10, step=2, corr=5),
+        kernel("a", 0, 50, rank=1, step=3), kernel("b", 0, 50, rank=1, step=4),
+        kernel(None, 70, 5, rank=1),
+    ]))
+    assert g.select("rank", "gap_start_ns", "gap_end_ns", "prev_name", "prev_step",
+                    "next_name", "next_step", "next_correlation").rows() == [
+        (0, 100, 150, "long", 1, "after0", 2, 5),
+        (1, 50, 70, "b", 4, None, None, None),
+    ]

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceview.analyses.intervals import (
-    clip, complement, has_bit, segment_lengths, sweep, total_length, union,
+    clip, complement, has_bit, mask_lengths, overlapping, segment_lengths, sweep, total_length,
+    union, windowed_mask_lengths, windowed_sweep, windows_disjoint,
 )
 
 
@@ -138,3 +139,77 @@ def test_clip_to_tiling_windows_preserves_time(ivs, widths) -> None:
             cells += range(s, e)
         want = sorted(t for gg, s, e in ivs if gg == g for t in range(s, e) if t < edges[-1])
         assert sorted(cells) == want
+
+
+def test_windowed_sweep_by_hand() -> None:
+    # set a: [0,10) [20,30); set b: [5,25); windows [0,8) and [8,22) on group 0, [0,4) on 1
+    f = pl.DataFrame({"g": [0, 0, 0, 1], "ts_ns": [0, 20, 5, 1], "end_ns": [10, 30, 25, 9],
+                      "s": ["a", "a", "b", "b"]})
+    w = pl.DataFrame({"g": [0, 0, 1], "step": [1, 2, 1], "window_start_ns": [0, 8, 0],
+                      "window_end_ns": [8, 22, 4]})
+    seg = windowed_sweep(f, w, {"a": pl.col("s") == "a", "b": pl.col("s") == "b"},
+                         by=["g"], window_keys=["step"])
+    assert seg.rows() == [
+        (0, 1, 0, 5, 1), (0, 1, 5, 8, 3),                    # a alone, then a and b
+        (0, 2, 8, 10, 3), (0, 2, 10, 20, 2), (0, 2, 20, 22, 3),
+        (1, 1, 1, 4, 2)]                                     # clipped at the window's end
+    assert windows_disjoint(w, by=["g"])
+    assert not windows_disjoint(w.with_columns(pl.lit(0).alias("g")), by=["g"])
+
+
+_labelled = st.tuples(st.integers(0, 2), st.integers(0, 60), st.integers(0, 15),
+                      st.integers(0, 2)).map(lambda t: (t[0], t[1], t[1] + t[2], t[3]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_labelled, max_size=30),
+       st.lists(st.tuples(st.integers(0, 20), st.integers(0, 25)), min_size=1, max_size=5))
+def test_windowed_sweep_equals_clip_union_sweep(ivs, gaps_and_widths) -> None:
+    # disjoint windows with gaps between them (some empty), the same on every group
+    edges, t = [], 0
+    for gap, width in gaps_and_widths:
+        edges.append((t + gap, t + gap + width))
+        t += gap + width
+    win = pl.DataFrame({
+        "g": [g for g in range(3) for _ in edges], "step": [i for _ in range(3)
+                                                             for i in range(len(edges))],
+        "window_start_ns": [lo for _ in range(3) for lo, _ in edges],
+        "window_end_ns": [hi for _ in range(3) for _, hi in edges]})
+    f = pl.DataFrame({"g": [i[0] for i in ivs], "ts_ns": [i[1] for i in ivs],
+                      "end_ns": [i[2] for i in ivs], "s": [i[3] for i in ivs]},
+                     schema={"g": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64, "s": pl.Int64})
+    sets = {k: pl.col("s") == k for k in range(3)}
+    keys = ["g", "step"]
+    labels = {"s0": has_bit(0), "s1": has_bit(1), "s01": has_bit(0) & has_bit(1),
+              "busy": pl.col("mask") > 0, "s2_alone": has_bit(2) & ~has_bit(0) & ~has_bit(1)}
+    got = segment_lengths(windowed_sweep(f, win, sets, by=["g"], window_keys=["step"]),
+                          labels, by=keys)
+    cut = clip(f, win, by=["g"], window_keys=["step"])
+    want = segment_lengths(sweep({k: union(cut.filter(c), by=keys) for k, c in sets.items()},
+                                 by=keys), labels, by=keys)
+    assert got.equals(want)
+    # several window sets in one sweep: the steps, and one window over everything
+    whole = pl.DataFrame({"g": [0, 1, 2], "window_start_ns": [-5] * 3,
+                          "window_end_ns": [200] * 3})
+    per_step, per_group = windowed_mask_lengths(f, [(win, ["step"]), (whole, [])], sets,
+                                                by=["g"])
+    assert mask_lengths(per_step, labels, by=keys).equals(want)
+    alone = windowed_mask_lengths(f, [(whole, [])], sets, by=["g"])[0]
+    assert mask_lengths(per_group, labels, by=["g"]).equals(mask_lengths(alone, labels, by=["g"]))
+    assert mask_lengths(per_group, labels, by=["g"]).equals(segment_lengths(
+        sweep({k: union(f.filter(c), by=["g"]) for k, c in sets.items()}, by=["g"]), labels,
+        by=["g"]))
+    for g, step, s0, *_ in got.rows():  # and against the cell oracle
+        lo, hi = edges[step]
+        assert s0 == len({c for gg, s, e, k in ivs if gg == g and k == 0
+                          for c in range(s, e) if lo <= c < hi})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_iv, max_size=25), st.lists(_iv, max_size=8))
+def test_overlapping_matches_pairwise_check(rows, others) -> None:
+    f = _frame(rows).with_row_index("i")
+    got = overlapping(f, union(_frame(others), by=["g"]), by=["g"])
+    want = [i for i, (g, s, e) in enumerate(rows)
+            if any(gg == g and s < oe and e > os for gg, os, oe in others)]
+    assert got.get_column("i").to_list() == want  # and in the input order

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import polars as pl
 
 from traceview.analyses.collective_match import (
@@ -205,6 +204,7 @@ def _alternate(x: pl.DataFrame, ref_clock: str, iters: int = 100) -> tuple[dict[
     Runs on an (instance x rank) matrix with NaN where a rank missed an instance; the loop is
     over iterations and clocks, never over events.
     """
+    import numpy as np  # here, not at the top: the CLI loads this module for every command
     wide = x.pivot(on="rank", index="instance", values="x", aggregate_function="first")
     inst = wide.get_column("instance")
     rank_cols = [c for c in wide.columns if c != "instance"]
@@ -323,6 +323,7 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
 def _fit_drift(a: pl.DataFrame, off: dict[str, float], big_e: pl.DataFrame, t0: float,
                ref_clock: str) -> dict[str, float]:
     """Per-clock slope of the end residuals against time; 0 unless significant."""
+    import numpy as np
     t = a.with_columns(o=pl.col("clock").replace_strict(off, return_dtype=pl.Float64)).join(
         big_e, on="instance").with_columns(y=pl.col("x") - pl.col("o") - pl.col("E"),
                                            u=pl.col("E") - t0)

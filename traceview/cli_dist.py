@@ -51,14 +51,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(run=run)
 
 
-def _prepare(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, MatchResult,
-                                                 pl.DataFrame, Any]:
+def _prepare(args: argparse.Namespace) -> tuple[pl.LazyFrame | pl.DataFrame, pl.DataFrame,
+                                                 MatchResult, pl.DataFrame, Any]:
     """Events (window applied), offsets (from the ranks' whole traces), match, ranks table."""
     from traceview.analyses.window import Window, select
 
     ts = open_traceset(args)
     ranks = parse_ranks(args.ranks)
-    full = select(ts.analysis_events(), Window(ranks=ranks)).collect()
+    # A lazy scan: the analyses read only the few rows and columns they select.
+    full = select(ts.analysis_events(), Window(ranks=ranks))
     tol = int(args.tolerance_us * 1000)
     match_full = match_collectives(comm_events(full), tolerance_ns=tol)
     offsets = estimate_offsets(full, method=args.align, reference_rank=args.reference_rank,

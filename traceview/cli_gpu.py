@@ -84,7 +84,13 @@ def _events(args: argparse.Namespace) -> tuple[pl.LazyFrame, dict[str, Any]]:
 
     window = _window(args)
     ts = open_traceset(args)
-    events = select(ts.analysis_events(), window).collect().lazy()
+    events = select(ts.analysis_events(), window)
+    if window.steps is not None or window.skip_warmup or window.time_ns is not None:
+        # These windows join and aggregate over the whole selection: do it once, not in
+        # every query the analyses make.
+        events = events.collect().lazy()
+    # Otherwise the events stay a lazy scan: each analysis reads only the rows and columns it
+    # selects (filters and projections reach the Parquet reader).
     info = {"ranks": args.ranks, "steps": args.steps, "time": args.time,
             "skip_warmup": args.skip_warmup}
     return events, info
@@ -123,14 +129,17 @@ def run_gaps(args: argparse.Namespace) -> int:
     from traceview.analyses.gaps import (
         GapOptions, gap_causes, gap_histogram, gaps, largest_gaps, no_gpu_ranks,
     )
+    from traceview.analyses.host import host_events
+    from traceview.analyses.overlap import prepared_gpu
 
     events, info = _events(args)
     opts = GapOptions(launch_overhead_ns=parse_duration(args.launch_overhead))
-    g = gaps(events, per_stream=args.per_stream, options=opts)
+    gpu, host = prepared_gpu(events), host_events(events)  # each read once, shared below
+    g = gaps(events, per_stream=args.per_stream, options=opts, gpu=gpu, host=host)
     by = ["rank", "device", "stream"] if args.per_stream else ["rank", "device"]
     causes, hist = gap_causes(g, by=by), gap_histogram(g, by=by)
-    top = largest_gaps(g, events, n=args.top)
-    missing = no_gpu_ranks(events, g)
+    top = largest_gaps(g, events, n=args.top, host=host)
+    missing = no_gpu_ranks(events, g, gpu=gpu)
     if args.json:
         emit_json({"window": info, "per_stream": args.per_stream,
                    "causes": _records(causes), "histogram": _records(hist),
@@ -201,17 +210,22 @@ def run_overlap(args: argparse.Namespace) -> int:
 def run_breakdown(args: argparse.Namespace) -> int:
     from traceview.analyses.breakdown import (
         launch_delay_summary, launch_delays, step_breakdown, top_cpu_ops, top_kernels,
+        with_self_time,
     )
-
+    from traceview.analyses.host import host_events
     from traceview.analyses.overlap import prepared_gpu
+    from traceview.analyses.window import step_spans
 
     events, info = _events(args)
-    gpu = prepared_gpu(events)  # shared by the three GPU analyses below
-    steps = step_breakdown(events, gpu=gpu)
+    # Each read once and shared: the GPU events, and the host rows (step markers, ops and
+    # launches; the functions below read nothing else from the events they are given).
+    gpu, host = prepared_gpu(events), host_events(events)
+    steps = step_breakdown(events, gpu=gpu, spans=step_spans(host))
     kernels = top_kernels(events, n=args.top, gpu=gpu)
-    ops_self = top_cpu_ops(events, n=args.top, by="self_ns")
-    ops_total = top_cpu_ops(events, n=args.top, by="total_ns")
-    delays = launch_delay_summary(launch_delays(events, gpu=gpu))
+    ops = with_self_time(host)  # shared by both rankings
+    ops_self = top_cpu_ops(events, n=args.top, by="self_ns", ops=ops)
+    ops_total = top_cpu_ops(events, n=args.top, by="total_ns", ops=ops)
+    delays = launch_delay_summary(launch_delays(host, gpu=gpu))
     if args.json:
         emit_json({"window": info, "steps": _records(steps), "top_kernels": _records(kernels),
                    "top_cpu_ops_by_self": _records(ops_self),
@@ -249,11 +263,16 @@ def run_breakdown(args: argparse.Namespace) -> int:
 
 
 def run_summary(args: argparse.Namespace) -> int:
+    from traceview.analyses.host import host_events
+    from traceview.analyses.overlap import prepared_gpu
     from traceview.analyses.summary import summary, worst_straggler
+    from traceview.analyses.window import step_spans
 
     events, info = _events(args)
-    df = summary(events)
-    straggler = worst_straggler(events)
+    host = host_events(events)  # read once: gaps and the step ranges look up these rows
+    spans = step_spans(host)  # shared by the summary and the straggler analysis
+    df = summary(events, gpu=prepared_gpu(events), spans=spans, host=host)
+    straggler = worst_straggler(events, spans=spans)
     if args.json:
         emit_json({"window": info, "ranks": _records(df), "worst_straggler": straggler})
         return 0

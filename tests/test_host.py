@@ -1,0 +1,50 @@
+"""The host table (analyses/host.py) holds every row the host-side lookups read: given in
+place of the events, they return the same answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import traceview
+from traceview.analyses.breakdown import launch_delays, with_self_time
+from traceview.analyses.gaps import gaps, largest_gaps
+from traceview.analyses.host import HOST_KINDS, host_events
+from traceview.analyses.overlap import prepared_gpu
+from traceview.analyses.window import STEP_MARKER_KINDS, step_spans
+
+ROOT = Path(__file__).resolve().parents[1]
+HTA = ROOT.parent / "shared" / "corpus" / "hta-tests-data" / "tests" / "data"
+
+
+def _nsys_export(tmp_path: Path) -> Path:
+    from fixtures.nsys_synthetic import write_export
+
+    write_export(tmp_path / "run.sqlite", ranks=2, steps=3)  # NVTX step markers, syncs
+    return tmp_path / "run.sqlite"
+
+
+def test_step_markers_are_host_rows() -> None:
+    assert set(STEP_MARKER_KINDS) <= set(HOST_KINDS)
+
+
+@pytest.mark.parametrize("path", [
+    "nsys",
+    ROOT / "fixtures" / "data" / "gloo_ddp_2r",
+    HTA / "negative_queue_length_values_check" / "rank0.json.gz",
+    HTA / "with_gpu_user_annotation" / "step_based_trace_2543932.json.gz",
+])
+def test_host_table_answers_like_the_events(path: Path | str, tmp_path: Path) -> None:
+    if path == "nsys":
+        path = _nsys_export(tmp_path)
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    ev = traceview.open(path, cache_dir=tmp_path / "cache").analysis_events()
+    host, gpu = host_events(ev), prepared_gpu(ev)
+    assert step_spans(host).equals(step_spans(ev))
+    assert with_self_time(host).equals(with_self_time(ev))
+    assert launch_delays(host, gpu=gpu).equals(launch_delays(ev, gpu=gpu))
+    g = gaps(ev, gpu=gpu)
+    assert gaps(ev, gpu=gpu, host=host).equals(g)
+    assert largest_gaps(g, ev, host=host).equals(largest_gaps(g, ev))
