@@ -230,3 +230,31 @@ def test_other_json_in_a_trace_folder_is_passed_over(capsys, tmp_path):
     # named explicitly, it is read and rejected
     code, _, err = _run(capsys, "info", str(tmp_path / "manifest.json"))
     assert code == 2 and "no traceEvents" in err
+
+
+def test_content_id_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
+    """Reopening does not hash a settled input again; rewriting it, even with the same size
+    and its old mtime put back, changes its ctime and so is hashed anew (never stale)."""
+    import os
+    import time
+
+    import traceview
+    from traceview import store
+
+    cache = tmp_path / "cache"
+    path = _trace(tmp_path, "rank-0.json", rank=0, n=3)
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    time.sleep(0.01)
+    monkeypatch.setattr(store, "_SETTLED_NS", 0)  # the file was just written; remember it anyway
+    hashed = []
+    real = store.content_id
+    monkeypatch.setattr(store, "content_id", lambda p: hashed.append(p) or real(p))
+    assert traceview.open(path, cache_dir=cache).events.collect().height == 3
+    assert traceview.open(path, cache_dir=cache).events.collect().height == 3
+    assert len(hashed) == 1 and (cache / "ids").is_dir()
+    text = path.read_text().replace('"name": "op0"', '"name": "opX"')  # same size
+    path.write_text(text)
+    os.utime(path, (old, old))  # mtime put back; the ctime cannot be
+    names = traceview.open(path, cache_dir=cache).events.collect()["name"].cast(str).to_list()
+    assert "opX" in names and len(hashed) == 2

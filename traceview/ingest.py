@@ -116,9 +116,9 @@ def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
     ``content``: the file's content id when the caller hashed it already."""
     file_path = Path(path)
     fmt = detect_format(file_path)
-    cid = content or store.content_id(file_path)
-    key = store.cache_key(cid, parser_version(fmt), options)
     base = Path(cache_dir) if cache_dir else None
+    cid = content or store.known_content_id(file_path, base)
+    key = store.cache_key(cid, parser_version(fmt), options)
     meta_path = (base or Path()) / key / "meta.json"
     events_path = (base or Path()) / key / "events.parquet"
     if base is not None and meta_path.is_file() and events_path.is_file() and \
