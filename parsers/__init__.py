@@ -48,7 +48,7 @@ class EventBatches:
     num_rows: int
     step_keys: pl.DataFrame
     batch: Callable[[int, int], pa.Table]
-    batch_rows: int = 1 << 17
+    batch_rows: int = 1 << 16
 
     def ranges(self) -> Iterator[tuple[int, int]]:
         """Row ranges of the batches; an empty file has one empty batch (it has a schema)."""

@@ -506,7 +506,7 @@ def _key_frame(raw: RawColumns, base_ns: int, dropped: dict[str, int],
         warnings.append(f"{negative} events with a negative duration (dur_ns set to null)")
         frame = frame.with_columns(
             pl.when(pl.col("dur_ns") < 0).then(None).otherwise(pl.col("dur_ns")).alias("dur_ns"))
-    return frame, raw
+    return frame.drop("ph", "category"), raw  # the batches take these two from raw
 
 
 def _kind_of(ph: pl.Expr, category: pl.Expr) -> pl.Expr:
@@ -579,8 +579,8 @@ def _looked_up(facts: dict[str, pl.DataFrame], raw: RawColumns, start: int,
 
 
 #: Raw columns the derived columns are computed from.
-_DERIVE_INPUTS = ("flow_id", "device", "mem_device", "stream", "collective_name", "in_nelems",
-                  "out_nelems", "bytes")
+_DERIVE_INPUTS = ("ph", "flow_id", "device", "mem_device", "stream", "collective_name",
+                  "in_nelems", "out_nelems", "bytes")
 #: Columns the batch builds (the others are stored as the scanner read them).
 _DERIVED = ("flow_phase", "flow_id", "device", "stream", "collective", "copy_kind", "bytes")
 
@@ -592,7 +592,7 @@ def _batch(keys: pl.DataFrame, raw: RawColumns, facts: dict[str, pl.DataFrame], 
     rows = stop - start
     key_rows = keys.slice(start, rows)
     inputs = pl.concat([
-        key_rows.select("kind", "ph"),
+        key_rows.select("kind"),
         pl.from_arrow(_table({n: raw.slice(n, start, stop) for n in _DERIVE_INPUTS})),
         *_looked_up(facts, raw, start, stop),
     ], how="horizontal")
