@@ -31,15 +31,7 @@ class Sparse:
     values: np.ndarray  # int64
 
     def dense(self, start: int, stop: int) -> pa.Array:
-        lo, hi = np.searchsorted(self.rows, [start, stop])
-        at = self.rows[lo:hi].astype(np.int64) - start
-        values = np.zeros(stop - start, dtype=np.int64)
-        values[at] = self.values[lo:hi]
-        valid = np.zeros(stop - start, dtype=bool)
-        valid[at] = True
-        bitmap = np.packbits(valid, bitorder="little")
-        return pa.Array.from_buffers(pa.int64(), stop - start,
-                                     [pa.py_buffer(bitmap), pa.py_buffer(values)])
+        return _spread(self.rows, self.values, start, stop, pa.int64())
 
 
 @dataclass(frozen=True)
@@ -59,15 +51,22 @@ class SparseText:
         return cls(rows, codes, column.dictionary)
 
     def dense(self, start: int, stop: int) -> pa.DictionaryArray:
-        lo, hi = np.searchsorted(self.rows, [start, stop])
-        at = self.rows[lo:hi].astype(np.int64) - start
-        codes = np.zeros(stop - start, dtype=np.int32)
-        codes[at] = self.codes[lo:hi]
-        valid = np.zeros(stop - start, dtype=bool)
-        valid[at] = True
-        indices = pa.Array.from_buffers(pa.int32(), stop - start, [
-            pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(codes)])
+        indices = _spread(self.rows, self.codes, start, stop, pa.int32())
         return pa.DictionaryArray.from_arrays(indices, self.dictionary)
+
+
+def _spread(rows: np.ndarray, values: np.ndarray, start: int, stop: int,
+            typ: pa.DataType) -> pa.Array:
+    """Rows ``[start, stop)`` of a column given as (ascending row, value) pairs; other rows
+    null. Built from buffers: ``pa.array`` on numpy would import pandas."""
+    lo, hi = np.searchsorted(rows, [start, stop])
+    at = rows[lo:hi].astype(np.int64) - start
+    dense = np.zeros(stop - start, dtype=values.dtype)
+    dense[at] = values[lo:hi]
+    valid = np.zeros(stop - start, dtype=bool)
+    valid[at] = True
+    bitmap = np.packbits(valid, bitorder="little")
+    return pa.Array.from_buffers(typ, stop - start, [pa.py_buffer(bitmap), pa.py_buffer(dense)])
 
 
 @dataclass(frozen=True)
