@@ -1,0 +1,307 @@
+"""The tolerant reader of Kineto JSON: damaged or unusual input the C scanner declines.
+
+Truncated writes, NaN/Infinity tokens, invalid UTF-8, values of the wrong type, B/E pairs,
+times in exponent notation: the bytes are repaired where they can be, decoded with msgspec
+(``args`` left raw, then the few keys that become columns decoded all at once), complete events
+salvaged from a truncated array, and every entry that cannot be stored counted by reason. The
+result has the C scanner's column layout, so the rest of :mod:`kineto` treats both alike (tests
+assert that both paths store identical tables on corpus traces).
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from traceview.errors import UnreadableTraceError
+from traceview.parsers.json_input import repair_text, salvage_events
+
+
+def read_events(path: Path, data: bytes, warnings: list[str],
+                dropped: dict[str, int]) -> tuple[pa.Table, dict[str, Any], int]:
+    """(raw columns as the scanner lays them out, the header values, entries in the input)."""
+    events, header = _decode(path, data, warnings, dropped)
+    input_events = len(events) + sum(dropped.values())
+    events = _pair_begin_end(events, dropped)
+    return _columns_from_structs(events), header, input_events
+
+
+_NULL = msgspec.Raw(b"null")
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = None
+    name: Any = None
+    cat: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: msgspec.Raw = _NULL
+    dur: msgspec.Raw = _NULL
+    id: Any = None
+    args: msgspec.Raw = _NULL
+
+
+class _Trace(msgspec.Struct):
+    traceEvents: list[_Event] | None = None  # noqa: N815 - Kineto's key
+    distributedInfo: Any = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    host_name: Any = None
+    nodes: Any = None  # present in PyTorch Execution Traces, which are not Kineto traces
+
+
+# args keys that become columns. Aliases cover older Kineto spellings.
+ARG_FIELDS: dict[str, tuple[str, ...]] = {
+    "external_id": ("External id", "external id"),
+    "correlation": ("correlation",),
+    "device": ("device",),
+    "stream": ("stream",),
+    "collective_name": ("Collective name",),
+    "pg_name": ("Process Group Name",),
+    "pg_desc": ("Process Group Description",),
+    "pg_ranks": ("Process Group Ranks",),
+    "seq": ("Seq", "seq"),
+    "in_nelems": ("In msg nelems",),
+    "out_nelems": ("Out msg nelems",),
+    "dtype": ("dtype",),
+    "group_size": ("Group size",),
+    "bytes": ("bytes",),
+    "flops": ("flops",),
+    "mem_bytes": ("Bytes",),
+    "mem_total_allocated": ("Total Allocated",),
+    "mem_total_reserved": ("Total Reserved",),
+    "mem_device": ("Device Id",),
+}
+
+_Args = msgspec.defstruct(
+    "_Args",
+    [(f"{attr}_{i}", Any, msgspec.field(default=None, name=key))
+     for attr, keys in ARG_FIELDS.items() for i, key in enumerate(keys)],
+    gc=False,
+)
+
+
+def _decode(path: Path, data: bytes, warnings: list[str],
+            dropped: dict[str, int]) -> tuple[list[_Event], dict[str, Any]]:
+    bare = data.lstrip()[:1] == b"["
+    try:
+        return _decode_fast(path, data, bare)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        pass
+    data = repair_text(data, warnings)
+    try:
+        return _decode_fast(path, data, bare)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        pass
+    try:
+        objects, header, truncated = salvage_events(data)
+    except ValueError:
+        raise UnreadableTraceError(path, _not_json_reason(data)) from None
+    if truncated:
+        warnings.append(f"input is truncated; kept the {len(objects)} complete events before "
+                        "the damage")
+        dropped["truncated"] = dropped.get("truncated", 0) + 1
+    if not bare and not objects and not truncated and "traceEvents" not in data[:2000].decode(
+            "utf-8", "replace") and not header:
+        raise UnreadableTraceError(path, "not a Kineto trace (no traceEvents)")
+    events = []
+    for obj in objects:
+        event = _convert_event(obj)
+        if event is None:
+            dropped["not_an_event"] = dropped.get("not_an_event", 0) + 1
+        else:
+            events.append(event)
+    if bare and objects and not events:
+        raise UnreadableTraceError(path, "not a Kineto trace (a JSON array without trace events)")
+    return events, header
+
+
+def _decode_fast(path: Path, data: bytes, bare: bool) -> tuple[list[_Event], dict[str, Any]]:
+    if bare:
+        return msgspec.json.decode(data, type=list[_Event]), {}
+    trace = msgspec.json.decode(data, type=_Trace)
+    if trace.traceEvents is None:
+        if trace.nodes is not None:
+            raise UnreadableTraceError(path, "a PyTorch Execution Trace, not a Kineto trace")
+        raise UnreadableTraceError(path, "not a Kineto trace (no traceEvents)")
+    header = {"distributedInfo": trace.distributedInfo,
+              "deviceProperties": trace.deviceProperties,
+              "baseTimeNanoseconds": trace.baseTimeNanoseconds, "host_name": trace.host_name}
+    return trace.traceEvents, header
+
+
+def _not_json_reason(data: bytes) -> str:
+    head = data.lstrip()[:1]
+    if head not in (b"{", b"["):
+        return "not JSON (does not start with { or [)"
+    return "not a Kineto trace (no traceEvents)"
+
+
+def _convert_event(obj: object) -> _Event | None:
+    """One salvaged event into the typed form, or None when it is not an event object."""
+    if not isinstance(obj, dict):
+        return None
+    try:
+        return msgspec.json.decode(msgspec.json.encode(obj), type=_Event)
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError, OverflowError):
+        return None
+
+
+def _pair_begin_end(events: list[_Event], dropped: dict[str, int]) -> list[_Event]:
+    """Turn B/E pairs into complete (X) events, per (pid, tid) stack. Rare in Kineto output."""
+    phases = set(map(attrgetter("ph"), events))
+    if "B" not in phases and "E" not in phases:
+        return events
+    stacks: dict[tuple[Any, Any], list[_Event]] = {}
+    for ev in events:
+        if ev.ph == "B":
+            stacks.setdefault((ev.pid, ev.tid), []).append(ev)
+        elif ev.ph == "E":
+            stack = stacks.get((ev.pid, ev.tid))
+            if not stack:
+                continue  # counted below as an unmatched end
+            begin = stack.pop()
+            try:
+                dur_us = float(bytes(ev.ts)) - float(bytes(begin.ts))
+            except ValueError:
+                continue
+            begin.ph, begin.dur = "X", msgspec.Raw(repr(dur_us).encode())
+            ev.ph = "__merged__"
+    kept = [ev for ev in events if ev.ph not in ("B", "E", "__merged__")]
+    for reason, phase in (("unmatched_begin", "B"), ("unmatched_end", "E"),
+                          ("end_merged_into_begin", "__merged__")):
+        count = sum(1 for ev in events if ev.ph == phase)
+        if count:
+            dropped[reason] = dropped.get(reason, 0) + count
+    return kept
+
+
+def _raw_strings(raws: list[msgspec.Raw]) -> pa.LargeStringArray:
+    """Raw JSON fragments as one Arrow string array, built from buffers (no per-item objects)."""
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    offsets = np.zeros(len(raws) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    data = b"".join(raws)
+    return pa.LargeStringArray.from_buffers(
+        len(raws), pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+def decimal_us_to_ns(text: pl.Expr) -> pl.Expr:
+    """Exact int64 ns from the decimal text of a microsecond value (``null`` -> null).
+
+    The text is cast to a Decimal with 3 fractional digits (exact for everything Kineto writes;
+    further digits round to the nearest ns, ties to even), so no float is ever involved.
+    """
+    micros = text.str.strip_chars('"').cast(pl.Decimal(38, 3), strict=False)
+    return (micros * 1000).cast(pl.Int64, strict=False)
+
+
+def _split_ids(values: list[Any]) -> tuple[pa.Array, pa.Array]:
+    """pid/tid: integers to an int64 column, anything else to a label column."""
+    ints = [v if type(v) is int and -(2**63) <= v < 2**63 else None for v in values]
+    others = len(values) - len(ints) + ints.count(None) - values.count(None)
+    if not others:
+        return pa.array(ints, type=pa.int64()), pa.nulls(len(values), pa.string())
+    labels = [None if v is None or i is not None else str(v) for v, i in zip(values, ints)]
+    return pa.array(ints, type=pa.int64()), pa.array(labels, type=pa.string())
+
+
+def _any_column(values: list[Any], typ: pa.DataType) -> pa.Array:
+    """A column from loosely typed JSON values; values of another type become null."""
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    if pa.types.is_integer(typ):
+        clean = [as_int(v) for v in values]
+        return pa.array([v if v is not None and -(2**63) <= v < 2**63 else None for v in clean],
+                        type=typ)
+    return pa.array([None if v is None else v if isinstance(v, str) else
+                     msgspec.json.encode(v).decode() for v in values], type=typ)
+
+
+def as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text, 16) if text.lower().startswith("0x") else int(text)
+        except ValueError:
+            return None
+    return None
+
+
+def _decode_args(raws: list[msgspec.Raw]) -> list[Any]:
+    blob = b"[" + b",".join(raws) + b"]"
+    try:
+        return msgspec.json.decode(blob, type=list[_Args | None])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    out: list[Any] = []
+    for raw in raws:  # some args are not objects: decode one by one, keep the rest
+        try:
+            out.append(msgspec.json.decode(raw, type=_Args | None))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            out.append(None)
+    return out
+
+
+def _args_columns(args: list[Any]) -> dict[str, pa.Array]:
+    empty = _Args()
+    args = [empty if a is None else a for a in args]
+    columns: dict[str, pa.Array] = {}
+    text_fields = {"collective_name", "pg_name", "pg_desc", "pg_ranks", "dtype"}
+    for attr, keys in ARG_FIELDS.items():
+        merged = list(map(attrgetter(f"{attr}_0"), args))
+        for i in range(1, len(keys)):  # older spellings fill what the current one lacks
+            alias = list(map(attrgetter(f"{attr}_{i}"), args))
+            if alias.count(None) != len(alias):
+                merged = [m if m is not None else v for m, v in zip(merged, alias)]
+        typ = pa.string() if attr in text_fields else pa.int64()
+        columns[attr] = _any_column(merged, typ)
+    return columns
+
+
+def _null_if_null_text(raw: pa.Array) -> pa.Array:
+    """Raw text ``null`` (no args) becomes a null entry, as the C scanner writes it."""
+    column = pl.from_arrow(raw)
+    return column.set(column == "null", None).to_arrow().cast(pa.large_string())
+
+
+def table_of(columns: dict[str, pa.Array]) -> pa.Table:
+    return pa.Table.from_arrays(list(columns.values()), names=list(columns))
+
+
+def _columns_from_structs(events: list[_Event]) -> pa.Table:
+    """The raw columns of the tolerant path (same layout as the C scanner's)."""
+    pid, pid_label = _split_ids(list(map(attrgetter("pid"), events)))
+    tid, tid_label = _split_ids(list(map(attrgetter("tid"), events)))
+    args_raw = list(map(attrgetter("args"), events))
+    base = table_of({
+        "ph": _any_column(list(map(attrgetter("ph"), events)), pa.string()),
+        "name": _any_column(list(map(attrgetter("name"), events)), pa.string()),
+        "category": _any_column(list(map(attrgetter("cat"), events)), pa.string()),
+        "pid": pid, "tid": tid, "pid_label": pid_label, "tid_label": tid_label,
+        "ts_text": _raw_strings(list(map(attrgetter("ts"), events))),
+        "dur_text": _raw_strings(list(map(attrgetter("dur"), events))),
+        "flow_id": _any_column(list(map(attrgetter("id"), events)), pa.int64()),
+        "args_json": _null_if_null_text(_raw_strings(args_raw)),
+        **_args_columns(_decode_args(args_raw)),
+    })
+    times = pl.from_arrow(base.select(["ts_text", "dur_text"])).select(
+        decimal_us_to_ns(pl.col("ts_text")).alias("ts_ns"),
+        decimal_us_to_ns(pl.col("dur_text")).alias("dur_ns"))
+    return (base.drop_columns(["ts_text", "dur_text"])
+            .append_column("ts_ns", times["ts_ns"].to_arrow())
+            .append_column("dur_ns", times["dur_ns"].to_arrow()))
