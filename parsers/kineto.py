@@ -36,6 +36,7 @@ import pyarrow as pa
 from traceview import schema
 from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
 from traceview.parsers import EventBatches, ParsedFile, RankInfo
+from traceview.parsers.arrow_types import as_type, series_of, strings
 from traceview.parsers.json_input import Input, open_input, read_bytes
 from traceview.parsers.kineto_tolerant import ARG_FIELDS, as_int, read_events, table_of
 from traceview.parsers.raw_columns import RawColumns, Sparse, SparseText
@@ -90,7 +91,7 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
     base_ns = as_int(header.get("baseTimeNanoseconds")) or 0
     keys, raw = _key_frame(raw, base_ns, dropped, warnings)
     step_keys = keys.select(pl.lit(0, dtype=pl.Int32).alias("rank"), "kind", "name", "ts_ns",
-                            "dur_ns", pl.Series("correlation", raw.full("correlation")))
+                            "dur_ns", series_of(raw.full("correlation"), "correlation"))
     raw = raw.drop("ts_ns").drop("dur_ns")  # the key frame holds them (with the clock base)
     facts = _text_facts(raw)
     batches = EventBatches(keys.height, step_keys, partial(_batch, keys, raw, facts))
@@ -141,7 +142,8 @@ def _scan_fast(path: Path, given: Input) -> tuple[RawColumns, dict[str, Any]] | 
     for name, typ in _RAW_COLUMNS.items():
         column = raw[name] = _scanned_column(columns.pop(name), typ, rows)
         if column is None and name in _REPEATING_TEXT:
-            raw[name] = pa.nulls(rows, typ).dictionary_encode()
+            raw[name] = pa.DictionaryArray.from_arrays(pa.nulls(rows, pa.int32()),
+                                                       strings([]))
         elif typ == pa.large_string() and column is not None:
             try:  # invalid UTF-8: let the tolerant path repair it
                 (column.dictionary if name in _REPEATING_TEXT else column).validate(full=True)
@@ -240,7 +242,7 @@ def _kind_of(ph: pl.Expr, category: pl.Expr) -> pl.Expr:
 def _codes(column: pa.DictionaryArray) -> np.ndarray:
     """Dictionary indices with null rows as one more code (``len(dictionary)``)."""
     # through Polars: pyarrow's to_numpy() imports pandas (~0.4 s per worker process)
-    return pl.Series(column.indices).fill_null(len(column.dictionary)).to_numpy().astype(np.int64)
+    return series_of(column.indices).fill_null(len(column.dictionary)).to_numpy().astype(np.int64)
 
 
 def _kinds(ph: pa.DictionaryArray, category: pa.DictionaryArray,
@@ -256,13 +258,12 @@ def _kinds(ph: pa.DictionaryArray, category: pa.DictionaryArray,
     names = sorted(set(kinds) | {"memory"})
     pair_code = np.array([names.index(k) for k in kinds], dtype=np.int32)
     code = pair_code[_codes(ph) * len(cat_values) + _codes(category)]
-    memory = pl.Series(name.dictionary.cast(pa.string())).eq("[memory]").arg_true()
+    memory = series_of(name.dictionary).eq("[memory]").arg_true()
     if len(memory):  # instants named [memory] are memory events
         is_memory = _codes(name) == memory[0]
         code[is_memory & (code == names.index("instant"))] = names.index("memory")
     indices = pa.Array.from_buffers(pa.int32(), len(code), [None, pa.py_buffer(code)])
-    dictionary = pl.Series(names, dtype=pl.String).to_arrow().cast(pa.string())
-    return pa.DictionaryArray.from_arrays(indices, dictionary)
+    return pa.DictionaryArray.from_arrays(indices, strings(names))
 
 
 def _text_facts(raw: RawColumns) -> dict[str, pl.DataFrame]:
@@ -271,7 +272,7 @@ def _text_facts(raw: RawColumns) -> dict[str, pl.DataFrame]:
     or of a c10d/gloo/nccl/mpi op, the memcpy direction; from ``Collective name`` the
     collective; from ``dtype`` the element size."""
     def entries(column: str) -> pl.DataFrame:
-        return pl.DataFrame(pl.Series("v", raw.columns[column].dictionary.cast(pa.string())))
+        return series_of(raw.columns[column].dictionary, "v").to_frame()
 
     v = pl.col("v")
     return {
@@ -289,7 +290,7 @@ def _text_facts(raw: RawColumns) -> dict[str, pl.DataFrame]:
 
 def _looked_up(facts: dict[str, pl.DataFrame], raw: RawColumns, start: int,
                stop: int) -> list[pl.DataFrame]:
-    return [table.select(pl.all().gather(pl.Series(raw.slice(column, start, stop).indices)))
+    return [table.select(pl.all().gather(series_of(raw.slice(column, start, stop).indices)))
             for column, table in facts.items()]
 
 
@@ -298,6 +299,10 @@ _DERIVE_INPUTS = ("ph", "flow_id", "device", "mem_device", "stream", "collective
                   "in_nelems", "out_nelems", "bytes")
 #: Columns the batch builds (the others are stored as the scanner read them).
 _DERIVED = ("flow_phase", "flow_id", "device", "stream", "collective", "copy_kind", "bytes")
+#: ... in Polars types that export as the schema's Arrow types without an Arrow cast (text as
+#: Categorical: a dictionary, so ``as_type`` only narrows it).
+_DERIVED_TYPES = [pl.col(n).cast(pl.Categorical if n in ("flow_phase", "collective", "copy_kind")
+                                 else pl.Int32 if n == "device" else pl.Int64) for n in _DERIVED]
 
 
 def _batch(keys: pl.DataFrame, raw: RawColumns, facts: dict[str, pl.DataFrame], start: int,
@@ -316,10 +321,10 @@ def _batch(keys: pl.DataFrame, raw: RawColumns, facts: dict[str, pl.DataFrame], 
         "source": _constant_text(rows, "kineto"), "step": None,
         **{n: raw.slice(n, start, stop) for n in raw.columns if n in schema.EVENT_COLUMN_NAMES},
         **{n: key_rows.get_column(n).to_arrow() for n in ("kind", "ts_ns", "dur_ns")},
-        **{n: c.to_arrow() for n, c in _derive(inputs).select(_DERIVED).to_dict().items()},
+        **{n: c.to_arrow() for n, c in _derive(inputs).select(_DERIVED_TYPES).to_dict().items()},
     }
     return pa.Table.from_arrays(
-        [pa.nulls(rows, f.type) if columns[f.name] is None else columns[f.name].cast(f.type)
+        [pa.nulls(rows, f.type) if columns[f.name] is None else as_type(columns[f.name], f.type)
          for f in schema.EVENTS_ARROW], schema=schema.EVENTS_ARROW)
 
 
@@ -329,8 +334,7 @@ def _constant_int32(rows: int, value: int) -> pa.Array:
 
 
 def _constant_text(rows: int, text: str) -> pa.DictionaryArray:
-    dictionary = pl.Series([text], dtype=pl.String).to_arrow().cast(pa.string())
-    return pa.DictionaryArray.from_arrays(_constant_int32(rows, 0), dictionary)
+    return pa.DictionaryArray.from_arrays(_constant_int32(rows, 0), strings([text]))
 
 
 def _derive(frame: pl.DataFrame) -> pl.DataFrame:

@@ -22,6 +22,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from traceview.parsers.arrow_types import series_of
+
 
 @dataclass(frozen=True)
 class Sparse:
@@ -45,9 +47,9 @@ class SparseText:
 
     @classmethod
     def of(cls, column: pa.DictionaryArray) -> SparseText:
-        valid = pl.Series(column.indices).is_not_null().to_numpy()
+        valid = series_of(column.indices).is_not_null().to_numpy()
         rows = np.flatnonzero(valid).astype(np.uint32)
-        codes = pl.Series(column.indices).drop_nulls().to_numpy().astype(np.int32)
+        codes = series_of(column.indices).drop_nulls().to_numpy().astype(np.int32)
         return cls(rows, codes, column.dictionary)
 
     def dense(self, start: int, stop: int) -> pa.DictionaryArray:
@@ -91,7 +93,7 @@ class RawColumns:
 
     def filter(self, keep: pa.Array) -> RawColumns:
         """Only the rows where ``keep`` is true (rare: rows without a time are dropped)."""
-        mask = pl.Series(keep).fill_null(False).to_numpy()  # pyarrow's would import pandas
+        mask = series_of(keep).fill_null(False).to_numpy()  # pyarrow's would import pandas
         new_row = np.cumsum(mask) - 1
         out: dict[str, pa.Array | Sparse | SparseText | None] = {}
         for name, column in self.columns.items():

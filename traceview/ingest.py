@@ -181,7 +181,7 @@ def with_steps(table: pa.Table) -> pa.Table:
 
     keys = pl.from_arrow(table.select(["rank", "kind", "name", "ts_ns", "dur_ns",
                                        "correlation"]))
-    step = step_of_events(keys).to_arrow().cast(pa.int32())
+    step = step_of_events(keys).cast(pl.Int32).to_arrow()
     index = table.schema.get_field_index("step")
     return table.set_column(index, table.schema.field("step"), step)
 
@@ -191,6 +191,8 @@ def batches_with_steps(batches: EventBatches, ahead: int = 2) -> Iterator[pa.Tab
     key columns (which the batches carry); they are worked out in a thread while the first
     ``ahead`` batches are built, since building a batch does not need them."""
     from concurrent.futures import ThreadPoolExecutor
+
+    import polars as pl
 
     from traceview.steps import step_of_events
 
@@ -205,10 +207,10 @@ def batches_with_steps(batches: EventBatches, ahead: int = 2) -> Iterator[pa.Tab
             built.append((start, stop, table))
             if len(built) < ahead and not steps.done():
                 continue
-            step = steps.result().to_arrow().cast(pa.int32())
+            step = steps.result().cast(pl.Int32).to_arrow()
             yield from (with_step(*item) for item in built)
             built = []
-        step = steps.result().to_arrow().cast(pa.int32())
+        step = steps.result().cast(pl.Int32).to_arrow()
         yield from (with_step(*item) for item in built)
 
 
