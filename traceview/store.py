@@ -121,13 +121,20 @@ _UNIQUE_COLUMNS = frozenset({"ts_ns", "dur_ns", "correlation", "external_id", "f
                              "args_json"})
 
 
+#: Text columns whose min/max statistics can skip row groups: few distinct values, filtered on
+#: by the analyses. Statistics of the other text columns (names, categories, labels) never skip
+#: a row group of interleaved events and cost ~20 % of the write (docs/performance.md, log 18).
+_TEXT_WITH_STATISTICS = frozenset({"kind", "source"})
+
+
 def parquet_options(table_schema: pa.Schema) -> dict[str, Any]:
     """Write options of the events files: zstd-1, dictionary pages only where values repeat,
-    min/max statistics on every column but the args text (they drive predicate pushdown)."""
+    min/max statistics on the integer columns and the kind (they drive predicate pushdown)."""
     names = table_schema.names
     return dict(compression="zstd", compression_level=1,
                 use_dictionary=[n for n in names if n not in _UNIQUE_COLUMNS],
-                write_statistics=[n for n in names if n != "args_json"],
+                write_statistics=[n for n in names if n in _TEXT_WITH_STATISTICS
+                                  or pa.types.is_integer(table_schema.field(n).type)],
                 # near-sorted or near-unique integers: delta pages write ~10 % faster than plain
                 column_encoding={n: "DELTA_BINARY_PACKED" for n in names
                                  if n in _UNIQUE_COLUMNS and n != "args_json"})
