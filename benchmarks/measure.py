@@ -15,6 +15,7 @@ exclude interpreter start-up and imports, which ``outer_s`` includes.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -48,11 +49,17 @@ def _sample_tree(pid: int, stop: threading.Event, out: dict[str, float]) -> None
 
 
 def run_child(argv: list[str], *, timeout: float = 1800, env: dict[str, str] | None = None,
-              parse=None) -> dict[str, Any]:
-    """Run ``argv``; return its JSON result plus outer wall time and both peak RSS figures."""
+              parse=None, cores: int | None = None) -> dict[str, Any]:
+    """Run ``argv``; return its JSON result plus outer wall time and both peak RSS figures.
+    ``cores``: pin the child (and so its threads and workers) to the first N cores, as a
+    machine with N cores would run it (Polars and ``os.sched_getaffinity`` both follow it)."""
+    pinned = None
+    if cores is not None:
+        allowed = sorted(os.sched_getaffinity(0))[:cores]
+        pinned = lambda: os.sched_setaffinity(0, allowed)  # noqa: E731
     t = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=env, preexec_fn=pinned)
     stop, sampled = threading.Event(), {}
     sampler = threading.Thread(target=_sample_tree, args=(proc.pid, stop, sampled), daemon=True)
     sampler.start()
@@ -91,5 +98,5 @@ def op(name: str, **kwargs: Any) -> list[str]:
     return [sys.executable, str(REPO / "benchmarks" / "ops.py"), name, json.dumps(kwargs)]
 
 
-def measure(name: str, **kwargs: Any) -> dict[str, Any]:
-    return run_child(op(name, **kwargs))
+def measure(name: str, *, cores: int | None = None, **kwargs: Any) -> dict[str, Any]:
+    return run_child(op(name, **kwargs), cores=cores)

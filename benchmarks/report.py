@@ -231,6 +231,7 @@ def render(res: dict[str, Any]) -> str:
             f"{k} worker(s) {_f(b, '.2f')}" for k, b in busy.items()) + " (2 cores).\n")
         targets.append(["multi-rank ingest keeps both cores busy (CPU s / wall s, 2 workers)",
                         f"{_f(busy.get('2'), '.2f')} of 2", _ok(busy.get("2"), 1.6)])
+        out.extend(_core_scaling(res, i, targets))
 
     if "analyses" in res:
         out.append("## Analysis suite (each command as `traceview CMD PATHS --json`, from the "
@@ -345,3 +346,25 @@ def _ok(value: float | None, threshold: float | None) -> str:
     if value is None or threshold is None:
         return "not measured"
     return "yes" if value >= threshold else "**no**"
+
+
+def _core_scaling(res: dict[str, Any], i: dict[str, Any], targets: list[list[str]]) -> list[str]:
+    """The default ingest pinned to 1 core and to all cores: scaling with the cores as such.
+    (One worker already runs a two-thread scan and a writer thread, so workers 1 vs 2 is not
+    the machine's 1 vs 2 cores.)"""
+    sc = res.get("scaling_cores")
+    if not sc or len(sc) < 2:
+        return []
+    few, many = sorted(sc, key=int)[0], sorted(sc, key=int)[-1]
+    rows = [[k, _s(r), _cpu(r), _rate(i["json_mb"], r), _mb(r, "tree_rss_mb")]
+            for k, r in sorted(sc.items(), key=lambda kv: int(kv[0]))]
+    sp = _ratio(sc[few].get("wall_s"), sc[many].get("wall_s"))
+    ideal = int(many) / int(few)
+    targets.append([f"multi-rank ingest scales with the cores ({few} -> {many} cores, "
+                    "default ingest, wall)", f"{_f(sp, '.2f')}x of ideal {ideal:g}x",
+                    _ok(sp, 0.8 * ideal)])
+    return ["Default ingest (`traceview.open`) with the process and its workers pinned to "
+            "1 core and to all cores, as machines of that many cores run it:\n",
+            _table(["cores", "wall s", "CPU s (all processes)", "MB/s (wall)", "tree RSS MB"],
+                   rows),
+            f"\nSpeed-up from {few} to {many} cores: {_f(sp, '.2f')}x (ideal {ideal:g}x).\n"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -170,7 +171,14 @@ def main(argv: list[str] | None = None) -> int:
         p = _paths(sets["r8"])
         res["scaling"] = {str(w): best("ingest", args.repeat, paths=p, workers=w,
                                        cache_dir=cache_of(f"r8-w{w}")) for w in (1, 2)}
-        log(f"scaling: { {k: v.get('wall_s') for k, v in res['scaling'].items()} }")
+        # The default ingest as a 1-core and a 2-core machine run it (the child pinned to
+        # that many cores): how the whole ingest, threads and workers, scales with the cores.
+        cores = len(os.sched_getaffinity(0))
+        res["scaling_cores"] = {str(c): best("ingest", args.repeat, paths=p, cores=c,
+                                             cache_dir=cache_of(f"r8-c{c}"))
+                                for c in sorted({1, cores})}
+        log(f"scaling: { {k: v.get('wall_s') for k, v in res['scaling'].items()} }, cores: "
+            f"{ {k: v.get('wall_s') for k, v in res['scaling_cores'].items()} }")
         checkpoint("scaling")
 
     if "analyses" in parts:
