@@ -810,14 +810,17 @@ static PyObject *col_to_py(Col *c, Py_ssize_t rows) {
     return Py_BuildValue("(sNNN)", "str", give_buf(&c->values), give_buf(&c->offsets), bitmap);
 }
 
+static void free_col(Col *c) {
+    free(c->values.data);
+    free(c->offsets.data);
+    free(c->valid.data);
+    free(c->scratch.data);
+    c->values.data = c->offsets.data = c->valid.data = c->scratch.data = NULL;
+    dict_free(&c->dict);
+}
+
 static void free_cols(Col *cols) {
-    for (int i = 0; i < N_COLS; i++) {
-        free(cols[i].values.data);
-        free(cols[i].offsets.data);
-        free(cols[i].valid.data);
-        free(cols[i].scratch.data);
-        dict_free(&cols[i].dict);
-    }
+    for (int i = 0; i < N_COLS; i++) free_col(&cols[i]);
 }
 
 /* Scan a JSON array of event objects into the columns. 0 ok, -1 error (sc->err set). */
@@ -1044,8 +1047,12 @@ static int scan_array(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begi
     if (started) pthread_join(thread, NULL);
     int ok = rc == 1 && sc->p == hint && second->rc == 0;
     if (ok) {
-        for (int i = 0; i < N_COLS && ok; i++)
+        /* each half column freed once appended: they were all alive until the end, ~1/5
+         * of the scan's peak memory */
+        for (int i = 0; i < N_COLS && ok; i++) {
             ok = append_col(&cols[i], *rows, &second->cols[i], second->rows) == 0;
+            free_col(&second->cols[i]);
+        }
         if (ok) {
             used_threads = 2;
             *rows += second->rows;
