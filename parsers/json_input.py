@@ -11,6 +11,7 @@ import json
 import mmap
 import os
 import re
+import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,24 +30,37 @@ except ImportError:  # pragma: no cover - isal is a dependency, but keep working
 class Input:
     """A trace's JSON bytes for the scanner. ``releasable``: a memory map whose pages the
     scanner may hand back as it goes (then, after a failed scan, read the file again with
-    :func:`read_bytes` rather than reuse ``data``)."""
+    :func:`read_bytes` rather than reuse ``data``). ``progress``: set while a thread is still
+    inflating into ``data``; the scanner follows it (``_kineto_scan.scan``'s progress)."""
 
     data: bytes | mmap.mmap
     releasable: bool
+    progress: bytearray | None = None
 
 
 @contextmanager
-def open_input(path: Path, warnings: list[str]) -> Iterator[Input]:
+def open_input(path: Path, warnings: list[str], *, follow: bool = False) -> Iterator[Input]:
     """The file's JSON bytes: an uncompressed file as a read-only memory map, a gzipped one
     inflated into a private anonymous map of its recorded size. Either way the scanner can
     hand scanned pages back, so the input need not stay resident beside the columns. Damaged
-    or unusual gzip (truncated, several members, > 4 GiB) is inflated into bytes instead."""
+    or unusual gzip (truncated, several members, > 4 GiB) is inflated into bytes instead.
+
+    ``follow``: a gzipped file is inflated in a thread while the caller's scanner follows it
+    (``Input.progress``), instead of before the scan: inflating was a third of a gzip
+    ingest's wall time with one core idle. Damage then shows as a failed scan (the producer
+    reports it), after which the caller reads the file again with :func:`read_bytes`.
+    """
+    inflating = None
     try:
         with open(path, "rb") as fh:
             gzipped = fh.read(2) == b"\x1f\x8b"
             size = os.fstat(fh.fileno()).st_size
-            mapped = (_inflate_into_map(path) if gzipped else
-                      mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else None)
+            if gzipped and follow:
+                inflating = _InflatingMap.start(path)
+                mapped = inflating.map if inflating else None
+            else:
+                mapped = (_inflate_into_map(path) if gzipped else
+                          mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else None)
     except (OSError, ValueError) as exc:
         raise UnreadableTraceError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}"
                                    ) from None
@@ -54,17 +68,75 @@ def open_input(path: Path, warnings: list[str]) -> Iterator[Input]:
         yield Input(read_bytes(path, warnings), releasable=False)
         return
     try:
-        yield Input(mapped, releasable=True)
+        yield Input(mapped, releasable=True, progress=inflating.progress if inflating else None)
     finally:
+        if inflating:
+            inflating.stop()
         mapped.close()
+
+
+def _recorded_size(path: Path) -> int:
+    """The uncompressed size a gzip file's trailer records (ISIZE: modulo 2**32)."""
+    with open(path, "rb") as fh:
+        fh.seek(-4, os.SEEK_END)
+        return int.from_bytes(fh.read(4), "little")
+
+
+#: Inflated bytes between two progress reports to a following scanner.
+_FOLLOW_CHUNK = 1 << 20
+_PRODUCING, _DONE, _FAILED = 0, 1, -1
+
+
+class _InflatingMap:
+    """A gzip file inflating, in a thread, into a private anonymous map of its recorded size,
+    reporting through ``progress`` (16 bytes: count, state) how far it got; see
+    ``_kineto_scan.publish``. The state ends DONE only when exactly the recorded size
+    inflated with nothing after it, else FAILED, so a scanner never trusts a short or
+    multi-member stream."""
+
+    def __init__(self, path: Path, size: int, chunk: int) -> None:
+        from traceview import _kineto_scan
+
+        self._publish = _kineto_scan.publish
+        self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+        self.progress = bytearray(16)
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._inflate, args=(path, size, chunk),
+                                        name="traceview-inflate", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start(cls, path: Path, chunk: int = _FOLLOW_CHUNK) -> _InflatingMap | None:
+        size = _recorded_size(path)
+        return cls(path, size, chunk) if size else None
+
+    def _inflate(self, path: Path, size: int, chunk: int) -> None:
+        got, state = 0, _FAILED
+        try:
+            with _gzip.open(path, "rb") as stream, memoryview(self.map) as view:
+                while got < size and not self._halt.is_set():
+                    n = stream.readinto(view[got:min(size, got + chunk)])
+                    if not n:
+                        break
+                    got += n
+                    self._publish(self.progress, got, _PRODUCING)
+                if got == size and not self._halt.is_set() and not stream.read(1):
+                    state = _DONE
+        except Exception:  # noqa: BLE001 - any inflate error: the scan fails, read_bytes words it
+            state = _FAILED
+        finally:
+            self._publish(self.progress, got, state)
+
+    def stop(self) -> None:
+        """Stop inflating (when the scan gave up early) and wait for the thread."""
+        self._halt.set()
+        self._thread.join()
 
 
 def _inflate_into_map(path: Path) -> mmap.mmap | None:
     """Inflate a gzip file into a private anonymous map of the size its trailer records
     (ISIZE); None when that size cannot be trusted or the stream is damaged."""
-    with open(path, "rb") as fh:
-        fh.seek(-4, os.SEEK_END)
-        size = int.from_bytes(fh.read(4), "little")
+    size = _recorded_size(path)
     if not size:
         return None
     mapped = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)

@@ -78,7 +78,7 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
     path = Path(path)
     warnings: list[str] = []
     dropped: dict[str, int] = {}
-    with open_input(path, warnings) as given:
+    with open_input(path, warnings, follow=_kineto_scan is not None) as given:
         fast = _scan_fast(path, given)
         if fast is not None:
             raw, header = fast
@@ -130,7 +130,8 @@ def _scan_fast(path: Path, given: Input) -> tuple[RawColumns, dict[str, Any]] | 
     if _kineto_scan is None:
         return None
     try:
-        rows, columns = _kineto_scan.scan(given.data, 8 << 20, given.releasable)
+        rows, columns = _kineto_scan.scan(given.data, 8 << 20, given.releasable,
+                                          given.progress)
         if not columns["has_events"]:
             return None  # no event array: the tolerant path words the error
         header = {key: msgspec.json.decode(raw) for key, raw in columns["header"].items()}

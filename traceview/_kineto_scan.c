@@ -18,6 +18,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -157,6 +158,16 @@ typedef struct {
      * after a failed scan. Never set for other memory. */
     int release;
     const char *released;
+    /* Following a producer (gzip inflated in another thread, see scan()): `end` is how far
+     * the bytes are known, `progress` says how far they are published and whether the
+     * producer finished. Element scans that run into `end` before the buffer's real end are
+     * resumed at `resume` once more bytes are there (`resume_after`: just after an element,
+     * rather than at one). */
+    int64_t *progress;
+    const char *real_end;
+    const char *resume;
+    int resume_after;
+    int in_array; /* the event array has begun: rows may be committed, no restart from the top */
 } Scanner;
 
 #define RELEASE_STEP (16 << 20)
@@ -168,6 +179,57 @@ static void release_behind(Scanner *sc) {
     uintptr_t to = (uintptr_t)sc->p & ~(page - 1);
     if (to > from) madvise((void *)from, to - from, MADV_DONTNEED);
     sc->released = sc->p;
+}
+
+/* progress[0]: bytes published; progress[1]: PRODUCING, DONE (all bytes there and checked)
+ * or FAILED. Stored with release, loaded with acquire: bytes below a published count are
+ * complete when the scanner sees the count. */
+enum { PRODUCING = 0, DONE = 1, FAILED = -1 };
+/* Bytes to wait for before scanning on (scan()'s last argument overrides it, so tests can cut
+ * the input at every few bytes). */
+static Py_ssize_t follow_step = 256 << 10;
+static Py_ssize_t follow_waits; /* reported back, so tests can see the scan followed */
+
+static int following(const Scanner *sc) { return sc->progress && sc->end < sc->real_end; }
+
+/* Wait until more bytes are published (at least follow_step, or the rest), then move `end`.
+ * 0 ok, -1 when the producer failed (sc->err set). */
+static int wait_for_bytes(Scanner *sc) {
+    struct timespec nap = {0, 100 * 1000};
+    for (;;) {
+        int64_t state = __atomic_load_n(&sc->progress[1], __ATOMIC_ACQUIRE);
+        int64_t have = __atomic_load_n(&sc->progress[0], __ATOMIC_ACQUIRE);
+        if (state == FAILED) { sc->err = "the input could not be read to its end"; return -1; }
+        const char *frontier = sc->start + have;
+        if (frontier > sc->real_end) frontier = sc->real_end;
+        if (state == DONE) frontier = sc->real_end; /* DONE is only set with every byte in */
+        if (state == DONE || frontier - sc->end >= follow_step) {
+            sc->end = frontier;
+            follow_waits++;
+            return 0;
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* All bytes there: the scanner reads the rest like a plain buffer. */
+static int wait_for_all(Scanner *sc) {
+    while (following(sc))
+        if (wait_for_bytes(sc) < 0) return -1;
+    return 0;
+}
+
+/* Following a producer: wait for its last word (it checks for bytes past the recorded size
+ * after the last one is in). 0 when every byte is there and checked, -1 otherwise. */
+static int wait_for_verdict(Scanner *sc) {
+    struct timespec nap = {0, 100 * 1000};
+    if (!sc->progress) return 0;
+    for (;;) {
+        int64_t state = __atomic_load_n(&sc->progress[1], __ATOMIC_ACQUIRE);
+        if (state == DONE) return 0;
+        if (state == FAILED) { sc->err = "the input could not be read to its end"; return -1; }
+        nanosleep(&nap, NULL);
+    }
 }
 
 static inline void skip_ws(Scanner *sc) {
@@ -823,13 +885,26 @@ static void free_cols(Col *cols) {
     for (int i = 0; i < N_COLS; i++) free_col(&cols[i]);
 }
 
+static int scan_elements_from(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end,
+                              const char *stop, int after_element);
+
 /* Scan a JSON array of event objects into the columns. 0 ok, -1 error (sc->err set). */
 /* Scan array elements from the current position (an element, not '['). With `stop`, return 1
  * once the next element would start at or after it: the caller checks that this is exactly
  * `stop`, which proves `stop` is an element boundary. Without it, scan through the ']'. */
 static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end,
                          const char *stop) {
+    sc->resume = sc->p;
+    sc->resume_after = 0;
+    return scan_elements_from(sc, cols, rows, begin_end, stop, 0);
+}
+
+/* scan_elements from an element (after_element 0) or from just after one (1: a ',' or the
+ * ']' comes next). Keeps sc->resume at the last point where nothing is half read. */
+static int scan_elements_from(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end,
+                              const char *stop, int after_element) {
     for (;;) {
+        if (after_element) goto after;
         skip_ws(sc);
         if (sc->p >= sc->end || *sc->p != '{') { sc->err = "element is not an object"; return -1; }
         sc->p++;
@@ -901,11 +976,17 @@ static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
         }
         if (r) { sc->err = "value needs the general path"; return -1; }
         (*rows)++;
+        sc->resume = sc->p;
+        sc->resume_after = 1;
         if (sc->release) release_behind(sc);
+    after:
+        after_element = 0;
         skip_ws(sc);
         if (sc->p >= sc->end) { sc->err = "unexpected end (truncated?)"; return -1; }
         if (*sc->p == ',') {
             sc->p++;
+            sc->resume = sc->p;
+            sc->resume_after = 0;
             if (stop) {
                 skip_ws(sc);
                 if (sc->p >= stop) return 1;
@@ -915,6 +996,36 @@ static int scan_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
         if (*sc->p == ']') { sc->p++; return 0; }
         sc->err = "expected ',' or ']'"; return -1;
     }
+}
+
+/* Scan elements behind a producer until every byte is there: an element cut by the known end
+ * is scanned again from its start once more bytes are published (nothing of it was committed;
+ * its staged values are cleared). Returns like scan_elements without a stop, or 2 when the
+ * bytes are all there before the array ends: the caller scans the rest (on two threads). */
+static int follow_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end) {
+    int rc = scan_elements(sc, cols, rows, begin_end, NULL);
+    while (rc < 0 && following(sc)) {
+        const char *resume = sc->resume;
+        int after = sc->resume_after;
+        if (wait_for_bytes(sc) < 0) return -1;
+        for (int i = 0; i < N_COLS; i++) col_clear_stage(&cols[i]);
+        sc->p = resume;
+        sc->err = NULL;
+        if (!following(sc)) {
+            /* all there: finish with the plain path, from an element */
+            if (after) {
+                skip_ws(sc);
+                if (sc->p < sc->end && *sc->p == ']') { sc->p++; return 0; }
+                if (sc->p >= sc->end || *sc->p != ',') { sc->err = "expected ',' or ']'"; return -1; }
+                sc->p++;
+            }
+            return 2;
+        }
+        sc->resume = resume;
+        sc->resume_after = after;
+        rc = scan_elements_from(sc, cols, rows, begin_end, NULL, after);
+    }
+    return rc;
 }
 
 /* Append src's rows after dst's (both columns of the same kind). */
@@ -1021,14 +1132,32 @@ static const char *split_hint(const char *from, const char *end) {
     return NULL;
 }
 
-/* Scan the event array at sc->p ('['), with two threads when it is large. */
+static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end);
+
+/* Scan the event array at sc->p ('['), with two threads when it is large; behind a producer
+ * (gzip inflating), one thread follows it and the rest is split once every byte is there. */
 static int scan_array(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end) {
     if (sc->p >= sc->end || *sc->p != '[') { sc->err = "expected '['"; return -1; }
     sc->p++;
+    sc->in_array = 1;
     skip_ws(sc);
+    while (sc->p >= sc->end && following(sc)) {
+        if (wait_for_bytes(sc) < 0) return -1;
+        skip_ws(sc);
+    }
     if (sc->p < sc->end && *sc->p == ']') { sc->p++; return 0; }
     sc->released = sc->p; /* only the array's pages are released: header values before it are
                            * read after the scan, from memory that may not fault back in */
+    if (following(sc)) {
+        int rc = follow_elements(sc, cols, rows, begin_end);
+        if (rc != 2) return rc;
+    }
+    return scan_rest(sc, cols, rows, begin_end);
+}
+
+/* Scan the elements from sc->p (at an element) to the array's end, with two threads when the
+ * rest is large. */
+static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end) {
     const char *hint = NULL;
     if (sc->end - sc->p > parallel_min_bytes)
         hint = split_hint(sc->p + (sc->end - sc->p) / 2, sc->end);
@@ -1089,7 +1218,7 @@ static int scan_document(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *b
         skip_ws(sc);
         if (!ke && KEY_IS(k, kn, "traceEvents") && sc->p < sc->end && *sc->p == '[') {
             if (*found) { sc->err = "two traceEvents arrays"; return -1; }
-            if (scan_array(sc, cols, rows, begin_end) < 0) return -1;
+            if (scan_array(sc, cols, rows, begin_end) < 0 || wait_for_all(sc) < 0) return -1;
             *found = 1;
         } else {
             int h = -1;
@@ -1114,39 +1243,77 @@ tail:
  *                        "header": {top-level key: raw JSON bytes}, "has_events": bool})
  * `buffer` is a whole Kineto document (object or bare array).
  * Raises ValueError("problem at byte N") on anything the tolerant path should handle. */
+/* The whole document (object or bare array) from sc->start. */
+static int scan_top(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end,
+                    const char **spans, Py_ssize_t *span_len, int *found) {
+    sc->p = sc->start;
+    sc->err = NULL;
+    skip_ws(sc);
+    if (sc->p < sc->end && *sc->p == '[') {
+        *found = 1;
+        if (scan_array(sc, cols, rows, begin_end) < 0 || wait_for_all(sc) < 0) return -1;
+        skip_ws(sc);
+        if (sc->p != sc->end) { sc->err = "data after the document"; return -1; }
+        return 0;
+    }
+    if (sc->p < sc->end && *sc->p == '{')
+        return scan_document(sc, cols, rows, begin_end, spans, span_len, found);
+    sc->err = "not a JSON object or array";
+    return -1;
+}
+
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer view;
+    Py_buffer view, progress = {0};
     Py_ssize_t min_parallel = 8 << 20;
     int release = 0;
-    if (!PyArg_ParseTuple(args, "y*|np", &view, &min_parallel, &release)) return NULL;
+    PyObject *progress_obj = Py_None;
+    Py_ssize_t step = 256 << 10;
+    if (!PyArg_ParseTuple(args, "y*|npOn", &view, &min_parallel, &release, &progress_obj, &step))
+        return NULL;
+    follow_step = step > 0 ? step : 1;
+    follow_waits = 0;
+    if (progress_obj != Py_None) {
+        if (PyObject_GetBuffer(progress_obj, &progress, PyBUF_WRITABLE) < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        if (progress.len < 16 || ((uintptr_t)progress.buf & 7)) {
+            PyBuffer_Release(&progress);
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "progress must be 16 aligned, writable bytes");
+            return NULL;
+        }
+    }
     parallel_min_bytes = min_parallel;
     used_threads = 1;
     Col cols[N_COLS];
     init_cols(cols);
     Scanner sc = {(const char *)view.buf, (const char *)view.buf + view.len,
                   (const char *)view.buf, NULL, release, (const char *)view.buf};
+    sc.real_end = sc.end;
     Py_ssize_t rows = 0, begin_end = 0;
     int rc = 0;
     const char *spans[N_HEADER_KEYS] = {NULL};
     Py_ssize_t span_len[N_HEADER_KEYS] = {0};
     int found = 0;
     Py_BEGIN_ALLOW_THREADS
-    skip_ws(&sc);
-    if (sc.p < sc.end && *sc.p == '[') {
-        rc = scan_array(&sc, cols, &rows, &begin_end);
-        found = 1;
-        if (rc == 0) {
-            skip_ws(&sc);
-            if (sc.p != sc.end) { sc.err = "data after the document"; rc = -1; }
-        }
-    } else if (sc.p < sc.end && *sc.p == '{') {
-        rc = scan_document(&sc, cols, &rows, &begin_end, spans, span_len, &found);
-    } else {
-        sc.err = "not a JSON object or array";
-        rc = -1;
+    if (progress.buf) { /* follow the producer from its first bytes */
+        sc.progress = (int64_t *)progress.buf;
+        sc.end = sc.start;
+        rc = wait_for_bytes(&sc);
     }
+    while (rc == 0) {
+        rc = scan_top(&sc, cols, &rows, &begin_end, spans, span_len, &found);
+        /* cut before the event array by the known end: nothing committed, start again */
+        if (rc == 0 || sc.in_array || !following(&sc)) break;
+        found = 0;
+        memset(spans, 0, sizeof(spans));
+        rc = wait_for_bytes(&sc);
+    }
+    if (rc == 0) rc = wait_for_verdict(&sc);
     Py_END_ALLOW_THREADS
+    if (progress.buf) PyBuffer_Release(&progress);
     if (rc < 0) {
         Py_ssize_t pos = sc.p - sc.start;
         free_cols(cols);
@@ -1182,6 +1349,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *has_events = PyBool_FromLong(found);
     PyDict_SetItemString(out, "has_events", has_events);
     Py_DECREF(has_events);
+    PyObject *waits = PyLong_FromSsize_t(follow_waits);
+    if (!waits || PyDict_SetItemString(out, "follow_waits", waits) < 0) {
+        Py_XDECREF(waits); Py_DECREF(out); return NULL;
+    }
+    Py_DECREF(waits);
     PyObject *threads = PyLong_FromLong(used_threads);
     if (!threads || PyDict_SetItemString(out, "threads", threads) < 0) {
         Py_XDECREF(threads); Py_DECREF(out); return NULL;
@@ -1195,10 +1367,34 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nN)", rows, out);
 }
 
+/* publish(progress, count, state): the producer's side of scan()'s progress (see Scanner). */
+static PyObject *publish(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer progress;
+    long long count, state;
+    if (!PyArg_ParseTuple(args, "w*LL", &progress, &count, &state)) return NULL;
+    if (progress.len < 16 || ((uintptr_t)progress.buf & 7)) {
+        PyBuffer_Release(&progress);
+        PyErr_SetString(PyExc_ValueError, "progress must be 16 aligned, writable bytes");
+        return NULL;
+    }
+    int64_t *p = (int64_t *)progress.buf;
+    __atomic_store_n(&p[0], (int64_t)count, __ATOMIC_RELEASE);
+    __atomic_store_n(&p[1], (int64_t)state, __ATOMIC_RELEASE);
+    PyBuffer_Release(&progress);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(buffer, min_parallel_bytes=8 MiB, release=False) -> (rows, columns); release only "
-     "for a read-only file mapping: scanned pages are dropped from memory as the scan goes"},
+     "scan(buffer, min_parallel_bytes=8 MiB, release=False, progress=None, follow_step=256 KiB) "
+     "-> (rows, columns); "
+     "release only for a memory map: scanned pages are dropped from memory as the scan goes; "
+     "progress: 16 writable bytes through which a producer filling `buffer` in another thread "
+     "says how far it got (see publish)"},
+    {"publish", publish, METH_VARARGS,
+     "publish(progress, count, state): count bytes of the buffer are in; state 0 producing, "
+     "1 done (every byte in and checked), -1 failed"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,137 @@
+"""The scanner following a gzip file as it inflates reads exactly what a scan of the whole
+inflated bytes reads, wherever the producer's progress cuts the input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from traceview import _kineto_scan
+from traceview.parsers import kineto
+from traceview.parsers.json_input import _InflatingMap, open_input
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+WAITS: list[int] = []  # how often the last followed scans waited for bytes
+
+
+def _columns(data, *, progress=None, step=1 << 18, min_parallel=1 << 40) -> tuple:
+    """Rows, every column as Python values, the header and the B/E count of one scan."""
+    rows, columns = _kineto_scan.scan(data, min_parallel, progress is not None, progress, step)
+    WAITS.append(columns["follow_waits"])
+    out = {}
+    for name, typ in kineto._RAW_COLUMNS.items():
+        column = kineto._scanned_column(columns[name], typ, rows)
+        if column is None:
+            out[name] = None
+        elif isinstance(column, kineto.Sparse):
+            out[name] = (column.rows.tolist(), column.values.tolist())
+        else:
+            out[name] = column.to_pylist()
+    return rows, out, columns["header"], columns["begin_end_events"]
+
+
+def _followed(path: Path, *, chunk: int, step: int, min_parallel: int = 1 << 40) -> tuple:
+    inflating = _InflatingMap.start(path, chunk=chunk)
+    assert inflating is not None
+    try:
+        return _columns(inflating.map, progress=inflating.progress, step=step,
+                        min_parallel=min_parallel)
+    finally:
+        inflating.stop()
+        inflating.map.close()
+
+
+def _events_json(n: int) -> bytes:
+    rows = [json.dumps({"ph": "X", "cat": "kernel" if i % 3 else "cpu_op",
+                        "name": f"op\\u00e9{i % 7}", "pid": i % 2, "tid": 7,
+                        "ts": 1000.125 + i, "dur": 0.5,
+                        "args": {"External id": i, "stream": 7, "device": 0,
+                                 "note": "x" * (i % 50)}}) for i in range(n)]
+    return ('{"distributedInfo": {"rank": 5}, "deviceProperties": [{"id": 0}],\n'
+            '"traceEvents": [\n' + ",\n".join(rows) + '\n], "baseTimeNanoseconds": 1000}\n'
+            ).encode()
+
+
+@pytest.mark.parametrize("chunk,step", [(1, 1), (7, 1), (4099, 1), (65536, 5000),
+                                        (1 << 20, 1 << 18)])
+def test_following_reads_what_the_whole_bytes_read(tmp_path, chunk, step):
+    text = _events_json(3000 if chunk > 1 else 300)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text))
+    assert _followed(path, chunk=chunk, step=step) == _columns(text)
+    if chunk < 4096:  # inflating a few bytes at a time: the scanner waited, and resumed
+        assert WAITS[-2] > 10
+
+
+def test_following_then_splitting_the_rest_over_two_threads(tmp_path):
+    """Once every byte is in, the rest is scanned on two threads and merged."""
+    text = _events_json(40_000)  # ~6 MB
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text, compresslevel=1))
+    for chunk, step in [(1 << 16, 1 << 16), (1 << 20, 1 << 20)]:
+        assert _followed(path, chunk=chunk, step=step, min_parallel=1 << 20) == _columns(text)
+
+
+def test_following_a_bare_array_and_a_header_after_the_events(tmp_path):
+    events = [{"ph": "i", "name": f"m{i}", "pid": 1, "tid": 1, "ts": i, "s": "t"}
+              for i in range(500)]
+    for name, doc in [("bare", events), ("late", {"traceEvents": events, "pad": "y" * 9000,
+                                                  "distributedInfo": {"rank": 2}})]:
+        text = json.dumps(doc).encode()
+        path = tmp_path / f"{name}.json.gz"
+        path.write_bytes(gzip.compress(text))
+        assert _followed(path, chunk=113, step=1) == _columns(text), name
+
+
+@pytest.mark.parametrize("relative", [
+    "fixtures/data/gloo_ddp_2r/rank-0.gloo_ddp.pt.trace.json.gz",
+])
+def test_following_a_real_trace(relative):
+    path = ROOT / relative
+    text = gzip.decompress(path.read_bytes())
+    assert _followed(path, chunk=97, step=1) == _columns(text)
+    assert WAITS[-2] > 10
+
+
+def test_following_corpus_traces(corpus):
+    for relative in ["kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.pt.trace.json.gz",
+                     "hta-tests-data/tests/data/amd_trace/"
+                     "mi250_minitoy_train_ROCm6_2_kineto.json.gz"]:
+        path = corpus / relative
+        text = gzip.decompress(path.read_bytes())
+        assert _followed(path, chunk=50_000, step=1, min_parallel=1 << 22) == _columns(text)
+
+
+def test_a_stream_that_stops_short_or_goes_on_fails_the_scan(tmp_path):
+    """The producer's verdict decides: a truncated stream, or one with bytes past the size
+    the trailer records (two members), never yields a scan; parsing then takes the tolerant
+    path, which words what happened."""
+    text = _events_json(2000)
+    whole = gzip.compress(text)
+    short = tmp_path / "short.json.gz"
+    short.write_bytes(whole[: len(whole) * 2 // 3] + whole[-8:])  # a trailer that lies
+    two = tmp_path / "two.json.gz"
+    two.write_bytes(gzip.compress(text[:1000]) + gzip.compress(text[1000:]))
+    for path in (short, two):
+        with pytest.raises(ValueError):
+            _followed(path, chunk=4096, step=1)
+    assert kineto.parse(two).input_events == 2000
+    salvaged = kineto.parse(short)
+    assert 0 < salvaged.input_events < 2000 and any("gzip" in w for w in salvaged.warnings)
+
+
+def test_parse_follows_gzip_and_stores_what_plain_json_stores(tmp_path):
+    text = _events_json(5000)
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    plain.write_bytes(text)
+    packed.write_bytes(gzip.compress(text))
+    with open_input(packed, [], follow=True) as given:
+        assert given.progress is not None and given.releasable
+    with open_input(plain, [], follow=True) as given:
+        assert given.progress is None
+    assert kineto.parse(packed).events.equals(kineto.parse(plain).events)
