@@ -46,7 +46,7 @@ import polars as pl
 from traceview import schema
 from traceview.errors import UnreadableTraceError
 from traceview.parsers import ParsedFile, RankInfo
-from traceview.parsers import nsys_nccl, nsys_ranks
+from traceview.parsers import nsys_arrow, nsys_nccl, nsys_ranks
 from traceview.parsers import nsys_tables as tables
 from traceview.parsers.nsys_db import Export, count_rows, open_export, query_rows, string_table
 
@@ -193,7 +193,7 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     events, names = (_stored_columns(f.with_columns(
         rank.alias("rank"), pl.lit(0, dtype=pl.Int32).alias("file_id"),
         pl.lit("nsys", dtype=tables.SOURCE).alias("source"))) for f in (frame, names))
-    table = schema.conform(_in_time_order(events, names).to_arrow())
+    table = nsys_arrow.in_time_order(events, names)
     stored = table.num_rows
     if input_events != stored + sum(dropped.values()):  # a bug, but say so rather than lie
         warnings.append(f"row accounting mismatch: input {input_events}, stored {stored}, "
@@ -205,30 +205,11 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
 
 
 def _stored_columns(frame: pl.DataFrame) -> pl.DataFrame:
-    """The event-store columns of ``frame`` that hold a value: ``schema.conform`` makes the
-    columns left out all null at once, where exporting a null Polars column costs ~25 ms per
-    2 M rows."""
+    """The event-store columns of ``frame`` that hold a value: ``nsys_arrow.events_table``
+    makes the columns left out all null at once, where exporting a null Polars column costs
+    ~25 ms per 2 M rows."""
     return frame.select([c for c in schema.EVENT_COLUMN_NAMES if c in frame.columns
                          and (frame.is_empty() or frame[c].null_count() < frame.height)])
-
-
-def _in_time_order(events: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
-    """``events`` then ``extra`` rows, stably sorted by ``ts_ns``. When ``events`` are in time
-    order already (an export of one event table), the few ``extra`` rows are slid into place
-    between slices of them: a sort would copy every column of every row to move a handful."""
-    if extra.is_empty():
-        return events
-    if not events["ts_ns"].is_sorted():
-        return pl.concat([events, extra], how="diagonal_relaxed").sort("ts_ns",
-                                                                       maintain_order=True)
-    extra = extra.sort("ts_ns", maintain_order=True)
-    after = events["ts_ns"].search_sorted(extra["ts_ns"], side="right")  # ties: events first
-    parts, start = [], 0
-    for (at,), rows in extra.with_columns(after.alias("_at")).group_by("_at", maintain_order=True):
-        parts += [events.slice(start, at - start), rows.drop("_at")]
-        start = at
-    parts.append(events.slice(start))
-    return pl.concat(parts, how="diagonal_relaxed")
 
 
 def _add(into: dict[str, int], more: dict[str, int]) -> None:

@@ -396,3 +396,33 @@ def test_global_id_decoding(pid: int, tid: int, vm: int) -> None:
         tables.gpid_of("g").alias("gpid")).row(0)
     assert out == (pid, tid, (vm << 48) | (pid << 24))
     assert gtid(pid, tid) == (1 << 48) | (pid << 24) | tid
+
+
+def test_shared_zero_buffer_nulls_equal_pa_nulls() -> None:
+    import pyarrow as pa
+
+    from traceview import schema
+    from traceview.parsers import nsys_arrow
+
+    zeros = pa.py_buffer(bytes(8 * 11))
+    for field in schema.EVENTS_ARROW:
+        made = nsys_arrow.null_array(field.type, 10, zeros)
+        made.validate(full=True)
+        assert made.type == field.type and made.null_count == 10
+        assert made.equals(pa.nulls(10, type=field.type)), field.name
+
+
+@pytest.mark.parametrize("sorted_events", [True, False])
+def test_rows_slid_in_where_a_stable_sort_puts_them(sorted_events: bool) -> None:
+    from traceview.parsers import nsys_arrow
+
+    ts = [10, 20, 20, 30, 40] if sorted_events else [20, 10, 40, 20, 30]
+    events = pl.DataFrame({"ts_ns": ts, "name": [f"e{i}" for i in range(5)],
+                           "dur_ns": [1] * 5})
+    extra = pl.DataFrame({"ts_ns": [50, 20, 5, 20], "name": ["m0", "m1", "m2", "m3"]})
+    table = nsys_arrow.in_time_order(events, extra)
+    expected = (pl.concat([events, extra], how="diagonal_relaxed")
+                .sort("ts_ns", maintain_order=True))
+    got = pl.from_arrow(table).select("ts_ns", pl.col("name").cast(pl.String), "dur_ns")
+    assert got.equals(expected)
+    assert table.schema.names == list(__import__("traceview").schema.EVENT_COLUMN_NAMES)
