@@ -155,6 +155,9 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         _add(dropped, nvtx_dropped)
         staged.append(events)
 
+    # empty tables add nothing but null columns, which _ensure adds as constants: taking them
+    # into the concat made Polars copy every column of a large table into one chunk
+    staged = [f for f in staged if f.height] or staged[:1]
     frame = (pl.concat(staged, how="diagonal_relaxed") if staged else pl.DataFrame(
         schema={"kind": tables.KIND, "gpid": pl.Int64, "start_rel": pl.Int64}))
     frame = _ensure(frame)
@@ -260,7 +263,9 @@ def _session_start(export: Export, warnings: list[str]) -> int | None:
 
 
 def _processes(frame: pl.DataFrame) -> pl.DataFrame:
-    return (frame.group_by("gpid").agg(
+    # the four columns first: a group_by of the whole frame copies every column of a frame of
+    # several chunks (the rowid ranges) into one
+    return (frame.select("gpid", "pid", "kind", "device").group_by("gpid").agg(
         pl.col("pid").first(),
         pl.col("kind").is_in(_GPU_KINDS).any().alias("is_gpu"),
         pl.col("device").drop_nulls().unique().sort().cast(pl.Int64).alias("devices"))

@@ -5,7 +5,8 @@ Two hand-overs used to copy every row of a large export a second time:
 * sliding the few metadata rows (process and thread names) in between slices of the events
   gave Polars columns with different chunk layouts, and ``DataFrame.to_arrow`` then rechunks
   every column to align them (~210 MB for 2 M kernels). The slices are cut from the Arrow
-  table instead, where a column may hold several chunks as they are.
+  table instead, where a column may hold several chunks as they are, and the frame is
+  exported column by column, so the chunks of the rowid ranges need no aligning either.
 * ``schema.conform`` makes each column the table lacks with ``pa.nulls``, which allocates and
   zeroes its own buffers: ~270 MB for the 22 columns an nsys kernel table leaves empty, 0.04 s
   of system time on a quiet machine and up to 0.6 s when the kernel must compact memory for
@@ -23,8 +24,12 @@ from traceview import schema
 
 
 def events_table(frame: pl.DataFrame) -> pa.Table:
-    """``frame`` (event-store columns only, any subset) as a table in the events schema."""
-    table = frame.to_arrow()
+    """``frame`` (event-store columns only, any subset) as a table in the events schema.
+
+    Column by column: ``DataFrame.to_arrow`` first rechunks every column when their chunk
+    layouts differ (the columns read from the export hold one chunk per rowid range, those
+    derived by a gather one), and a table's columns need not share a layout."""
+    table = pa.table({name: frame.select(name).to_arrow().column(0) for name in frame.columns})
     missing = [f for f in schema.EVENTS_ARROW if f.name not in table.column_names]
     if missing and table.num_rows:
         zeros = pa.py_buffer(bytes(8 * (table.num_rows + 1)))  # calloc: no page is touched

@@ -17,7 +17,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.naming import collective_from_text
-from traceview.parsers.nsys_db import Export, read_frame, read_table
+from traceview.parsers.nsys_db import Export, read_frame, read_parts, read_table
 from traceview.parsers.nsys_nccl import is_comm_kernel_name, kernel_collective
 from traceview.schema import KINDS, SOURCES
 
@@ -117,7 +117,19 @@ def kernels(export: Export, lookup: pl.DataFrame, *, launch_args: bool = True) -
     if launch_args:
         select += ", " + ", ".join(export.col(KERNEL, c) for c in extra)
         schema |= {c: I64 for c in extra}
-    frame = _gpu_staging(read_table(export, KERNEL, select, schema), "kernel", KERNEL)
+    # part by part (one per rowid range): the gathers below would otherwise copy every column
+    # of a frame of several chunks into one
+    return pl.concat([_kernel_rows(part, lookup, extra if launch_args else ())
+                      for part in read_parts(export, KERNEL, select, schema)],
+                     how="vertical", rechunk=False)
+
+
+def _kernel_rows(frame: pl.DataFrame, lookup: pl.DataFrame,
+                 extra: tuple[str, ...]) -> pl.DataFrame:
+    """Kernel rows (a part of the table) in the staging layout; ``extra``: the launch
+    geometry columns, when asked for."""
+    launch_args = bool(extra)
+    frame = _gpu_staging(frame, "kernel", KERNEL)
     short = by_id(lookup, "_sid_name", "short_id")
     # args_json: {launch geometry, "shortName": ...}; {} without a short name
     if launch_args:  # the geometry's JSON made once per distinct launch configuration

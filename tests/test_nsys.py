@@ -309,9 +309,10 @@ def test_adbc_and_python_driver_agree(tmp_path: Path) -> None:
 def test_arrow_reader_gives_the_lenient_readers_frame(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """``read_table`` (ADBC, in parallel rowid ranges) gives the frame the sqlite3 path gives,
-    for text whose first rows are NULL (ADBC types a column from its first batch), and falls
-    back to the sqlite3 path for text that is not UTF-8 and for a column that ADBC types from a
-    batch of NULLs (int64) before it meets a REAL."""
+    for text whose first rows are NULL and for REALs after NULLs (ADBC types a column from its
+    first batch; a rowid range is read in one batch), and falls back to the sqlite3 path for
+    text that is not UTF-8 and for a column that ADBC types from a batch of NULLs (int64)
+    before it meets a REAL (a view has no rowid ranges, so it is read in batches)."""
     pytest.importorskip("adbc_driver_sqlite")
     from traceview.parsers import nsys_db
 
@@ -328,6 +329,7 @@ def test_arrow_reader_gives_the_lenient_readers_frame(tmp_path: Path,
         con.execute("CREATE TABLE reals (start INTEGER, payload REAL)")
         con.executemany("INSERT INTO reals VALUES (?, ?)", [(i, i / 4 if i >= 700 else None)
                                                            for i in range(1000)])
+        con.execute("CREATE VIEW reals_view AS SELECT start, payload FROM reals")
         con.execute("CREATE TABLE bad (start INTEGER, text TEXT)")
         con.executemany("INSERT INTO bad VALUES (?, ?)", [(i, f"ok {i}") for i in range(999)])
         con.execute("INSERT INTO bad VALUES (999, CAST(X'6261645FFF' AS TEXT))")
@@ -344,7 +346,9 @@ def test_arrow_reader_gives_the_lenient_readers_frame(tmp_path: Path,
         cases = [("NVTX_EVENTS", "start, text, payload",
                   {"start": pl.Int64, "text": pl.String, "payload": pl.Float64}, False),
                  ("mixed", "start, value", {"start": pl.Int64, "value": pl.String}, False),
-                 ("reals", "start, payload", {"start": pl.Int64, "payload": pl.Float64}, True),
+                 ("reals", "start, payload", {"start": pl.Int64, "payload": pl.Float64}, False),
+                 ("reals_view", "start, payload", {"start": pl.Int64, "payload": pl.Float64},
+                  True),
                  ("bad", "start, text", {"start": pl.Int64, "text": pl.String}, True)]
         for table, select, schema, falls_back in cases:
             lenient.clear()
