@@ -235,7 +235,7 @@ _STAGING: dict[str, pl.DataType] = {
     "start_rel": pl.Int64, "end_rel": pl.Int64, "correlation": pl.Int64, "bytes": pl.Int64,
     "copy_kind": tables.CAT, "args_json": pl.String, "collective": pl.String,
     "pg_name": pl.String, "seq": pl.Int64, "in_nelems": pl.Int64, "dtype": pl.String,
-    "group_size": pl.Int32, "short_name": tables.CAT, "return_value": pl.Int64,
+    "group_size": pl.Int32, "return_value": pl.Int64,
 }
 
 

@@ -5,7 +5,7 @@ Every reader returns a frame in the *staging layout*: the event-store columns it
 NVTX domains) and ``end_rel`` / ``start_rel`` (session-relative ns).
 
 Strings that repeat are dictionary-typed from the start (``kind`` an Enum of the schema's kinds,
-category, name, short_name and copy_kind Categoricals), and text is made once per distinct
+category, name and copy_kind Categoricals), and text is made once per distinct
 value, not once per row: what a row needs from ``StringIds`` (its name, its kernel args_json,
 ...) is derived once per string by :func:`name_lookup` and gathered at the row's string id
 (:func:`by_id`), and the labels and args_json of memcpy and memset once per distinct
@@ -148,13 +148,15 @@ def _kernel_rows(frame: pl.DataFrame, lookup: pl.DataFrame,
                            pl.concat_str(pl.lit("{"), short_json, pl.lit("}")), pl.lit("{}"))
     else:
         args = by_id(lookup, "_short_args", "short_id").fill_null("{}")
-    # NCCL kernels: the collective their short name (else name) tells
+    # NCCL kernels: the collective their short name (else name) tells; none when no string of
+    # the export names an NCCL kernel (four gathers per row saved)
     told = pl.when(short.is_not_null()).then(by_id(lookup, "_collective", "short_id")).otherwise(
         by_id(lookup, "_collective", "name_id"))
+    collective = (kernel_collective(by_id(lookup, "_comm_kernel", "name_id"), told)
+                  if lookup["_comm_kernel"].any() else pl.lit(None, dtype=pl.String))
     return frame.with_columns(
-        by_id(lookup, "_sid_name", "name_id").alias("name"), short.alias("short_name"),
-        args.alias("args_json"),
-        kernel_collective(by_id(lookup, "_comm_kernel", "name_id"), told).alias("collective"),
+        by_id(lookup, "_sid_name", "name_id").alias("name"), args.alias("args_json"),
+        collective.alias("collective"),
     ).drop("name_id", "short_id", *(["_launch_json"] if launch_args else []))
 
 
