@@ -46,7 +46,7 @@ import polars as pl
 from traceview import schema
 from traceview.errors import UnreadableTraceError
 from traceview.parsers import ParsedFile, RankInfo
-from traceview.parsers import nsys_arrow, nsys_nccl, nsys_ranks
+from traceview.parsers import nsys_arrow, nsys_nccl, nsys_ranks, nsys_read_ahead
 from traceview.parsers import nsys_tables as tables
 from traceview.parsers.nsys_db import Export, count_rows, open_export, query_rows, string_table
 
@@ -82,7 +82,17 @@ def parse(path: Path, *, include_osrt: bool = False, rank_map: dict | None = Non
                             launch_args=launch_args, use_adbc=use_adbc)
     if not is_sqlite:
         raise UnreadableTraceError(path, "is not a SQLite file (expected an nsys SQLite export)")
-    export = open_export(path, use_adbc=use_adbc)
+    # the kernel table is read (without the GIL) while SQLAlchemy is imported and opens the
+    # export; used only once the export is opened and recognised (see nsys_read_ahead)
+    ahead = None if use_adbc is False else nsys_read_ahead.start(
+        path, tables.KERNEL, lambda columns: tables.kernel_query(columns, launch_args=launch_args))
+    try:
+        export = open_export(path, use_adbc=use_adbc)
+    except BaseException:
+        if ahead is not None:
+            ahead.close()
+        raise
+    export.read_ahead = ahead
     try:
         return _parse_export(export, include_osrt=include_osrt, rank_map=rank_map,
                              launch_args=launch_args)

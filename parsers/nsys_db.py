@@ -74,6 +74,8 @@ class Export:
     adbc: Any = None
     engine: Any = None
     proxy: Any = None  # the engine's checked-out connection (NullPool: closing it closes conn)
+    #: ``nsys_read_ahead.ReadAhead``: a table read while this export was being opened
+    read_ahead: Any = None
 
     @property
     def generation(self) -> str:
@@ -100,8 +102,12 @@ class Export:
             if self.engine is not None:
                 self.engine.dispose()
         finally:
-            if self.adbc is not None:
-                self.adbc.close()
+            try:
+                if self.read_ahead is not None:
+                    self.read_ahead.close()
+            finally:
+                if self.adbc is not None:
+                    self.adbc.close()
 
 
 def open_export(path: Path, *, use_adbc: bool | None = None) -> Export:
@@ -215,30 +221,54 @@ def read_parts(export: Export, table: str, select: str,
     sql = f'SELECT {select} FROM "{table}"'
     if export.adbc is None:
         return [read_frame(export, sql, schema)]
-    queries = [(f"{sql} WHERE rowid BETWEEN {lo} AND {hi}", hi - lo + 1)
-               for lo, hi in rowid_ranges(export, table, parts=_cores())]
+    queries = range_queries(sql, rowid_ranges(export, table, parts=cores()))
     if not queries and pl.String in schema.values():
         return [read_frame(export, sql, schema)]  # no rowid: the size of a range is unknown
+    if queries and export.read_ahead is not None:
+        frames = export.read_ahead.take(table, [query for query, _ in queries])
+        if frames is not None:
+            return frames
     try:
-        with ThreadPoolExecutor(max(1, len(queries))) as pool:
-            return list(pool.map(lambda query: _adbc_frame(export, *query, schema),
-                                 queries or [(sql, 0)]))
-    except _NotForArrow:
+        return adbc_parts(export.adbc, queries or [(sql, 0)], schema)
+    except NotForArrow:
         return [read_frame(export, sql, schema)]
 
 
+def range_queries(sql: str, ranges: list[tuple[int, int]]) -> list[tuple[str, int]]:
+    """``(query, rows at most)`` of ``sql`` restricted to each rowid range."""
+    return [(f"{sql} WHERE rowid BETWEEN {lo} AND {hi}", hi - lo + 1) for lo, hi in ranges]
+
+
+def adbc_parts(database: Any, queries: list[tuple[str, int]],
+               schema: dict[str, pl.DataType]) -> list[pl.DataFrame]:
+    """Each ``(query, rows at most)`` on its own connection to the ADBC ``database``, all at
+    once (the driver steps SQLite without the GIL). Raises :class:`NotForArrow`."""
+    with ThreadPoolExecutor(max(1, len(queries))) as pool:
+        return list(pool.map(lambda query: _adbc_frame(database, *query, schema), queries))
+
+
 def rowid_ranges(export: Export, table: str, parts: int) -> list[tuple[int, int]]:
-    """Up to ``parts`` consecutive ``(first, last)`` rowid ranges covering ``table``, each of at
-    least :data:`MIN_RANGE_ROWS` rowids; ``[]`` when the table has no rowid (a view, a
-    ``WITHOUT ROWID`` table) or no rows. A full scan visits rows in rowid order, so reading
-    the ranges in order and concatenating gives the rows in the same order."""
+    """:func:`split_rowids` of ``table``; ``[]`` when it has no rowid (a view, a
+    ``WITHOUT ROWID`` table) or no rows."""
     try:  # two queries: SQLite answers a lone min() or max() from the b-tree, both together
         # only by scanning the table
         lo = export.conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
         hi = export.conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
     except sqlite3.Error:
         return []
-    if lo is None:
+    return split_rowids(lo, hi, parts)
+
+
+def split_rowids(lo: int | None, hi: int | None, parts: int) -> list[tuple[int, int]]:
+    """Up to ``parts`` consecutive ``(first, last)`` ranges covering rowids ``lo..hi``, each of
+    at least :data:`MIN_RANGE_ROWS` rowids (``[]`` for no rows). A full scan visits rows in
+    rowid order, so reading the ranges in order and concatenating gives the rows in the same
+    order.
+
+    >>> split_rowids(1, 1_000_000, 2)
+    [(1, 500000), (500001, 1000000)]
+    """
+    if lo is None or hi is None:
         return []
     span = hi - lo + 1
     n = max(1, min(parts, span // MIN_RANGE_ROWS))
@@ -246,16 +276,17 @@ def rowid_ranges(export: Export, table: str, parts: int) -> list[tuple[int, int]
     return [(bounds[i], bounds[i + 1] - 1) for i in range(n)]
 
 
-def _cores() -> int:
+def cores() -> int:
+    """The cores this process may run on (one rowid range each)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
 
 
-class _NotForArrow(Exception):
+class NotForArrow(Exception):
     """A query whose result ADBC cannot give exactly: read it through ``sqlite3``."""
 
 
-def _adbc_frame(export: Export, sql: str, rows: int,
+def _adbc_frame(database: Any, sql: str, rows: int,
                 schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """One query (of at most ``rows`` rows) through its own ADBC connection, so several can run
     at once."""
@@ -267,7 +298,7 @@ def _adbc_frame(export: Export, sql: str, rows: int,
     # are NULL would be typed int64 and fail at its first value), and one batch is one chunk
     # of the frame. Without a rowid range (rows unknown; never text) in batches.
     batch = min(rows, 2**31 - 1) or ADBC_BATCH_ROWS
-    conn = adbc_driver_manager.AdbcConnection(export.adbc)
+    conn = adbc_driver_manager.AdbcConnection(database)
     try:
         statement = adbc_driver_manager.AdbcStatement(conn)
         try:
@@ -279,7 +310,7 @@ def _adbc_frame(export: Export, sql: str, rows: int,
                 table.validate(full=True)  # checks the text is UTF-8
         except (adbc_driver_manager.Error, pa.ArrowException, OSError) as exc:
             # the driver's own errors come out of the Arrow stream as OSError
-            raise _NotForArrow(str(exc)) from exc
+            raise NotForArrow(str(exc)) from exc
         finally:
             statement.close()
     finally:

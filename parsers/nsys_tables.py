@@ -14,6 +14,8 @@ combination. A table of millions of kernels then carries no string per row but i
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import polars as pl
 
 from traceview.naming import collective_from_text
@@ -105,21 +107,36 @@ def _gpu_staging(frame: pl.DataFrame, kind_name: str, category: str) -> pl.DataF
     )
 
 
+#: A kernel's launch geometry (``launch_args=True``).
+LAUNCH_COLUMNS = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
+                  "staticSharedMemory", "dynamicSharedMemory")
+
+
+def kernel_query(columns: Collection[str], *,
+                 launch_args: bool) -> tuple[str, dict[str, pl.DataType]]:
+    """The select list and staging schema of the kernel read, for a kernel table with
+    ``columns`` (also used to read it ahead: ``nsys_read_ahead``)."""
+    def col(name: str) -> str:
+        return f'"{name}"' if name in columns else "NULL"
+
+    select = (f'start, "end", deviceId, streamId, {col("correlationId")}, {col("globalPid")}, '
+              f'demangledName, {col("shortName")}')
+    schema = {"start_rel": I64, "end_rel": I64, "device": I64, "stream": I64,
+              "correlation": I64, "gpid": I64, "name_id": I64, "short_id": I64}
+    if launch_args:
+        select += ", " + ", ".join(col(c) for c in LAUNCH_COLUMNS)
+        schema |= {c: I64 for c in LAUNCH_COLUMNS}
+    return select, schema
+
+
 def kernels(export: Export, lookup: pl.DataFrame, *, launch_args: bool = True) -> pl.DataFrame:
     """CUPTI_ACTIVITY_KIND_KERNEL -> ``kernel`` rows; name = demangled name (short name in
     args_json with the launch geometry), NCCL kernels' collective from their name.
     ``lookup``: :func:`name_lookup`."""
-    select, schema = _gpu_common(export, KERNEL)
-    select += f', demangledName, {export.col(KERNEL, "shortName")}'
-    schema |= {"name_id": I64, "short_id": I64}
-    extra = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
-             "staticSharedMemory", "dynamicSharedMemory")
-    if launch_args:
-        select += ", " + ", ".join(export.col(KERNEL, c) for c in extra)
-        schema |= {c: I64 for c in extra}
+    select, schema = kernel_query(export.tables[KERNEL], launch_args=launch_args)
     # part by part (one per rowid range): the gathers below would otherwise copy every column
     # of a frame of several chunks into one
-    return pl.concat([_kernel_rows(part, lookup, extra if launch_args else ())
+    return pl.concat([_kernel_rows(part, lookup, LAUNCH_COLUMNS if launch_args else ())
                       for part in read_parts(export, KERNEL, select, schema)],
                      how="vertical", rechunk=False)
 

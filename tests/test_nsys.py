@@ -336,7 +336,7 @@ def test_arrow_reader_gives_the_lenient_readers_frame(tmp_path: Path,
     con.close()
     monkeypatch.setattr(nsys_db, "MIN_RANGE_ROWS", 100)
     monkeypatch.setattr(nsys_db, "ADBC_BATCH_ROWS", 100)
-    monkeypatch.setattr(nsys_db, "_cores", lambda: 4)
+    monkeypatch.setattr(nsys_db, "cores", lambda: 4)
     lenient: list[str] = []
     read_frame = nsys_db.read_frame
     monkeypatch.setattr(nsys_db, "read_frame", lambda export, sql, schema, params=(): (
@@ -430,3 +430,47 @@ def test_rows_slid_in_where_a_stable_sort_puts_them(sorted_events: bool) -> None
     got = pl.from_arrow(table).select("ts_ns", pl.col("name").cast(pl.String), "dur_ns")
     assert got.equals(expected)
     assert table.schema.names == list(__import__("traceview").schema.EVENT_COLUMN_NAMES)
+
+
+def test_kernels_read_ahead_are_used_only_for_the_same_queries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel table read while the export is opened gives the frame the parser reads
+    itself; it is handed over only for the same table and queries, and a SQLite file that is
+    not an export but has a kernel table still fails as before."""
+    pytest.importorskip("adbc_driver_sqlite")
+    import threading
+
+    from traceview.parsers import nsys_db, nsys_read_ahead
+
+    truth = write_export(tmp_path / "r.sqlite", ranks=2, steps=3)
+    taken: list[str] = []
+    take = nsys_read_ahead.ReadAhead.take
+
+    def counted_take(self, table: str, queries: list[str]):  # noqa: ANN202
+        got = take(self, table, queries)
+        if got is not None:
+            taken.append(table)
+        return got
+
+    monkeypatch.setattr(nsys_read_ahead.ReadAhead, "take", counted_take)
+    ahead = nsys.parse(truth.path, launch_args=True)
+    assert taken == [tables.KERNEL]
+    monkeypatch.setattr(nsys_read_ahead, "start", lambda *args: None)
+    itself = nsys.parse(truth.path, launch_args=True)
+    assert frame(ahead).equals(frame(itself))
+
+    reader = nsys_read_ahead.ReadAhead(
+        truth.path, tables.KERNEL, lambda cols: tables.kernel_query(cols, launch_args=False))
+    assert reader.take("StringIds", []) is None
+    assert reader.take(tables.KERNEL, ["SELECT 1"]) is None
+    reader.close()
+
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as con:
+        con.execute(f'CREATE TABLE {tables.KERNEL} (start INTEGER, "end" INTEGER)')
+    con.close()
+    monkeypatch.undo()
+    with pytest.raises(UnreadableTraceError, match="not an Nsight Systems export"):
+        nsys.parse(other)
+    assert not [t for t in threading.enumerate() if t.name.startswith("nsys-read-ahead")]
+    assert nsys_db.split_rowids(None, None, 2) == []
