@@ -24,6 +24,10 @@ import polars as pl
 
 from traceview.parsers import nsys_db
 
+#: Smaller exports are not read ahead: their kernel read is too short to hide much of the
+#: import behind, and the extra connection and queries cost ~8 ms (a 200 kB export: 31 -> 39 ms).
+MIN_BYTES = 16 << 20
+
 Query = Callable[[Collection[str]], tuple[str, dict[str, pl.DataType]]]
 _Read = tuple[list[str], list[pl.DataFrame]]
 
@@ -51,10 +55,13 @@ class ReadAhead:
 
 
 def start(path: Path, table: str, query: Query) -> ReadAhead | None:
-    """Start reading ``table`` of ``path`` ahead, when ADBC is installed."""
+    """Start reading ``table`` of ``path`` ahead, when ADBC is installed and the export is of
+    :data:`MIN_BYTES` or more."""
     try:
         import adbc_driver_sqlite  # noqa: F401
     except ImportError:
+        return None
+    if path.stat().st_size < MIN_BYTES:
         return None
     return ReadAhead(path, table, query)
 

@@ -443,6 +443,7 @@ def test_kernels_read_ahead_are_used_only_for_the_same_queries(
     from traceview.parsers import nsys_db, nsys_read_ahead
 
     truth = write_export(tmp_path / "r.sqlite", ranks=2, steps=3)
+    monkeypatch.setattr(nsys_read_ahead, "MIN_BYTES", 0)
     taken: list[str] = []
     take = nsys_read_ahead.ReadAhead.take
 
@@ -470,6 +471,7 @@ def test_kernels_read_ahead_are_used_only_for_the_same_queries(
         con.execute(f'CREATE TABLE {tables.KERNEL} (start INTEGER, "end" INTEGER)')
     con.close()
     monkeypatch.undo()
+    monkeypatch.setattr(nsys_read_ahead, "MIN_BYTES", 0)
     with pytest.raises(UnreadableTraceError, match="not an Nsight Systems export"):
         nsys.parse(other)
     assert not [t for t in threading.enumerate() if t.name.startswith("nsys-read-ahead")]
