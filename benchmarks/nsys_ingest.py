@@ -1,12 +1,17 @@
 """Cold ingest of one nsys SQLite export through ``traceview.open``, as ``ops.op_nsys`` times it.
 
     python benchmarks/nsys_ingest.py PATH [--cache-dir DIR] [--repeat 3] [--profile pyinstrument]
+    python benchmarks/nsys_ingest.py PATH --stages      # one run: each step's wall, CPU, faults
 
 Each run is a fresh process (as in the harness, so lazy imports inside the parser are paid): it
 imports what ``ops._warm_imports`` imports, removes the cache folder, then times
 ``traceview.open`` and counts the kernel rows in the store. Prints wall and CPU seconds (the
 process and its waited-for children), kernel rows/s and the peak RSS of each run. Not a unit
 test.
+
+``--stages`` times the main steps of one run (wall and CPU seconds, system seconds and MB of
+page faults, which a fresh process pays for every buffer it fills first), by wrapping them;
+threads overlap, so nested and parallel lines do not add up.
 """
 
 from __future__ import annotations
@@ -54,10 +59,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", choices=("pyinstrument", "cprofile"))
     ap.add_argument("--once", action="store_true", help="one run in this process, as JSON")
+    ap.add_argument("--stages", action="store_true", help="one run, timing its main steps")
     args = ap.parse_args(argv)
-    if not args.once and not args.profile:
+    if not args.once and not args.profile and not args.stages:
         return _repeat(args)
     _warm_imports()
+    if args.stages:
+        _time_stages()
+        wall, cpu, _ = cold_open(args.path, args.cache_dir)
+        print(f"traceview.open: wall {wall:.3f} s  cpu {cpu:.3f} s")
+        return 0
     if args.profile == "pyinstrument":
         from pyinstrument import Profiler
 
@@ -82,6 +93,45 @@ def main(argv: list[str] | None = None) -> int:
                for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     print(json.dumps({"wall_s": wall, "cpu_s": cpu, "kernels": kernels, "peak_rss_mb": peak}))
     return 0
+
+
+#: (module, function) pairs that ``--stages`` times.
+STAGES = (("traceview.store", "known_content_id"), ("traceview.parsers.nsys", "open_export"),
+          ("traceview.parsers.nsys", "string_table"), ("traceview.parsers.nsys_db", "adbc_parts"),
+          ("traceview.parsers.nsys_tables", "kernels"), ("traceview.parsers.nsys", "_processes"),
+          ("traceview.parsers.nsys_arrow", "in_time_order"),
+          ("traceview.parsers.nsys", "_parse_export"), ("traceview.ingest", "with_steps"),
+          ("traceview.store", "write_events"))
+
+
+def _time_stages() -> None:
+    import functools
+    import importlib
+
+    start = time.perf_counter()
+
+    def usage() -> tuple[float, float, float, int]:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        return (time.perf_counter() - start, own.ru_utime + own.ru_stime, own.ru_stime,
+                own.ru_minflt)
+
+    def timed(label: str, function):  # noqa: ANN001, ANN202
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            before = usage()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                after = usage()
+                print(f"{label:36s} at {before[0]:6.3f}  wall {after[0] - before[0]:6.3f}  "
+                      f"cpu {after[1] - before[1]:6.3f}  sys {after[2] - before[2]:6.3f}  "
+                      f"faulted {(after[3] - before[3]) * 4 / 1024:5.0f} MB", flush=True)
+        return wrapper
+
+    for module_name, name in STAGES:
+        module = importlib.import_module(module_name)
+        setattr(module, name, timed(f"{module_name.rsplit('.', 1)[-1]}.{name}",
+                                    getattr(module, name)))
 
 
 def _repeat(args: argparse.Namespace) -> int:

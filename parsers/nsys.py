@@ -46,7 +46,7 @@ import polars as pl
 from traceview import schema
 from traceview.errors import UnreadableTraceError
 from traceview.parsers import ParsedFile, RankInfo
-from traceview.parsers import nsys_nccl, nsys_ranks
+from traceview.parsers import nsys_arrow, nsys_nccl, nsys_ranks, nsys_read_ahead
 from traceview.parsers import nsys_tables as tables
 from traceview.parsers.nsys_db import Export, count_rows, open_export, query_rows, string_table
 
@@ -82,7 +82,17 @@ def parse(path: Path, *, include_osrt: bool = False, rank_map: dict | None = Non
                             launch_args=launch_args, use_adbc=use_adbc)
     if not is_sqlite:
         raise UnreadableTraceError(path, "is not a SQLite file (expected an nsys SQLite export)")
-    export = open_export(path, use_adbc=use_adbc)
+    # the kernel table is read (without the GIL) while SQLAlchemy is imported and opens the
+    # export; used only once the export is opened and recognised (see nsys_read_ahead)
+    ahead = None if use_adbc is False else nsys_read_ahead.start(
+        path, tables.KERNEL, lambda columns: tables.kernel_query(columns, launch_args=launch_args))
+    try:
+        export = open_export(path, use_adbc=use_adbc)
+    except BaseException:
+        if ahead is not None:
+            ahead.close()
+        raise
+    export.read_ahead = ahead
     try:
         return _parse_export(export, include_osrt=include_osrt, rank_map=rank_map,
                              launch_args=launch_args)
@@ -125,6 +135,10 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     epoch = _session_start(export, warnings)
     strings = string_table(export)
     lookup = tables.name_lookup(strings)
+    # the hand-over to Arrow casts (schema.conform), and the first cast of a process imports
+    # pyarrow.compute (~0.05 s): imported now, it overlaps the kernel read ahead, which this
+    # thread would otherwise wait for (0.4-0.6 s for 2 M kernels)
+    import pyarrow.compute  # noqa: F401
 
     staged: list[pl.DataFrame] = []
     input_events = 0
@@ -155,6 +169,9 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         _add(dropped, nvtx_dropped)
         staged.append(events)
 
+    # empty tables add nothing but null columns, which _ensure adds as constants: taking them
+    # into the concat made Polars copy every column of a large table into one chunk
+    staged = [f for f in staged if f.height] or staged[:1]
     frame = (pl.concat(staged, how="diagonal_relaxed") if staged else pl.DataFrame(
         schema={"kind": tables.KIND, "gpid": pl.Int64, "start_rel": pl.Int64}))
     frame = _ensure(frame)
@@ -193,7 +210,7 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     events, names = (_stored_columns(f.with_columns(
         rank.alias("rank"), pl.lit(0, dtype=pl.Int32).alias("file_id"),
         pl.lit("nsys", dtype=tables.SOURCE).alias("source"))) for f in (frame, names))
-    table = schema.conform(_in_time_order(events, names).to_arrow())
+    table = nsys_arrow.in_time_order(events, names)
     stored = table.num_rows
     if input_events != stored + sum(dropped.values()):  # a bug, but say so rather than lie
         warnings.append(f"row accounting mismatch: input {input_events}, stored {stored}, "
@@ -205,30 +222,11 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
 
 
 def _stored_columns(frame: pl.DataFrame) -> pl.DataFrame:
-    """The event-store columns of ``frame`` that hold a value: ``schema.conform`` makes the
-    columns left out all null at once, where exporting a null Polars column costs ~25 ms per
-    2 M rows."""
+    """The event-store columns of ``frame`` that hold a value: ``nsys_arrow.events_table``
+    makes the columns left out all null at once, where exporting a null Polars column costs
+    ~25 ms per 2 M rows."""
     return frame.select([c for c in schema.EVENT_COLUMN_NAMES if c in frame.columns
                          and (frame.is_empty() or frame[c].null_count() < frame.height)])
-
-
-def _in_time_order(events: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
-    """``events`` then ``extra`` rows, stably sorted by ``ts_ns``. When ``events`` are in time
-    order already (an export of one event table), the few ``extra`` rows are slid into place
-    between slices of them: a sort would copy every column of every row to move a handful."""
-    if extra.is_empty():
-        return events
-    if not events["ts_ns"].is_sorted():
-        return pl.concat([events, extra], how="diagonal_relaxed").sort("ts_ns",
-                                                                       maintain_order=True)
-    extra = extra.sort("ts_ns", maintain_order=True)
-    after = events["ts_ns"].search_sorted(extra["ts_ns"], side="right")  # ties: events first
-    parts, start = [], 0
-    for (at,), rows in extra.with_columns(after.alias("_at")).group_by("_at", maintain_order=True):
-        parts += [events.slice(start, at - start), rows.drop("_at")]
-        start = at
-    parts.append(events.slice(start))
-    return pl.concat(parts, how="diagonal_relaxed")
 
 
 def _add(into: dict[str, int], more: dict[str, int]) -> None:
@@ -251,7 +249,7 @@ _STAGING: dict[str, pl.DataType] = {
     "start_rel": pl.Int64, "end_rel": pl.Int64, "correlation": pl.Int64, "bytes": pl.Int64,
     "copy_kind": tables.CAT, "args_json": pl.String, "collective": pl.String,
     "pg_name": pl.String, "seq": pl.Int64, "in_nelems": pl.Int64, "dtype": pl.String,
-    "group_size": pl.Int32, "short_name": tables.CAT, "return_value": pl.Int64,
+    "group_size": pl.Int32, "return_value": pl.Int64,
 }
 
 
@@ -279,7 +277,9 @@ def _session_start(export: Export, warnings: list[str]) -> int | None:
 
 
 def _processes(frame: pl.DataFrame) -> pl.DataFrame:
-    return (frame.group_by("gpid").agg(
+    # the four columns first: a group_by of the whole frame copies every column of a frame of
+    # several chunks (the rowid ranges) into one
+    return (frame.select("gpid", "pid", "kind", "device").group_by("gpid").agg(
         pl.col("pid").first(),
         pl.col("kind").is_in(_GPU_KINDS).any().alias("is_gpu"),
         pl.col("device").drop_nulls().unique().sort().cast(pl.Int64).alias("devices"))

@@ -5,7 +5,7 @@ Every reader returns a frame in the *staging layout*: the event-store columns it
 NVTX domains) and ``end_rel`` / ``start_rel`` (session-relative ns).
 
 Strings that repeat are dictionary-typed from the start (``kind`` an Enum of the schema's kinds,
-category, name, short_name and copy_kind Categoricals), and text is made once per distinct
+category, name and copy_kind Categoricals), and text is made once per distinct
 value, not once per row: what a row needs from ``StringIds`` (its name, its kernel args_json,
 ...) is derived once per string by :func:`name_lookup` and gathered at the row's string id
 (:func:`by_id`), and the labels and args_json of memcpy and memset once per distinct
@@ -14,10 +14,12 @@ combination. A table of millions of kernels then carries no string per row but i
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import polars as pl
 
 from traceview.naming import collective_from_text
-from traceview.parsers.nsys_db import Export, read_frame, read_table
+from traceview.parsers.nsys_db import Export, read_frame, read_parts, read_table
 from traceview.parsers.nsys_nccl import is_comm_kernel_name, kernel_collective
 from traceview.schema import KINDS, SOURCES
 
@@ -105,19 +107,46 @@ def _gpu_staging(frame: pl.DataFrame, kind_name: str, category: str) -> pl.DataF
     )
 
 
+#: A kernel's launch geometry (``launch_args=True``).
+LAUNCH_COLUMNS = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
+                  "staticSharedMemory", "dynamicSharedMemory")
+
+
+def kernel_query(columns: Collection[str], *,
+                 launch_args: bool) -> tuple[str, dict[str, pl.DataType]]:
+    """The select list and staging schema of the kernel read, for a kernel table with
+    ``columns`` (also used to read it ahead: ``nsys_read_ahead``)."""
+    def col(name: str) -> str:
+        return f'"{name}"' if name in columns else "NULL"
+
+    select = (f'start, "end", deviceId, streamId, {col("correlationId")}, {col("globalPid")}, '
+              f'demangledName, {col("shortName")}')
+    schema = {"start_rel": I64, "end_rel": I64, "device": I64, "stream": I64,
+              "correlation": I64, "gpid": I64, "name_id": I64, "short_id": I64}
+    if launch_args:
+        select += ", " + ", ".join(col(c) for c in LAUNCH_COLUMNS)
+        schema |= {c: I64 for c in LAUNCH_COLUMNS}
+    return select, schema
+
+
 def kernels(export: Export, lookup: pl.DataFrame, *, launch_args: bool = True) -> pl.DataFrame:
     """CUPTI_ACTIVITY_KIND_KERNEL -> ``kernel`` rows; name = demangled name (short name in
     args_json with the launch geometry), NCCL kernels' collective from their name.
     ``lookup``: :func:`name_lookup`."""
-    select, schema = _gpu_common(export, KERNEL)
-    select += f', demangledName, {export.col(KERNEL, "shortName")}'
-    schema |= {"name_id": I64, "short_id": I64}
-    extra = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
-             "staticSharedMemory", "dynamicSharedMemory")
-    if launch_args:
-        select += ", " + ", ".join(export.col(KERNEL, c) for c in extra)
-        schema |= {c: I64 for c in extra}
-    frame = _gpu_staging(read_table(export, KERNEL, select, schema), "kernel", KERNEL)
+    select, schema = kernel_query(export.tables[KERNEL], launch_args=launch_args)
+    # part by part (one per rowid range): the gathers below would otherwise copy every column
+    # of a frame of several chunks into one
+    return pl.concat([_kernel_rows(part, lookup, LAUNCH_COLUMNS if launch_args else ())
+                      for part in read_parts(export, KERNEL, select, schema)],
+                     how="vertical", rechunk=False)
+
+
+def _kernel_rows(frame: pl.DataFrame, lookup: pl.DataFrame,
+                 extra: tuple[str, ...]) -> pl.DataFrame:
+    """Kernel rows (a part of the table) in the staging layout; ``extra``: the launch
+    geometry columns, when asked for."""
+    launch_args = bool(extra)
+    frame = _gpu_staging(frame, "kernel", KERNEL)
     short = by_id(lookup, "_sid_name", "short_id")
     # args_json: {launch geometry, "shortName": ...}; {} without a short name
     if launch_args:  # the geometry's JSON made once per distinct launch configuration
@@ -136,13 +165,15 @@ def kernels(export: Export, lookup: pl.DataFrame, *, launch_args: bool = True) -
                            pl.concat_str(pl.lit("{"), short_json, pl.lit("}")), pl.lit("{}"))
     else:
         args = by_id(lookup, "_short_args", "short_id").fill_null("{}")
-    # NCCL kernels: the collective their short name (else name) tells
+    # NCCL kernels: the collective their short name (else name) tells; none when no string of
+    # the export names an NCCL kernel (four gathers per row saved)
     told = pl.when(short.is_not_null()).then(by_id(lookup, "_collective", "short_id")).otherwise(
         by_id(lookup, "_collective", "name_id"))
+    collective = (kernel_collective(by_id(lookup, "_comm_kernel", "name_id"), told)
+                  if lookup["_comm_kernel"].any() else pl.lit(None, dtype=pl.String))
     return frame.with_columns(
-        by_id(lookup, "_sid_name", "name_id").alias("name"), short.alias("short_name"),
-        args.alias("args_json"),
-        kernel_collective(by_id(lookup, "_comm_kernel", "name_id"), told).alias("collective"),
+        by_id(lookup, "_sid_name", "name_id").alias("name"), args.alias("args_json"),
+        collective.alias("collective"),
     ).drop("name_id", "short_id", *(["_launch_json"] if launch_args else []))
 
 

@@ -309,9 +309,10 @@ def test_adbc_and_python_driver_agree(tmp_path: Path) -> None:
 def test_arrow_reader_gives_the_lenient_readers_frame(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """``read_table`` (ADBC, in parallel rowid ranges) gives the frame the sqlite3 path gives,
-    for text whose first rows are NULL (ADBC types a column from its first batch), and falls
-    back to the sqlite3 path for text that is not UTF-8 and for a column that ADBC types from a
-    batch of NULLs (int64) before it meets a REAL."""
+    for text whose first rows are NULL and for REALs after NULLs (ADBC types a column from its
+    first batch; a rowid range is read in one batch), and falls back to the sqlite3 path for
+    text that is not UTF-8 and for a column that ADBC types from a batch of NULLs (int64)
+    before it meets a REAL (a view has no rowid ranges, so it is read in batches)."""
     pytest.importorskip("adbc_driver_sqlite")
     from traceview.parsers import nsys_db
 
@@ -328,13 +329,14 @@ def test_arrow_reader_gives_the_lenient_readers_frame(tmp_path: Path,
         con.execute("CREATE TABLE reals (start INTEGER, payload REAL)")
         con.executemany("INSERT INTO reals VALUES (?, ?)", [(i, i / 4 if i >= 700 else None)
                                                            for i in range(1000)])
+        con.execute("CREATE VIEW reals_view AS SELECT start, payload FROM reals")
         con.execute("CREATE TABLE bad (start INTEGER, text TEXT)")
         con.executemany("INSERT INTO bad VALUES (?, ?)", [(i, f"ok {i}") for i in range(999)])
         con.execute("INSERT INTO bad VALUES (999, CAST(X'6261645FFF' AS TEXT))")
     con.close()
     monkeypatch.setattr(nsys_db, "MIN_RANGE_ROWS", 100)
     monkeypatch.setattr(nsys_db, "ADBC_BATCH_ROWS", 100)
-    monkeypatch.setattr(nsys_db, "_cores", lambda: 4)
+    monkeypatch.setattr(nsys_db, "cores", lambda: 4)
     lenient: list[str] = []
     read_frame = nsys_db.read_frame
     monkeypatch.setattr(nsys_db, "read_frame", lambda export, sql, schema, params=(): (
@@ -344,7 +346,9 @@ def test_arrow_reader_gives_the_lenient_readers_frame(tmp_path: Path,
         cases = [("NVTX_EVENTS", "start, text, payload",
                   {"start": pl.Int64, "text": pl.String, "payload": pl.Float64}, False),
                  ("mixed", "start, value", {"start": pl.Int64, "value": pl.String}, False),
-                 ("reals", "start, payload", {"start": pl.Int64, "payload": pl.Float64}, True),
+                 ("reals", "start, payload", {"start": pl.Int64, "payload": pl.Float64}, False),
+                 ("reals_view", "start, payload", {"start": pl.Int64, "payload": pl.Float64},
+                  True),
                  ("bad", "start, text", {"start": pl.Int64, "text": pl.String}, True)]
         for table, select, schema, falls_back in cases:
             lenient.clear()
@@ -396,3 +400,79 @@ def test_global_id_decoding(pid: int, tid: int, vm: int) -> None:
         tables.gpid_of("g").alias("gpid")).row(0)
     assert out == (pid, tid, (vm << 48) | (pid << 24))
     assert gtid(pid, tid) == (1 << 48) | (pid << 24) | tid
+
+
+def test_shared_zero_buffer_nulls_equal_pa_nulls() -> None:
+    import pyarrow as pa
+
+    from traceview import schema
+    from traceview.parsers import nsys_arrow
+
+    zeros = pa.py_buffer(bytes(8 * 11))
+    for field in schema.EVENTS_ARROW:
+        made = nsys_arrow.null_array(field.type, 10, zeros)
+        made.validate(full=True)
+        assert made.type == field.type and made.null_count == 10
+        assert made.equals(pa.nulls(10, type=field.type)), field.name
+
+
+@pytest.mark.parametrize("sorted_events", [True, False])
+def test_rows_slid_in_where_a_stable_sort_puts_them(sorted_events: bool) -> None:
+    from traceview.parsers import nsys_arrow
+
+    ts = [10, 20, 20, 30, 40] if sorted_events else [20, 10, 40, 20, 30]
+    events = pl.DataFrame({"ts_ns": ts, "name": [f"e{i}" for i in range(5)],
+                           "dur_ns": [1] * 5})
+    extra = pl.DataFrame({"ts_ns": [50, 20, 5, 20], "name": ["m0", "m1", "m2", "m3"]})
+    table = nsys_arrow.in_time_order(events, extra)
+    expected = (pl.concat([events, extra], how="diagonal_relaxed")
+                .sort("ts_ns", maintain_order=True))
+    got = pl.from_arrow(table).select("ts_ns", pl.col("name").cast(pl.String), "dur_ns")
+    assert got.equals(expected)
+    assert table.schema.names == list(__import__("traceview").schema.EVENT_COLUMN_NAMES)
+
+
+def test_kernels_read_ahead_are_used_only_for_the_same_queries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel table read while the export is opened gives the frame the parser reads
+    itself; it is handed over only for the same table and queries, and a SQLite file that is
+    not an export but has a kernel table still fails as before."""
+    pytest.importorskip("adbc_driver_sqlite")
+    import threading
+
+    from traceview.parsers import nsys_db, nsys_read_ahead
+
+    truth = write_export(tmp_path / "r.sqlite", ranks=2, steps=3)
+    monkeypatch.setattr(nsys_read_ahead, "MIN_BYTES", 0)
+    taken: list[str] = []
+    take = nsys_read_ahead.ReadAhead.take
+
+    def counted_take(self, table: str, queries: list[str]):  # noqa: ANN202
+        got = take(self, table, queries)
+        if got is not None:
+            taken.append(table)
+        return got
+
+    monkeypatch.setattr(nsys_read_ahead.ReadAhead, "take", counted_take)
+    ahead = nsys.parse(truth.path, launch_args=True)
+    assert taken == [tables.KERNEL]
+    monkeypatch.setattr(nsys_read_ahead, "start", lambda *args: None)
+    itself = nsys.parse(truth.path, launch_args=True)
+    assert frame(ahead).equals(frame(itself))
+
+    reader = nsys_read_ahead.ReadAhead(
+        truth.path, tables.KERNEL, lambda cols: tables.kernel_query(cols, launch_args=False))
+    assert reader.take("StringIds", []) is None
+    assert reader.take(tables.KERNEL, ["SELECT 1"]) is None
+    reader.close()
+
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as con:
+        con.execute(f'CREATE TABLE {tables.KERNEL} (start INTEGER, "end" INTEGER)')
+    con.close()
+    monkeypatch.undo()
+    monkeypatch.setattr(nsys_read_ahead, "MIN_BYTES", 0)
+    with pytest.raises(UnreadableTraceError, match="not an Nsight Systems export"):
+        nsys.parse(other)
+    assert not [t for t in threading.enumerate() if t.name.startswith("nsys-read-ahead")]
+    assert nsys_db.split_rowids(None, None, 2) == []

@@ -156,7 +156,7 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
     if isinstance(parsed.events, EventBatches):
         store.write_event_batches(batches_with_steps(parsed.events), events_path)
     else:
-        store.write_events(with_steps(parsed.events), events_path)
+        store.write_events(with_steps(parsed.events), events_path, omit_null_columns=True)
     result = FileResult(
         path=path, format=parsed.format, size_bytes=file_path.stat().st_size, content_id=cid,
         events_path=str(events_path), ranks=[asdict(r) for r in parsed.ranks],

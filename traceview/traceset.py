@@ -33,7 +33,7 @@ class _Part:
     rank_map: dict[int, int] = field(default_factory=dict)
 
     def scan(self) -> pl.LazyFrame:
-        frame = pl.scan_parquet(self.path)
+        frame = store.scan_events(self.path)
         rank = (pl.lit(self.rank, dtype=pl.Int32) if self.rank is not None else
                 pl.col("rank").replace_strict(self.rank_map, default=pl.col("rank"),
                                               return_dtype=pl.Int32))
