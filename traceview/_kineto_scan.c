@@ -168,6 +168,8 @@ typedef struct {
     const char *resume;
     int resume_after;
     int in_array; /* the event array has begun: rows may be committed, no restart from the top */
+    Py_ssize_t follow_step; /* bytes to wait for before scanning on */
+    Py_ssize_t waits;       /* how often it waited (reported, so tests can see it followed) */
 } Scanner;
 
 #define RELEASE_STEP (16 << 20)
@@ -185,14 +187,13 @@ static void release_behind(Scanner *sc) {
  * or FAILED. Stored with release, loaded with acquire: bytes below a published count are
  * complete when the scanner sees the count. */
 enum { PRODUCING = 0, DONE = 1, FAILED = -1 };
-/* Bytes to wait for before scanning on (scan()'s last argument overrides it, so tests can cut
- * the input at every few bytes). */
-static Py_ssize_t follow_step = 256 << 10;
-static Py_ssize_t follow_waits; /* reported back, so tests can see the scan followed */
+/* Bytes to wait for before scanning on, by default (scan()'s last argument overrides it, so
+ * tests can cut the input at every few bytes). */
+#define FOLLOW_STEP (256 << 10)
 
 static int following(const Scanner *sc) { return sc->progress && sc->end < sc->real_end; }
 
-/* Wait until more bytes are published (at least follow_step, or the rest), then move `end`.
+/* Wait until more bytes are published (sc->follow_step, or the rest), then move `end`.
  * 0 ok, -1 when the producer failed (sc->err set). */
 static int wait_for_bytes(Scanner *sc) {
     struct timespec nap = {0, 100 * 1000};
@@ -203,9 +204,9 @@ static int wait_for_bytes(Scanner *sc) {
         const char *frontier = sc->start + have;
         if (frontier > sc->real_end) frontier = sc->real_end;
         if (state == DONE) frontier = sc->real_end; /* DONE is only set with every byte in */
-        if (state == DONE || frontier - sc->end >= follow_step) {
+        if (state == DONE || frontier - sc->end >= sc->follow_step) {
             sc->end = frontier;
-            follow_waits++;
+            sc->waits++;
             return 0;
         }
         nanosleep(&nap, NULL);
@@ -1268,11 +1269,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_ssize_t min_parallel = 8 << 20;
     int release = 0;
     PyObject *progress_obj = Py_None;
-    Py_ssize_t step = 256 << 10;
+    Py_ssize_t step = FOLLOW_STEP;
     if (!PyArg_ParseTuple(args, "y*|npOn", &view, &min_parallel, &release, &progress_obj, &step))
         return NULL;
-    follow_step = step > 0 ? step : 1;
-    follow_waits = 0;
+
     if (progress_obj != Py_None) {
         if (PyObject_GetBuffer(progress_obj, &progress, PyBUF_WRITABLE) < 0) {
             PyBuffer_Release(&view);
@@ -1292,6 +1292,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Scanner sc = {(const char *)view.buf, (const char *)view.buf + view.len,
                   (const char *)view.buf, NULL, release, (const char *)view.buf};
     sc.real_end = sc.end;
+    sc.follow_step = step > 0 ? step : 1;
     Py_ssize_t rows = 0, begin_end = 0;
     int rc = 0;
     const char *spans[N_HEADER_KEYS] = {NULL};
@@ -1349,7 +1350,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *has_events = PyBool_FromLong(found);
     PyDict_SetItemString(out, "has_events", has_events);
     Py_DECREF(has_events);
-    PyObject *waits = PyLong_FromSsize_t(follow_waits);
+    PyObject *waits = PyLong_FromSsize_t(sc.waits);
     if (!waits || PyDict_SetItemString(out, "follow_waits", waits) < 0) {
         Py_XDECREF(waits); Py_DECREF(out); return NULL;
     }
