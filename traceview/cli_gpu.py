@@ -209,7 +209,7 @@ def run_overlap(args: argparse.Namespace) -> int:
 
 def run_breakdown(args: argparse.Namespace) -> int:
     from traceview.analyses.breakdown import (
-        launch_delay_summary, launch_delays, step_breakdown, top_cpu_ops, top_kernels,
+        launch_delay_rows, launch_delay_summary, step_breakdown, top_cpu_ops, top_kernels,
         with_self_time,
     )
     from traceview.analyses.host import host_events
@@ -225,7 +225,7 @@ def run_breakdown(args: argparse.Namespace) -> int:
     ops = with_self_time(host)  # shared by both rankings
     ops_self = top_cpu_ops(events, n=args.top, by="self_ns", ops=ops)
     ops_total = top_cpu_ops(events, n=args.top, by="total_ns", ops=ops)
-    delays = launch_delay_summary(launch_delays(host, gpu=gpu))
+    delays = launch_delay_summary(launch_delay_rows(host, gpu=gpu))
     if args.json:
         emit_json({"window": info, "steps": _records(steps), "top_kernels": _records(kernels),
                    "top_cpu_ops_by_self": _records(ops_self),
