@@ -268,12 +268,13 @@ def _swept_points(frame: Frame, window_sets: list[pl.DataFrame], sets: Mapping[s
     windows) and ``_wid{k}`` (which one: a row of that set). Only busy segments are kept.
     Eager: the same steps as a lazy query cost ~2x more CPU (engine overhead on 1.5 M rows)."""
     iv = _eager(frame).filter(pl.col(end) > pl.col(start))
-    deltas = {f"_d{i}": cond.cast(pl.Int64) for i, cond in enumerate(sets.values())}
+    # Counts of open intervals and windows fit Int32 (half the bytes to sort and sum).
+    deltas = {f"_d{i}": cond.cast(pl.Int32) for i, cond in enumerate(sets.values())}
     bounds = []
     for k, w in enumerate(window_sets):
-        bounds.append(w.select(*by, _t=pl.col(lo), **{f"_b{k}": pl.lit(1, pl.Int64),
+        bounds.append(w.select(*by, _t=pl.col(lo), **{f"_b{k}": pl.lit(1, pl.Int32),
                                                       f"_wid{k}": pl.col("_wid")}))
-        bounds.append(w.select(*by, _t=pl.col(hi), **{f"_b{k}": pl.lit(-1, pl.Int64)}))
+        bounds.append(w.select(*by, _t=pl.col(hi), **{f"_b{k}": pl.lit(-1, pl.Int32)}))
     counted = [*deltas, *(f"_b{k}" for k in range(len(window_sets)))]
     points = pl.concat([
         iv.select(*by, _t=pl.col(start), **deltas),
