@@ -286,11 +286,12 @@ def _swept_points(frame: Frame, window_sets: list[pl.DataFrame], sets: Mapping[s
     points = points.sort([*by, "_t"], maintain_order=True)
     mask = pl.sum_horizontal([(pl.col(k).cum_sum() > 0).cast(pl.Int64) * (1 << i)
                               for i, k in enumerate(deltas)]) if deltas else pl.lit(0, pl.Int64)
-    same_group = pl.all_horizontal([pl.col(c).eq_missing(pl.col(c).shift(-1)) for c in by]) \
-        if by else pl.lit(True)
+    # A segment runs to the next point. At a group's last point every count is back to zero
+    # (mask 0), so the segment that would cross into the next group is dropped by the filter
+    # below: no comparison of the group keys is needed.
     return (
         points.with_columns(
-            mask=mask, seg_end_ns=pl.when(same_group).then(pl.col("_t").shift(-1)),
+            mask=mask, seg_end_ns=pl.col("_t").shift(-1),
             **{f"_in{k}": pl.col(f"_b{k}").cum_sum() > 0 for k in range(len(window_sets))},
             **{f"_wid{k}": pl.col(f"_wid{k}").forward_fill() for k in range(len(window_sets))})
         .filter((pl.col("mask") > 0) & (pl.col("seg_end_ns") > pl.col("_t")))
