@@ -327,19 +327,21 @@ def flag_overlapping(
     one ends before it starts. One as-of join finds it, whatever the number of intervals.
     """
     by = list(by)
-    rows = _lazy(frame).collect()
-    cand = _lazy(merged).select([*by, pl.col(merged_start).alias("_m_s"),
-                                 pl.col(merged_end).alias("_m_e")])
+    rows = _eager(frame)
+    cand = _eager(merged).select([*by, pl.col(merged_start).alias("_m_s"),
+                                  pl.col(merged_end).alias("_m_e")]).sort("_m_s")
     kw: dict = {"by": by, "check_sortedness": False} if by else {}
+    # eager: on 700 k gaps the lazy plan cost ~2x the CPU in the default engine
     hits = (
-        rows.lazy().select([*by, start, end]).with_row_index("_ov_row").sort(end)
-        .join_asof(cand.sort("_m_s"), left_on=end, right_on="_m_s", strategy="backward",
+        rows.select([*by, start, end]).with_row_index("_ov_row").sort(end)
+        .join_asof(cand, left_on=end, right_on="_m_s", strategy="backward",
                    allow_exact_matches=False, **kw)
         .filter(pl.col("_m_e") > pl.col(start))
-        .select("_ov_row").collect().get_column("_ov_row")
+        .get_column("_ov_row")
     )
     return rows.with_columns(
-        pl.int_range(pl.len(), dtype=hits.dtype).is_in(hits.implode()).alias(flag))
+        pl.repeat(False, rows.height, dtype=pl.Boolean, eager=True).scatter(hits, True)
+        .alias(flag))
 
 
 def overlapping(
