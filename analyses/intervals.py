@@ -353,10 +353,27 @@ def overlapping(
     end: str = "end_ns",
 ) -> pl.DataFrame:
     """The rows of ``frame`` whose interval overlaps one of the ``merged`` intervals of its
-    group (same column names), in their order (see ``flag_overlapping``)."""
-    return (flag_overlapping(frame, merged, "_overlaps", by=by, start=start, end=end,
+    group (same column names), in their order (see ``flag_overlapping``).
+
+    A handful of intervals (the largest gaps, say) are tested directly, one comparison per
+    interval, in a filter a lazy ``frame`` applies while reading; more go through the as-of
+    join of ``flag_overlapping`` (sorting ``frame``: ~0.08 s for 700 k host ops)."""
+    few = _eager(merged)
+    if few.height <= _FEW_INTERVALS:
+        hit = pl.lit(False)
+        for row in few.iter_rows(named=True):
+            cond = (pl.col(start) < row[end]) & (pl.col(end) > row[start])
+            for key in by:
+                cond = cond & (pl.col(key) == row[key])
+            hit = hit | cond
+        return _lazy(frame).filter(hit).collect()
+    return (flag_overlapping(frame, few, "_overlaps", by=by, start=start, end=end,
                              merged_start=start, merged_end=end)
             .filter(pl.col("_overlaps")).drop("_overlaps"))
+
+
+#: Up to this many merged intervals, ``overlapping`` compares instead of joining.
+_FEW_INTERVALS = 32
 
 
 def windows_disjoint(windows: Frame, *, by: Sequence[str] = (), lo: str = "window_start_ns",
