@@ -93,14 +93,11 @@ def _text(col: str) -> pl.Expr:
     return pl.col(col).cast(pl.String)
 
 
-def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
-                ranks: pl.DataFrame | None = None) -> pl.DataFrame:
+def comm_events(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """One row per collective call per rank (see the module docstring for the selection).
 
     Columns: ``COMM_SCHEMA``. ``side`` is ``gpu`` or ``cpu``; ``group`` is the process group
     name when known, else its rank list, else ``stream <id>`` (GPU) or ``default`` (CPU).
-    ``ranks``: the ranks present in ``events`` (``window.present_ranks``) when the caller
-    has them.
     """
     lf = events.lazy()
     name = _text("name")
@@ -132,9 +129,7 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
         )
         .collect()
     )
-    if ranks is None:
-        ranks = lf.select("rank").unique().collect()
-    cpu_ranks = ranks.get_column("rank").cast(pl.Int32)
+    cpu_ranks = lf.select("rank").unique().collect().get_column("rank").cast(pl.Int32)
     gpu_ranks = gpu.get_column("rank").unique()
     cpu_only = cpu_ranks.filter(~cpu_ranks.is_in(gpu_ranks.implode()))
     if cpu_only.len() == 0:

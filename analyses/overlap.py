@@ -28,8 +28,7 @@ from .intervals import (
     clip, has_bit, mask_lengths, sweep, union, windowed_mask_lengths, windows_disjoint,
 )
 from .window import (
-    STEP_PATTERN, gpu_step_windows, gpu_trace_windows, present_ranks, step_spans,
-    with_gpu_steps,
+    STEP_PATTERN, gpu_step_windows, gpu_trace_windows, step_spans, with_gpu_steps,
 )
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -169,7 +168,6 @@ def overlap(
     step_pattern: str = STEP_PATTERN,
     step_windows: str = "gpu",
     gpu: pl.DataFrame | None = None,
-    ranks: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Overlap per (rank, device) for the whole trace, or per (rank, device, step).
 
@@ -182,7 +180,7 @@ def overlap(
     exposed_memcpy_ns, memset_ns, exposed_memset_ns, hidden_fraction, overlap_efficiency,
     bound, note. Every rank present in ``events`` gets at least one row; a rank without GPU
     events gets nulls and a note. With ``per_step`` and no steps, the whole-trace row is
-    returned with a note. ``ranks``: ``window.present_ranks(events)`` when the caller has it.
+    returned with a note.
     """
     if gpu is None:  # ``gpu``: prepared_gpu(events) when the caller already has it
         gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
@@ -202,7 +200,7 @@ def overlap(
     result = result.with_columns(overlap_columns(bound_ratio)).with_columns(
         note=_join_notes(pl.col("note"), pl.when(pl.col("comm_ns") == 0)
                          .then(pl.lit(NOTE_NO_COMM)).otherwise(None)))
-    return finish(result, events, _OVERLAP_COLUMNS, ranks=ranks)
+    return finish(result, events, _OVERLAP_COLUMNS)
 
 
 def step_windows_for(gpu: pl.DataFrame, events: Frame, kind: str,
@@ -231,11 +229,9 @@ def _join_notes(*parts: pl.Expr) -> pl.Expr:
     return pl.concat_str(list(parts), separator="; ", ignore_nulls=True).replace("", None)
 
 
-def finish(result: pl.DataFrame, events: Frame, columns: list[str], *,
-           ranks: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Select ``columns`` and add a row with a note for each rank that has no GPU events.
-    ``ranks``: ``window.present_ranks(events)`` when the caller has it."""
-    ranks = present_ranks(events) if ranks is None else ranks
+def finish(result: pl.DataFrame, events: Frame, columns: list[str]) -> pl.DataFrame:
+    """Select ``columns`` and add a row with a note for each rank that has no GPU events."""
+    ranks = events.lazy().select(pl.col("rank")).unique().collect()
     missing = ranks.join(result.select("rank").unique(), on="rank", how="anti")
     result = result.select([c for c in columns if c in result.columns])
     if missing.height:

@@ -61,21 +61,18 @@ def stragglers(
     min_instances: int = 3,
     dominance: float = 3.0,
     spans: pl.DataFrame | None = None,
-    ranks: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """One row per rank (``RESULT_SCHEMA``), largest ``imposed_wait_ns`` first.
 
     ``offsets``: :func:`traceview.align.estimate_offsets` output (None: raw clocks, only
-    right when all ranks share one clock). ``match``, ``spans``
-    (:func:`~traceview.analyses.window.step_spans`) and ``ranks``
-    (:func:`~traceview.analyses.window.present_ranks`) when the caller has them.
+    right when all ranks share one clock). ``match`` and ``spans``
+    (:func:`~traceview.analyses.window.step_spans`) when the caller has them.
     """
     per = collective_ranks(events, offsets=offsets, match=match)
     per = per.filter(~pl.col("collective").is_in(list(P2P)))
     steps = step_spans(events) if spans is None else spans
-    if ranks is None:
-        ranks = events.lazy().select(pl.col("rank").unique()).collect()
-    ranks_all = sorted(ranks.get_column("rank").cast(pl.Int32).to_list())
+    ranks_all = sorted(events.lazy().select(pl.col("rank").unique()).collect()
+                       .get_column("rank").cast(pl.Int32).to_list())
     if per.height == 0:
         return _empty_rows(ranks_all, "no collective was matched across ranks: nothing to "
                                       "compare (single rank, CPU-only without comms, or "

@@ -18,7 +18,7 @@ import polars as pl
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns
 from .gaps import DEFAULT_OPTIONS, GapOptions, gap_causes, gaps
 from .overlap import NOTE_NO_GPU, overlap, prepared_gpu
-from .window import STEP_PATTERN, present_ranks, step_spans
+from .window import STEP_PATTERN, step_spans
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -38,16 +38,13 @@ def summary(
     gpu: pl.DataFrame | None = None,
     spans: pl.DataFrame | None = None,
     host: pl.DataFrame | None = None,
-    ranks: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """One row per rank of ``events`` (columns ``SUMMARY_COLUMNS``). ``gpu``
-    (``prepared_gpu``), ``spans`` (``step_spans``), ``host`` (``host_events``) and ``ranks``
-    (``present_ranks``) when the caller has them."""
+    (``prepared_gpu``), ``spans`` (``step_spans``) and ``host`` (``host_events``) when the
+    caller has them."""
     if gpu is None:
         gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
-    if ranks is None:
-        ranks = present_ranks(events)
-    ov = overlap(events, patterns=patterns, step_pattern=step_pattern, gpu=gpu, ranks=ranks)
+    ov = overlap(events, patterns=patterns, step_pattern=step_pattern, gpu=gpu)
     sums = [pl.col(c).sum() for c in ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns",
                                       "busy_ns", "idle_ns")]
     per_rank = (
@@ -71,6 +68,7 @@ def summary(
     top = causes.sort("rank", "total_gap_ns", descending=[False, True]).group_by(
         "rank", maintain_order=True).first().select(
         "rank", top_gap_cause="cause", top_gap_cause_ns="total_gap_ns")
+    ranks = events.lazy().select("rank").unique().collect()
     out = (
         ranks.join(per_rank, on="rank", how="left")
         .join(steps, on="rank", how="left")
@@ -85,23 +83,19 @@ def summary(
     return out.with_columns(note=note).select(SUMMARY_COLUMNS).sort("rank")
 
 
-def worst_straggler(events: Frame, *, spans: pl.DataFrame | None = None,
-                    ranks: pl.DataFrame | None = None) -> dict[str, Any]:
+def worst_straggler(events: Frame, *, spans: pl.DataFrame | None = None) -> dict[str, Any]:
     """``{"rank", "imposed_wait_ns", "flagged", "explanation"}`` of the rank with the largest
     imposed wait among flagged ranks, or ``{"rank": None, "reason": ...}``.
 
     ``traceview.analyses.stragglers`` is imported lazily; if it is absent or cannot analyse
-    these events, the reason says so. ``spans`` (``step_spans(events)``) and ``ranks``
-    (``present_ranks(events)``) when the caller has them.
+    these events, the reason says so. ``spans``: ``step_spans(events)`` when the caller has it.
     """
     try:
         mod = importlib.import_module("traceview.analyses.stragglers")
     except ImportError:
         return {"rank": None, "reason": "straggler analysis not available "
                 "(traceview.analyses.stragglers is not installed)"}
-    if ranks is None:
-        ranks = present_ranks(events)
-    n_ranks = ranks.height
+    n_ranks = events.lazy().select(pl.col("rank").n_unique()).collect().item()
     if n_ranks < 2:
         return {"rank": None, "reason": "a single rank: no straggler analysis"}
     try:
@@ -109,9 +103,9 @@ def worst_straggler(events: Frame, *, spans: pl.DataFrame | None = None,
         from traceview.align import estimate_offsets
         from traceview.analyses.collective_match import comm_events, match_collectives
 
-        match = match_collectives(comm_events(events, ranks=ranks))  # one for both steps
+        match = match_collectives(comm_events(events))  # one matching for both steps
         res = mod.stragglers(events, offsets=estimate_offsets(events, method="auto", match=match),
-                             match=match, spans=spans, ranks=ranks)
+                             match=match, spans=spans)
     except Exception as exc:  # a partial result with a reason, never a traceback
         return {"rank": None, "reason": f"straggler analysis failed: {type(exc).__name__}: {exc}"}
     if res.height == 0 or "flagged" not in res.columns:

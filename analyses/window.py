@@ -52,13 +52,6 @@ def parse_step_name(names: pl.Series | pl.Expr, pattern: str = STEP_PATTERN):
     return names.cast(pl.String).str.extract(pattern, 1).cast(pl.Int32)
 
 
-def present_ranks(events: Frame) -> pl.DataFrame:
-    """The ranks that have events in ``events`` (one column ``rank``, in no order). A query
-    over every row of a scan (~0.03 s on 3.7 M events): a command that asks several analyses
-    computes it once and passes it as their ``ranks``."""
-    return events.lazy().select("rank").unique().collect()
-
-
 #: Host-side kinds whose ranges can be step markers.
 STEP_MARKER_KINDS = ["user_annotation", "cpu_op", "nvtx", "python_function"]
 

@@ -268,15 +268,14 @@ def run_summary(args: argparse.Namespace) -> int:
     from traceview.analyses.host import host_events
     from traceview.analyses.overlap import prepared_gpu
     from traceview.analyses.summary import summary, worst_straggler
-    from traceview.analyses.window import present_ranks, step_spans
+    from traceview.analyses.window import step_spans
 
     events, info = _events(args)
     # read once: gaps and the step ranges look up these rows (by name, time and launch)
     host = host_events(events, without=("pid", "tid", "external_id"))
     spans = step_spans(host)  # shared by the summary and the straggler analysis
-    ranks = present_ranks(events)  # asked by five analyses below
-    df = summary(events, gpu=prepared_gpu(events), spans=spans, host=host, ranks=ranks)
-    straggler = worst_straggler(events, spans=spans, ranks=ranks)
+    df = summary(events, gpu=prepared_gpu(events), spans=spans, host=host)
+    straggler = worst_straggler(events, spans=spans)
     if args.json:
         emit_json({"window": info, "ranks": _records(df), "worst_straggler": straggler})
         return 0
