@@ -19,6 +19,7 @@ import polars as pl
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns
 from .launches import launch_table, with_launches
+from .names import matching
 from .overlap import (
     NOTE_NO_STEPS, accounting, accountings, finish, prepared_gpu, step_windows_for,
 )
@@ -194,36 +195,46 @@ def launch_delays(
     """Per GPU event with a launching runtime call (same rank and correlation):
     rank, device, stream, name, gpu_class, launch_name, launch_ts_ns, ts_ns,
     launch_delay_ns = GPU start − runtime call start, and
-    queue_delay_ns = max(0, GPU start − runtime call end)."""
-    gpu = prepared_gpu(events, patterns=patterns) if gpu is None else gpu
-    rt = launch_table(events, launch_name=pl.col("name").first(),
-                      launch_ts_ns=pl.col("ts_ns").min(),
-                      _launch_end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max())
+    queue_delay_ns = max(0, GPU start − runtime call end), in (rank, ts_ns) order."""
     return (
-        with_launches(gpu.select("rank", "device", "stream", "name", "gpu_class", "ts_ns",
-                                 "correlation"), rt, how="inner")
-        .lazy()
-        .select("rank", "device", "stream", pl.col("name").cast(pl.String), "gpu_class",
-                pl.col("launch_name").cast(pl.String), "launch_ts_ns", "ts_ns",
-                launch_delay_ns=pl.col("ts_ns") - pl.col("launch_ts_ns"),
-                queue_delay_ns=pl.max_horizontal(pl.col("ts_ns") - pl.col("_launch_end"),
-                                                 pl.lit(0)))
+        launch_delay_rows(events, patterns=patterns, gpu=gpu).lazy()
+        .with_columns(pl.col("name", "launch_name").cast(pl.String))
         .sort("rank", "ts_ns", maintain_order=True)
         .collect()
     )
 
 
+def launch_delay_rows(
+    events: Frame, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
+    gpu: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """``launch_delays`` in the GPU events' order, names as stored (categorical): what
+    ``launch_delay_summary`` needs, without turning 700 k names into strings and sorting."""
+    gpu = prepared_gpu(events, patterns=patterns) if gpu is None else gpu
+    rt = launch_table(events, launch_name=pl.col("name").first(),
+                      launch_ts_ns=pl.col("ts_ns").min(),
+                      _launch_end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max())
+    return with_launches(gpu.select("rank", "device", "stream", "name", "gpu_class", "ts_ns",
+                                    "correlation"), rt, how="inner").select(
+        "rank", "device", "stream", "name", "gpu_class", "launch_name", "launch_ts_ns", "ts_ns",
+        launch_delay_ns=pl.col("ts_ns") - pl.col("launch_ts_ns"),
+        queue_delay_ns=pl.max_horizontal(pl.col("ts_ns") - pl.col("_launch_end"), pl.lit(0)))
+
+
 def launch_delay_summary(delays: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, device): count, p50/p99/max of launch_delay_ns and queue_delay_ns, and how
-    many GPU events came from CUDA/HIP graph launches (their delay is from the graph launch)."""
+    many GPU events came from CUDA/HIP graph launches (their delay is from the graph launch).
+    ``delays``: ``launch_delays`` or ``launch_delay_rows``."""
     ld, qd = pl.col("launch_delay_ns"), pl.col("queue_delay_ns")
+    # the name rule runs once per distinct launch name
+    graph = matching(delays.select(name="launch_name").unique(), r"(?i)GraphLaunch").collect()
     return (
         delays.group_by("rank", "device")
         .agg(count=pl.len().cast(pl.Int64), launch_delay_p50_ns=ld.quantile(0.5, "linear"),
              launch_delay_p99_ns=ld.quantile(0.99, "linear"), launch_delay_max_ns=ld.max(),
              queue_delay_p50_ns=qd.quantile(0.5, "linear"),
              queue_delay_p99_ns=qd.quantile(0.99, "linear"),
-             graph_launched=pl.col("launch_name").str.contains(r"(?i)GraphLaunch").sum()
-             .cast(pl.Int64))
+             graph_launched=pl.col("launch_name").is_in(graph.get_column("name").implode())
+             .sum().cast(pl.Int64))
         .sort("rank", "device")
     )

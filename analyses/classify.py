@@ -114,11 +114,7 @@ def gpu_events(
     and the rows get their class by a join; selecting the candidate rows compares kind codes
     only, which a Parquet scan can apply while reading.
     """
-    lf = events.lazy().filter(
-        pl.col("kind").is_in([*GPU_KINDS, "other"])
-        & pl.col("dur_ns").is_not_null()
-        & (pl.col("dur_ns") >= 0)
-    )
+    lf = gpu_rows(events)
     keys = ["kind", "category", "name", "copy_kind"]
     classes = (
         lf.select(keys).unique()
@@ -140,6 +136,17 @@ def gpu_events(
             device=pl.coalesce(pl.col("device"), pl.col("pid").cast(pl.Int32, strict=False)),
             stream=pl.coalesce(pl.col("stream"), pl.col("tid")),
         )
+    )
+
+
+def gpu_rows(events: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+    """The candidate rows of ``gpu_events``: a GPU kind (or ``other``) and a duration >= 0.
+    The condition compares kind codes and durations, so a Parquet scan applies it while
+    reading."""
+    return events.lazy().filter(
+        pl.col("kind").is_in([*GPU_KINDS, "other"])
+        & pl.col("dur_ns").is_not_null()
+        & (pl.col("dur_ns") >= 0)
     )
 
 

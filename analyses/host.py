@@ -10,6 +10,8 @@ is the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import polars as pl
 
 from .launches import RUNTIME_KINDS
@@ -26,7 +28,18 @@ HOST_COLUMNS: tuple[str, ...] = ("rank", "kind", "name", "pid", "tid", "ts_ns", 
                                  "correlation", "external_id")
 
 
-def host_events(events: Frame) -> pl.DataFrame:
-    """The rows of ``events`` of a ``HOST_KINDS`` kind, with ``HOST_COLUMNS``, collected."""
-    return (events.lazy().filter(pl.col("kind").is_in(HOST_KINDS)).select(HOST_COLUMNS)
+#: The columns every lookup reads; the others are read by some: ``pid``, ``tid`` (self time),
+#: ``correlation`` (launches), ``external_id`` (the op behind a gap's launch).
+BASE_COLUMNS: tuple[str, ...] = ("rank", "kind", "name", "ts_ns", "dur_ns")
+
+
+def host_events(events: Frame, *, without: Sequence[str] = ()) -> pl.DataFrame:
+    """The rows of ``events`` of a ``HOST_KINDS`` kind, with ``HOST_COLUMNS``, collected.
+
+    ``without``: columns the caller's lookups do not read (none of ``BASE_COLUMNS``): each is
+    1.5 M values to decode and hold on a large trace."""
+    if set(without) & set(BASE_COLUMNS):
+        raise ValueError(f"host_events needs {', '.join(BASE_COLUMNS)}")
+    columns = [c for c in HOST_COLUMNS if c not in without]
+    return (events.lazy().filter(pl.col("kind").is_in(HOST_KINDS)).select(columns)
             .collect())

@@ -32,14 +32,22 @@ _KEY = "_launch_key"
 def launch_table(events: Frame, **aggs: pl.Expr) -> pl.DataFrame:
     """One row per (rank, correlation) of the runtime calls in ``events``: ``rank``,
     ``correlation`` and one column per ``aggs`` entry (an aggregation over that pair's calls,
-    in their order, e.g. ``launch_ts_ns=pl.col("ts_ns").min()``)."""
+    in their order, e.g. ``launch_ts_ns=pl.col("ts_ns").min()``). With packed keys the rows
+    come in key order."""
     used = {c for agg in aggs.values() for c in agg.meta.root_names()}
     calls = (events.lazy()
              .filter(pl.col("kind").is_in(RUNTIME_KINDS) & pl.col("correlation").is_not_null())
              .select("rank", "correlation", *sorted(used - {"rank", "correlation"}))
              .collect())
     if _packable(calls, "correlation"):
-        return (calls.group_by(_key("correlation"))
+        # Grouping on a key flagged sorted walks runs of equal keys instead of hashing them
+        # (~4x faster). Calls come in time order per rank, so the key is usually sorted
+        # already; the stable sort keeps each pair's calls in their order for the aggregations.
+        keyed = calls.with_columns(_key("correlation"))
+        if not keyed.get_column(_KEY).is_sorted():
+            keyed = keyed.sort(_KEY, maintain_order=True)
+        return (keyed.with_columns(pl.col(_KEY).set_sorted())
+                .group_by(_KEY, maintain_order=True)
                 .agg(pl.col("rank").first(), pl.col("correlation").first(), **aggs)
                 .drop(_KEY))
     return calls.group_by("rank", "correlation").agg(**aggs)
@@ -50,12 +58,47 @@ def with_launches(frame: pl.DataFrame, table: pl.DataFrame, *,
     """``frame`` joined (``how``: left or inner) with a ``launch_table`` on ``rank`` and its
     column ``correlation``; rows keep their order."""
     right = table.rename({"correlation": correlation})
-    if _packable(frame, correlation) and _packable(right, correlation):
+    if not (_packable(frame, correlation) and _packable(right, correlation)):
+        return frame.join(right, on=["rank", correlation], how=how, maintain_order="left")
+    found = _lookup(frame, right, correlation)
+    if found is None:  # repeated pairs or clashing names: the join says what they mean
         return (frame.with_columns(_key(correlation))
                 .join(right.with_columns(_key(correlation)).drop("rank", correlation), on=_KEY,
                       how=how, maintain_order="left")
                 .drop(_KEY))
-    return frame.join(right, on=["rank", correlation], how=how, maintain_order="left")
+    at, payload = found
+    if how == "inner":
+        keep = at.is_not_null()
+        return pl.concat([frame.filter(keep), payload.select(pl.all().gather(at.filter(keep)))],
+                         how="horizontal")
+    return pl.concat([frame, payload.select(pl.all().gather(at))], how="horizontal")
+
+
+def _lookup(frame: pl.DataFrame, right: pl.DataFrame,
+            correlation: str) -> tuple[pl.Series, pl.DataFrame] | None:
+    """For each row of ``frame``, the row of ``right`` with its packed key (null: none), and
+    ``right``'s other columns; None when keys repeat or a column name is on both sides.
+
+    A binary search per row over the sorted unique keys: no hash table of the 700 k launches
+    of a large trace (~5x faster than the join). A null correlation never matches."""
+    payload = right.drop("rank", correlation)
+    if payload.width == 0 or set(payload.columns) & set(frame.columns):
+        return None
+    keys = right.select(_key(correlation)).to_series()
+    if keys.null_count():
+        return None
+    if not keys.is_sorted():
+        order = keys.to_frame().with_row_index("_i").sort(_KEY, maintain_order=True) \
+            .get_column("_i")
+        keys, payload = keys.gather(order), payload.select(pl.all().gather(order))
+    if keys.len() > 1 and keys.diff().min() <= 0:
+        return None
+    wanted = frame.select(_key(correlation)).to_series()
+    if keys.len() == 0:
+        return pl.Series("at", [None] * frame.height, dtype=pl.UInt32), payload
+    pos = keys.search_sorted(wanted, side="left").clip(0, keys.len() - 1)
+    hit = pl.DataFrame({"pos": pos, "hit": (keys.gather(pos) == wanted).fill_null(False)})
+    return hit.select(pl.when(pl.col("hit")).then(pl.col("pos"))).to_series(), payload
 
 
 def _key(correlation: str) -> pl.Expr:

@@ -6,10 +6,14 @@ covered unit cells [t, t+1) computed with Python sets.
 
 from __future__ import annotations
 
+from unittest import mock
+
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traceview.analyses import intervals
 from traceview.analyses.intervals import (
     clip, complement, has_bit, mask_lengths, overlapping, segment_lengths, sweep, total_length,
     union, windowed_mask_lengths, windowed_sweep, windows_disjoint,
@@ -205,11 +209,13 @@ def test_windowed_sweep_equals_clip_union_sweep(ivs, gaps_and_widths) -> None:
                           for c in range(s, e) if lo <= c < hi})
 
 
+@pytest.mark.parametrize("few", [32, 0])  # intervals compared one by one, or as-of joined
 @settings(max_examples=60, deadline=None)
-@given(st.lists(_iv, max_size=25), st.lists(_iv, max_size=8))
-def test_overlapping_matches_pairwise_check(rows, others) -> None:
+@given(rows=st.lists(_iv, max_size=25), others=st.lists(_iv, max_size=8))
+def test_overlapping_matches_pairwise_check(few, rows, others) -> None:
     f = _frame(rows).with_row_index("i")
-    got = overlapping(f, union(_frame(others), by=["g"]), by=["g"])
+    with mock.patch.object(intervals, "_FEW_INTERVALS", few):
+        got = overlapping(f, union(_frame(others), by=["g"]), by=["g"])
     want = [i for i, (g, s, e) in enumerate(rows)
             if any(gg == g and s < oe and e > os for gg, os, oe in others)]
     assert got.get_column("i").to_list() == want  # and in the input order

@@ -46,3 +46,21 @@ def test_packed_and_plain_keys_agree(calls, work) -> None:
     got = with_launches(w, table)
     want = w.join(plain, on=["rank", "correlation"], how="left", maintain_order="left")
     assert got.equals(want)
+    inner = w.join(plain, on=["rank", "correlation"], how="inner", maintain_order="left")
+    assert with_launches(w, table, how="inner").equals(inner)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(0, 6)),
+                          st.integers(0, 9)), max_size=12),
+       st.lists(st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(0, 6))),
+                max_size=12))
+def test_any_table_is_joined_like_a_join(table_rows, work_rows) -> None:
+    """A table made by hand (unsorted, repeated pairs) is looked up as a join would."""
+    table = pl.DataFrame(table_rows, schema={"rank": pl.Int32, "correlation": pl.Int64,
+                                             "v": pl.Int64}, orient="row")
+    work = pl.DataFrame(work_rows, schema={"rank": pl.Int32, "correlation": pl.Int64},
+                        orient="row")
+    for how in ("left", "inner"):
+        want = work.join(table, on=["rank", "correlation"], how=how, maintain_order="left")
+        assert with_launches(work, table, how=how).equals(want)

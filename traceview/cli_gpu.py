@@ -134,7 +134,8 @@ def run_gaps(args: argparse.Namespace) -> int:
 
     events, info = _events(args)
     opts = GapOptions(launch_overhead_ns=parse_duration(args.launch_overhead))
-    gpu, host = prepared_gpu(events), host_events(events)  # each read once, shared below
+    gpu = prepared_gpu(events)  # each read once, shared below; no self time: no thread ids
+    host = host_events(events, without=("pid", "tid"))
     g = gaps(events, per_stream=args.per_stream, options=opts, gpu=gpu, host=host)
     by = ["rank", "device", "stream"] if args.per_stream else ["rank", "device"]
     causes, hist = gap_causes(g, by=by), gap_histogram(g, by=by)
@@ -209,7 +210,7 @@ def run_overlap(args: argparse.Namespace) -> int:
 
 def run_breakdown(args: argparse.Namespace) -> int:
     from traceview.analyses.breakdown import (
-        launch_delay_summary, launch_delays, step_breakdown, top_cpu_ops, top_kernels,
+        launch_delay_rows, launch_delay_summary, step_breakdown, top_cpu_ops, top_kernels,
         with_self_time,
     )
     from traceview.analyses.host import host_events
@@ -218,14 +219,15 @@ def run_breakdown(args: argparse.Namespace) -> int:
 
     events, info = _events(args)
     # Each read once and shared: the GPU events, and the host rows (step markers, ops and
-    # launches; the functions below read nothing else from the events they are given).
-    gpu, host = prepared_gpu(events), host_events(events)
+    # launches; the functions below read nothing else from the events they are given, and
+    # no op behind a launch: no external ids).
+    gpu, host = prepared_gpu(events), host_events(events, without=("external_id",))
     steps = step_breakdown(events, gpu=gpu, spans=step_spans(host))
     kernels = top_kernels(events, n=args.top, gpu=gpu)
     ops = with_self_time(host)  # shared by both rankings
     ops_self = top_cpu_ops(events, n=args.top, by="self_ns", ops=ops)
     ops_total = top_cpu_ops(events, n=args.top, by="total_ns", ops=ops)
-    delays = launch_delay_summary(launch_delays(host, gpu=gpu))
+    delays = launch_delay_summary(launch_delay_rows(host, gpu=gpu))
     if args.json:
         emit_json({"window": info, "steps": _records(steps), "top_kernels": _records(kernels),
                    "top_cpu_ops_by_self": _records(ops_self),
@@ -269,7 +271,8 @@ def run_summary(args: argparse.Namespace) -> int:
     from traceview.analyses.window import step_spans
 
     events, info = _events(args)
-    host = host_events(events)  # read once: gaps and the step ranges look up these rows
+    # read once: gaps and the step ranges look up these rows (by name, time and launch)
+    host = host_events(events, without=("pid", "tid", "external_id"))
     spans = step_spans(host)  # shared by the summary and the straggler analysis
     df = summary(events, gpu=prepared_gpu(events), spans=spans, host=host)
     straggler = worst_straggler(events, spans=spans)
