@@ -35,7 +35,7 @@ class Input:
 
     data: bytes | mmap.mmap
     releasable: bool
-    progress: bytearray | None = None
+    progress: mmap.mmap | None = None
 
 
 @contextmanager
@@ -99,7 +99,7 @@ class _InflatingMap:
 
         self._publish = _kineto_scan.publish
         self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
-        self.progress = bytearray(16)
+        self.progress = mmap.mmap(-1, 16)  # page-aligned, as the atomic counters need
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._inflate, args=(path, size, chunk),
                                         name="traceview-inflate", daemon=True)
@@ -131,6 +131,7 @@ class _InflatingMap:
         """Stop inflating (when the scan gave up early) and wait for the thread."""
         self._halt.set()
         self._thread.join()
+        self.progress.close()
 
 
 def _inflate_into_map(path: Path) -> mmap.mmap | None:
