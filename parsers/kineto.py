@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from traceview import schema
 from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
-from traceview.parsers import EventBatches, ParsedFile, RankInfo
+from traceview.parsers import PARSER_VERSIONS, EventBatches, ParsedFile, RankInfo
 from traceview.parsers.arrow_types import as_type, series_of, strings
 from traceview.parsers.json_input import Input, open_input, read_bytes
 from traceview.parsers.kineto_tolerant import ARG_FIELDS, as_int, read_events, table_of
@@ -46,8 +46,8 @@ try:  # the C fast path; without it (no compiler at install) the tolerant path d
 except ImportError:  # pragma: no cover - exercised by setting the module to None in tests
     _kineto_scan = None
 
-#: Bump when the parser's output for the same input changes (invalidates caches).
-PARSER_VERSION = 2
+#: Bump it in ``PARSER_VERSIONS`` when the parser's output for the same input changes.
+PARSER_VERSION = PARSER_VERSIONS["kineto"]
 
 _CAT_TO_KIND: dict[str, str] = {
     "cpu_op": "cpu_op", "operator": "cpu_op", "user_annotation": "user_annotation",

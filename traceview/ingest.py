@@ -21,17 +21,17 @@ import pyarrow as pa
 
 from traceview import store
 from traceview.errors import RankConflictError, TraceviewError, UnreadableTraceError
-from traceview.parsers import EventBatches, RankInfo, detect_format, is_trace_name
+from traceview.parsers import (
+    PARSER_VERSIONS,
+    EventBatches,
+    RankInfo,
+    detect_format,
+    is_trace_name,
+)
 
 def parser_version(fmt: str) -> int:
     """The parser version for a format; part of the cache key."""
-    if family(fmt) == "nsys":
-        from traceview.parsers import nsys
-
-        return getattr(nsys, "PARSER_VERSION", 1)
-    from traceview.parsers import kineto
-
-    return kineto.PARSER_VERSION
+    return PARSER_VERSIONS[family(fmt)]
 
 
 @dataclass
