@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import mmap
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +138,35 @@ def test_parse_follows_gzip_and_stores_what_plain_json_stores(tmp_path):
     with open_input(plain, [], follow=True) as given:
         assert given.progress is None
     assert kineto.parse(packed).events.equals(kineto.parse(plain).events)
+
+
+def _trickled(text: bytes, *, chunk: int, pause: float, step: int) -> tuple:
+    """A scan following a producer that publishes ``chunk`` bytes every ``pause`` seconds."""
+    data, progress = mmap.mmap(-1, len(text)), mmap.mmap(-1, 16)
+
+    def produce() -> None:
+        for at in range(0, len(text), chunk):
+            data[at:at + chunk] = text[at:at + chunk]
+            _kineto_scan.publish(progress, min(len(text), at + chunk), 0)
+            time.sleep(pause)
+        _kineto_scan.publish(progress, len(text), 1)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        return _columns(data, progress=progress, step=step)
+    finally:
+        producer.join()
+
+
+def test_a_long_element_or_header_cut_many_times_is_scanned_again_a_few_times():
+    """Each wait lasts at least as long as what will be scanned again, so a 3 MB header or
+    event arriving 64 KiB at a time is rescanned ~log2(3 MB / 64 KiB) times, not ~45."""
+    big = "z" * 3_000_000
+    events = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+               "args": {"huge": big} if i == 5 else {}} for i in range(10)]
+    for name, doc in [("event", {"traceEvents": events}),
+                      ("header", {"deviceProperties": [{"blob": big}], "traceEvents": events[:5]})]:
+        text = json.dumps(doc).encode()
+        assert _trickled(text, chunk=1 << 16, pause=0.002, step=4096) == _columns(text), name
+        assert 0 < WAITS[-2] < 20, (name, WAITS[-2])

@@ -194,9 +194,13 @@ enum { PRODUCING = 0, DONE = 1, FAILED = -1 };
 static int following(const Scanner *sc) { return sc->progress && sc->end < sc->real_end; }
 
 /* Wait until more bytes are published (sc->follow_step, or the rest), then move `end`.
- * 0 ok, -1 when the producer failed (sc->err set). */
-static int wait_for_bytes(Scanner *sc) {
+ * `redo`: where the scan starts again after the wait; the wait is at least as long as what
+ * will be scanned again, so a long element (or header) cut many times costs at most twice
+ * its length, not its length times the cuts. 0 ok, -1 when the producer failed. */
+static int wait_for_bytes_from(Scanner *sc, const char *redo) {
     struct timespec nap = {0, 100 * 1000};
+    Py_ssize_t step = sc->follow_step;
+    if (redo && sc->end - redo > step) step = sc->end - redo;
     for (;;) {
         int64_t state = __atomic_load_n(&sc->progress[1], __ATOMIC_ACQUIRE);
         int64_t have = __atomic_load_n(&sc->progress[0], __ATOMIC_ACQUIRE);
@@ -204,7 +208,7 @@ static int wait_for_bytes(Scanner *sc) {
         const char *frontier = sc->start + have;
         if (frontier > sc->real_end) frontier = sc->real_end;
         if (state == DONE) frontier = sc->real_end; /* DONE is only set with every byte in */
-        if (state == DONE || frontier - sc->end >= sc->follow_step) {
+        if (state == DONE || frontier - sc->end >= step) {
             sc->end = frontier;
             sc->waits++;
             return 0;
@@ -212,6 +216,8 @@ static int wait_for_bytes(Scanner *sc) {
         nanosleep(&nap, NULL);
     }
 }
+
+static int wait_for_bytes(Scanner *sc) { return wait_for_bytes_from(sc, NULL); }
 
 /* All bytes there: the scanner reads the rest like a plain buffer. */
 static int wait_for_all(Scanner *sc) {
@@ -1008,7 +1014,7 @@ static int follow_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t 
     while (rc < 0 && following(sc)) {
         const char *resume = sc->resume;
         int after = sc->resume_after;
-        if (wait_for_bytes(sc) < 0) return -1;
+        if (wait_for_bytes_from(sc, resume) < 0) return -1;
         for (int i = 0; i < N_COLS; i++) col_clear_stage(&cols[i]);
         sc->p = resume;
         sc->err = NULL;
@@ -1310,7 +1316,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (rc == 0 || sc.in_array || !following(&sc)) break;
         found = 0;
         memset(spans, 0, sizeof(spans));
-        rc = wait_for_bytes(&sc);
+        rc = wait_for_bytes_from(&sc, sc.start);
     }
     if (rc == 0) rc = wait_for_verdict(&sc);
     Py_END_ALLOW_THREADS
