@@ -1245,11 +1245,6 @@ tail:
     return 0;
 }
 
-/* scan(buffer, min_parallel, release) -> (rows, {column: see col_to_py,
- *                        "begin_end_events": count of ph B/E, which the caller pairs,
- *                        "header": {top-level key: raw JSON bytes}, "has_events": bool})
- * `buffer` is a whole Kineto document (object or bare array).
- * Raises ValueError("problem at byte N") on anything the tolerant path should handle. */
 /* The whole document (object or bare array) from sc->start. */
 static int scan_top(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end,
                     const char **spans, Py_ssize_t *span_len, int *found) {
@@ -1269,6 +1264,11 @@ static int scan_top(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_
     return -1;
 }
 
+/* scan(buffer, min_parallel, release, progress, follow_step) -> (rows, {column: see col_to_py,
+ *                        "begin_end_events": count of ph B/E, which the caller pairs,
+ *                        "header": {top-level key: raw JSON bytes}, "has_events": bool})
+ * `buffer` is a whole Kineto document (object or bare array).
+ * Raises ValueError("problem at byte N") on anything the tolerant path should handle. */
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view, progress = {0};
