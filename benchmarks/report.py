@@ -355,9 +355,10 @@ def _core_scaling(res: dict[str, Any], i: dict[str, Any], targets: list[list[str
     sc = res.get("scaling_cores")
     if not sc or len(sc) < 2:
         return []
-    few, many = sorted(sc, key=int)[0], sorted(sc, key=int)[-1]
-    rows = [[k, _s(r), _cpu(r), _rate(i["json_mb"], r), _mb(r, "tree_rss_mb")]
-            for k, r in sorted(sc.items(), key=lambda kv: int(kv[0]))]
+    order = sorted(sc, key=int)
+    few, many = order[0], order[-1]
+    rows = [[k, _s(sc[k]), _cpu(sc[k]), _rate(i["json_mb"], sc[k]), _mb(sc[k], "tree_rss_mb")]
+            for k in order]
     sp = _ratio(sc[few].get("wall_s"), sc[many].get("wall_s"))
     ideal = int(many) / int(few)
     targets.append([f"multi-rank ingest scales with the cores ({few} -> {many} cores, "

@@ -84,7 +84,6 @@ def _recorded_size(path: Path) -> int:
 
 #: Inflated bytes between two progress reports to a following scanner.
 _FOLLOW_CHUNK = 1 << 20
-_PRODUCING, _DONE, _FAILED = 0, 1, -1
 
 
 class _InflatingMap:
@@ -97,7 +96,7 @@ class _InflatingMap:
     def __init__(self, path: Path, size: int, chunk: int) -> None:
         from traceview import _kineto_scan
 
-        self._publish = _kineto_scan.publish
+        self._scan = _kineto_scan  # publish() and the producer's states
         self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
         self.progress = mmap.mmap(-1, 16)  # page-aligned, as the atomic counters need
         self._halt = threading.Event()
@@ -111,7 +110,8 @@ class _InflatingMap:
         return cls(path, size, chunk) if size else None
 
     def _inflate(self, path: Path, size: int, chunk: int) -> None:
-        got, state = 0, _FAILED
+        scan = self._scan
+        got, state = 0, scan.FAILED
         try:
             with _gzip.open(path, "rb") as stream, memoryview(self.map) as view:
                 while got < size and not self._halt.is_set():
@@ -119,13 +119,13 @@ class _InflatingMap:
                     if not n:
                         break
                     got += n
-                    self._publish(self.progress, got, _PRODUCING)
+                    scan.publish(self.progress, got, scan.PRODUCING)
                 if got == size and not self._halt.is_set() and not stream.read(1):
-                    state = _DONE
+                    state = scan.DONE
         except Exception:  # noqa: BLE001 - any inflate error: the scan fails, read_bytes words it
-            state = _FAILED
+            state = scan.FAILED
         finally:
-            self._publish(self.progress, got, state)
+            scan.publish(self.progress, got, state)
 
     def stop(self) -> None:
         """Stop inflating (when the scan gave up early) and wait for the thread."""

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from traceview import schema
 from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
-from traceview.parsers import PARSER_VERSIONS, EventBatches, ParsedFile, RankInfo
+from traceview.parsers import EventBatches, ParsedFile, RankInfo
 from traceview.parsers.arrow_types import as_type, series_of, strings
 from traceview.parsers.json_input import Input, open_input, read_bytes
 from traceview.parsers.kineto_tolerant import ARG_FIELDS, as_int, read_events, table_of
@@ -46,8 +46,8 @@ try:  # the C fast path; without it (no compiler at install) the tolerant path d
 except ImportError:  # pragma: no cover - exercised by setting the module to None in tests
     _kineto_scan = None
 
-#: Bump it in ``PARSER_VERSIONS`` when the parser's output for the same input changes.
-PARSER_VERSION = PARSER_VERSIONS["kineto"]
+# When the parser's output for the same input changes, bump ``PARSER_VERSIONS["kineto"]``
+# (traceview.parsers): it is part of the cache key.
 
 _CAT_TO_KIND: dict[str, str] = {
     "cpu_op": "cpu_op", "operator": "cpu_op", "user_annotation": "user_annotation",
@@ -298,12 +298,14 @@ def _looked_up(facts: dict[str, pl.DataFrame], raw: RawColumns, start: int,
 #: Raw columns the derived columns are computed from.
 _DERIVE_INPUTS = ("ph", "flow_id", "device", "mem_device", "stream", "collective_name",
                   "in_nelems", "out_nelems", "bytes")
-#: Columns the batch builds (the others are stored as the scanner read them).
-_DERIVED = ("flow_phase", "flow_id", "device", "stream", "collective", "copy_kind", "bytes")
-#: ... in Polars types that export as the schema's Arrow types without an Arrow cast (text as
-#: Categorical: a dictionary, so ``as_type`` only narrows it).
-_DERIVED_TYPES = [pl.col(n).cast(pl.Categorical if n in ("flow_phase", "collective", "copy_kind")
-                                 else pl.Int32 if n == "device" else pl.Int64) for n in _DERIVED]
+#: Columns the batch builds (the others are stored as the scanner read them), in Polars types
+#: that export as the schema's Arrow types without an Arrow cast (text as Categorical: a
+#: dictionary, so ``as_type`` only narrows it).
+_DERIVED: dict[str, pl.DataType] = {
+    "flow_phase": pl.Categorical(), "flow_id": pl.Int64(), "device": pl.Int32(),
+    "stream": pl.Int64(), "collective": pl.Categorical(), "copy_kind": pl.Categorical(),
+    "bytes": pl.Int64(),
+}
 
 
 def _batch(keys: pl.DataFrame, raw: RawColumns, facts: dict[str, pl.DataFrame], start: int,
@@ -322,7 +324,8 @@ def _batch(keys: pl.DataFrame, raw: RawColumns, facts: dict[str, pl.DataFrame], 
         "source": _constant_text(rows, "kineto"), "step": None,
         **{n: raw.slice(n, start, stop) for n in raw.columns if n in schema.EVENT_COLUMN_NAMES},
         **{n: key_rows.get_column(n).to_arrow() for n in ("kind", "ts_ns", "dur_ns")},
-        **{n: c.to_arrow() for n, c in _derive(inputs).select(_DERIVED_TYPES).to_dict().items()},
+        **{n: c.to_arrow() for n, c in _derive(inputs).select(
+            pl.col(n).cast(t) for n, t in _DERIVED.items()).to_dict().items()},
     }
     return pa.Table.from_arrays(
         [pa.nulls(rows, f.type) if columns[f.name] is None else as_type(columns[f.name], f.type)

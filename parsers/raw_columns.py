@@ -47,9 +47,9 @@ class SparseText:
 
     @classmethod
     def of(cls, column: pa.DictionaryArray) -> SparseText:
-        valid = series_of(column.indices).is_not_null().to_numpy()
-        rows = np.flatnonzero(valid).astype(np.uint32)
-        codes = series_of(column.indices).drop_nulls().to_numpy().astype(np.int32)
+        indices = series_of(column.indices)
+        rows = np.flatnonzero(indices.is_not_null().to_numpy()).astype(np.uint32)
+        codes = indices.drop_nulls().to_numpy().astype(np.int32)
         return cls(rows, codes, column.dictionary)
 
     def dense(self, start: int, stop: int) -> pa.DictionaryArray:

@@ -158,9 +158,9 @@ def _trickled(text: bytes, *, chunk: int, pause: float, step: int) -> tuple:
     def produce() -> None:
         for at in range(0, len(text), chunk):
             data[at:at + chunk] = text[at:at + chunk]
-            _kineto_scan.publish(progress, min(len(text), at + chunk), 0)
+            _kineto_scan.publish(progress, min(len(text), at + chunk), _kineto_scan.PRODUCING)
             time.sleep(pause)
-        _kineto_scan.publish(progress, len(text), 1)
+        _kineto_scan.publish(progress, len(text), _kineto_scan.DONE)
 
     producer = threading.Thread(target=produce)
     producer.start()

@@ -1419,5 +1419,13 @@ PyMODINIT_FUNC PyInit__kineto_scan(void) {
     }
     for (const char *c = "\"{}[]NI"; *c; c++) SKIP_STOP[(unsigned char)*c] = 1;
     for (const char *c = ",}] \n\r\t"; *c; c++) SCALAR_END[(unsigned char)*c] = 1;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* the producer's states (see publish), for Python producers to name */
+    if (m && (PyModule_AddIntConstant(m, "PRODUCING", PRODUCING) < 0
+              || PyModule_AddIntConstant(m, "DONE", DONE) < 0
+              || PyModule_AddIntConstant(m, "FAILED", FAILED) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -134,7 +134,7 @@ _TEXT_WITH_STATISTICS = frozenset({"kind", "source"})
 
 def parquet_options(table_schema: pa.Schema) -> dict[str, Any]:
     """Write options of the events files: zstd-1, dictionary pages only where values repeat,
-    min/max statistics on the integer columns and the kind (they drive predicate pushdown)."""
+    min/max statistics on the integer columns, kind and source (they drive predicate pushdown)."""
     names = table_schema.names
     return dict(compression="zstd", compression_level=1,
                 use_dictionary=[n for n in names if n not in _UNIQUE_COLUMNS],
