@@ -117,8 +117,7 @@ def _between(gpu: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     A Python loop over the groups (devices or streams, never events): running maxima per group
     cost ~4x more as window expressions.
     """
-    rows = (gpu.select(*by, "ts_ns", "end_ns", pl.col("name").cast(pl.String), "step",
-                       "correlation")
+    rows = (gpu.select(*by, "ts_ns", "end_ns", "name", "step", "correlation")
             .sort([*by, "ts_ns", "end_ns"], maintain_order=True))
     parts = [_gaps_of_group(g, by) for g in rows.partition_by(by, maintain_order=True)]
     return pl.concat(parts) if parts else _gaps_of_group(rows, by)

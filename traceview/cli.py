@@ -26,24 +26,49 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+#: The module that registers each subcommand. A command line naming one of them imports that
+#: module only: the others and what they import (clock alignment, the report, capture) cost
+#: ~25 ms a command, which a CI job running the analyses one by one pays every time. Without a
+#: known command name (``--help``, a typo) every module registers, so help and "invalid
+#: choice" errors list them all. ``tests/test_cli.py`` checks this table against the modules.
+COMMANDS: dict[str, str] = {
+    **dict.fromkeys(("ingest", "info", "sql"), "traceview.cli_core"),
+    **dict.fromkeys(("align", "collectives", "stragglers"), "traceview.cli_dist"),
+    **dict.fromkeys(("gaps", "overlap", "breakdown", "summary"), "traceview.cli_gpu"),
+    **dict.fromkeys(("report", "diff", "baseline", "check", "export-perfetto"),
+                    "traceview.cli_report"),
+    **dict.fromkeys(("validate", "capture"), "traceview.cli_capture"),
+    "analyse": "traceview.cli_scale",
+}
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 on usage errors: keep that
         self.print_usage(sys.stderr)
         self.exit(2, f"traceview: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: with the subcommand ``argv`` names only (see ``COMMANDS``),
+    with all of them when ``argv`` is None or names none."""
     parser = _Parser(prog="traceview", description="Analyse PyTorch-profiler and nsys traces.")
     parser.add_argument("--version", action="version", version=f"traceview {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module_name in COMMAND_MODULES:
+    named = _command_name(argv)
+    for module_name in [COMMANDS[named]] if named in COMMANDS else COMMAND_MODULES:
         importlib.import_module(module_name).register(sub)
     return parser
 
 
+def _command_name(argv: Sequence[str] | None) -> str | None:
+    """The first argument that is not an option (the top-level options take no values)."""
+    return next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help(sys.stderr)
