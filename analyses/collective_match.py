@@ -50,6 +50,7 @@ import polars as pl
 
 from traceview.analyses.classify import DEFAULT_PATTERNS
 from traceview.analyses.names import matching, per_name
+from traceview.analyses.window import ranks_present
 from traceview.naming import collective_from_text
 
 #: Collectives whose completion on any rank needs every rank to have arrived (causality holds,
@@ -129,7 +130,7 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
         )
         .collect()
     )
-    cpu_ranks = lf.select("rank").unique().collect().get_column("rank").cast(pl.Int32)
+    cpu_ranks = ranks_present(events).get_column("rank").cast(pl.Int32)
     gpu_ranks = gpu.get_column("rank").unique()
     cpu_only = cpu_ranks.filter(~cpu_ranks.is_in(gpu_ranks.implode()))
     if cpu_only.len() == 0:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .window import STEP_PATTERN, step_spans
+from .window import STEP_PATTERN, ranks_present, step_spans
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -108,8 +108,7 @@ def achieved_flops(
     mfu, note. Partial results (nulls with a note) when FLOPs or the peak are unknown."""
     spans = step_spans(events, pattern=step_pattern)
     if spans.height == 0:
-        return pl.DataFrame({"rank": events.lazy().select("rank").unique().collect()["rank"]}
-                            ).with_columns(note=pl.lit("no ProfilerStep ranges: no step time"))
+        return ranks_present(events).with_columns(note=pl.lit("no ProfilerStep ranges: no step time"))
     traced = (
         events.lazy()
         .filter((pl.col("kind").cast(pl.String) == "cpu_op") & pl.col("step").is_not_null())

@@ -29,7 +29,7 @@ from .host import host_events
 from .launches import RUNTIME_KINDS, launch_table, with_launches
 from .names import matching
 from .overlap import NOTE_NO_GPU, prepared_gpu
-from .window import STEP_PATTERN
+from .window import STEP_PATTERN, ranks_present
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -262,5 +262,5 @@ def no_gpu_ranks(events: Frame, gap_frame: pl.DataFrame, *,
     ``gpu``: ``prepared_gpu(events)`` when the caller has it."""
     gpu_ranks = (gpu_events(events) if gpu is None else gpu.lazy()).select(
         pl.col("rank").unique()).collect()
-    ranks = events.lazy().select("rank").unique().collect()
+    ranks = ranks_present(events)
     return ranks.join(gpu_ranks, on="rank", how="anti").with_columns(note=pl.lit(NOTE_NO_GPU)).sort("rank")

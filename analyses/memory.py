@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from .window import ranks_present
+
 Frame = pl.LazyFrame | pl.DataFrame
 
 NOTE_NO_MEMORY = "no allocator events (profile with profile_memory=True)"
@@ -33,7 +35,7 @@ def memory_by_step(events: Frame) -> pl.DataFrame:
     events get a row with a note.
     """
     tl = memory_timeline(events)
-    ranks = events.lazy().select("rank").unique().collect()
+    ranks = ranks_present(events)
     out = (
         tl.group_by("rank", "device", "step")
         .agg(events=pl.len().cast(pl.Int64),

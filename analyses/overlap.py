@@ -28,7 +28,8 @@ from .intervals import (
     clip, has_bit, mask_lengths, sweep, union, windowed_mask_lengths, windows_disjoint,
 )
 from .window import (
-    STEP_PATTERN, gpu_step_windows, gpu_trace_windows, step_spans, with_gpu_steps,
+    STEP_PATTERN, gpu_step_windows, gpu_trace_windows, ranks_present, step_spans,
+    with_gpu_steps,
 )
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -231,7 +232,7 @@ def _join_notes(*parts: pl.Expr) -> pl.Expr:
 
 def finish(result: pl.DataFrame, events: Frame, columns: list[str]) -> pl.DataFrame:
     """Select ``columns`` and add a row with a note for each rank that has no GPU events."""
-    ranks = events.lazy().select(pl.col("rank")).unique().collect()
+    ranks = ranks_present(events)
     missing = ranks.join(result.select("rank").unique(), on="rank", how="anti")
     result = result.select([c for c in columns if c in result.columns])
     if missing.height:

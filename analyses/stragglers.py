@@ -37,7 +37,7 @@ import polars as pl
 from traceview.analyses.collective_match import P2P, MatchResult
 from traceview.analyses.collectives import collective_ranks
 from traceview.analyses.intervals import total_length, union
-from traceview.analyses.window import step_spans
+from traceview.analyses.window import ranks_present, step_spans
 
 RESULT_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "flagged": pl.Boolean, "imposed_wait_ns": pl.Int64,
@@ -71,8 +71,7 @@ def stragglers(
     per = collective_ranks(events, offsets=offsets, match=match)
     per = per.filter(~pl.col("collective").is_in(list(P2P)))
     steps = step_spans(events) if spans is None else spans
-    ranks_all = sorted(events.lazy().select(pl.col("rank").unique()).collect()
-                       .get_column("rank").cast(pl.Int32).to_list())
+    ranks_all = ranks_present(events).get_column("rank").cast(pl.Int32).to_list()
     if per.height == 0:
         return _empty_rows(ranks_all, "no collective was matched across ranks: nothing to "
                                       "compare (single rank, CPU-only without comms, or "

@@ -18,7 +18,7 @@ import polars as pl
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns
 from .gaps import DEFAULT_OPTIONS, GapOptions, gap_causes, gaps
 from .overlap import NOTE_NO_GPU, overlap, prepared_gpu
-from .window import STEP_PATTERN, step_spans
+from .window import STEP_PATTERN, ranks_present, step_spans
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -68,7 +68,7 @@ def summary(
     top = causes.sort("rank", "total_gap_ns", descending=[False, True]).group_by(
         "rank", maintain_order=True).first().select(
         "rank", top_gap_cause="cause", top_gap_cause_ns="total_gap_ns")
-    ranks = events.lazy().select("rank").unique().collect()
+    ranks = ranks_present(events)
     out = (
         ranks.join(per_rank, on="rank", how="left")
         .join(steps, on="rank", how="left")
@@ -95,7 +95,7 @@ def worst_straggler(events: Frame, *, spans: pl.DataFrame | None = None) -> dict
     except ImportError:
         return {"rank": None, "reason": "straggler analysis not available "
                 "(traceview.analyses.stragglers is not installed)"}
-    n_ranks = events.lazy().select(pl.col("rank").n_unique()).collect().item()
+    n_ranks = ranks_present(events).height
     if n_ranks < 2:
         return {"rank": None, "reason": "a single rank: no straggler analysis"}
     try:

@@ -68,3 +68,20 @@ def test_worst_straggler_states_a_reason() -> None:
     assert single["rank"] is None and "single rank" in single["reason"]
     both = worst_straggler(two_step_trace())
     assert "rank" in both and (both["rank"] is not None or both["reason"])
+
+
+def test_ranks_present_is_read_once_for_a_remembered_frame(tmp_path) -> None:
+    from traceview.analyses import window
+
+    path = tmp_path / "events.parquet"
+    pl.DataFrame({"rank": [3, 1, 3, 0], "ts_ns": [1, 2, 3, 4]}).write_parquet(path)
+    lazy = pl.scan_parquet(path)
+    assert window.ranks_present(lazy).get_column("rank").to_list() == [0, 1, 3]
+    assert window.ranks_present(lazy) is not window.ranks_present(lazy)  # not remembered
+    assert window.remember_ranks(lazy) is lazy
+    first = window.ranks_present(lazy)
+    assert window.ranks_present(lazy) is first and first.get_column("rank").to_list() == [0, 1, 3]
+    assert window.ranks_present(lazy.filter(pl.col("rank") > 0)).height == 2  # another plan
+    held = len(window._REMEMBERED_RANKS)
+    del lazy
+    assert len(window._REMEMBERED_RANKS) == held - 1  # forgotten with its frame

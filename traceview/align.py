@@ -46,6 +46,7 @@ from traceview.analyses.collective_match import (
     comm_events,
     match_collectives,
 )
+from traceview.analyses.window import ranks_present
 from traceview.errors import UsageError
 
 METHODS: tuple[str, ...] = ("auto", "none", "host", "collectives")
@@ -107,8 +108,7 @@ def estimate_offsets(
     """
     if method not in METHODS:
         raise UsageError(f"--align wants one of {', '.join(METHODS)}, got {method!r}")
-    ranks = sorted(int(r) for r in events.lazy().select(pl.col("rank").unique()).collect()
-                   .get_column("rank").to_list())
+    ranks = ranks_present(events).get_column("rank").to_list()
     host_of = _hosts_map(ranks, hosts)
     if method == "none" or not ranks:
         return _table([_row(r, 0, method="none", host=host_of.get(r), note="raw clocks")

@@ -54,12 +54,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _prepare(args: argparse.Namespace) -> tuple[pl.LazyFrame | pl.DataFrame, pl.DataFrame,
                                                  MatchResult, pl.DataFrame, Any]:
     """Events (window applied), offsets (from the ranks' whole traces), match, ranks table."""
-    from traceview.analyses.window import Window, select
+    from traceview.analyses.window import Window, remember_ranks, select
 
     ts = open_traceset(args)
     ranks = parse_ranks(args.ranks)
     # A lazy scan: the analyses read only the few rows and columns they select.
-    full = select(ts.analysis_events(), Window(ranks=ranks))
+    full = remember_ranks(select(ts.analysis_events(), Window(ranks=ranks)))
     tol = int(args.tolerance_us * 1000)
     match_full = match_collectives(comm_events(full), tolerance_ns=tol)
     offsets = estimate_offsets(full, method=args.align, reference_rank=args.reference_rank,

@@ -80,7 +80,7 @@ def _window(args: argparse.Namespace):
 
 
 def _events(args: argparse.Namespace) -> tuple[pl.LazyFrame, dict[str, Any]]:
-    from traceview.analyses.window import select
+    from traceview.analyses.window import remember_ranks, select
 
     window = _window(args)
     ts = open_traceset(args)
@@ -89,6 +89,7 @@ def _events(args: argparse.Namespace) -> tuple[pl.LazyFrame, dict[str, Any]]:
         # These windows join and aggregate over the whole selection: do it once, not in
         # every query the analyses make.
         events = events.collect().lazy()
+    events = remember_ranks(events)  # several analyses ask which ranks have events
     # Otherwise the events stay a lazy scan: each analysis reads only the rows and columns it
     # selects (filters and projections reach the Parquet reader).
     info = {"ranks": args.ranks, "steps": args.steps, "time": args.time,
