@@ -116,22 +116,29 @@ def gpu_events(
     """
     lf = gpu_rows(events)
     keys = ["kind", "category", "name", "copy_kind"]
-    classes = (
-        lf.select(keys).unique()
-        .with_columns(_gpu_kind=_gpu_kind())
-        .filter(pl.col("_gpu_kind").is_not_null())
-        .with_columns(gpu_subclass=_subclass(patterns), _ignored=_ignored(patterns))
-        .filter(~pl.col("_ignored"))
-        .select(*keys, "gpu_subclass")
-    )
+    combinations = lf.select(keys).unique()
+    on = keys
+    if isinstance(events, pl.DataFrame):  # in memory: the few combinations cost nothing
+        combinations = combinations.collect().lazy()
+        # Usually a name has one kind, category and copy kind: then the rows find their class
+        # by name alone (one key to hash instead of four; ~25 ms less on 700 k events).
+        if combinations.select(pl.col("name").is_unique().all()).collect().item():
+            on = ["name"]
     coarse = (
         pl.when(pl.col("gpu_subclass").str.starts_with("memcpy")).then(pl.lit("memcpy"))
         .otherwise(pl.col("gpu_subclass"))
     )
+    classes = (
+        combinations
+        .with_columns(_gpu_kind=_gpu_kind())
+        .filter(pl.col("_gpu_kind").is_not_null())
+        .with_columns(gpu_subclass=_subclass(patterns), _ignored=_ignored(patterns))
+        .filter(~pl.col("_ignored"))
+        .select(*on, "gpu_subclass", gpu_class=coarse)
+    )
     return (
-        lf.join(classes, on=keys, how="inner", nulls_equal=True, maintain_order="left")
+        lf.join(classes, on=on, how="inner", nulls_equal=True, maintain_order="left")
         .with_columns(
-            gpu_class=coarse,
             end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
             device=pl.coalesce(pl.col("device"), pl.col("pid").cast(pl.Int32, strict=False)),
             stream=pl.coalesce(pl.col("stream"), pl.col("tid")),

@@ -83,3 +83,20 @@ def test_lazy_and_eager_inputs_agree_and_input_is_not_mutated() -> None:
     assert gpu_events(ev).collect().equals(gpu_events(ev.lazy()).collect())
     assert ev.equals(before)
     assert isinstance(gpu_events(ev), pl.LazyFrame)
+
+
+def test_a_name_under_two_kinds_keeps_each_rows_own_class() -> None:
+    """In memory, rows find their class by name alone when every name has one combination of
+    kind, category and copy kind; here one name has two, and only the GPU one is GPU work."""
+    rows = [
+        _ev("kernel", "shared_name", 0, 10),
+        _ev("other", "shared_name", 20, 10, category="cpu_op"),  # not GPU work: dropped
+        _ev("other", "copy", 40, 10, category="gpu_memcpy", copy_kind="HtoD"),
+        _ev("memcpy", "copy", 60, 10, copy_kind="DtoH"),  # same name, other direction
+    ]
+    want = [(0, "compute", "compute"), (40, "memcpy_htod", "memcpy"),
+            (60, "memcpy_dtoh", "memcpy")]
+    for frame, expected in ((events_frame(rows), want), (events_frame(rows).lazy(), want),
+                            (events_frame([rows[0], rows[3]]), [want[0], want[2]])):
+        got = gpu_events(frame).select("ts_ns", "gpu_subclass", "gpu_class").collect().rows()
+        assert got == expected
