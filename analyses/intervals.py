@@ -230,6 +230,7 @@ def windowed_mask_lengths(
     per_mask = [
         _inside(points, k).group_by("_wid", "mask")
         .agg(length_ns=(pl.col("seg_end_ns") - pl.col("seg_start_ns")).sum())
+        .with_columns(pl.col("mask").cast(pl.Int64))
         for k in range(len(numbered))]
     return [
         lengths.join(w.select("_wid", *by, *wk), on="_wid", how="inner")
@@ -267,32 +268,41 @@ def _swept_points(frame: Frame, window_sets: list[pl.DataFrame], sets: Mapping[s
     the ``mask`` of the sets active in it and, for window set k, ``_in{k}`` (inside one of its
     windows) and ``_wid{k}`` (which one: a row of that set). Only busy segments are kept.
     Eager: the same steps as a lazy query cost ~2x more CPU (engine overhead on 1.5 M rows)."""
-    iv = _eager(frame).filter(pl.col(end) > pl.col(start))
-    # Counts of open intervals and windows fit Int32 (half the bytes to sort and sum).
-    deltas = {f"_d{i}": cond.cast(pl.Int32) for i, cond in enumerate(sets.values())}
+    # Each interval is two points: its start (+1) and its end (-1), both with the bits of the
+    # sets it is in. Two narrow columns instead of a count column per set: the sort moves
+    # fewer bytes, and the counts are derived after it.
+    member = pl.sum_horizontal([cond.cast(pl.Int32) * (1 << i)
+                                for i, cond in enumerate(sets.values())]) if sets else None
+    iv = _eager(frame).filter(pl.col(end) > pl.col(start)).with_columns(
+        _sets=member if member is not None else pl.lit(0, pl.Int32))
     bounds = []
     for k, w in enumerate(window_sets):
-        bounds.append(w.select(*by, _t=pl.col(lo), **{f"_b{k}": pl.lit(1, pl.Int32),
+        bounds.append(w.select(*by, _t=pl.col(lo), **{f"_b{k}": pl.lit(1, pl.Int8),
                                                       f"_wid{k}": pl.col("_wid")}))
-        bounds.append(w.select(*by, _t=pl.col(hi), **{f"_b{k}": pl.lit(-1, pl.Int32)}))
-    counted = [*deltas, *(f"_b{k}" for k in range(len(window_sets)))]
+        bounds.append(w.select(*by, _t=pl.col(hi), **{f"_b{k}": pl.lit(-1, pl.Int8)}))
+    counted = ["_sets", "_sign", *(f"_b{k}" for k in range(len(window_sets)))]
     points = pl.concat([
-        iv.select(*by, _t=pl.col(start), **deltas),
-        iv.select(*by, _t=pl.col(end), **{k: -d for k, d in deltas.items()}),
+        iv.select(*by, _t=pl.col(start), _sets="_sets", _sign=pl.lit(1, pl.Int8)),
+        iv.select(*by, _t=pl.col(end), _sets="_sets", _sign=pl.lit(-1, pl.Int8)),
         *bounds,
     ], how="diagonal").with_columns(pl.col(*counted).fill_null(0))
     # A stable sort: traces come nearly in time order per group, which it exploits (~8x faster
     # than the default sort on 1.5 M points).
     points = points.sort([*by, "_t"], maintain_order=True)
-    mask = pl.sum_horizontal([(pl.col(k).cum_sum() > 0).cast(pl.Int64) * (1 << i)
-                              for i, k in enumerate(deltas)]) if deltas else pl.lit(0, pl.Int64)
+    # Open intervals of set i: a running sum of +-1 over the points of its members. Int32: a
+    # mask has one bit per set (a handful).
+    open_in = [(((pl.col("_sets") & (1 << i)) != 0).cast(pl.Int32) * pl.col("_sign")).cum_sum()
+               for i in range(len(sets))]
+    mask = pl.sum_horizontal([(n > 0).cast(pl.Int32) * (1 << i) for i, n in enumerate(open_in)]
+                             ) if open_in else pl.lit(0, pl.Int32)
     # A segment runs to the next point. At a group's last point every count is back to zero
     # (mask 0), so the segment that would cross into the next group is dropped by the filter
     # below: no comparison of the group keys is needed.
     return (
         points.with_columns(
             mask=mask, seg_end_ns=pl.col("_t").shift(-1),
-            **{f"_in{k}": pl.col(f"_b{k}").cum_sum() > 0 for k in range(len(window_sets))},
+            **{f"_in{k}": pl.col(f"_b{k}").cast(pl.Int32).cum_sum() > 0
+               for k in range(len(window_sets))},
             **{f"_wid{k}": pl.col(f"_wid{k}").forward_fill() for k in range(len(window_sets))})
         .filter((pl.col("mask") > 0) & (pl.col("seg_end_ns") > pl.col("_t")))
         .select(pl.col("_t").alias("seg_start_ns"), "seg_end_ns", "mask",
