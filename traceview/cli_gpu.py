@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
@@ -135,8 +136,10 @@ def run_gaps(args: argparse.Namespace) -> int:
 
     events, info = _events(args)
     opts = GapOptions(launch_overhead_ns=parse_duration(args.launch_overhead))
-    gpu = prepared_gpu(events)  # each read once, shared below; no self time: no thread ids
-    host = host_events(events, without=("pid", "tid"))
+    with ThreadPoolExecutor(1) as beside:  # each read once, shared below, the two at once
+        host = beside.submit(host_events, events, without=("pid", "tid"))  # no self time
+        gpu = prepared_gpu(events)
+        host = host.result()
     g = gaps(events, per_stream=args.per_stream, options=opts, gpu=gpu, host=host)
     by = ["rank", "device", "stream"] if args.per_stream else ["rank", "device"]
     causes, hist = gap_causes(g, by=by), gap_histogram(g, by=by)
@@ -222,10 +225,13 @@ def run_breakdown(args: argparse.Namespace) -> int:
     # Each read once and shared: the GPU events, and the host rows (step markers, ops and
     # launches; the functions below read nothing else from the events they are given, and
     # no op behind a launch: no external ids).
-    gpu, host = prepared_gpu(events), host_events(events, without=("external_id",))
-    steps = step_breakdown(events, gpu=gpu, spans=step_spans(host))
-    kernels = top_kernels(events, n=args.top, gpu=gpu)
-    ops = with_self_time(host)  # shared by both rankings
+    with ThreadPoolExecutor(1) as beside:  # the host side beside the GPU side
+        host = host_events(events, without=("external_id",))
+        ops = beside.submit(with_self_time, host)  # shared by both rankings
+        gpu = prepared_gpu(events)
+        steps = step_breakdown(events, gpu=gpu, spans=step_spans(host))
+        kernels = top_kernels(events, n=args.top, gpu=gpu)
+        ops = ops.result()
     ops_self = top_cpu_ops(events, n=args.top, by="self_ns", ops=ops)
     ops_total = top_cpu_ops(events, n=args.top, by="total_ns", ops=ops)
     delays = launch_delay_summary(launch_delay_rows(host, gpu=gpu))
@@ -275,8 +281,10 @@ def run_summary(args: argparse.Namespace) -> int:
     # read once: gaps and the step ranges look up these rows (by name, time and launch)
     host = host_events(events, without=("pid", "tid", "external_id"))
     spans = step_spans(host)  # shared by the summary and the straggler analysis
-    df = summary(events, gpu=prepared_gpu(events), spans=spans, host=host)
-    straggler = worst_straggler(events, spans=spans)
+    with ThreadPoolExecutor(1) as beside:  # the straggler analysis reads other rows
+        straggler = beside.submit(worst_straggler, events, spans=spans)
+        df = summary(events, gpu=prepared_gpu(events), spans=spans, host=host)
+        straggler = straggler.result()
     if args.json:
         emit_json({"window": info, "ranks": _records(df), "worst_straggler": straggler})
         return 0
