@@ -63,10 +63,13 @@ def ranks_present(events: Frame) -> pl.DataFrame:
     return events.lazy().select(pl.col("rank").unique().sort()).collect()
 
 
-def remember_ranks(events: pl.LazyFrame) -> pl.LazyFrame:
-    """Have ``ranks_present(events)`` read ``events`` once while ``events`` lives. For a
-    command's own scan: a frame kept longer could be read again after its files change."""
-    ranks = ranks_present(events)
+def remember_ranks(events: pl.LazyFrame, known: Sequence[int] | None = None) -> pl.LazyFrame:
+    """Have ``ranks_present(events)`` read ``events`` once while ``events`` lives, or never
+    when the caller ``known``s the answer (``TraceSet.ranks_with_events``: from the files'
+    row counts). For a command's own scan: a frame kept longer could be read again after its
+    files change."""
+    ranks = ranks_present(events) if known is None else pl.DataFrame(
+        {"rank": sorted(known)}, schema={"rank": events.collect_schema()["rank"]})
     key = id(events)
     _REMEMBERED_RANKS[key] = (weakref.ref(events, lambda _: _REMEMBERED_RANKS.pop(key, None)),
                               ranks)

@@ -258,3 +258,15 @@ def test_content_id_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
     os.utime(path, (old, old))  # mtime put back; the ctime cannot be
     names = traceview.open(path, cache_dir=cache).events.collect()["name"].cast(str).to_list()
     assert "opX" in names and len(hashed) == 2
+
+
+def test_ranks_with_events_from_the_footers_equal_the_events(tmp_path):
+    from traceview import open as open_traces
+    from traceview.analyses.window import ranks_present
+
+    _trace(tmp_path, "a.json", rank=0, n=3, kernels=2)
+    _trace(tmp_path, "b.json", rank=1, n=0)  # a rank whose trace holds no event
+    _trace(tmp_path, "c.json", rank=2, n=1)
+    ts = open_traces(tmp_path, cache_dir=tmp_path / "cache")
+    assert ts.ranks["rank"].to_list() == [0, 1, 2]
+    assert ts.ranks_with_events() == ranks_present(ts.events)["rank"].to_list() == [0, 2]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -118,6 +119,16 @@ def open_traceset(args: argparse.Namespace):  # -> TraceSet
         progress=sys.stderr.isatty(),
         executor=executor_spec(args),
     )
+
+
+def ranks_in_window(ts, ranks: Sequence[int] | None) -> list[int] | None:
+    """The ranks with events among ``ranks`` (all when None), from the TraceSet's files
+    (``TraceSet.ranks_with_events``); None when the files cannot tell."""
+    known = ts.ranks_with_events()
+    if known is None or ranks is None:
+        return known
+    wanted = set(ranks)
+    return [r for r in known if r in wanted]
 
 
 def dumps(obj: Any) -> str:

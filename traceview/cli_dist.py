@@ -27,6 +27,7 @@ from traceview.cli_common import (
     emit_json,
     open_traceset,
     parse_ranks,
+    ranks_in_window,
     parse_steps,
 )
 
@@ -59,7 +60,8 @@ def _prepare(args: argparse.Namespace) -> tuple[pl.LazyFrame | pl.DataFrame, pl.
     ts = open_traceset(args)
     ranks = parse_ranks(args.ranks)
     # A lazy scan: the analyses read only the few rows and columns they select.
-    full = remember_ranks(select(ts.analysis_events(), Window(ranks=ranks)))
+    full = remember_ranks(select(ts.analysis_events(), Window(ranks=ranks)),
+                          ranks_in_window(ts, ranks))
     tol = int(args.tolerance_us * 1000)
     match_full = match_collectives(comm_events(full), tolerance_ns=tol)
     offsets = estimate_offsets(full, method=args.align, reference_rank=args.reference_rank,

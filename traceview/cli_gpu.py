@@ -82,6 +82,7 @@ def _window(args: argparse.Namespace):
 
 def _events(args: argparse.Namespace) -> tuple[pl.LazyFrame, dict[str, Any]]:
     from traceview.analyses.window import remember_ranks, select
+    from traceview.cli_common import ranks_in_window
 
     window = _window(args)
     ts = open_traceset(args)
@@ -90,7 +91,10 @@ def _events(args: argparse.Namespace) -> tuple[pl.LazyFrame, dict[str, Any]]:
         # These windows join and aggregate over the whole selection: do it once, not in
         # every query the analyses make.
         events = events.collect().lazy()
-    events = remember_ranks(events)  # several analyses ask which ranks have events
+        known = None
+    else:  # a selection of whole ranks: the files' row counts tell which have events
+        known = ranks_in_window(ts, window.ranks)
+    events = remember_ranks(events, known)  # several analyses ask which ranks have events
     # Otherwise the events stay a lazy scan: each analysis reads only the rows and columns it
     # selects (filters and projections reach the Parquet reader).
     info = {"ranks": args.ranks, "steps": args.steps, "time": args.time,

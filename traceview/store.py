@@ -210,6 +210,11 @@ def read_json(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
 
 
+def row_count(path: str | Path) -> int:
+    """Rows in a Parquet file, from its footer."""
+    return pq.read_metadata(path).num_rows
+
+
 def parquet_schema_version(path: Path) -> int | None:
     meta = pq.read_schema(path).metadata or {}
     value = meta.get(b"traceview.schema_version")

@@ -65,6 +65,14 @@ class TraceSet:
         the bytes (the raw args text is most of a trace), so collecting a window is cheap."""
         return self.events.drop("args_json")
 
+    def ranks_with_events(self) -> list[int] | None:
+        """The ranks with at least one event, from the row counts in the files' footers (no
+        event is read); None when a file holds several ranks or is not a local file (then
+        only its events can tell)."""
+        if not all(type(p) is _Part and p.rank is not None for p in self._parts):
+            return None
+        return sorted({p.rank for p in self._parts if store.row_count(p.path) > 0})
+
     def kernels(self) -> pl.LazyFrame:
         """GPU kernels only."""
         return self.events.filter(pl.col("kind") == "kernel")
