@@ -50,6 +50,16 @@ def best(name: str, repeat: int, **kwargs: Any) -> dict[str, Any]:
     return fastest([measure(name, **kwargs) for _ in range(max(1, repeat))])
 
 
+def alternating(repeat: int, sides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Ingest runs of several configurations (name -> ``measure`` arguments), one of each per
+    round for ``repeat`` rounds: the fastest of each."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+    for _ in range(max(1, repeat)):
+        for name, kwargs in sides.items():
+            runs[name].append(measure("ingest", **kwargs))
+    return {name: fastest(r) for name, r in runs.items()}
+
+
 def fastest(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The fastest of ``runs`` of one operation, with the largest peak RSS seen."""
     ok = [r for r in runs if not r.get("error")] or runs
@@ -173,14 +183,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if "scaling" in parts:
         p = _paths(sets["r8"])
-        res["scaling"] = {str(w): best("ingest", args.repeat, paths=p, workers=w,
-                                       cache_dir=cache_of(f"r8-w{w}")) for w in (1, 2)}
+        # Each comparison alternates its two sides, round by round (see "Suite against
+        # ingest" in docs/performance.md: the machine's speed drifts within minutes).
+        res["scaling"] = alternating(args.repeat, {
+            str(w): dict(paths=p, workers=w, cache_dir=cache_of(f"r8-w{w}")) for w in (1, 2)})
         # The default ingest as a 1-core and a 2-core machine run it (the child pinned to
         # that many cores): how the whole ingest, threads and workers, scales with the cores.
         cores = len(os.sched_getaffinity(0))
-        res["scaling_cores"] = {str(c): best("ingest", args.repeat, paths=p, cores=c,
-                                             cache_dir=cache_of(f"r8-c{c}"))
-                                for c in sorted({1, cores})}
+        res["scaling_cores"] = alternating(args.repeat, {
+            str(c): dict(paths=p, cores=c, cache_dir=cache_of(f"r8-c{c}"))
+            for c in sorted({1, cores})})
         log(f"scaling: { {k: v.get('wall_s') for k, v in res['scaling'].items()} }, cores: "
             f"{ {k: v.get('wall_s') for k, v in res['scaling_cores'].items()} }")
         checkpoint("scaling")
