@@ -70,8 +70,10 @@ def gaps(
     """Every idle gap per (rank, device) -- or per (rank, device, stream) -- with its cause.
 
     Columns: rank, device, [stream,] gap_start_ns, gap_end_ns, gap_ns, cause, prev_name,
-    next_name, prev_step, next_step, next_correlation, launch_ts_ns. Gaps are strictly
-    positive; touching or overlapping GPU work leaves no gap. ``gpu`` (``prepared_gpu``) and
+    next_name, prev_step, next_step, next_correlation, launch_ts_ns. The names are Categorical,
+    as the store's ``name`` (a large trace has as many gaps as kernels: turning every name into
+    text cost more than finding the gaps). Gaps are strictly positive; touching or overlapping
+    GPU work leaves no gap. ``gpu`` (``prepared_gpu``) and
     ``host`` (``host_events``) when the caller has them.
     """
     by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
