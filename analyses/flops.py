@@ -108,7 +108,8 @@ def achieved_flops(
     mfu, note. Partial results (nulls with a note) when FLOPs or the peak are unknown."""
     spans = step_spans(events, pattern=step_pattern)
     if spans.height == 0:
-        return ranks_present(events).with_columns(note=pl.lit("no ProfilerStep ranges: no step time"))
+        return ranks_present(events).with_columns(
+            note=pl.lit("no ProfilerStep ranges: no step time"))
     traced = (
         events.lazy()
         .filter((pl.col("kind").cast(pl.String) == "cpu_op") & pl.col("step").is_not_null())

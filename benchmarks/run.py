@@ -50,13 +50,16 @@ def best(name: str, repeat: int, **kwargs: Any) -> dict[str, Any]:
     return fastest([measure(name, **kwargs) for _ in range(max(1, repeat))])
 
 
-def alternating(repeat: int, sides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Ingest runs of several configurations (name -> ``measure`` arguments), one of each per
-    round for ``repeat`` rounds: the fastest of each."""
+def alternating(repeat: int, sides: dict[str, dict[str, Any]],
+                operation: str = "ingest") -> dict[str, dict[str, Any]]:
+    """Runs of several configurations (name -> ``measure`` arguments, ``op`` naming the
+    operation when it is not ``operation``), one of each per round for ``repeat`` rounds, in
+    the order given: the fastest of each."""
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
     for _ in range(max(1, repeat)):
         for name, kwargs in sides.items():
-            runs[name].append(measure("ingest", **kwargs))
+            args = dict(kwargs)
+            runs[name].append(measure(args.pop("op", operation), **args))
     return {name: fastest(r) for name, r in runs.items()}
 
 
@@ -208,14 +211,11 @@ def main(argv: list[str] | None = None) -> int:
             # The suite is compared with its cold ingest: both are measured in the same rounds
             # (ingest, then each command, repeated), so a slow spell of the shared machine
             # weighs on both sides alike, not on whichever part it happened to fall in.
-            runs: dict[str, list[dict[str, Any]]] = {c: [] for c in SUITE}
-            ingests = []
-            for _ in range(max(1, args.repeat)):
-                ingests.append(measure("ingest", paths=p, cache_dir=cache_of(f"{key}-paired")))
-                for c in SUITE:
-                    runs[c].append(measure("analysis", paths=p, cache_dir=cache, command=c))
-            res["analyses"][key] = {c: fastest(runs[c]) for c in SUITE}
-            res["analyses"].setdefault("_paired_ingest", {})[key] = fastest(ingests)
+            rounds = alternating(args.repeat, {
+                "_ingest": dict(paths=p, cache_dir=cache_of(f"{key}-paired")),
+                **{c: dict(op="analysis", paths=p, cache_dir=cache, command=c) for c in SUITE}})
+            res["analyses"].setdefault("_paired_ingest", {})[key] = rounds.pop("_ingest")
+            res["analyses"][key] = rounds
             log(f"analyses {key}: "
                 f"{ {c: round(v.get('wall_s') or -1, 2) for c, v in res['analyses'][key].items()} }")
             checkpoint(f"analyses:{key}")

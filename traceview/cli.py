@@ -15,22 +15,12 @@ from collections.abc import Sequence
 from traceview import __version__
 from traceview.errors import TraceviewError
 
-#: Modules that add subcommands. Each has ``register(subparsers) -> None``.
-COMMAND_MODULES: tuple[str, ...] = (
-    "traceview.cli_core",
-    "traceview.cli_dist",
-    "traceview.cli_gpu",
-    "traceview.cli_report",
-    "traceview.cli_capture",
-    "traceview.cli_scale",
-)
-
-
 #: The module that registers each subcommand. A command line naming one of them imports that
 #: module only: the others and what they import (clock alignment, the report, capture) cost
 #: ~25 ms a command, which a CI job running the analyses one by one pays every time. Without a
 #: known command name (``--help``, a typo) every module registers, so help and "invalid
-#: choice" errors list them all. ``tests/test_cli.py`` checks this table against the modules.
+#: choice" errors list them all. ``tests/test_cli_commands.py`` checks it against the modules.
+#: Each module has ``register(subparsers) -> None``.
 COMMANDS: dict[str, str] = {
     **dict.fromkeys(("ingest", "info", "sql"), "traceview.cli_core"),
     **dict.fromkeys(("align", "collectives", "stragglers"), "traceview.cli_dist"),
@@ -40,6 +30,9 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("validate", "capture"), "traceview.cli_capture"),
     "analyse": "traceview.cli_scale",
 }
+
+#: Modules that add subcommands, in the order help lists them.
+COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
 class _Parser(argparse.ArgumentParser):

@@ -16,7 +16,7 @@ import polars as pl
 
 from traceview.cli_common import (
     add_input_args, add_json_arg, add_window_args, emit_json, open_traceset, parse_ranks,
-    parse_steps,
+    parse_steps, ranks_in_window,
 )
 from traceview.errors import UsageError
 
@@ -82,7 +82,6 @@ def _window(args: argparse.Namespace):
 
 def _events(args: argparse.Namespace) -> tuple[pl.LazyFrame, dict[str, Any]]:
     from traceview.analyses.window import remember_ranks, select
-    from traceview.cli_common import ranks_in_window
 
     window = _window(args)
     ts = open_traceset(args)
