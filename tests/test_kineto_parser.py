@@ -341,6 +341,34 @@ def _events_json(n: int, last: str = "1") -> bytes:
             + '\n], "baseTimeNanoseconds": 1000}').encode()
 
 
+def test_large_columns_grow_in_their_own_mappings_and_read_back_exactly(tmp_path, monkeypatch):
+    """Column buffers from 64 KiB up are anonymous mappings that grow by mremap (from 4 MiB
+    with huge pages); they are handed to Arrow as such. 250k events take args_json past
+    16 MiB and the int64 columns past 1 MiB, in both halves of a split scan and whole."""
+    n = 250_000
+    data = _events_json(n)
+    owners = set()
+    for split in (1 << 62, 1):
+        rows, columns = kineto._kineto_scan.scan(data, split)
+        assert rows == n and columns["threads"] == (1 if split > 1 else 2)
+        owners |= {repr(block[2]).split('"')[1] for name in ("args_json", "ts_ns", "external_id")
+                   for block in columns[name][1:]}
+        raw = {name: kineto._scanned_column(columns[name], typ, rows)
+               for name, typ in kineto._RAW_COLUMNS.items()}
+        full = kineto.RawColumns(rows, raw, kineto._RAW_COLUMNS).full
+        assert full("external_id").to_pylist() == list(range(n)), split
+        assert full("ts_ns").to_pylist() == [i * 1000 for i in range(n)], split
+        args = full("args_json")
+        assert args[0].as_py() == '{"External id":0}'
+        assert args[n - 1].as_py() == f'{{"External id":{n - 1}}}', split
+    assert owners == {"traceview.map", "traceview.block"}  # bitmaps stay malloc'd
+    path = tmp_path / "large.json"
+    path.write_bytes(data)
+    fast = kineto.parse(path)
+    monkeypatch.setattr(kineto, "_kineto_scan", None)
+    assert fast.events.equals(kineto.parse(path).events)
+
+
 def test_gzip_is_inflated_into_a_releasable_map_and_parses_like_plain_json(tmp_path):
     from traceview.parsers.json_input import open_input
 

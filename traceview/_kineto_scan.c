@@ -24,33 +24,78 @@
 typedef struct {
     char *data;
     Py_ssize_t len, cap;
+    int mapped; /* data is an anonymous mapping of cap bytes (see buf_reserve), not malloc'd */
 } Buf;
 
-/* Large buffers ask for transparent huge pages: a fresh process otherwise takes one page
- * fault per 4 KiB of column it writes (~100k faults for a 300 MB trace, a third of the scan). */
+/* Buffers from MAP_FROM (64 KiB) up live in their own anonymous mappings and grow by
+ * mremap, which moves page tables instead of bytes. realloc copied them: glibc's mmap
+ * threshold rises to 32 MB once a process frees a large block, so most columns sat in the
+ * heap and each doubling copied the column into freshly faulted pages (more than half of the
+ * scan's page faults; docs/performance.md, log 22). From HUGE_FROM up they ask for
+ * transparent huge pages, 2 MiB-aligned so that they can get them (the advice used to come
+ * after realloc had placed them anywhere, and most of the memory never got a huge page):
+ * a fresh process otherwise takes one page fault per 4 KiB of column it writes. */
+#define MAP_FROM (64 << 10)
 #define HUGE_FROM (4 << 20)
+#define HUGE_PAGE ((uintptr_t)2 << 20)
 
-static void advise_huge(char *data, Py_ssize_t cap) {
-#ifdef MADV_HUGEPAGE
-    uintptr_t page = 2u << 20;
-    uintptr_t from = ((uintptr_t)data + page - 1) & ~(page - 1);
-    uintptr_t to = ((uintptr_t)data + (uintptr_t)cap) & ~(page - 1);
-    if (to > from) madvise((void *)from, to - from, MADV_HUGEPAGE);
-#else
-    (void)data; (void)cap;
+/* An anonymous mapping of cap bytes, 2 MiB-aligned from HUGE_FROM up; NULL on failure. */
+static char *map_aligned(Py_ssize_t cap) {
+    size_t want = (size_t)cap + (cap >= HUGE_FROM ? HUGE_PAGE : 0);
+    char *m = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    if (cap < HUGE_FROM) return m;
+    char *aligned = (char *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
+    if (aligned > m) munmap(m, (size_t)(aligned - m));
+    if (m + want > aligned + cap) munmap(aligned + cap, (size_t)(m + want - (aligned + cap)));
+    return aligned;
+}
+
+/* Into a new mapping of cap bytes: a mapped buffer's pages move there, nothing is copied
+ * (mremap onto the reserved range replaces it, with the old mapping's flags: the huge page
+ * advice follows the move). */
+static int map_grow(Buf *b, Py_ssize_t cap) {
+    char *to = map_aligned(cap);
+    if (!to) return -1;
+    if (b->mapped) {
+        int moved = 0;
+#ifdef MREMAP_FIXED
+        moved = mremap(b->data, (size_t)b->cap, (size_t)cap, MREMAP_MAYMOVE | MREMAP_FIXED,
+                       to) != MAP_FAILED;
 #endif
+        if (!moved) { /* no mremap (macOS), or it failed: copy */
+            memcpy(to, b->data, (size_t)b->len);
+            munmap(b->data, (size_t)b->cap);
+        }
+    } else {
+        if (b->len) memcpy(to, b->data, (size_t)b->len);
+        free(b->data);
+    }
+    b->data = to;
+    b->cap = cap;
+    b->mapped = 1;
+#ifdef MADV_HUGEPAGE
+    if (cap >= HUGE_FROM) madvise(to, (size_t)cap, MADV_HUGEPAGE);
+#endif
+    return 0;
 }
 
 static int buf_reserve(Buf *b, Py_ssize_t extra) {
     if (b->len + extra <= b->cap) return 0;
     Py_ssize_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + extra) cap *= 2;
+    if (cap >= MAP_FROM) return map_grow(b, cap);
     char *d = realloc(b->data, (size_t)cap);
     if (!d) return -1;
     b->data = d;
     b->cap = cap;
-    if (cap >= HUGE_FROM) advise_huge(d, cap);
     return 0;
+}
+
+static void buf_free(Buf *b) {
+    if (b->mapped) munmap(b->data, (size_t)b->cap);
+    else free(b->data);
+    memset(b, 0, sizeof(Buf));
 }
 
 static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
@@ -623,7 +668,7 @@ static int64_t dict_intern(Dict *d, const char *s, Py_ssize_t n) {
 }
 
 static void dict_free(Dict *d) {
-    free(d->data.data); free(d->offsets.data); free(d->slots); free(d->slot_hash);
+    buf_free(&d->data); buf_free(&d->offsets); free(d->slots); free(d->slot_hash);
     memset(d, 0, sizeof(Dict));
 }
 
@@ -634,7 +679,7 @@ static void dict_free(Dict *d) {
 static int to_dense(Col *c, Py_ssize_t rows) {
     Buf values = {0}, valid = {0};
     if (grow_zeroed(&values, rows * 8) < 0 || grow_zeroed(&valid, rows) < 0) {
-        free(values.data); free(valid.data); return -1;
+        buf_free(&values); buf_free(&valid); return -1;
     }
     Py_ssize_t n = c->values.len / 8;
     const int64_t *v = (const int64_t *)c->values.data;
@@ -643,8 +688,7 @@ static int to_dense(Col *c, Py_ssize_t rows) {
         ((int64_t *)values.data)[r[i]] = v[i];
         valid.data[r[i]] = 1;
     }
-    free(c->values.data); free(c->offsets.data);
-    memset(&c->offsets, 0, sizeof(Buf));
+    buf_free(&c->values); buf_free(&c->offsets);
     c->values = values; c->valid = valid; c->dense = 1;
     return 0;
 }
@@ -820,25 +864,37 @@ static int scan_args(Scanner *sc, Col *cols, int *prio, int *staged, int *n_stag
     return 0;
 }
 
-/* Hand a malloc'd block to Python without copying: (address, length, owner). The owner is a
- * capsule that frees the block when the last Arrow buffer viewing it goes away. */
+/* Hand a block to Python without copying: (address, length, owner). The owner is a capsule
+ * that frees the block when the last Arrow buffer viewing it goes away: free() for a malloc'd
+ * block, munmap() of its `mapped` bytes for a mapping (see buf_reserve). */
 static void free_block(PyObject *capsule) {
     free(PyCapsule_GetPointer(capsule, "traceview.block"));
 }
 
-static PyObject *give_block(char *data, Py_ssize_t len) {
+static void unmap_block(PyObject *capsule) {
+    munmap(PyCapsule_GetPointer(capsule, "traceview.map"),
+           (size_t)(uintptr_t)PyCapsule_GetContext(capsule));
+}
+
+static PyObject *give_block(char *data, Py_ssize_t len, Py_ssize_t mapped) {
     if (!data) {
         data = malloc(1); /* an empty column still needs an address */
         if (!data) return PyErr_NoMemory();
     }
-    PyObject *owner = PyCapsule_New(data, "traceview.block", free_block);
-    if (!owner) { free(data); return NULL; }
+    PyObject *owner = mapped ? PyCapsule_New(data, "traceview.map", unmap_block)
+                             : PyCapsule_New(data, "traceview.block", free_block);
+    if (!owner) {
+        if (mapped) munmap(data, (size_t)mapped);
+        else free(data);
+        return NULL;
+    }
+    if (mapped) PyCapsule_SetContext(owner, (void *)(uintptr_t)mapped); /* a valid capsule */
     return Py_BuildValue("(NnN)", PyLong_FromVoidPtr(data), len, owner);
 }
 
 static PyObject *give_buf(Buf *b) {
-    PyObject *out = give_block(b->data, b->len);
-    b->data = NULL; b->len = b->cap = 0;
+    PyObject *out = give_block(b->data, b->len, b->mapped ? b->cap : 0);
+    memset(b, 0, sizeof(Buf));
     return out;
 }
 
@@ -865,8 +921,8 @@ static PyObject *col_to_py(Col *c, Py_ssize_t rows) {
     if (finish_col(c, rows) < 0) return PyErr_NoMemory();
     char *bm = pack_bitmap(c->valid.data, rows);
     if (!bm) return PyErr_NoMemory();
-    free(c->valid.data); c->valid.data = NULL;
-    PyObject *bitmap = give_block(bm, (rows + 7) / 8);
+    buf_free(&c->valid);
+    PyObject *bitmap = give_block(bm, (rows + 7) / 8, 0);
     if (!c->is_str) return Py_BuildValue("(sNN)", "int", give_buf(&c->values), bitmap);
     if (c->is_dict) {
         if (c->dict.offsets.len == 0) {
@@ -880,11 +936,10 @@ static PyObject *col_to_py(Col *c, Py_ssize_t rows) {
 }
 
 static void free_col(Col *c) {
-    free(c->values.data);
-    free(c->offsets.data);
-    free(c->valid.data);
-    free(c->scratch.data);
-    c->values.data = c->offsets.data = c->valid.data = c->scratch.data = NULL;
+    buf_free(&c->values);
+    buf_free(&c->offsets);
+    buf_free(&c->valid);
+    buf_free(&c->scratch);
     dict_free(&c->dict);
 }
 
