@@ -342,9 +342,9 @@ def _events_json(n: int, last: str = "1") -> bytes:
 
 
 def test_large_columns_grow_in_their_own_mappings_and_read_back_exactly(tmp_path, monkeypatch):
-    """Column buffers from 64 KiB up are anonymous mappings that grow by mremap (from 4 MiB
-    with huge pages); they are handed to Arrow as such. 250k events take args_json past
-    16 MiB and the int64 columns past 1 MiB, in both halves of a split scan and whole."""
+    """Column buffers from 64 KiB up are anonymous mappings that grow by mremap, and are
+    handed to Arrow as such. 250k events take args_json past 4 MiB and the int64 columns
+    past 1 MiB, in both halves of a split scan (the second appended to the first) and whole."""
     n = 250_000
     data = _events_json(n)
     owners = set()

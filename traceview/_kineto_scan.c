@@ -31,52 +31,28 @@ typedef struct {
  * mremap, which moves page tables instead of bytes. realloc copied them: glibc's mmap
  * threshold rises to 32 MB once a process frees a large block, so most columns sat in the
  * heap and each doubling copied the column into freshly faulted pages (more than half of the
- * scan's page faults; docs/performance.md, log 22). From HUGE_FROM up they ask for
- * transparent huge pages, 2 MiB-aligned so that they can get them (the advice used to come
- * after realloc had placed them anywhere, and most of the memory never got a huge page):
- * a fresh process otherwise takes one page fault per 4 KiB of column it writes. */
+ * scan's page faults; docs/performance.md, log 22). They are not advised onto transparent
+ * huge pages: on the project's VM that made the scan's system time swing 3x from run to run
+ * and cost ~20 MB of peak RSS, for a slower median. */
 #define MAP_FROM (64 << 10)
-#define HUGE_FROM (4 << 20)
-#define HUGE_PAGE ((uintptr_t)2 << 20)
 
-/* An anonymous mapping of cap bytes, 2 MiB-aligned from HUGE_FROM up; NULL on failure. */
-static char *map_aligned(Py_ssize_t cap) {
-    size_t want = (size_t)cap + (cap >= HUGE_FROM ? HUGE_PAGE : 0);
-    char *m = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return NULL;
-    if (cap < HUGE_FROM) return m;
-    char *aligned = (char *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
-    if (aligned > m) munmap(m, (size_t)(aligned - m));
-    if (m + want > aligned + cap) munmap(aligned + cap, (size_t)(m + want - (aligned + cap)));
-    return aligned;
-}
-
-/* Into a new mapping of cap bytes: a mapped buffer's pages move there, nothing is copied
- * (mremap onto the reserved range replaces it, with the old mapping's flags: the huge page
- * advice follows the move). */
+/* Into a mapping of cap bytes: a mapped buffer's pages move there (nothing is copied unless
+ * mremap is missing, as on macOS, or fails); a malloc'd one is copied once. */
 static int map_grow(Buf *b, Py_ssize_t cap) {
-    char *to = map_aligned(cap);
-    if (!to) return -1;
-    if (b->mapped) {
-        int moved = 0;
-#ifdef MREMAP_FIXED
-        moved = mremap(b->data, (size_t)b->cap, (size_t)cap, MREMAP_MAYMOVE | MREMAP_FIXED,
-                       to) != MAP_FAILED;
+    char *to = MAP_FAILED;
+#ifdef MREMAP_MAYMOVE
+    if (b->mapped) to = mremap(b->data, (size_t)b->cap, (size_t)cap, MREMAP_MAYMOVE);
 #endif
-        if (!moved) { /* no mremap (macOS), or it failed: copy */
-            memcpy(to, b->data, (size_t)b->len);
-            munmap(b->data, (size_t)b->cap);
-        }
-    } else {
+    if (to == MAP_FAILED) {
+        to = mmap(NULL, (size_t)cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (to == MAP_FAILED) return -1;
         if (b->len) memcpy(to, b->data, (size_t)b->len);
-        free(b->data);
+        if (b->mapped) munmap(b->data, (size_t)b->cap);
+        else free(b->data);
     }
     b->data = to;
     b->cap = cap;
     b->mapped = 1;
-#ifdef MADV_HUGEPAGE
-    if (cap >= HUGE_FROM) madvise(to, (size_t)cap, MADV_HUGEPAGE);
-#endif
     return 0;
 }
 
