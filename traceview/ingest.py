@@ -186,32 +186,17 @@ def with_steps(table: pa.Table) -> pa.Table:
     return table.set_column(index, table.schema.field("step"), step)
 
 
-def batches_with_steps(batches: EventBatches, ahead: int = 2) -> Iterator[pa.Table]:
+def batches_with_steps(batches: EventBatches) -> Iterator[pa.Table]:
     """The batches of a file with their ``step`` column filled. Steps need the whole file's
-    key columns (which the batches carry); they are worked out in a thread while the first
-    ``ahead`` batches are built, since building a batch does not need them."""
-    from concurrent.futures import ThreadPoolExecutor
+    key columns (which the batches carry); :class:`~traceview.steps.StepsOfRows` works out the
+    little that needs all of them first, then each batch's steps as it comes."""
+    from traceview.steps import StepsOfRows
 
-    import polars as pl
-
-    from traceview.steps import step_of_events
-
-    def with_step(start: int, stop: int, table: pa.Table) -> pa.Table:
+    steps = StepsOfRows(batches.step_keys)
+    for (start, stop), table in zip(batches.ranges(), batches, strict=True):
         index = table.schema.get_field_index("step")
-        return table.set_column(index, table.schema.field("step"), step.slice(start, stop - start))
-
-    with ThreadPoolExecutor(1) as pool:
-        steps = pool.submit(step_of_events, batches.step_keys)
-        built: list[tuple[int, int, pa.Table]] = []
-        for (start, stop), table in zip(batches.ranges(), batches, strict=True):
-            built.append((start, stop, table))
-            if len(built) < ahead and not steps.done():
-                continue
-            step = steps.result().cast(pl.Int32).to_arrow()
-            yield from (with_step(*item) for item in built)
-            built = []
-        step = steps.result().cast(pl.Int32).to_arrow()
-        yield from (with_step(*item) for item in built)
+        step = steps.rows(start, stop).to_arrow()
+        yield table.set_column(index, table.schema.field("step"), step)
 
 
 def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any],

@@ -47,53 +47,92 @@ def step_ranges(events: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
 def step_of_events(events: pl.DataFrame) -> pl.Series:
     """The step of every row of ``events`` (Int32, null outside every step), in row order.
 
-    Works on the few columns it needs (rank, kind, name, ts_ns, dur_ns, correlation). The step
-    ranges are few, so each row finds its range by binary search over the sorted range starts
-    (the last range starting at or before the row, if the row starts before it ends): no sort
-    or join of the millions of event rows.
+    Works on the few columns it needs (rank, kind, name, ts_ns, dur_ns, correlation); see
+    :class:`StepsOfRows`, which answers the same for any range of rows.
     """
-    keys = events.select("rank", "kind", "name", "ts_ns", "dur_ns", "correlation")
-    steps = step_ranges(keys).collect()
-    if steps.is_empty():
-        return pl.repeat(None, events.height, dtype=pl.Int32, eager=True).alias("step")
-    step = _containing_step(keys, steps)
-    return _through_launches(keys, step)
+    return StepsOfRows(events).rows(0, events.height)
 
 
-def _through_launches(keys: pl.DataFrame, step: pl.Series) -> pl.Series:
-    """GPU rows take the step of the runtime call that launched them (same rank and
-    correlation; the earliest such call), where that call has a step.
+class StepsOfRows:
+    """The step of any range of rows of one events table, worked out when asked for.
 
-    Plain arrays: the runtime and GPU rows are a fraction of the events, so only they are
-    gathered, sorted and searched; no frame of all events is built.
+    What needs the whole table is small and found first: the step ranges, and the step of the
+    earliest runtime call of each (rank, correlation), which its GPU rows take. A range of
+    rows then takes its steps by binary search over those, so a batched ingest can write its
+    first rows without waiting for the steps of the whole file (they delayed the Parquet
+    writer by ~0.1 s of a 300 MB ingest; docs/performance.md, log 22).
     """
-    corr = keys.get_column("correlation")
-    has_corr = corr.is_not_null().to_numpy()
-    is_launch = (keys.get_column("kind").is_in(["cuda_runtime", "cuda_driver"]).to_numpy()
-                 & has_corr)
-    is_gpu = keys.get_column("kind").is_in(GPU_KINDS).to_numpy() & has_corr
-    launches, gpus = np.flatnonzero(is_launch), np.flatnonzero(is_gpu)
-    if not len(launches) or not len(gpus):
-        return step
-    corr_of = corr.fill_null(0).to_numpy()
-    rank_of = keys.get_column("rank").fill_null(-1).to_numpy()
-    ts_of = keys.get_column("ts_ns").fill_null(0).to_numpy()
-    step_of = step.fill_null(-1).to_numpy()  # -1: no step (step numbers are >= 0)
-    # the earliest launch of each (rank, correlation)
-    order = launches[np.lexsort((ts_of[launches], corr_of[launches], rank_of[launches]))]
-    key_r, key_c = rank_of[order], corr_of[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = (key_r[1:] != key_r[:-1]) | (key_c[1:] != key_c[:-1])
-    order, key_r, key_c = order[first], key_r[first], key_c[first]
-    # each GPU row's launch, by binary search over (rank, correlation)
-    at = np.minimum(_search_pairs(key_r, key_c, rank_of[gpus], corr_of[gpus]), len(order) - 1)
-    match = (key_r[at] == rank_of[gpus]) & (key_c[at] == corr_of[gpus])
-    launch_step = step_of[order[at]]
-    take = match & (launch_step >= 0)
-    out = step_of.copy()
-    out[gpus[take]] = launch_step[take]
-    return (pl.DataFrame({"s": out.astype(np.int32)})
-            .select(pl.when(pl.col("s") >= 0).then(pl.col("s")).alias("step")).to_series())
+
+    def __init__(self, events: pl.DataFrame) -> None:
+        self._keys = events.select("rank", "kind", "name", "ts_ns", "dur_ns", "correlation")
+        steps = step_ranges(self._keys).collect()
+        #: per rank: range starts (sorted), ends and step numbers
+        self._ranges = {r: tuple(group.sort("step_start_ns", maintain_order=True)
+                                 .get_column(c).to_numpy()
+                                 for c in ("step_start_ns", "step_end_ns", "step"))
+                        for (r,), group in steps.group_by("rank")}
+        self._launches = self._first_launches() if self._ranges else None
+
+    def rows(self, start: int, stop: int) -> pl.Series:
+        """Steps of rows ``[start, stop)`` (Int32, null outside every step)."""
+        if not self._ranges:
+            return pl.repeat(None, stop - start, dtype=pl.Int32, eager=True).alias("step")
+        keys = self._keys.slice(start, stop - start)
+        step = self._containing(keys.get_column("ts_ns"), keys.get_column("rank"))
+        if self._launches is not None:
+            self._through_launches(keys, step)
+        return (pl.DataFrame({"s": step})
+                .select(pl.when(pl.col("s") >= 0).then(pl.col("s")).alias("step")).to_series())
+
+    def _containing(self, ts: pl.Series, rank: pl.Series, chunk: int = 1 << 18) -> np.ndarray:
+        """The step whose range contains each row's start, on the row's rank (else -1; step
+        numbers are >= 0). Rows go through in chunks, so the temporaries stay small."""
+        out = np.full(len(ts), -1, dtype=np.int32)
+        for start in range(0, len(ts), chunk):
+            at = ts.slice(start, chunk).fill_null(-1 << 62).to_numpy()
+            on = rank.slice(start, chunk).fill_null(-1).to_numpy()
+            for r, (starts, ends, numbers) in self._ranges.items():
+                i = np.searchsorted(starts, at, side="right") - 1
+                inside = (i >= 0) & (on == r) & (at < ends[np.maximum(i, 0)])
+                rows = np.flatnonzero(inside)
+                out[start + rows] = numbers[i[rows]]
+        return out
+
+    def _first_launches(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The earliest runtime call of each (rank, correlation), sorted by them, with its step:
+        (ranks, correlations, steps). None when there are none."""
+        keys = self._keys
+        is_launch = (keys.get_column("kind").is_in(["cuda_runtime", "cuda_driver"])
+                     & keys.get_column("correlation").is_not_null()).to_numpy()
+        launches = np.flatnonzero(is_launch)
+        if not len(launches):
+            return None
+        rows = keys[launches]
+        rank = rows.get_column("rank").fill_null(-1).to_numpy()
+        corr = rows.get_column("correlation").to_numpy()
+        ts = rows.get_column("ts_ns").fill_null(0).to_numpy()
+        order = np.lexsort((ts, corr, rank))
+        rank, corr = rank[order], corr[order]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = (rank[1:] != rank[:-1]) | (corr[1:] != corr[:-1])
+        step = self._containing(rows.get_column("ts_ns"), rows.get_column("rank"))[order]
+        return rank[first], corr[first], step[first]
+
+    def _through_launches(self, keys: pl.DataFrame, step: np.ndarray) -> None:
+        """GPU rows (with a correlation) take the step of the runtime call that launched them,
+        where that call has a step. Sets ``step`` in place."""
+        launch_rank, launch_corr, launch_step = self._launches
+        corr = keys.get_column("correlation")
+        gpus = np.flatnonzero((keys.get_column("kind").is_in(GPU_KINDS)
+                               & corr.is_not_null()).to_numpy())
+        if not len(gpus):
+            return
+        rank = keys.get_column("rank").fill_null(-1).to_numpy()[gpus]
+        corr = corr.fill_null(0).to_numpy()[gpus]
+        at = np.minimum(_search_pairs(launch_rank, launch_corr, rank, corr),
+                        len(launch_rank) - 1)
+        take = (launch_rank[at] == rank) & (launch_corr[at] == corr) & (launch_step[at] >= 0)
+        step[gpus[take]] = launch_step[at][take]
 
 
 def _search_pairs(sorted_rank: np.ndarray, sorted_corr: np.ndarray, rank: np.ndarray,
@@ -105,32 +144,6 @@ def _search_pairs(sorted_rank: np.ndarray, sorted_corr: np.ndarray, rank: np.nda
         rows = np.flatnonzero(rank == r)
         at[rows] = lo + np.searchsorted(sorted_corr[lo:hi], corr[rows])
     return at
-
-
-def _containing_step(keys: pl.DataFrame, steps: pl.DataFrame,
-                     chunk: int = 1 << 18) -> pl.Series:
-    """The step whose range contains each row's start, on the row's rank (else null).
-    Rows go through in chunks, so the temporaries stay small next to the events."""
-    ts = keys.get_column("ts_ns")
-    rank = keys.get_column("rank")
-    out = np.zeros(keys.height, dtype=np.int32)
-    found = np.zeros(keys.height, dtype=bool)
-    ranges = {r: group.sort("step_start_ns", maintain_order=True)
-              for (r,), group in steps.group_by("rank")}
-    for start in range(0, keys.height, chunk):
-        at = ts.slice(start, chunk).fill_null(-1 << 62).to_numpy()
-        on = rank.slice(start, chunk).fill_null(-1).to_numpy()
-        for r, group in ranges.items():
-            starts = group.get_column("step_start_ns").to_numpy()
-            ends = group.get_column("step_end_ns").to_numpy()
-            i = np.searchsorted(starts, at, side="right") - 1
-            inside = (i >= 0) & (on == r) & (at < ends[np.maximum(i, 0)])
-            rows = np.flatnonzero(inside)
-            out[start + rows] = group.get_column("step").to_numpy()[i[rows]]
-            found[start + rows] = True
-    return (pl.DataFrame({"s": out, "ok": found})
-            .select(pl.when(pl.col("ok")).then(pl.col("s")).cast(pl.Int32).alias("step"))
-            .to_series())
 
 
 def assign_steps(events: pl.DataFrame) -> pl.DataFrame:
