@@ -169,11 +169,18 @@ def _sparse_text(raw: dict[str, Any], rows: int) -> dict[str, Any]:
 
 
 def _scanned_column(column: tuple | None, typ: pa.DataType,
-                    rows: int) -> pa.Array | Sparse | None:
-    """One column of the C scanner (see col_to_py in _kineto_scan.c), without copying."""
+                    rows: int) -> pa.Array | pa.ChunkedArray | Sparse | None:
+    """One column of the C scanner (see col_to_py in _kineto_scan.c), without copying. Plain
+    text and dense integers of a two-thread scan come as two chunks, one per thread."""
     if column is None:
         return None
     kind, *blocks = column
+    if kind == "chunks":
+        head_rows, *halves = blocks
+        sizes = (head_rows, rows - head_rows)
+        return pa.chunked_array([pa.nulls(n, typ) if half is None
+                                 else _scanned_column(half, typ, n)
+                                 for half, n in zip(halves, sizes, strict=True)], type=typ)
     buffers = [pa.foreign_buffer(address, size, base=owner) for address, size, owner in blocks]
     if kind == "sparse":
         return Sparse(np.frombuffer(buffers[0], dtype=np.uint32),

@@ -276,12 +276,18 @@ def test_two_thread_scan_equals_one_thread(relative, corpus):
     assert one["threads"] == 1 and two["threads"] == 2
     assert rows_one == rows_two and one["header"] == two["header"]
     for name, typ in kineto._RAW_COLUMNS.items():
-        # a column may be dense in one scan and (row, value) pairs in the other: same values
+        # a column may be dense in one scan and (row, value) pairs in the other, and two
+        # chunks (one per thread) in the split scan: same values
         a = kineto.RawColumns(rows_one, {name: kineto._scanned_column(one[name], typ, rows_one)},
                               {name: typ}).full(name)
         b = kineto.RawColumns(rows_two, {name: kineto._scanned_column(two[name], typ, rows_two)},
                               {name: typ}).full(name)
-        assert a.equals(b), name
+        assert _whole(a).equals(_whole(b)), name
+    assert two["args_json"][0] == "chunks"  # the second thread's text is not copied
+
+
+def _whole(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 def test_sparse_and_dense_integer_columns(tmp_path):
@@ -334,6 +340,44 @@ def test_columns_that_change_density_and_interned_names_survive_the_split():
         assert len(names.dictionary) == 2 + n // 4  # 'a"b' once, however it was escaped
 
 
+def test_columns_held_by_one_scanner_thread_only_read_back_exactly(tmp_path, monkeypatch):
+    """Text and dense integers of a split scan come as two chunks, one per thread, including
+    when only one thread saw values (the other chunk is nulls) and when one thread held the
+    values as (row, value) pairs."""
+    n = 40_000
+    events = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+               "args": {**({"External id": i} if i < n // 2 else {"correlation": i}),
+                        **({"stream": i} if i >= n // 2 or i % 1000 == 0 else {})}}
+              for i in range(n)]
+    data = ("[" + ",\n".join(json.dumps(e) for e in events) + "]").encode()
+    rows, columns = kineto._kineto_scan.scan(data, 1)
+    assert columns["threads"] == 2
+    assert {name: columns[name][0] for name in ("external_id", "correlation", "stream")} == \
+        {"external_id": "int", "correlation": "chunks", "stream": "chunks"}
+    raw = {name: kineto._scanned_column(columns[name], typ, rows)
+           for name, typ in kineto._RAW_COLUMNS.items()}
+    full = kineto.RawColumns(rows, raw, kineto._RAW_COLUMNS).full
+    half = n // 2
+    assert full("external_id").to_pylist() == [i if i < half else None for i in range(n)]
+    assert full("correlation").to_pylist() == [None if i < half else i for i in range(n)]
+    assert full("stream").to_pylist() == [i if i >= half or i % 1000 == 0 else None
+                                          for i in range(n)]
+    path = tmp_path / "halves.json"
+    path.write_bytes(data)
+    whole = kineto.parse(path)  # 40k events: scanned by one thread
+    scan = kineto._kineto_scan.scan
+    monkeypatch.setattr(kineto._kineto_scan, "scan", lambda data, _, *rest: scan(data, 1, *rest))
+    assert kineto.parse(path).events.equals(whole.events)  # by two
+
+
+def _buffers(column: tuple) -> list[tuple]:
+    """The (address, length, owner) triples of a scanned column, through its chunks."""
+    kind, *rest = column
+    if kind != "chunks":
+        return rest
+    return [block for half in rest[1:] if half is not None for block in _buffers(half)]
+
+
 def _events_json(n: int, last: str = "1") -> bytes:
     rows = [f'{{"ph":"X","cat":"cpu_op","name":"op{i % 50}","pid":1,"tid":1,"ts":{i},'
             f'"dur":{last if i == n - 1 else 1},"args":{{"External id":{i}}}}}' for i in range(n)]
@@ -352,7 +396,7 @@ def test_large_columns_grow_in_their_own_mappings_and_read_back_exactly(tmp_path
         rows, columns = kineto._kineto_scan.scan(data, split)
         assert rows == n and columns["threads"] == (1 if split > 1 else 2)
         owners |= {repr(block[2]).split('"')[1] for name in ("args_json", "ts_ns", "external_id")
-                   for block in columns[name][1:]}
+                   for block in _buffers(columns[name])}
         raw = {name: kineto._scanned_column(columns[name], typ, rows)
                for name, typ in kineto._RAW_COLUMNS.items()}
         full = kineto.RawColumns(rows, raw, kineto._RAW_COLUMNS).full

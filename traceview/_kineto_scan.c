@@ -96,7 +96,7 @@ typedef struct {
  * a dense int64 column per args key was most of the scanner's memory. A column that turns out
  * to hold values on at least 1/8 of the rows switches to dense values (row-indexed) early;
  * sparse ones go out as pairs, which the caller spreads over one batch of rows at a time. */
-typedef struct {
+typedef struct Col {
     const char *name;
     int is_str;  /* 1: text column, 0: int64 column */
     int is_dict; /* text stored as dictionary indices (int32 per row) */
@@ -114,6 +114,10 @@ typedef struct {
     Py_ssize_t slen;
     int s_escaped; /* string needs unescaping */
     int s_raw;     /* not a JSON string: keep the raw text */
+    /* the last tail_rows rows, scanned by the second thread and handed over as a chunk of
+     * their own (see scan_rest); this column then holds the rows before them */
+    struct Col *tail;
+    Py_ssize_t tail_rows;
 } Col;
 
 enum {
@@ -886,8 +890,21 @@ static char *pack_bitmap(const char *valid, Py_ssize_t rows) {
 
 /* A column for Python: None (no values), ("int", values, bitmap), ("sparse", rows, values),
  * ("str", data, offsets, bitmap) or ("dict", indices, bitmap, data, offsets); each buffer an
- * (address, length, owner) triple. */
+ * (address, length, owner) triple. A column with a tail: ("chunks", head rows, head, tail),
+ * head and tail each None, "int" or "str". */
+static PyObject *chunk_to_py(Col *c, Py_ssize_t rows);
+
 static PyObject *col_to_py(Col *c, Py_ssize_t rows) {
+    if (!c->tail) return chunk_to_py(c, rows);
+    Py_ssize_t head_rows = rows - c->tail_rows;
+    PyObject *head = chunk_to_py(c, head_rows);
+    if (!head) return NULL;
+    PyObject *tail = chunk_to_py(c->tail, c->tail_rows);
+    if (!tail) { Py_DECREF(head); return NULL; }
+    return Py_BuildValue("(snNN)", "chunks", head_rows, head, tail);
+}
+
+static PyObject *chunk_to_py(Col *c, Py_ssize_t rows) {
     if (!c->any) Py_RETURN_NONE;
     if (!c->is_str && !c->dense) {
         if ((c->values.len / 8) * 8 < rows)
@@ -917,6 +934,11 @@ static void free_col(Col *c) {
     buf_free(&c->valid);
     buf_free(&c->scratch);
     dict_free(&c->dict);
+    if (c->tail) {
+        free_col(c->tail);
+        free(c->tail);
+        c->tail = NULL;
+    }
 }
 
 static void free_cols(Col *cols) {
@@ -1064,6 +1086,29 @@ static int follow_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t 
         rc = scan_elements_from(sc, cols, rows, begin_end, NULL, after);
     }
     return rc;
+}
+
+/* Plain text and dense integers are not appended: src's rows become dst's tail, a chunk of
+ * their own for Python. Copying them was ~0.09 s with one core idle after a 300 MB scan, and
+ * ~140 MB of freshly faulted memory (docs/performance.md, log 22). Dictionary indices (their
+ * codes must be mapped into dst's dictionary anyway) and (row, value) pairs are small: they
+ * are appended. */
+static int keeps_tail(const Col *dst, const Col *src) {
+    return src->any && !dst->is_dict && (dst->is_str || dst->dense || src->dense);
+}
+
+/* Make src (src_rows rows) dst's tail; a half still in pairs turns dense first, so that both
+ * chunks have one layout. */
+static int set_tail(Col *dst, Py_ssize_t dst_rows, Col *src, Py_ssize_t src_rows) {
+    if (!dst->is_str && !dst->dense && dst->any && to_dense(dst, dst_rows) < 0) return -1;
+    if (!src->is_str && !src->dense && to_dense(src, src_rows) < 0) return -1;
+    Col *tail = malloc(sizeof(Col));
+    if (!tail) return -1;
+    *tail = *src;
+    memset(src, 0, sizeof(Col));
+    dst->tail = tail;
+    dst->tail_rows = src_rows;
+    return 0;
 }
 
 /* Append src's rows after dst's (both columns of the same kind). */
@@ -1214,22 +1259,28 @@ static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin
     if (started) pthread_join(thread, NULL);
     int ok = rc == 1 && sc->p == hint && second->rc == 0;
     if (ok) {
+        Py_ssize_t second_rows = second->rows, second_begin_end = second->begin_end;
+        const char *second_end = second->sc.p;
         /* each half column freed once appended: they were all alive until the end, ~1/5
          * of the scan's peak memory */
-        for (int i = 0; i < N_COLS && ok; i++) {
-            ok = append_col(&cols[i], *rows, &second->cols[i], second->rows) == 0;
+        int merged = 1;
+        for (int i = 0; i < N_COLS && merged; i++) {
+            merged = (keeps_tail(&cols[i], &second->cols[i])
+                      ? set_tail(&cols[i], *rows, &second->cols[i], second->rows)
+                      : append_col(&cols[i], *rows, &second->cols[i], second->rows)) == 0;
             free_col(&second->cols[i]);
         }
-        if (ok) {
-            used_threads = 2;
-            *rows += second->rows;
-            *begin_end += second->begin_end;
-            sc->p = second->sc.p;
-        }
+        free_cols(second->cols);
+        free(second);
+        if (!merged) { sc->err = "out of memory"; return -1; } /* columns half merged */
+        used_threads = 2;
+        *rows += second_rows;
+        *begin_end += second_begin_end;
+        sc->p = second_end;
+        return 0;
     }
     free_cols(second->cols);
     free(second);
-    if (ok) return 0;
     if (rc < 0) return -1;
     if (rc == 1 && sc->p == hint) {
         /* the second half failed on its own: finish sequentially (it reports the error) */
