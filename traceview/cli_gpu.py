@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
 
+from traceview import store
 from traceview.cli_common import (
     add_input_args, add_json_arg, add_window_args, emit_json, open_traceset, parse_ranks,
     parse_steps, ranks_in_window,
@@ -80,13 +82,20 @@ def _window(args: argparse.Namespace):
                   time_ns=parse_time_window(args.time), skip_warmup=args.skip_warmup)
 
 
-def _events(args: argparse.Namespace) -> tuple[pl.LazyFrame, dict[str, Any]]:
+def _events(args: argparse.Namespace
+            ) -> tuple[pl.LazyFrame, dict[str, Any], Callable[[], pl.DataFrame]]:
+    """The window's events, its description for --json, and a function giving its classified
+    GPU rows (``prepared_gpu``), kept in the cache folder for the next command on the same
+    ranks (``traceview.derived``)."""
+    from traceview.analyses.overlap import prepared_gpu
     from traceview.analyses.window import remember_ranks, select
+    from traceview.derived import cached_gpu
 
     window = _window(args)
     ts = open_traceset(args)
     events = select(ts.analysis_events(), window)
-    if window.steps is not None or window.skip_warmup or window.time_ns is not None:
+    whole_ranks = window.steps is None and not window.skip_warmup and window.time_ns is None
+    if not whole_ranks:
         # These windows join and aggregate over the whole selection: do it once, not in
         # every query the analyses make.
         events = events.collect().lazy()
@@ -98,7 +107,13 @@ def _events(args: argparse.Namespace) -> tuple[pl.LazyFrame, dict[str, Any]]:
     # selects (filters and projections reach the Parquet reader).
     info = {"ranks": args.ranks, "steps": args.steps, "time": args.time,
             "skip_warmup": args.skip_warmup}
-    return events, info
+    cache_dir = (None if not whole_ranks or getattr(args, "no_cache", False)
+                 else getattr(args, "cache_dir", None) or store.default_cache_dir())
+
+    def classified_gpu() -> pl.DataFrame:
+        return cached_gpu(ts, window.ranks, lambda: prepared_gpu(events), cache_dir)
+
+    return events, info, classified_gpu
 
 
 def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
@@ -135,13 +150,12 @@ def run_gaps(args: argparse.Namespace) -> int:
         GapOptions, gap_causes, gap_histogram, gaps, largest_gaps, no_gpu_ranks,
     )
     from traceview.analyses.host import host_events
-    from traceview.analyses.overlap import prepared_gpu
 
-    events, info = _events(args)
+    events, info, classified_gpu = _events(args)
     opts = GapOptions(launch_overhead_ns=parse_duration(args.launch_overhead))
     with ThreadPoolExecutor(1) as beside:  # each read once, shared below, the two at once
         host = beside.submit(host_events, events, without=("pid", "tid"))  # no self time
-        gpu = prepared_gpu(events)
+        gpu = classified_gpu()
         host = host.result()
     g = gaps(events, per_stream=args.per_stream, options=opts, gpu=gpu, host=host)
     by = ["rank", "device", "stream"] if args.per_stream else ["rank", "device"]
@@ -192,10 +206,11 @@ def _short(name: str | None, n: int = 40) -> str:
 def run_overlap(args: argparse.Namespace) -> int:
     from traceview.analyses.overlap import overlap
 
-    events, info = _events(args)
-    df = overlap(events, per_step=args.per_step)
+    events, info, classified_gpu = _events(args)
+    gpu = classified_gpu()
+    df = overlap(events, per_step=args.per_step, gpu=gpu)
     if args.per_step:  # per-step rows plus the whole-trace row of each rank
-        whole = overlap(events).filter(pl.col("device").is_not_null())
+        whole = overlap(events, gpu=gpu).filter(pl.col("device").is_not_null())
         df = pl.concat([df, whole.join(df.filter(pl.col("step").is_null()).select(
             "rank", "device"), on=["rank", "device"], how="anti")], how="diagonal_relaxed"
         ).sort("rank", "device", "step", nulls_last=True)
@@ -221,17 +236,16 @@ def run_breakdown(args: argparse.Namespace) -> int:
         with_self_time,
     )
     from traceview.analyses.host import host_events
-    from traceview.analyses.overlap import prepared_gpu
     from traceview.analyses.window import step_spans
 
-    events, info = _events(args)
+    events, info, classified_gpu = _events(args)
     # Each read once and shared: the GPU events, and the host rows (step markers, ops and
     # launches; the functions below read nothing else from the events they are given, and
     # no op behind a launch: no external ids).
     with ThreadPoolExecutor(1) as beside:  # the host side beside the GPU side
         host = host_events(events, without=("external_id",))
         ops = beside.submit(with_self_time, host)  # shared by both rankings
-        gpu = prepared_gpu(events)
+        gpu = classified_gpu()
         steps = step_breakdown(events, gpu=gpu, spans=step_spans(host))
         kernels = top_kernels(events, n=args.top, gpu=gpu)
         ops = ops.result()
@@ -276,17 +290,16 @@ def run_breakdown(args: argparse.Namespace) -> int:
 
 def run_summary(args: argparse.Namespace) -> int:
     from traceview.analyses.host import host_events
-    from traceview.analyses.overlap import prepared_gpu
     from traceview.analyses.summary import summary, worst_straggler
     from traceview.analyses.window import step_spans
 
-    events, info = _events(args)
+    events, info, classified_gpu = _events(args)
     # read once: gaps and the step ranges look up these rows (by name, time and launch)
     host = host_events(events, without=("pid", "tid", "external_id"))
     spans = step_spans(host)  # shared by the summary and the straggler analysis
     with ThreadPoolExecutor(1) as beside:  # the straggler analysis reads other rows
         straggler = beside.submit(worst_straggler, events, spans=spans)
-        df = summary(events, gpu=prepared_gpu(events), spans=spans, host=host)
+        df = summary(events, gpu=classified_gpu(), spans=spans, host=host)
         straggler = straggler.result()
     if args.json:
         emit_json({"window": info, "ranks": _records(df), "worst_straggler": straggler})

@@ -1,0 +1,90 @@
+"""Results derived from stored events, kept in the cache folder beside them.
+
+Four commands (gaps, overlap, breakdown, summary) start from the same classified GPU rows
+(``analyses.overlap.prepared_gpu``). Classifying them takes 0.13-0.28 s on 8 x 100 MB of
+traces; reading them back takes ~0.02 s (docs/performance.md, log 22). So the first command
+on a trace set keeps them in ``CACHE_DIR/derived/`` and the next ones read them.
+
+The key names everything the rows depend on: each events file (a content-addressed cache
+entry, with its size and modification time), how its ranks map to the set's ranks, the
+window's ranks, the Polars version and the source code of the modules that compute them (any
+edit to them is a new key). Inputs the key cannot name are computed afresh every time: events outside the cache
+folder (a store folder, ``--no-cache``), windows of steps or time (the CLI collects those in
+memory), custom classification patterns.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from traceview import store
+
+#: The modules whose code decides the classified GPU rows.
+_GPU_MODULES = ("traceview.analyses.overlap", "traceview.analyses.classify",
+                "traceview.analyses.window", __name__)
+
+
+def cached_gpu(ts: Any, ranks: Sequence[int] | None, compute: Callable[[], pl.DataFrame],
+               cache_dir: str | Path | None) -> pl.DataFrame:
+    """``compute()`` (the classified GPU rows of ``ts``'s events restricted to ``ranks``),
+    read from the cache folder when an earlier command kept them, else computed and kept."""
+    key = _key(ts, ranks, cache_dir)
+    if key is None:
+        return compute()
+    path = Path(cache_dir) / "derived" / f"gpu-{key}.parquet"
+    try:
+        return pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError):
+        pass  # not kept yet (or unreadable): compute it
+    gpu = compute()
+    try:  # uncompressed: written in 0.04 s, read in 0.01 s; zstd or LZ4 took 2-3x that
+        store.atomic_write(path, lambda tmp: gpu.write_parquet(
+            tmp, compression="uncompressed", statistics=False))
+    except OSError:
+        pass  # a read-only cache folder: compute it next time too
+    return gpu
+
+
+def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None) -> str | None:
+    """The hash naming the derived rows, or None when the inputs cannot be named safely."""
+    import xxhash
+
+    if cache_dir is None:
+        return None
+    folder = Path(cache_dir).resolve()
+    files = []
+    for part in getattr(ts, "_parts", None) or [None]:
+        path = Path(getattr(part, "path", "") or "").resolve()
+        if part is None or not path.is_relative_to(folder) or not path.is_file():
+            return None
+        st = path.stat()
+        files.append([str(path), st.st_size, st.st_mtime_ns, part.file_id, part.rank,
+                      sorted(part.rank_map.items())])
+    code = _code_id()
+    if code is None:
+        return None
+    ident = orjson.dumps([code, pl.__version__, files,
+                          sorted(ranks) if ranks is not None else None])
+    return xxhash.xxh3_128_hexdigest(ident)
+
+
+def _code_id() -> str | None:
+    """A hash of the source of ``_GPU_MODULES`` (None when a source file cannot be read)."""
+    import importlib
+
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    for name in _GPU_MODULES:
+        module = sys.modules.get(name) or importlib.import_module(name)
+        try:
+            digest.update(Path(module.__file__).read_bytes())
+        except (OSError, TypeError):
+            return None
+    return digest.hexdigest()
