@@ -54,6 +54,9 @@ class EventBatches:
     step_keys: pl.DataFrame
     batch: Callable[[int, int], pa.Table]
     batch_rows: int = 1 << 16
+    #: columns null in every row, known before the batches are built: cache files leave
+    #: them out (``store.write_event_batches``)
+    null_columns: frozenset[str] = frozenset()
 
     def ranges(self) -> Iterator[tuple[int, int]]:
         """Row ranges of the batches; an empty file has one empty batch (it has a schema)."""

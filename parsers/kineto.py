@@ -94,7 +94,8 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
                             "dur_ns", series_of(raw.full("correlation"), "correlation"))
     raw = raw.drop("ts_ns").drop("dur_ns")  # the key frame holds them (with the clock base)
     facts = _text_facts(raw)
-    batches = EventBatches(keys.height, step_keys, partial(_batch, keys, raw, facts))
+    batches = EventBatches(keys.height, step_keys, partial(_batch, keys, raw, facts),
+                           null_columns=_empty_columns(raw))
     return ParsedFile(
         path=str(path),
         format="kineto-json-gz" if path.name.endswith(".gz") else "kineto-json",
@@ -337,6 +338,14 @@ def _batch(keys: pl.DataFrame, raw: RawColumns, facts: dict[str, pl.DataFrame], 
     return pa.Table.from_arrays(
         [pa.nulls(rows, f.type) if columns[f.name] is None else as_type(columns[f.name], f.type)
          for f in schema.EVENTS_ARROW], schema=schema.EVENTS_ARROW)
+
+
+def _empty_columns(raw: RawColumns) -> frozenset[str]:
+    """The stored columns that the batches take from the scanner as they are (not derived)
+    and that hold no value in any row: labels, memory or FLOP counters a trace never has."""
+    as_scanned = (set(raw.columns) & set(schema.EVENT_COLUMN_NAMES)) - set(_DERIVED) - {
+        "kind", "ts_ns", "dur_ns"}
+    return frozenset(name for name in as_scanned if not raw.has_values(name))
 
 
 def _constant_int32(rows: int, value: int) -> pa.Array:

@@ -91,6 +91,15 @@ class RawColumns:
     def full(self, name: str) -> pa.Array:
         return self.slice(name, 0, self.num_rows)
 
+    def has_values(self, name: str) -> bool:
+        """Whether any row of the column holds a value."""
+        column = self.columns[name]
+        if column is None:
+            return False
+        if isinstance(column, (Sparse, SparseText)):
+            return len(column.rows) > 0
+        return column.null_count < len(column)
+
     def filter(self, keep: pa.Array) -> RawColumns:
         """Only the rows where ``keep`` is true (rare: rows without a time are dropped)."""
         mask = series_of(keep).fill_null(False).to_numpy()  # pyarrow's would import pandas

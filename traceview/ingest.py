@@ -154,7 +154,8 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
 
         events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
     if isinstance(parsed.events, EventBatches):
-        store.write_event_batches(batches_with_steps(parsed.events), events_path)
+        store.write_event_batches(batches_with_steps(parsed.events), events_path,
+                                  leave_out=parsed.events.null_columns)
     else:
         store.write_events(with_steps(parsed.events), events_path, omit_null_columns=True)
     result = FileResult(

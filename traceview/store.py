@@ -14,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -172,17 +172,23 @@ def write_events(table: pa.Table, target: Path, *, omit_null_columns: bool = Fal
                                                     **parquet_options(table.schema)))
 
 
-def write_event_batches(batches: Iterable[pa.Table], target: Path) -> None:
+def write_event_batches(batches: Iterable[pa.Table], target: Path, *,
+                        leave_out: Collection[str] = ()) -> None:
     """Write event batches (one events schema) as one Parquet file, a row group per batch.
 
     A thread writes batch N (pyarrow encodes and compresses without the GIL) while the caller
     builds batch N+1, so the two cores share the work; at most two batches are alive.
+    ``leave_out``: columns null in every row of every batch, not written (as ``write_events``
+    with ``omit_null_columns``; ``scan_events`` gives them back): each cost the writer ~4 ms
+    per 1.4 M rows of a column it had nothing to say about.
     """
     def write(tmp: Path) -> None:
         writer = None
         with ThreadPoolExecutor(1) as pool:
             pending = None
             for table in batches:
+                if leave_out:
+                    table = table.drop_columns(list(leave_out))
                 if writer is None:
                     table_schema = _with_version(table.schema)
                     writer = pq.ParquetWriter(tmp, table_schema, **parquet_options(table_schema))
