@@ -44,8 +44,19 @@ def _tic() -> tuple[float, float]:
 def _toc(tic: tuple[float, float]) -> float:
     """Wall seconds since ``tic``; the CPU seconds (this process and its waited-for workers)
     are added to ``cpu_s``, which is robust to other users' load where wall time is not."""
+    wall = time.perf_counter() - tic[0]
+    _stop_fork_server()
     _CPU["s"] += _cpu() - tic[1]
-    return time.perf_counter() - tic[0]
+    return wall
+
+
+def _stop_fork_server() -> None:
+    """Ingest workers fork from multiprocessing's fork server (``executors.local_pool``),
+    which waits for them, not this process: their CPU time reaches this process's children
+    only once the server exits and is waited for. Stop it (after the wall clock)."""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()  # a no-op when none was started
 
 
 def _peak_mb() -> dict[str, float]:
@@ -154,9 +165,7 @@ def op_ingest(a: dict[str, Any]) -> dict[str, Any]:
         ts = traceview.open(a["paths"], cache_dir=cache)
         workers = None
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
+        from traceview.executors import local_pool
         from traceview.ingest import discover, ingest, worker_count
         from traceview.traceset import _from_ingest
 
@@ -164,8 +173,7 @@ def op_ingest(a: dict[str, Any]) -> dict[str, Any]:
         budget = a.get("memory_budget_mb")
         workers = a.get("workers") or worker_count(
             files, memory_budget=None if budget is None else int(budget * 2**20))
-        with ProcessPoolExecutor(max_workers=workers,
-                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+        with local_pool(workers) as pool:  # the pool traceview.open would start
             ts = _from_ingest(ingest(files, cache_dir=cache, executor=pool))
     wall = _toc(t)
     files = ts.files

@@ -1,10 +1,11 @@
-"""Executors without Dask: spawn pools, retries, a dead worker, per-file failures, stores on
+"""Executors without Dask: local process pools, retries, a dead worker, per-file failures, stores on
 fsspec/pyarrow filesystems, and per-rank summaries checked by hand and against the whole-frame
 analyses."""
 
 from __future__ import annotations
 
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 GLOO = REPO / "fixtures" / "data" / "gloo_ddp_2r"
 
 
-# --- task functions (module level: spawn workers import them by name) ------------------------
+# --- task functions (module level: workers import them by name) ------------------------
 
 def flaky(marker_dir: str, key: str, fail_times: int) -> str:
     """Raises on its first ``fail_times`` attempts (counted in files, across processes)."""
@@ -61,10 +62,20 @@ def test_spec_validation() -> None:
         ExecutorSpec("local", retries=-1)
 
 
-def test_local_pool_is_spawn() -> None:
-    ex = local_pool(1)
+def polars_sum(n: int) -> int:
+    return int(pl.DataFrame({"x": list(range(n))}).select(pl.col("x").sum()).item())
+
+
+def test_local_pool_never_forks_the_caller() -> None:
+    """Workers come from the fork server (Linux) or are spawned, never forked from this
+    process, whose Polars thread pool has run: a Polars query in a worker completes."""
+    assert polars_sum(10) == 45  # this process's Polars threads have started
+    ex = local_pool(2)
     try:
-        assert ex._mp_context.get_start_method() == "spawn"
+        expected = "forkserver" if sys.platform.startswith("linux") else "spawn"
+        assert ex._mp_context.get_start_method() == expected
+        futures = [ex.submit(polars_sum, 1000) for _ in range(2)]
+        assert [f.result(timeout=120) for f in futures] == [499500, 499500]
     finally:
         ex.shutdown()
 

@@ -252,7 +252,7 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     """Parse every input (in parallel), then resolve ranks across files.
 
     ``executor``: an ``Executor``, a :class:`traceview.executors.ExecutorSpec`, ``"local"`` or
-    ``"dask"``; None parses small inputs in this process and large ones in a spawn pool.
+    ``"dask"``; None parses small inputs in this process and large ones in a local pool.
     A task that raises is retried; one that keeps failing is reported like a bad file.
     """
     files, ignored = discover_with_ignored(paths)
@@ -302,7 +302,7 @@ def _ingest_parallel(files: list[Path], cache: str | None, options: dict[str, An
                      progress: bool, executor: Any, ids: dict[Path, str | None] | None = None,
                      ) -> list[FileResult | tuple[str, str, int]]:
     """Map :func:`_ingest_task` over the files on ``executor``: an ``Executor``, an
-    ``ExecutorSpec``, ``"local"``/``"dask"``, or None (own spawn pool sized by memory)."""
+    ``ExecutorSpec``, ``"local"``/``"dask"``, or None (own local pool sized by memory)."""
     from contextlib import nullcontext
 
     from traceview.executors import (
