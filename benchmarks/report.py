@@ -218,17 +218,21 @@ def render(res: dict[str, Any]) -> str:
                           [[k, _s(r), _cpu(r), _rate(i["json_mb"], r), _mb(r, "tree_rss_mb")]
                            for k, r in sc.items()]))
         sp = _ratio(sc["1"].get("wall_s"), sc["2"].get("wall_s"))
-        out.append(f"\nSpeed-up with 2 workers on 2 cores: {_f(sp, '.2f')}x (ideal 2). This is "
-                   "a wall-time ratio and only means something when the load average is well "
-                   "below 2; CPU seconds show the parallel overhead (spawned workers import "
-                   "traceview again).\n")
-        targets.append(["multi-rank ingest scales with the cores (2 workers vs 1)",
-                        f"{_f(sp, '.2f')}x of ideal 2x", _ok(sp, 1.6)])
         # One worker already runs its scan and its Parquet writer on two threads, so the
-        # 1-vs-2 ratio understates scaling; how busy the cores are says it directly.
+        # ideal of 2 workers against 1 is 2 cores over the cores one worker keeps busy, not 2.
         busy = {k: _ratio(r.get("cpu_s"), r.get("wall_s")) for k, r in sc.items()}
+        ideal = _ratio(2, busy.get("1"))
+        out.append(f"\nSpeed-up with 2 workers on 2 cores: {_f(sp, '.2f')}x. One worker keeps "
+                   f"{_f(busy.get('1'), '.2f')} cores busy, so the ideal is 2 / "
+                   f"{_f(busy.get('1'), '.2f')} = {_f(ideal, '.2f')}x, not 2x. This is a "
+                   "wall-time ratio and only means something when the load average is well "
+                   "below 2; CPU seconds show the parallel overhead.\n")
         out.append("Cores kept busy (CPU s / wall s): " + ", ".join(
             f"{k} worker(s) {_f(b, '.2f')}" for k, b in busy.items()) + " (2 cores).\n")
+        targets.append(["multi-rank ingest scales with the cores (2 workers vs 1, "
+                        "ideal 2 / cores one worker keeps busy)",
+                        f"{_f(sp, '.2f')}x of ideal {_f(ideal, '.2f')}x",
+                        _ok(sp, None if ideal is None else 0.8 * ideal)])
         targets.append(["multi-rank ingest keeps both cores busy (CPU s / wall s, 2 workers)",
                         f"{_f(busy.get('2'), '.2f')} of 2", _ok(busy.get("2"), 1.6)])
         out.extend(_core_scaling(res, i, targets))
@@ -336,7 +340,10 @@ def render(res: dict[str, Any]) -> str:
         out.append("Wall-time ratios are what a user waits; CPU-time ratios are what the code "
                    "costs and are far less disturbed by other users' load (for single-threaded "
                    "steps on an idle machine they are equal). Read both with the load average "
-                   "above.\n")
+                   "above. The issue sets its targets for this 2-core machine, so the wall rows "
+                   "decide whether one is met; a CPU row marked no (the single-rank ingest's "
+                   "MB/s of CPU time, which would be its rate on one core) says what the code "
+                   "costs, not that a target is missed.\n")
         out.append(_table(["target", "measured", "met?"], targets))
     return "\n".join(out) + "\n"
 
