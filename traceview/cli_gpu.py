@@ -15,7 +15,6 @@ from typing import Any
 
 import polars as pl
 
-from traceview import store
 from traceview.cli_common import (
     add_input_args, add_json_arg, add_window_args, emit_json, open_traceset, parse_ranks,
     parse_steps, ranks_in_window,
@@ -107,8 +106,7 @@ def _events(args: argparse.Namespace
     # selects (filters and projections reach the Parquet reader).
     info = {"ranks": args.ranks, "steps": args.steps, "time": args.time,
             "skip_warmup": args.skip_warmup}
-    cache_dir = (None if not whole_ranks or getattr(args, "no_cache", False)
-                 else getattr(args, "cache_dir", None) or store.default_cache_dir())
+    cache_dir = ts.cache_dir if whole_ranks else None
 
     def classified_gpu() -> pl.DataFrame:
         return cached_gpu(ts, window.ranks, lambda: prepared_gpu(events), cache_dir)

@@ -27,8 +27,8 @@ process is replaced before the retry.
 from __future__ import annotations
 
 import multiprocessing
-import sys
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool

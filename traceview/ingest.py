@@ -182,9 +182,7 @@ def with_steps(table: pa.Table) -> pa.Table:
 
     keys = pl.from_arrow(table.select(["rank", "kind", "name", "ts_ns", "dur_ns",
                                        "correlation"]))
-    step = step_of_events(keys).cast(pl.Int32).to_arrow()
-    index = table.schema.get_field_index("step")
-    return table.set_column(index, table.schema.field("step"), step)
+    return _set_step(table, step_of_events(keys).cast(pl.Int32).to_arrow())
 
 
 def batches_with_steps(batches: EventBatches) -> Iterator[pa.Table]:
@@ -195,9 +193,13 @@ def batches_with_steps(batches: EventBatches) -> Iterator[pa.Table]:
 
     steps = StepsOfRows(batches.step_keys)
     for (start, stop), table in zip(batches.ranges(), batches, strict=True):
-        index = table.schema.get_field_index("step")
-        step = steps.rows(start, stop).to_arrow()
-        yield table.set_column(index, table.schema.field("step"), step)
+        yield _set_step(table, steps.rows(start, stop).to_arrow())
+
+
+def _set_step(table: pa.Table, step: pa.Array) -> pa.Table:
+    """``table`` with ``step`` as its step column (no other column is copied)."""
+    return table.set_column(table.schema.get_field_index("step"), table.schema.field("step"),
+                            step)
 
 
 def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any],

@@ -52,6 +52,9 @@ class TraceSet:
         self.skipped = list(skipped)
         #: where per-rank work runs (``traceview.executors.ExecutorSpec``/``Executor``), or None
         self.executor: Any = None
+        #: the cache folder the events files live in (results derived from them may be kept
+        #: there too: ``traceview.derived``); None for a store, a URL or ``cache=False``
+        self.cache_dir: str | Path | None = None
 
     @property
     def events(self) -> pl.LazyFrame:
@@ -139,7 +142,7 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
          scheduler: str | None = None) -> TraceSet:
     """Open trace files, folders of traces, or a store (folder or URL) written by ``ingest -o``.
 
-    ``executor``: where files are parsed: ``"local"`` (spawn processes), ``"dask"`` (with
+    ``executor``: where files are parsed: ``"local"`` (local processes), ``"dask"`` (with
     ``scheduler`` ADDRESS, or a local cluster started and closed here), an
     ``ExecutorSpec`` or any ``concurrent.futures.Executor``; None: in this process for small
     inputs, local processes for large ones.
@@ -174,6 +177,7 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
                     options=options, progress=progress, executor=executor)
     ts = _from_ingest(result)
     ts.executor = executor
+    ts.cache_dir = cache_dir if cache else None  # a temporary folder is not worth keeping in
     return ts
 
 
