@@ -13,7 +13,6 @@ import traceview
 from traceview import derived
 from traceview.analyses.overlap import prepared_gpu
 from traceview.cli import main
-from traceview.cli_gpu import _events
 
 from tests.test_gpu_cli import write_trace
 
@@ -21,6 +20,10 @@ from tests.test_gpu_cli import write_trace
 @pytest.fixture()
 def traces(tmp_path: Path) -> list[str]:
     return [str(write_trace(tmp_path / f"rank{r}.json", r)) for r in (0, 1)]
+
+
+def _trace_set(*args, **kwargs):
+    return traceview.open(*args, **kwargs).traceset
 
 
 def _kept(cache: Path) -> list[Path]:
@@ -33,23 +36,23 @@ def _never() -> pl.DataFrame:
 
 def test_kept_rows_read_back_exactly(traces, tmp_path) -> None:
     cache = tmp_path / "cache"
-    ts = traceview.open(traces, cache_dir=cache)
+    ts = _trace_set(traces, cache_dir=cache)
     fresh = prepared_gpu(ts.analysis_events())
     first = derived.cached_gpu(ts, None, lambda: fresh, cache)
     assert first.equals(fresh) and len(_kept(cache)) == 1
-    again = derived.cached_gpu(traceview.open(traces, cache_dir=cache), None, _never, cache)
+    again = derived.cached_gpu(_trace_set(traces, cache_dir=cache), None, _never, cache)
     assert again.equals(fresh) and again.schema == fresh.schema  # Categorical names too
 
 
 def test_the_key_names_the_ranks_the_files_and_the_code(traces, tmp_path, monkeypatch) -> None:
     cache = tmp_path / "cache"
-    ts = traceview.open(traces, cache_dir=cache)
+    ts = _trace_set(traces, cache_dir=cache)
     events = ts.analysis_events()
     derived.cached_gpu(ts, None, lambda: prepared_gpu(events), cache)
     one = derived.cached_gpu(ts, [1], lambda: prepared_gpu(events).filter(pl.col("rank") == 1),
                              cache)
     assert one["rank"].unique().to_list() == [1] and len(_kept(cache)) == 2
-    only_rank0 = traceview.open(traces[:1], cache_dir=cache)  # another set of files
+    only_rank0 = _trace_set(traces[:1], cache_dir=cache)  # another set of files
     derived.cached_gpu(only_rank0, None, lambda: prepared_gpu(only_rank0.analysis_events()),
                        cache)
     assert len(_kept(cache)) == 3
@@ -61,7 +64,7 @@ def test_the_key_names_the_ranks_the_files_and_the_code(traces, tmp_path, monkey
 
 
 def test_inputs_outside_the_cache_folder_are_never_kept(traces, tmp_path) -> None:
-    ts = traceview.open(traces, cache=False)  # events in a temporary folder
+    ts = _trace_set(traces, cache=False)  # events in a temporary folder
     calls = []
     for _ in range(2):
         derived.cached_gpu(ts, None, lambda: calls.append(1) or prepared_gpu(
@@ -71,7 +74,7 @@ def test_inputs_outside_the_cache_folder_are_never_kept(traces, tmp_path) -> Non
 
 def test_an_unreadable_kept_file_is_computed_again(traces, tmp_path) -> None:
     cache = tmp_path / "cache"
-    ts = traceview.open(traces, cache_dir=cache)
+    ts = _trace_set(traces, cache_dir=cache)
     fresh = prepared_gpu(ts.analysis_events())
     derived.cached_gpu(ts, None, lambda: fresh, cache)
     _kept(cache)[0].write_bytes(b"not parquet")
@@ -93,9 +96,6 @@ def test_commands_answer_the_same_from_kept_rows(traces, tmp_path, capsys, comma
 
 def test_windows_of_steps_compute_their_rows(traces, tmp_path) -> None:
     """A window of steps is collected in memory: its rows are not kept."""
-    args = type("Args", (), dict(paths=traces, ranks=None, steps="2:3", time=None,
-                                 skip_warmup=0, cache_dir=str(tmp_path / "cache"),
-                                 no_cache=False))()
-    _, _, classified_gpu = _events(args)
-    assert classified_gpu()["step"].unique().to_list() == [2]
+    run = traceview.open(traces, steps="2:3", cache_dir=tmp_path / "cache")
+    assert run.gpu["step"].unique().to_list() == [2]
     assert not _kept(tmp_path / "cache")

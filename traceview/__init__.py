@@ -1,7 +1,13 @@
 """traceview: offline analysis of PyTorch-profiler (Kineto) and Nsight Systems traces.
 
+``traceview.open(PATH, ranks=, steps=, align=)`` gives a :class:`Run`; every analysis command
+is a method of it (``run.summary()``, ``run.stragglers()`` ...) whose result's ``to_dict()``
+is that command's ``--json``.
+
 >>> import traceview
 >>> traceview.__version__ >= "0.1"
+True
+>>> "open" in dir(traceview) and "Run" in dir(traceview)
 True
 """
 
@@ -11,15 +17,34 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-from traceview.errors import TraceviewError, UnreadableTraceError  # noqa: E402
+from traceview.errors import (  # noqa: E402
+    CheckFailed, RankConflictError, TraceviewError, UnreadableTraceError, UsageError,
+)
 
-__all__ = ["TraceSet", "TraceviewError", "UnreadableTraceError", "open", "__version__"]
+#: Public names loaded on first use, so `import traceview` stays light (no Polars import until
+#: a trace set is opened): name -> module.
+_LAZY: dict[str, str] = {
+    "open": "traceview.run",
+    "Run": "traceview.run",
+    "RunOptions": "traceview.run",
+    "ANALYSES": "traceview.run",
+    "Result": "traceview.result",
+    "TraceSet": "traceview.traceset",
+}
+
+__all__ = ["ANALYSES", "CheckFailed", "RankConflictError", "Result", "Run", "RunOptions",
+           "TraceSet", "TraceviewError", "UnreadableTraceError", "UsageError", "open",
+           "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: `import traceview` stays light (no Polars import until a trace set is opened).
-    if name in ("open", "TraceSet"):
-        from traceview import traceset
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'traceview' has no attribute {name!r}")
+    import importlib
 
-        return getattr(traceset, name)
-    raise AttributeError(f"module 'traceview' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:  # tab completion lists the lazy names too
+    return sorted({*globals(), *__all__})

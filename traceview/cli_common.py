@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from traceview.errors import UsageError
+from traceview.selection import parse_ranks, parse_steps  # noqa: F401 - the options' parsers
 
 
 def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True) -> None:
@@ -37,8 +38,11 @@ def add_executor_args(parser: argparse.ArgumentParser) -> None:
                         help="retries of a failed worker task (default 2)")
 
 
-def add_json_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+def add_json_arg(parser: argparse.ArgumentParser, *, csv: bool = False) -> None:
+    out = parser.add_mutually_exclusive_group() if csv else parser
+    out.add_argument("--json", action="store_true", help="machine-readable output")
+    if csv:
+        out.add_argument("--csv", action="store_true", help="the main table as CSV")
 
 
 def add_window_args(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +53,17 @@ def add_window_args(parser: argparse.ArgumentParser) -> None:
                         help="drop the first N profiler steps of each rank")
 
 
+#: Clock alignment methods (``traceview.align.METHODS``, not imported: a command that does not
+#: align should not pay for loading it).
+ALIGN_METHODS: tuple[str, ...] = ("auto", "none", "host", "collectives")
+
+
+def add_align_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--align", choices=ALIGN_METHODS, default="auto",
+                        help="clock alignment: auto (collectives, ranks of one host pooled "
+                             "unless contradicted), collectives, host, none")
+
+
 def parse_rank_map(items: list[str]) -> dict[str, int]:
     mapping: dict[str, int] = {}
     for item in items:
@@ -57,41 +72,6 @@ def parse_rank_map(items: list[str]) -> dict[str, int]:
             raise UsageError(f"--rank-map wants FILE=RANK, got {item!r}")
         mapping[path] = int(rank)
     return mapping
-
-
-def parse_ranks(spec: str | None) -> list[int] | None:
-    """``"0-3,7"`` -> ``[0, 1, 2, 3, 7]``.
-
-    >>> parse_ranks("0-2,7")
-    [0, 1, 2, 7]
-    """
-    if not spec:
-        return None
-    ranks: set[int] = set()
-    for part in spec.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        try:
-            ranks.update(range(int(lo), int(hi) + 1) if sep else [int(lo)])
-        except ValueError:
-            raise UsageError(f"--ranks wants e.g. 0-3,7, got {spec!r}") from None
-    return sorted(ranks)
-
-
-def parse_steps(spec: str | None) -> tuple[int | None, int | None] | None:
-    """``"5:9"`` -> ``(5, 9)`` (half open); ``"5:"`` -> ``(5, None)``.
-
-    >>> parse_steps("5:9")
-    (5, 9)
-    """
-    if not spec:
-        return None
-    lo, sep, hi = spec.partition(":")
-    try:
-        start = int(lo) if lo.strip() else None
-        stop = int(hi) if hi.strip() else (None if sep else start + 1 if start is not None else None)
-    except ValueError:
-        raise UsageError(f"--steps wants A:B, got {spec!r}") from None
-    return start, stop
 
 
 def executor_spec(args: argparse.Namespace):  # -> ExecutorSpec | None
@@ -108,9 +88,9 @@ def executor_spec(args: argparse.Namespace):  # -> ExecutorSpec | None
 
 def open_traceset(args: argparse.Namespace):  # -> TraceSet
     """Open the command's inputs with the shared options."""
-    import traceview
+    from traceview import traceset
 
-    return traceview.open(
+    return traceset.open(
         args.paths,
         skip_bad=getattr(args, "skip_bad", False),
         rank_map=parse_rank_map(getattr(args, "rank_map", [])),
@@ -119,6 +99,35 @@ def open_traceset(args: argparse.Namespace):  # -> TraceSet
         progress=sys.stderr.isatty(),
         executor=executor_spec(args),
     )
+
+
+def open_run(args: argparse.Namespace):  # -> traceview.run.Run
+    """The Run the command's inputs, window and alignment options describe. A bad option
+    fails before any file is read."""
+    from traceview.run import Run, RunOptions
+
+    options = RunOptions(
+        ranks=getattr(args, "ranks", None), steps=getattr(args, "steps", None),
+        time=getattr(args, "time", None), skip_warmup=getattr(args, "skip_warmup", 0),
+        align=getattr(args, "align", "auto"),
+        reference_rank=getattr(args, "reference_rank", None),
+        tolerance_us=getattr(args, "tolerance_us", 500.0))
+    options.window()
+    return Run(open_traceset(args), options)
+
+
+def emit_result(result: Any, args: argparse.Namespace) -> bool:
+    """Print ``result`` as ``--json`` or ``--csv`` when asked (True), after its warnings on
+    stderr; False when the command should render its text."""
+    for warning in result.warnings:
+        print(f"traceview: warning: {warning}", file=sys.stderr)
+    if getattr(args, "json", False):
+        sys.stdout.write(result.to_json().decode() + "\n")
+        return True
+    if getattr(args, "csv", False):
+        sys.stdout.write(result.to_csv())
+        return True
+    return False
 
 
 def ranks_in_window(ts, ranks: Sequence[int] | None) -> list[int] | None:

@@ -14,21 +14,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import polars as pl
 
-from traceview.align import METHODS, estimate_offsets
-from traceview.analyses.collective_match import MatchResult, comm_events, match_collectives
 from traceview.cli_common import (
-    add_input_args,
-    add_json_arg,
-    add_window_args,
-    emit_json,
-    open_traceset,
-    parse_ranks,
-    ranks_in_window,
-    parse_steps,
+    add_align_arg, add_input_args, add_json_arg, add_window_args, emit_result, open_run,
 )
 
 
@@ -40,11 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ):
         p = sub.add_parser(name, help=help_)
         add_input_args(p)
-        add_json_arg(p)
+        add_json_arg(p, csv=True)
         add_window_args(p)
-        p.add_argument("--align", choices=METHODS, default="auto",
-                       help="clock alignment: auto (collectives, ranks of one host pooled "
-                            "unless contradicted), collectives, host, none")
+        add_align_arg(p)
         p.add_argument("--reference-rank", type=int, default=None, metavar="R",
                        help="rank whose clock is the reference (default: lowest)")
         p.add_argument("--tolerance-us", type=float, default=500.0,
@@ -52,88 +40,39 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(run=run)
 
 
-def _prepare(args: argparse.Namespace) -> tuple[pl.LazyFrame | pl.DataFrame, pl.DataFrame,
-                                                 MatchResult, pl.DataFrame, Any]:
-    """Events (window applied), offsets (from the ranks' whole traces), match, ranks table."""
-    from traceview.analyses.window import Window, remember_ranks, select
-
-    ts = open_traceset(args)
-    ranks = parse_ranks(args.ranks)
-    # A lazy scan: the analyses read only the few rows and columns they select.
-    full = remember_ranks(select(ts.analysis_events(), Window(ranks=ranks)),
-                          ranks_in_window(ts, ranks))
-    tol = int(args.tolerance_us * 1000)
-    match_full = match_collectives(comm_events(full), tolerance_ns=tol)
-    offsets = estimate_offsets(full, method=args.align, reference_rank=args.reference_rank,
-                               hosts=ts.ranks, match=match_full)
-    steps = parse_steps(args.steps)
-    if steps is None and not args.skip_warmup:
-        return full, offsets, match_full, ts.ranks, ts
-    ev = select(full, Window(steps=steps, skip_warmup=args.skip_warmup)).collect()
-    return ev, offsets, match_collectives(comm_events(ev), tolerance_ns=tol), ts.ranks, ts
-
-
-def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
-    return df.to_dicts()
-
-
-def _alignment_summary(offsets: pl.DataFrame) -> dict[str, Any]:
-    ref = offsets.filter(pl.col("note").str.starts_with("reference"))
-    return {
-        "reference_rank": ref.get_column("rank")[0] if ref.height else None,
-        "methods": sorted(set(offsets.get_column("method").to_list())),
-        "max_uncertainty_ns": offsets.get_column("uncertainty_ns").max(),
-    }
-
-
 def run_align(args: argparse.Namespace) -> int:
-    _, offsets, match, _, _ = _prepare(args)
-    summary = _alignment_summary(offsets)
-    if args.json:
-        emit_json({"reference_rank": summary["reference_rank"],
-                   "ranks": _records(offsets), "problems": _records(match.problems)})
+    result = open_run(args).align()
+    if emit_result(result, args):
         return 0
-    print(f"reference rank: {summary['reference_rank']}")
+    offsets = result["ranks"]
+    print(f"reference rank: {result['reference_rank']}")
     print(f"{'rank':>5} {'offset_ns':>16} {'drift_ppm':>10} {'uncert_ns':>11} {'anchors':>8}"
           f"  method       note")
     for r in offsets.iter_rows(named=True):
         unc = "-" if r["uncertainty_ns"] is None else str(r["uncertainty_ns"])
         print(f"{r['rank']:>5} {r['offset_ns']:>16} {r['drift_ppm']:>10.3f} {unc:>11} "
               f"{r['anchors']:>8}  {r['method']:<12} {r['note'] or ''}")
-    _print_problems(match)
+    _print_problems(result["problems"])
     return 0
 
 
-def _print_problems(match: MatchResult) -> None:
-    for p in match.problems.iter_rows(named=True):
+def _print_problems(problems: pl.DataFrame) -> None:
+    for p in problems.iter_rows(named=True):
         who = "" if p["rank"] is None else f" rank {p['rank']}"
         print(f"note: group {p['group']}{who}: {p['problem']}: {p['detail']}")
 
 
 def run_collectives(args: argparse.Namespace) -> int:
-    from traceview.analyses.collectives import (
-        _instances,
-        alpha_beta,
-        collective_ranks,
-        collective_summary,
-    )
-
-    ev, offsets, match, _, _ = _prepare(args)
-    per = collective_ranks(ev, offsets=offsets, match=match)
-    inst = _instances(per)
-    summary = collective_summary(per)
-    fits = alpha_beta(inst)
-    if args.json:
-        emit_json({"instances": _records(inst), "summary": _records(summary),
-                   "alpha_beta": _records(fits), "problems": _records(match.problems),
-                   "alignment": _alignment_summary(offsets)})
+    result = open_run(args).collectives()
+    if emit_result(result, args):
         return 0
+    inst, summary, fits = result["instances"], result["summary"], result["alpha_beta"]
     if inst.height == 0:
         print("no collective was matched across ranks")
-        _print_problems(match)
+        _print_problems(result["problems"])
         return 0
     print(f"{inst.height} collective instances matched across ranks "
-          f"(alignment uncertainty up to {_alignment_summary(offsets)['max_uncertainty_ns']} ns)")
+          f"(alignment uncertainty up to {result['alignment']['max_uncertainty_ns']} ns)")
     print(f"{'name':<16} {'size':<22} {'n':>5} {'p50_us':>10} {'p90_us':>10} {'p99_us':>10}"
           f" {'tail':>6} {'skew_p50_us':>12} {'busbw_GB/s':>11}")
     for r in summary.iter_rows(named=True):
@@ -146,18 +85,15 @@ def run_collectives(args: argparse.Namespace) -> int:
             beta = "-" if r["beta_gbps"] is None else f"{r['beta_gbps']:.2f} GB/s"
             print(f"alpha-beta {r['name']}: alpha {r['alpha_ns'] / 1e3:.1f} us, beta {beta}, "
                   f"relative RMS error {100 * r['rel_rms_error']:.1f}% over {r['instances']}")
-    _print_problems(match)
+    _print_problems(result["problems"])
     return 0
 
 
 def run_stragglers(args: argparse.Namespace) -> int:
-    from traceview.analyses.stragglers import stragglers
-
-    ev, offsets, match, _, _ = _prepare(args)
-    res = stragglers(ev, offsets=offsets, match=match)
-    if args.json:
-        emit_json({"ranks": _records(res), "alignment": _alignment_summary(offsets)})
+    result = open_run(args).stragglers()
+    if emit_result(result, args):
         return 0
+    res = result["ranks"]
     flagged = res.filter(pl.col("flagged"))
     print(f"{flagged.height} straggler(s) flagged" if flagged.height else "no straggler flagged")
     for r in res.iter_rows(named=True):

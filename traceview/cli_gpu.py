@@ -8,20 +8,14 @@ Every command takes the shared input options, ``--ranks 0-3,7``, ``--steps 5:9``
 from __future__ import annotations
 
 import argparse
-import re
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
 
 from traceview.cli_common import (
-    add_input_args, add_json_arg, add_window_args, emit_json, open_traceset, parse_ranks,
-    parse_steps, ranks_in_window,
+    add_align_arg, add_input_args, add_json_arg, add_window_args, emit_result, open_run,
 )
-from traceview.errors import UsageError
-
-_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "": 1}
+from traceview.selection import parse_duration, parse_time_window  # noqa: F401 - re-exported
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,69 +47,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_window_args(p)
     p.add_argument("--time", metavar="A:B", help="time window relative to the first event, "
                    "e.g. 0:2s or 100ms:300ms (events are clipped to it)")
-    add_json_arg(p)
-
-
-def parse_duration(text: str) -> int:
-    """``"1.5ms"`` -> 1500000 (ns); a bare number is ns."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s|)\s*", text)
-    if not m:
-        raise UsageError(f"not a duration: {text!r} (e.g. 250us, 1.5ms, 2s)")
-    return round(float(m.group(1)) * _UNITS[m.group(2)])
-
-
-def parse_time_window(spec: str | None) -> tuple[int | None, int | None] | None:
-    if not spec:
-        return None
-    lo, sep, hi = spec.partition(":")
-    if not sep:
-        raise UsageError(f"--time wants A:B, got {spec!r}")
-    return (parse_duration(lo) if lo.strip() else None,
-            parse_duration(hi) if hi.strip() else None)
-
-
-def _window(args: argparse.Namespace):
-    from traceview.analyses.window import Window
-
-    return Window(ranks=parse_ranks(args.ranks), steps=parse_steps(args.steps),
-                  time_ns=parse_time_window(args.time), skip_warmup=args.skip_warmup)
-
-
-def _events(args: argparse.Namespace
-            ) -> tuple[pl.LazyFrame, dict[str, Any], Callable[[], pl.DataFrame]]:
-    """The window's events, its description for --json, and a function giving its classified
-    GPU rows (``prepared_gpu``), kept in the cache folder for the next command on the same
-    ranks (``traceview.derived``)."""
-    from traceview.analyses.overlap import prepared_gpu
-    from traceview.analyses.window import remember_ranks, select
-    from traceview.derived import cached_gpu
-
-    window = _window(args)
-    ts = open_traceset(args)
-    events = select(ts.analysis_events(), window)
-    whole_ranks = window.steps is None and not window.skip_warmup and window.time_ns is None
-    if not whole_ranks:
-        # These windows join and aggregate over the whole selection: do it once, not in
-        # every query the analyses make.
-        events = events.collect().lazy()
-        known = None
-    else:  # a selection of whole ranks: the files' row counts tell which have events
-        known = ranks_in_window(ts, window.ranks)
-    events = remember_ranks(events, known)  # several analyses ask which ranks have events
-    # Otherwise the events stay a lazy scan: each analysis reads only the rows and columns it
-    # selects (filters and projections reach the Parquet reader).
-    info = {"ranks": args.ranks, "steps": args.steps, "time": args.time,
-            "skip_warmup": args.skip_warmup}
-    cache_dir = ts.cache_dir if whole_ranks else None
-
-    def classified_gpu() -> pl.DataFrame:
-        return cached_gpu(ts, window.ranks, lambda: prepared_gpu(events), cache_dir)
-
-    return events, info, classified_gpu
-
-
-def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
-    return df.to_dicts()
+    add_align_arg(p)
+    add_json_arg(p, csv=True)
 
 
 def _ms(v: Any) -> str:
@@ -144,27 +77,12 @@ def _notes(df: pl.DataFrame) -> list[str]:
 
 
 def run_gaps(args: argparse.Namespace) -> int:
-    from traceview.analyses.gaps import (
-        GapOptions, gap_causes, gap_histogram, gaps, largest_gaps, no_gpu_ranks,
-    )
-    from traceview.analyses.host import host_events
-
-    events, info, classified_gpu = _events(args)
-    opts = GapOptions(launch_overhead_ns=parse_duration(args.launch_overhead))
-    with ThreadPoolExecutor(1) as beside:  # each read once, shared below, the two at once
-        host = beside.submit(host_events, events, without=("pid", "tid"))  # no self time
-        gpu = classified_gpu()
-        host = host.result()
-    g = gaps(events, per_stream=args.per_stream, options=opts, gpu=gpu, host=host)
-    by = ["rank", "device", "stream"] if args.per_stream else ["rank", "device"]
-    causes, hist = gap_causes(g, by=by), gap_histogram(g, by=by)
-    top = largest_gaps(g, events, n=args.top, host=host)
-    missing = no_gpu_ranks(events, g, gpu=gpu)
-    if args.json:
-        emit_json({"window": info, "per_stream": args.per_stream,
-                   "causes": _records(causes), "histogram": _records(hist),
-                   "largest": _records(top), "notes": _records(missing)})
+    result = open_run(args).gaps(per_stream=args.per_stream, top=args.top,
+                                 launch_overhead=args.launch_overhead)
+    if emit_result(result, args):
         return 0
+    by = ["rank", "device", "stream"] if args.per_stream else ["rank", "device"]
+    causes, hist, top, missing = (result[k] for k in ("causes", "histogram", "largest", "notes"))
     print("GPU idle gaps by cause (ms)")
     print(_table([*by, "cause", "count", "total_ms", "max_ms", "share"],
                  [[*(str(r[k]) for k in by), r["cause"], str(r["count"]), _ms(r["total_gap_ns"]),
@@ -202,19 +120,10 @@ def _short(name: str | None, n: int = 40) -> str:
 
 
 def run_overlap(args: argparse.Namespace) -> int:
-    from traceview.analyses.overlap import overlap
-
-    events, info, classified_gpu = _events(args)
-    gpu = classified_gpu()
-    df = overlap(events, per_step=args.per_step, gpu=gpu)
-    if args.per_step:  # per-step rows plus the whole-trace row of each rank
-        whole = overlap(events, gpu=gpu).filter(pl.col("device").is_not_null())
-        df = pl.concat([df, whole.join(df.filter(pl.col("step").is_null()).select(
-            "rank", "device"), on=["rank", "device"], how="anti")], how="diagonal_relaxed"
-        ).sort("rank", "device", "step", nulls_last=True)
-    if args.json:
-        emit_json({"window": info, "rows": _records(df)})
+    result = open_run(args).overlap(per_step=args.per_step)
+    if emit_result(result, args):
         return 0
+    df = result["rows"]
     print(_table(
         ["rank", "dev", "step", "compute_ms", "comm_ms", "overlap_ms", "exposed_ms", "hidden",
          "efficiency", "exp_memcpy_ms", "idle_ms", "bound"],
@@ -229,33 +138,11 @@ def run_overlap(args: argparse.Namespace) -> int:
 
 
 def run_breakdown(args: argparse.Namespace) -> int:
-    from traceview.analyses.breakdown import (
-        launch_delay_rows, launch_delay_summary, step_breakdown, top_cpu_ops, top_kernels,
-        with_self_time,
-    )
-    from traceview.analyses.host import host_events
-    from traceview.analyses.window import step_spans
-
-    events, info, classified_gpu = _events(args)
-    # Each read once and shared: the GPU events, and the host rows (step markers, ops and
-    # launches; the functions below read nothing else from the events they are given, and
-    # no op behind a launch: no external ids).
-    with ThreadPoolExecutor(1) as beside:  # the host side beside the GPU side
-        host = host_events(events, without=("external_id",))
-        ops = beside.submit(with_self_time, host)  # shared by both rankings
-        gpu = classified_gpu()
-        steps = step_breakdown(events, gpu=gpu, spans=step_spans(host))
-        kernels = top_kernels(events, n=args.top, gpu=gpu)
-        ops = ops.result()
-    ops_self = top_cpu_ops(events, n=args.top, by="self_ns", ops=ops)
-    ops_total = top_cpu_ops(events, n=args.top, by="total_ns", ops=ops)
-    delays = launch_delay_summary(launch_delay_rows(host, gpu=gpu))
-    if args.json:
-        emit_json({"window": info, "steps": _records(steps), "top_kernels": _records(kernels),
-                   "top_cpu_ops_by_self": _records(ops_self),
-                   "top_cpu_ops_by_total": _records(ops_total),
-                   "launch_delay": _records(delays)})
+    result = open_run(args).breakdown(top=args.top)
+    if emit_result(result, args):
         return 0
+    steps, kernels, ops_self, delays = (result[k] for k in (
+        "steps", "top_kernels", "top_cpu_ops_by_self", "launch_delay"))
     print("Per-step GPU time (ms): window = compute + exposed comm + exposed memcpy "
           "+ exposed memset + idle")
     print(_table(["rank", "dev", "step", "step_ms", "window_ms", "compute", "exp_comm",
@@ -287,21 +174,10 @@ def run_breakdown(args: argparse.Namespace) -> int:
 
 
 def run_summary(args: argparse.Namespace) -> int:
-    from traceview.analyses.host import host_events
-    from traceview.analyses.summary import summary, worst_straggler
-    from traceview.analyses.window import step_spans
-
-    events, info, classified_gpu = _events(args)
-    # read once: gaps and the step ranges look up these rows (by name, time and launch)
-    host = host_events(events, without=("pid", "tid", "external_id"))
-    spans = step_spans(host)  # shared by the summary and the straggler analysis
-    with ThreadPoolExecutor(1) as beside:  # the straggler analysis reads other rows
-        straggler = beside.submit(worst_straggler, events, spans=spans)
-        df = summary(events, gpu=classified_gpu(), spans=spans, host=host)
-        straggler = straggler.result()
-    if args.json:
-        emit_json({"window": info, "ranks": _records(df), "worst_straggler": straggler})
+    result = open_run(args).summary()
+    if emit_result(result, args):
         return 0
+    df, straggler = result["ranks"], result["worst_straggler"]
     print(_table(
         ["rank", "steps", "step_p50_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "hidden",
          "idle", "top gap cause"],

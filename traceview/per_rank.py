@@ -187,6 +187,7 @@ def map_ranks(ts: Any, *, executor: Any = None, ranks: Sequence[int] | None = No
     from traceview.executors import DEFAULT_RETRIES, ExecutorSpec, TaskFailure, open_executor
     from traceview.executors import run_tasks
 
+    ts = getattr(ts, "traceset", ts)  # a Run maps the ranks of its trace set
     specs = {p.file_id: _part_spec(p) for p in ts._parts}
     paths = dict(ts.files.select("file_id", "path").iter_rows())
     wanted = set(ranks) if ranks is not None else None

@@ -87,9 +87,12 @@ class TraceSet:
             out += [f"{path}: {w}" for w in orjson.loads(warns or "[]")]
         return out
 
-    def sql(self, query: str) -> pl.DataFrame:
-        """Run SQL over the tables ``events``, ``kernels``, ``ranks`` and ``files``."""
-        context = pl.SQLContext(events=self.events, kernels=self.kernels(),
+    def sql(self, query: str, *, events: pl.LazyFrame | None = None) -> pl.DataFrame:
+        """Run SQL over the tables ``events``, ``kernels``, ``ranks`` and ``files``.
+        ``events``: a selection of the events to query instead of all of them."""
+        events = self.events if events is None else events
+        kernels = events.filter(pl.col("kind") == "kernel")
+        context = pl.SQLContext(events=events, kernels=kernels,
                                 ranks=self.ranks.lazy(), files=self.files.lazy())
         try:
             return context.execute(query, eager=True)

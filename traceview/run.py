@@ -1,0 +1,443 @@
+"""Run: one window of one trace set, the only place where analyses are wired together.
+
+``traceview.open(PATH, ranks=, steps=, time=, skip_warmup=, align=)`` gives a Run. It computes
+each shared table once, on first use, and hands it to every analysis that names it:
+
+=================  ==========================================================================
+``events``         the window's events, every column (what ``sql`` and pandas see)
+``gpu``            classified GPU rows (``analyses.overlap.prepared_gpu``), kept on disk
+``host``           host rows: launches, syncs, ops, annotations (``analyses.host``)
+``steps``          host ``ProfilerStep`` ranges (``analyses.window.step_spans``)
+``match``          collective calls paired across ranks, with the problems found
+``offsets``        per-rank clock offsets, drift and uncertainty, from the ranks' whole traces
+``warnings``       what the input files and the tables said about the data
+=================  ==========================================================================
+
+Every analysis command NAME is a method ``run.NAME(**options)`` returning a
+:class:`~traceview.result.Result` whose ``to_dict()`` is ``traceview NAME PATH --json``:
+the CLI is ``run.NAME`` and a renderer, so the two cannot disagree. Clock alignment applies
+by default (``align="auto"``), in Python as on the command line.
+
+>>> import traceview                                       # doctest: +SKIP
+>>> run = traceview.open("fixtures/data/gloo_ddp_2r")      # doctest: +SKIP
+>>> run.stragglers().to_polars()                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from traceview import selection
+from traceview.result import Result
+from traceview.traceset import TraceSet
+
+#: The analysis commands a Run answers, in the order help lists them. Each is a method.
+ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
+                             "stragglers")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """What a Run looks at and how it aligns clocks. Text as the CLI takes it, or values.
+
+    ranks:          ``"0-3,7"`` or ranks; None: every rank.
+    steps:          ``"5:9"``, ``(5, 9)`` or ``range(5, 9)``: profiler steps 5..8.
+    time:           ``"100ms:300ms"`` or ``(start_ns, stop_ns)`` from the first event.
+    skip_warmup:    drop each rank's first N steps.
+    align:          ``auto``, ``collectives``, ``host`` or ``none`` (see ``traceview.align``).
+    reference_rank: the rank whose clock is the reference (default: the lowest).
+    tolerance_us:   how far apart two completions of one collective may be, for time matching.
+    """
+
+    ranks: str | Sequence[int] | None = None
+    steps: str | tuple[int | None, int | None] | range | None = None
+    time: str | tuple[int | None, int | None] | None = None
+    skip_warmup: int = 0
+    align: str = "auto"
+    reference_rank: int | None = None
+    tolerance_us: float = 500.0
+
+    def window(self) -> Any:  # analyses.window.Window
+        """The window these options select; a usage error (before any file is read) when an
+        option does not parse."""
+        from traceview.align import METHODS
+        from traceview.analyses.window import Window
+        from traceview.errors import UsageError
+
+        if self.align not in METHODS:
+            raise UsageError(f"--align wants one of {', '.join(METHODS)}, got {self.align!r}")
+        return Window(ranks=selection.parse_ranks(self.ranks),
+                      steps=selection.parse_steps(self.steps),
+                      time_ns=selection.parse_time_window(self.time),
+                      skip_warmup=self.skip_warmup)
+
+
+class Run:
+    """One window of one :class:`~traceview.traceset.TraceSet` (see the module docstring)."""
+
+    def __init__(self, traceset: TraceSet, options: RunOptions = RunOptions()) -> None:
+        self.traceset = traceset
+        self.options = options
+        self.window = options.window()
+
+    def select(self, **changes: Any) -> Run:
+        """A Run over another window of the same trace set: ``run.select(steps="5:9")``."""
+        return Run(self.traceset, dataclasses.replace(self.options, **changes))
+
+    # --- the window -------------------------------------------------------------------------
+
+    @property
+    def whole_ranks(self) -> bool:
+        """True when the window is a choice of whole ranks (no steps, time or warm-up cut)."""
+        w = self.window
+        return w.steps is None and w.time_ns is None and not w.skip_warmup
+
+    @property
+    def window_info(self) -> dict[str, Any]:
+        """The window as the GPU commands' ``--json`` ``window`` field describes it."""
+        return {"ranks": selection.describe_ranks(self.window.ranks),
+                "steps": selection.describe_steps(self.window.steps),
+                "time": selection.describe_time(self.options.time),
+                "skip_warmup": self.window.skip_warmup}
+
+    @cached_property
+    def ranks_present(self) -> list[int]:
+        """The window's ranks that have events, sorted."""
+        known = self.ranks_with_events()  # from the files' footers: no event read
+        if known is not None:
+            return known
+        from traceview.analyses.window import Window, ranks_present, select
+
+        events = (select(self.traceset.analysis_events(), Window(ranks=self.window.ranks))
+                  if self.whole_ranks else self._analysis_events)
+        return ranks_present(events).get_column("rank").to_list()
+
+    @property
+    def events(self) -> pl.LazyFrame:
+        """The window's events with every column of ``traceview.schema``."""
+        from traceview.analyses.window import select
+
+        return select(self.traceset.events, self.window)
+
+    @cached_property
+    def _rank_events(self) -> pl.LazyFrame:
+        """The window's ranks, every step: clock alignment reads the ranks' whole traces."""
+        from traceview.analyses.window import Window, remember_ranks, select
+
+        lf = select(self.traceset.analysis_events(), Window(ranks=self.window.ranks))
+        known = self.traceset.ranks_with_events()
+        if known is not None and self.window.ranks is not None:
+            known = [r for r in known if r in set(self.window.ranks)]
+        return remember_ranks(lf, known)  # the files' footers tell, for any window
+
+    @cached_property
+    def _analysis_events(self) -> pl.LazyFrame:
+        """The window's events without ``args_json``: every column an analysis reads.
+
+        Whole ranks stay a lazy scan (each analysis reads only the rows and columns it
+        selects); a window of steps or time joins and aggregates over the whole selection, so
+        it is collected once rather than in every query."""
+        if self.whole_ranks:
+            return self._rank_events
+        from traceview.analyses.window import remember_ranks, select
+
+        return remember_ranks(select(self.traceset.analysis_events(), self.window)
+                              .collect().lazy())
+
+    # --- the shared tables --------------------------------------------------------------------
+
+    @cached_property
+    def gpu(self) -> pl.DataFrame:
+        """Classified GPU rows; for a window of whole ranks, kept in the cache folder."""
+        from traceview.analyses.overlap import prepared_gpu
+        from traceview.derived import cached_gpu
+
+        return cached_gpu(self.traceset, self.window.ranks,
+                          lambda: prepared_gpu(self._analysis_events),
+                          self.traceset.cache_dir if self.whole_ranks else None)
+
+    @cached_property
+    def host(self) -> pl.DataFrame:
+        """Host rows the GPU analyses look up (``analyses.host.host_events``)."""
+        from traceview.analyses.host import host_events
+
+        return host_events(self._analysis_events)
+
+    @cached_property
+    def steps(self) -> pl.DataFrame:
+        """Host step ranges: ``rank, step, step_start_ns, step_end_ns, step_time_ns``."""
+        from traceview.analyses.window import step_spans
+
+        return step_spans(self.host)
+
+    @cached_property
+    def match(self) -> Any:  # MatchResult
+        """The window's collective calls paired across ranks."""
+        from traceview.analyses.collective_match import comm_events, match_collectives
+
+        return match_collectives(comm_events(self._analysis_events),
+                                 tolerance_ns=self._tolerance_ns)
+
+    @cached_property
+    def offsets(self) -> pl.DataFrame:
+        """Per-rank clock offsets (``traceview.align.OFFSETS_SCHEMA``), estimated from the
+        ranks' whole traces: a window of steps has fewer anchors but the same clocks."""
+        from traceview.align import estimate_offsets
+        from traceview.analyses.collective_match import comm_events, match_collectives
+
+        whole = self.match if self.whole_ranks else match_collectives(
+            comm_events(self._rank_events), tolerance_ns=self._tolerance_ns)
+        return estimate_offsets(self._rank_events, method=self.options.align,
+                                reference_rank=self.options.reference_rank,
+                                hosts=self.traceset.ranks, match=whole)
+
+    @cached_property
+    def collective_ranks(self) -> pl.DataFrame:
+        """One row per (collective instance, rank) on the aligned timeline."""
+        from traceview.analyses.collectives import collective_ranks
+
+        return collective_ranks(self._analysis_events, offsets=self.offsets, match=self.match)
+
+    @cached_property
+    def _stragglers(self) -> pl.DataFrame:
+        from traceview.analyses.stragglers import stragglers
+
+        return stragglers(self._analysis_events, offsets=self.offsets, match=self.match,
+                          spans=self.steps)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Damaged input, skipped files: everything the run's files said about the data."""
+        return [*self.traceset.warnings,
+                *(f"{path}: skipped: {reason}" for path, reason in self.traceset.skipped)]
+
+    @property
+    def _tolerance_ns(self) -> int:
+        return int(self.options.tolerance_us * 1000)
+
+    def _result(self, command: str, fields: dict[str, Any], main: str) -> Result:
+        return Result(command, fields, main, tuple(self.warnings))
+
+    # --- the analyses: one method per command -----------------------------------------------
+
+    def gaps(self, *, per_stream: bool = False, top: int = 10,
+             launch_overhead: str | int = "10us") -> Result:
+        """GPU idle gaps per device (or stream) with their causes; main table ``causes``."""
+        from traceview.analyses.gaps import (
+            GapOptions, gap_causes, gap_histogram, gaps, largest_gaps, no_gpu_ranks,
+        )
+
+        ev = self._analysis_events
+        options = GapOptions(launch_overhead_ns=selection.parse_duration(launch_overhead))
+        with ThreadPoolExecutor(1) as beside:  # the host rows beside the GPU rows
+            host = beside.submit(lambda: self.host)
+            gpu = self.gpu
+            host = host.result()
+        g = gaps(ev, per_stream=per_stream, options=options, gpu=gpu, host=host)
+        by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
+        return self._result("gaps", {
+            "window": self.window_info, "per_stream": per_stream,
+            "causes": gap_causes(g, by=by), "histogram": gap_histogram(g, by=by),
+            "largest": largest_gaps(g, ev, n=top, host=host),
+            "notes": no_gpu_ranks(ev, g, gpu=gpu)}, main="causes")
+
+    def overlap(self, *, per_step: bool = False) -> Result:
+        """Compute/communication overlap per rank and device (and step); main table ``rows``."""
+        from traceview.analyses.overlap import overlap
+
+        ev, gpu = self._analysis_events, self.gpu
+        df = overlap(ev, per_step=per_step, gpu=gpu)
+        if per_step:  # per-step rows plus the whole-trace row of each rank without steps
+            whole = overlap(ev, gpu=gpu).filter(pl.col("device").is_not_null())
+            df = pl.concat([df, whole.join(df.filter(pl.col("step").is_null()).select(
+                "rank", "device"), on=["rank", "device"], how="anti")], how="diagonal_relaxed"
+            ).sort("rank", "device", "step", nulls_last=True)
+        return self._result("overlap", {"window": self.window_info, "rows": df}, main="rows")
+
+    def breakdown(self, *, top: int = 10) -> Result:
+        """Per-step GPU time, top kernels and CPU ops, launch delays; main table ``steps``."""
+        from traceview.analyses.breakdown import (
+            launch_delay_rows, launch_delay_summary, step_breakdown, top_cpu_ops, top_kernels,
+            with_self_time,
+        )
+
+        ev = self._analysis_events
+        with ThreadPoolExecutor(1) as beside:  # the host side beside the GPU side
+            ops = beside.submit(lambda: with_self_time(self.host))  # shared by both rankings
+            gpu = self.gpu
+            steps = step_breakdown(ev, gpu=gpu, spans=self.steps)
+            kernels = top_kernels(ev, n=top, gpu=gpu)
+            ops = ops.result()
+        return self._result("breakdown", {
+            "window": self.window_info, "steps": steps, "top_kernels": kernels,
+            "top_cpu_ops_by_self": top_cpu_ops(ev, n=top, by="self_ns", ops=ops),
+            "top_cpu_ops_by_total": top_cpu_ops(ev, n=top, by="total_ns", ops=ops),
+            "launch_delay": launch_delay_summary(launch_delay_rows(self.host, gpu=gpu))},
+            main="steps")
+
+    def summary(self) -> Result:
+        """One row per rank: steps, step time, compute, comm, idle, top gap cause; and the
+        worst straggler. Main table ``ranks``."""
+        from traceview.analyses.summary import summary
+
+        with ThreadPoolExecutor(1) as beside:  # the straggler analysis reads other rows
+            straggler = beside.submit(self._worst_straggler)
+            df = summary(self._analysis_events, gpu=self.gpu, spans=self.steps, host=self.host)
+            straggler = straggler.result()
+        return self._result("summary", {"window": self.window_info, "ranks": df,
+                                        "worst_straggler": straggler}, main="ranks")
+
+    def align(self) -> Result:
+        """Per-rank clock offset, drift and uncertainty; main table ``ranks``."""
+        summary = self._alignment_summary()
+        return self._result("align", {"reference_rank": summary["reference_rank"],
+                                      "ranks": self.offsets,
+                                      "problems": self._whole_match_problems()}, main="ranks")
+
+    def collectives(self) -> Result:
+        """Collectives matched across ranks: skew, wait, bandwidth, tails, alpha-beta fits;
+        main table ``instances``."""
+        from traceview.analyses.collectives import _instances, alpha_beta, collective_summary
+
+        per = self.collective_ranks
+        inst = _instances(per)
+        return self._result("collectives", {
+            "instances": inst, "summary": collective_summary(per), "alpha_beta": alpha_beta(inst),
+            "problems": self.match.problems, "alignment": self._alignment_summary()},
+            main="instances")
+
+    def stragglers(self) -> Result:
+        """Which rank holds the others back, with evidence; main table ``ranks``, largest
+        imposed wait first."""
+        return self._result("stragglers", {"ranks": self._stragglers,
+                                           "alignment": self._alignment_summary()},
+                            main="ranks")
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _whole_match_problems(self) -> pl.DataFrame:
+        # ``align`` reports the problems of the matching the offsets came from.
+        if self.whole_ranks:
+            return self.match.problems
+        from traceview.analyses.collective_match import comm_events, match_collectives
+
+        return match_collectives(comm_events(self._rank_events),
+                                 tolerance_ns=self._tolerance_ns).problems
+
+    def _alignment_summary(self) -> dict[str, Any]:
+        offsets = self.offsets
+        ref = offsets.filter(pl.col("note").str.starts_with("reference"))
+        return {"reference_rank": ref.get_column("rank")[0] if ref.height else None,
+                "methods": sorted(set(offsets.get_column("method").to_list())),
+                "max_uncertainty_ns": offsets.get_column("uncertainty_ns").max()}
+
+    def _worst_straggler(self) -> dict[str, Any]:
+        """The flagged rank with the largest imposed wait, or why there is none."""
+        if len(self.ranks_present) < 2:
+            return {"rank": None, "reason": "a single rank: no straggler analysis"}
+        try:
+            res = self._stragglers
+        except Exception as exc:  # a partial answer with the reason, never a traceback
+            return {"rank": None,
+                    "reason": f"straggler analysis failed: {type(exc).__name__}: {exc}"}
+        if res.height == 0 or "flagged" not in res.columns:
+            return {"rank": None, "reason": "straggler analysis returned no ranks"}
+        flagged = res.filter(pl.col("flagged"))
+        if flagged.height == 0:
+            return {"rank": None, "reason": "no rank flagged as a straggler"}
+        row = flagged.sort("imposed_wait_ns", descending=True).row(0, named=True)
+        return {"rank": row["rank"], "imposed_wait_ns": row.get("imposed_wait_ns"),
+                "flagged": True, "explanation": row.get("explanation")}
+
+    # --- the trace set, as a notebook uses it ------------------------------------------------
+
+    @property
+    def ranks(self) -> pl.DataFrame:
+        """The ranks table (rank, world size, host, backend, clock base ...) of the window."""
+        table = self.traceset.ranks
+        wanted = self.window.ranks
+        return table if wanted is None else table.filter(pl.col("rank").is_in(list(wanted)))
+
+    @property
+    def files(self) -> pl.DataFrame:
+        return self.traceset.files
+
+    @property
+    def skipped(self) -> list[tuple[str, str]]:
+        return self.traceset.skipped
+
+    @property
+    def cache_dir(self) -> str | Path | None:
+        return self.traceset.cache_dir
+
+    def ranks_with_events(self) -> list[int] | None:
+        """The window's ranks with events, from the files' footers when they can tell (see
+        ``TraceSet.ranks_with_events``); None otherwise."""
+        known = self.traceset.ranks_with_events()
+        if known is None or not self.whole_ranks:
+            return None
+        wanted = self.window.ranks
+        return known if wanted is None else [r for r in known if r in set(wanted)]
+
+    def analysis_events(self) -> pl.LazyFrame:
+        """The window's events without ``args_json`` (see ``TraceSet.analysis_events``)."""
+        from traceview.analyses.window import select
+
+        return select(self.traceset.analysis_events(), self.window)
+
+    def kernels(self) -> pl.LazyFrame:
+        return self.events.filter(pl.col("kind") == "kernel")
+
+    def sql(self, query: str) -> pl.DataFrame:
+        """SQL over the window's ``events``, ``kernels``, ``ranks`` and ``files``."""
+        if self.window == type(self.window)():
+            return self.traceset.sql(query)
+        return self.traceset.sql(query, events=self.events)
+
+    def to_pandas(self) -> Any:
+        """The window's events in pandas (categoricals stay categorical)."""
+        return self.events.collect().to_pandas()
+
+    def write_store(self, out_dir: str | Path) -> Path | str:
+        """Write the trace set as a self-contained store folder (see ``TraceSet``)."""
+        return self.traceset.write_store(out_dir)
+
+    def __dir__(self) -> Iterable[str]:
+        return sorted({*super().__dir__(), *ANALYSES})
+
+    def __repr__(self) -> str:
+        w = {k: v for k, v in self.window_info.items() if v}
+        where = f" window {w}" if w else ""
+        return f"<Run {len(self.ranks_present)} ranks{where} of {self.traceset!r}>"
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        return f"<p>{escape(repr(self))}</p>" + self.traceset._repr_html_()
+
+
+def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the builtin, by design
+         ranks: str | Sequence[int] | None = None,
+         steps: str | tuple[int | None, int | None] | range | None = None,
+         time: str | tuple[int | None, int | None] | None = None, skip_warmup: int = 0,
+         align: str = "auto", reference_rank: int | None = None, tolerance_us: float = 500.0,
+         **open_options: Any) -> Run:
+    """Open traces (files, folders of per-rank traces, a store folder or URL) as a Run.
+
+    The window and alignment keywords are :class:`RunOptions`; the others
+    (``skip_bad``, ``rank_map``, ``cache``, ``cache_dir``, ``progress``, ``executor``,
+    ``scheduler``, ``options``) are how the files are read (:func:`traceview.traceset.open`).
+    """
+    from traceview import traceset
+
+    options = RunOptions(ranks=ranks, steps=steps, time=time, skip_warmup=skip_warmup,
+                         align=align, reference_rank=reference_rank, tolerance_us=tolerance_us)
+    options.window()  # a bad option fails before any file is read
+    return Run(traceset.open(paths, **open_options), options)

@@ -1,0 +1,115 @@
+"""What a Run looks at, written as people write it: ranks ``0-3,7``, steps ``5:9``, a time
+window ``100ms:300ms``, durations ``250us``.
+
+The CLI's options and ``traceview.open``'s keywords take the same text (or the plain Python
+values), so a window asked for either way is the same window, and describes itself the same way
+in ``--json`` (:func:`describe_ranks`, :func:`describe_steps`).
+
+>>> parse_ranks("0-2,7")
+[0, 1, 2, 7]
+>>> describe_ranks([0, 1, 2, 7])
+'0-2,7'
+>>> parse_steps("5:9"), describe_steps((5, 9))
+((5, 9), '5:9')
+>>> parse_duration("1.5ms")
+1500000
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from traceview.errors import UsageError
+
+_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "": 1}
+
+Steps = tuple[int | None, int | None]
+
+
+def parse_ranks(spec: str | Iterable[int] | None) -> list[int] | None:
+    """``"0-3,7"`` (or any iterable of ints) -> sorted unique ranks; None: every rank."""
+    if spec is None or (isinstance(spec, str) and not spec.strip()):
+        return None
+    if not isinstance(spec, str):
+        return sorted({int(r) for r in spec})
+    ranks: set[int] = set()
+    for part in spec.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            ranks.update(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+        except ValueError:
+            raise UsageError(f"--ranks wants e.g. 0-3,7, got {spec!r}") from None
+    return sorted(ranks)
+
+
+def describe_ranks(ranks: Iterable[int] | None) -> str | None:
+    """The shortest ``parse_ranks`` text for ``ranks``: runs of consecutive ranks as ``a-b``."""
+    if ranks is None:
+        return None
+    runs: list[list[int]] = []
+    for r in sorted(set(ranks)):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def parse_steps(spec: str | Steps | range | None) -> Steps | None:
+    """``"5:9"`` -> ``(5, 9)`` (half open); ``"5:"`` -> ``(5, None)``; ``"5"`` -> ``(5, 6)``;
+    a ``range`` or a ``(start, stop)`` pair as it is."""
+    if spec is None or (isinstance(spec, str) and not spec.strip()):
+        return None
+    if isinstance(spec, range):
+        return spec.start, spec.stop
+    if not isinstance(spec, str):
+        start, stop = spec
+        return start, stop
+    lo, sep, hi = spec.partition(":")
+    try:
+        start = int(lo) if lo.strip() else None
+        stop = int(hi) if hi.strip() else (None if sep else start + 1 if start is not None else None)
+    except ValueError:
+        raise UsageError(f"--steps wants A:B, got {spec!r}") from None
+    return start, stop
+
+
+def describe_steps(steps: Steps | None) -> str | None:
+    if steps is None:
+        return None
+    start, stop = steps
+    return f"{'' if start is None else start}:{'' if stop is None else stop}"
+
+
+def parse_duration(text: str | int) -> int:
+    """``"1.5ms"`` -> 1500000 (ns); a bare number is ns."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s|)\s*", text)
+    if not m:
+        raise UsageError(f"not a duration: {text!r} (e.g. 250us, 1.5ms, 2s)")
+    return round(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def parse_time_window(spec: str | tuple[int | None, int | None] | None
+                      ) -> tuple[int | None, int | None] | None:
+    """``"100ms:300ms"`` -> ns from the first event; a ``(start_ns, stop_ns)`` pair as it is."""
+    if spec is None or (isinstance(spec, str) and not spec.strip()):
+        return None
+    if not isinstance(spec, str):
+        lo, hi = spec
+        return lo, hi
+    lo, sep, hi = spec.partition(":")
+    if not sep:
+        raise UsageError(f"--time wants A:B, got {spec!r}")
+    return (parse_duration(lo) if lo.strip() else None,
+            parse_duration(hi) if hi.strip() else None)
+
+
+def describe_time(spec: str | tuple[int | None, int | None] | None) -> str | None:
+    """The text the user gave, or ``"Ans:Bns"`` for a pair of nanoseconds."""
+    if spec is None or isinstance(spec, str):
+        return spec or None
+    lo, hi = spec
+    return f"{'' if lo is None else f'{lo}ns'}:{'' if hi is None else f'{hi}ns'}"
