@@ -98,7 +98,7 @@ def test_reports_render_in_headless_chromium(tmp_path: Path) -> None:
     gpu.write_text(_instrumented(_report(two_rank_trace()), EVIL), encoding="utf-8")
     ts = traceview.open(FIX / "gloo_ddp_2r_slow1", cache=False)
     cpu = tmp_path / "cpu.html"
-    cpu.write_text(_instrumented(_report(ts.events, ranks=ts.ranks), "rank 1"),
+    cpu.write_text(_instrumented(_report(ts), "rank 1"),
                    encoding="utf-8")
     procs = [_launch(browser, gpu, tmp_path / "p1"), _launch(browser, cpu, tmp_path / "p2")]
     gpu_status, cpu_status = (_status(p) for p in procs)

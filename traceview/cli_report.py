@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from traceview.cli_common import (
-    add_input_args, add_json_arg, add_window_args, dumps, emit_json, open_traceset, parse_ranks,
-    parse_steps,
+    add_input_args, add_json_arg, add_window_args, dumps, emit_json, open_run,
 )
 from traceview.errors import UsageError
 
@@ -87,19 +86,15 @@ def _inputs(p: argparse.ArgumentParser) -> None:
     add_json_arg(p)
 
 
-def _open(args: argparse.Namespace, paths: list[str] | None = None, *,
-          with_args: bool = False) -> Any:
-    """(TraceSet, windowed events DataFrame); ``args_json`` only when ``with_args``."""
-    from traceview.analyses.window import Window, select
-
+def _open(args: argparse.Namespace, paths: list[str] | None = None) -> Any:
+    """The Run of the command's inputs (or of ``paths``), window and alignment."""
     ns = argparse.Namespace(**vars(args))
     if paths is not None:
         ns.paths, ns.rank_map = paths, []
-    ts = open_traceset(ns)
-    window = Window(ranks=parse_ranks(args.ranks), steps=parse_steps(args.steps),
-                    skip_warmup=args.skip_warmup)
-    events = ts.events if with_args else ts.analysis_events()
-    return ts, select(events, window).collect()
+    run = open_run(ns)
+    for warning in run.warnings:
+        print(f"traceview: warning: {warning}", file=sys.stderr)
+    return run
 
 
 def _write_text(path: str, text: str) -> None:
@@ -112,9 +107,9 @@ def _write_text(path: str, text: str) -> None:
 def run_report(args: argparse.Namespace) -> int:
     from traceview.report import gather, write_html
 
-    ts, ev = _open(args)
+    run = _open(args)
     title = args.title or "traceview report: " + ", ".join(Path(p).name for p in args.paths)
-    data = gather(ev, ranks=ts.ranks, title=title, top=args.top, align=args.align)
+    data = gather(run, title=title, top=args.top)
     buf = io.StringIO()
     figures = write_html(data, buf)
     _write_text(args.output, buf.getvalue())
@@ -137,8 +132,8 @@ def _fmt_ns(v: float | None) -> str:
 def run_diff(args: argparse.Namespace) -> int:
     from traceview.diff import diff_tables, run_tables
 
-    _, base = _open(args, [args.base])
-    _, test = _open(args, [args.test])
+    base = _open(args, [args.base])
+    test = _open(args, [args.test])
     res = diff_tables(run_tables(base), run_tables(test), alpha=args.alpha, top=args.top)
     if args.json:
         emit_json(res.to_dict())
@@ -164,21 +159,18 @@ def run_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inputs_info(ts: Any, ev: Any) -> dict[str, Any]:
-    import polars as pl
-
-    files = sorted(Path(p).name for p in ts.files["path"].to_list())
-    return {"files": files, "ranks": ev.select(pl.col("rank").n_unique()).item() if ev.height
-            else 0}
+def _inputs_info(run: Any) -> dict[str, Any]:
+    files = sorted(Path(p).name for p in run.files["path"].to_list())
+    return {"files": files, "ranks": len(run.ranks_present)}
 
 
 def run_baseline(args: argparse.Namespace) -> int:
     from traceview import gate
 
     tolerances = gate.parse_tolerances(args.tolerance)
-    ts, ev = _open(args)
-    metrics, notes = gate.extract_metrics(ev, ranks=ts.ranks, align=args.align)
-    doc = gate.baseline(metrics, notes, inputs=_inputs_info(ts, ev), tolerances=tolerances)
+    run = _open(args)
+    metrics, notes = gate.extract_metrics(run)
+    doc = gate.baseline(metrics, notes, inputs=_inputs_info(run), tolerances=tolerances)
     _write_text(args.output, dumps(doc) + "\n")
     if args.json:
         emit_json({"output": args.output, "metrics": doc["metrics"]})
@@ -202,8 +194,7 @@ def run_check(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise gate.BaselineError(f"{path}: cannot read baseline ({exc.strerror})") from None
     doc = gate.read_baseline(text, source=str(path))
-    ts, ev = _open(args)
-    metrics, notes = gate.extract_metrics(ev, ranks=ts.ranks, align=args.align)
+    metrics, notes = gate.extract_metrics(_open(args))
     result = gate.check(metrics, doc, tolerances=tolerances, now_notes=notes)
     if args.junit:
         _write_text(args.junit, gate.junit_xml(result))
@@ -224,9 +215,8 @@ def run_check(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from traceview.perfetto import export
 
-    ts, ev = _open(args, with_args=True)
     buf = io.StringIO()
-    info = export(ev, buf, ranks=ts.ranks, align=args.align)
+    info = export(_open(args), buf)
     _write_text(args.output, buf.getvalue())
     if args.json:
         emit_json({"output": args.output, **info})

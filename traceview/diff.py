@@ -144,21 +144,23 @@ class RunTables:
     notes: dict[str, str]
 
 
-def run_tables(events: Frame) -> RunTables:
-    """Per-step samples and per-rank-step totals of one run."""
-    from traceview.analyses.breakdown import step_breakdown, top_cpu_ops, top_kernels
-    from traceview.analyses.collectives import collective_ranks
-    from traceview.analyses.window import step_spans
+def run_tables(source: Any) -> RunTables:
+    """Per-step samples and per-rank-step totals of one run (``source``: a Run, or events in
+    memory). Collective waits are on the aligned timeline, as every other command reports
+    them."""
+    from traceview.analyses.breakdown import step_breakdown, top_cpu_ops, top_kernels, with_self_time
+    from traceview.run import as_run
 
-    ev = events.lazy().collect()
-    spans = step_spans(ev)
-    n_ranks = ev.select(pl.col("rank").n_unique()).item() if ev.height else 0
+    run = as_run(source)
+    ev = run._analysis_events
+    spans = run.steps
+    n_ranks = len(run.ranks_present)
     rank_steps = spans.height or n_ranks or 1
     samples: dict[str, list[int]] = {"step_time_ns": spans["step_time_ns"].to_list()}
     notes: dict[str, str] = {}
     if not spans.height:
         notes["step_time_ns"] = "no ProfilerStep ranges"
-    bd = step_breakdown(ev, include_trace=False).filter(
+    bd = step_breakdown(ev, include_trace=False, gpu=run.gpu, spans=spans).filter(
         pl.col("step").is_not_null() & pl.col("window_ns").is_not_null())
     for col in ("compute_ns", "exposed_comm_ns", "idle_ns"):
         samples[col] = bd[col].to_list()
@@ -166,11 +168,11 @@ def run_tables(events: Frame) -> RunTables:
             notes[col] = ("no GPU events (CPU-only trace)" if spans.height
                           else "no GPU step windows")
     big = 1 << 30
-    kern = (top_kernels(ev, n=big).group_by("name", "gpu_class")
+    kern = (top_kernels(ev, n=big, gpu=run.gpu).group_by("name", "gpu_class")
             .agg(total_ns=pl.col("total_ns").sum(), count=pl.col("count").sum()))
-    ops = (top_cpu_ops(ev, n=big, by="self_ns").group_by("name")
+    ops = (top_cpu_ops(ev, n=big, by="self_ns", ops=with_self_time(run.host)).group_by("name")
            .agg(total_ns=pl.col("self_ns").sum(), count=pl.col("count").sum()))
-    per = collective_ranks(ev)
+    per = run.collective_ranks
     coll = (per.group_by(pl.col("collective").alias("name"))
             .agg(total_ns=pl.col("dur_ns").sum(), wait_ns=pl.col("wait_ns").sum(),
                  count=pl.len().cast(pl.Int64))
@@ -197,7 +199,7 @@ def _per_rank_step(base: pl.DataFrame, test: pl.DataFrame, keys: list[str], nb: 
             .sort(pl.col("delta_ns").abs(), *keys, descending=[True] + [False] * len(keys)))
 
 
-def diff(base: Frame, test: Frame, *, alpha: float = 0.05, top: int = 10) -> DiffResult:
+def diff(base: Any, test: Any, *, alpha: float = 0.05, top: int = 10) -> DiffResult:
     """Compare run ``base`` with run ``test`` (events of each, e.g. ``TraceSet.events``)."""
     return diff_tables(run_tables(base), run_tables(test), alpha=alpha, top=top)
 

@@ -60,18 +60,15 @@ def _median(values: list[int]) -> float | None:
     return float(s[k]) if len(s) % 2 else (s[k - 1] + s[k]) / 2.0
 
 
-def extract_metrics(events: Frame, *, ranks: pl.DataFrame | None = None,
-                    align: str = "auto") -> tuple[dict[str, float | None], dict[str, str]]:
-    """Gate metrics of one run and a note for each metric it cannot give."""
-    from traceview.align import estimate_offsets
-    from traceview.analyses.collective_match import comm_events, match_collectives
-    from traceview.analyses.collectives import collective_ranks
-    from traceview.analyses.stragglers import stragglers
-    from traceview.analyses.summary import summary
+def extract_metrics(source: Any, **run_options: Any
+                    ) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Gate metrics of one run and a note for each metric it cannot give (``source``: a Run,
+    or events in memory with ``RunOptions`` such as ``align=``)."""
     from traceview.diff import run_tables
+    from traceview.run import as_run
 
-    ev = events.lazy().collect()
-    tables = run_tables(ev)
+    run = as_run(source, **run_options)
+    tables = run_tables(run)
     s = tables.samples
     notes: dict[str, str] = {}
     out: dict[str, float | None] = {
@@ -87,25 +84,22 @@ def extract_metrics(events: Frame, *, ranks: pl.DataFrame | None = None,
                       ("idle_per_step_ns", "idle_ns")):
         if out[name] is None:
             notes[name] = tables.notes.get(key, "no samples")
-    summ = summary(ev)
+    summ = run.summary()["ranks"]
     span = summ["span_ns"].drop_nulls()
     if span.len() and span.sum() > 0:
         out["gpu_idle_fraction"] = float(summ["idle_ns"].drop_nulls().sum() / span.sum())
     else:
         out["gpu_idle_fraction"] = None
         notes["gpu_idle_fraction"] = "no GPU events (CPU-only trace)"
-    match = match_collectives(comm_events(ev))
-    n_ranks = ev.select(pl.col("rank").n_unique()).item() if ev.height else 0
-    if n_ranks < 2:
+    if len(run.ranks_present) < 2:
         for m in ("collective_wait_per_step_ns", "straggler_imposed_wait_per_step_ns"):
             out[m] = None
             notes[m] = "a single rank: nothing to wait for"
     else:
-        offsets = estimate_offsets(ev, method=align, hosts=ranks, match=match)
-        per = collective_ranks(ev, offsets=offsets, match=match)
+        per = run.collective_ranks
         if per.height:
             out["collective_wait_per_step_ns"] = float(per["wait_ns"].sum()) / tables.rank_steps
-            strag = stragglers(ev, offsets=offsets, match=match)
+            strag = run.stragglers()["ranks"]
             out["straggler_imposed_wait_per_step_ns"] = float(
                 strag["imposed_wait_per_step_ns"].max() or 0)
         else:

@@ -174,24 +174,20 @@ def write_trace(lines: list[str], origin_ns: int, fp: TextIO, *,
     return len(lines)
 
 
-def export(events: Frame, fp: TextIO, *, ranks: pl.DataFrame | None = None,
-           align: str = "auto") -> dict[str, Any]:
-    """Align the ranks, find gaps and collective waits, and write the merged trace to ``fp``.
+def export(source: Any, fp: TextIO, **run_options: Any) -> dict[str, Any]:
+    """Write the run's ranks on its aligned timeline, gaps and collective waits annotated, to
+    ``fp`` (``source``: a Run, or events in memory with ``RunOptions`` such as ``align=``).
 
     Returns counts: events, gaps, waits, ranks, stragglers, the origin and the alignment.
     """
-    from traceview.align import estimate_offsets
-    from traceview.analyses.collective_match import comm_events, match_collectives
-    from traceview.analyses.collectives import collective_ranks
-    from traceview.analyses.gaps import gaps
-    from traceview.analyses.stragglers import stragglers
+    from traceview.run import as_run
 
-    ev = events.lazy().collect()
-    match = match_collectives(comm_events(ev))
-    offsets = estimate_offsets(ev, method=align, hosts=ranks, match=match)
-    g = gaps(ev)
-    per = collective_ranks(ev, offsets=offsets, match=match)
-    strag = stragglers(ev, offsets=offsets, match=match)
+    run = as_run(source, **run_options)
+    ev = run.events.collect()  # every column: the args travel into the merged trace
+    offsets = run.offsets
+    g = run.gap_rows()
+    per = run.collective_ranks
+    strag = run.stragglers()["ranks"]
     flagged = {r: f"straggler: imposes {w / 1e6:.1f} ms" for r, w in
                strag.filter(pl.col("flagged")).select("rank", "imposed_wait_ns").rows()}
     lines, origin = trace_lines(ev, offsets=offsets, gap_frame=g, waits=per,
@@ -202,5 +198,5 @@ def export(events: Frame, fp: TextIO, *, ranks: pl.DataFrame | None = None,
         "offsets_ns": {str(r): o for r, o in offsets.select("rank", "offset_ns").rows()}})
     return {"events": n, "gaps": g.height,
             "waits": int(per.filter(pl.col("wait_ns") > 0).height) if per.height else 0,
-            "ranks": ev.select(pl.col("rank").n_unique()).item() if ev.height else 0,
+            "ranks": len(run.ranks_present),
             "stragglers": sorted(flagged), "origin_ns": origin, "alignment": methods}

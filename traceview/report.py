@@ -2,15 +2,15 @@
 
 Two steps, kept apart (renderers take results and a file object):
 
-* :func:`gather` calls the analyses (summary, step breakdown, collectives, stragglers, gaps,
-  top kernels / CPU ops, clock alignment) and returns a :class:`ReportData` of frames, each
+* :func:`gather` asks one Run for the analyses (summary, step breakdown, collectives,
+  stragglers, gaps, top kernels / CPU ops, clock alignment) and returns a :class:`ReportData` of frames, each
   section with the reason it is partial when the traces cannot give it (CPU-only, no steps,
   one rank, no collectives).
 * :func:`write_html` writes one self-contained HTML file: plotly.js is inlined once, nothing is
   fetched when the file is opened, and every name from a trace is HTML-escaped.
 
 >>> import io, traceview                                         # doctest: +SKIP
->>> data = gather(traceview.open("fixtures/data/gloo_ddp_2r").events)  # doctest: +SKIP
+>>> data = gather(traceview.open("fixtures/data/gloo_ddp_2r"))  # doctest: +SKIP
 >>> write_html(data, io.StringIO())                              # doctest: +SKIP
 """
 
@@ -53,30 +53,25 @@ class ReportData:
                 + self.summary._repr_html_())
 
 
-def gather(events: Frame, *, ranks: pl.DataFrame | None = None, title: str = "traceview report",
-           top: int = 10, align: str = "auto") -> ReportData:
-    """Run the analyses the report shows. ``ranks``: the TraceSet ``ranks`` table (hosts for
-    clock alignment, world size, backend), optional."""
-    from traceview.align import apply_offsets, estimate_offsets
-    from traceview.analyses.breakdown import step_breakdown, top_cpu_ops, top_kernels
-    from traceview.analyses.collective_match import comm_events, match_collectives
-    from traceview.analyses.collectives import _instances, collective_ranks
-    from traceview.analyses.gaps import gap_causes, gaps, largest_gaps
-    from traceview.analyses.stragglers import stragglers
-    from traceview.analyses.summary import summary
-    from traceview.analyses.window import step_spans
+def gather(source: Any, *, title: str = "traceview report", top: int = 10,
+           **run_options: Any) -> ReportData:
+    """The report's tables, all from one Run (``source``: a Run, or events in memory with
+    ``RunOptions`` such as ``align=`` and ``ranks=`` for their ranks table)."""
+    from traceview.align import apply_offsets
+    from traceview.analyses.collectives import _instances
+    from traceview.analyses.gaps import gap_causes, largest_gaps
+    from traceview.run import as_run
 
-    ev = events.lazy().collect()
+    run = as_run(source, **run_options)
     notes: dict[str, list[str]] = {}
-    n_ranks = ev.select(pl.col("rank").n_unique()).item() if ev.height else 0
-    summ = summary(ev)
-    match = match_collectives(comm_events(ev))
-    offsets = estimate_offsets(ev, method=align, hosts=ranks, match=match)
-    per = collective_ranks(ev, offsets=offsets, match=match)
-    strag = stragglers(ev, offsets=offsets, match=match)
+    n_ranks = len(run.ranks_present)
+    summ = run.summary()
+    offsets = run.offsets
+    per = run.collective_ranks
+    strag = run.stragglers()["ranks"]
     worst = _worst(strag, n_ranks)
 
-    spans = step_spans(ev)
+    spans = run.steps
     if spans.height:
         aligned = apply_offsets(spans.with_columns(ts_ns=pl.col("step_start_ns")),
                                 offsets).collect()
@@ -89,7 +84,8 @@ def gather(events: Frame, *, ranks: pl.DataFrame | None = None, title: str = "tr
         spans = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "start_ms": pl.Float64,
                                      "dur_ms": pl.Float64, "step_time_ns": pl.Int64})
 
-    bd = step_breakdown(ev)
+    breakdown = run.breakdown(top=top)
+    bd = breakdown["steps"]
     no_gpu = bd.filter(pl.col("window_ns").is_null() & pl.col("note").is_not_null())
     if no_gpu.height:
         notes["breakdown"] = [f"rank {r}: {n}" for r, n in no_gpu.select("rank", "note").rows()]
@@ -106,26 +102,30 @@ def gather(events: Frame, *, ranks: pl.DataFrame | None = None, title: str = "tr
         notes["collectives"] = [
             "no collective was matched across ranks" + (" (a single rank)" if n_ranks < 2
                                                         else "")]
-    if match.problems.height:
+    problems = run.match.problems
+    if problems.height:
         notes.setdefault("collectives", []).extend(
             f"group {g}{'' if r is None else f' rank {r}'}: {p}: {d}"
-            for g, r, p, d in match.problems.select("group", "rank", "problem", "detail").rows())
+            for g, r, p, d in problems.select("group", "rank", "problem", "detail").rows())
 
-    g = gaps(ev)
+    g = run.gap_rows()
     causes = gap_causes(g, by=["rank"])
-    biggest = largest_gaps(g, ev, n=top)
+    biggest = largest_gaps(g, run._analysis_events, n=top, host=run.host)
     if g.height == 0:
         notes["gaps"] = ["no GPU idle gaps: " + ("no GPU events (CPU-only trace)"
                                                  if no_gpu.height == n_ranks else
                                                  "the GPU timeline has no holes")]
-    kernels = top_kernels(ev, n=top)
-    ops = top_cpu_ops(ev, n=top, by="self_ns")
+    kernels = breakdown["top_kernels"]
+    ops = breakdown["top_cpu_ops_by_self"]
     if kernels.height == 0:
         notes["kernels"] = ["no GPU kernels: the top host operators by self time are shown"]
+    if run.warnings:
+        notes["input"] = list(run.warnings)
 
+    ranks = run.ranks
     meta = {
         "ranks": n_ranks,
-        "events": ev.height,
+        "events": run._analysis_events.select(pl.len()).collect().item(),
         "world size": _first(ranks, "world_size"),
         "backend": _first(ranks, "backend"),
         "steps per rank (median)": int(spans.group_by("rank").len()["len"].median())
@@ -134,7 +134,7 @@ def gather(events: Frame, *, ranks: pl.DataFrame | None = None, title: str = "tr
         if offsets.height else "none",
         "traceview": __version__,
     }
-    return ReportData(title=title, meta=meta, summary=summ, worst_straggler=worst,
+    return ReportData(title=title, meta=meta, summary=summ["ranks"], worst_straggler=worst,
                       step_spans=spans, breakdown=bd, lateness=lateness, collectives=inst,
                       stragglers=strag, gap_causes=causes, largest_gaps=biggest,
                       top_kernels=kernels, top_cpu_ops=ops, offsets=offsets, notes=notes)

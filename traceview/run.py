@@ -86,6 +86,14 @@ class Run:
         self.traceset = traceset
         self.options = options
         self.window = options.window()
+        self._gaps: dict[tuple[bool, int], pl.DataFrame] = {}
+
+    @classmethod
+    def from_events(cls, events: pl.LazyFrame | pl.DataFrame, *,
+                    ranks_table: pl.DataFrame | None = None, **options: Any) -> Run:
+        """A Run over events already in memory; ``ranks_table``: their ranks table (hosts
+        for clock alignment), ``options``: :class:`RunOptions`."""
+        return cls(TraceSet.from_frame(events, ranks_table), RunOptions(**options))
 
     def select(self, **changes: Any) -> Run:
         """A Run over another window of the same trace set: ``run.select(steps="5:9")``."""
@@ -212,6 +220,22 @@ class Run:
         return stragglers(self._analysis_events, offsets=self.offsets, match=self.match,
                           spans=self.steps)
 
+    def gap_rows(self, *, per_stream: bool = False,
+                 launch_overhead: str | int = "10us") -> pl.DataFrame:
+        """Every GPU idle gap with its cause (``analyses.gaps.gaps``), once per option set."""
+        from traceview.analyses.gaps import GapOptions, gaps
+
+        key = (per_stream, selection.parse_duration(launch_overhead))
+        if key not in self._gaps:
+            with ThreadPoolExecutor(1) as beside:  # the host rows beside the GPU rows
+                host = beside.submit(lambda: self.host)
+                gpu = self.gpu
+                host = host.result()
+            self._gaps[key] = gaps(self._analysis_events, per_stream=per_stream,
+                                   options=GapOptions(launch_overhead_ns=key[1]), gpu=gpu,
+                                   host=host)
+        return self._gaps[key]
+
     @property
     def warnings(self) -> list[str]:
         """Damaged input, skipped files: everything the run's files said about the data."""
@@ -230,23 +254,16 @@ class Run:
     def gaps(self, *, per_stream: bool = False, top: int = 10,
              launch_overhead: str | int = "10us") -> Result:
         """GPU idle gaps per device (or stream) with their causes; main table ``causes``."""
-        from traceview.analyses.gaps import (
-            GapOptions, gap_causes, gap_histogram, gaps, largest_gaps, no_gpu_ranks,
-        )
+        from traceview.analyses.gaps import gap_causes, gap_histogram, largest_gaps, no_gpu_ranks
 
         ev = self._analysis_events
-        options = GapOptions(launch_overhead_ns=selection.parse_duration(launch_overhead))
-        with ThreadPoolExecutor(1) as beside:  # the host rows beside the GPU rows
-            host = beside.submit(lambda: self.host)
-            gpu = self.gpu
-            host = host.result()
-        g = gaps(ev, per_stream=per_stream, options=options, gpu=gpu, host=host)
+        g = self.gap_rows(per_stream=per_stream, launch_overhead=launch_overhead)
         by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
         return self._result("gaps", {
             "window": self.window_info, "per_stream": per_stream,
             "causes": gap_causes(g, by=by), "histogram": gap_histogram(g, by=by),
-            "largest": largest_gaps(g, ev, n=top, host=host),
-            "notes": no_gpu_ranks(ev, g, gpu=gpu)}, main="causes")
+            "largest": largest_gaps(g, ev, n=top, host=self.host),
+            "notes": no_gpu_ranks(ev, g, gpu=self.gpu)}, main="causes")
 
     def overlap(self, *, per_step: bool = False) -> Result:
         """Compute/communication overlap per rank and device (and step); main table ``rows``."""
@@ -421,6 +438,12 @@ class Run:
         from html import escape
 
         return f"<p>{escape(repr(self))}</p>" + self.traceset._repr_html_()
+
+
+def as_run(source: Run | pl.LazyFrame | pl.DataFrame, **options: Any) -> Run:
+    """``source`` as a Run: a Run as it is, events in memory through :meth:`Run.from_events`
+    (what the report, the gate and the exports take from a notebook's frame)."""
+    return source if isinstance(source, Run) else Run.from_events(source, **options)
 
 
 def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the builtin, by design

@@ -55,10 +55,29 @@ class TraceSet:
         #: the cache folder the events files live in (results derived from them may be kept
         #: there too: ``traceview.derived``); None for a store, a URL or ``cache=False``
         self.cache_dir: str | Path | None = None
+        self._frame: pl.LazyFrame | None = None  # events held in memory (``from_frame``)
+
+    @classmethod
+    def from_frame(cls, events: pl.LazyFrame | pl.DataFrame,
+                   ranks: pl.DataFrame | None = None) -> TraceSet:
+        """A trace set over events already in memory (a notebook's frame, a test's hand-made
+        timeline); ``ranks``: its ranks table (hosts, world size), else one row per rank."""
+        frame = events.lazy()
+        if ranks is None:
+            present = frame.select(pl.col("rank").unique().sort()).collect()
+            ranks = present.select(pl.col("rank").cast(pl.Int32), file_id=pl.lit(0, pl.Int32),
+                                   source=pl.lit("memory"))
+            empty = pl.DataFrame(schema=schema.polars_schema(schema.RANK_COLUMNS))
+            ranks = pl.concat([empty, ranks], how="diagonal_relaxed")
+        ts = cls([], ranks, pl.DataFrame(schema=schema.polars_schema(schema.FILE_COLUMNS)))
+        ts._frame = frame
+        return ts
 
     @property
     def events(self) -> pl.LazyFrame:
         """All events as a Polars LazyFrame in the schema of ``traceview.schema``."""
+        if self._frame is not None:
+            return self._frame
         if not self._parts:
             return schema.empty_events().lazy()
         return pl.concat([p.scan() for p in self._parts], how="vertical")
@@ -66,13 +85,14 @@ class TraceSet:
     def analysis_events(self) -> pl.LazyFrame:
         """The events without ``args_json``: every column an analysis reads, and a fraction of
         the bytes (the raw args text is most of a trace), so collecting a window is cheap."""
-        return self.events.drop("args_json")
+        return self.events.drop("args_json", strict=False)
 
     def ranks_with_events(self) -> list[int] | None:
         """The ranks with at least one event, from the row counts in the files' footers (no
         event is read); None when a file holds several ranks or is not a local file (then
         only its events can tell)."""
-        if not all(type(p) is _Part and p.rank is not None for p in self._parts):
+        if self._frame is not None or not all(type(p) is _Part and p.rank is not None
+                                              for p in self._parts):
             return None
         return sorted({p.rank for p in self._parts if store.row_count(p.path) > 0})
 
