@@ -143,3 +143,12 @@ def test_rankless_files_of_two_processes_still_need_a_rank_map(capsys, tmp_path)
     _trace(tmp_path / "host-a_2.1000.pt.trace.json", 0, rank=None)
     code, _, err = _run(capsys, "info", str(tmp_path))
     assert code == 2 and "--rank-map" in err
+
+
+def test_validate_accepts_the_windows_and_still_flags_overlap(capsys, tmp_path) -> None:
+    code, out, _ = _run(capsys, "validate", str(WINDOWS), "--json")
+    assert code == 0 and json.loads(out)["ok"]
+    _trace(tmp_path / "a.json", 0, steps=(1, 2))
+    _trace(tmp_path / "b.json", 15, steps=(3, 4))
+    code, out, _ = _run(capsys, "validate", str(tmp_path), "--json")
+    assert code == 1 and [p["code"] for p in json.loads(out)["problems"]] == ["duplicate_rank"]
