@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_arg(p)
     p.set_defaults(run=run_info)
 
-    p = sub.add_parser("sql", help="SQL over the tables events, kernels, ranks, files")
+    p = sub.add_parser("sql", help="SQL over the tables events, kernels, ranks, files, windows")
     p.add_argument("paths", nargs="+", metavar="PATH", help="inputs, then the query last")
     p.add_argument("--skip-bad", action="store_true")
     p.add_argument("--rank-map", action="append", default=[], metavar="FILE=RANK")

@@ -369,7 +369,8 @@ def _lookup(mapping: dict[str, int], path: str) -> int | None:
 
 def resolve_ranks(results: list[FileResult],
                   rank_map: dict[str, int]) -> dict[tuple[int, int | None], int]:
-    """Final rank for every (file, parsed rank). Raises on conflicts and unknown ranks."""
+    """Final rank for every (file, parsed rank). Raises on unknown ranks; several files of one
+    rank are told apart (or refused) by ``traceview.windows.number_windows``."""
     rank_of: dict[tuple[int, int | None], int] = {}
     unknown: list[int] = []
     for i, result in enumerate(results):
@@ -420,8 +421,8 @@ def _rank_zero_for_one_process(results: list[FileResult], unknown: list[int],
 
 
 def select_window(result: IngestResult, window: WindowChoice) -> IngestResult:
-    """``result`` with only the files of ``window`` of each rank (``traceview.windows``),
-    renumbered from 0; None keeps every window."""
+    """``result`` with only the files of ``window`` of each rank (``traceview.windows``); the
+    kept files are indexed from 0 again, their windows keep their numbers. None keeps all."""
     if window is None:
         return result
     window_of = {pair: result.window_of.get(pair, 0) for pair in
