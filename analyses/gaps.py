@@ -29,7 +29,7 @@ from .host import host_events
 from .launches import RUNTIME_KINDS, launch_table, with_launches
 from .names import matching
 from .overlap import NOTE_NO_GPU, prepared_gpu
-from .window import STEP_PATTERN, ranks_present
+from .window import STEP_PATTERN, file_of, ranks_present
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -119,22 +119,26 @@ def _between(gpu: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     A Python loop over the groups (devices or streams, never events): running maxima per group
     cost ~4x more as window expressions.
     """
-    rows = (gpu.select(*by, "ts_ns", "end_ns", "name", "step", "correlation")
+    rows = (gpu.select(*by, "ts_ns", "end_ns", "name", "step", "correlation",
+                       file_of(gpu).alias("_file"))
             .sort([*by, "ts_ns", "end_ns"], maintain_order=True))
     parts = [_gaps_of_group(g, by) for g in rows.partition_by(by, maintain_order=True)]
     return pl.concat(parts) if parts else _gaps_of_group(rows, by)
 
 
 def _gaps_of_group(rows: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """``_between`` for the rows of one group, sorted by start."""
+    """``_between`` for the rows of one group, sorted by start. The time between the work of
+    two files (profiling windows of one rank) is no gap: the profiler was off."""
     reacher = pl.when(pl.col("end_ns") == pl.col("_reach")).then(pl.int_range(pl.len()))
     prev = pl.col("_reacher").shift(1)
     return (
         rows.with_columns(_reach=pl.col("end_ns").cum_max())
         .with_columns(_reacher=reacher.forward_fill())
         .with_columns(gap_start_ns=pl.col("_reach").shift(1),
-                      prev_name=pl.col("name").gather(prev), prev_step=pl.col("step").gather(prev))
-        .filter(pl.col("ts_ns") > pl.col("gap_start_ns"))
+                      prev_name=pl.col("name").gather(prev), prev_step=pl.col("step").gather(prev),
+                      _prev_file=pl.col("_file").gather(prev))
+        .filter((pl.col("ts_ns") > pl.col("gap_start_ns"))
+                & pl.col("_file").eq_missing(pl.col("_prev_file")))
         .select(*by, "gap_start_ns", gap_end_ns="ts_ns", prev_name="prev_name",
                 prev_step="prev_step", next_name="name", next_step="step",
                 next_correlation="correlation")

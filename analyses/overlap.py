@@ -105,11 +105,19 @@ def accountings(
         joined = w.join(lengths, on=keys, how="left") if keys else w.join(lengths, how="cross")
         out.append(
             joined.with_columns([pl.col(c).fill_null(0) for c in _LABELS])
-            .with_columns(window_ns=pl.col("window_end_ns") - pl.col("window_start_ns"))
+            .with_columns(window_ns=_window_length(w))
             .with_columns(idle_ns=pl.col("window_ns") - pl.col("busy_ns"))
             .sort(keys)
         )
     return out
+
+
+def _window_length(windows: pl.DataFrame) -> pl.Expr:
+    """A window's length: end - start, unless the windows bring their own ``window_ns`` (the
+    whole trace of a rank with several profiling windows: ``gpu_trace_windows``)."""
+    if "window_ns" in windows.columns:
+        return pl.col("window_ns")
+    return pl.col("window_end_ns") - pl.col("window_start_ns")
 
 
 def overlap_columns(bound_ratio: float = 1.2) -> list[pl.Expr]:
@@ -132,14 +140,14 @@ def overlap_columns(bound_ratio: float = 1.2) -> list[pl.Expr]:
 #: large trace has hundreds of thousands of GPU events; the other columns would ride along).
 PREPARED_COLUMNS: tuple[str, ...] = (
     "rank", "device", "stream", "name", "ts_ns", "dur_ns", "end_ns", "step", "correlation",
-    "gpu_class", "gpu_subclass",
+    "gpu_class", "gpu_subclass", "file_id",  # file_id: the profiling window (no gap between)
 )
 
 
 #: What ``gpu_events`` reads to make ``PREPARED_COLUMNS``.
 _RAW_COLUMNS: tuple[str, ...] = (
     "rank", "kind", "category", "name", "copy_kind", "device", "pid", "stream", "tid", "ts_ns",
-    "dur_ns", "step", "correlation",
+    "dur_ns", "step", "correlation", "file_id",
 )
 
 

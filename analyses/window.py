@@ -9,6 +9,11 @@ N+1's GPU work (the last step ends at the last end of its own GPU work). So per-
 add up, and GPU idle time at a step boundary (data loading, optimizer on the host) is charged
 to the step that ends there.
 
+A rank may have several profiling windows, one file each (a schedule with ``repeat``:
+``traceview.windows``). The time between two of them is not data (the profiler was off): the
+last step of a window ends with its own GPU work, and the whole-trace window's length
+(``window_ns``) is the sum of the windows' spans.
+
 >>> parse_step_name(pl.Series(["ProfilerStep#12", "aten::mm"]), STEP_PATTERN).to_list()
 [12, None]
 """
@@ -150,20 +155,25 @@ def gpu_step_windows(gpu: Frame, *, by: Sequence[str] = ("rank", "device")) -> p
     """Tiling step windows on the GPU: ``by..., step, window_start_ns, window_end_ns``.
 
     Window of step N = [first start of step N's GPU events, first start of the next step's);
-    the last step ends at the last end of its own GPU events. Steps whose start is not after
-    the previous one's (out-of-order replays) get an empty window and are dropped.
+    the last step ends at the last end of its own GPU events, and so does the last step of a
+    profiling window (the next step is in another file: the time between is not data). Steps
+    whose start is not after the previous one's (out-of-order replays) get an empty window
+    and are dropped.
     """
     by = list(by)
+    lf = gpu.lazy()
     per = (
-        gpu.lazy()
-        .filter(pl.col("step").is_not_null())
+        lf.filter(pl.col("step").is_not_null())
         .group_by([*by, "step"])
-        .agg(window_start_ns=pl.col("ts_ns").min(), _last_end=pl.col("end_ns").max())
+        .agg(window_start_ns=pl.col("ts_ns").min(), _last_end=pl.col("end_ns").max(),
+             _file=file_of(lf).first())
         .sort([*by, "step"])
     )
     nxt = pl.col("window_start_ns").shift(-1).over(by)
+    same_window = pl.col("_file").shift(-1).over(by).eq_missing(pl.col("_file"))
     return (
-        per.with_columns(window_end_ns=pl.coalesce(nxt, pl.col("_last_end")))
+        per.with_columns(window_end_ns=pl.when(same_window).then(pl.coalesce(nxt, "_last_end"))
+                         .otherwise(pl.col("_last_end")))
         .filter(pl.col("window_end_ns") > pl.col("window_start_ns"))
         .select([*by, "step", "window_start_ns", "window_end_ns"])
         .collect()
@@ -171,14 +181,28 @@ def gpu_step_windows(gpu: Frame, *, by: Sequence[str] = ("rank", "device")) -> p
 
 
 def gpu_trace_windows(gpu: Frame, *, by: Sequence[str] = ("rank", "device")) -> pl.DataFrame:
-    """Whole-trace window per group: first GPU start to last GPU end."""
+    """Whole-trace window per group: first GPU start to last GPU end, and ``window_ns``, the
+    sum of the spans of the group's profiling windows (files): the time between two windows
+    is not data, so it is never idle. With one window, ``window_ns`` = end - start."""
+    by = list(by)
+    lf = gpu.lazy()
     return (
-        gpu.lazy()
-        .group_by(list(by))
-        .agg(window_start_ns=pl.col("ts_ns").min(), window_end_ns=pl.col("end_ns").max())
-        .sort(list(by))
+        lf.group_by([*by, file_of(lf).alias("_file")])
+        .agg(_start=pl.col("ts_ns").min(), _end=pl.col("end_ns").max())
+        .group_by(by)
+        .agg(window_start_ns=pl.col("_start").min(), window_end_ns=pl.col("_end").max(),
+             window_ns=(pl.col("_end") - pl.col("_start")).sum())
+        .sort(by)
         .collect()
     )
+
+
+def file_of(frame: Frame) -> pl.Expr:
+    """The file (profiling window) of each row: ``file_id``; null for a frame without one,
+    which is then a single window."""
+    if "file_id" in frame.lazy().collect_schema().names():
+        return pl.col("file_id")
+    return pl.lit(None, dtype=pl.Int32)
 
 
 def select(events: Frame, window: Window | None = None) -> pl.LazyFrame:

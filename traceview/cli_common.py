@@ -11,6 +11,7 @@ import orjson
 
 from traceview.errors import UsageError
 from traceview.selection import parse_ranks, parse_steps  # noqa: F401 - the options' parsers
+from traceview.windows import parse_window
 
 
 def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True) -> None:
@@ -23,7 +24,16 @@ def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True) -> Non
                         help="explicit rank for a file (repeatable)")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
     parser.add_argument("--cache-dir", metavar="DIR", help="where the Parquet cache lives")
+    add_profiling_window_arg(parser)
     add_executor_args(parser)
+
+
+def add_profiling_window_arg(parser: argparse.ArgumentParser) -> None:
+    """--window N|last: one profiling window of each rank (``traceview.windows``)."""
+    parser.add_argument("--window", metavar="N|last", default=None,
+                        help="analyse one profiling window of each rank (a schedule with "
+                             "repeat writes one file per window): its number from 0, or "
+                             "'last'; default: every window")
 
 
 def add_executor_args(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +108,7 @@ def open_traceset(args: argparse.Namespace):  # -> TraceSet
         cache_dir=getattr(args, "cache_dir", None),
         progress=sys.stderr.isatty(),
         executor=executor_spec(args),
+        window=parse_window(getattr(args, "window", None)),
     )
 
 

@@ -9,7 +9,9 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceview.cli_common import add_input_args, add_json_arg, emit_json, open_traceset
+from traceview.cli_common import (
+    add_input_args, add_json_arg, add_profiling_window_arg, emit_json, open_traceset,
+)
 from traceview.errors import UsageError
 
 
@@ -25,37 +27,47 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_arg(p)
     p.set_defaults(run=run_info)
 
-    p = sub.add_parser("sql", help="SQL over the tables events, kernels, ranks, files")
+    p = sub.add_parser("sql", help="SQL over the tables events, kernels, ranks, files, windows")
     p.add_argument("paths", nargs="+", metavar="PATH", help="inputs, then the query last")
     p.add_argument("--skip-bad", action="store_true")
     p.add_argument("--rank-map", action="append", default=[], metavar="FILE=RANK")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--cache-dir", metavar="DIR")
+    add_profiling_window_arg(p)
     p.add_argument("--limit", type=int, default=50, help="rows to print (text output)")
     add_json_arg(p)
     p.set_defaults(run=run_sql)
 
 
 def info_report(ts: Any) -> dict[str, Any]:
-    """The ``info --json`` contract: totals and per rank input/stored/dropped/kinds."""
+    """The ``info --json`` contract: totals and per rank input/stored/dropped/kinds, and the
+    rank's profiling windows (``traceview.windows``)."""
     kinds = (ts.events.group_by("rank", "kind").agg(pl.len().alias("n"))
              .collect().with_columns(pl.col("kind").cast(pl.String)))
     files = {row["file_id"]: row for row in ts.files.iter_rows(named=True)}
-    first_rank_of_file: dict[int, int] = {}
+    windows = ts.window_spans()
+    # a file read for several ranks (nsys) counts its dropped events on its first rank
+    owner = dict(windows.group_by("file_id").agg(pl.col("rank").min()).iter_rows())
     ranks_out = []
     for row in ts.ranks.iter_rows(named=True):
-        file = files[row["file_id"]]
+        own_windows = windows.filter(pl.col("rank") == row["rank"])
         own = kinds.filter(pl.col("rank") == row["rank"])
         stored = int(own["n"].sum())
-        shared_file = ts.ranks.filter(pl.col("file_id") == row["file_id"]).height > 1
-        first = first_rank_of_file.setdefault(row["file_id"], row["rank"]) == row["rank"]
-        dropped = orjson.loads(file["dropped"]) if (first or not shared_file) else {}
+        dropped: dict[str, int] = {}
+        for fid in own_windows["file_id"].to_list():
+            if owner.get(fid) == row["rank"]:
+                for reason, n in orjson.loads(files[fid]["dropped"] or "{}").items():
+                    dropped[reason] = dropped.get(reason, 0) + n
         ranks_out.append({
-            "rank": row["rank"], "file": file["path"], "source": row["source"],
+            "rank": row["rank"], "file": files[row["file_id"]]["path"], "source": row["source"],
             "world_size": row["world_size"], "rank_from": row["rank_from"],
             "input_events": stored + sum(dropped.values()), "stored_events": stored,
             "dropped": dropped,
             "kinds": dict(sorted(zip(own["kind"].to_list(), own["n"].to_list()))),
+            "windows": [{"window": w["window"], "file": w["path"],
+                         "first_step": w["first_step"], "last_step": w["last_step"],
+                         "start_ns": w["start_ns"], "end_ns": w["end_ns"]}
+                        for w in own_windows.iter_rows(named=True)],
         })
     total_dropped: dict[str, int] = {}
     for r in ranks_out:
@@ -83,10 +95,21 @@ def _print_info(report: dict[str, Any]) -> None:
         drop = f"; dropped {r['dropped']}" if r["dropped"] else ""
         print(f"  rank {r['rank']:>4}  {r['stored_events']:>10,} events  ({top}){drop}  "
               f"{r['file']}")
+        if len(r["windows"]) > 1:  # one line per profiling window, times from the first
+            _print_windows(r["windows"], origin=r["windows"][0]["start_ns"])
     for s in report["skipped"]:
         print(f"  skipped: {s['error']}")
     for w in report["warnings"]:
         print(f"  warning: {w}")
+
+
+def _print_windows(windows: list[dict[str, Any]], *, origin: int | None) -> None:
+    for w in windows:
+        steps = ("no steps" if w["first_step"] is None else
+                 f"steps {w['first_step']}-{w['last_step']}")
+        times = ("" if origin is None or w["start_ns"] is None else
+                 f"  {(w['start_ns'] - origin) / 1e6:9.3f} - {(w['end_ns'] - origin) / 1e6:9.3f} ms")
+        print(f"      window {w['window']:>3}  {steps}{times}  {w['file']}")
 
 
 def run_info(args: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@
 Files are parsed in worker processes (bounded by cores and a memory budget); each worker writes
 its file's Parquet into the cache and returns only a small summary, so the driver never holds
 all events. Ranks are resolved here, across files: distributedInfo, then the file name, then an
-explicit mapping; two files claiming one rank is an error naming both.
+explicit mapping. Several files of one rank are its profiling windows when their times do not
+overlap (``traceview.windows``); overlapping ones are an error naming both.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from traceview.parsers import (
     detect_format,
     is_trace_name,
 )
+from traceview.windows import WindowChoice, chosen_windows, file_span, number_windows
+from traceview.windows import process_of_file_name
 
 def parser_version(fmt: str) -> int:
     """The parser version for a format; part of the cache key."""
@@ -57,6 +60,9 @@ class IngestResult:
     #: final rank for each (file index, rank as parsed) pair
     rank_of: dict[tuple[int, int | None], int]
     skipped: list[tuple[str, str]]
+    #: profiling window of each (file index, final rank) pair (``traceview.windows``); a
+    #: pair left out is window 0
+    window_of: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
 def discover(paths: Iterable[str | Path]) -> list[Path]:
@@ -286,8 +292,10 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     if not results:
         raise UnreadableTraceError(", ".join(str(f) for f in files), "no readable trace")
     rank_of = resolve_ranks(results, rank_map or {})
+    window_of = number_windows([r.path for r in results], rank_of,
+                               lambda i: file_span(results[i].events_path))
     skipped += [(str(p), f"{p}: passed over, not a trace (no traceEvents)") for p in ignored]
-    return IngestResult(files=results, rank_of=rank_of, skipped=skipped)
+    return IngestResult(files=results, rank_of=rank_of, skipped=skipped, window_of=window_of)
 
 
 def _ingest_task(path: str, cache_dir: str | None, options: dict[str, Any],
@@ -361,7 +369,8 @@ def _lookup(mapping: dict[str, int], path: str) -> int | None:
 
 def resolve_ranks(results: list[FileResult],
                   rank_map: dict[str, int]) -> dict[tuple[int, int | None], int]:
-    """Final rank for every (file, parsed rank). Raises on conflicts and unknown ranks."""
+    """Final rank for every (file, parsed rank). Raises on unknown ranks; several files of one
+    rank are told apart (or refused) by ``traceview.windows.number_windows``."""
     rank_of: dict[tuple[int, int | None], int] = {}
     unknown: list[int] = []
     for i, result in enumerate(results):
@@ -380,17 +389,53 @@ def resolve_ranks(results: list[FileResult],
             rank_of[(0, None)] = 0
             results[0].warnings.append("the trace names no rank; assuming rank 0")
             results[0].ranks[0]["rank_from"] = "default"
+        elif _one_process(results, unknown, rank_of):
+            _rank_zero_for_one_process(results, unknown, rank_of)
         else:
             names = ", ".join(results[i].path for i in unknown)
             raise RankConflictError(
                 f"{names}: no rank in the trace or its file name; pass --rank-map FILE=RANK")
-    claimed: dict[int, int] = {}
-    for (i, _), rank in sorted(rank_of.items(), key=lambda kv: kv[0][0]):
-        if rank in claimed and claimed[rank] != i:
-            raise RankConflictError(
-                f"{results[claimed[rank]].path} and {results[i].path} both claim rank {rank}")
-        claimed[rank] = i
     return rank_of
+
+
+def _one_process(results: list[FileResult], unknown: list[int],
+                 rank_of: dict[tuple[int, int | None], int]) -> bool:
+    """Are all the files rank-less, one rank each, and named by one process
+    (``tensorboard_trace_handler``'s ``<host>_<pid>``)? Then they are that one process's
+    profiling windows: a single-process run."""
+    if rank_of or any(len(results[i].ranks) != 1 for i in unknown):
+        return False
+    processes = {process_of_file_name(Path(results[i].path).name) for i in unknown}
+    return len(processes) == 1 and None not in processes
+
+
+def _rank_zero_for_one_process(results: list[FileResult], unknown: list[int],
+                               rank_of: dict[tuple[int, int | None], int]) -> None:
+    """A single-process run is rank 0 (as a single rank-less file is), with a warning."""
+    process = process_of_file_name(Path(results[unknown[0]].path).name)
+    for i in unknown:
+        rank_of[(i, None)] = 0
+        results[i].ranks[0]["rank_from"] = "default"
+        results[i].warnings.append(f"the trace names no rank; one process ({process}) wrote "
+                                   f"every file, assuming rank 0")
+
+
+def select_window(result: IngestResult, window: WindowChoice) -> IngestResult:
+    """``result`` with only the files of ``window`` of each rank (``traceview.windows``); the
+    kept files are indexed from 0 again, their windows keep their numbers. None keeps all."""
+    if window is None:
+        return result
+    window_of = {pair: result.window_of.get(pair, 0) for pair in
+                 {(i, rank) for (i, _), rank in result.rank_of.items()}}
+    chosen = chosen_windows(window_of, window)
+    kept = sorted({i for i, _ in chosen})
+    new_index = {old: new for new, old in enumerate(kept)}
+    return IngestResult(
+        files=[result.files[i] for i in kept],
+        rank_of={(new_index[i], parsed): rank for (i, parsed), rank in result.rank_of.items()
+                 if (i, rank) in chosen},
+        skipped=result.skipped,
+        window_of={(new_index[i], rank): window_of[(i, rank)] for i, rank in chosen})
 
 
 def rank_info_rows(result: IngestResult) -> list[dict[str, Any]]:
@@ -398,7 +443,10 @@ def rank_info_rows(result: IngestResult) -> list[dict[str, Any]]:
     import orjson
 
     rows = []
+    first = _first_windows(result)
     for (i, parsed), rank in sorted(result.rank_of.items(), key=lambda kv: kv[1]):
+        if (i, rank) not in first:
+            continue  # one row per rank: its other windows are in ``TraceSet.windows``
         file = result.files[i]
         info = next(r for r in file.ranks if r["rank"] == parsed)
         rows.append({
@@ -409,6 +457,16 @@ def rank_info_rows(result: IngestResult) -> list[dict[str, Any]]:
             "pg_config": info.get("pg_config"),
         })
     return rows
+
+
+def _first_windows(result: IngestResult) -> set[tuple[int, int]]:
+    """The (file index, rank) pair of each rank's earliest window."""
+    first: dict[int, tuple[int, int]] = {}
+    for (i, _), rank in result.rank_of.items():
+        n = result.window_of.get((i, rank), 0)
+        if rank not in first or n < first[rank][0]:
+            first[rank] = (n, i)
+    return {(i, rank) for rank, (_, i) in first.items()}
 
 
 __all__ = ["FileResult", "IngestResult", "RankInfo", "discover", "ingest", "resolve_ranks"]

@@ -164,7 +164,7 @@ def _part_spec(part: Any) -> tuple[str, tuple[Any, ...]]:
 
     if isinstance(part, _RemotePart):
         return "store", (part.location, part.name, part.file_id, part.rank)
-    return "file", (part.path, part.file_id, part.rank, part.rank_map)
+    return "file", part.fields()
 
 
 def summarise_task(specs: list[tuple[str, tuple[Any, ...]]], rank: int) -> RankSummary:
@@ -188,10 +188,11 @@ def map_ranks(ts: Any, *, executor: Any = None, ranks: Sequence[int] | None = No
     from traceview.executors import run_tasks
 
     ts = getattr(ts, "traceset", ts)  # a Run maps the ranks of its trace set
-    specs = {p.file_id: _part_spec(p) for p in ts._parts}
     paths = dict(ts.files.select("file_id", "path").iter_rows())
     wanted = set(ranks) if ranks is not None else None
-    tasks = [([specs[fid]], rank) for rank, fid in ts.ranks.select("rank", "file_id").iter_rows()
+    # every window's file of the rank (``TraceSet.parts_of``); the first names it on failure
+    tasks = [([_part_spec(p) for p in ts.parts_of(rank)], rank)
+             for rank, fid in ts.ranks.select("rank", "file_id").iter_rows()
              if wanted is None or rank in wanted]
     if executor is None:
         results: list[Any] = [summarise_task(*t) for t in tasks]

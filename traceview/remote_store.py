@@ -145,12 +145,11 @@ def write_store(ts: Any, location: str | Path, *, executor: Any = None) -> str:
     target = str(location)
     fs, base = filesystem(target)
     fs.create_dir(base, recursive=True)
-    by_file: dict[int, list[int]] = {}
-    for rank, fid in ts.ranks.select("rank", "file_id").iter_rows():
-        by_file.setdefault(fid, []).append(rank)
-    parts = {p.file_id: (p.path, p.file_id, p.rank, p.rank_map) for p in ts._parts}
-    tasks = [([parts[fid]], rank, target) for fid, ranks in sorted(by_file.items())
-             for rank in ranks]
+    # a rank's events may lie in several files (one per profiling window): each task reads
+    # every file of its rank
+    tasks = [([p.fields() for p in ts.parts_of(rank)], rank, target)
+             for rank, _ in sorted(ts.ranks.select("rank", "file_id").iter_rows(),
+                                   key=lambda rf: (rf[1], rf[0]))]
     if executor is None:
         results: list[Any] = [write_rank_task(*t) for t in tasks]
     else:
@@ -165,6 +164,7 @@ def write_store(ts: Any, location: str | Path, *, executor: Any = None) -> str:
                                        f"failed {f.attempts} attempts)" for rank, f in failed))
     write_bytes(fs, posixpath.join(base, "ranks.parquet"), _parquet_bytes(ts.ranks))
     write_bytes(fs, posixpath.join(base, "files.parquet"), _parquet_bytes(ts.files))
+    write_bytes(fs, posixpath.join(base, "windows.parquet"), _parquet_bytes(ts.windows))
     write_bytes(fs, posixpath.join(base, store.STORE_MANIFEST), orjson.dumps(
         {"traceview_store": store.CACHE_VERSION, "schema_version": schema.SCHEMA_VERSION,
          "ranks": ts.ranks["rank"].to_list()}, option=orjson.OPT_INDENT_2))
@@ -201,8 +201,8 @@ class _RemotePart:
             frame = pl.scan_parquet(path)
         else:
             frame = pl.scan_pyarrow_dataset(ds.dataset(path, filesystem=fs, format="parquet"))
-        return frame.with_columns(pl.lit(self.rank, dtype=pl.Int32).alias("rank"),
-                                  pl.lit(self.file_id, dtype=pl.Int32).alias("file_id"))
+        # the rows keep their own file_id: a rank file holds all the rank's windows
+        return frame.with_columns(pl.lit(self.rank, dtype=pl.Int32).alias("rank"))
 
 
 def open_store(location: str) -> Any:
@@ -223,7 +223,10 @@ def open_store(location: str) -> Any:
     files = pl.read_parquet(read_bytes(fs, posixpath.join(base, "files.parquet")))
     parts = [_RemotePart(location, rank_file(r), fid, r)
              for r, fid in ranks.select("rank", "file_id").iter_rows()]
-    return TraceSet(parts, ranks, files)  # type: ignore[arg-type]
+    windows_path = posixpath.join(base, "windows.parquet")  # absent in older stores
+    windows = (pl.read_parquet(read_bytes(fs, windows_path)) if _exists(fs, windows_path)
+               else None)
+    return TraceSet(parts, ranks, files, windows=windows)  # type: ignore[arg-type]
 
 
 __all__ = ["filesystem", "is_store", "is_url", "open_store", "write_rank_task", "write_store"]

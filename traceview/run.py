@@ -387,6 +387,15 @@ class Run:
         return self.traceset.files
 
     @property
+    def windows(self) -> pl.DataFrame:
+        """``rank, window, file_id``: each rank's profiling windows (``traceview.windows``)."""
+        return self.traceset.windows
+
+    def window_spans(self) -> pl.DataFrame:
+        """The windows with their file, first and last step and time range."""
+        return self.traceset.window_spans()
+
+    @property
     def skipped(self) -> list[tuple[str, str]]:
         return self.traceset.skipped
 

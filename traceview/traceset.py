@@ -20,7 +20,11 @@ import polars as pl
 
 from traceview import schema, store
 from traceview.errors import UnreadableTraceError, UsageError
-from traceview.ingest import IngestResult, ingest, rank_info_rows
+from traceview.ingest import IngestResult, ingest, rank_info_rows, select_window
+from traceview.windows import WindowChoice
+
+#: The ``windows`` table: which file holds which profiling window of which rank.
+WINDOW_SCHEMA = {"rank": pl.Int32, "window": pl.Int32, "file_id": pl.Int32}
 
 
 @dataclass
@@ -28,27 +32,42 @@ class _Part:
     """One Parquet file of events and how its rank column maps to final ranks."""
 
     path: str
-    file_id: int
+    file_id: int | None  # None: a store's rank file, whose rows keep their own file_id
     rank: int | None  # the file's single rank, or None when its rank column is kept/mapped
     rank_map: dict[int, int] = field(default_factory=dict)
+    #: keep only the rows of these files (a store's rank file read for one window); None: all
+    only_files: tuple[int, ...] | None = None
+
+    def fields(self) -> tuple[Any, ...]:
+        """What rebuilds this part in a worker process: ``_Part(*part.fields())``."""
+        return (self.path, self.file_id, self.rank, self.rank_map, self.only_files)
 
     def scan(self) -> pl.LazyFrame:
         frame = store.scan_events(self.path)
+        if self.only_files is not None:
+            frame = frame.filter(pl.col("file_id").is_in(list(self.only_files)))
         rank = (pl.lit(self.rank, dtype=pl.Int32) if self.rank is not None else
                 pl.col("rank").replace_strict(self.rank_map, default=pl.col("rank"),
                                               return_dtype=pl.Int32))
-        return frame.with_columns(rank.alias("rank"),
-                                  pl.lit(self.file_id, dtype=pl.Int32).alias("file_id"))
+        file_id = (pl.col("file_id") if self.file_id is None else
+                   pl.lit(self.file_id, dtype=pl.Int32))
+        return frame.with_columns(rank.alias("rank"), file_id.alias("file_id"))
 
 
 class TraceSet:
     """The events of one run (all ranks, long form) with its ranks and files tables."""
 
     def __init__(self, parts: list[_Part], ranks: pl.DataFrame, files: pl.DataFrame,
-                 skipped: Sequence[tuple[str, str]] = ()) -> None:
+                 skipped: Sequence[tuple[str, str]] = (),
+                 windows: pl.DataFrame | None = None) -> None:
         self._parts = parts
         self.ranks = ranks
         self.files = files
+        #: ``rank, window, file_id``: the profiling windows of each rank and their files
+        #: (``traceview.windows``); one window (0) per rank unless a rank has several files
+        self.windows = (windows if windows is not None else
+                        ranks.select("rank", pl.lit(0).alias("window"), "file_id")
+                        ).cast(WINDOW_SCHEMA).sort("rank", "window")
         self.skipped = list(skipped)
         #: where per-rank work runs (``traceview.executors.ExecutorSpec``/``Executor``), or None
         self.executor: Any = None
@@ -96,6 +115,23 @@ class TraceSet:
             return None
         return sorted({p.rank for p in self._parts if store.row_count(p.path) > 0})
 
+    def parts_of(self, rank: int) -> list[Any]:
+        """The parts (events files) that hold the events of ``rank``: one per window."""
+        files = set(self.windows.filter(pl.col("rank") == rank)["file_id"].to_list())
+        return [p for p in self._parts if p.rank in (None, rank)
+                and (p.file_id is None or p.file_id in files)]
+
+    def window_spans(self) -> pl.DataFrame:
+        """The ``windows`` table with each window's file path, ``first_step``, ``last_step``,
+        ``start_ns`` and ``end_ns`` (first start, last end of its events; reads four columns
+        of every event)."""
+        spans = (self.events.group_by("rank", "file_id").agg(
+            first_step=pl.col("step").min(), last_step=pl.col("step").max(),
+            start_ns=pl.col("ts_ns").min(),
+            end_ns=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max()).collect())
+        return (self.windows.join(self.files.select("file_id", "path"), on="file_id", how="left")
+                .join(spans, on=["rank", "file_id"], how="left").sort("rank", "window"))
+
     def kernels(self) -> pl.LazyFrame:
         """GPU kernels only."""
         return self.events.filter(pl.col("kind") == "kernel")
@@ -108,12 +144,13 @@ class TraceSet:
         return out
 
     def sql(self, query: str, *, events: pl.LazyFrame | None = None) -> pl.DataFrame:
-        """Run SQL over the tables ``events``, ``kernels``, ``ranks`` and ``files``.
-        ``events``: a selection of the events to query instead of all of them."""
+        """Run SQL over the tables ``events``, ``kernels``, ``ranks``, ``files`` and
+        ``windows``. ``events``: a selection of the events to query instead of all of them."""
         events = self.events if events is None else events
         kernels = events.filter(pl.col("kind") == "kernel")
         context = pl.SQLContext(events=events, kernels=kernels,
-                                ranks=self.ranks.lazy(), files=self.files.lazy())
+                                ranks=self.ranks.lazy(), files=self.files.lazy(),
+                                windows=self.windows.lazy())
         try:
             return context.execute(query, eager=True)
         except (pl.exceptions.SQLInterfaceError, pl.exceptions.SQLSyntaxError,
@@ -143,6 +180,7 @@ class TraceSet:
             store.write_events(schema.conform(table), target)
         store.atomic_write(out / "ranks.parquet", lambda tmp: self.ranks.write_parquet(tmp))
         store.atomic_write(out / "files.parquet", lambda tmp: self.files.write_parquet(tmp))
+        store.atomic_write(out / "windows.parquet", lambda tmp: self.windows.write_parquet(tmp))
         store.write_json({"traceview_store": store.CACHE_VERSION,
                           "schema_version": schema.SCHEMA_VERSION,
                           "ranks": self.ranks["rank"].to_list()}, out / store.STORE_MANIFEST)
@@ -162,8 +200,11 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
          rank_map: dict[str, int] | None = None, cache: bool = True,
          cache_dir: str | Path | None = None, progress: bool = False,
          options: dict[str, Any] | None = None, executor: Any = None,
-         scheduler: str | None = None) -> TraceSet:
+         scheduler: str | None = None, window: WindowChoice = None) -> TraceSet:
     """Open trace files, folders of traces, or a store (folder or URL) written by ``ingest -o``.
+
+    ``window``: one profiling window of each rank (``traceview.windows``): its number, from
+    0, or ``"last"``; None (default) keeps every window. Out of range: ``UsageError``.
 
     ``executor``: where files are parsed: ``"local"`` (local processes), ``"dask"`` (with
     ``scheduler`` ADDRESS, or a local cluster started and closed here), an
@@ -183,12 +224,12 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
     if urls:
         if len(items) > 1 or not remote_store.is_store(urls[0]):
             raise UsageError("a URL input must be a traceview store, and the only input")
-        return remote_store.open_store(urls[0])
+        return _only_window(remote_store.open_store(urls[0]), window)
     stores = [Path(p) for p in items if store.is_store(Path(p))]
     if stores:
         if len(items) > 1:
             raise UsageError("a store folder must be the only input")
-        return _open_store(stores[0])
+        return _only_window(_open_store(stores[0]), window)
     if not cache:
         # Lazy frames read these Parquet files after this function returns, possibly after the
         # TraceSet is gone (``open(p, cache=False).events.collect()``): remove them at exit.
@@ -198,7 +239,7 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
         cache_dir = store.default_cache_dir()
     result = ingest(items, cache_dir=cache_dir, skip_bad=skip_bad, rank_map=rank_map,
                     options=options, progress=progress, executor=executor)
-    ts = _from_ingest(result)
+    ts = _from_ingest(select_window(result, window))
     ts.executor = executor
     ts.cache_dir = cache_dir if cache else None  # a temporary folder is not worth keeping in
     return ts
@@ -218,7 +259,11 @@ def _from_ingest(result: IngestResult) -> TraceSet:
         "stored_events": f.stored_events, "dropped": orjson.dumps(f.dropped).decode(),
         "warnings": orjson.dumps(f.warnings).decode()} for i, f in enumerate(result.files)],
         schema=schema.polars_schema(schema.FILE_COLUMNS))
-    return TraceSet(parts, ranks.sort("rank"), files, result.skipped)
+    windows = pl.DataFrame(
+        [{"rank": rank, "window": result.window_of.get((i, rank), 0), "file_id": i}
+         for i, rank in {(i, rank) for (i, _), rank in result.rank_of.items()}],
+        schema=WINDOW_SCHEMA)
+    return TraceSet(parts, ranks.sort("rank"), files, result.skipped, windows)
 
 
 def _open_store(folder: Path) -> TraceSet:
@@ -229,6 +274,31 @@ def _open_store(folder: Path) -> TraceSet:
                                    f"{schema.SCHEMA_VERSION}: ingest the traces again")
     ranks = pl.read_parquet(folder / "ranks.parquet")
     files = pl.read_parquet(folder / "files.parquet")
-    parts = [_Part(str(folder / f"rank-{r:05d}.parquet"), fid, r)
-             for r, fid in ranks.select("rank", "file_id").iter_rows()]
-    return TraceSet(parts, ranks, files)
+    # A rank file holds all the rank's windows, each row with its own file_id.
+    parts = [_Part(str(folder / f"rank-{r:05d}.parquet"), None, r)
+             for r in ranks["rank"].to_list()]
+    windows = folder / "windows.parquet"  # absent in stores written before windows existed
+    return TraceSet(parts, ranks, files,
+                    windows=pl.read_parquet(windows) if windows.is_file() else None)
+
+
+def _only_window(ts: TraceSet, window: WindowChoice) -> TraceSet:
+    """A store's TraceSet restricted to one profiling window of each rank (None: all)."""
+    if window is None:
+        return ts
+    from traceview.windows import chosen_windows
+
+    if not all(type(p) is _Part for p in ts._parts):
+        raise UsageError("--window on a store at a URL: copy the store to a folder first, or "
+                         "open the trace files")
+    window_of = {(fid, rank): n for rank, n, fid in ts.windows.iter_rows()}
+    chosen = chosen_windows(window_of, window)
+    kept = ts.windows.filter([(f, r) in chosen for r, f in
+                              ts.windows.select("rank", "file_id").iter_rows()])
+    files = tuple(kept["file_id"].to_list())
+    ts._parts = [_Part(p.path, p.file_id, p.rank, p.rank_map, files) for p in ts._parts]
+    ts.windows = kept
+    ts.files = ts.files.filter(pl.col("file_id").is_in(files))
+    ts.ranks = ts.ranks.drop("file_id").join(kept.select("rank", "file_id"), on="rank",
+                                             how="left").select(ts.ranks.columns)
+    return ts

@@ -12,7 +12,8 @@ Checks (``Problem.code``):
 
 * ``unreadable_file``, ``truncated_file`` (per file), ``no_rank`` (a file of a multi-file run
   names no rank);
-* ``duplicate_rank`` (two files claim one rank), ``missing_rank`` (a rank of
+* ``duplicate_rank`` (two files claim one rank and their times overlap; disjoint ones are
+  the rank's profiling windows: ``traceview.windows``), ``missing_rank`` (a rank of
   ``0 .. world_size - 1`` wrote nothing; the world size comes from run.json, else the largest the
   traces claim), ``unexpected_rank``, ``world_size_mismatch``;
 * ``no_steps`` (no ``ProfilerStep#N`` range on a rank);
@@ -60,7 +61,8 @@ FIX = {
     "no_rank": "the trace names no rank: initialise torch.distributed before starting the "
                "profiler (Kineto then writes distributedInfo.rank) or name files rank-<R>.*; "
                "traceview.capture.profile does both",
-    "duplicate_rank": "each rank must write exactly one file per run: remove traces left from "
+    "duplicate_rank": "each rank must write one file per run (or per profiling window, the "
+                      "windows apart in time): remove traces left from "
                       "an earlier run (write each run to a fresh directory) or use "
                       "traceview.capture.profile, whose file names carry rank, host and pid",
     "missing_rank": "every rank must run the profiler, not only rank 0: call "
@@ -267,9 +269,24 @@ def _steps_text(steps: set[int]) -> str:
 def validate(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame, *,
              run_info: dict[str, Any] | None = None) -> list[Problem]:
     """All checks: :func:`check_files`, then :func:`check_events` on one file per rank."""
-    problems = check_files(files, run_info=run_info)
+    problems = [p for p in check_files(files, run_info=run_info)
+                if not (p.code == "duplicate_rank" and _profiling_windows(events, files, p))]
     ev = _first_file_per_rank(events.lazy(), files)
     return problems + check_events(ev)
+
+
+def _profiling_windows(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame,
+                       problem: Problem) -> bool:
+    """Are the files of a ``duplicate_rank`` problem disjoint in time, so one rank's
+    profiling windows (``traceview.windows``) rather than a conflict?"""
+    ids = files.filter(pl.col("path").is_in(problem.files))["file_id"].to_list()
+    spans = (events.lazy().filter(pl.col("file_id").is_in(ids)).group_by("file_id")
+             .agg(start=pl.col("ts_ns").min(),
+                  end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max())
+             .sort("start").collect())
+    if spans.height != len(ids):
+        return False  # a file without events has no place in time
+    return bool((spans["start"].shift(-1) >= spans["end"]).fill_null(True).all())
 
 
 def validate_traceset(ts: Any, *, run_info: dict[str, Any] | None = None) -> list[Problem]:

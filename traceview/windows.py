@@ -1,0 +1,135 @@
+"""Profiling windows: several trace files of one rank, told apart by their times.
+
+A ``torch.profiler`` schedule with ``repeat`` other than 1 writes one trace file per cycle
+per rank (``tensorboard_trace_handler``: ``<host>_<pid>.<time>.pt.trace.json[.gz]``). The rule:
+
+* Files that resolve to the same rank are that rank's **profiling windows** when their event
+  time ranges do not overlap. They are numbered 0, 1, 2 ... in time order (by first event).
+* Two files of one rank whose time ranges overlap are a conflict (two different runs, say):
+  an error naming both files.
+* Steps keep their ``ProfilerStep`` numbers: the profiler's step counter keeps counting across
+  cycles, so they are distinct across windows.
+
+The time between two windows of a rank is not data (the profiler was off): analyses never
+count it as GPU idle or as part of a step (see ``analyses/gaps.py`` and ``analyses/window.py``).
+
+>>> parse_window("last"), parse_window("2")
+('last', 2)
+>>> process_of_file_name("vm_7888.1795601432278272764.pt.trace.json.gz")
+'vm_7888'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from traceview.errors import RankConflictError, UsageError
+
+#: ``--window`` value: a window number (from 0) or ``"last"``; None selects every window.
+WindowChoice = int | str | None
+
+#: ``<worker>.<time>.pt.trace.json[.gz]``, the names ``tensorboard_trace_handler`` writes;
+#: ``<worker>`` defaults to ``<host>_<pid>``: one process.
+_HANDLER_NAME = r"^(?P<worker>.+)\.\d+\.pt\.trace\.json(?:\.gz)?$"
+
+
+@dataclass(frozen=True)
+class FileSpan:
+    """The times and steps of one file's events (None when it holds no timed event)."""
+
+    start_ns: int | None
+    end_ns: int | None
+    first_step: int | None
+    last_step: int | None
+
+
+def file_span(events_path: str | Path) -> FileSpan:
+    """First start, last end, first and last step of an events file (three columns read)."""
+    import polars as pl
+
+    from traceview import store
+
+    row = store.scan_events(events_path).select(
+        pl.col("ts_ns").min().alias("start_ns"),
+        (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max().alias("end_ns"),
+        pl.col("step").min().alias("first_step"),
+        pl.col("step").max().alias("last_step"),
+    ).collect().row(0, named=True)
+    return FileSpan(**row)
+
+
+def process_of_file_name(name: str) -> str | None:
+    """The worker (by default ``<host>_<pid>``) in a ``tensorboard_trace_handler`` file name."""
+
+    found = re.match(_HANDLER_NAME, name)
+    return found.group("worker") if found else None
+
+
+def number_windows(paths: list[str], rank_of: Mapping[tuple[int, Any], int],
+                   span_of: Callable[[int], FileSpan]) -> dict[tuple[int, int], int]:
+    """Window number of every (file index, rank): 0 for a rank's only file; for a rank with
+    several files, their order in time. ``span_of(i)`` is asked only for the files of such
+    ranks. Raises :class:`RankConflictError` naming two files whose times overlap."""
+    files_of: dict[int, list[int]] = {}
+    for (i, _), rank in rank_of.items():
+        files_of.setdefault(rank, [])
+        if i not in files_of[rank]:
+            files_of[rank].append(i)
+    window_of: dict[tuple[int, int], int] = {}
+    for rank, files in files_of.items():
+        ordered = files if len(files) == 1 else _in_time_order(paths, rank, files, span_of)
+        window_of.update({(i, rank): n for n, i in enumerate(ordered)})
+    return window_of
+
+
+def _in_time_order(paths: list[str], rank: int, files: list[int],
+                   span_of: Callable[[int], FileSpan]) -> list[int]:
+    """``files`` (of one rank) sorted by start, or a conflict when two overlap in time."""
+    spans = {i: span_of(i) for i in files}
+    empty = [i for i in files if spans[i].start_ns is None]
+    if empty:  # a file without events has no place in time: it cannot be told apart
+        other = next(i for i in files if i != empty[0])
+        raise RankConflictError(f"{paths[other]} and {paths[empty[0]]} both claim rank {rank} "
+                                f"and {paths[empty[0]]} holds no timed event")
+    ordered = sorted(files, key=lambda i: (spans[i].start_ns, spans[i].end_ns, i))
+    for before, after in zip(ordered, ordered[1:]):
+        if spans[after].start_ns < spans[before].end_ns:
+            raise RankConflictError(
+                f"{paths[before]} and {paths[after]} both claim rank {rank} and their times "
+                f"overlap (not two profiling windows of one run)")
+    return ordered
+
+
+def parse_window(text: str | None) -> WindowChoice:
+    """``--window N|last`` -> ``N`` or ``"last"`` (None stays None)."""
+    if text is None:
+        return None
+    if text.strip().lower() == "last":
+        return "last"
+    if text.strip().isdigit():
+        return int(text)
+    raise UsageError(f"--window wants a window number (from 0) or 'last', got {text!r}")
+
+
+def chosen_windows(window_of: Mapping[tuple[int, int], int],
+                   window: WindowChoice) -> set[tuple[int, int]]:
+    """The (file index, rank) pairs of ``window`` (a number, or ``"last"``: each rank's last).
+    An out-of-range number is a :class:`UsageError` naming how many windows there are."""
+    counts: dict[int, int] = {}
+    for (_, rank), n in window_of.items():
+        counts[rank] = max(counts.get(rank, 0), n + 1)
+    if window == "last":
+        return {(i, rank) for (i, rank), n in window_of.items() if n == counts[rank] - 1}
+    if not isinstance(window, int) or window < 0:
+        raise UsageError(f"--window wants a window number (from 0) or 'last', got {window!r}")
+    short = sorted(rank for rank, count in counts.items() if count <= window)
+    if short:
+        n = counts[short[0]]
+        whose = "there are" if len(set(counts.values())) == 1 else f"rank {short[0]} has"
+        raise UsageError(f"--window {window} is out of range: {whose} {n} "
+                         f"window{'s' if n != 1 else ''} (0-{n - 1}, or 'last')")
+    return {pair for pair, n in window_of.items() if n == window}
