@@ -130,7 +130,7 @@ def assign(processes: pl.DataFrame, *, mpi: dict[int, int], thread_ranks: dict[i
                     pr.world_size, _ = _first_int(env, _ENV_WORLD)  # type: ignore[arg-type]
                     break
             if pr.rank is None and single and row["is_gpu"]:
-                from traceview.parsers.kineto import rank_from_file_name
+                from traceview.parsers.kineto._parse import rank_from_file_name
 
                 by_name = rank_from_file_name(path.name)
                 if by_name is not None:

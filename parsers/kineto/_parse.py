@@ -1,24 +1,9 @@
-"""PyTorch-profiler (Kineto) Chrome-trace JSON -> events (a table, or row batches).
+"""The Kineto entry points, and the C scanner's columns handed over to Arrow.
 
-The hot path is the C scanner (``traceview/_kineto_scan.c``): one pass over the bytes, two
-threads on large arrays, straight into compact columns (times as exact int64 ns parsed from
-their decimal text, so ``1712195495406752.8`` µs becomes exactly ``1712195495406752800`` ns;
-repeating text interned; sparse integers as (row, value) pairs; ``args`` kept raw). The kind,
-times and steps are then derived for every row, and the rest one batch of rows at a time
-(:func:`parse_batched`), so ingest never holds the finished table whole.
-
-Damaged input (truncated writes, NaN tokens, invalid UTF-8, values of the wrong type, B/E pairs)
-falls back to the slower msgspec reader in :mod:`kineto_tolerant`, which keeps every complete
-event and says what it dropped;
-both paths store identical tables (tests).
-
->>> from pathlib import Path; import tempfile, os
->>> p = Path(tempfile.mkdtemp()) / "rank-1.json"
->>> _ = p.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, '
-...                  '"tid": 7, "ts": 1.5, "dur": 2.25, "args": {"stream": 7, "device": 0}}]}')
->>> parsed = parse(p)
->>> parsed.events.column("ts_ns").to_pylist(), parsed.events.column("dur_ns").to_pylist()
-([1500], [2250])
+:func:`parse_batched` reads the bytes (``_input``), scans them with the C scanner or, when it
+declines, the tolerant reader (``_tolerant``), derives kind and exact times for every row, and
+leaves the rest of each row to be built one batch at a time. :func:`parse` gathers the batches
+into one table.
 """
 
 from __future__ import annotations
@@ -36,13 +21,13 @@ import pyarrow as pa
 from traceview import schema
 from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
 from traceview.parsers import EventBatches, ParsedFile, RankInfo
-from traceview.parsers.arrow_types import as_type, series_of, strings
-from traceview.parsers.json_input import Input, open_input, read_bytes
-from traceview.parsers.kineto_tolerant import ARG_FIELDS, as_int, read_events, table_of
-from traceview.parsers.raw_columns import RawColumns, Sparse, SparseText
+from traceview.parsers.kineto._arrow_types import as_type, series_of, strings
+from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
+from traceview.parsers.kineto._input import Input, open_input, read_bytes
+from traceview.parsers.kineto._tolerant import ARG_FIELDS, as_int, read_events, table_of
 
-try:  # the C fast path; without it (no compiler at install) the tolerant path does all
-    from traceview import _kineto_scan
+try:  # the C fast path (_scan.c); without it (no compiler at install) the tolerant path does all
+    from traceview.parsers.kineto import _scan as _kineto_scan
 except ImportError:  # pragma: no cover - exercised by setting the module to None in tests
     _kineto_scan = None
 
@@ -121,7 +106,7 @@ _RAW_COLUMNS: dict[str, pa.DataType] = {
 
 
 #: Text columns stored dictionary-encoded: the scanner interns them (COL_IS_DICT in
-#: _kineto_scan.c), so each distinct name is held once, not once per event.
+#: _scan.c), so each distinct name is held once, not once per event.
 _REPEATING_TEXT = ("ph", "category", "name", "pid_label", "tid_label", "collective_name",
                    "pg_name", "pg_desc", "pg_ranks", "dtype")
 
@@ -171,7 +156,7 @@ def _sparse_text(raw: dict[str, Any], rows: int) -> dict[str, Any]:
 
 def _scanned_column(column: tuple | None, typ: pa.DataType,
                     rows: int) -> pa.Array | pa.ChunkedArray | Sparse | None:
-    """One column of the C scanner (see col_to_py in _kineto_scan.c), without copying. Plain
+    """One column of the C scanner (see col_to_py in _scan.c), without copying. Plain
     text and dense integers of a two-thread scan come as two chunks, one per thread."""
     if column is None:
         return None

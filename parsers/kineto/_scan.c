@@ -5,7 +5,7 @@
  * It reads the keys every event has (ph, cat, name, pid, tid, ts, dur, id, args), keeps the
  * complete raw text of `args` (lossless), and pulls the few args keys that become columns.
  * `ts` and `dur` are converted from their decimal text to exact int64 nanoseconds (digits beyond
- * the nanosecond round half to even, as the Decimal path in kineto.py does).
+ * the nanosecond round half to even, as the Decimal path in _tolerant.py does).
  *
  * Anything unusual (malformed JSON, NaN tokens, an element that is not an object) makes scan()
  * raise ValueError; the caller then uses the tolerant pure-Python path, which repairs and
@@ -1487,9 +1487,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kineto_scan", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__kineto_scan(void) {
+PyMODINIT_FUNC PyInit__scan(void) {
     for (int j = 0; j < N_ARG_KEYS; j++) {
         ARG_KEY_LEN[j] = (Py_ssize_t)strlen(ARG_KEYS[j].key);
         if (ARG_KEY_LEN[j] >= ARG_MAX_LEN

@@ -4,7 +4,7 @@ Truncated writes, NaN/Infinity tokens, invalid UTF-8, values of the wrong type, 
 times in exponent notation: the bytes are repaired where they can be, decoded with msgspec
 (``args`` left raw, then the few keys that become columns decoded all at once), complete events
 salvaged from a truncated array, and every entry that cannot be stored counted by reason. The
-result has the C scanner's column layout, so the rest of :mod:`kineto` treats both alike (tests
+result has the C scanner's column layout, so ``_parse`` treats both alike (tests
 assert that both paths store identical tables on corpus traces).
 """
 
@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 
 from traceview.errors import UnreadableTraceError
-from traceview.parsers.json_input import repair_text, salvage_events
+from traceview.parsers.kineto._input import repair_text, salvage_events
 
 
 def read_events(path: Path, data: bytes, warnings: list[str],
