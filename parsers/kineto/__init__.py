@@ -19,6 +19,8 @@ Behind the entry points, one job per private module:
 * ``_tolerant.py``: the msgspec reader for what the scanner declines
 * ``_columns.py``: the scanned columns, sparse ones as (row, value) pairs
 * ``_parse.py``: the two entry points, and the scanner's columns handed over to Arrow
+* ``_rows.py``: kind and exact times of every row; the rest built one batch of rows at a time
+* ``_ranks.py``: the rank from ``distributedInfo``, else from the file name
 * ``_arrow_types.py``: the batches' type changes on buffers (no pyarrow.compute/pandas import)
 
 >>> from pathlib import Path; import tempfile, os
