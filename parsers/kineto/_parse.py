@@ -23,7 +23,8 @@ from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
 from traceview.parsers.kineto._input import Input, open_input, read_bytes
 from traceview.parsers.kineto._ranks import rank_info
 from traceview.parsers.kineto._rows import batch, empty_columns, key_frame, text_facts
-from traceview.parsers.kineto._tolerant import ARG_FIELDS, as_int, read_events
+from traceview.parsers.kineto._tolerant import as_int, read_events
+from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS
 
 try:  # the C fast path (_scan.c); without it (no compiler at install) the tolerant path does all
     from traceview.parsers.kineto import _scan as _kineto_scan
@@ -87,8 +88,8 @@ _RAW_COLUMNS: dict[str, pa.DataType] = {
     "pid": pa.int64(), "pid_label": pa.large_string(), "tid": pa.int64(),
     "tid_label": pa.large_string(), "ts_ns": pa.int64(), "dur_ns": pa.int64(),
     "flow_id": pa.int64(), "args_json": pa.large_string(),
-    **{attr: pa.large_string() if attr in ("collective_name", "pg_name", "pg_desc", "pg_ranks",
-                                          "dtype") else pa.int64() for attr in ARG_FIELDS},
+    **{attr: pa.large_string() if attr in KINETO_TEXT_ARGS else pa.int64()
+       for attr in KINETO_ARGS},
 }
 
 

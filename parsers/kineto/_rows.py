@@ -183,7 +183,7 @@ def _constant_text(rows: int, text: str) -> pa.DictionaryArray:
 
 def _derive(frame: pl.DataFrame) -> pl.DataFrame:
     """Device, stream, flow and collective columns, as vectorised expressions."""
-    is_gpu = pl.col("kind").is_in(["kernel", "memcpy", "memset", "gpu_user_annotation"])
+    is_gpu = pl.col("kind").is_in(schema.GPU_STREAM_KINDS)
     collective = pl.coalesce(
         pl.col("arg_collective"),
         pl.when(pl.col("kind") == "kernel").then(pl.col("kernel_collective")),

@@ -145,8 +145,10 @@ static const int COL_IS_STR[N_COLS] = {
     1, 1, 1, 0, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
 };
 
-/* args keys -> columns. Older spellings map to the same column; the first key seen in the
- * list order wins when both are present, as in the Python path (current spelling first). */
+/* args keys -> columns: a copy of traceview/schema.py's KINETO_ARGS (and COL_IS_STR of its
+ * KINETO_TEXT_ARGS); tests/test_kineto_args.py fails when they drift apart. Older spellings map
+ * to the same column; the first key seen in the list order wins when both are present, as in
+ * the Python path (current spelling first). */
 typedef struct {
     const char *key;
     int col;

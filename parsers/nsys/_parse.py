@@ -22,7 +22,8 @@ from traceview.parsers.nsys import _tables as tables
 from traceview.parsers.nsys._db import Export, count_rows, open_export, query_rows, string_table
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
-_GPU_KINDS = ("kernel", "memcpy", "memset", "sync", "cuda_runtime", "cuda_driver")
+#: A process with rows of these kinds uses a GPU (a GPU process, in _ranks' terms).
+_CUDA_KINDS = (*schema.GPU_KINDS, "sync", *schema.RUNTIME_KINDS)
 
 
 def export_command(path: Path) -> str:
@@ -252,7 +253,7 @@ def _processes(frame: pl.DataFrame) -> pl.DataFrame:
     # several chunks (the rowid ranges) into one
     return (frame.select("gpid", "pid", "kind", "device").group_by("gpid").agg(
         pl.col("pid").first(),
-        pl.col("kind").is_in(_GPU_KINDS).any().alias("is_gpu"),
+        pl.col("kind").is_in(_CUDA_KINDS).any().alias("is_gpu"),
         pl.col("device").drop_nulls().unique().sort().cast(pl.Int64).alias("devices"))
         .sort("pid"))
 
