@@ -33,8 +33,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-#: Event kinds that are GPU work.
-GPU_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset")
+from traceview.schema import GPU_KINDS
 
 #: Categories (lower-cased) that mean GPU work even if a reader left the kind as "other".
 GPU_CATEGORIES: dict[str, str] = {

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import polars as pl
 
-Frame = pl.LazyFrame | pl.DataFrame
+from traceview.schema import RUNTIME_KINDS
 
-#: Host-side kinds of the calls that launch GPU work.
-RUNTIME_KINDS: list[str] = ["cuda_runtime", "cuda_driver"]
+Frame = pl.LazyFrame | pl.DataFrame
 
 _CORRELATION_BITS = 40
 _KEY = "_launch_key"

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-#: Default step marker: Kineto's ``ProfilerStep#N`` record_function ranges.
-STEP_PATTERN = r"^ProfilerStep#(\d+)$"
+from traceview.schema import STEP_MARKER_KINDS, STEP_PATTERN
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -86,10 +85,6 @@ def parse_step_name(names: pl.Series | pl.Expr, pattern: str = STEP_PATTERN):
     if isinstance(names, pl.Series):
         return names.cast(pl.String).str.extract(pattern, 1).cast(pl.Int32)
     return names.cast(pl.String).str.extract(pattern, 1).cast(pl.Int32)
-
-
-#: Host-side kinds whose ranges can be step markers.
-STEP_MARKER_KINDS = ["user_annotation", "cpu_op", "nvtx", "python_function"]
 
 
 def step_spans(events: Frame, *, pattern: str = STEP_PATTERN) -> pl.DataFrame:

@@ -59,7 +59,7 @@ def describe() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     try:
-        from traceview import _kineto_scan  # noqa: F401
+        from traceview.parsers.kineto import _scan  # noqa: F401
         c_path = True
     except ImportError:
         c_path = False

@@ -96,11 +96,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: (module, function) pairs that ``--stages`` times.
-STAGES = (("traceview.store", "known_content_id"), ("traceview.parsers.nsys", "open_export"),
-          ("traceview.parsers.nsys", "string_table"), ("traceview.parsers.nsys_db", "adbc_parts"),
-          ("traceview.parsers.nsys_tables", "kernels"), ("traceview.parsers.nsys", "_processes"),
-          ("traceview.parsers.nsys_arrow", "in_time_order"),
-          ("traceview.parsers.nsys", "_parse_export"), ("traceview.ingest", "with_steps"),
+STAGES = (("traceview.store", "known_content_id"),
+          ("traceview.parsers.nsys._parse", "open_export"),
+          ("traceview.parsers.nsys._parse", "string_table"),
+          ("traceview.parsers.nsys._db", "adbc_parts"),
+          ("traceview.parsers.nsys._tables", "kernels"),
+          ("traceview.parsers.nsys._parse", "_processes"),
+          ("traceview.parsers.nsys._arrow", "in_time_order"),
+          ("traceview.parsers.nsys._parse", "_parse_export"), ("traceview.ingest", "with_steps"),
           ("traceview.store", "write_events"))
 
 

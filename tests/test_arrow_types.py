@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceview.parsers.arrow_types import as_type, narrow_strings, series_of, strings
+from traceview.parsers.kineto._arrow_types import as_type, narrow_strings, series_of, strings
 
 STRING_DICT = pa.dictionary(pa.int32(), pa.string())
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from traceview import _kineto_scan
-from traceview.parsers import kineto
-from traceview.parsers.json_input import _InflatingMap, open_input
+from traceview.parsers.kineto import _parse as kineto
+from traceview.parsers.kineto import _scan as _kineto_scan
+from traceview.parsers.kineto._input import _InflatingMap, open_input
 
 ROOT = Path(__file__).resolve().parents[1]
 

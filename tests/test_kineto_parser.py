@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import write_trace
 from traceview.errors import UnreadableTraceError
-from traceview.parsers import kineto
+from traceview.parsers.kineto import _parse as kineto
 
 
 def _frame(parsed) -> pl.DataFrame:
@@ -268,7 +268,7 @@ def test_fast_path_is_built():
 @pytest.mark.parametrize("relative", CORPUS_SAMPLES)
 def test_two_thread_scan_equals_one_thread(relative, corpus):
     """The scanner splits large arrays between two threads; the split must change nothing."""
-    from traceview.parsers.json_input import read_bytes
+    from traceview.parsers.kineto._input import read_bytes
 
     data = read_bytes(corpus / relative, [])
     rows_one, one = kineto._kineto_scan.scan(data, 1 << 62)
@@ -414,7 +414,7 @@ def test_large_columns_grow_in_their_own_mappings_and_read_back_exactly(tmp_path
 
 
 def test_gzip_is_inflated_into_a_releasable_map_and_parses_like_plain_json(tmp_path):
-    from traceview.parsers.json_input import open_input
+    from traceview.parsers.kineto._input import open_input
 
     text = _events_json(2000)
     plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
@@ -427,7 +427,7 @@ def test_gzip_is_inflated_into_a_releasable_map_and_parses_like_plain_json(tmp_p
 
 
 def test_gzip_with_two_members_is_read_whole(tmp_path):
-    from traceview.parsers.json_input import open_input
+    from traceview.parsers.kineto._input import open_input
 
     text = _events_json(500)
     path = tmp_path / "two.json.gz"

@@ -28,7 +28,7 @@ from fixtures.nsys_synthetic import (  # noqa: E402
 )
 from traceview.errors import UnreadableTraceError  # noqa: E402
 from traceview.parsers import nsys, parse  # noqa: E402
-from traceview.parsers import nsys_tables as tables  # noqa: E402
+from traceview.parsers.nsys import _tables as tables  # noqa: E402
 
 
 def frame(parsed) -> pl.DataFrame:
@@ -314,7 +314,7 @@ def test_arrow_reader_gives_the_lenient_readers_frame(tmp_path: Path,
     text that is not UTF-8 and for a column that ADBC types from a batch of NULLs (int64)
     before it meets a REAL (a view has no rowid ranges, so it is read in batches)."""
     pytest.importorskip("adbc_driver_sqlite")
-    from traceview.parsers import nsys_db
+    from traceview.parsers.nsys import _db as nsys_db
 
     path = tmp_path / "t.sqlite"
     with sqlite3.connect(path) as con:
@@ -406,7 +406,7 @@ def test_shared_zero_buffer_nulls_equal_pa_nulls() -> None:
     import pyarrow as pa
 
     from traceview import schema
-    from traceview.parsers import nsys_arrow
+    from traceview.parsers.nsys import _arrow as nsys_arrow
 
     zeros = pa.py_buffer(bytes(8 * 11))
     for field in schema.EVENTS_ARROW:
@@ -418,7 +418,7 @@ def test_shared_zero_buffer_nulls_equal_pa_nulls() -> None:
 
 @pytest.mark.parametrize("sorted_events", [True, False])
 def test_rows_slid_in_where_a_stable_sort_puts_them(sorted_events: bool) -> None:
-    from traceview.parsers import nsys_arrow
+    from traceview.parsers.nsys import _arrow as nsys_arrow
 
     ts = [10, 20, 20, 30, 40] if sorted_events else [20, 10, 40, 20, 30]
     events = pl.DataFrame({"ts_ns": ts, "name": [f"e{i}" for i in range(5)],
@@ -440,7 +440,8 @@ def test_kernels_read_ahead_are_used_only_for_the_same_queries(
     pytest.importorskip("adbc_driver_sqlite")
     import threading
 
-    from traceview.parsers import nsys_db, nsys_read_ahead
+    from traceview.parsers.nsys import _db as nsys_db
+    from traceview.parsers.nsys import _read_ahead as nsys_read_ahead
 
     truth = write_export(tmp_path / "r.sqlite", ranks=2, steps=3)
     monkeypatch.setattr(nsys_read_ahead, "MIN_BYTES", 0)

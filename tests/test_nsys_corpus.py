@@ -92,7 +92,7 @@ def test_reading_creates_no_file_in_a_writable_directory(tmp_path: Path) -> None
     nsys.parse(truth.path, include_osrt=True)
     assert fingerprint(truth.path) == before
     with pytest.raises(sqlite3.OperationalError, match="readonly"):
-        from traceview.parsers.nsys_db import open_export
+        from traceview.parsers.nsys._db import open_export
 
         export = open_export(truth.path, use_adbc=False)
         try:

@@ -24,13 +24,13 @@ from typing import Any, TextIO
 import polars as pl
 
 from traceview import __version__
+from traceview.schema import GPU_STREAM_KINDS
 
 Frame = pl.LazyFrame | pl.DataFrame
 
 GAP_TID_BASE = 1_000_000_000
 WAIT_CAT = "traceview.wait"
 _SKIP_KINDS = ["metadata", "flow", "counter", "memory"]
-_GPU_KINDS = ["kernel", "memcpy", "memset", "gpu_user_annotation"]
 
 
 def _us(ns: pl.Expr) -> pl.Expr:
@@ -70,7 +70,7 @@ def trace_lines(
         lf = apply_offsets(lf, offsets)
     else:
         lf = lf.with_columns(ts_aligned_ns=pl.col("ts_ns"))
-    is_gpu = kind.is_in(_GPU_KINDS) & pl.col("device").is_not_null()
+    is_gpu = kind.is_in(GPU_STREAM_KINDS) & pl.col("device").is_not_null()
     ev = lf.with_columns(
         _thread=pl.when(is_gpu)
         .then(pl.format("GPU {} stream {}", pl.col("device"), pl.col("stream").fill_null(0)))

@@ -1,4 +1,7 @@
-"""The one definition of every column in the traceview event store.
+"""The one definition of every column in the traceview event store, and of the vocabulary the
+parsers and analyses share: the kinds and their groups (``GPU_KINDS``, ``RUNTIME_KINDS``, ...),
+the step marker (``STEP_PATTERN``) and the Kineto ``args`` keys read into columns
+(``KINETO_ARGS``).
 
 Each column is declared once, as data: its name, Arrow type, unit, meaning, and where it comes
 from in Kineto and in nsys. The Arrow schema, the Polars schema and ``docs/schema.md`` are all
@@ -17,7 +20,9 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import pyarrow as pa
 
@@ -49,6 +54,24 @@ KINDS: tuple[str, ...] = (
 )
 
 SOURCES: tuple[str, ...] = ("kineto", "nsys")
+
+# Kind groups: every module that asks "is this GPU work?" or "is this a launch?" uses these.
+
+#: GPU work: what occupies a GPU (split by the analyses into compute, comm, copies and sets).
+GPU_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset")
+#: Everything recorded on a GPU stream: the work, and record_function ranges projected onto it.
+#: Parsers keep ``device`` and ``stream`` for these; they take their step through their launch.
+GPU_STREAM_KINDS: tuple[str, ...] = (*GPU_KINDS, "gpu_user_annotation")
+#: Host-side calls that launch GPU work (matched to it by ``correlation``).
+RUNTIME_KINDS: tuple[str, ...] = ("cuda_runtime", "cuda_driver")
+
+# The step.
+
+#: A step marker's name: Kineto's ``ProfilerStep#N`` record_function ranges (and NVTX ranges of
+#: that name in nsys); group 1 is the step number.
+STEP_PATTERN = r"^ProfilerStep#(\d+)$"
+#: Host-side kinds whose ranges can be step markers.
+STEP_MARKER_KINDS: tuple[str, ...] = ("user_annotation", "cpu_op", "nvtx", "python_function")
 
 
 @dataclass(frozen=True)
@@ -129,6 +152,36 @@ EVENT_COLUMNS: tuple[Column, ...] = (
     Column("args_json", pa.large_string(), "", "the event's complete args object as JSON text "
            "(lossless: nothing the columns do not take is lost)", "args", "extra columns"),
 )
+
+#: Kineto ``args`` keys read into columns: column -> its keys, the current spelling first; older
+#: Kineto spellings fill the rows it leaves empty. ``collective_name`` and ``mem_device`` are read
+#: but not stored: ``collective`` and a memory event's ``device`` are derived from them. Each
+#: stored column's ``kineto`` source above names its first key. The C scanner has its own copy
+#: (``ARG_KEYS`` in parsers/kineto/_scan.c); tests/test_kineto_args.py checks the three agree.
+KINETO_ARGS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "external_id": ("External id", "external id"),
+    "correlation": ("correlation",),
+    "device": ("device",),
+    "stream": ("stream",),
+    "collective_name": ("Collective name",),
+    "pg_name": ("Process Group Name",),
+    "pg_desc": ("Process Group Description",),
+    "pg_ranks": ("Process Group Ranks",),
+    "seq": ("Seq", "seq"),
+    "in_nelems": ("In msg nelems",),
+    "out_nelems": ("Out msg nelems",),
+    "dtype": ("dtype",),
+    "group_size": ("Group size",),
+    "bytes": ("bytes",),
+    "flops": ("flops",),
+    "mem_bytes": ("Bytes",),
+    "mem_total_allocated": ("Total Allocated",),
+    "mem_total_reserved": ("Total Reserved",),
+    "mem_device": ("Device Id",),
+})
+#: The ``KINETO_ARGS`` read as text; the others are read as integers.
+KINETO_TEXT_ARGS: frozenset[str] = frozenset(
+    {"collective_name", "pg_name", "pg_desc", "pg_ranks", "dtype"})
 
 RANK_COLUMNS: tuple[Column, ...] = (
     Column("rank", pa.int32(), "", "global rank", nullable=False),

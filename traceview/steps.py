@@ -24,8 +24,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_user_annotation")
-_STEP_NAME = r"^ProfilerStep#(\d+)$"
+from traceview.schema import GPU_STREAM_KINDS, RUNTIME_KINDS, STEP_PATTERN
 
 
 def step_ranges(events: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
@@ -33,10 +32,10 @@ def step_ranges(events: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
     return (
         events.lazy()
         .filter(pl.col("kind").is_in(["user_annotation", "nvtx"])
-                & pl.col("name").cast(pl.String).str.contains(_STEP_NAME))
+                & pl.col("name").cast(pl.String).str.contains(STEP_PATTERN))
         .select(
             "rank",
-            pl.col("name").cast(pl.String).str.extract(_STEP_NAME).cast(pl.Int32).alias("step"),
+            pl.col("name").cast(pl.String).str.extract(STEP_PATTERN).cast(pl.Int32).alias("step"),
             pl.col("ts_ns").alias("step_start_ns"),
             (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).alias("step_end_ns"),
         )
@@ -103,7 +102,7 @@ class StepsOfRows:
         (ranks, correlations, steps). None when there are none."""
         keys = self._keys
         rows = keys.select("rank", "correlation", "ts_ns").filter(
-            keys.get_column("kind").is_in(["cuda_runtime", "cuda_driver"])
+            keys.get_column("kind").is_in(RUNTIME_KINDS)
             & keys.get_column("correlation").is_not_null())  # names too: 7x slower (cold)
         if rows.is_empty():
             return None
@@ -122,7 +121,7 @@ class StepsOfRows:
         where that call has a step. Sets ``step`` in place."""
         launch_rank, launch_corr, launch_step = self._launches
         corr = keys.get_column("correlation")
-        gpus = np.flatnonzero((keys.get_column("kind").is_in(GPU_KINDS)
+        gpus = np.flatnonzero((keys.get_column("kind").is_in(GPU_STREAM_KINDS)
                                & corr.is_not_null()).to_numpy())
         if not len(gpus):
             return

@@ -1,35 +1,6 @@
-"""Nsight Systems SQLite exports (``nsys export --type sqlite``) -> the traceview event store.
-
-The same concept gets the same kind and columns as in Kineto traces, so every analysis runs on
-either source:
-
-=====================================  ===============  ======================================
-table                                  kind             notes
-=====================================  ===============  ======================================
-CUPTI_ACTIVITY_KIND_KERNEL             kernel           name = demangled name; short name and
-                                                        launch geometry in args_json; NCCL
-                                                        kernels get ``collective``
-CUPTI_ACTIVITY_KIND_RUNTIME            cuda_runtime     ``eventClass`` 1 -> cuda_driver; the
-                                                        ``_v7000`` suffix is dropped from names
-CUPTI_ACTIVITY_KIND_MEMCPY             memcpy           ``Memcpy HtoD (Pageable -> Device)``,
-                                                        copy_kind, bytes
-CUPTI_ACTIVITY_KIND_MEMSET             memset           ``Memset (Device)``, bytes
-CUPTI_ACTIVITY_KIND_SYNCHRONIZATION    sync             ``Stream Sync``, ``Event Sync``, ...
-NVTX_EVENTS                            nvtx             ranges (dur_ns) and marks (dur_ns null);
-                                                        category = domain name (``default``);
-                                                        NCCL domain -> collective columns
-OSRT_API (``include_osrt=True``)       os_runtime       off by default: often the largest table
-ThreadNames, PROCESSES                 metadata         ``thread_name`` / ``process_name`` rows
-                                                        with ``{"name": ...}`` as in Kineto
-=====================================  ===============  ======================================
-
-Times: ``ts_ns = start + TARGET_INFO_SESSION_START_TIME.utcEpochNs`` (epoch ns, comparable across
-reports and with Kineto's ``baseTimeNanoseconds``); without that table (2020-era exports) the
-session-relative time is kept and a warning says so. ``dur_ns = end - start``.
-
-Counts: ``input_events`` = rows read from the event tables ingested (the CUPTI tables above,
-NVTX_EVENTS, OSRT_API when asked) + the name rows of the traced processes and threads;
-``input_events == stored + sum(dropped.values())``.
+"""The nsys entry point: open the export, read each event table (``_tables``), combine them,
+give each process its rank (``_ranks``), attach collectives (``_nccl``), hand over to Arrow in
+time order (``_arrow``), and add the process and thread name rows.
 """
 
 from __future__ import annotations
@@ -46,12 +17,13 @@ import polars as pl
 from traceview import schema
 from traceview.errors import UnreadableTraceError
 from traceview.parsers import ParsedFile, RankInfo
-from traceview.parsers import nsys_arrow, nsys_nccl, nsys_ranks, nsys_read_ahead
-from traceview.parsers import nsys_tables as tables
-from traceview.parsers.nsys_db import Export, count_rows, open_export, query_rows, string_table
+from traceview.parsers.nsys import _arrow, _nccl, _ranks, _read_ahead
+from traceview.parsers.nsys import _tables as tables
+from traceview.parsers.nsys._db import Export, count_rows, open_export, query_rows, string_table
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
-_GPU_KINDS = ("kernel", "memcpy", "memset", "sync", "cuda_runtime", "cuda_driver")
+#: A process with rows of these kinds uses a GPU (a GPU process, in _ranks' terms).
+_CUDA_KINDS = (*schema.GPU_KINDS, "sync", *schema.RUNTIME_KINDS)
 
 
 def export_command(path: Path) -> str:
@@ -83,8 +55,8 @@ def parse(path: Path, *, include_osrt: bool = False, rank_map: dict | None = Non
     if not is_sqlite:
         raise UnreadableTraceError(path, "is not a SQLite file (expected an nsys SQLite export)")
     # the kernel table is read (without the GIL) while SQLAlchemy is imported and opens the
-    # export; used only once the export is opened and recognised (see nsys_read_ahead)
-    ahead = None if use_adbc is False else nsys_read_ahead.start(
+    # export; used only once the export is opened and recognised (see _read_ahead)
+    ahead = None if use_adbc is False else _read_ahead.start(
         path, tables.KERNEL, lambda columns: tables.kernel_query(columns, launch_args=launch_args))
     try:
         export = open_export(path, use_adbc=use_adbc)
@@ -183,7 +155,7 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     )
 
     procs = _processes(frame)
-    ranked = nsys_ranks.assign(
+    ranked = _ranks.assign(
         procs, mpi=_mpi_ranks(export), thread_ranks=_thread_ranks(export, strings, nvtx_raw),
         nccl=_nccl_hints(frame), capture=_capture(export), device_env=_device_env(export),
         path=export.path, rank_map=rank_map, warnings=warnings)
@@ -202,15 +174,15 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
 
     names = _name_rows(export, strings, frame, set(rank_of))
     input_events += names.height
-    frame = nsys_nccl.nvtx_collectives(frame)
-    frame = nsys_nccl.kernel_collectives(frame)
+    frame = _nccl.nvtx_collectives(frame)
+    frame = _nccl.kernel_collectives(frame)
     rank = pl.col("gpid").replace_strict(
         {g: (r if r is not None else 0) for g, r in rank_of.items()}, default=0,
         return_dtype=pl.Int32)
     events, names = (_stored_columns(f.with_columns(
         rank.alias("rank"), pl.lit(0, dtype=pl.Int32).alias("file_id"),
         pl.lit("nsys", dtype=tables.SOURCE).alias("source"))) for f in (frame, names))
-    table = nsys_arrow.in_time_order(events, names)
+    table = _arrow.in_time_order(events, names)
     stored = table.num_rows
     if input_events != stored + sum(dropped.values()):  # a bug, but say so rather than lie
         warnings.append(f"row accounting mismatch: input {input_events}, stored {stored}, "
@@ -222,7 +194,7 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
 
 
 def _stored_columns(frame: pl.DataFrame) -> pl.DataFrame:
-    """The event-store columns of ``frame`` that hold a value: ``nsys_arrow.events_table``
+    """The event-store columns of ``frame`` that hold a value: ``_arrow.events_table``
     makes the columns left out all null at once, where exporting a null Polars column costs
     ~25 ms per 2 M rows."""
     return frame.select([c for c in schema.EVENT_COLUMN_NAMES if c in frame.columns
@@ -281,7 +253,7 @@ def _processes(frame: pl.DataFrame) -> pl.DataFrame:
     # several chunks (the rowid ranges) into one
     return (frame.select("gpid", "pid", "kind", "device").group_by("gpid").agg(
         pl.col("pid").first(),
-        pl.col("kind").is_in(_GPU_KINDS).any().alias("is_gpu"),
+        pl.col("kind").is_in(_CUDA_KINDS).any().alias("is_gpu"),
         pl.col("device").drop_nulls().unique().sort().cast(pl.Int64).alias("devices"))
         .sort("pid"))
 
@@ -306,16 +278,16 @@ def _thread_ranks(export: Export, strings: pl.DataFrame, nvtx_raw: pl.DataFrame)
         names += [(g, v) for g, v in rows if g is not None and v is not None]
     out: dict[int, int] = {}
     for gtid, text in names:
-        found = nsys_ranks._THREAD_RANK.match(text.strip())
+        found = _ranks._THREAD_RANK.match(text.strip())
         if found:
             out.setdefault(int(gtid) & tables.PID_KEY_MASK, int(found.group(1)))
     return out
 
 
 def _nccl_hints(frame: pl.DataFrame) -> dict[int, tuple[int, int | None]]:
-    nvtx = (frame.select("gpid", "kind", "category", "name").filter(nsys_nccl.is_nccl_domain())
+    nvtx = (frame.select("gpid", "kind", "category", "name").filter(_nccl.is_nccl_domain())
             .select("gpid", pl.col("name").cast(pl.String)))
-    hints = nsys_nccl.rank_hints(nvtx)
+    hints = _nccl.rank_hints(nvtx)
     return {int(g): (int(r), int(n) if n is not None else None)
             for g, r, n in hints.iter_rows()}
 
@@ -372,12 +344,12 @@ def _name_rows(export: Export, strings: pl.DataFrame, frame: pl.DataFrame,
         pl.struct(pl.col("value").alias("name")).struct.json_encode().alias("args_json"))
 
 
-def _rank_infos(export: Export, kept: list[nsys_ranks.ProcessRank], frame: pl.DataFrame,
+def _rank_infos(export: Export, kept: list[_ranks.ProcessRank], frame: pl.DataFrame,
                 epoch: int | None) -> list[RankInfo]:
     gpu_names = _gpu_names(export)
     host = _system_env(export, "Hostname") or None
     nccl_procs = set(frame.select("gpid", "kind", "category", "collective").filter(
-        nsys_nccl.is_comm_kernel() | nsys_nccl.is_nccl_domain())["gpid"].unique())
+        _nccl.is_comm_kernel() | _nccl.is_nccl_domain())["gpid"].unique())
     infos = [RankInfo(
         rank=p.rank, world_size=p.world_size, host=host,
         devices=[gpu_names.get(d, f"GPU {d}") for d in p.devices],

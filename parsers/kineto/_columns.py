@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from traceview.parsers.arrow_types import series_of
+from traceview.parsers.kineto._arrow_types import series_of
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import polars as pl
 
+from traceview.parsers import rank_from_file_name
+
 _ENV_RANK = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID",
              "MV2_COMM_WORLD_RANK")
 _ENV_WORLD = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS",
@@ -130,8 +132,6 @@ def assign(processes: pl.DataFrame, *, mpi: dict[int, int], thread_ranks: dict[i
                     pr.world_size, _ = _first_int(env, _ENV_WORLD)  # type: ignore[arg-type]
                     break
             if pr.rank is None and single and row["is_gpu"]:
-                from traceview.parsers.kineto import rank_from_file_name
-
                 by_name = rank_from_file_name(path.name)
                 if by_name is not None:
                     pr.rank, pr.rank_from = by_name, "file name"

@@ -19,8 +19,8 @@ from collections.abc import Collection
 import polars as pl
 
 from traceview.naming import collective_from_text
-from traceview.parsers.nsys_db import Export, read_frame, read_parts, read_table
-from traceview.parsers.nsys_nccl import is_comm_kernel_name, kernel_collective
+from traceview.parsers.nsys._db import Export, read_frame, read_parts, read_table
+from traceview.parsers.nsys._nccl import is_comm_kernel_name, kernel_collective
 from traceview.schema import KINDS, SOURCES
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -115,7 +115,7 @@ LAUNCH_COLUMNS = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "regi
 def kernel_query(columns: Collection[str], *,
                  launch_args: bool) -> tuple[str, dict[str, pl.DataType]]:
     """The select list and staging schema of the kernel read, for a kernel table with
-    ``columns`` (also used to read it ahead: ``nsys_read_ahead``)."""
+    ``columns`` (also used to read it ahead: ``_read_ahead``)."""
     def col(name: str) -> str:
         return f'"{name}"' if name in columns else "NULL"
 

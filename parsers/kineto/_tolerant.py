@@ -4,7 +4,7 @@ Truncated writes, NaN/Infinity tokens, invalid UTF-8, values of the wrong type, 
 times in exponent notation: the bytes are repaired where they can be, decoded with msgspec
 (``args`` left raw, then the few keys that become columns decoded all at once), complete events
 salvaged from a truncated array, and every entry that cannot be stored counted by reason. The
-result has the C scanner's column layout, so the rest of :mod:`kineto` treats both alike (tests
+result has the C scanner's column layout, so ``_parse`` treats both alike (tests
 assert that both paths store identical tables on corpus traces).
 """
 
@@ -20,7 +20,8 @@ import polars as pl
 import pyarrow as pa
 
 from traceview.errors import UnreadableTraceError
-from traceview.parsers.json_input import repair_text, salvage_events
+from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS
+from traceview.parsers.kineto._input import repair_text, salvage_events
 
 
 def read_events(path: Path, data: bytes, warnings: list[str],
@@ -56,33 +57,11 @@ class _Trace(msgspec.Struct):
     nodes: Any = None  # present in PyTorch Execution Traces, which are not Kineto traces
 
 
-# args keys that become columns. Aliases cover older Kineto spellings.
-ARG_FIELDS: dict[str, tuple[str, ...]] = {
-    "external_id": ("External id", "external id"),
-    "correlation": ("correlation",),
-    "device": ("device",),
-    "stream": ("stream",),
-    "collective_name": ("Collective name",),
-    "pg_name": ("Process Group Name",),
-    "pg_desc": ("Process Group Description",),
-    "pg_ranks": ("Process Group Ranks",),
-    "seq": ("Seq", "seq"),
-    "in_nelems": ("In msg nelems",),
-    "out_nelems": ("Out msg nelems",),
-    "dtype": ("dtype",),
-    "group_size": ("Group size",),
-    "bytes": ("bytes",),
-    "flops": ("flops",),
-    "mem_bytes": ("Bytes",),
-    "mem_total_allocated": ("Total Allocated",),
-    "mem_total_reserved": ("Total Reserved",),
-    "mem_device": ("Device Id",),
-}
-
+# One field per args key that becomes a column (schema.KINETO_ARGS), the rest of args skipped.
 _Args = msgspec.defstruct(
     "_Args",
     [(f"{attr}_{i}", Any, msgspec.field(default=None, name=key))
-     for attr, keys in ARG_FIELDS.items() for i, key in enumerate(keys)],
+     for attr, keys in KINETO_ARGS.items() for i, key in enumerate(keys)],
     gc=False,
 )
 
@@ -261,14 +240,13 @@ def _args_columns(args: list[Any]) -> dict[str, pa.Array]:
     empty = _Args()
     args = [empty if a is None else a for a in args]
     columns: dict[str, pa.Array] = {}
-    text_fields = {"collective_name", "pg_name", "pg_desc", "pg_ranks", "dtype"}
-    for attr, keys in ARG_FIELDS.items():
+    for attr, keys in KINETO_ARGS.items():
         merged = list(map(attrgetter(f"{attr}_0"), args))
         for i in range(1, len(keys)):  # older spellings fill what the current one lacks
             alias = list(map(attrgetter(f"{attr}_{i}"), args))
             if alias.count(None) != len(alias):
                 merged = [m if m is not None else v for m, v in zip(merged, alias)]
-        typ = pa.string() if attr in text_fields else pa.int64()
+        typ = pa.string() if attr in KINETO_TEXT_ARGS else pa.int64()
         columns[attr] = _any_column(merged, typ)
     return columns
 

@@ -4,8 +4,8 @@ Exports are opened through SQLAlchemy (the project's database layer), and import
 0.12-0.25 s of the interpreter, holding the GIL, in every fresh process. ADBC steps SQLite
 without the GIL, so meanwhile the kernel table (the bulk of a large export) is read on its own
 threads and read-only connection: its columns and rowid range asked through ADBC, its query
-built by :func:`nsys_tables.kernel_query`, its rowid ranges split by
-:func:`nsys_db.split_rowids`, as the parser itself would.
+built by :func:`_tables.kernel_query`, its rowid ranges split by
+:func:`_db.split_rowids`, as the parser itself would.
 
 Nothing read ahead is used before the export has been opened and recognised through
 SQLAlchemy, and then only for the very queries the parser asks for (the same SQL text: same
@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from traceview.parsers import nsys_db
+from traceview.parsers.nsys import _db
 
 #: Smaller exports are not read ahead: their kernel read is too short to hide much of the
 #: import behind, and the extra connection and queries cost ~8 ms (a 200 kB export: 31 -> 39 ms).
@@ -70,7 +70,7 @@ def _read(path: Path, table: str, query: Query) -> _Read | None:
     import adbc_driver_sqlite
 
     try:
-        database = adbc_driver_sqlite.connect(nsys_db.ro_uri(path))
+        database = adbc_driver_sqlite.connect(_db.ro_uri(path))
     except Exception:  # noqa: BLE001 - not readable as SQLite: the parser says why
         return None
     try:
@@ -80,11 +80,11 @@ def _read(path: Path, table: str, query: Query) -> _Read | None:
         select, schema = query(columns)
         lo = _values(database, f'SELECT min(rowid) FROM "{table}"')[0]
         hi = _values(database, f'SELECT max(rowid) FROM "{table}"')[0]
-        queries = nsys_db.range_queries(f'SELECT {select} FROM "{table}"',
-                                        nsys_db.split_rowids(lo, hi, nsys_db.cores()))
+        queries = _db.range_queries(f'SELECT {select} FROM "{table}"',
+                                        _db.split_rowids(lo, hi, _db.cores()))
         if not queries:
             return None
-        return [q for q, _ in queries], nsys_db.adbc_parts(database, queries, schema)
+        return [q for q, _ in queries], _db.adbc_parts(database, queries, schema)
     except Exception:  # noqa: BLE001 - a read error: the parser reads the table itself
         return None
     finally:

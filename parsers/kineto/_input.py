@@ -31,7 +31,7 @@ class Input:
     """A trace's JSON bytes for the scanner. ``releasable``: a memory map whose pages the
     scanner may hand back as it goes (then, after a failed scan, read the file again with
     :func:`read_bytes` rather than reuse ``data``). ``progress``: set while a thread is still
-    inflating into ``data``; the scanner follows it (``_kineto_scan.scan``'s progress)."""
+    inflating into ``data``; the scanner follows it (``_scan.scan``'s progress)."""
 
     data: bytes | mmap.mmap
     releasable: bool
@@ -89,14 +89,14 @@ _FOLLOW_CHUNK = 1 << 20
 class _InflatingMap:
     """A gzip file inflating, in a thread, into a private anonymous map of its recorded size,
     reporting through ``progress`` (16 bytes: count, state) how far it got; see
-    ``_kineto_scan.publish``. The state ends DONE only when exactly the recorded size
+    ``_scan.publish``. The state ends DONE only when exactly the recorded size
     inflated with nothing after it, else FAILED, so a scanner never trusts a short or
     multi-member stream."""
 
     def __init__(self, path: Path, size: int, chunk: int) -> None:
-        from traceview import _kineto_scan
+        from traceview.parsers.kineto import _scan
 
-        self._scan = _kineto_scan  # publish() and the producer's states
+        self._scan = _scan  # publish() and the producer's states
         self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
         self.progress = mmap.mmap(-1, 16)  # page-aligned, as the atomic counters need
         self._halt = threading.Event()

@@ -5,7 +5,7 @@
  * It reads the keys every event has (ph, cat, name, pid, tid, ts, dur, id, args), keeps the
  * complete raw text of `args` (lossless), and pulls the few args keys that become columns.
  * `ts` and `dur` are converted from their decimal text to exact int64 nanoseconds (digits beyond
- * the nanosecond round half to even, as the Decimal path in kineto.py does).
+ * the nanosecond round half to even, as the Decimal path in _tolerant.py does).
  *
  * Anything unusual (malformed JSON, NaN tokens, an element that is not an object) makes scan()
  * raise ValueError; the caller then uses the tolerant pure-Python path, which repairs and
@@ -145,8 +145,10 @@ static const int COL_IS_STR[N_COLS] = {
     1, 1, 1, 0, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
 };
 
-/* args keys -> columns. Older spellings map to the same column; the first key seen in the
- * list order wins when both are present, as in the Python path (current spelling first). */
+/* args keys -> columns: a copy of traceview/schema.py's KINETO_ARGS (and COL_IS_STR of its
+ * KINETO_TEXT_ARGS); tests/test_kineto_args.py fails when they drift apart. Older spellings map
+ * to the same column; the first key seen in the list order wins when both are present, as in
+ * the Python path (current spelling first). */
 typedef struct {
     const char *key;
     int col;
@@ -1487,9 +1489,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kineto_scan", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__kineto_scan(void) {
+PyMODINIT_FUNC PyInit__scan(void) {
     for (int j = 0; j < N_ARG_KEYS; j++) {
         ARG_KEY_LEN[j] = (Py_ssize_t)strlen(ARG_KEYS[j].key);
         if (ARG_KEY_LEN[j] >= ARG_MAX_LEN

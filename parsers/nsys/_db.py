@@ -74,7 +74,7 @@ class Export:
     adbc: Any = None
     engine: Any = None
     proxy: Any = None  # the engine's checked-out connection (NullPool: closing it closes conn)
-    #: ``nsys_read_ahead.ReadAhead``: a table read while this export was being opened
+    #: ``_read_ahead.ReadAhead``: a table read while this export was being opened
     read_ahead: Any = None
 
     @property

@@ -35,6 +35,7 @@ import itertools
 import polars as pl
 
 from traceview.naming import collective_from_text
+from traceview.schema import RUNTIME_KINDS
 
 _NUM = r"(0x[0-9a-fA-F]+|-?\d+)"
 
@@ -138,7 +139,7 @@ def kernel_collectives(events: pl.DataFrame) -> pl.DataFrame:
     if ranges.is_empty():
         return events
     launches = (events.select("kind", "gpid", "tid", "correlation", "ts_ns")
-                .filter(pl.col("kind").is_in(["cuda_runtime", "cuda_driver"])
+                .filter(pl.col("kind").is_in(RUNTIME_KINDS)
                         & pl.col("correlation").is_not_null())
                 .select("gpid", "tid", "correlation", pl.col("ts_ns").alias("call_ts"))
                 .sort("call_ts"))

@@ -1,0 +1,178 @@
+"""The Kineto entry points, and the C scanner's columns handed over to Arrow.
+
+:func:`parse_batched` reads the bytes (``_input``), scans them with the C scanner or, when it
+declines, the tolerant reader (``_tolerant``), derives kind and exact times for every row, and
+leaves the rest of each row to be built one batch at a time. :func:`parse` gathers the batches
+into one table.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from traceview.parsers import EventBatches, ParsedFile
+from traceview.parsers.kineto._arrow_types import series_of, strings
+from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
+from traceview.parsers.kineto._input import Input, open_input, read_bytes
+from traceview.parsers.kineto._ranks import rank_info
+from traceview.parsers.kineto._rows import batch, empty_columns, key_frame, text_facts
+from traceview.parsers.kineto._tolerant import as_int, read_events
+from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS
+
+try:  # the C fast path (_scan.c); without it (no compiler at install) the tolerant path does all
+    from traceview.parsers.kineto import _scan as _kineto_scan
+except ImportError:  # pragma: no cover - exercised by setting the module to None in tests
+    _kineto_scan = None
+
+# When the parser's output for the same input changes, bump ``PARSER_VERSIONS["kineto"]``
+# (traceview.parsers): it is part of the cache key.
+
+def parse(path: Path, **options: object) -> ParsedFile:
+    """Read one Kineto trace file (``.json`` or ``.json.gz``) into one events table."""
+    parsed = parse_batched(path, **options)
+    parsed.events = parsed.events.table()
+    return parsed
+
+
+def parse_batched(path: Path, **_options: object) -> ParsedFile:
+    """Read one Kineto trace file; its events come as :class:`EventBatches`.
+
+    The scan covers the whole file (steps and timeless metadata depend on all of it), but only
+    the key columns are derived for every row at once; the rest of each row is built one batch
+    at a time, so the finished table is never whole in memory.
+    """
+    path = Path(path)
+    warnings: list[str] = []
+    dropped: dict[str, int] = {}
+    with open_input(path, warnings, follow=_kineto_scan is not None) as given:
+        fast = _scan_fast(path, given)
+        if fast is not None:
+            raw, header = fast
+            input_events = raw.num_rows
+        else:  # a failed scan may have released pages of a map: read the bytes anew
+            data = read_bytes(path, warnings) if given.releasable else given.data
+            table, header, input_events = read_events(path, data, warnings, dropped)
+            raw = _raw_columns(table)
+            del table
+    base_ns = as_int(header.get("baseTimeNanoseconds")) or 0
+    keys, raw = key_frame(raw, base_ns, dropped, warnings)
+    step_keys = keys.select(pl.lit(0, dtype=pl.Int32).alias("rank"), "kind", "name", "ts_ns",
+                            "dur_ns", series_of(raw.full("correlation"), "correlation"))
+    raw = raw.drop("ts_ns").drop("dur_ns")  # the key frame holds them (with the clock base)
+    facts = text_facts(raw)
+    batches = EventBatches(keys.height, step_keys, partial(batch, keys, raw, facts),
+                           null_columns=empty_columns(raw))
+    return ParsedFile(
+        path=str(path),
+        format="kineto-json-gz" if path.name.endswith(".gz") else "kineto-json",
+        events=batches,
+        ranks=[rank_info(path, header, base_ns, warnings)],
+        input_events=input_events,
+        dropped={k: v for k, v in dropped.items() if v},
+        warnings=warnings,
+    )
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+_RAW_COLUMNS: dict[str, pa.DataType] = {
+    "ph": pa.large_string(), "category": pa.large_string(), "name": pa.large_string(),
+    "pid": pa.int64(), "pid_label": pa.large_string(), "tid": pa.int64(),
+    "tid_label": pa.large_string(), "ts_ns": pa.int64(), "dur_ns": pa.int64(),
+    "flow_id": pa.int64(), "args_json": pa.large_string(),
+    **{attr: pa.large_string() if attr in KINETO_TEXT_ARGS else pa.int64()
+       for attr in KINETO_ARGS},
+}
+
+
+#: Text columns stored dictionary-encoded: the scanner interns them (COL_IS_DICT in
+#: _scan.c), so each distinct name is held once, not once per event.
+_REPEATING_TEXT = ("ph", "category", "name", "pid_label", "tid_label", "collective_name",
+                   "pg_name", "pg_desc", "pg_ranks", "dtype")
+
+
+def _scan_fast(path: Path, given: Input) -> tuple[RawColumns, dict[str, Any]] | None:
+    """The C scanner over well-formed input; None sends the caller to the tolerant path."""
+    if _kineto_scan is None:
+        return None
+    try:
+        rows, columns = _kineto_scan.scan(given.data, 8 << 20, given.releasable,
+                                          given.progress)
+        if not columns["has_events"]:
+            return None  # no event array: the tolerant path words the error
+        header = {key: msgspec.json.decode(raw) for key, raw in columns["header"].items()}
+    except (msgspec.DecodeError, ValueError):
+        return None
+    if header.get("nodes") is not None or columns["begin_end_events"]:
+        return None  # an Execution Trace, or B/E pairs to match: the tolerant path does both
+    raw: dict[str, pa.Array | Sparse | None] = {}
+    for name, typ in _RAW_COLUMNS.items():
+        column = raw[name] = _scanned_column(columns.pop(name), typ, rows)
+        if column is None and name in _REPEATING_TEXT:
+            raw[name] = pa.DictionaryArray.from_arrays(pa.nulls(rows, pa.int32()),
+                                                       strings([]))
+        elif typ == pa.large_string() and column is not None:
+            try:  # invalid UTF-8: let the tolerant path repair it
+                (column.dictionary if name in _REPEATING_TEXT else column).validate(full=True)
+            except pa.ArrowInvalid:
+                return None
+    return RawColumns(rows, _sparse_text(raw, rows), _RAW_COLUMNS), header
+
+
+#: Text columns that few events carry (labels, process-group fields, dtypes).
+_RARE_TEXT = ("pid_label", "tid_label", "collective_name", "pg_name", "pg_desc", "pg_ranks",
+              "dtype")
+
+
+def _sparse_text(raw: dict[str, Any], rows: int) -> dict[str, Any]:
+    """Rare text columns held as (row, index) pairs while the batches are built: a dense int32
+    index per row for each was ~40 MB of a 300 MB trace's peak memory."""
+    for name in _RARE_TEXT:
+        column = raw[name]
+        if column is not None and column.null_count * 8 >= rows * 7:
+            raw[name] = SparseText.of(column)
+    return raw
+
+
+def _scanned_column(column: tuple | None, typ: pa.DataType,
+                    rows: int) -> pa.Array | pa.ChunkedArray | Sparse | None:
+    """One column of the C scanner (see col_to_py in _scan.c), without copying. Plain
+    text and dense integers of a two-thread scan come as two chunks, one per thread."""
+    if column is None:
+        return None
+    kind, *blocks = column
+    if kind == "chunks":
+        head_rows, *halves = blocks
+        sizes = (head_rows, rows - head_rows)
+        return pa.chunked_array([pa.nulls(n, typ) if half is None
+                                 else _scanned_column(half, typ, n)
+                                 for half, n in zip(halves, sizes, strict=True)], type=typ)
+    buffers = [pa.foreign_buffer(address, size, base=owner) for address, size, owner in blocks]
+    if kind == "sparse":
+        return Sparse(np.frombuffer(buffers[0], dtype=np.uint32),
+                      np.frombuffer(buffers[1], dtype=np.int64))
+    if kind == "int":
+        return pa.Array.from_buffers(typ, rows, [buffers[1], buffers[0]])
+    if kind == "dict":  # the scanner interned the text: indices into the distinct values
+        indices = pa.Array.from_buffers(pa.int32(), rows, [buffers[1], buffers[0]])
+        entries = buffers[3].size // 8 - 1
+        values = pa.Array.from_buffers(typ, entries, [None, buffers[3], buffers[2]])
+        return pa.DictionaryArray.from_arrays(indices, values)
+    return pa.Array.from_buffers(typ, rows, [buffers[2], buffers[1], buffers[0]])
+
+
+def _raw_columns(table: pa.Table) -> RawColumns:
+    """The tolerant path's dense columns in the scanner's form."""
+    columns = {}
+    for name, typ in _RAW_COLUMNS.items():
+        column = table.column(name).combine_chunks().cast(typ)
+        columns[name] = column.dictionary_encode() if name in _REPEATING_TEXT else column
+    return RawColumns(table.num_rows, columns, _RAW_COLUMNS)

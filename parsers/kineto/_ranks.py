@@ -1,0 +1,40 @@
+"""What a Kineto trace's header says about its rank: ``distributedInfo``, else the file name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from traceview.parsers import RankInfo, rank_from_file_name
+from traceview.parsers.kineto._tolerant import as_int
+
+
+def rank_info(path: Path, header: dict[str, Any], base_ns: int,
+               warnings: list[str]) -> RankInfo:
+    info = header.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    devices = header.get("deviceProperties")
+    names = [d.get("name", "") for d in devices if isinstance(d, dict)] if isinstance(
+        devices, list) else []
+    rank = as_int(info.get("rank"))
+    rank_from = "distributedInfo"
+    if rank is None:
+        rank = rank_from_file_name(path.name)
+        rank_from = "file name"
+        if info and rank is not None:
+            warnings.append("distributedInfo has no rank; rank taken from the file name")
+    if rank is None:
+        rank_from = "unknown"
+    pg_config = info.get("pg_config")
+    return RankInfo(
+        rank=rank,
+        world_size=as_int(info.get("world_size")),
+        host=header.get("host_name") if isinstance(header.get("host_name"), str) else None,
+        devices=names,
+        backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
+        clock_base_ns=base_ns or None,
+        rank_from=rank_from,
+        pg_config=msgspec.json.encode(pg_config).decode() if pg_config is not None else None,
+    )

@@ -1,0 +1,224 @@
+"""Scanned Kineto columns -> rows of the events schema.
+
+:func:`key_frame` works out, for every row at once, what the steps need (kind, name and exact
+times) and counts what cannot be stored; :func:`batch` builds the rest of one row range (the
+derived device, stream, flow, collective, copy and byte columns, and the columns stored as
+scanned), so the finished table is never whole in memory. Text facts (the collective a kernel
+name implies, a dtype's size) are worked out once per distinct value, not once per row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from traceview import schema
+from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
+from traceview.parsers.kineto._arrow_types import as_type, series_of, strings
+from traceview.parsers.kineto._columns import RawColumns
+from traceview.parsers.kineto._tolerant import table_of
+
+_CAT_TO_KIND: dict[str, str] = {
+    "cpu_op": "cpu_op", "operator": "cpu_op", "user_annotation": "user_annotation",
+    "python_function": "python_function", "kernel": "kernel", "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset",
+    "gpu_user_annotation": "gpu_user_annotation", "cuda_runtime": "cuda_runtime",
+    "runtime": "cuda_runtime", "cuda_driver": "cuda_driver", "cuda_sync": "sync",
+    "trace": "trace_span",
+}
+
+
+def key_frame(raw: RawColumns, base_ns: int, dropped: dict[str, int],
+               warnings: list[str]) -> tuple[pl.DataFrame, RawColumns]:
+    """Kind, name, category and exact times of every row, and what cannot be stored counted.
+    Returns them with the raw columns of the rows kept."""
+    frame = pl.from_arrow(table_of({
+        "kind": _kinds(raw.full("ph"), raw.full("category"), raw.full("name")),
+        **{n: raw.full(n) for n in ("ph", "category", "name", "ts_ns", "dur_ns")}}))
+    if base_ns:
+        frame = frame.with_columns((pl.col("ts_ns") + base_ns).alias("ts_ns"))
+    # Count with sums, never with filter(...).height: a filter copies every column.
+    missing_ts, no_dur, negative = frame.select(
+        (pl.col("ts_ns").is_null() & (pl.col("kind") != "metadata")).sum().alias("a"),
+        (pl.col("dur_ns").is_null() & (pl.col("ph") == "X")).sum().alias("b"),
+        (pl.col("dur_ns") < 0).sum().alias("c"),
+    ).row(0)
+    if missing_ts:
+        dropped["missing_ts"] = dropped.get("missing_ts", 0) + missing_ts
+    frame = _timeless_metadata(frame)
+    if missing_ts:
+        raw = raw.filter(frame.get_column("ts_ns").is_not_null().to_arrow())
+        frame = frame.filter(pl.col("ts_ns").is_not_null())
+    if no_dur:
+        warnings.append(f"{no_dur} complete events without a duration (dur_ns left null)")
+    if negative:
+        warnings.append(f"{negative} events with a negative duration (dur_ns set to null)")
+        frame = frame.with_columns(
+            pl.when(pl.col("dur_ns") < 0).then(None).otherwise(pl.col("dur_ns")).alias("dur_ns"))
+    return frame.drop("ph", "category"), raw  # the batches take these two from raw
+
+
+def _kind_of(ph: pl.Expr, category: pl.Expr) -> pl.Expr:
+    """The event kind from the phase and the category (instants named ``[memory]`` aside)."""
+    return (
+        pl.when(ph.is_in(["s", "t", "f"])).then(pl.lit("flow"))
+        .when(ph == "M").then(pl.lit("metadata"))
+        .when(ph == "C").then(pl.lit("counter"))
+        .when(ph.is_in(["i", "I"])).then(pl.lit("instant"))
+        .when(ph == "X").then(category.str.to_lowercase()
+                              .replace_strict(_CAT_TO_KIND, default="other"))
+        .otherwise(pl.lit("other"))
+    )
+
+
+def _codes(column: pa.DictionaryArray) -> np.ndarray:
+    """Dictionary indices with null rows as one more code (``len(dictionary)``)."""
+    # through Polars: pyarrow's to_numpy() imports pandas (~0.4 s per worker process)
+    return series_of(column.indices).fill_null(len(column.dictionary)).to_numpy().astype(np.int64)
+
+
+def _kinds(ph: pa.DictionaryArray, category: pa.DictionaryArray,
+           name: pa.DictionaryArray) -> pa.DictionaryArray:
+    """The kind of every row, worked out once per (ph, category) pair of dictionary entries
+    (a few dozen pairs for millions of rows) and spread over the rows by their indices."""
+    ph_values = ph.dictionary.to_pylist() + [None]
+    cat_values = category.dictionary.to_pylist() + [None]
+    pairs = pl.DataFrame({"ph": [p for p in ph_values for _ in cat_values],
+                          "category": cat_values * len(ph_values)},
+                         schema={"ph": pl.String, "category": pl.String})
+    kinds = pairs.select(_kind_of(pl.col("ph"), pl.col("category")))[:, 0].to_list()
+    names = sorted(set(kinds) | {"memory"})
+    pair_code = np.array([names.index(k) for k in kinds], dtype=np.int32)
+    code = pair_code[_codes(ph) * len(cat_values) + _codes(category)]
+    memory = series_of(name.dictionary).eq("[memory]").arg_true()
+    if len(memory):  # instants named [memory] are memory events
+        is_memory = _codes(name) == memory[0]
+        code[is_memory & (code == names.index("instant"))] = names.index("memory")
+    indices = pa.Array.from_buffers(pa.int32(), len(code), [None, pa.py_buffer(code)])
+    return pa.DictionaryArray.from_arrays(indices, strings(names))
+
+
+def text_facts(raw: RawColumns) -> dict[str, pl.DataFrame]:
+    """What the text columns say, worked out once per distinct value (dictionary entry); rows
+    look it up by their dictionary index. From the name: the collective of an NCCL/RCCL kernel
+    or of a c10d/gloo/nccl/mpi op, the memcpy direction; from ``Collective name`` the
+    collective; from ``dtype`` the element size."""
+    def entries(column: str) -> pl.DataFrame:
+        return series_of(raw.columns[column].dictionary, "v").to_frame()
+
+    v = pl.col("v")
+    return {
+        "name": entries("name").select(
+            pl.when(v.str.contains(r"(?i)nccl|rccl")).then(collective_from_text(v))
+            .alias("kernel_collective"),
+            pl.when(v.str.contains(r"(?i)^(nccl|gloo|c10d|mpi)[:_]"))
+            .then(collective_from_text(v)).alias("op_collective"),
+            copy_kind_from_name(v).alias("name_copy_kind")),
+        "collective_name": entries("collective_name").select(
+            collective_from_text(v).alias("arg_collective")),
+        "dtype": entries("dtype").select(dtype_bytes(v).alias("dtype_bytes")),
+    }
+
+
+def _looked_up(facts: dict[str, pl.DataFrame], raw: RawColumns, start: int,
+               stop: int) -> list[pl.DataFrame]:
+    return [table.select(pl.all().gather(series_of(raw.slice(column, start, stop).indices)))
+            for column, table in facts.items()]
+
+
+#: Raw columns the derived columns are computed from.
+_DERIVE_INPUTS = ("ph", "flow_id", "device", "mem_device", "stream", "collective_name",
+                  "in_nelems", "out_nelems", "bytes")
+#: Columns the batch builds (the others are stored as the scanner read them), in Polars types
+#: that export as the schema's Arrow types without an Arrow cast (text as Categorical: a
+#: dictionary, so ``as_type`` only narrows it).
+_DERIVED: dict[str, pl.DataType] = {
+    "flow_phase": pl.Categorical(), "flow_id": pl.Int64(), "device": pl.Int32(),
+    "stream": pl.Int64(), "collective": pl.Categorical(), "copy_kind": pl.Categorical(),
+    "bytes": pl.Int64(),
+}
+
+
+def batch(keys: pl.DataFrame, raw: RawColumns, facts: dict[str, pl.DataFrame], start: int,
+           stop: int) -> pa.Table:
+    """Rows ``[start, stop)`` in the events schema (step left null). Only the derived columns
+    go through Polars; the rest are the scanner's arrays, cast to the schema's types."""
+    rows = stop - start
+    key_rows = keys.slice(start, rows)
+    inputs = pl.concat([
+        key_rows.select("kind"),
+        pl.from_arrow(table_of({n: raw.slice(n, start, stop) for n in _DERIVE_INPUTS})),
+        *_looked_up(facts, raw, start, stop),
+    ], how="horizontal")
+    columns = {
+        "rank": _constant_int32(rows, 0), "file_id": _constant_int32(rows, 0),
+        "source": _constant_text(rows, "kineto"), "step": None,
+        **{n: raw.slice(n, start, stop) for n in raw.columns if n in schema.EVENT_COLUMN_NAMES},
+        **{n: key_rows.get_column(n).to_arrow() for n in ("kind", "ts_ns", "dur_ns")},
+        **{n: c.to_arrow() for n, c in _derive(inputs).select(
+            pl.col(n).cast(t) for n, t in _DERIVED.items()).to_dict().items()},
+    }
+    return pa.Table.from_arrays(
+        [pa.nulls(rows, f.type) if columns[f.name] is None else as_type(columns[f.name], f.type)
+         for f in schema.EVENTS_ARROW], schema=schema.EVENTS_ARROW)
+
+
+def empty_columns(raw: RawColumns) -> frozenset[str]:
+    """The stored columns that the batches take from the scanner as they are (not derived)
+    and that hold no value in any row: labels, memory or FLOP counters a trace never has."""
+    as_scanned = (set(raw.columns) & set(schema.EVENT_COLUMN_NAMES)) - set(_DERIVED) - {
+        "kind", "ts_ns", "dur_ns"}
+    return frozenset(name for name in as_scanned if not raw.has_values(name))
+
+
+def _constant_int32(rows: int, value: int) -> pa.Array:
+    values = np.full(rows, value, dtype=np.int32)  # pa.array(numpy) would import pandas
+    return pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(values)])
+
+
+def _constant_text(rows: int, text: str) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(_constant_int32(rows, 0), strings([text]))
+
+
+def _derive(frame: pl.DataFrame) -> pl.DataFrame:
+    """Device, stream, flow and collective columns, as vectorised expressions."""
+    is_gpu = pl.col("kind").is_in(schema.GPU_STREAM_KINDS)
+    collective = pl.coalesce(
+        pl.col("arg_collective"),
+        pl.when(pl.col("kind") == "kernel").then(pl.col("kernel_collective")),
+        pl.when(pl.col("kind").is_in(["cpu_op", "user_annotation"])).then(
+            pl.col("op_collective")),
+        pl.when(pl.col("collective_name").is_not_null()).then(pl.lit("other")),
+    )
+    elements = pl.max_horizontal("in_nelems", "out_nelems")
+    return (
+        frame.with_columns(
+            pl.when(pl.col("kind") == "flow").then(pl.col("ph")).alias("flow_phase"),
+            pl.when(pl.col("kind") == "flow").then(pl.col("flow_id")).alias("flow_id"),
+            pl.when(is_gpu).then(pl.col("device")).otherwise(
+                pl.when(pl.col("kind") == "memory").then(pl.col("mem_device"))).alias("device"),
+            pl.when(is_gpu).then(pl.col("stream")).alias("stream"),
+            collective.alias("collective"),
+            pl.when(pl.col("kind") == "memcpy").then(pl.col("name_copy_kind")).alias("copy_kind"),
+        )
+        .with_columns(
+            pl.coalesce(
+                pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.col("bytes")),
+                pl.when(pl.col("collective").is_not_null())
+                .then(elements * pl.col("dtype_bytes")),
+            ).alias("bytes"),
+        )
+    )
+
+
+def _timeless_metadata(frame: pl.DataFrame) -> pl.DataFrame:
+    """Metadata events may lack ``ts``; they are timeless, so pin them to the file's first time."""
+    timeless = (pl.col("kind") == "metadata") & pl.col("ts_ns").is_null()
+    if not frame.select(timeless.any()).item():
+        return frame  # the usual case: no new column
+    first = frame.select(pl.col("ts_ns").min()).item()
+    return frame.with_columns(
+        pl.when((pl.col("kind") == "metadata") & pl.col("ts_ns").is_null())
+        .then(pl.lit(first if first is not None else 0, dtype=pl.Int64))
+        .otherwise(pl.col("ts_ns")).alias("ts_ns"))
