@@ -2,7 +2,7 @@
 
 Definitions (with a worked example) are in ``docs/metrics.md``, section *Collectives*. Per
 matched instance *k* (see :mod:`traceview.analyses.collective_match`) and rank *r*, on the
-aligned timeline (:mod:`traceview.align`):
+aligned timeline (:mod:`traceview.analyses.align`):
 
 * ``arrival_ns`` = aligned start, ``end_ns`` = aligned end, ``dur_ns`` = end - start (own clock);
 * ``wait_ns`` = last arrival - own arrival; ``skew_ns`` = last arrival - first arrival;
@@ -31,7 +31,7 @@ import math
 import numpy as np
 import polars as pl
 
-from traceview.align import apply_offsets
+from traceview.analyses.align import apply_offsets
 from traceview.analyses.collective_match import MatchResult, comm_events, match_collectives
 
 #: nccl-tests bus-bandwidth factors as functions of the group size n.
@@ -65,7 +65,7 @@ def collective_ranks(
 ) -> pl.DataFrame:
     """One row per (instance, rank) with the per-rank metrics of the module docstring.
 
-    ``offsets`` from :func:`traceview.align.estimate_offsets` (None: raw clocks).
+    ``offsets`` from :func:`traceview.analyses.align.estimate_offsets` (None: raw clocks).
     Also carries instance-level columns (``skew_ns``, ``last_rank``, ``n_ranks`` ...), and
     ``uncertainty_ns``: the largest alignment uncertainty among the instance's ranks.
     """

@@ -64,7 +64,7 @@ def stragglers(
 ) -> pl.DataFrame:
     """One row per rank (``RESULT_SCHEMA``), largest ``imposed_wait_ns`` first.
 
-    ``offsets``: :func:`traceview.align.estimate_offsets` output (None: raw clocks, only
+    ``offsets``: :func:`traceview.analyses.align.estimate_offsets` output (None: raw clocks, only
     right when all ranks share one clock). ``match`` and ``spans``
     (:func:`~traceview.analyses.window.step_spans`) when the caller has them.
     """

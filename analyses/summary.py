@@ -4,14 +4,11 @@ Per rank (devices of a rank summed; a Kineto rank normally drives one device):
 steps, step_time_ns_p50 (median host ``ProfilerStep`` duration), compute_ns, comm_ns,
 overlap_ns, exposed_comm_ns, hidden_fraction = overlap / comm, busy_ns, span_ns, idle_ns,
 idle_fraction = idle / span (whole trace, as in ``overlap`` and ``breakdown``), the biggest gap
-cause and its time. The worst straggler comes from ``traceview.analyses.stragglers`` when that
-module is present (``worst_straggler``), otherwise a stated reason.
+cause and its time. (``traceview summary``'s worst straggler is the stragglers analysis' answer,
+taken by the Run from the same aligned table as ``traceview stragglers``.)
 """
 
 from __future__ import annotations
-
-import importlib
-from typing import Any
 
 import polars as pl
 
@@ -81,38 +78,3 @@ def summary(
         pl.when((pl.col("comm_ns") == 0)).then(pl.lit("no communication kernels")),
     ], separator="; ", ignore_nulls=True).replace("", None)
     return out.with_columns(note=note).select(SUMMARY_COLUMNS).sort("rank")
-
-
-def worst_straggler(events: Frame, *, spans: pl.DataFrame | None = None) -> dict[str, Any]:
-    """``{"rank", "imposed_wait_ns", "flagged", "explanation"}`` of the rank with the largest
-    imposed wait among flagged ranks, or ``{"rank": None, "reason": ...}``.
-
-    ``traceview.analyses.stragglers`` is imported lazily; if it is absent or cannot analyse
-    these events, the reason says so. ``spans``: ``step_spans(events)`` when the caller has it.
-    """
-    try:
-        mod = importlib.import_module("traceview.analyses.stragglers")
-    except ImportError:
-        return {"rank": None, "reason": "straggler analysis not available "
-                "(traceview.analyses.stragglers is not installed)"}
-    n_ranks = ranks_present(events).height
-    if n_ranks < 2:
-        return {"rank": None, "reason": "a single rank: no straggler analysis"}
-    try:
-        # Arrival order is only meaningful on one timeline: align the ranks' clocks first.
-        from traceview.align import estimate_offsets
-        from traceview.analyses.collective_match import comm_events, match_collectives
-
-        match = match_collectives(comm_events(events))  # one matching for both steps
-        res = mod.stragglers(events, offsets=estimate_offsets(events, method="auto", match=match),
-                             match=match, spans=spans)
-    except Exception as exc:  # a partial result with a reason, never a traceback
-        return {"rank": None, "reason": f"straggler analysis failed: {type(exc).__name__}: {exc}"}
-    if res.height == 0 or "flagged" not in res.columns:
-        return {"rank": None, "reason": "straggler analysis returned no ranks"}
-    flagged = res.filter(pl.col("flagged"))
-    if flagged.height == 0:
-        return {"rank": None, "reason": "no rank flagged as a straggler"}
-    row = flagged.sort("imposed_wait_ns", descending=True).row(0, named=True)
-    return {"rank": row["rank"], "imposed_wait_ns": row.get("imposed_wait_ns"),
-            "flagged": True, "explanation": row.get("explanation")}

@@ -204,7 +204,7 @@ def op_analysis(a: dict[str, Any]) -> dict[str, Any]:
     import importlib
     import pkgutil
 
-    import traceview.align  # noqa: F401
+    import traceview.analyses.align  # noqa: F401
     import traceview.analyses
     import traceview.remote_store  # noqa: F401
     from traceview.cli import COMMANDS, main

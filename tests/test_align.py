@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traceview.align import apply_offsets, estimate_offsets
+from traceview.analyses.align import apply_offsets, estimate_offsets
 from traceview.schema import events_frame
 
 K = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"

@@ -124,7 +124,7 @@ def test_sync_probe_spans_at_window_start_and_end(run_dir: Path):
 
 def test_probe_alone_gives_anchors(run_dir: Path):
     """Drop every collective the job itself ran: the probe's barriers still align the clocks."""
-    from traceview.align import estimate_offsets
+    from traceview.analyses.align import estimate_offsets
     from traceview.analyses.collective_match import comm_events, match_collectives
 
     ev = traceview.open(run_dir).events.collect()

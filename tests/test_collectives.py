@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from traceview.align import estimate_offsets
+from traceview.analyses.align import estimate_offsets
 from traceview.analyses.collective_match import comm_events, match_collectives
 from traceview.analyses.collectives import (
     alpha_beta,

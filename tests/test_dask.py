@@ -15,7 +15,7 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 import traceview  # noqa: E402
-from traceview.align import estimate_offsets  # noqa: E402
+from traceview.analyses.align import estimate_offsets  # noqa: E402
 from traceview.analyses.collective_match import comm_events, match_collectives  # noqa: E402
 from traceview.analyses.collectives import collectives  # noqa: E402
 from traceview.analyses.overlap import overlap  # noqa: E402

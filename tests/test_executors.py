@@ -305,7 +305,7 @@ def _traces(draw) -> pl.DataFrame:
 @settings(max_examples=25, deadline=None)
 @given(_traces())
 def test_per_rank_equals_whole_frame(ev: pl.DataFrame) -> None:
-    from traceview.align import estimate_offsets
+    from traceview.analyses.align import estimate_offsets
     from traceview.analyses.collective_match import comm_events, match_collectives
     from traceview.analyses.collectives import collectives
     from traceview.analyses.overlap import overlap

@@ -8,7 +8,8 @@ import pytest
 
 from gpu_trace_helpers import two_step_trace
 from traceview.analyses.overlap import overlap
-from traceview.analyses.summary import summary, worst_straggler
+from traceview.analyses.summary import summary
+from traceview.run import Run
 from traceview.analyses.window import Window, gpu_step_windows, select, step_spans
 
 
@@ -64,9 +65,10 @@ def test_summary_by_hand() -> None:
 
 
 def test_worst_straggler_states_a_reason() -> None:
-    single = worst_straggler(two_step_trace().filter(pl.col("rank") == 0))
+    one_rank = Run.from_events(two_step_trace().filter(pl.col("rank") == 0))
+    single = one_rank.summary()["worst_straggler"]
     assert single["rank"] is None and "single rank" in single["reason"]
-    both = worst_straggler(two_step_trace())
+    both = Run.from_events(two_step_trace()).summary()["worst_straggler"]
     assert "rank" in both and (both["rank"] is not None or both["reason"])
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from traceview.align import estimate_offsets
+from traceview.analyses.align import estimate_offsets
 from traceview.analyses.stragglers import stragglers
 from traceview.schema import events_frame
 

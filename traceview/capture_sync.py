@@ -2,7 +2,7 @@
 
 A probe is a few timed barriers, each inside a ``record_function("traceview::sync")`` span, so
 every rank's trace holds the same short sequence of blocking collectives at the start and end of
-every active window. The alignment (:mod:`traceview.align`) uses blocking collectives as clock
+every active window. The alignment (:mod:`traceview.analyses.align`) uses blocking collectives as clock
 anchors: on gloo each barrier is a ``gloo:barrier`` work item on the run-loop thread, on NCCL a
 one-element all-reduce kernel. So a run with no collectives of its own still gets anchors.
 

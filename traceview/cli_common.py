@@ -63,7 +63,7 @@ def add_window_args(parser: argparse.ArgumentParser) -> None:
                         help="drop the first N profiler steps of each rank")
 
 
-#: Clock alignment methods (``traceview.align.METHODS``, not imported: a command that does not
+#: Clock alignment methods (``traceview.analyses.align.METHODS``, not imported: a command that does not
 #: align should not pay for loading it).
 ALIGN_METHODS: tuple[str, ...] = ("auto", "none", "host", "collectives")
 

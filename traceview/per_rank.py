@@ -131,7 +131,7 @@ def cross_rank(
     failed: Sequence[str] = (),
 ) -> CrossRank:
     """Collective matching, alignment, collectives and stragglers from the summaries alone."""
-    from traceview.align import estimate_offsets
+    from traceview.analyses.align import estimate_offsets
     from traceview.analyses.collectives import _instances, collective_ranks
     from traceview.analyses.stragglers import stragglers
 

@@ -58,11 +58,11 @@ def trace_lines(
 ) -> tuple[list[str], int]:
     """Chrome-trace event objects (JSON texts) and the origin (epoch ns).
 
-    ``offsets``: ``traceview.align.estimate_offsets`` (None: raw clocks); ``gap_frame``:
+    ``offsets``: ``traceview.analyses.align.estimate_offsets`` (None: raw clocks); ``gap_frame``:
     ``analyses.gaps.gaps`` rows; ``waits``: ``analyses.collectives.collective_ranks`` rows
     (already on the aligned clock); ``straggler_ranks``: rank -> label for flagged ranks.
     """
-    from traceview.align import apply_offsets
+    from traceview.analyses.align import apply_offsets
 
     kind = pl.col("kind").cast(pl.String)
     lf = events.lazy().filter(~kind.is_in(_SKIP_KINDS))

@@ -57,7 +57,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
            **run_options: Any) -> ReportData:
     """The report's tables, all from one Run (``source``: a Run, or events in memory with
     ``RunOptions`` such as ``align=`` and ``ranks=`` for their ranks table)."""
-    from traceview.align import apply_offsets
+    from traceview.analyses.align import apply_offsets
     from traceview.analyses.collectives import _instances
     from traceview.analyses.gaps import gap_causes, largest_gaps
     from traceview.run import as_run

@@ -51,7 +51,7 @@ class RunOptions:
     steps:          ``"5:9"``, ``(5, 9)`` or ``range(5, 9)``: profiler steps 5..8.
     time:           ``"100ms:300ms"`` or ``(start_ns, stop_ns)`` from the first event.
     skip_warmup:    drop each rank's first N steps.
-    align:          ``auto``, ``collectives``, ``host`` or ``none`` (see ``traceview.align``).
+    align:          ``auto``, ``collectives``, ``host`` or ``none`` (see ``traceview.analyses.align``).
     reference_rank: the rank whose clock is the reference (default: the lowest).
     tolerance_us:   how far apart two completions of one collective may be, for time matching.
     """
@@ -67,7 +67,7 @@ class RunOptions:
     def window(self) -> Any:  # analyses.window.Window
         """The window these options select; a usage error (before any file is read) when an
         option does not parse."""
-        from traceview.align import METHODS
+        from traceview.analyses.align import METHODS
         from traceview.analyses.window import Window
         from traceview.errors import UsageError
 
@@ -195,9 +195,9 @@ class Run:
 
     @cached_property
     def offsets(self) -> pl.DataFrame:
-        """Per-rank clock offsets (``traceview.align.OFFSETS_SCHEMA``), estimated from the
+        """Per-rank clock offsets (``traceview.analyses.align.OFFSETS_SCHEMA``), estimated from the
         ranks' whole traces: a window of steps has fewer anchors but the same clocks."""
-        from traceview.align import estimate_offsets
+        from traceview.analyses.align import estimate_offsets
         from traceview.analyses.collective_match import comm_events, match_collectives
 
         whole = self.match if self.whole_ranks else match_collectives(

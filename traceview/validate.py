@@ -198,7 +198,7 @@ def rank_windows(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
 
 def check_events(events: pl.LazyFrame | pl.DataFrame) -> list[Problem]:
     """Event-level checks over one file per rank: steps, anchors, overlapping windows."""
-    from traceview.align import anchors_from
+    from traceview.analyses.align import anchors_from
     from traceview.analyses.collective_match import comm_events, match_collectives
     from traceview.steps import step_ranges
 
