@@ -44,7 +44,7 @@ def test_kept_rows_read_back_exactly(traces, tmp_path) -> None:
     assert again.equals(fresh) and again.schema == fresh.schema  # Categorical names too
 
 
-def test_the_key_names_the_ranks_the_files_and_the_code(traces, tmp_path, monkeypatch) -> None:
+def test_the_key_names_the_ranks_the_files_and_the_definition(traces, tmp_path, monkeypatch) -> None:
     cache = tmp_path / "cache"
     ts = _trace_set(traces, cache_dir=cache)
     events = ts.analysis_events()
@@ -57,7 +57,7 @@ def test_the_key_names_the_ranks_the_files_and_the_code(traces, tmp_path, monkey
                        cache)
     assert len(_kept(cache)) == 3
     # an edit to the code that classifies: a new key, so the rows are computed again
-    monkeypatch.setattr(derived, "_code_id", lambda: "edited")
+    monkeypatch.setattr(derived, "GPU_ROWS_VERSION", derived.GPU_ROWS_VERSION + 1)
     calls = []
     derived.cached_gpu(ts, None, lambda: calls.append(1) or prepared_gpu(events), cache)
     assert calls == [1] and len(_kept(cache)) == 4

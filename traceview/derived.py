@@ -7,15 +7,14 @@ on a trace set keeps them in ``CACHE_DIR/derived/`` and the next ones read them.
 
 The key names everything the rows depend on: each events file (a content-addressed cache
 entry, with its size and modification time), how its ranks map to the set's ranks, the
-window's ranks, the Polars version and the source code of the modules that compute them (any
-edit to them is a new key). Inputs the key cannot name are computed afresh every time: events outside the cache
+window's ranks, and the versions of the rows' definition (``GPU_ROWS_VERSION``), traceview and
+Polars. Inputs the key cannot name are computed afresh every time: events outside the cache
 folder (a store folder, ``--no-cache``), windows of steps or time (the CLI collects those in
 memory), custom classification patterns.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,13 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceview import store
+from traceview import __version__, store
 
-#: The modules whose code decides the classified GPU rows.
-_GPU_MODULES = ("traceview.analyses.overlap", "traceview.analyses.classify",
-                "traceview.analyses.window", __name__)
+#: The version of the classified GPU rows' definition: bump it with any change to what
+#: ``analyses.overlap.prepared_gpu`` gives (classes, patterns, steps, columns). With the
+#: traceview and Polars versions it names the code in the key, so kept rows are never served
+#: to code that would classify differently.
+GPU_ROWS_VERSION = 2
 
 
 def cached_gpu(ts: Any, ranks: Sequence[int] | None, compute: Callable[[], pl.DataFrame],
@@ -66,25 +67,6 @@ def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None) -> 
         st = path.stat()
         files.append([str(path), st.st_size, st.st_mtime_ns, part.file_id, part.rank,
                       sorted(part.rank_map.items())])
-    code = _code_id()
-    if code is None:
-        return None
-    ident = orjson.dumps([code, pl.__version__, files,
+    ident = orjson.dumps([GPU_ROWS_VERSION, __version__, pl.__version__, files,
                           sorted(ranks) if ranks is not None else None])
     return xxhash.xxh3_128_hexdigest(ident)
-
-
-def _code_id() -> str | None:
-    """A hash of the source of ``_GPU_MODULES`` (None when a source file cannot be read)."""
-    import importlib
-
-    import xxhash
-
-    digest = xxhash.xxh3_128()
-    for name in _GPU_MODULES:
-        module = sys.modules.get(name) or importlib.import_module(name)
-        try:
-            digest.update(Path(module.__file__).read_bytes())
-        except (OSError, TypeError):
-            return None
-    return digest.hexdigest()
