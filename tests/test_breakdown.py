@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_trace_helpers import frame, kernel, row, two_step_trace
+from gpu_trace_helpers import frame, row, two_step_trace
 from traceview.analyses.breakdown import (
     idle_fraction, launch_delay_summary, launch_delays, step_breakdown, top_cpu_ops,
     top_kernels,

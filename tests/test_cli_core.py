@@ -235,7 +235,6 @@ def test_other_json_in_a_trace_folder_is_passed_over(capsys, tmp_path):
 def test_content_id_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
     """Reopening does not hash a settled input again; rewriting it, even with the same size
     and its old mtime put back, changes its ctime and so is hashed anew (never stale)."""
-    import os
     import time
 
     import traceview

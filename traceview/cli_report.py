@@ -151,7 +151,7 @@ def run_diff(args: argparse.Namespace) -> int:
         print(f"{r['metric']:<18}{_fmt_ns(r['base']):>12}{_fmt_ns(r['test']):>12}"
               f"{_fmt_ns(r['change']):>12}{pct:>9}{p:>10}  {sig}"
               + (f"  ({r['note']})" if r["note"] else ""))
-    print(f"\nTop contributors (ms per rank-step, test - base)")
+    print("\nTop contributors (ms per rank-step, test - base)")
     for r in res.contributors.iter_rows(named=True):
         name = r["name"] if len(r["name"]) <= 70 else r["name"][:69] + "…"
         print(f"{r['kind']:<11}{_fmt_ns(r['base_ns']):>10}{_fmt_ns(r['test_ns']):>10}"
