@@ -27,10 +27,10 @@ def test_every_registered_command_is_in_the_table(module_name):
 
 def test_a_named_command_imports_its_module_only():
     code = ("import sys, traceview.cli as c; c.build_parser(['--debug', 'gaps', 'x']); "
-            "print(sorted(m for m in sys.modules if m.startswith('traceview.cli_')))")
+            "print(sorted(m for m in sys.modules if m.startswith('traceview.cli.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert out.strip() == "['traceview.cli_common', 'traceview.cli_gpu']"
+    assert out.strip() == "['traceview.cli._options', 'traceview.cli.timeline']"
 
 
 def test_without_a_known_command_every_command_is_listed(capsys):

@@ -19,7 +19,10 @@ def _modules() -> list[str]:
               if p.stem != "__init__"]
     names += [f"traceview.analyses.{p.stem}" for p in (REPO / "analyses").glob("*.py")
               if p.stem != "__init__"]
-    return sorted(["traceview", "traceview.parsers", "traceview.analyses", *names])
+    names += [f"traceview.cli.{p.stem}" for p in (REPO / "traceview" / "cli").glob("*.py")
+              if p.stem != "__init__"]
+    return sorted(["traceview", "traceview.cli", "traceview.parsers", "traceview.analyses",
+                   *names])
 
 
 @pytest.mark.slow

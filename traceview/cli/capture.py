@@ -23,7 +23,7 @@ from typing import Any
 
 import polars as pl
 
-from traceview.cli_common import add_json_arg, emit_json
+from traceview.cli._options import add_json_arg, emit_json
 from traceview.errors import TraceviewError, UnreadableTraceError, UsageError
 
 

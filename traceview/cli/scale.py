@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from traceview.cli_common import (
+from traceview.cli._options import (
     add_input_args,
     add_json_arg,
     emit_json,

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from traceview.cli_common import (
+from traceview.cli._options import (
     add_align_arg, add_input_args, add_json_arg, add_window_args, emit_result, open_run,
 )
 from traceview.selection import parse_duration, parse_time_window  # noqa: F401 - re-exported

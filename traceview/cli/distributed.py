@@ -17,7 +17,7 @@ import argparse
 
 import polars as pl
 
-from traceview.cli_common import (
+from traceview.cli._options import (
     add_align_arg, add_input_args, add_json_arg, add_window_args, emit_result, open_run,
 )
 

@@ -22,13 +22,13 @@ from traceview.errors import TraceviewError
 #: choice" errors list them all. ``tests/test_cli_commands.py`` checks it against the modules.
 #: Each module has ``register(subparsers) -> None``.
 COMMANDS: dict[str, str] = {
-    **dict.fromkeys(("ingest", "info", "sql"), "traceview.cli_core"),
-    **dict.fromkeys(("align", "collectives", "stragglers"), "traceview.cli_dist"),
-    **dict.fromkeys(("gaps", "overlap", "breakdown", "summary"), "traceview.cli_gpu"),
+    **dict.fromkeys(("ingest", "info", "sql"), "traceview.cli.core"),
+    **dict.fromkeys(("align", "collectives", "stragglers"), "traceview.cli.distributed"),
+    **dict.fromkeys(("gaps", "overlap", "breakdown", "summary"), "traceview.cli.timeline"),
     **dict.fromkeys(("report", "diff", "baseline", "check", "export-perfetto"),
-                    "traceview.cli_report"),
-    **dict.fromkeys(("validate", "capture"), "traceview.cli_capture"),
-    "analyse": "traceview.cli_scale",
+                    "traceview.cli.report"),
+    **dict.fromkeys(("validate", "capture"), "traceview.cli.capture"),
+    "analyse": "traceview.cli.scale",
 }
 
 #: Modules that add subcommands, in the order help lists them.
@@ -84,6 +84,3 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

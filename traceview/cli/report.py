@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from traceview.cli_common import (
+from traceview.cli._options import (
     add_input_args, add_json_arg, add_window_args, dumps, emit_json, open_run,
 )
 from traceview.errors import UsageError
