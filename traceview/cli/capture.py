@@ -23,7 +23,8 @@ from typing import Any
 
 import polars as pl
 
-from traceview.cli._options import add_json_arg, emit_json
+from traceview.cli._options import add_json_arg
+from traceview.cli._render import emit_json
 from traceview.errors import TraceviewError, UnreadableTraceError, UsageError
 
 

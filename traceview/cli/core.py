@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceview.cli._options import add_input_args, add_json_arg, emit_json, open_traceset
+from traceview.cli._options import add_input_args, add_json_arg, open_traceset
+from traceview.cli._render import emit_json
 from traceview.errors import UsageError
 
 

@@ -23,9 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from traceview.cli._options import (
-    add_input_args, add_json_arg, add_window_args, dumps, emit_json, open_run,
-)
+from traceview.cli._options import add_input_args, add_json_arg, add_window_args, open_run
+from traceview.cli._render import dumps, emit_json, ms, short, table, warn
 from traceview.errors import UsageError
 
 
@@ -93,7 +92,7 @@ def _open(args: argparse.Namespace, paths: list[str] | None = None) -> Any:
         ns.paths, ns.rank_map = paths, []
     run = open_run(ns)
     for warning in run.warnings:
-        print(f"traceview: warning: {warning}", file=sys.stderr)
+        warn(warning)
     return run
 
 
@@ -125,10 +124,6 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt_ns(v: float | None) -> str:
-    return "-" if v is None else f"{v / 1e6:.3f}"
-
-
 def run_diff(args: argparse.Namespace) -> int:
     from traceview.diff import diff_tables, run_tables
 
@@ -142,20 +137,20 @@ def run_diff(args: argparse.Namespace) -> int:
           f"test: {args.test} ({res.test_rank_steps} rank-steps)")
     print("significance: two-sided Mann-Whitney U over per-step samples, "
           f"alpha {args.alpha:g}")
-    print(f"{'metric':<18}{'base_ms':>12}{'test_ms':>12}{'change_ms':>12}{'change':>9}"
-          f"{'p':>10}  significant")
-    for r in res.metrics.iter_rows(named=True):
-        pct = "-" if r["change_pct"] is None else f"{100 * r['change_pct']:+.1f}%"
-        p = "-" if r["p_value"] is None else f"{r['p_value']:.2g}"
-        sig = "-" if r["significant"] is None else ("yes" if r["significant"] else "no")
-        print(f"{r['metric']:<18}{_fmt_ns(r['base']):>12}{_fmt_ns(r['test']):>12}"
-              f"{_fmt_ns(r['change']):>12}{pct:>9}{p:>10}  {sig}"
-              + (f"  ({r['note']})" if r["note"] else ""))
-    print(f"\nTop contributors (ms per rank-step, test - base)")
-    for r in res.contributors.iter_rows(named=True):
-        name = r["name"] if len(r["name"]) <= 70 else r["name"][:69] + "…"
-        print(f"{r['kind']:<11}{_fmt_ns(r['base_ns']):>10}{_fmt_ns(r['test_ns']):>10}"
-              f"{_fmt_ns(r['delta_ns']):>10}  {name}")
+    print(table(["metric", "base_ms", "test_ms", "change_ms", "change", "p", "significant",
+                 "note"],
+                [[r["metric"], ms(r["base"]), ms(r["test"]), ms(r["change"]),
+                  None if r["change_pct"] is None else f"{100 * r['change_pct']:+.1f}%",
+                  None if r["p_value"] is None else f"{r['p_value']:.2g}",
+                  None if r["significant"] is None else ("yes" if r["significant"] else "no"),
+                  r["note"] or ""]
+                 for r in res.metrics.iter_rows(named=True)],
+                left={"metric", "significant", "note"}, max_width=None))
+    print("\nTop contributors (ms per rank-step, test - base)")
+    print(table(["kind", "base_ms", "test_ms", "delta_ms", "name"],
+                [[r["kind"], ms(r["base_ns"]), ms(r["test_ns"]), ms(r["delta_ns"]),
+                  short(r["name"], 70)] for r in res.contributors.iter_rows(named=True)],
+                left={"kind", "name"}, max_width=70))
     return 0
 
 

@@ -14,14 +14,9 @@ from typing import Any
 
 import polars as pl
 
-from traceview.cli._options import (
-    add_input_args,
-    add_json_arg,
-    emit_json,
-    executor_spec,
-    open_traceset,
-    parse_ranks,
-)
+from traceview.cli._options import add_input_args, add_json_arg, executor_spec, open_traceset
+from traceview.cli._render import emit_json
+from traceview.selection import parse_ranks
 
 
 def register(sub: argparse._SubParsersAction) -> None:

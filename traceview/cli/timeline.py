@@ -1,21 +1,21 @@
 """GPU timeline subcommands: gaps, overlap, breakdown, summary.
 
 Every command takes the shared input options, ``--ranks 0-3,7``, ``--steps 5:9``,
-``--skip-warmup N`` and ``--time A:B`` (relative to the first event; units ns, us, ms, s), and
-``--json``. The CLI only formats: every number comes from ``traceview.analyses``.
+``--skip-warmup N`` and ``--time A:B`` (relative to the first event; units ns, us, ms, s),
+``--json`` and ``--csv`` (the main table). The CLI only formats: every number comes from
+``Run``.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import polars as pl
 
 from traceview.cli._options import (
-    add_align_arg, add_input_args, add_json_arg, add_window_args, emit_result, open_run,
+    add_align_arg, add_input_args, add_json_arg, add_window_args, open_run,
 )
-from traceview.selection import parse_duration, parse_time_window  # noqa: F401 - re-exported
+from traceview.cli._render import duration, emit_result, ms, pct, short, table, us
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,21 +51,6 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_json_arg(p, csv=True)
 
 
-def _ms(v: Any) -> str:
-    return "-" if v is None else f"{v / 1e6:.3f}"
-
-
-def _pct(v: Any) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
-    return "\n".join([line(headers), *(line(r) for r in rows)])
-
-
 def _notes(df: pl.DataFrame) -> list[str]:
     if "note" not in df.columns:
         return []
@@ -84,39 +69,25 @@ def run_gaps(args: argparse.Namespace) -> int:
     by = ["rank", "device", "stream"] if args.per_stream else ["rank", "device"]
     causes, hist, top, missing = (result[k] for k in ("causes", "histogram", "largest", "notes"))
     print("GPU idle gaps by cause (ms)")
-    print(_table([*by, "cause", "count", "total_ms", "max_ms", "share"],
-                 [[*(str(r[k]) for k in by), r["cause"], str(r["count"]), _ms(r["total_gap_ns"]),
-                   _ms(r["max_gap_ns"]), _pct(r["share_of_idle"])]
-                  for r in causes.iter_rows(named=True)]))
+    print(table([*by, "cause", "count", "total_ms", "max_ms", "share"],
+                [[*(r[k] for k in by), r["cause"], r["count"], ms(r["total_gap_ns"]),
+                  ms(r["max_gap_ns"]), pct(r["share_of_idle"])]
+                 for r in causes.iter_rows(named=True)]))
     print("\nHistogram")
-    print(_table([*by, "from", "to", "count", "total_ms"],
-                 [[*(str(r[k]) for k in by), _dur(r["bucket_lo_ns"]), _dur(r["bucket_hi_ns"]),
-                   str(r["count"]), _ms(r["total_gap_ns"])] for r in hist.iter_rows(named=True)]))
+    print(table([*by, "from", "to", "count", "total_ms"],
+                [[*(r[k] for k in by), duration(r["bucket_lo_ns"]), duration(r["bucket_hi_ns"]),
+                  r["count"], ms(r["total_gap_ns"])] for r in hist.iter_rows(named=True)]))
     print(f"\nLargest {top.height} gaps")
-    print(_table(["rank", "device", "start_ns", "gap_ms", "cause", "before", "after", "launch_op",
-                  "host ops during"],
-                 [[str(r["rank"]), str(r["device"]), str(r["gap_start_ns"]), _ms(r["gap_ns"]),
-                   r["cause"], _short(r["prev_name"]), _short(r["next_name"]),
-                   _short(r["launch_op"]), ", ".join(_short(x) for x in (r["ops_during"] or []))]
-                  for r in top.iter_rows(named=True)]))
+    print(table(["rank", "device", "start_ns", "gap_ms", "cause", "before", "after", "launch_op",
+                 "host ops during"],
+                [[r["rank"], r["device"], r["gap_start_ns"], ms(r["gap_ns"]),
+                  r["cause"], short(r["prev_name"]), short(r["next_name"]),
+                  short(r["launch_op"]), ", ".join(short(x) for x in (r["ops_during"] or []))]
+                 for r in top.iter_rows(named=True)],
+                max_width=None))  # every name is cut already; the list of ops is the clue
     for r in missing.iter_rows(named=True):
         print(f"note: rank {r['rank']}: {r['note']}")
     return 0
-
-
-def _dur(ns: int | None) -> str:
-    if ns is None:
-        return "inf"
-    for unit, f in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= f:
-            return f"{ns / f:g}{unit}"
-    return f"{ns}ns"
-
-
-def _short(name: str | None, n: int = 40) -> str:
-    if not name:
-        return "-"
-    return name if len(name) <= n else name[: n - 1] + "…"
 
 
 def run_overlap(args: argparse.Namespace) -> int:
@@ -124,13 +95,13 @@ def run_overlap(args: argparse.Namespace) -> int:
     if emit_result(result, args):
         return 0
     df = result["rows"]
-    print(_table(
+    print(table(
         ["rank", "dev", "step", "compute_ms", "comm_ms", "overlap_ms", "exposed_ms", "hidden",
          "efficiency", "exp_memcpy_ms", "idle_ms", "bound"],
-        [[str(r["rank"]), str(r["device"]), "all" if r["step"] is None else str(r["step"]),
-          _ms(r["compute_ns"]), _ms(r["comm_ns"]), _ms(r["overlap_ns"]),
-          _ms(r["exposed_comm_ns"]), _pct(r["hidden_fraction"]),
-          _pct(r["overlap_efficiency"]), _ms(r["exposed_memcpy_ns"]), _ms(r["idle_ns"]),
+        [[r["rank"], r["device"], "all" if r["step"] is None else r["step"],
+          ms(r["compute_ns"]), ms(r["comm_ns"]), ms(r["overlap_ns"]),
+          ms(r["exposed_comm_ns"]), pct(r["hidden_fraction"]),
+          pct(r["overlap_efficiency"]), ms(r["exposed_memcpy_ns"]), ms(r["idle_ns"]),
           r["bound"] or "-"] for r in df.iter_rows(named=True)]))
     for line in _notes(df):
         print(line)
@@ -145,29 +116,28 @@ def run_breakdown(args: argparse.Namespace) -> int:
         "steps", "top_kernels", "top_cpu_ops_by_self", "launch_delay"))
     print("Per-step GPU time (ms): window = compute + exposed comm + exposed memcpy "
           "+ exposed memset + idle")
-    print(_table(["rank", "dev", "step", "step_ms", "window_ms", "compute", "exp_comm",
-                  "exp_memcpy", "exp_memset", "idle", "idle%"],
-                 [[str(r["rank"]), str(r["device"]), "all" if r["step"] is None else str(r["step"]),
-                   _ms(r["step_time_ns"]), _ms(r["window_ns"]), _ms(r["compute_ns"]),
-                   _ms(r["exposed_comm_ns"]), _ms(r["exposed_memcpy_ns"]),
-                   _ms(r["exposed_memset_ns"]), _ms(r["idle_ns"]), _pct(r["idle_fraction"])]
-                  for r in steps.iter_rows(named=True)]))
+    print(table(["rank", "dev", "step", "step_ms", "window_ms", "compute", "exp_comm",
+                 "exp_memcpy", "exp_memset", "idle", "idle%"],
+                [[r["rank"], r["device"], "all" if r["step"] is None else r["step"],
+                  ms(r["step_time_ns"]), ms(r["window_ns"]), ms(r["compute_ns"]),
+                  ms(r["exposed_comm_ns"]), ms(r["exposed_memcpy_ns"]),
+                  ms(r["exposed_memset_ns"]), ms(r["idle_ns"]), pct(r["idle_fraction"])]
+                 for r in steps.iter_rows(named=True)]))
     print(f"\nTop {args.top} GPU kernels by total time")
-    print(_table(["rank", "class", "count", "total_ms", "mean_us", "p50_us", "p99_us", "name"],
-                 [[str(r["rank"]), r["gpu_class"], str(r["count"]), _ms(r["total_ns"]),
-                   f"{r['mean_ns'] / 1e3:.1f}", f"{r['p50_ns'] / 1e3:.1f}",
-                   f"{r['p99_ns'] / 1e3:.1f}", _short(r["name"], 60)]
-                  for r in kernels.iter_rows(named=True)]))
+    print(table(["rank", "class", "count", "total_ms", "mean_us", "p50_us", "p99_us", "name"],
+                [[r["rank"], r["gpu_class"], r["count"], ms(r["total_ns"]),
+                  us(r["mean_ns"]), us(r["p50_ns"]), us(r["p99_ns"]), short(r["name"], 60)]
+                 for r in kernels.iter_rows(named=True)]))
     print(f"\nTop {args.top} CPU ops by self time")
-    print(_table(["rank", "count", "self_ms", "total_ms", "name"],
-                 [[str(r["rank"]), str(r["count"]), _ms(r["self_ns"]), _ms(r["total_ns"]),
-                   _short(r["name"], 60)] for r in ops_self.iter_rows(named=True)]))
+    print(table(["rank", "count", "self_ms", "total_ms", "name"],
+                [[r["rank"], r["count"], ms(r["self_ns"]), ms(r["total_ns"]),
+                  short(r["name"], 60)] for r in ops_self.iter_rows(named=True)]))
     print("\nLaunch delay (runtime call start -> GPU start), us")
-    print(_table(["rank", "dev", "count", "p50", "p99", "max", "queue_p50", "graph_launched"],
-                 [[str(r["rank"]), str(r["device"]), str(r["count"]),
-                   f"{r['launch_delay_p50_ns'] / 1e3:.1f}", f"{r['launch_delay_p99_ns'] / 1e3:.1f}",
-                   f"{r['launch_delay_max_ns'] / 1e3:.1f}", f"{r['queue_delay_p50_ns'] / 1e3:.1f}",
-                   str(r["graph_launched"])] for r in delays.iter_rows(named=True)]))
+    print(table(["rank", "dev", "count", "p50", "p99", "max", "queue_p50", "graph_launched"],
+                [[r["rank"], r["device"], r["count"],
+                  us(r["launch_delay_p50_ns"]), us(r["launch_delay_p99_ns"]),
+                  us(r["launch_delay_max_ns"]), us(r["queue_delay_p50_ns"]),
+                  r["graph_launched"]] for r in delays.iter_rows(named=True)]))
     for line in _notes(steps):
         print(line)
     return 0
@@ -178,18 +148,18 @@ def run_summary(args: argparse.Namespace) -> int:
     if emit_result(result, args):
         return 0
     df, straggler = result["ranks"], result["worst_straggler"]
-    print(_table(
+    print(table(
         ["rank", "steps", "step_p50_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "hidden",
          "idle", "top gap cause"],
-        [[str(r["rank"]), str(r["steps"]), _ms(r["step_time_ns_p50"]), _ms(r["compute_ns"]),
-          _ms(r["comm_ns"]), _ms(r["exposed_comm_ns"]), _pct(r["hidden_fraction"]),
-          _pct(r["idle_fraction"]),
+        [[r["rank"], r["steps"], ms(r["step_time_ns_p50"]), ms(r["compute_ns"]),
+          ms(r["comm_ns"]), ms(r["exposed_comm_ns"]), pct(r["hidden_fraction"]),
+          pct(r["idle_fraction"]),
           "-" if r["top_gap_cause"] is None else
-          f"{r['top_gap_cause']} ({_ms(r['top_gap_cause_ns'])} ms)"]
+          f"{r['top_gap_cause']} ({ms(r['top_gap_cause_ns'])} ms)"]
          for r in df.iter_rows(named=True)]))
     if straggler.get("rank") is not None:
         print(f"worst straggler: rank {straggler['rank']} "
-              f"(imposed wait {_ms(straggler.get('imposed_wait_ns'))} ms)")
+              f"(imposed wait {ms(straggler.get('imposed_wait_ns'))} ms)")
     else:
         print(f"worst straggler: none ({straggler.get('reason')})")
     for r in df.filter(pl.col("note").is_not_null()).iter_rows(named=True):
