@@ -1,8 +1,10 @@
-"""The ``traceview`` command: one entry point, one module per group of subcommands.
+"""The ``traceview`` command: one table of subcommands, one module per group of them.
 
-Each module in ``COMMAND_MODULES`` has ``register(subparsers)``; every subcommand sets
-``run=function(args) -> int``. Errors become one line on stderr and an exit code
-(0 ok, 1 a check found problems, 2 usage or unreadable input); a traceback only with --debug.
+``COMMANDS`` names each subcommand, the module under ``traceview.cli`` that adds its options
+(``configure(parser, command)``, which also sets ``run=function(args) -> int``) and its help
+line. Errors become one line on stderr and an exit code (0 ok, 1 a check found problems, 2
+usage or unreadable input); a traceback only with --debug. Printing is ``_render``'s, the
+shared options ``_options``'.
 """
 
 from __future__ import annotations
@@ -11,28 +13,51 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from traceview import __version__
 from traceview.errors import TraceviewError
 
-#: The module that registers each subcommand. A command line naming one of them imports that
+
+class Command(NamedTuple):
+    module: str  #: under ``traceview.cli``: ``configure(parser, command)`` and the run functions
+    help: str
+
+
+#: Every subcommand, in the order help lists them. A command line naming one imports its
 #: module only: the others and what they import (clock alignment, the report, capture) cost
 #: ~25 ms a command, which a CI job running the analyses one by one pays every time. Without a
-#: known command name (``--help``, a typo) every module registers, so help and "invalid
-#: choice" errors list them all. ``tests/test_cli_commands.py`` checks it against the modules.
-#: Each module has ``register(subparsers) -> None``.
-COMMANDS: dict[str, str] = {
-    **dict.fromkeys(("ingest", "info", "sql"), "traceview.cli.core"),
-    **dict.fromkeys(("align", "collectives", "stragglers"), "traceview.cli.distributed"),
-    **dict.fromkeys(("gaps", "overlap", "breakdown", "summary"), "traceview.cli.timeline"),
-    **dict.fromkeys(("report", "diff", "baseline", "check", "export-perfetto"),
-                    "traceview.cli.report"),
-    **dict.fromkeys(("validate", "capture"), "traceview.cli.capture"),
-    "analyse": "traceview.cli.scale",
+#: known command name (``--help``, a typo) every command is added, so help and "invalid
+#: choice" errors list them all.
+COMMANDS: dict[str, Command] = {
+    "ingest": Command("core", "parse traces into the Parquet store"),
+    "info": Command("core", "ranks, files, event counts"),
+    "sql": Command("core", "SQL over the tables events, kernels, ranks, files"),
+    "align": Command("distributed", "per-rank clock offsets from collectives"),
+    "collectives": Command("distributed",
+                           "collectives matched across ranks: skew, wait, bandwidth, tails"),
+    "stragglers": Command("distributed", "which rank holds the others back"),
+    "gaps": Command("timeline", "GPU idle gaps per device (or stream) and their causes"),
+    "overlap": Command("timeline", "compute/communication overlap per rank (and step)"),
+    "breakdown": Command("timeline", "per-step GPU time breakdown, top kernels and ops"),
+    "summary": Command("timeline", "one screen per run: steps, compute, comm, idle, gaps"),
+    "report": Command("report", "one self-contained HTML report of a run"),
+    "diff": Command("report", "compare two runs: step time, comm, idle, kernels, collectives, "
+                              "with a significance test"),
+    "baseline": Command("report", "write the CI gate's baseline metrics of a run"),
+    "check": Command("report", "CI gate: exit 1 if a metric regressed past its tolerance"),
+    "export-perfetto": Command("report",
+                               "all ranks on the aligned timeline in one Chrome-trace file"),
+    "validate": Command("capture", "check a run directory before analysing it"),
+    "capture": Command("capture", "record traces that analyse well"),
+    "analyse": Command("scale", "per-rank analyses on local processes or a Dask cluster; "
+                                "alignment, collectives, stragglers, overlap"),
 }
 
-#: Modules that add subcommands, in the order help lists them.
-COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
+
+def module_of(command: str):  # -> types.ModuleType
+    """The module that adds ``command``'s options and runs it (imported now)."""
+    return importlib.import_module(f"{__name__}.{COMMANDS[command].module}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,8 +74,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     named = _command_name(argv)
-    for module_name in [COMMANDS[named]] if named in COMMANDS else COMMAND_MODULES:
-        importlib.import_module(module_name).register(sub)
+    for command in [named] if named in COMMANDS else COMMANDS:
+        module_of(command).configure(sub.add_parser(command, help=COMMANDS[command].help),
+                                     command)
     return parser
 
 

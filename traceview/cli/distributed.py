@@ -23,22 +23,18 @@ from traceview.cli._options import (
 from traceview.cli._render import emit_result, fixed, table, us
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    for name, help_, run in (
-        ("align", "per-rank clock offsets from collectives", run_align),
-        ("collectives", "collectives matched across ranks: skew, wait, bandwidth, tails", run_collectives),
-        ("stragglers", "which rank holds the others back", run_stragglers),
-    ):
-        p = sub.add_parser(name, help=help_)
-        add_input_args(p)
-        add_json_arg(p, csv=True)
-        add_window_args(p)
-        add_align_arg(p)
-        p.add_argument("--reference-rank", type=int, default=None, metavar="R",
-                       help="rank whose clock is the reference (default: lowest)")
-        p.add_argument("--tolerance-us", type=float, default=500.0,
-                       help="completion-time tolerance for matching by time (us)")
-        p.set_defaults(run=run)
+def configure(p: argparse.ArgumentParser, command: str) -> None:
+    """``command``'s options on ``p`` (the three share them), and the function it runs."""
+    add_input_args(p)
+    add_json_arg(p, csv=True)
+    add_window_args(p)
+    add_align_arg(p)
+    p.add_argument("--reference-rank", type=int, default=None, metavar="R",
+                   help="rank whose clock is the reference (default: lowest)")
+    p.add_argument("--tolerance-us", type=float, default=500.0,
+                   help="completion-time tolerance for matching by time (us)")
+    p.set_defaults(run={"align": run_align, "collectives": run_collectives,
+                        "stragglers": run_stragglers}[command])
 
 
 def run_align(args: argparse.Namespace) -> int:

@@ -28,16 +28,21 @@ from traceview.cli._render import dumps, emit_json, ms, short, table, warn
 from traceview.errors import UsageError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="one self-contained HTML report of a run")
+def configure(p: argparse.ArgumentParser, command: str) -> None:
+    """``command``'s options on ``p``, and the function it runs."""
+    {"report": _report_options, "diff": _diff_options, "baseline": _baseline_options,
+     "check": _check_options, "export-perfetto": _export_options}[command](p)
+
+
+def _report_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
     p.add_argument("--title", default=None, help="report title")
     p.add_argument("--top", type=int, default=10, metavar="N", help="kernels / gaps to list")
     p.set_defaults(run=run_report)
 
-    p = sub.add_parser("diff", help="compare two runs: step time, comm, idle, kernels, "
-                                    "collectives, with a significance test")
+
+def _diff_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", metavar="BASE", help="baseline run (traces, folder or store)")
     p.add_argument("test", metavar="TEST", help="run to compare")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
@@ -45,14 +50,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     _shared(p)
     p.set_defaults(run=run_diff)
 
-    p = sub.add_parser("baseline", help="write the CI gate's baseline metrics of a run")
+
+def _baseline_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="baseline JSON to write")
     p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=PCT",
                    help="store a tolerance for a metric in the baseline (repeatable; all=PCT)")
     p.set_defaults(run=run_baseline)
 
-    p = sub.add_parser("check", help="CI gate: exit 1 if a metric regressed past its tolerance")
+
+def _check_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
     p.add_argument("--baseline", required=True, metavar="FILE", help="from `traceview baseline`")
     p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=PCT",
@@ -60,8 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
     p.set_defaults(run=run_check)
 
-    p = sub.add_parser("export-perfetto",
-                       help="all ranks on the aligned timeline in one Chrome-trace file")
+
+def _export_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSON file to write")
     p.set_defaults(run=run_export)

@@ -18,28 +18,21 @@ from traceview.cli._options import (
 from traceview.cli._render import duration, emit_result, ms, pct, short, table, us
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gaps", help="GPU idle gaps per device (or stream) and their causes")
+def configure(p: argparse.ArgumentParser, command: str) -> None:
+    """``command``'s options on ``p``, and the function it runs."""
     _common(p)
-    p.add_argument("--per-stream", action="store_true", help="gaps per stream, not per device")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="largest gaps to list")
-    p.add_argument("--launch-overhead", default="10us", metavar="T",
-                   help="gaps shorter than this with work queued are launch overhead")
-    p.set_defaults(run=run_gaps)
-
-    p = sub.add_parser("overlap", help="compute/communication overlap per rank (and step)")
-    _common(p)
-    p.add_argument("--per-step", action="store_true", help="one row per step as well")
-    p.set_defaults(run=run_overlap)
-
-    p = sub.add_parser("breakdown", help="per-step GPU time breakdown, top kernels and ops")
-    _common(p)
-    p.add_argument("--top", type=int, default=10, metavar="N", help="kernels / ops to list")
-    p.set_defaults(run=run_breakdown)
-
-    p = sub.add_parser("summary", help="one screen per run: steps, compute, comm, idle, gaps")
-    _common(p)
-    p.set_defaults(run=run_summary)
+    if command == "gaps":
+        p.add_argument("--per-stream", action="store_true",
+                       help="gaps per stream, not per device")
+        p.add_argument("--top", type=int, default=10, metavar="N", help="largest gaps to list")
+        p.add_argument("--launch-overhead", default="10us", metavar="T",
+                       help="gaps shorter than this with work queued are launch overhead")
+    elif command == "overlap":
+        p.add_argument("--per-step", action="store_true", help="one row per step as well")
+    elif command == "breakdown":
+        p.add_argument("--top", type=int, default=10, metavar="N", help="kernels / ops to list")
+    p.set_defaults(run={"gaps": run_gaps, "overlap": run_overlap, "breakdown": run_breakdown,
+                        "summary": run_summary}[command])
 
 
 def _common(p: argparse.ArgumentParser) -> None:
