@@ -207,9 +207,9 @@ def op_analysis(a: dict[str, Any]) -> dict[str, Any]:
     import traceview.analyses.align  # noqa: F401
     import traceview.analyses
     import traceview.remote_store  # noqa: F401
-    from traceview.cli import COMMANDS, main
+    from traceview.cli import main, module_of
 
-    importlib.import_module(COMMANDS[a["command"]])
+    module_of(a["command"])
     for module in pkgutil.iter_modules(traceview.analyses.__path__):
         importlib.import_module(f"traceview.analyses.{module.name}")
     sink = io.StringIO()

@@ -24,7 +24,7 @@ PY = sys.executable
 # ----------------------------------------------------------------------------- light import
 def test_import_traceview_and_cli_never_import_torch():
     code = ("import sys, traceview, traceview.capture, traceview.capture_nsys, "
-            "traceview.validate, traceview.cli_capture, traceview.cli; "
+            "traceview.validate, traceview.cli.capture, traceview.cli; "
             "traceview.cli.build_parser(); print('torch' in sys.modules)")
     out = subprocess.run([PY, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -14,19 +14,13 @@ from typing import Any
 
 import polars as pl
 
-from traceview.cli_common import (
-    add_input_args,
-    add_json_arg,
-    emit_json,
-    executor_spec,
-    open_traceset,
-    parse_ranks,
-)
+from traceview.cli._options import add_input_args, add_json_arg, executor_spec, open_traceset
+from traceview.cli._render import emit_json
+from traceview.selection import parse_ranks
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("analyse", help="per-rank analyses on local processes or a Dask "
-                                       "cluster; alignment, collectives, stragglers, overlap")
+def configure(p: argparse.ArgumentParser, command: str) -> None:
+    """The options of ``analyse`` (this module's only command) on ``p``."""
     add_input_args(p)
     add_json_arg(p)
     p.add_argument("--ranks", metavar="SPEC", help="ranks to analyse, e.g. 0-3,7")

@@ -23,19 +23,28 @@ from typing import Any
 
 import polars as pl
 
-from traceview.cli_common import add_json_arg, emit_json
+from traceview.cli._options import add_json_arg
+from traceview.cli._render import emit_json
 from traceview.errors import TraceviewError, UnreadableTraceError, UsageError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("validate", help="check a run directory before analysing it")
+def configure(p: argparse.ArgumentParser, command: str) -> None:
+    """``command``'s options on ``p``, and the function it runs."""
+    if command == "validate":
+        _validate_options(p)
+    else:
+        _capture_options(p)
+
+
+def _validate_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="directory of per-rank traces")
     p.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
     p.add_argument("--cache-dir", metavar="DIR", help="where the Parquet cache lives")
     add_json_arg(p)
     p.set_defaults(run=run_validate)
 
-    cap = sub.add_parser("capture", help="record traces that analyse well")
+
+def _capture_options(cap: argparse.ArgumentParser) -> None:
     cap_sub = cap.add_subparsers(dest="capture_command", metavar="TOOL")
     n = cap_sub.add_parser("nsys", help="run a command under nsys, export to SQLite, validate")
     n.add_argument("--output", "-o", default="nsys-run", metavar="DIR",

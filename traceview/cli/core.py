@@ -3,31 +3,32 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 import orjson
 import polars as pl
 
-from traceview.cli_common import (
-    add_input_args, add_json_arg, add_profiling_window_arg, emit_json, open_traceset,
+from traceview.cli._options import (
+    add_input_args, add_json_arg, add_profiling_window_arg, open_traceset,
 )
+from traceview.cli._render import emit_json
 from traceview.errors import UsageError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ingest", help="parse traces into the Parquet store")
+def configure(p: argparse.ArgumentParser, command: str) -> None:
+    """``command``'s options on ``p``, and the function it runs."""
+    if command == "sql":
+        _sql_options(p)
+        p.set_defaults(run=run_sql)
+        return
     add_input_args(p)
-    p.add_argument("-o", "--output", metavar="DIR", help="write a self-contained store here")
+    if command == "ingest":
+        p.add_argument("-o", "--output", metavar="DIR", help="write a self-contained store here")
     add_json_arg(p)
-    p.set_defaults(run=run_ingest)
+    p.set_defaults(run={"ingest": run_ingest, "info": run_info}[command])
 
-    p = sub.add_parser("info", help="ranks, files, event counts")
-    add_input_args(p)
-    add_json_arg(p)
-    p.set_defaults(run=run_info)
 
-    p = sub.add_parser("sql", help="SQL over the tables events, kernels, ranks, files, windows")
+def _sql_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="inputs, then the query last")
     p.add_argument("--skip-bad", action="store_true")
     p.add_argument("--rank-map", action="append", default=[], metavar="FILE=RANK")
@@ -36,7 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_profiling_window_arg(p)
     p.add_argument("--limit", type=int, default=50, help="rows to print (text output)")
     add_json_arg(p)
-    p.set_defaults(run=run_sql)
 
 
 def info_report(ts: Any) -> dict[str, Any]:
@@ -153,8 +153,3 @@ def _jsonable(frame: pl.DataFrame) -> list[dict[str, Any]]:
     casted = frame.with_columns(pl.col(pl.Categorical).cast(pl.String))
     return casted.to_dicts()
 
-
-if __name__ == "__main__":  # pragma: no cover
-    from traceview.cli import main
-
-    sys.exit(main())

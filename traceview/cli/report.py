@@ -23,22 +23,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from traceview.cli_common import (
-    add_input_args, add_json_arg, add_window_args, dumps, emit_json, open_run,
-)
+from traceview.cli._options import add_input_args, add_json_arg, add_window_args, open_run
+from traceview.cli._render import dumps, emit_json, ms, short, table, warn
 from traceview.errors import UsageError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="one self-contained HTML report of a run")
+def configure(p: argparse.ArgumentParser, command: str) -> None:
+    """``command``'s options on ``p``, and the function it runs."""
+    {"report": _report_options, "diff": _diff_options, "baseline": _baseline_options,
+     "check": _check_options, "export-perfetto": _export_options}[command](p)
+
+
+def _report_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
     p.add_argument("--title", default=None, help="report title")
     p.add_argument("--top", type=int, default=10, metavar="N", help="kernels / gaps to list")
     p.set_defaults(run=run_report)
 
-    p = sub.add_parser("diff", help="compare two runs: step time, comm, idle, kernels, "
-                                    "collectives, with a significance test")
+
+def _diff_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", metavar="BASE", help="baseline run (traces, folder or store)")
     p.add_argument("test", metavar="TEST", help="run to compare")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
@@ -46,14 +50,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     _shared(p)
     p.set_defaults(run=run_diff)
 
-    p = sub.add_parser("baseline", help="write the CI gate's baseline metrics of a run")
+
+def _baseline_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="baseline JSON to write")
     p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=PCT",
                    help="store a tolerance for a metric in the baseline (repeatable; all=PCT)")
     p.set_defaults(run=run_baseline)
 
-    p = sub.add_parser("check", help="CI gate: exit 1 if a metric regressed past its tolerance")
+
+def _check_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
     p.add_argument("--baseline", required=True, metavar="FILE", help="from `traceview baseline`")
     p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=PCT",
@@ -61,8 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
     p.set_defaults(run=run_check)
 
-    p = sub.add_parser("export-perfetto",
-                       help="all ranks on the aligned timeline in one Chrome-trace file")
+
+def _export_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSON file to write")
     p.set_defaults(run=run_export)
@@ -93,7 +99,7 @@ def _open(args: argparse.Namespace, paths: list[str] | None = None) -> Any:
         ns.paths, ns.rank_map = paths, []
     run = open_run(ns)
     for warning in run.warnings:
-        print(f"traceview: warning: {warning}", file=sys.stderr)
+        warn(warning)
     return run
 
 
@@ -125,10 +131,6 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt_ns(v: float | None) -> str:
-    return "-" if v is None else f"{v / 1e6:.3f}"
-
-
 def run_diff(args: argparse.Namespace) -> int:
     from traceview.diff import diff_tables, run_tables
 
@@ -142,20 +144,20 @@ def run_diff(args: argparse.Namespace) -> int:
           f"test: {args.test} ({res.test_rank_steps} rank-steps)")
     print("significance: two-sided Mann-Whitney U over per-step samples, "
           f"alpha {args.alpha:g}")
-    print(f"{'metric':<18}{'base_ms':>12}{'test_ms':>12}{'change_ms':>12}{'change':>9}"
-          f"{'p':>10}  significant")
-    for r in res.metrics.iter_rows(named=True):
-        pct = "-" if r["change_pct"] is None else f"{100 * r['change_pct']:+.1f}%"
-        p = "-" if r["p_value"] is None else f"{r['p_value']:.2g}"
-        sig = "-" if r["significant"] is None else ("yes" if r["significant"] else "no")
-        print(f"{r['metric']:<18}{_fmt_ns(r['base']):>12}{_fmt_ns(r['test']):>12}"
-              f"{_fmt_ns(r['change']):>12}{pct:>9}{p:>10}  {sig}"
-              + (f"  ({r['note']})" if r["note"] else ""))
+    print(table(["metric", "base_ms", "test_ms", "change_ms", "change", "p", "significant",
+                 "note"],
+                [[r["metric"], ms(r["base"]), ms(r["test"]), ms(r["change"]),
+                  None if r["change_pct"] is None else f"{100 * r['change_pct']:+.1f}%",
+                  None if r["p_value"] is None else f"{r['p_value']:.2g}",
+                  None if r["significant"] is None else ("yes" if r["significant"] else "no"),
+                  r["note"] or ""]
+                 for r in res.metrics.iter_rows(named=True)],
+                left={"metric", "significant", "note"}, max_width=None))
     print("\nTop contributors (ms per rank-step, test - base)")
-    for r in res.contributors.iter_rows(named=True):
-        name = r["name"] if len(r["name"]) <= 70 else r["name"][:69] + "…"
-        print(f"{r['kind']:<11}{_fmt_ns(r['base_ns']):>10}{_fmt_ns(r['test_ns']):>10}"
-              f"{_fmt_ns(r['delta_ns']):>10}  {name}")
+    print(table(["kind", "base_ms", "test_ms", "delta_ms", "name"],
+                [[r["kind"], ms(r["base_ns"]), ms(r["test_ns"]), ms(r["delta_ns"]),
+                  short(r["name"], 70)] for r in res.contributors.iter_rows(named=True)],
+                left={"kind", "name"}, max_width=70))
     return 0
 
 

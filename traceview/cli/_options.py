@@ -1,16 +1,16 @@
-"""Options and output helpers shared by the subcommands."""
+"""The options the commands share, and the Run or TraceSet they describe.
+
+Every ``add_*`` function adds one group of options to a command's parser; ``open_run`` and
+``open_traceset`` turn the parsed options into what the command analyses. Printing is
+``_render``'s.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from typing import Any
-
-import orjson
 
 from traceview.errors import UsageError
-from traceview.selection import parse_ranks, parse_steps  # noqa: F401 - the options' parsers
 from traceview.windows import parse_window
 
 
@@ -125,45 +125,3 @@ def open_run(args: argparse.Namespace):  # -> traceview.run.Run
         tolerance_us=getattr(args, "tolerance_us", 500.0))
     options.window()
     return Run(open_traceset(args), options)
-
-
-def emit_result(result: Any, args: argparse.Namespace) -> bool:
-    """Print ``result`` as ``--json`` or ``--csv`` when asked (True), after its warnings on
-    stderr; False when the command should render its text."""
-    for warning in result.warnings:
-        print(f"traceview: warning: {warning}", file=sys.stderr)
-    if getattr(args, "json", False):
-        sys.stdout.write(result.to_json().decode() + "\n")
-        return True
-    if getattr(args, "csv", False):
-        sys.stdout.write(result.to_csv())
-        return True
-    return False
-
-
-def ranks_in_window(ts, ranks: Sequence[int] | None) -> list[int] | None:
-    """The ranks with events among ``ranks`` (all when None), from the TraceSet's files
-    (``TraceSet.ranks_with_events``); None when the files cannot tell."""
-    known = ts.ranks_with_events()
-    if known is None or ranks is None:
-        return known
-    wanted = set(ranks)
-    return [r for r in known if r in wanted]
-
-
-def dumps(obj: Any) -> str:
-    """JSON text for --json outputs (stable key order as given, NaN -> null)."""
-    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
-                        default=_default).decode()
-
-
-def _default(obj: Any) -> Any:
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    raise TypeError(f"cannot serialise {type(obj).__name__}")
-
-
-def emit_json(obj: Any) -> None:
-    sys.stdout.write(dumps(obj) + "\n")

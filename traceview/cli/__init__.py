@@ -1,0 +1,112 @@
+"""The ``traceview`` command: one table of subcommands, one module per group of them.
+
+``COMMANDS`` names each subcommand, the module under ``traceview.cli`` that adds its options
+(``configure(parser, command)``, which also sets ``run=function(args) -> int``) and its help
+line. Errors become one line on stderr and an exit code (0 ok, 1 a check found problems, 2
+usage or unreadable input); a traceback only with --debug. Printing is ``_render``'s, the
+shared options ``_options``'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from traceview import __version__
+from traceview.errors import TraceviewError
+
+
+class Command(NamedTuple):
+    module: str  #: under ``traceview.cli``: ``configure(parser, command)`` and the run functions
+    help: str
+
+
+#: Every subcommand, in the order help lists them. A command line naming one imports its
+#: module only: the others and what they import (clock alignment, the report, capture) cost
+#: ~25 ms a command, which a CI job running the analyses one by one pays every time. Without a
+#: known command name (``--help``, a typo) every command is added, so help and "invalid
+#: choice" errors list them all.
+COMMANDS: dict[str, Command] = {
+    "ingest": Command("core", "parse traces into the Parquet store"),
+    "info": Command("core", "ranks, files, event counts"),
+    "sql": Command("core", "SQL over the tables events, kernels, ranks, files, windows"),
+    "align": Command("distributed", "per-rank clock offsets from collectives"),
+    "collectives": Command("distributed",
+                           "collectives matched across ranks: skew, wait, bandwidth, tails"),
+    "stragglers": Command("distributed", "which rank holds the others back"),
+    "gaps": Command("timeline", "GPU idle gaps per device (or stream) and their causes"),
+    "overlap": Command("timeline", "compute/communication overlap per rank (and step)"),
+    "breakdown": Command("timeline", "per-step GPU time breakdown, top kernels and ops"),
+    "summary": Command("timeline", "one screen per run: steps, compute, comm, idle, gaps"),
+    "report": Command("report", "one self-contained HTML report of a run"),
+    "diff": Command("report", "compare two runs: step time, comm, idle, kernels, collectives, "
+                              "with a significance test"),
+    "baseline": Command("report", "write the CI gate's baseline metrics of a run"),
+    "check": Command("report", "CI gate: exit 1 if a metric regressed past its tolerance"),
+    "export-perfetto": Command("report",
+                               "all ranks on the aligned timeline in one Chrome-trace file"),
+    "validate": Command("capture", "check a run directory before analysing it"),
+    "capture": Command("capture", "record traces that analyse well"),
+    "analyse": Command("scale", "per-rank analyses on local processes or a Dask cluster; "
+                                "alignment, collectives, stragglers, overlap"),
+}
+
+
+def module_of(command: str):  # -> types.ModuleType
+    """The module that adds ``command``'s options and runs it (imported now)."""
+    return importlib.import_module(f"{__name__}.{COMMANDS[command].module}")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 on usage errors: keep that
+        self.print_usage(sys.stderr)
+        self.exit(2, f"traceview: error: {message}\n")
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: with the subcommand ``argv`` names only (see ``COMMANDS``),
+    with all of them when ``argv`` is None or names none."""
+    parser = _Parser(prog="traceview", description="Analyse PyTorch-profiler and nsys traces.")
+    parser.add_argument("--version", action="version", version=f"traceview {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    named = _command_name(argv)
+    for command in [named] if named in COMMANDS else COMMANDS:
+        module_of(command).configure(sub.add_parser(command, help=COMMANDS[command].help),
+                                     command)
+    return parser
+
+
+def _command_name(argv: Sequence[str] | None) -> str | None:
+    """The first argument that is not an option (the top-level options take no values)."""
+    return next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except TraceviewError as exc:
+        if args.debug:
+            raise
+        print(f"traceview: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: still one line, unless --debug
+        if args.debug:
+            raise
+        print(f"traceview: internal error: {type(exc).__name__}: {exc} (rerun with --debug)",
+              file=sys.stderr)
+        return 2
+
