@@ -29,13 +29,16 @@ aligned time = raw - offset - drift (raw - offset - epoch). Raw ``ts_ns`` is nev
 ...         rows.append(dict(rank=r, file_id=r, source="kineto", kind="kernel", stream=7,
 ...                          name="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
 ...                          ts_ns=t + off + 1000 * r * k, dur_ns=50_000 - 1000 * r * k))
->>> estimate_offsets(events_frame(rows)).select("rank", "offset_ns", "anchors").rows()
+>>> from traceview.analyses.collective_match import comm_events, match_collectives
+>>> match = match_collectives(comm_events(events_frame(rows)))
+>>> estimate_offsets(match, [0, 1]).select("rank", "offset_ns", "anchors").rows()
 [(0, 0, 3), (1, 7000000000, 3)]
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import polars as pl
 
@@ -43,10 +46,7 @@ from traceview.analyses.collective_match import (
     BLOCKING,
     P2P,
     MatchResult,
-    comm_events,
-    match_collectives,
 )
-from traceview.analyses.window import ranks_present
 from traceview.errors import UsageError
 
 METHODS: tuple[str, ...] = ("auto", "none", "host", "collectives")
@@ -91,14 +91,15 @@ def anchors_from(match: MatchResult) -> pl.DataFrame:
 
 
 def estimate_offsets(
-    events: pl.LazyFrame | pl.DataFrame,
+    match: MatchResult,
+    ranks: Sequence[int] | pl.DataFrame,
     *,
     method: str = "auto",
     reference_rank: int | None = None,
     hosts: pl.DataFrame | dict[int, str] | None = None,
-    match: MatchResult | None = None,
 ) -> pl.DataFrame:
-    """Per-rank clock offsets relative to ``reference_rank`` (default: lowest rank with anchors).
+    """Per-rank clock offsets relative to ``reference_rank`` (default: lowest rank with anchors),
+    from the collectives of ``match`` (``match_collectives``), one row per rank of ``ranks``.
 
     ``method``: ``auto`` (collectives, pooling ranks of one host unless the data contradict
     it), ``collectives`` (every rank its own clock), ``host`` (ranks of one host always pooled),
@@ -108,13 +109,13 @@ def estimate_offsets(
     """
     if method not in METHODS:
         raise UsageError(f"--align wants one of {', '.join(METHODS)}, got {method!r}")
-    ranks = ranks_present(events).get_column("rank").to_list()
+    if isinstance(ranks, pl.DataFrame):
+        ranks = ranks.get_column("rank").to_list()
+    ranks = sorted(int(r) for r in ranks)
     host_of = _hosts_map(ranks, hosts)
     if method == "none" or not ranks:
         return _table([_row(r, 0, method="none", host=host_of.get(r), note="raw clocks")
                        for r in ranks])
-    if match is None:
-        match = match_collectives(comm_events(events))
     anchors = anchors_from(match)
     anchored = sorted(int(r) for r in anchors.get_column("rank").unique().to_list())
     if reference_rank is None:

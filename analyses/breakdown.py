@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from .classify import DEFAULT_PATTERNS, ClassifyPatterns
 from .launches import launch_table, with_launches
 from .names import matching
-from .overlap import (
-    NOTE_NO_STEPS, accounting, accountings, finish, prepared_gpu, step_windows_for,
-)
-from .window import STEP_PATTERN, gpu_trace_windows, step_spans
+from .overlap import NOTE_NO_STEPS, accounting, accountings, finish, step_windows_for
+from .window import gpu_trace_windows
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -35,30 +32,24 @@ _BREAKDOWN_COLUMNS = [
 
 
 def step_breakdown(
-    events: Frame,
+    gpu: pl.DataFrame,
+    host_steps: pl.DataFrame,
+    ranks: pl.DataFrame,
     *,
-    patterns: ClassifyPatterns = DEFAULT_PATTERNS,
-    step_pattern: str = STEP_PATTERN,
     include_trace: bool = True,
     step_windows: str = "gpu",
-    gpu: pl.DataFrame | None = None,
-    spans: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """GPU time per step (and a whole-trace row with step null) per (rank, device).
 
     ``step_time_ns`` is the host ``ProfilerStep#N`` duration (null for the whole-trace row and
-    when the step has no host range). Ranks without GPU events get a row with a note.
-    ``gpu`` (``prepared_gpu``) and ``spans`` (``step_spans``) when the caller has them.
+    when the step has no host range). Ranks of ``ranks`` without GPU events get a row with a
+    note. ``gpu``: ``prepared_gpu`` rows; ``host_steps``: host step ranges (``step_spans``).
     """
-    if gpu is None:  # callers running several analyses pass it once (it is the costly part)
-        gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
     parts = []
     steps, trace = accountings(  # one sweep for the steps and the whole trace
-        gpu, [(step_windows_for(gpu, events, step_windows, step_pattern), ["step"]),
+        gpu, [(step_windows_for(gpu, host_steps, step_windows), ["step"]),
               (gpu_trace_windows(gpu), [])])
-    if spans is None:
-        spans = step_spans(events, pattern=step_pattern)
-    spans = spans.select("rank", "step", "step_time_ns")
+    spans = host_steps.select("rank", "step", "step_time_ns")
     steps = steps.join(spans, on=["rank", "step"], how="left").with_columns(
         note=pl.lit(None, pl.String))
     parts.append(steps)
@@ -74,36 +65,29 @@ def step_breakdown(
     out = pl.concat(parts, how="vertical_relaxed").with_columns(
         idle_fraction=pl.when(pl.col("window_ns") > 0)
         .then(pl.col("idle_ns") / pl.col("window_ns")).otherwise(None))
-    return finish(out, events, _BREAKDOWN_COLUMNS)
+    return finish(out, ranks, _BREAKDOWN_COLUMNS)
 
 
-def idle_fraction(
-    events: Frame, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
-) -> pl.DataFrame:
+def idle_fraction(gpu: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, device): busy_ns, span_ns, idle_ns, idle_fraction = 1 − busy / span."""
-    gpu = prepared_gpu(events, patterns=patterns)
     acc = accounting(gpu, gpu_trace_windows(gpu))
     out = acc.select(
         "rank", "device", "busy_ns", pl.col("window_ns").alias("span_ns"), "idle_ns",
         idle_fraction=pl.when(pl.col("window_ns") > 0)
         .then(1 - pl.col("busy_ns") / pl.col("window_ns")).otherwise(None),
     )
-    return finish(out, events, ["rank", "device", "busy_ns", "span_ns", "idle_ns",
+    return finish(out, ranks, ["rank", "device", "busy_ns", "span_ns", "idle_ns",
                                 "idle_fraction", "note"])
 
 
-def top_kernels(
-    events: Frame, *, n: int = 20, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
-    gpu: pl.DataFrame | None = None,
-) -> pl.DataFrame:
+def top_kernels(gpu: pl.DataFrame, *, n: int = 20) -> pl.DataFrame:
     """The ``n`` GPU events (by name) with the most total time, per rank.
 
     Columns: rank, name, gpu_class, count, total_ns, mean_ns, p50_ns, p99_ns, max_ns,
     share_of_gpu_time (total / sum of all GPU event durations of the rank; a sum of
     durations, so concurrent kernels count twice). Quantiles interpolate linearly.
+    ``gpu``: ``prepared_gpu`` rows.
     """
-    if gpu is None:
-        gpu = prepared_gpu(events, patterns=patterns)
     d = pl.col("dur_ns")
     out = (
         gpu.group_by("rank", "name", "gpu_class")
@@ -116,18 +100,15 @@ def top_kernels(
     return out.group_by("rank", maintain_order=True).head(n)
 
 
-def top_cpu_ops(events: Frame, *, n: int = 20, by: str = "self_ns",
-                ops: pl.DataFrame | None = None) -> pl.DataFrame:
+def top_cpu_ops(ops: pl.DataFrame, *, n: int = 20, by: str = "self_ns") -> pl.DataFrame:
     """Host operators (kind ``cpu_op``) by self or total time, per rank.
 
     self time = duration − durations of the direct children on the same thread. Nesting is
     found without a loop: a sweep (+1 at starts, −1 at ends, ends first on ties) gives each
     op's depth; its parent is the latest earlier op one level up on the same thread (an as-of
-    join). Columns: rank, name, count, total_ns, self_ns, mean_ns, mean_self_ns.
-    ``ops``: ``with_self_time(events)`` when the caller has it (both rankings share it).
+    join: :func:`with_self_time`). Columns: rank, name, count, total_ns, self_ns, mean_ns,
+    mean_self_ns. ``ops``: ``with_self_time(host rows)`` (both rankings share it).
     """
-    if ops is None:
-        ops = with_self_time(events)
     out = (
         ops.group_by("rank", "name")
         .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum(),
@@ -188,30 +169,24 @@ def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl
     )
 
 
-def launch_delays(
-    events: Frame, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
-    gpu: pl.DataFrame | None = None,
-) -> pl.DataFrame:
+def launch_delays(gpu: pl.DataFrame, host: Frame) -> pl.DataFrame:
     """Per GPU event with a launching runtime call (same rank and correlation):
     rank, device, stream, name, gpu_class, launch_name, launch_ts_ns, ts_ns,
     launch_delay_ns = GPU start − runtime call start, and
     queue_delay_ns = max(0, GPU start − runtime call end), in (rank, ts_ns) order."""
     return (
-        launch_delay_rows(events, patterns=patterns, gpu=gpu).lazy()
+        launch_delay_rows(gpu, host).lazy()
         .with_columns(pl.col("name", "launch_name").cast(pl.String))
         .sort("rank", "ts_ns", maintain_order=True)
         .collect()
     )
 
 
-def launch_delay_rows(
-    events: Frame, *, patterns: ClassifyPatterns = DEFAULT_PATTERNS,
-    gpu: pl.DataFrame | None = None,
-) -> pl.DataFrame:
+def launch_delay_rows(gpu: pl.DataFrame, host: Frame) -> pl.DataFrame:
     """``launch_delays`` in the GPU events' order, names as stored (categorical): what
-    ``launch_delay_summary`` needs, without turning 700 k names into strings and sorting."""
-    gpu = prepared_gpu(events, patterns=patterns) if gpu is None else gpu
-    rt = launch_table(events, launch_name=pl.col("name").first(),
+    ``launch_delay_summary`` needs, without turning 700 k names into strings and sorting.
+    ``gpu``: ``prepared_gpu`` rows; ``host``: the host rows with the runtime calls."""
+    rt = launch_table(host, launch_name=pl.col("name").first(),
                       launch_ts_ns=pl.col("ts_ns").min(),
                       _launch_end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max())
     return with_launches(gpu.select("rank", "device", "stream", "name", "gpu_class", "ts_ns",

@@ -20,7 +20,9 @@ aligned timeline (:mod:`traceview.analyses.align`):
 ...          dur_ns=1000, bytes=4000, group_size=2),
 ...     dict(rank=1, file_id=1, source="kineto", kind="kernel", name=k, stream=7, ts_ns=600,
 ...          dur_ns=400, bytes=4000, group_size=2)])
->>> collectives(ev).select("n_ranks", "skew_ns", "last_rank", "comm_ns", "busbw_gbps").row(0)
+>>> from traceview.analyses.collective_match import comm_events, match_collectives
+>>> match = match_collectives(comm_events(ev))
+>>> collectives(match).select("n_ranks", "skew_ns", "last_rank", "comm_ns", "busbw_gbps").row(0)
 (2, 600, 1, 400, 10.0)
 """
 
@@ -32,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analyses.align import apply_offsets
-from traceview.analyses.collective_match import MatchResult, comm_events, match_collectives
+from traceview.analyses.collective_match import MatchResult
 
 #: nccl-tests bus-bandwidth factors as functions of the group size n.
 BUSBW_FACTORS: dict[str, str] = {
@@ -53,23 +55,15 @@ def busbw_factor(collective: pl.Expr, n: pl.Expr) -> pl.Expr:
     )
 
 
-def _matched(events: pl.LazyFrame | pl.DataFrame, match: MatchResult | None) -> MatchResult:
-    return match if match is not None else match_collectives(comm_events(events))
-
-
-def collective_ranks(
-    events: pl.LazyFrame | pl.DataFrame,
-    *,
-    offsets: pl.DataFrame | None = None,
-    match: MatchResult | None = None,
-) -> pl.DataFrame:
-    """One row per (instance, rank) with the per-rank metrics of the module docstring.
+def collective_ranks(match: MatchResult, *, offsets: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per (instance, rank) of ``match`` (``match_collectives``) with the per-rank
+    metrics of the module docstring.
 
     ``offsets`` from :func:`traceview.analyses.align.estimate_offsets` (None: raw clocks).
     Also carries instance-level columns (``skew_ns``, ``last_rank``, ``n_ranks`` ...), and
     ``uncertainty_ns``: the largest alignment uncertainty among the instance's ranks.
     """
-    inst = _matched(events, match).instances
+    inst = match.instances
     inst = inst.filter(pl.col("rank").n_unique().over("instance") >= 2)
     if offsets is not None and offsets.height:
         al = apply_offsets(inst, offsets).collect()
@@ -115,23 +109,18 @@ def collective_ranks(
     ).sort("first_arrival_ns", "instance", "rank")
 
 
-def collectives(
-    events: pl.LazyFrame | pl.DataFrame,
-    *,
-    offsets: pl.DataFrame | None = None,
-    match: MatchResult | None = None,
-) -> pl.DataFrame:
+def collectives(match: MatchResult, *, offsets: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per matched instance: group, seq, name, n_ranks, bytes, skew_ns, last_rank, ...
 
     ``seq`` is the sequence number when the trace has one, else the position in the group.
     ``skew_resolved`` is false when the skew is within twice the alignment uncertainty: the
     arrival order is then not established by the data.
     """
-    per = collective_ranks(events, offsets=offsets, match=match)
-    return _instances(per)
+    return instances(collective_ranks(match, offsets=offsets))
 
 
-def _instances(per: pl.DataFrame) -> pl.DataFrame:
+def instances(per: pl.DataFrame) -> pl.DataFrame:
+    """One row per instance from :func:`collective_ranks` rows."""
     return (
         per.group_by("instance", maintain_order=True)
         .agg(

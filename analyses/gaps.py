@@ -23,13 +23,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events
 from .intervals import flag_overlapping, overlapping, union
-from .host import host_events
 from .launches import RUNTIME_KINDS, launch_table, with_launches
 from .names import matching
-from .overlap import NOTE_NO_GPU, prepared_gpu
-from .window import STEP_PATTERN, file_of, ranks_present
+from .overlap import NOTE_NO_GPU
+from .window import file_of
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -58,14 +56,11 @@ DEFAULT_OPTIONS = GapOptions()
 
 
 def gaps(
-    events: Frame,
+    gpu: pl.DataFrame,
+    host: pl.DataFrame,
     *,
     per_stream: bool = False,
     options: GapOptions = DEFAULT_OPTIONS,
-    patterns: ClassifyPatterns = DEFAULT_PATTERNS,
-    step_pattern: str = STEP_PATTERN,
-    gpu: pl.DataFrame | None = None,
-    host: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every idle gap per (rank, device) -- or per (rank, device, stream) -- with its cause.
 
@@ -73,14 +68,10 @@ def gaps(
     next_name, prev_step, next_step, next_correlation, launch_ts_ns. The names are Categorical,
     as the store's ``name`` (a large trace has as many gaps as kernels: turning every name into
     text cost more than finding the gaps). Gaps are strictly positive; touching or overlapping
-    GPU work leaves no gap. ``gpu`` (``prepared_gpu``) and
-    ``host`` (``host_events``) when the caller has them.
+    GPU work leaves no gap. ``gpu``: ``prepared_gpu`` rows; ``host``: ``host_events`` rows
+    (launches, syncs, data loading ops).
     """
     by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
-    if gpu is None:
-        gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
-    if host is None:
-        host = host_events(events)
     g = _between(gpu, by)
     g = with_launches(g, launch_table(host, launch_ts_ns=pl.col("ts_ns").min()),
                       correlation="next_correlation")
@@ -201,21 +192,20 @@ def gap_histogram(
 
 def largest_gaps(
     gap_frame: pl.DataFrame,
-    events: Frame,
+    host: Frame,
     *,
     n: int = 10,
     ops_per_gap: int = 5,
-    host: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The ``n`` longest gaps with the host ops around them.
 
     Adds ``launch_op`` (the CPU op that launched the work after the gap, through the runtime
     call's external id) and ``ops_during`` (names of up to ``ops_per_gap`` host ops overlapping
     the gap, longest overlap first; ProfilerStep ranges excluded). ``host``: ``host_events``
-    when the caller has it.
+    rows (with ``external_id``).
     """
     top = gap_frame.sort("gap_ns", descending=True).head(n).with_row_index("_gap")
-    host = (events if host is None else host).lazy()
+    host = host.lazy()
     kind = pl.col("kind")
     # Only the few launches, ops and overlaps of these gaps are looked up (semi joins first),
     # not every runtime call and op of the trace.
@@ -262,11 +252,8 @@ def largest_gaps(
     )
 
 
-def no_gpu_ranks(events: Frame, gap_frame: pl.DataFrame, *,
-                 gpu: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Ranks of ``events`` with no GPU work at all, each with the reason (for partial results).
-    ``gpu``: ``prepared_gpu(events)`` when the caller has it."""
-    gpu_ranks = (gpu_events(events) if gpu is None else gpu.lazy()).select(
-        pl.col("rank").unique()).collect()
-    ranks = ranks_present(events)
-    return ranks.join(gpu_ranks, on="rank", how="anti").with_columns(note=pl.lit(NOTE_NO_GPU)).sort("rank")
+def no_gpu_ranks(ranks: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """Ranks of ``ranks`` with no GPU work at all in ``gpu`` (``prepared_gpu`` rows), each with
+    the reason (for partial results)."""
+    gpu_ranks = gpu.select(pl.col("rank").unique())
+    return ranks.select("rank").join(gpu_ranks, on="rank", how="anti").with_columns(note=pl.lit(NOTE_NO_GPU)).sort("rank")

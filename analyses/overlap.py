@@ -27,10 +27,7 @@ from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events, gpu_rows
 from .intervals import (
     clip, has_bit, mask_lengths, sweep, union, windowed_mask_lengths, windows_disjoint,
 )
-from .window import (
-    STEP_PATTERN, gpu_step_windows, gpu_trace_windows, ranks_present, step_spans,
-    with_gpu_steps,
-)
+from .window import STEP_PATTERN, gpu_step_windows, gpu_trace_windows, with_gpu_steps
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -169,14 +166,13 @@ def prepared_gpu(
 
 
 def overlap(
-    events: Frame,
+    gpu: pl.DataFrame,
+    ranks: pl.DataFrame,
     *,
+    steps: pl.DataFrame | None = None,
     per_step: bool = False,
-    patterns: ClassifyPatterns = DEFAULT_PATTERNS,
     bound_ratio: float = 1.2,
-    step_pattern: str = STEP_PATTERN,
     step_windows: str = "gpu",
-    gpu: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Overlap per (rank, device) for the whole trace, or per (rank, device, step).
 
@@ -187,15 +183,16 @@ def overlap(
     Columns: rank, device, step (null for whole-trace rows), window_start_ns, window_end_ns,
     window_ns, compute_ns, comm_ns, overlap_ns, exposed_comm_ns, busy_ns, idle_ns, memcpy_ns,
     exposed_memcpy_ns, memset_ns, exposed_memset_ns, hidden_fraction, overlap_efficiency,
-    bound, note. Every rank present in ``events`` gets at least one row; a rank without GPU
-    events gets nulls and a note. With ``per_step`` and no steps, the whole-trace row is
-    returned with a note.
+    bound, note. Every rank of ``ranks`` gets at least one row; a rank without GPU events gets
+    nulls and a note. With ``per_step`` and no steps, the whole-trace row is returned with a
+    note.
+
+    ``gpu``: :func:`prepared_gpu` rows; ``ranks``: the ranks to report (column ``rank``);
+    ``steps``: host step ranges (:func:`~.window.step_spans`), read for ``step_windows="host"``.
     """
-    if gpu is None:  # ``gpu``: prepared_gpu(events) when the caller already has it
-        gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
     window_sets = [(gpu_trace_windows(gpu), [])]
     if per_step:
-        window_sets.append((step_windows_for(gpu, events, step_windows, step_pattern), ["step"]))
+        window_sets.append((step_windows_for(gpu, steps, step_windows), ["step"]))
     trace, *per = accountings(gpu, window_sets)  # one sweep for the trace and its steps
     trace = trace.with_columns(step=pl.lit(None, pl.Int32), note=pl.lit(None, pl.String))
     if per_step:
@@ -209,17 +206,19 @@ def overlap(
     result = result.with_columns(overlap_columns(bound_ratio)).with_columns(
         note=_join_notes(pl.col("note"), pl.when(pl.col("comm_ns") == 0)
                          .then(pl.lit(NOTE_NO_COMM)).otherwise(None)))
-    return finish(result, events, _OVERLAP_COLUMNS)
+    return finish(result, ranks, _OVERLAP_COLUMNS)
 
 
-def step_windows_for(gpu: pl.DataFrame, events: Frame, kind: str,
-                     step_pattern: str = STEP_PATTERN) -> pl.DataFrame:
-    """Step windows per (rank, device): GPU tiling (``"gpu"``) or host ranges (``"host"``)."""
+def step_windows_for(gpu: pl.DataFrame, steps: pl.DataFrame | None, kind: str) -> pl.DataFrame:
+    """Step windows per (rank, device): GPU tiling (``"gpu"``) or the host step ranges
+    ``steps`` (``"host"``)."""
     if kind == "gpu":
         return gpu_step_windows(gpu)
     if kind != "host":
         raise UsageError(f"step windows are 'gpu' or 'host', not {kind!r}")
-    spans = step_spans(events, pattern=step_pattern)
+    if steps is None:
+        raise UsageError("host step windows need the host step ranges (steps=)")
+    spans = steps
     devices = gpu.select("rank", "device").unique()
     return devices.join(spans, on="rank", how="inner").select(
         "rank", "device", "step", pl.col("step_start_ns").alias("window_start_ns"),
@@ -238,10 +237,10 @@ def _join_notes(*parts: pl.Expr) -> pl.Expr:
     return pl.concat_str(list(parts), separator="; ", ignore_nulls=True).replace("", None)
 
 
-def finish(result: pl.DataFrame, events: Frame, columns: list[str]) -> pl.DataFrame:
-    """Select ``columns`` and add a row with a note for each rank that has no GPU events."""
-    ranks = ranks_present(events)
-    missing = ranks.join(result.select("rank").unique(), on="rank", how="anti")
+def finish(result: pl.DataFrame, ranks: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """Select ``columns`` and add a row with a note for each rank of ``ranks`` that has no GPU
+    events."""
+    missing = ranks.select("rank").join(result.select("rank").unique(), on="rank", how="anti")
     result = result.select([c for c in columns if c in result.columns])
     if missing.height:
         filler = missing.with_columns(note=pl.lit(NOTE_NO_GPU))

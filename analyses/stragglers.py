@@ -34,10 +34,8 @@ import math
 
 import polars as pl
 
-from traceview.analyses.collective_match import P2P, MatchResult
-from traceview.analyses.collectives import collective_ranks
+from traceview.analyses.collective_match import P2P
 from traceview.analyses.intervals import total_length, union
-from traceview.analyses.window import ranks_present, step_spans
 
 RESULT_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "flagged": pl.Boolean, "imposed_wait_ns": pl.Int64,
@@ -52,26 +50,24 @@ LATENESS_FLOOR_NS = 50_000
 
 
 def stragglers(
-    events: pl.LazyFrame | pl.DataFrame,
+    collective_rows: pl.DataFrame,
+    host_steps: pl.DataFrame,
+    ranks: pl.DataFrame,
     *,
-    offsets: pl.DataFrame | None = None,
-    match: MatchResult | None = None,
     min_effect: float = 0.05,
     min_share: float = 0.75,
     min_instances: int = 3,
     dominance: float = 3.0,
-    spans: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """One row per rank (``RESULT_SCHEMA``), largest ``imposed_wait_ns`` first.
+    """One row per rank of ``ranks`` (``RESULT_SCHEMA``), largest ``imposed_wait_ns`` first.
 
-    ``offsets``: :func:`traceview.analyses.align.estimate_offsets` output (None: raw clocks, only
-    right when all ranks share one clock). ``match`` and ``spans``
-    (:func:`~traceview.analyses.window.step_spans`) when the caller has them.
+    ``collective_rows``: :func:`~traceview.analyses.collectives.collective_ranks` on the
+    aligned timeline (raw clocks are only right when all ranks share one clock);
+    ``host_steps``: :func:`~traceview.analyses.window.step_spans`.
     """
-    per = collective_ranks(events, offsets=offsets, match=match)
-    per = per.filter(~pl.col("collective").is_in(list(P2P)))
-    steps = step_spans(events) if spans is None else spans
-    ranks_all = ranks_present(events).get_column("rank").cast(pl.Int32).to_list()
+    per = collective_rows.filter(~pl.col("collective").is_in(list(P2P)))
+    steps = host_steps
+    ranks_all = ranks.get_column("rank").cast(pl.Int32).to_list()
     if per.height == 0:
         return _empty_rows(ranks_all, "no collective was matched across ranks: nothing to "
                                       "compare (single rank, CPU-only without comms, or "
@@ -127,13 +123,15 @@ def stragglers(
             .cast(pl.Int64))
     )
     med_before = rows.filter(pl.col("instances") > 0).get_column("compute_before_ns").median()
+    imposed_col = rows.get_column("imposed_wait_ns")
     rows = rows.with_columns(
-        compute_ratio=pl.col("compute_before_ns") / med_before if med_before else None,
-        step_ratio=(pl.col("step_time_ns") / median_step) if median_step else None,
+        compute_ratio=_ratio(rows.get_column("compute_before_ns"), med_before)
+        if med_before else None,
+        step_ratio=_ratio(rows.get_column("step_time_ns"), median_step) if median_step else None,
         imposed_wait_per_step_ns=(pl.col("imposed_wait_ns") // n_steps) if n_steps
         else pl.col("imposed_wait_ns"),
-        effect=(pl.col("imposed_wait_ns") / n_steps / median_step) if n_steps and median_step
-        else (pl.col("imposed_wait_ns") / span if span > 0 else pl.lit(0.0)),
+        effect=_ratio(_ratio(imposed_col, n_steps), median_step) if n_steps and median_step
+        else (_ratio(imposed_col, span) if span > 0 else pl.lit(0.0)),
         significant_instances=pl.lit(n_sig, pl.Int64),
     )
     imposed = dict(rows.select("rank", "imposed_wait_ns").rows())
@@ -165,6 +163,15 @@ def stragglers(
         out.append(row)
     return (pl.DataFrame(out).select(list(RESULT_SCHEMA)).cast(RESULT_SCHEMA)
             .sort(["imposed_wait_ns", "rank"], descending=[True, False]))
+
+
+def _ratio(values: pl.Series, denominator: float) -> pl.Series:
+    """``values / denominator``, correctly rounded. Polars divides by a scalar through its
+    reciprocal (200625 / 200625.0 gives 0.9999999999999999), and which path a division takes
+    depends on how the frame was built, so the same ranks could get ratios one unit apart in
+    the last place from a whole trace and from per-rank summaries. A divisor column divides
+    exactly."""
+    return values / pl.Series([float(denominator)] * len(values), dtype=pl.Float64)
 
 
 def _ms(ns: float) -> str:

@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from .classify import DEFAULT_PATTERNS, ClassifyPatterns
-from .gaps import DEFAULT_OPTIONS, GapOptions, gap_causes, gaps
-from .overlap import NOTE_NO_GPU, overlap, prepared_gpu
-from .window import STEP_PATTERN, ranks_present, step_spans
-
-Frame = pl.LazyFrame | pl.DataFrame
+from .gaps import gap_causes
+from .overlap import NOTE_NO_GPU
 
 SUMMARY_COLUMNS = [
     "rank", "steps", "step_time_ns_p50", "compute_ns", "comm_ns", "overlap_ns",
@@ -27,21 +23,14 @@ SUMMARY_COLUMNS = [
 
 
 def summary(
-    events: Frame,
-    *,
-    patterns: ClassifyPatterns = DEFAULT_PATTERNS,
-    gap_options: GapOptions = DEFAULT_OPTIONS,
-    step_pattern: str = STEP_PATTERN,
-    gpu: pl.DataFrame | None = None,
-    spans: pl.DataFrame | None = None,
-    host: pl.DataFrame | None = None,
+    overlap_rows: pl.DataFrame,
+    host_steps: pl.DataFrame,
+    gap_rows: pl.DataFrame,
+    ranks: pl.DataFrame,
 ) -> pl.DataFrame:
-    """One row per rank of ``events`` (columns ``SUMMARY_COLUMNS``). ``gpu``
-    (``prepared_gpu``), ``spans`` (``step_spans``) and ``host`` (``host_events``) when the
-    caller has them."""
-    if gpu is None:
-        gpu = prepared_gpu(events, patterns=patterns, step_pattern=step_pattern)
-    ov = overlap(events, patterns=patterns, step_pattern=step_pattern, gpu=gpu)
+    """One row per rank of ``ranks`` (columns ``SUMMARY_COLUMNS``), from the whole-trace
+    ``overlap`` rows, the host step ranges (``step_spans``) and the gaps (``gaps``)."""
+    ov = overlap_rows.filter(pl.col("step").is_null())
     sums = [pl.col(c).sum() for c in ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns",
                                       "busy_ns", "idle_ns")]
     per_rank = (
@@ -55,19 +44,15 @@ def summary(
             .then(pl.col("idle_ns") / pl.col("span_ns")).otherwise(None),
         )
     )
-    if spans is None:
-        spans = step_spans(events, pattern=step_pattern)
-    steps = spans.group_by("rank").agg(
+    steps = host_steps.group_by("rank").agg(
         steps=pl.len().cast(pl.Int64),
         step_time_ns_p50=pl.col("step_time_ns").median().round().cast(pl.Int64))
-    causes = gap_causes(gaps(events, options=gap_options, patterns=patterns,
-                             step_pattern=step_pattern, gpu=gpu, host=host), by=["rank"])
+    causes = gap_causes(gap_rows, by=["rank"])
     top = causes.sort("rank", "total_gap_ns", descending=[False, True]).group_by(
         "rank", maintain_order=True).first().select(
         "rank", top_gap_cause="cause", top_gap_cause_ns="total_gap_ns")
-    ranks = ranks_present(events)
     out = (
-        ranks.join(per_rank, on="rank", how="left")
+        ranks.select("rank").join(per_rank, on="rank", how="left")
         .join(steps, on="rank", how="left")
         .join(top, on="rank", how="left")
         .with_columns(steps=pl.col("steps").fill_null(0))

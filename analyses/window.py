@@ -20,7 +20,6 @@ last step of a window ends with its own GPU work, and the whole-trace window's l
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,34 +49,10 @@ class Window:
     step_pattern: str = STEP_PATTERN
 
 
-#: Ranks of frames a command registered with ``remember_ranks``: id -> (weak ref, ranks).
-_REMEMBERED_RANKS: dict[int, tuple[weakref.ref, pl.DataFrame]] = {}
-
-
 def ranks_present(events: Frame) -> pl.DataFrame:
-    """The ranks with at least one event: one column ``rank``, sorted.
-
-    Asking a lazy scan reads the rank of every event (~20 ms for 3.7 M events, although it is
-    a constant per file), and one command's analyses ask it of the same scan up to six times;
-    a frame registered with ``remember_ranks`` is read once.
-    """
-    remembered = _REMEMBERED_RANKS.get(id(events))
-    if remembered is not None and remembered[0]() is events:
-        return remembered[1]
+    """The ranks with at least one event: one column ``rank``, sorted. (A Run asks it once,
+    or reads it from the files' footers: ``Run.ranks_table``.)"""
     return events.lazy().select(pl.col("rank").unique().sort()).collect()
-
-
-def remember_ranks(events: pl.LazyFrame, known: Sequence[int] | None = None) -> pl.LazyFrame:
-    """Have ``ranks_present(events)`` read ``events`` once while ``events`` lives, or never
-    when the caller ``known``s the answer (``TraceSet.ranks_with_events``: from the files'
-    row counts). For a command's own scan: a frame kept longer could be read again after its
-    files change."""
-    ranks = ranks_present(events) if known is None else pl.DataFrame(
-        {"rank": sorted(known)}, schema={"rank": events.collect_schema()["rank"]})
-    key = id(events)
-    _REMEMBERED_RANKS[key] = (weakref.ref(events, lambda _: _REMEMBERED_RANKS.pop(key, None)),
-                              ranks)
-    return events
 
 
 def parse_step_name(names: pl.Series | pl.Expr, pattern: str = STEP_PATTERN):

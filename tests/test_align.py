@@ -10,11 +10,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traceview.analyses.align import apply_offsets, estimate_offsets
+from traceview.analyses.collective_match import comm_events, match_collectives
+from traceview.analyses.window import ranks_present
 from traceview.schema import events_frame
 
 K = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "fixtures" / "data"
+
+
+def offsets_of(ev: pl.DataFrame, **kw) -> pl.DataFrame:
+    """Clock offsets of every rank of ``ev`` from its matched collectives."""
+    return estimate_offsets(match_collectives(comm_events(ev)), ranks_present(ev), **kw)
 
 
 def kernel(rank: int, ts: int, dur: int, name: str = K, **kw) -> dict:
@@ -41,7 +48,7 @@ def test_offsets_recovered_exactly_and_sign_convention() -> None:
     arrivals = [{0: 1000, 1: 1200, 2: 1100}, {0: 9000, 1: 9100, 2: 14000},
                 {0: 30000, 1: 30500, 2: 30200}]
     ends = [2000, 15000, 31000]
-    off = estimate_offsets(events_frame(collective_rows(offsets, arrivals, ends)))
+    off = offsets_of(events_frame(collective_rows(offsets, arrivals, ends)))
     got = dict(off.select("rank", "offset_ns").rows())
     assert got == offsets  # offset = this rank's clock minus the reference clock
     assert off.filter(pl.col("rank") == 0).get_column("note")[0] == "reference"
@@ -61,7 +68,7 @@ def test_median_is_robust_to_one_bad_instance_and_uncertainty_from_residuals() -
     arrivals = [{0: 10_000 * k, 1: 10_000 * k + 50} for k in range(7)]
     ends = [10_000 * k + 5_000 for k in range(7)]
     jitter = [{1: j} for j in (100, -100, 100, -100, 0, 1_000_000, 0)]
-    off = estimate_offsets(events_frame(collective_rows(offsets, arrivals, ends, jitter)))
+    off = offsets_of(events_frame(collective_rows(offsets, arrivals, ends, jitter)))
     row = off.filter(pl.col("rank") == 1).row(0, named=True)
     # Median over the 7 differences (0, +-100 twice, 1 ms): 3_000_000 + 0 exactly.
     assert row["offset_ns"] == 3_000_000
@@ -84,7 +91,7 @@ def test_causality_moves_estimate_into_window() -> None:
         t = 1_000_000 * k
         rows.append(kernel(0, t + 0, 100_000))             # arrival t, end t+100us
         rows.append(kernel(1, t + 95_000, 45_000))         # arrival t+95us, end t+140us
-    off = estimate_offsets(events_frame(rows))
+    off = offsets_of(events_frame(rows))
     row = off.filter(pl.col("rank") == 1).row(0, named=True)
     # End median says +40 us. Causality: rank 1's aligned start (t+95us-o) must be <= rank 0's
     # end (t+100us) -> o >= -5 us; rank 1's aligned end (t+140us-o) >= rank 0's start (t) ->
@@ -106,7 +113,7 @@ def test_causality_moves_estimate_into_window() -> None:
         t = 1_000_000 * k
         rows2.append(kernel(0, t + 95_000, 5_000))          # [t+95, t+100]
         rows2.append(kernel(1, t, 40_000))                  # [t, t+40]: median o = -60 us
-    off = estimate_offsets(events_frame(rows2))
+    off = offsets_of(events_frame(rows2))
     row = off.filter(pl.col("rank") == 1).row(0, named=True)
     # Causality: rank 1's aligned end t+40-o >= rank 0's start t+95 -> o <= -55 us;
     # rank 1's aligned start t-o <= rank 0's end t+100 -> o >= -100 us. -60 is inside.
@@ -123,7 +130,7 @@ def test_causality_clamps_when_median_violates_it() -> None:
         t = 1_000_000 * k
         rows.append(kernel(0, t + 95_000, 5_000))   # end t+100
         rows.append(kernel(1, t, 10_000))           # end t+10 -> median o = -90 us
-    off = estimate_offsets(events_frame(rows))
+    off = offsets_of(events_frame(rows))
     row = off.filter(pl.col("rank") == 1).row(0, named=True)
     # causality: aligned end t+10-o >= t+95 -> o <= -85 us; start t-o <= t+100 -> o >= -100.
     # -90 us is inside: kept.
@@ -135,7 +142,7 @@ def test_causality_clamps_when_median_violates_it() -> None:
         t = 1_000_000 * k
         rows.append(kernel(0, t + 95_000, 5_000))   # end t+100
         rows.append(kernel(1, t, 20_000))           # end t+20 -> median o = -80 us
-    off = estimate_offsets(events_frame(rows))
+    off = offsets_of(events_frame(rows))
     row = off.filter(pl.col("rank") == 1).row(0, named=True)
     # aligned end of rank 1: t+20-o >= t+95 -> o <= -75 us; -80 us is inside again (ends
     # cannot precede all arrivals by construction when ends coincide); so violate directly:
@@ -150,18 +157,18 @@ def test_host_pooling_and_contradiction() -> None:
     arrivals = [{r: 100 * k + r for r in range(4)} for k in range(1, 5)]
     ends = [100 * k + 50 for k in range(1, 5)]
     ev = events_frame(collective_rows(offsets, arrivals, ends))
-    off = estimate_offsets(ev, hosts={0: "a", 1: "a", 2: "b", 3: "b"})
+    off = offsets_of(ev, hosts={0: "a", 1: "a", 2: "b", 3: "b"})
     assert dict(off.select("rank", "offset_ns").rows()) == offsets
     assert off.get_column("method").to_list() == ["host"] * 4
     bad = {0: 0, 1: 0, 2: 1_000_000_000, 3: 1_002_000_000}
-    off = estimate_offsets(events_frame(collective_rows(bad, arrivals, ends)),
-                           hosts={0: "a", 1: "a", 2: "b", 3: "b"})
+    off = offsets_of(events_frame(collective_rows(bad, arrivals, ends)),
+                     hosts={0: "a", 1: "a", 2: "b", 3: "b"})
     assert dict(off.select("rank", "offset_ns").rows()) == bad
     r3 = off.filter(pl.col("rank") == 3).row(0, named=True)
     assert r3["method"] == "collectives" and "contradicted" in r3["note"]
     # method="host" forces pooling: the two ranks of host b then share one offset.
-    off = estimate_offsets(events_frame(collective_rows(bad, arrivals, ends)), method="host",
-                           hosts={0: "a", 1: "a", 2: "b", 3: "b"})
+    off = offsets_of(events_frame(collective_rows(bad, arrivals, ends)), method="host",
+                     hosts={0: "a", 1: "a", 2: "b", 3: "b"})
     b = off.filter(pl.col("rank") >= 2).get_column("offset_ns").to_list()
     assert b[0] == b[1]
 
@@ -170,10 +177,10 @@ def test_rank_without_anchors_and_none_method() -> None:
     rows = collective_rows({0: 0, 1: 500}, [{0: 0, 1: 10}], [100])
     rows.append(dict(rank=2, file_id=2, source="kineto", kind="cpu_op", name="aten::mm",
                      ts_ns=5, dur_ns=5))
-    off = estimate_offsets(events_frame(rows), hosts={0: "a", 1: "a", 2: "b"})
+    off = offsets_of(events_frame(rows), hosts={0: "a", 1: "a", 2: "b"})
     r2 = off.filter(pl.col("rank") == 2).row(0, named=True)
     assert (r2["offset_ns"], r2["method"]) == (0, "none") and "no matched" in r2["note"]
-    off = estimate_offsets(events_frame(rows), method="none")
+    off = offsets_of(events_frame(rows), method="none")
     assert off.get_column("offset_ns").to_list() == [0, 0, 0]
     assert set(off.get_column("method")) == {"none"}
 
@@ -188,7 +195,7 @@ def test_drift_recovered() -> None:
         rows.append(kernel(0, t, 50_000))
         local = lambda x: x + 7_000_000 + round(20e-6 * x)  # noqa: E731
         rows.append(kernel(1, local(t + 1_000), local(end) - local(t + 1_000)))
-    off = estimate_offsets(events_frame(rows))
+    off = offsets_of(events_frame(rows))
     row = off.filter(pl.col("rank") == 1).row(0, named=True)
     assert row["drift_ppm"] == pytest.approx(20.0, abs=0.05)
     al = apply_offsets(events_frame(rows), off).collect()
@@ -213,7 +220,7 @@ def test_property_recovery_within_uncertainty_and_equivariance(offs, jit, late, 
     ends = [10_000_000 * k + 3_100_000 for k in range(6)]
     jitter = [{r: jit[(k * n + r) % 18] for r in range(n)} for k in range(6)]
     rows = collective_rows(offsets, arrivals, ends, jitter)
-    off = estimate_offsets(events_frame(rows))
+    off = offsets_of(events_frame(rows))
     for r, true in offsets.items():
         row = off.filter(pl.col("rank") == r).row(0, named=True)
         # end jitter is at most 2 us per rank, so error <= 4 us and within 3 x uncertainty
@@ -222,7 +229,7 @@ def test_property_recovery_within_uncertainty_and_equivariance(offs, jit, late, 
         assert abs(row["offset_ns"] - true) <= max(3 * row["uncertainty_ns"], 4_000)
     # Shifting one rank's whole trace by `shift` shifts exactly its offset by `shift`.
     moved = [dict(r, ts_ns=r["ts_ns"] + shift) if r["rank"] == 1 else r for r in rows]
-    off2 = estimate_offsets(events_frame(moved))
+    off2 = offsets_of(events_frame(moved))
     a = dict(off.select("rank", "offset_ns").rows())
     b = dict(off2.select("rank", "offset_ns").rows())
     assert b[1] - a[1] == shift
@@ -251,14 +258,14 @@ def test_gloo_injected_offsets_recovered(tmp_path: Path) -> None:
             pytest.skip(f"fixture data {src} missing")
         raw_ts = traceview.open(src, cache=False)
         raw = raw_ts.events.collect()
-        per = collective_ranks(raw)
+        per = collective_ranks(match_collectives(comm_events(raw)))
         barrier_jitter = int(per.filter(pl.col("collective") == "barrier")
                              .get_column("end_spread_ns").max())
         assert 0 < barrier_jitter < 10_000_000
         out = tmp_path / name
         inject_clock_offsets(src, out, {1: shift})
         ts = traceview.open(out, cache=False)
-        off = estimate_offsets(ts.events.collect(), hosts=ts.ranks)
+        off = offsets_of(ts.events.collect(), hosts=ts.ranks)
         row = off.filter(pl.col("rank") == 1).row(0, named=True)
         err = abs(row["offset_ns"] - shift)
         assert err <= barrier_jitter, (name, err, barrier_jitter)

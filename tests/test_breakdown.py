@@ -11,15 +11,22 @@ from hypothesis import strategies as st
 from gpu_trace_helpers import frame, row, two_step_trace
 from traceview.analyses.breakdown import (
     idle_fraction, launch_delay_summary, launch_delays, step_breakdown, top_cpu_ops,
-    top_kernels,
+    top_kernels, with_self_time,
 )
-from traceview.analyses.overlap import NOTE_NO_GPU
+from traceview.analyses.host import host_events
+from traceview.analyses.overlap import NOTE_NO_GPU, prepared_gpu
+from traceview.analyses.window import ranks_present, step_spans
 
 _PARTS = ("compute_ns", "exposed_comm_ns", "exposed_memcpy_ns", "exposed_memset_ns", "idle_ns")
 
 
+def _step_breakdown(ev) -> pl.DataFrame:
+    """``step_breakdown`` on the GPU table, host steps and ranks of the events ``ev``."""
+    return step_breakdown(prepared_gpu(ev), step_spans(ev), ranks_present(ev))
+
+
 def test_step_breakdown_by_hand() -> None:
-    df = step_breakdown(two_step_trace())
+    df = _step_breakdown(two_step_trace())
     r0 = df.filter(pl.col("rank") == 0)
     # step 1 window [10,110): C=50, M\C=[40,60)... = 10, copy [75,80) exposed 5, idle 35
     # step 2 window [110,160): C=40, M\C=[150,160)=10, idle 0; whole trace [10,160)
@@ -34,14 +41,16 @@ def test_step_breakdown_by_hand() -> None:
 
 
 def test_idle_fraction_by_hand() -> None:
-    r = idle_fraction(two_step_trace()).filter(pl.col("rank") == 0).row(0, named=True)
+    ev = two_step_trace()
+    idle = idle_fraction(prepared_gpu(ev), ranks_present(ev))
+    r = idle.filter(pl.col("rank") == 0).row(0, named=True)
     # busy = [10,70)+[75,80)+[110,160) = 115 of the span [10,160) = 150
     assert (r["busy_ns"], r["span_ns"], r["idle_ns"]) == (115, 150, 35)
     assert r["idle_fraction"] == pytest.approx(1 - 115 / 150)
 
 
 def test_top_kernels_by_hand() -> None:
-    t = top_kernels(two_step_trace(), n=2)
+    t = top_kernels(prepared_gpu(two_step_trace()), n=2)
     assert t.select("name", "count", "total_ns", "mean_ns", "p50_ns").rows() == [
         ("sgemm", 2, 70, 35.0, 35.0),
         ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 2, 50, 25.0, 25.0),
@@ -62,7 +71,7 @@ def test_top_cpu_ops_self_time_by_hand() -> None:
         op("E", 100, 20),       # touches A's end: a sibling, not a child
         op("F", 5, 500, tid=2),  # another thread: never a parent of tid 1 ops
     ])
-    t = top_cpu_ops(ev, n=10)
+    t = top_cpu_ops(with_self_time(ev), n=10)
     got = {r["name"]: (r["count"], r["total_ns"], r["self_ns"]) for r in t.iter_rows(named=True)}
     assert got == {"A": (1, 100, 60), "B": (1, 30, 20), "aten::add": (2, 20, 20),
                    "E": (1, 20, 20), "F": (1, 500, 500)}
@@ -76,17 +85,20 @@ def test_identical_ops_nest_in_trace_order() -> None:
     for filler in ([], [op("z", 500, 5), op("y", 400, 5)]):
         ev = frame([*filler, op("aten::to", 0, 18), op("aten::_to_copy", 0, 18),
                     op("aten::copy_", 9, 9)])
-        got = {r["name"]: r["self_ns"] for r in top_cpu_ops(ev, n=10).iter_rows(named=True)}
+        got = {r["name"]: r["self_ns"]
+               for r in top_cpu_ops(with_self_time(ev), n=10).iter_rows(named=True)}
         assert (got["aten::to"], got["aten::_to_copy"], got["aten::copy_"]) == (0, 9, 9)
     # the same on a trace large enough for a sort to reorder exact ties (an unstable one did)
     ev = frame([op(name, 100 * i, 18 if name != "aten::copy_" else 9)
                 for i in range(3000) for name in ("aten::to", "aten::_to_copy", "aten::copy_")])
-    got = {r["name"]: r["self_ns"] for r in top_cpu_ops(ev, n=10).iter_rows(named=True)}
+    got = {r["name"]: r["self_ns"]
+           for r in top_cpu_ops(with_self_time(ev), n=10).iter_rows(named=True)}
     assert (got["aten::to"], got["aten::_to_copy"], got["aten::copy_"]) == (0, 27000, 27000)
 
 
 def test_launch_delays_by_hand() -> None:
-    d = launch_delays(two_step_trace())
+    ev = two_step_trace()
+    d = launch_delays(prepared_gpu(ev), host_events(ev))
     # launches at 5,6,8,9,105,106 (3 ns long); GPU starts 10,30,50,75,110,140
     assert d["launch_delay_ns"].to_list() == [5, 24, 42, 66, 5, 34]
     assert d["queue_delay_ns"].to_list() == [2, 21, 39, 63, 2, 31]
@@ -105,6 +117,6 @@ def test_parts_always_sum_to_the_window(ks) -> None:
     kinds = {"Memcpy HtoD": "memcpy", "Memset": "memset"}
     rows = [row(kinds.get(n, "kernel"), n, ts, dur, stream=s, step=ts // 150)
             for n, s, ts, dur in ks]
-    for r in step_breakdown(frame(rows)).iter_rows(named=True):
+    for r in _step_breakdown(frame(rows)).iter_rows(named=True):
         assert sum(r[p] for p in _PARTS) == r["window_ns"]
         assert all(r[p] >= 0 for p in _PARTS)

@@ -126,12 +126,13 @@ def test_probe_alone_gives_anchors(run_dir: Path):
     """Drop every collective the job itself ran: the probe's barriers still align the clocks."""
     from traceview.analyses.align import estimate_offsets
     from traceview.analyses.collective_match import comm_events, match_collectives
+    from traceview.analyses.window import ranks_present
 
     ev = traceview.open(run_dir).events.collect()
     probe_only = ev.filter(~pl.col("name").cast(pl.String).str.contains("all_reduce|allreduce"))
     match = match_collectives(comm_events(probe_only), tolerance_ns=TOL_NS)
     assert set(match.instances.get_column("match").to_list()) == {"order"}
-    off = estimate_offsets(probe_only, method="collectives", match=match).sort("rank")
+    off = estimate_offsets(match, ranks_present(probe_only), method="collectives").sort("rank")
     assert off.get_column("anchors").to_list() == [2 * ROUNDS] * WORLD
     _check_offset(off.row(1, named=True))
 

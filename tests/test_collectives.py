@@ -8,19 +8,25 @@ import polars as pl
 import pytest
 
 from traceview.analyses.align import estimate_offsets
-from traceview.analyses.collective_match import comm_events, match_collectives
+from traceview.analyses.collective_match import MatchResult, comm_events, match_collectives
 from traceview.analyses.collectives import (
     alpha_beta,
     collective_ranks,
     collective_summary,
     collectives,
 )
+from traceview.analyses.window import ranks_present
 from traceview.schema import events_frame
 
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 AG = "ncclDevKernel_AllGather_RING_LL"
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"
+
+
+def match_of(ev: pl.DataFrame) -> MatchResult:
+    """The collective calls of ``ev`` paired across ranks."""
+    return match_collectives(comm_events(ev))
 
 
 def k(rank: int, ts: int, dur: int, name: str = AR, **kw) -> dict:
@@ -36,12 +42,12 @@ def test_instance_metrics_by_hand() -> None:
         k(1, 400, 1120, bytes=3000, group_size=3),
         k(2, 1000, 510, bytes=3000, group_size=3),
     ])
-    per = collective_ranks(ev).sort("rank")
+    per = collective_ranks(match_of(ev)).sort("rank")
     # wait = last arrival (1000) - own arrival
     assert per.get_column("wait_ns").to_list() == [900, 600, 0]
     # transfer = own end - last arrival
     assert per.get_column("transfer_ns").to_list() == [500, 520, 510]
-    inst = collectives(ev).row(0, named=True)
+    inst = collectives(match_of(ev)).row(0, named=True)
     assert inst["skew_ns"] == 900            # 1000 - 100
     assert inst["end_spread_ns"] == 20       # 1520 - 1500
     assert inst["last_rank"] == 2 and inst["first_rank"] == 0
@@ -59,7 +65,7 @@ def test_instance_metrics_by_hand() -> None:
 ])
 def test_busbw_factors(name: str, factor: float) -> None:
     ev = events_frame([k(r, 0, 1000, name=name, bytes=8000, group_size=4) for r in range(4)])
-    inst = collectives(ev).row(0, named=True)
+    inst = collectives(match_of(ev)).row(0, named=True)
     assert inst["busbw_gbps"] == pytest.approx(8.0 * factor)
 
 
@@ -71,7 +77,7 @@ def test_match_by_seq_and_problems() -> None:
         k(1, 510, 90, seq=2, pg_name="0", group_size=2), k(1, 10, 90, seq=1, pg_name="0",
                                                            group_size=2),
     ])
-    m = match_collectives(comm_events(ev))
+    m = match_of(ev)
     assert set(m.instances.get_column("match")) == {"seq"}
     assert m.instances.filter(pl.col("instance") == "0#2").get_column("ts_ns").sort().to_list() \
         == [500, 510]
@@ -83,7 +89,7 @@ def test_order_mismatch_reported_then_time_matched() -> None:
     # matching is refused, and time matching pairs the rest; nothing is silently mis-paired.
     r0 = [k(0, 0, 100, name=AG), k(0, 1000, 100), k(0, 2000, 100, name=AG), k(0, 3000, 100)]
     r1 = [k(1, 1050, 50), k(1, 2020, 80, name=AG), k(1, 3010, 90)]
-    m = match_collectives(comm_events(events_frame(r0 + r1)))
+    m = match_of(events_frame(r0 + r1))
     probs = m.problems
     assert "count_mismatch" in probs.get_column("problem").to_list()
     assert set(m.instances.get_column("match")) == {"time"}
@@ -95,7 +101,7 @@ def test_order_mismatch_reported_then_time_matched() -> None:
 def test_name_mismatch_reported() -> None:
     ev = events_frame([k(0, 0, 100), k(0, 1000, 100, name=AG), k(1, 0, 100, name=AG),
                        k(1, 1000, 100)])
-    m = match_collectives(comm_events(ev))
+    m = match_of(ev)
     assert "name_mismatch" in m.problems.get_column("problem").to_list()
     # time matching then pairs same-named calls only; the crossed pairs are not "matched"
     for names in m.instances.group_by("instance").agg(pl.col("collective").n_unique()) \
@@ -111,7 +117,7 @@ def test_summary_percentiles_and_tail_ratio() -> None:
         t = 10_000 * i
         rows += [k(0, t, a, bytes=1024, group_size=2), k(1, t + a - b, b, bytes=1024,
                                                          group_size=2)]
-    s = collective_summary(collective_ranks(events_frame(rows))).row(0, named=True)
+    s = collective_summary(collective_ranks(match_of(events_frame(rows)))).row(0, named=True)
     assert s["size_bucket"] == "[1 KiB, 2 KiB)" and s["instances"] == 5 and s["samples"] == 10
     vals = sorted(x for p in durs for x in p)   # 100..1000 step 100
     assert s["p50_ns"] == pytest.approx(550.0)  # linear interpolation at index 4.5
@@ -145,11 +151,10 @@ def test_synthetic_ground_truth(tmp_path: Path) -> None:
     from fixtures.synthetic import SyntheticSpec, generate
 
     gt = generate(SyntheticSpec(world_size=4, steps=3, seed=5), tmp_path)
-    ts = traceview.open(tmp_path, cache=False)
-    ev = ts.events.collect()
-    off = estimate_offsets(ev, hosts=ts.ranks)
+    run = traceview.open(tmp_path, cache=False)
+    off = run.offsets
     assert dict(off.select("rank", "offset_ns").rows()) == dict(enumerate(gt.clock_offset_ns))
-    inst = collectives(ev, offsets=off)
+    inst = run.collectives()["instances"]
     assert set(inst.get_column("match")) == {"seq"}
     truth = {f"{c.process_group}#{c.seq}": c for c in gt.collectives}
     assert set(inst.get_column("instance")) == set(truth)
@@ -187,11 +192,11 @@ def test_corpus_sampled_pair_matches_collectives() -> None:
         pytest.skip("corpus not present")
     ts = traceview.open(paths, cache=False)
     ev = ts.events.collect()
-    m = match_collectives(comm_events(ev))
+    m = match_of(ev)
     probs = m.problems
     assert probs.filter(pl.col("problem") == "order_timing_mismatch").get_column("group") \
         .to_list() == ["stream 84"]
-    inst = collectives(ev, match=m)
+    inst = collectives(m)
     by_group = dict(inst.group_by("group").len().rows())
     assert by_group == {"stream 84": 3, "stream 203": 2}
     # matched completions coincide within 0.5 ms; every instance has both ranks
@@ -200,7 +205,7 @@ def test_corpus_sampled_pair_matches_collectives() -> None:
     # group size comes from nothing in the trace here, so busbw needs a factor for send_recv:
     assert inst.get_column("name").unique().to_list() == ["send_recv"]
     # Alignment from these 5 anchors: same host pair, offset within its uncertainty of 0.
-    off = estimate_offsets(ev, match=m)
+    off = estimate_offsets(m, ranks_present(ev))
     r1 = off.filter(pl.col("rank") == 1).row(0, named=True)
     assert abs(r1["offset_ns"]) <= max(r1["uncertainty_ns"], 1)
     assert r1["anchors"] == 5

@@ -15,11 +15,6 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 import traceview  # noqa: E402
-from traceview.analyses.align import estimate_offsets  # noqa: E402
-from traceview.analyses.collective_match import comm_events, match_collectives  # noqa: E402
-from traceview.analyses.collectives import collectives  # noqa: E402
-from traceview.analyses.overlap import overlap  # noqa: E402
-from traceview.analyses.stragglers import stragglers  # noqa: E402
 from traceview.executors import (  # noqa: E402
     ExecutorSpec,
     TaskFailure,
@@ -73,12 +68,10 @@ def _flaky(marker_dir: str, key: str, fail_times: int) -> str:
     return key
 
 
-def _whole_frame(ts) -> dict[str, pl.DataFrame]:
-    ev = ts.events.collect()
-    m = match_collectives(comm_events(ev))
-    off = estimate_offsets(ev, hosts=ts.ranks, match=m)
-    return {"offsets": off, "collectives": collectives(ev, offsets=off, match=m),
-            "stragglers": stragglers(ev, offsets=off, match=m), "overlap": overlap(ev)}
+def _whole_frame(run) -> dict[str, pl.DataFrame]:
+    """The same tables from the whole Run on the driver, wired as the CLI wires them."""
+    return {"offsets": run.offsets, "collectives": run.collectives()["instances"],
+            "stragglers": run.stragglers()["ranks"], "overlap": run.overlap_rows}
 
 
 def _tables(res) -> dict[str, pl.DataFrame]:

@@ -305,20 +305,15 @@ def _traces(draw) -> pl.DataFrame:
 @settings(max_examples=25, deadline=None)
 @given(_traces())
 def test_per_rank_equals_whole_frame(ev: pl.DataFrame) -> None:
-    from traceview.analyses.align import estimate_offsets
-    from traceview.analyses.collective_match import comm_events, match_collectives
-    from traceview.analyses.collectives import collectives
-    from traceview.analyses.overlap import overlap
-    from traceview.analyses.stragglers import stragglers
+    from traceview.run import Run
 
-    m = match_collectives(comm_events(ev))
-    off = estimate_offsets(ev, match=m)
+    whole = Run.from_events(ev)  # every table on the whole frame, wired as the CLI does
     ranks = sorted(ev.get_column("rank").unique().to_list())
     res = cross_rank([summarise(ev.filter(pl.col("rank") == r)) for r in ranks])
-    assert res.offsets.equals(off)
-    assert res.collectives.equals(collectives(ev, offsets=off, match=m))
-    assert res.stragglers.equals(stragglers(ev, offsets=off, match=m))
-    assert res.overlap.equals(overlap(ev))
+    assert res.offsets.equals(whole.offsets)
+    assert res.collectives.equals(whole.collectives()["instances"])
+    assert res.stragglers.equals(whole.stragglers()["ranks"])
+    assert res.overlap.equals(whole.overlap_rows)
     # Overlap never exceeds either side; the union of both fits in the window.
     o = res.overlap
     assert (o["overlap_ns"] <= o["compute_ns"]).all() and (o["overlap_ns"] <= o["comm_ns"]).all()

@@ -21,6 +21,14 @@ from gpu_trace_helpers import frame, kernel, launch, row, step
 from traceview.analyses.gaps import (
     GapOptions, gap_causes, gap_histogram, gaps, largest_gaps, no_gpu_ranks,
 )
+from traceview.analyses.host import host_events
+from traceview.analyses.overlap import prepared_gpu
+from traceview.analyses.window import ranks_present
+
+
+def _gaps(ev, **options):
+    """``gaps`` on the GPU and host tables of the events ``ev``."""
+    return gaps(prepared_gpu(ev), host_events(ev), **options)
 
 
 def _trace():
@@ -44,7 +52,7 @@ def _trace():
 
 
 def test_device_gaps_and_causes_by_hand() -> None:
-    g = gaps(_trace())
+    g = _gaps(_trace())
     assert g.select("rank", "device", "gap_start_ns", "gap_end_ns", "cause").rows() == [
         (0, 0, 200, 205, "launch_overhead"),
         (0, 0, 400, 500, "host"),
@@ -61,12 +69,12 @@ def test_device_gaps_and_causes_by_hand() -> None:
 
 def test_threshold_is_an_option() -> None:
     # with a 40 µs threshold the queued 30 µs gap becomes launch overhead
-    g = gaps(_trace(), options=GapOptions(launch_overhead_ns=40_000))
+    g = _gaps(_trace(), options=GapOptions(launch_overhead_ns=40_000))
     assert g.filter(pl.col("gap_start_ns") == 1300)["cause"].item() == "launch_overhead"
 
 
 def test_per_stream_gaps_by_hand() -> None:
-    g = gaps(_trace(), per_stream=True)
+    g = _gaps(_trace(), per_stream=True)
     s7 = g.filter(pl.col("stream") == 7)
     # stream 7 sees [300,500) instead of [400,500): k3 ran on stream 20 meanwhile
     assert s7.select("gap_start_ns", "gap_end_ns", "cause").rows()[:2] == [
@@ -75,7 +83,7 @@ def test_per_stream_gaps_by_hand() -> None:
 
 
 def test_histogram_and_causes_by_hand() -> None:
-    g = gaps(_trace())
+    g = _gaps(_trace())
     h = gap_histogram(g)
     # 5, 100, 200, 300, 100 ns fall in [0, 1 µs); 30 µs falls in [10 µs, 100 µs)
     assert h.select("bucket_lo_ns", "bucket_hi_ns", "count", "total_gap_ns").rows() == [
@@ -88,7 +96,7 @@ def test_histogram_and_causes_by_hand() -> None:
 
 def test_largest_gaps_with_host_ops() -> None:
     ev = _trace()
-    top = largest_gaps(gaps(ev), ev, n=2)
+    top = largest_gaps(_gaps(ev), host_events(ev), n=2)
     assert top["gap_ns"].to_list() == [30_000, 300]
     first = top.row(0, named=True)
     assert first["launch_op"] == "aten::add"
@@ -99,10 +107,10 @@ def test_largest_gaps_with_host_ops() -> None:
 
 def test_cpu_only_rank_is_reported_not_raised() -> None:
     ev = _trace()
-    assert gaps(ev).filter(pl.col("rank") == 1).height == 0
-    assert no_gpu_ranks(ev, gaps(ev))["rank"].to_list() == [1]
+    assert _gaps(ev).filter(pl.col("rank") == 1).height == 0
+    assert no_gpu_ranks(ranks_present(ev), prepared_gpu(ev))["rank"].to_list() == [1]
     empty = ev.filter(pl.col("rank") == 1)
-    assert gaps(empty).height == 0 and largest_gaps(gaps(empty), empty).height == 0
+    assert _gaps(empty).height == 0 and largest_gaps(_gaps(empty), host_events(empty)).height == 0
 
 
 def test_work_on_either_side_of_each_gap_per_group() -> None:
@@ -110,7 +118,7 @@ def test_work_on_either_side_of_each_gap_per_group() -> None:
     # time past "short" [10,20); the gap [100,150) has "long" before it. Rank 1: "a" [0,50)
     # and "b" [0,50) tie on the end (the later-starting one wins, here the later row), then a
     # null step and a null name after the gap [50,70): nothing is carried over from before.
-    g = gaps(frame([
+    g = _gaps(frame([
         kernel("long", 0, 100, step=1), kernel("short", 10, 10, step=1),
         kernel("after0", 150, 10, step=2, corr=5),
         kernel("a", 0, 50, rank=1, step=3), kernel("b", 0, 50, rank=1, step=4),

@@ -9,10 +9,8 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.analyses.breakdown import launch_delays, step_breakdown, top_cpu_ops, top_kernels
-from traceview.analyses.gaps import gap_causes, gaps, largest_gaps
-from traceview.analyses.overlap import NOTE_NO_GPU, NOTE_NO_STEPS, overlap
-from traceview.analyses.summary import summary
+from traceview.analyses.breakdown import launch_delays
+from traceview.analyses.overlap import NOTE_NO_GPU, NOTE_NO_STEPS
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 H = "hta-tests-data/tests/data/"
@@ -38,26 +36,30 @@ def case(request, tmp_path_factory):
     path = CORPUS / CASES[request.param]
     if not path.exists():
         pytest.skip(f"corpus file absent: {path}")
-    ts = traceview.open([path], cache=True, cache_dir=tmp_path_factory.mktemp("cache"))
-    return request.param, ts.events.collect()
+    run = traceview.open([path], cache=True, cache_dir=tmp_path_factory.mktemp("cache"))
+    return request.param, run
 
 
 def test_every_analysis_answers(case) -> None:
-    name, ev = case
-    ranks = set(ev["rank"].unique().to_list())
-    ov = overlap(ev, per_step=True)
+    name, run = case
+    ranks = set(run.events.select("rank").collect()["rank"].unique().to_list())
+    ov = run.overlap(per_step=True).to_polars()
     assert set(ov["rank"].to_list()) == ranks
     for r in ov.filter(pl.col("busy_ns").is_not_null()).iter_rows(named=True):
         assert r["busy_ns"] + r["idle_ns"] == r["window_ns"]
         assert r["overlap_ns"] <= min(r["compute_ns"], r["comm_ns"])
-    bd = step_breakdown(ev)
+    breakdown = run.breakdown()
+    bd = breakdown["steps"]
     parts = ["compute_ns", "exposed_comm_ns", "exposed_memcpy_ns", "exposed_memset_ns", "idle_ns"]
     for r in bd.filter(pl.col("window_ns").is_not_null()).iter_rows(named=True):
         assert sum(r[p] for p in parts) == r["window_ns"] and r["idle_ns"] >= 0
-    g = gaps(ev)
+    g = run.gap_rows()
     assert (g["gap_ns"] > 0).all()
-    gap_causes(g), largest_gaps(g, ev, n=3), top_kernels(ev), top_cpu_ops(ev), launch_delays(ev)
-    s = summary(ev)
+    gaps = run.gaps(top=3)
+    for table in (gaps["causes"], gaps["largest"], breakdown["top_kernels"],
+                  breakdown["top_cpu_ops_by_self"], launch_delays(run.gpu, run.host)):
+        assert isinstance(table, pl.DataFrame)
+    s = run.summary().to_polars()
     assert set(s["rank"].to_list()) == ranks
     if name in CPU_ONLY:
         assert g.height == 0
@@ -71,7 +73,6 @@ def test_trace_without_steps_is_one_window(tmp_path) -> None:
     path = CORPUS / CASES["legacy_autograd_no_steps"]
     if not path.exists():
         pytest.skip(f"corpus file absent: {path}")
-    ev = traceview.open([path], cache=True, cache_dir=tmp_path).events.collect()
-    ov = overlap(ev, per_step=True)
+    ov = traceview.open([path], cache=True, cache_dir=tmp_path).overlap(per_step=True)["rows"]
     assert ov.height == 1 and NOTE_NO_STEPS in ov["note"][0]
     assert ov["step"][0] is None and ov["compute_ns"][0] > 0

@@ -13,7 +13,6 @@ import pytest
 traceview = pytest.importorskip("traceview")
 synthetic = pytest.importorskip("fixtures.synthetic")
 
-from traceview.analyses.gaps import gaps  # noqa: E402
 from traceview.analyses.overlap import overlap  # noqa: E402
 
 
@@ -25,13 +24,13 @@ def run(tmp_path_factory):
         clock_offsets_ns=(0, 1_500_000, -700_000, 2_345_678),
         idle_gaps=(synthetic.IdleGap(rank=2, step=1, duration_ns=4_000_000),))
     truth = synthetic.generate(spec, out)
-    ts = traceview.open([out], cache=False)
-    return truth, ts.events.collect()
+    return truth, traceview.open([out], cache=False)
 
 
 def test_per_step_overlap_and_idle_match_ground_truth(run) -> None:
-    truth, events = run
-    got = overlap(events, per_step=True, step_windows="host")
+    truth, tv = run
+    # host step windows: the pure analysis on the Run's tables (the CLI tiles by GPU work)
+    got = overlap(tv.gpu, tv.ranks_table, steps=tv.steps, per_step=True, step_windows="host")
     assert got.height == len(truth.step_stats)
     for st in truth.step_stats:
         r = got.filter((pl.col("rank") == st.rank) & (pl.col("step") == st.step)).row(0, named=True)
@@ -41,8 +40,8 @@ def test_per_step_overlap_and_idle_match_ground_truth(run) -> None:
 
 
 def test_gpu_tiled_steps_keep_the_busy_numbers(run) -> None:
-    truth, events = run
-    got = overlap(events, per_step=True)  # GPU-tiled windows: same work, different idle
+    truth, tv = run
+    got = tv.overlap(per_step=True)["rows"]  # GPU-tiled windows: same work, different idle
     for st in truth.step_stats:
         r = got.filter((pl.col("rank") == st.rank) & (pl.col("step") == st.step)).row(0, named=True)
         assert (r["compute_ns"], r["comm_ns"], r["overlap_ns"], r["busy_ns"]) == (
@@ -50,8 +49,8 @@ def test_gpu_tiled_steps_keep_the_busy_numbers(run) -> None:
 
 
 def test_injected_gap_is_found_exactly(run) -> None:
-    truth, events = run
-    g = gaps(events)
+    truth, tv = run
+    g = tv.gap_rows()
     for gt in truth.gaps:
         offset = truth.clock_offset_ns[gt.rank]
         base = truth.base_time_ns

@@ -7,14 +7,23 @@ import polars as pl
 import pytest
 
 from gpu_trace_helpers import two_step_trace
-from traceview.analyses.overlap import overlap
+from traceview.analyses.gaps import gaps
+from traceview.analyses.host import host_events
+from traceview.analyses.overlap import overlap, prepared_gpu
 from traceview.analyses.summary import summary
+from traceview.analyses.window import (
+    Window, gpu_step_windows, ranks_present, select, step_spans,
+)
 from traceview.run import Run
-from traceview.analyses.window import Window, gpu_step_windows, select, step_spans
 
 
 def _rank0(df: pl.DataFrame) -> dict:
     return df.filter(pl.col("rank") == 0).row(0, named=True)
+
+
+def _overlap(ev) -> pl.DataFrame:
+    """Whole-trace ``overlap`` on the GPU table and the ranks of the events ``ev``."""
+    return overlap(prepared_gpu(ev), ranks_present(ev))
 
 
 def test_ranks_and_steps() -> None:
@@ -22,7 +31,7 @@ def test_ranks_and_steps() -> None:
     assert select(ev, Window(ranks=[1])).collect()["rank"].unique().to_list() == [1]
     only2 = select(ev, Window(steps=(2, 3))).collect()
     assert only2["step"].unique().to_list() == [2]
-    r = _rank0(overlap(only2))
+    r = _rank0(_overlap(only2))
     assert (r["compute_ns"], r["comm_ns"], r["overlap_ns"]) == (40, 20, 10)
 
 
@@ -37,21 +46,22 @@ def test_skip_warmup_only_when_asked() -> None:
 
 def test_time_window_clips() -> None:
     # [20,45) ns after the first event (ts 0): sgemm [10,40) -> [20,40), nccl [30,60) -> [30,45)
-    r = _rank0(overlap(select(two_step_trace(), Window(time_ns=(20, 45)))))
+    r = _rank0(_overlap(select(two_step_trace(), Window(time_ns=(20, 45)))))
     assert (r["window_ns"], r["compute_ns"], r["comm_ns"], r["overlap_ns"]) == (25, 20, 15, 10)
 
 
 def test_step_windows_by_hand() -> None:
     spans = step_spans(two_step_trace())
     assert spans.select("rank", "step", "step_time_ns").rows() == [(0, 1, 100), (0, 2, 100)]
-    from traceview.analyses.overlap import prepared_gpu
     w = gpu_step_windows(prepared_gpu(two_step_trace()))
     assert w.select("step", "window_start_ns", "window_end_ns").rows() == [
         (1, 10, 110), (2, 110, 160)]
 
 
 def test_summary_by_hand() -> None:
-    s = summary(two_step_trace())
+    ev = two_step_trace()
+    gpu, ranks = prepared_gpu(ev), ranks_present(ev)
+    s = summary(overlap(gpu, ranks), step_spans(ev), gaps(gpu, host_events(ev)), ranks)
     r = _rank0(s)
     assert (r["steps"], r["step_time_ns_p50"]) == (2, 100)
     assert (r["compute_ns"], r["comm_ns"], r["overlap_ns"], r["exposed_comm_ns"]) == (
@@ -72,18 +82,23 @@ def test_worst_straggler_states_a_reason() -> None:
     assert "rank" in both and (both["rank"] is not None or both["reason"])
 
 
-def test_ranks_present_is_read_once_for_a_remembered_frame(tmp_path) -> None:
+def test_run_computes_ranks_present_once(monkeypatch) -> None:
     from traceview.analyses import window
 
-    path = tmp_path / "events.parquet"
-    pl.DataFrame({"rank": [3, 1, 3, 0], "ts_ns": [1, 2, 3, 4]}).write_parquet(path)
-    lazy = pl.scan_parquet(path)
-    assert window.ranks_present(lazy).get_column("rank").to_list() == [0, 1, 3]
-    assert window.ranks_present(lazy) is not window.ranks_present(lazy)  # not remembered
-    assert window.remember_ranks(lazy) is lazy
-    first = window.ranks_present(lazy)
-    assert window.ranks_present(lazy) is first and first.get_column("rank").to_list() == [0, 1, 3]
-    assert window.ranks_present(lazy.filter(pl.col("rank") > 0)).height == 2  # another plan
-    held = len(window._REMEMBERED_RANKS)
-    del lazy
-    assert len(window._REMEMBERED_RANKS) == held - 1  # forgotten with its frame
+    ev = pl.concat([two_step_trace(), two_step_trace().with_columns(rank=pl.lit(3, pl.Int32))],
+                   how="vertical_relaxed")
+    want = window.ranks_present(ev).get_column("rank").to_list()
+    assert want == [0, 1, 3]
+    calls, uncounted = [], window.ranks_present
+
+    def counted(events):
+        calls.append(events)
+        return uncounted(events)
+
+    monkeypatch.setattr(window, "ranks_present", counted)
+    run = Run.from_events(ev)
+    assert run.ranks_present == want
+    assert run.ranks_table.get_column("rank").to_list() == want
+    run.summary(), run.overlap(per_step=True), run.gaps(), run.breakdown()
+    assert run.ranks_present is run.ranks_present
+    assert len(calls) == 1  # once for the Run, whatever the analyses asked

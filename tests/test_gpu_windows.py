@@ -18,8 +18,10 @@ import polars as pl
 from gpu_trace_helpers import frame, kernel, launch, step
 from traceview.analyses.breakdown import step_breakdown
 from traceview.analyses.gaps import gaps
-from traceview.analyses.overlap import overlap
+from traceview.analyses.host import host_events
+from traceview.analyses.overlap import overlap, prepared_gpu
 from traceview.analyses.summary import summary
+from traceview.analyses.window import ranks_present, step_spans
 
 
 def _two_windows():
@@ -35,21 +37,26 @@ def _two_windows():
 
 
 def test_no_gap_between_two_windows() -> None:
-    g = gaps(_two_windows())
+    ev = _two_windows()
+    g = gaps(prepared_gpu(ev), host_events(ev))
     assert g.select("gap_start_ns", "gap_end_ns").rows() == [(300, 400), (10300, 10500)]
-    per_stream = gaps(_two_windows(), per_stream=True)
+    per_stream = gaps(prepared_gpu(ev), host_events(ev), per_stream=True)
     assert per_stream.select("gap_start_ns", "gap_end_ns").rows() == [(300, 400), (10300, 10500)]
 
 
 def test_whole_trace_idle_sums_the_windows_not_the_hole() -> None:
-    row = overlap(_two_windows()).row(0, named=True)
+    ev = _two_windows()
+    gpu, ranks = prepared_gpu(ev), ranks_present(ev)
+    ov = overlap(gpu, ranks)
+    row = ov.row(0, named=True)
     assert (row["window_start_ns"], row["window_end_ns"]) == (100, 10600)
     assert (row["window_ns"], row["busy_ns"], row["idle_ns"]) == (1000, 700, 300)
-    s = summary(_two_windows()).row(0, named=True)
+    s = summary(ov, step_spans(ev), gaps(gpu, host_events(ev)), ranks).row(0, named=True)
     assert (s["steps"], s["span_ns"], s["idle_ns"], s["idle_fraction"]) == (2, 1000, 300, 0.3)
 
 
 def test_the_last_step_of_a_window_ends_with_its_own_work() -> None:
-    b = step_breakdown(_two_windows()).filter(pl.col("step").is_not_null())
+    ev = _two_windows()
+    b = step_breakdown(prepared_gpu(ev), step_spans(ev), ranks_present(ev)).filter(pl.col("step").is_not_null())
     assert b.select("step", "window_start_ns", "window_end_ns", "idle_ns").rows() == [
         (1, 100, 600, 100), (5, 10100, 10600, 200)]

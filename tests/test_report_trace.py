@@ -76,13 +76,16 @@ def two_rank_trace(shift_ns: int = 0) -> pl.DataFrame:
 # ------------------------------------------------------------------------- the trace itself
 
 def test_trace_gives_the_hand_derived_numbers() -> None:
+    from traceview.analyses.collective_match import comm_events, match_collectives
     from traceview.analyses.collectives import collective_ranks
     from traceview.analyses.gaps import gaps
+    from traceview.analyses.host import host_events
+    from traceview.analyses.overlap import prepared_gpu
 
     ev = two_rank_trace()
-    per = collective_ranks(ev).sort("instance", "rank")
+    per = collective_ranks(match_collectives(comm_events(ev))).sort("instance", "rank")
     assert per["wait_ns"].to_list() == [200_000, 0, 200_000, 0]
     assert per["last_rank"].to_list() == [1, 1, 1, 1]
-    g = gaps(ev)
+    g = gaps(prepared_gpu(ev), host_events(ev))
     assert g.select("rank", "gap_start_ns", "gap_ns", "cause").rows() == [
         (0, 800_000, 300_000, "between_steps"), (1, 800_000, 300_000, "between_steps")]

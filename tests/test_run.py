@@ -141,3 +141,23 @@ def test_python_m_traceview_and_tab_completion() -> None:
     assert out.strip() == f"traceview {traceview.__version__}"
     assert {"open", "Run", "Result", "TraceSet", "UsageError"} <= set(dir(traceview))
     assert set(ANALYSES) <= set(dir(traceview.run.Run))
+
+
+def test_unpaired_collectives_and_unaligned_clocks_are_warnings() -> None:
+    """Rank 1 saw one all-reduce fewer than rank 0, and rank 2 none: the match's problems and
+    the rank left on its raw clock reach the warnings of every answer that used them."""
+    from traceview.run import Run
+    from traceview.schema import events_frame
+
+    kernel = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    rows = [dict(rank=r, file_id=r, source="kineto", kind="kernel", name=kernel, stream=7,
+                 device=r, ts_ns=1_000_000 * k + 10 * r, dur_ns=50_000)
+            for r, n in ((0, 4), (1, 3)) for k in range(n)]
+    rows.append(dict(rank=2, file_id=2, source="kineto", kind="kernel", name="gemm", stream=7,
+                     device=2, ts_ns=0, dur_ns=10))
+    run = Run.from_events(events_frame(rows))
+    stragglers = run.stragglers()
+    assert any(w.startswith("collectives: ") for w in stragglers.warnings), stragglers.warnings
+    assert any(w.startswith("alignment: rank 2") for w in stragglers.warnings)
+    assert stragglers.to_dict()["warnings"] == list(stragglers.warnings)
+    assert run.gaps().warnings == ()  # the GPU timeline used neither table

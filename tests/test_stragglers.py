@@ -7,14 +7,22 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from traceview.analyses.align import estimate_offsets
+from traceview.analyses.collective_match import comm_events, match_collectives
+from traceview.analyses.collectives import collective_ranks
 from traceview.analyses.stragglers import stragglers
+from traceview.analyses.window import ranks_present, step_spans
 from traceview.schema import events_frame
 
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "fixtures" / "data"
 MS = 1_000_000
+
+
+def stragglers_of(ev: pl.DataFrame) -> pl.DataFrame:
+    """Stragglers of ``ev`` on raw clocks (the hand-built traces share one clock)."""
+    per = collective_ranks(match_collectives(comm_events(ev)))
+    return stragglers(per, step_spans(ev), ranks_present(ev))
 
 
 def step(rank: int, n: int, ts: int, dur: int) -> dict:
@@ -46,7 +54,7 @@ def test_slow_rank_flagged_with_hand_derived_numbers() -> None:
     late = {(2, s): 10_000 for s in range(8) if s != 3}
     late[(0, 3)] = 1_000
     late.update({(1, s): 200 for s in range(0, 8, 2)})
-    res = stragglers(events_frame(trace(late)))
+    res = stragglers_of(events_frame(trace(late)))
     assert res.get_column("rank").to_list()[0] == 2      # sorted by imposed wait
     r2 = res.row(0, named=True)
     assert r2["flagged"]
@@ -69,7 +77,7 @@ def test_slow_rank_flagged_with_hand_derived_numbers() -> None:
 def test_balanced_run_flags_nobody() -> None:
     # Who is last rotates; lateness 0.3 ms, far below 5% of the step time.
     late = {(s % 3, s): 300 for s in range(8)}
-    res = stragglers(events_frame(trace(late)))
+    res = stragglers_of(events_frame(trace(late)))
     assert not res.get_column("flagged").any()
     assert all(e.startswith("not flagged") for e in res.get_column("explanation"))
 
@@ -77,14 +85,14 @@ def test_balanced_run_flags_nobody() -> None:
 def test_persistent_but_tiny_is_not_flagged() -> None:
     # Rank 1 always last but by 2 ms per 100 ms step (2% < 5% effect size).
     late = {(1, s): 2_000 for s in range(8)}
-    res = stragglers(events_frame(trace(late)))
+    res = stragglers_of(events_frame(trace(late)))
     assert not res.get_column("flagged").any()
     assert "effect below 5%" in res.filter(pl.col("rank") == 1).get_column("explanation")[0]
 
 
 def test_no_collectives_partial_result() -> None:
     ev = events_frame([step(0, 0, 0, 10), step(1, 0, 0, 10)])
-    res = stragglers(ev)
+    res = stragglers_of(ev)
     assert res.height == 2 and not res.get_column("flagged").any()
     assert "no collective was matched" in res.get_column("explanation")[0]
 
@@ -94,10 +102,8 @@ def test_no_collectives_partial_result() -> None:
 def _analyse(path: Path) -> tuple[pl.DataFrame, object]:
     import traceview
 
-    ts = traceview.open(path, cache=False)
-    ev = ts.events.collect()
-    off = estimate_offsets(ev, hosts=ts.ranks)
-    return stragglers(ev, offsets=off), ts
+    run = traceview.open(path, cache=False)  # clocks aligned, hosts from the ranks table
+    return run.stragglers()["ranks"], run
 
 
 def test_real_gloo_run_slow_rank_flagged(tmp_path: Path) -> None:
@@ -134,10 +140,10 @@ def test_synthetic_slow_rank(tmp_path: Path) -> None:
 
     gt = generate(SyntheticSpec(world_size=4, steps=4, seed=9, slow_rank=2,
                                 slow_extra_ns=3_000_000), tmp_path)
-    ts = traceview.open(tmp_path, cache=False)
-    ev = ts.events.collect()
-    raw = stragglers(ev)  # unaligned: clocks seconds apart, the answer is meaningless
-    res = stragglers(ev, offsets=estimate_offsets(ev, hosts=ts.ranks))
+    run = traceview.open(tmp_path, cache=False)
+    # unaligned: clocks seconds apart, the answer is meaningless
+    raw = run.select(align="none").stragglers()["ranks"]
+    res = run.stragglers()["ranks"]
     flagged = res.filter(pl.col("flagged")).get_column("rank").to_list()
     assert flagged == [gt.slow_rank]
     # imposed wait per step ~ the extra 3 ms the slow rank spends per step

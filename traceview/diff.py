@@ -152,7 +152,6 @@ def run_tables(source: Any) -> RunTables:
     from traceview.run import as_run
 
     run = as_run(source)
-    ev = run._analysis_events
     spans = run.steps
     n_ranks = len(run.ranks_present)
     rank_steps = spans.height or n_ranks or 1
@@ -160,7 +159,7 @@ def run_tables(source: Any) -> RunTables:
     notes: dict[str, str] = {}
     if not spans.height:
         notes["step_time_ns"] = "no ProfilerStep ranges"
-    bd = step_breakdown(ev, include_trace=False, gpu=run.gpu, spans=spans).filter(
+    bd = step_breakdown(run.gpu, spans, run.ranks_table, include_trace=False).filter(
         pl.col("step").is_not_null() & pl.col("window_ns").is_not_null())
     for col in ("compute_ns", "exposed_comm_ns", "idle_ns"):
         samples[col] = bd[col].to_list()
@@ -168,9 +167,9 @@ def run_tables(source: Any) -> RunTables:
             notes[col] = ("no GPU events (CPU-only trace)" if spans.height
                           else "no GPU step windows")
     big = 1 << 30
-    kern = (top_kernels(ev, n=big, gpu=run.gpu).group_by("name", "gpu_class")
+    kern = (top_kernels(run.gpu, n=big).group_by("name", "gpu_class")
             .agg(total_ns=pl.col("total_ns").sum(), count=pl.col("count").sum()))
-    ops = (top_cpu_ops(ev, n=big, by="self_ns", ops=with_self_time(run.host)).group_by("name")
+    ops = (top_cpu_ops(with_self_time(run.host), n=big, by="self_ns").group_by("name")
            .agg(total_ns=pl.col("self_ns").sum(), count=pl.col("count").sum()))
     per = run.collective_ranks
     coll = (per.group_by(pl.col("collective").alias("name"))

@@ -85,10 +85,12 @@ class CrossRank:
 
 def summarise(events: pl.LazyFrame | pl.DataFrame) -> RankSummary:
     """The per-rank tables of the module docstring (works on any set of whole ranks)."""
-    from traceview.analyses.overlap import overlap
+    from traceview.analyses.overlap import overlap, prepared_gpu
+    from traceview.analyses.window import ranks_present
 
     lf = events.lazy()
-    ranks = sorted(lf.select(pl.col("rank").unique()).collect().get_column("rank").to_list())
+    present = ranks_present(lf).with_columns(pl.col("rank").cast(pl.Int32))
+    ranks = present.get_column("rank").to_list()
     kinds = (lf.group_by("rank", pl.col("kind").cast(pl.String)).agg(n=pl.len())
              .sort("rank", "kind").collect())
     return RankSummary(
@@ -98,27 +100,10 @@ def summarise(events: pl.LazyFrame | pl.DataFrame) -> RankSummary:
         comm=comm_events(lf).with_columns(pg_ranks=pl.lit(None, pl.String))
         .select(list(COMM_SCHEMA)).cast(COMM_SCHEMA),
         steps=step_spans(lf).cast(STEPS_SCHEMA),
-        overlap=overlap(lf),
+        overlap=overlap(prepared_gpu(lf), present),
         kinds=kinds,
         events=int(kinds.get_column("n").sum()) if kinds.height else 0,
     )
-
-
-def skeleton(steps: pl.DataFrame, ranks: Sequence[int]) -> pl.DataFrame:
-    """A tiny events frame with the same ranks and host step spans as the full trace: one
-    ``ProfilerStep#N`` event per (rank, step) and one placeholder per rank. The cross-rank
-    analyses read nothing else from events once ``match`` and ``offsets`` are given."""
-    step_rows = steps.select(
-        pl.col("rank").cast(pl.Int32),
-        kind=pl.lit("user_annotation"),
-        name=pl.lit("ProfilerStep#") + pl.col("step").cast(pl.String),
-        ts_ns=pl.col("step_start_ns"),
-        dur_ns=pl.col("step_time_ns"),
-    )
-    rank_rows = pl.DataFrame({"rank": list(ranks)}, schema={"rank": pl.Int32}).select(
-        "rank", kind=pl.lit("placeholder"), name=pl.lit(""), ts_ns=pl.lit(0, pl.Int64),
-        dur_ns=pl.lit(None, pl.Int64))
-    return pl.concat([step_rows, rank_rows], how="vertical_relaxed")
 
 
 def cross_rank(
@@ -132,7 +117,7 @@ def cross_rank(
 ) -> CrossRank:
     """Collective matching, alignment, collectives and stragglers from the summaries alone."""
     from traceview.analyses.align import estimate_offsets
-    from traceview.analyses.collectives import _instances, collective_ranks
+    from traceview.analyses.collectives import collective_ranks, instances
     from traceview.analyses.stragglers import stragglers
 
     ranks = sorted({r for s in summaries for r in s.ranks})
@@ -144,14 +129,14 @@ def cross_rank(
                .sort("rank", "device", nulls_last=True) if summaries else pl.DataFrame())
     kinds = (pl.concat([s.kinds for s in summaries]).sort("rank", "kind") if summaries
              else pl.DataFrame(schema={"rank": pl.Int32, "kind": pl.String, "n": pl.UInt32}))
-    frame = skeleton(steps, ranks)
     match = match_collectives(comm, tolerance_ns=tolerance_ns)
-    offsets = estimate_offsets(frame, method=method, reference_rank=reference_rank,
-                               hosts=hosts, match=match)
-    per = collective_ranks(frame, offsets=offsets, match=match)
+    offsets = estimate_offsets(match, ranks, method=method, reference_rank=reference_rank,
+                               hosts=hosts)
+    per = collective_ranks(match, offsets=offsets)
+    rank_table = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32})
     return CrossRank(
-        offsets=offsets, match=match, collectives=_instances(per), collective_ranks=per,
-        stragglers=stragglers(frame, offsets=offsets, match=match), overlap=overlap,
+        offsets=offsets, match=match, collectives=instances(per), collective_ranks=per,
+        stragglers=stragglers(per, steps, rank_table), overlap=overlap,
         steps=steps, kinds=kinds, failed=list(failed),
         summary_bytes=sum(s.nbytes() for s in summaries),
     )
@@ -222,5 +207,5 @@ def analyse(ts: Any, *, executor: Any = None, method: str = "auto",
                       hosts=ts.ranks, tolerance_ns=tolerance_ns, failed=failed)
 
 
-__all__ = ["CrossRank", "RankSummary", "analyse", "cross_rank", "map_ranks", "skeleton",
-           "summarise", "summarise_task"]
+__all__ = ["CrossRank", "RankSummary", "analyse", "cross_rank", "map_ranks", "summarise",
+           "summarise_task"]

@@ -58,7 +58,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
     """The report's tables, all from one Run (``source``: a Run, or events in memory with
     ``RunOptions`` such as ``align=`` and ``ranks=`` for their ranks table)."""
     from traceview.analyses.align import apply_offsets
-    from traceview.analyses.collectives import _instances
+    from traceview.analyses.collectives import instances
     from traceview.analyses.gaps import gap_causes, largest_gaps
     from traceview.run import as_run
 
@@ -94,7 +94,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
             instance_label=pl.col("instance") + pl.lit(" ") + pl.col("collective"),
             rank="rank", lateness_ns=pl.col("arrival_ns") - pl.col("first_arrival_ns"),
             _t=pl.col("first_arrival_ns")).sort("_t", "rank").drop("_t")
-        inst = _instances(per).sort("first_arrival_ns")
+        inst = instances(per).sort("first_arrival_ns")
     else:
         lateness = pl.DataFrame(schema={"instance_label": pl.String, "rank": pl.Int32,
                                         "lateness_ns": pl.Int64})
@@ -110,7 +110,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
 
     g = run.gap_rows()
     causes = gap_causes(g, by=["rank"])
-    biggest = largest_gaps(g, run._analysis_events, n=top, host=run.host)
+    biggest = largest_gaps(g, run.host, n=top)
     if g.height == 0:
         notes["gaps"] = ["no GPU idle gaps: " + ("no GPU events (CPU-only trace)"
                                                  if no_gpu.height == n_ranks else
@@ -125,7 +125,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
     ranks = run.ranks
     meta = {
         "ranks": n_ranks,
-        "events": run._analysis_events.select(pl.len()).collect().item(),
+        "events": run.events.select(pl.len()).collect().item(),
         "world size": _first(ranks, "world_size"),
         "backend": _first(ranks, "backend"),
         "steps per rank (median)": int(spans.group_by("rank").len()["len"].median())

@@ -121,11 +121,27 @@ class Run:
         known = self.ranks_with_events()  # from the files' footers: no event read
         if known is not None:
             return known
-        from traceview.analyses.window import Window, ranks_present, select
+        from traceview.analyses.window import ranks_present
 
-        events = (select(self.traceset.analysis_events(), Window(ranks=self.window.ranks))
-                  if self.whole_ranks else self._analysis_events)
-        return ranks_present(events).get_column("rank").to_list()
+        return ranks_present(self._analysis_events).get_column("rank").to_list()
+
+    @cached_property
+    def ranks_table(self) -> pl.DataFrame:
+        """``ranks_present`` as the one-column table (``rank``) the analyses report on."""
+        return pl.DataFrame({"rank": self.ranks_present}, schema={"rank": pl.Int32})
+
+    @cached_property
+    def _aligned_ranks(self) -> list[int]:
+        """The ranks with events in the window's ranks' whole traces (what alignment sees)."""
+        if self.whole_ranks:
+            return self.ranks_present
+        known = self.traceset.ranks_with_events()
+        if known is not None:
+            wanted = self.window.ranks
+            return known if wanted is None else [r for r in known if r in set(wanted)]
+        from traceview.analyses.window import ranks_present
+
+        return ranks_present(self._rank_events).get_column("rank").to_list()
 
     @property
     def events(self) -> pl.LazyFrame:
@@ -137,13 +153,9 @@ class Run:
     @cached_property
     def _rank_events(self) -> pl.LazyFrame:
         """The window's ranks, every step: clock alignment reads the ranks' whole traces."""
-        from traceview.analyses.window import Window, remember_ranks, select
+        from traceview.analyses.window import Window, select
 
-        lf = select(self.traceset.analysis_events(), Window(ranks=self.window.ranks))
-        known = self.traceset.ranks_with_events()
-        if known is not None and self.window.ranks is not None:
-            known = [r for r in known if r in set(self.window.ranks)]
-        return remember_ranks(lf, known)  # the files' footers tell, for any window
+        return select(self.traceset.analysis_events(), Window(ranks=self.window.ranks))
 
     @cached_property
     def _analysis_events(self) -> pl.LazyFrame:
@@ -154,10 +166,9 @@ class Run:
         it is collected once rather than in every query."""
         if self.whole_ranks:
             return self._rank_events
-        from traceview.analyses.window import remember_ranks, select
+        from traceview.analyses.window import select
 
-        return remember_ranks(select(self.traceset.analysis_events(), self.window)
-                              .collect().lazy())
+        return select(self.traceset.analysis_events(), self.window).collect().lazy()
 
     # --- the shared tables --------------------------------------------------------------------
 
@@ -202,23 +213,29 @@ class Run:
 
         whole = self.match if self.whole_ranks else match_collectives(
             comm_events(self._rank_events), tolerance_ns=self._tolerance_ns)
-        return estimate_offsets(self._rank_events, method=self.options.align,
+        return estimate_offsets(whole, self._aligned_ranks, method=self.options.align,
                                 reference_rank=self.options.reference_rank,
-                                hosts=self.traceset.ranks, match=whole)
+                                hosts=self.traceset.ranks)
 
     @cached_property
     def collective_ranks(self) -> pl.DataFrame:
         """One row per (collective instance, rank) on the aligned timeline."""
         from traceview.analyses.collectives import collective_ranks
 
-        return collective_ranks(self._analysis_events, offsets=self.offsets, match=self.match)
+        return collective_ranks(self.match, offsets=self.offsets)
+
+    @cached_property
+    def overlap_rows(self) -> pl.DataFrame:
+        """Whole-trace overlap per (rank, device) (``analyses.overlap.overlap``)."""
+        from traceview.analyses.overlap import overlap
+
+        return overlap(self.gpu, self.ranks_table)
 
     @cached_property
     def _stragglers(self) -> pl.DataFrame:
         from traceview.analyses.stragglers import stragglers
 
-        return stragglers(self._analysis_events, offsets=self.offsets, match=self.match,
-                          spans=self.steps)
+        return stragglers(self.collective_ranks, self.steps, self.ranks_table)
 
     def gap_rows(self, *, per_stream: bool = False,
                  launch_overhead: str | int = "10us") -> pl.DataFrame:
@@ -231,23 +248,45 @@ class Run:
                 host = beside.submit(lambda: self.host)
                 gpu = self.gpu
                 host = host.result()
-            self._gaps[key] = gaps(self._analysis_events, per_stream=per_stream,
-                                   options=GapOptions(launch_overhead_ns=key[1]), gpu=gpu,
-                                   host=host)
+            self._gaps[key] = gaps(gpu, host, per_stream=per_stream,
+                                   options=GapOptions(launch_overhead_ns=key[1]))
         return self._gaps[key]
 
     @property
     def warnings(self) -> list[str]:
-        """Damaged input, skipped files: everything the run's files said about the data."""
+        """What the run's files said about the data: damaged input, skipped files."""
         return [*self.traceset.warnings,
                 *(f"{path}: skipped: {reason}" for path, reason in self.traceset.skipped)]
+
+    def table_warnings(self, *tables: str) -> list[str]:
+        """What the named shared tables say about the data: collectives that could not be
+        paired (``match``), ranks whose clock could not be aligned (``offsets``)."""
+        out: list[str] = []
+        tables = tuple(t for t in tables if t in self.__dict__)  # computed (not failed) only
+        if "match" in tables:
+            out += _capped([f"collectives: group {g}{'' if r is None else f' rank {r}'}: "
+                            f"{p}: {d}" for g, r, p, d in self.match.problems.select(
+                                "group", "rank", "problem", "detail").rows()])
+        if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
+            out += _capped([f"alignment: rank {r}: {note}" for r, note in self.offsets.filter(
+                pl.col("method") == "none").select("rank", "note").rows()])
+        return out
 
     @property
     def _tolerance_ns(self) -> int:
         return int(self.options.tolerance_us * 1000)
 
-    def _result(self, command: str, fields: dict[str, Any], main: str) -> Result:
-        return Result(command, fields, main, tuple(self.warnings))
+    def _result(self, command: str, fields: dict[str, Any], main: str,
+                uses: tuple[str, ...] = ()) -> Result:
+        """The command's Result, with the files' warnings and those of the shared tables it
+        ``uses`` (named per command, so an answer's warnings never depend on what else was
+        asked of the Run before)."""
+        # Names in results are plain strings, so `.str.contains` and pandas' `.str` work on
+        # them as they are (the store keeps them Categorical; a result's tables are small).
+        plain = {k: v.with_columns(pl.col(pl.Categorical).cast(pl.String))
+                 if isinstance(v, pl.DataFrame) else v for k, v in fields.items()}
+        warnings = [*self.warnings, *self.table_warnings(*uses)]
+        return Result(command, plain, main, tuple(warnings))
 
     # --- the analyses: one method per command -----------------------------------------------
 
@@ -256,26 +295,28 @@ class Run:
         """GPU idle gaps per device (or stream) with their causes; main table ``causes``."""
         from traceview.analyses.gaps import gap_causes, gap_histogram, largest_gaps, no_gpu_ranks
 
-        ev = self._analysis_events
         g = self.gap_rows(per_stream=per_stream, launch_overhead=launch_overhead)
         by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
         return self._result("gaps", {
             "window": self.window_info, "per_stream": per_stream,
             "causes": gap_causes(g, by=by), "histogram": gap_histogram(g, by=by),
-            "largest": largest_gaps(g, ev, n=top, host=self.host),
-            "notes": no_gpu_ranks(ev, g, gpu=self.gpu)}, main="causes")
+            "largest": largest_gaps(g, self.host, n=top),
+            "notes": no_gpu_ranks(self.ranks_table, self.gpu)}, main="causes")
 
     def overlap(self, *, per_step: bool = False) -> Result:
         """Compute/communication overlap per rank and device (and step); main table ``rows``."""
         from traceview.analyses.overlap import overlap
 
-        ev, gpu = self._analysis_events, self.gpu
-        df = overlap(ev, per_step=per_step, gpu=gpu)
-        if per_step:  # per-step rows plus the whole-trace row of each rank without steps
-            whole = overlap(ev, gpu=gpu).filter(pl.col("device").is_not_null())
-            df = pl.concat([df, whole.join(df.filter(pl.col("step").is_null()).select(
-                "rank", "device"), on=["rank", "device"], how="anti")], how="diagonal_relaxed"
-            ).sort("rank", "device", "step", nulls_last=True)
+        if not per_step:
+            return self._result("overlap", {"window": self.window_info,
+                                            "rows": self.overlap_rows}, main="rows")
+        per_step_rows = overlap(self.gpu, self.ranks_table, steps=self.steps, per_step=True)
+        # Every device also gets its whole-trace row (step null): the per-step rows already
+        # hold it for devices without steps, so it is added to the others only.
+        whole = self.overlap_rows.filter(pl.col("device").is_not_null())
+        has_whole = per_step_rows.filter(pl.col("step").is_null()).select("rank", "device")
+        df = pl.concat([per_step_rows, whole.join(has_whole, on=["rank", "device"], how="anti")],
+                       how="diagonal_relaxed").sort("rank", "device", "step", nulls_last=True)
         return self._result("overlap", {"window": self.window_info, "rows": df}, main="rows")
 
     def breakdown(self, *, top: int = 10) -> Result:
@@ -285,18 +326,17 @@ class Run:
             with_self_time,
         )
 
-        ev = self._analysis_events
         with ThreadPoolExecutor(1) as beside:  # the host side beside the GPU side
             ops = beside.submit(lambda: with_self_time(self.host))  # shared by both rankings
             gpu = self.gpu
-            steps = step_breakdown(ev, gpu=gpu, spans=self.steps)
-            kernels = top_kernels(ev, n=top, gpu=gpu)
+            steps = step_breakdown(gpu, self.steps, self.ranks_table)
+            kernels = top_kernels(gpu, n=top)
             ops = ops.result()
         return self._result("breakdown", {
             "window": self.window_info, "steps": steps, "top_kernels": kernels,
-            "top_cpu_ops_by_self": top_cpu_ops(ev, n=top, by="self_ns", ops=ops),
-            "top_cpu_ops_by_total": top_cpu_ops(ev, n=top, by="total_ns", ops=ops),
-            "launch_delay": launch_delay_summary(launch_delay_rows(self.host, gpu=gpu))},
+            "top_cpu_ops_by_self": top_cpu_ops(ops, n=top, by="self_ns"),
+            "top_cpu_ops_by_total": top_cpu_ops(ops, n=top, by="total_ns"),
+            "launch_delay": launch_delay_summary(launch_delay_rows(gpu, self.host))},
             main="steps")
 
     def summary(self) -> Result:
@@ -304,38 +344,41 @@ class Run:
         worst straggler. Main table ``ranks``."""
         from traceview.analyses.summary import summary
 
+        steps = self.steps  # read first: both sides below use the host rows
         with ThreadPoolExecutor(1) as beside:  # the straggler analysis reads other rows
             straggler = beside.submit(self._worst_straggler)
-            df = summary(self._analysis_events, gpu=self.gpu, spans=self.steps, host=self.host)
+            df = summary(self.overlap_rows, steps, self.gap_rows(), self.ranks_table)
             straggler = straggler.result()
+        uses = ("match", "offsets") if len(self.ranks_present) > 1 else ()
         return self._result("summary", {"window": self.window_info, "ranks": df,
-                                        "worst_straggler": straggler}, main="ranks")
+                                        "worst_straggler": straggler}, main="ranks", uses=uses)
 
     def align(self) -> Result:
         """Per-rank clock offset, drift and uncertainty; main table ``ranks``."""
         summary = self._alignment_summary()
         return self._result("align", {"reference_rank": summary["reference_rank"],
                                       "ranks": self.offsets,
-                                      "problems": self._whole_match_problems()}, main="ranks")
+                                      "problems": self._whole_match_problems()}, main="ranks",
+                            uses=("offsets",))
 
     def collectives(self) -> Result:
         """Collectives matched across ranks: skew, wait, bandwidth, tails, alpha-beta fits;
         main table ``instances``."""
-        from traceview.analyses.collectives import _instances, alpha_beta, collective_summary
+        from traceview.analyses.collectives import alpha_beta, collective_summary, instances
 
         per = self.collective_ranks
-        inst = _instances(per)
+        inst = instances(per)
         return self._result("collectives", {
             "instances": inst, "summary": collective_summary(per), "alpha_beta": alpha_beta(inst),
             "problems": self.match.problems, "alignment": self._alignment_summary()},
-            main="instances")
+            main="instances", uses=("match", "offsets"))
 
     def stragglers(self) -> Result:
         """Which rank holds the others back, with evidence; main table ``ranks``, largest
         imposed wait first."""
         return self._result("stragglers", {"ranks": self._stragglers,
                                            "alignment": self._alignment_summary()},
-                            main="ranks")
+                            main="ranks", uses=("match", "offsets"))
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -447,6 +490,13 @@ class Run:
         from html import escape
 
         return f"<p>{escape(repr(self))}</p>" + self.traceset._repr_html_()
+
+
+def _capped(lines: list[str], most: int = 20) -> list[str]:
+    """At most ``most`` lines: a 1,024-rank run can have a problem per rank."""
+    if len(lines) <= most:
+        return lines
+    return [*lines[:most], f"... and {len(lines) - most} more (see the command's tables)"]
 
 
 def as_run(source: Run | pl.LazyFrame | pl.DataFrame, **options: Any) -> Run:

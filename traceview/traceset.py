@@ -146,7 +146,11 @@ class TraceSet:
     def sql(self, query: str, *, events: pl.LazyFrame | None = None) -> pl.DataFrame:
         """Run SQL over the tables ``events``, ``kernels``, ``ranks``, ``files`` and
         ``windows``. ``events``: a selection of the events to query instead of all of them."""
-        events = self.events if events is None else events
+        # Names are Categorical in the store (compact, fast to group); SQL's LIKE and string
+        # functions want text, so the query sees them as plain strings (cast lazily: only
+        # the columns a query reads are cast).
+        events = (self.events if events is None else events).with_columns(
+            pl.col(pl.Categorical).cast(pl.String))
         kernels = events.filter(pl.col("kind") == "kernel")
         context = pl.SQLContext(events=events, kernels=kernels,
                                 ranks=self.ranks.lazy(), files=self.files.lazy(),
