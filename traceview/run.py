@@ -3,15 +3,18 @@
 ``traceview.open(PATH, ranks=, steps=, time=, skip_warmup=, align=)`` gives a Run. It computes
 each shared table once, on first use, and hands it to every analysis that names it:
 
-=================  ==========================================================================
-``events``         the window's events, every column (what ``sql`` and pandas see)
-``gpu``            classified GPU rows (``analyses.overlap.prepared_gpu``), kept on disk
-``host``           host rows: launches, syncs, ops, annotations (``analyses.host``)
-``steps``          host ``ProfilerStep`` ranges (``analyses.window.step_spans``)
-``match``          collective calls paired across ranks, with the problems found
-``offsets``        per-rank clock offsets, drift and uncertainty, from the ranks' whole traces
-``warnings``       what the input files and the tables said about the data
-=================  ==========================================================================
+* ``events``: the window's events, every column (what ``sql`` and pandas see);
+* ``gpu``: classified GPU rows (``analyses.overlap.prepared_gpu``), kept on disk;
+* ``host``: host rows: launches, syncs, ops, annotations (``analyses.host``);
+* ``steps``: host ``ProfilerStep`` ranges (``analyses.window.step_spans``);
+* ``ranks_table``: the window's ranks with events (from the files' footers where they tell);
+* ``match``: collective calls paired across ranks, with the problems found;
+* ``offsets``: per-rank clock offsets, drift and uncertainty, from the ranks' whole traces;
+* ``collective_ranks``: one row per (collective instance, rank) on the aligned timeline;
+* ``overlap_rows``: whole-trace compute/communication accounting per (rank, device);
+* ``gap_rows()``: GPU idle gaps with their causes, once per option set;
+* ``warnings``: what the input files said about the data (``table_warnings``: what the match
+  and the alignment said).
 
 Every analysis command NAME is a method ``run.NAME(**options)`` returning a
 :class:`~traceview.result.Result` whose ``to_dict()`` is ``traceview NAME PATH --json``:
