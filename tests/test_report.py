@@ -100,3 +100,27 @@ def test_cli_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "breakdown" in info["partial_sections"]
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert main(["report", str(tmp_path / "missing"), "-o", str(out), "--no-cache"]) == 2
+
+
+def test_warnings_come_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A rank cut off part-way: the page opens with the warning naming the file, before the
+    summary, and `report --json` lists it."""
+    import gzip
+    import json
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for f in sorted((FIX / "gloo_ddp_2r").iterdir()):
+        data = f.read_bytes()
+        if "rank-1" in f.name:
+            text = gzip.decompress(data)
+            data = gzip.compress(text[: len(text) // 2])
+        (run_dir / f.name).write_bytes(data)
+    out = tmp_path / "r.html"
+    assert main(["report", str(run_dir), "-o", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    damaged = [w for w in doc["warnings"] if "rank-1" in w]
+    assert damaged, doc["warnings"]
+    page = _body(out.read_text(encoding="utf-8"))
+    assert page.index('id="warnings"') < page.index('id="summary"')
+    assert "rank-1" in page[page.index('id="warnings"'):page.index('id="summary"')]

@@ -46,6 +46,8 @@ class ReportData:
     top_cpu_ops: pl.DataFrame
     offsets: pl.DataFrame
     notes: dict[str, list[str]] = field(default_factory=dict)
+    #: what the inputs and the shared tables said about the data (shown first in the page)
+    warnings: list[str] = field(default_factory=list)
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in self.meta.items())
@@ -119,8 +121,6 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
     ops = breakdown["top_cpu_ops_by_self"]
     if kernels.height == 0:
         notes["kernels"] = ["no GPU kernels: the top host operators by self time are shown"]
-    if run.warnings:
-        notes["input"] = list(run.warnings)
 
     ranks = run.ranks
     meta = {
@@ -137,7 +137,8 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
     return ReportData(title=title, meta=meta, summary=summ["ranks"], worst_straggler=worst,
                       step_spans=spans, breakdown=bd, lateness=lateness, collectives=inst,
                       stragglers=strag, gap_causes=causes, largest_gaps=biggest,
-                      top_kernels=kernels, top_cpu_ops=ops, offsets=offsets, notes=notes)
+                      top_kernels=kernels, top_cpu_ops=ops, offsets=offsets, notes=notes,
+                      warnings=[*run.warnings, *run.table_warnings("match", "offsets")])
 
 
 def _first(ranks: pl.DataFrame | None, col: str) -> Any:
@@ -168,6 +169,7 @@ td,th{border:1px solid #ddd;padding:.25em .5em;text-align:right;vertical-align:t
 th{background:#f5f5f5}td.name{text-align:left;font-family:ui-monospace,monospace;
 max-width:40em;overflow-wrap:anywhere}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.4em .8em;margin:.5em 0}
+.warn{background:#fdecea;border-left:4px solid #d93025;padding:.2em .8em;margin:.5em 0}
 .straggler{background:#fdecea}nav a{margin-right:1em}
 """
 
@@ -222,6 +224,15 @@ def _notes(items: list[str]) -> str:
     return "".join(f'<p class="note">{_e(n)}</p>' for n in items)
 
 
+def _warnings(items: list[str]) -> str:
+    """The warnings, first thing on the page: every number below is read in their light."""
+    if not items:
+        return ""
+    rows = "".join(f"<li>{_e(w)}</li>" for w in items)
+    return (f'<section id="warnings" class="warn"><h2>Warnings ({len(items)})</h2>'
+            f"<ul>{rows}</ul></section>")
+
+
 class _Figures:
     """Figures as div snippets with deterministic ids (plotly.js is inlined once, separately)."""
 
@@ -243,7 +254,7 @@ def render_body(data: ReportData) -> tuple[str, int]:
 
     fig = _Figures()
     n = data.notes
-    out = [f"<h1>{_e(data.title)}</h1>",
+    out = [f"<h1>{_e(data.title)}</h1>", _warnings(data.warnings),
            "<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in _SECTIONS) + "</nav>"]
 
     meta = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in data.meta.items())

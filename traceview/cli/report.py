@@ -120,9 +120,12 @@ def run_report(args: argparse.Namespace) -> int:
     figures = write_html(data, buf)
     _write_text(args.output, buf.getvalue())
     sections = {k: v for k, v in data.notes.items()}
+    for warning in data.warnings[len(run.warnings):]:  # the inputs' were printed on opening
+        warn(warning)
     if args.json:
         emit_json({"output": args.output, "figures": figures, "ranks": data.meta["ranks"],
-                   "partial_sections": sections, "worst_straggler": data.worst_straggler})
+                   "partial_sections": sections, "worst_straggler": data.worst_straggler,
+                   "warnings": data.warnings})
         return 0
     print(f"wrote {args.output} ({figures} figures, {data.meta['ranks']} ranks)")
     for section, items in sections.items():
