@@ -48,8 +48,9 @@ from traceview.analyses.collective_match import (
     MatchResult,
 )
 from traceview.errors import UsageError
+from traceview.selection import ALIGN_METHODS
 
-METHODS: tuple[str, ...] = ("auto", "none", "host", "collectives")
+METHODS: tuple[str, ...] = ALIGN_METHODS
 
 OFFSETS_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "offset_ns": pl.Int64, "drift_ppm": pl.Float64,

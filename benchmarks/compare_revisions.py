@@ -47,6 +47,13 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+#: The children's environment: with compiled bytecode kept (``__pycache__``), as a user's
+#: install has it. Where ``PYTHONDONTWRITEBYTECODE`` is set every process compiles every module
+#: it imports from source, and a side whose code moved into modules imported later (the Run)
+#: would be charged for compiling them inside its timings.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def checkout_of(python: str) -> Path:
     """The checkout ``python`` imports traceview from (run outside any checkout)."""
     code = "import pathlib, traceview; print(pathlib.Path(traceview.__file__).parents[1])"
@@ -57,7 +64,8 @@ def checkout_of(python: str) -> Path:
 def measure(side: dict[str, Any], op: str, **args: Any) -> dict[str, Any]:
     """One operation in a fresh child: that side's ``benchmarks/ops.py OP ARGS``."""
     proc = subprocess.run([side["python"], str(side["dir"] / "benchmarks" / "ops.py"), op,
-                           json.dumps(args)], cwd=side["dir"], capture_output=True, text=True)
+                           json.dumps(args)], cwd=side["dir"], capture_output=True, text=True,
+                          env=CHILD_ENV)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     if result.get("error"):
         raise SystemExit(f"{side['name']} {op}: {result['error']}\n{proc.stderr[-2000:]}")
@@ -70,7 +78,7 @@ def cli_process(side: dict[str, Any], command: str, paths: list[str], cache: Pat
     t = time.perf_counter()
     proc = subprocess.run([side["python"], "-c", CLI, command, *paths, "--json",
                            "--cache-dir", str(cache)], cwd=side["dir"], capture_output=True,
-                          text=True)
+                          text=True, env=CHILD_ENV)
     if proc.returncode:
         raise SystemExit(f"{side['name']} {command}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout), time.perf_counter() - t

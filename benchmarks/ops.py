@@ -199,14 +199,16 @@ def op_reopen(a: dict[str, Any]) -> dict[str, Any]:
 
 def op_analysis(a: dict[str, Any]) -> dict[str, Any]:
     """One analysis command as a user runs it (``traceview CMD PATHS --json``), from the cache.
-    Its modules (the command's CLI module, the analyses, clock alignment) are imported before
+    Its modules (the command's CLI module, the Run, the analyses, clock alignment) are imported before
     the clock starts, as the ingest's parser modules are: every time here excludes imports."""
     import importlib
     import pkgutil
 
-    import traceview.analyses.align  # noqa: F401
     import traceview.analyses
+    import traceview.analyses.align  # noqa: F401
+    import traceview.derived  # noqa: F401
     import traceview.remote_store  # noqa: F401
+    import traceview.run  # noqa: F401 - the Run (and its Result) every command asks
     from traceview.cli import main, module_of
 
     module_of(a["command"])

@@ -70,12 +70,12 @@ class RunOptions:
     def window(self) -> Any:  # analyses.window.Window
         """The window these options select; a usage error (before any file is read) when an
         option does not parse."""
-        from traceview.analyses.align import METHODS
         from traceview.analyses.window import Window
         from traceview.errors import UsageError
 
-        if self.align not in METHODS:
-            raise UsageError(f"--align wants one of {', '.join(METHODS)}, got {self.align!r}")
+        if self.align not in selection.ALIGN_METHODS:
+            raise UsageError(f"--align wants one of {', '.join(selection.ALIGN_METHODS)}, "
+                             f"got {self.align!r}")
         return Window(ranks=selection.parse_ranks(self.ranks),
                       steps=selection.parse_steps(self.steps),
                       time_ns=selection.parse_time_window(self.time),
@@ -197,7 +197,10 @@ class Run:
         """Host step ranges: ``rank, step, step_start_ns, step_end_ns, step_time_ns``."""
         from traceview.analyses.window import step_spans
 
-        return step_spans(self.host)
+        # From the host rows when a command already read them; else from the events, whose
+        # lazy scan reads only the step markers' four columns (the straggler and alignment
+        # commands need no other host row, and the whole table costs them ~40% more).
+        return step_spans(self.host if "host" in self.__dict__ else self._analysis_events)
 
     @cached_property
     def match(self) -> Any:  # MatchResult
@@ -329,8 +332,9 @@ class Run:
             with_self_time,
         )
 
+        host = self.host  # read first: the steps and the launches come from it too
         with ThreadPoolExecutor(1) as beside:  # the host side beside the GPU side
-            ops = beside.submit(lambda: with_self_time(self.host))  # shared by both rankings
+            ops = beside.submit(with_self_time, host)  # shared by both rankings
             gpu = self.gpu
             steps = step_breakdown(gpu, self.steps, self.ranks_table)
             kernels = top_kernels(gpu, n=top)
@@ -339,7 +343,7 @@ class Run:
             "window": self.window_info, "steps": steps, "top_kernels": kernels,
             "top_cpu_ops_by_self": top_cpu_ops(ops, n=top, by="self_ns"),
             "top_cpu_ops_by_total": top_cpu_ops(ops, n=top, by="total_ns"),
-            "launch_delay": launch_delay_summary(launch_delay_rows(gpu, self.host))},
+            "launch_delay": launch_delay_summary(launch_delay_rows(gpu, host))},
             main="steps")
 
     def summary(self) -> Result:
@@ -347,7 +351,8 @@ class Run:
         worst straggler. Main table ``ranks``."""
         from traceview.analyses.summary import summary
 
-        steps = self.steps  # read first: both sides below use the host rows
+        _ = self.host  # read first: the steps and the gaps come from it
+        steps = self.steps
         with ThreadPoolExecutor(1) as beside:  # the straggler analysis reads other rows
             straggler = beside.submit(self._worst_straggler)
             df = summary(self.overlap_rows, steps, self.gap_rows(), self.ranks_table)

@@ -26,6 +26,10 @@ _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_00
 
 Steps = tuple[int | None, int | None]
 
+#: Clock alignment methods (``traceview.analyses.align`` defines what each does). Kept here, at
+#: the bottom of the layers, so checking ``--align`` imports no alignment code.
+ALIGN_METHODS: tuple[str, ...] = ("auto", "none", "host", "collectives")
+
 
 def parse_ranks(spec: str | Iterable[int] | None) -> list[int] | None:
     """``"0-3,7"`` (or any iterable of ints) -> sorted unique ranks; None: every rank."""

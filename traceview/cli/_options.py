@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from traceview.errors import UsageError
+from traceview.selection import ALIGN_METHODS
 from traceview.windows import parse_window
 
 
@@ -63,9 +64,6 @@ def add_window_args(parser: argparse.ArgumentParser) -> None:
                         help="drop the first N profiler steps of each rank")
 
 
-#: Clock alignment methods (``traceview.analyses.align.METHODS``, not imported: a command that does not
-#: align should not pay for loading it).
-ALIGN_METHODS: tuple[str, ...] = ("auto", "none", "host", "collectives")
 
 
 def add_align_arg(parser: argparse.ArgumentParser) -> None:
