@@ -29,11 +29,12 @@ every other kernel is compute. The patterns are data: pass your own ``ClassifyPa
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import polars as pl
 
-from traceview.schema import GPU_KINDS
+from traceview.schema import ACCELERATOR_DEVICE_CATEGORIES, ACCELERATOR_DEVICE_WAITS, GPU_KINDS
 
 #: Categories (lower-cased) that mean GPU work even if a reader left the kind as "other".
 GPU_CATEGORIES: dict[str, str] = {
@@ -76,6 +77,21 @@ class ClassifyPatterns:
 
 
 DEFAULT_PATTERNS = ClassifyPatterns()
+
+
+def with_comm_patterns(extra: tuple[str, ...] | list[str],
+                       patterns: ClassifyPatterns = DEFAULT_PATTERNS) -> ClassifyPatterns:
+    """``patterns`` whose ``comm`` also matches each regex of ``extra`` (e.g. vLLM's
+    ``cross_device_reduce_``): a kernel is communication when the default rule or any of them
+    matches. Each pattern keeps its own flags: the default's ``(?i)`` stays inside its group.
+
+    >>> with_comm_patterns(["^cross_device_reduce_"]).comm
+    '(?:(?i)nccl|rccl)|(?:^cross_device_reduce_)'
+    """
+    if not extra:
+        return patterns
+    comm = "|".join(f"(?:{p})" for p in (patterns.comm, *extra))
+    return dataclasses.replace(patterns, comm=comm)
 
 #: Direction from the copy_kind column (as parsers write it) or from a Kineto memcpy name.
 _DIRECTIONS: tuple[tuple[str, str], ...] = (
@@ -157,12 +173,25 @@ def gpu_rows(events: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
 
 
 def _gpu_kind() -> pl.Expr:
-    """``kernel``/``memcpy``/``memset`` from the kind, or for kind ``other`` from the category."""
+    """``kernel``/``memcpy``/``memset`` from the kind, or for kind ``other`` from the category:
+    a GPU category, or another accelerator's device work (``_accelerator_kind``)."""
     kind = pl.col("kind").cast(pl.String)
-    by_category = pl.col("category").cast(pl.String).str.to_lowercase().replace_strict(
-        GPU_CATEGORIES, default=None, return_dtype=pl.String)
+    category = pl.col("category").cast(pl.String).str.to_lowercase()
+    by_category = category.replace_strict(GPU_CATEGORIES, default=None, return_dtype=pl.String)
     return (pl.when(kind.is_in(list(GPU_KINDS))).then(kind)
+            .when((kind == "other") & category.is_in(ACCELERATOR_DEVICE_CATEGORIES))
+            .then(_accelerator_kind())
             .when(kind == "other").then(by_category))
+
+
+def _accelerator_kind() -> pl.Expr:
+    """Device work of another accelerator (MTIA ``mtia_ccp_events``): ``dma*`` names are
+    copies (HTA's rule: its MEMORY class is ``^dma``), event records and waits are no work
+    (null: not selected), everything else is a kernel."""
+    name = pl.col("name").cast(pl.String).fill_null("").str.to_lowercase()
+    return (pl.when(name.is_in(ACCELERATOR_DEVICE_WAITS)).then(pl.lit(None, pl.String))
+            .when(name.str.starts_with("dma")).then(pl.lit("memcpy"))
+            .otherwise(pl.lit("kernel")))
 
 
 def _subclass(patterns: ClassifyPatterns) -> pl.Expr:

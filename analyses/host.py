@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from .launches import RUNTIME_KINDS
+from .launches import RUNTIME_KINDS, is_runtime_call
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -41,5 +41,10 @@ def host_events(events: Frame, *, without: Sequence[str] = ()) -> pl.DataFrame:
     if set(without) & set(BASE_COLUMNS):
         raise ValueError(f"host_events needs {', '.join(BASE_COLUMNS)}")
     columns = [c for c in HOST_COLUMNS if c not in without]
-    return (events.lazy().filter(pl.col("kind").is_in(HOST_KINDS)).select(columns)
-            .collect())
+    # Other accelerators' runtime calls (stored as kind ``other``) play the part of
+    # ``cuda_runtime`` here, so every launch lookup finds them by kind alone.
+    runtime = is_runtime_call(events)
+    kind = (pl.when(pl.col("kind") == "other").then(pl.lit("cuda_runtime", pl.Categorical))
+            .otherwise(pl.col("kind")))
+    return (events.lazy().filter(pl.col("kind").is_in(HOST_KINDS) | runtime)
+            .with_columns(kind=kind).select(columns).collect())

@@ -1,7 +1,8 @@
 """The host runtime calls that launch GPU work, found by (rank, correlation).
 
-A GPU event and the runtime call that launched it (kind ``cuda_runtime`` / ``cuda_driver``)
-share a correlation id within a rank. Gaps and launch delays look up hundreds of thousands of
+A GPU event and the runtime call that launched it (kind ``cuda_runtime`` / ``cuda_driver``, or
+another accelerator's runtime category, see ``is_runtime_call``) share a correlation id within
+a rank. Gaps and launch delays look up hundreds of thousands of
 them. Both columns together make a slow key (a group-by and a join on two columns cost ~2x one
 on an integer), so the pair is packed into one Int64, the rank in the high bits, whenever the
 ids allow it (0 <= correlation < 2**40, 0 <= rank < 2**23); otherwise the two columns are used
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceview.schema import RUNTIME_KINDS
+from traceview.schema import ACCELERATOR_RUNTIME_CATEGORIES, RUNTIME_KINDS
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -35,7 +36,7 @@ def launch_table(events: Frame, **aggs: pl.Expr) -> pl.DataFrame:
     come in key order."""
     used = {c for agg in aggs.values() for c in agg.meta.root_names()}
     calls = (events.lazy()
-             .filter(pl.col("kind").is_in(RUNTIME_KINDS) & pl.col("correlation").is_not_null())
+             .filter(is_runtime_call(events) & pl.col("correlation").is_not_null())
              .select("rank", "correlation", *sorted(used - {"rank", "correlation"}))
              .collect())
     if _packable(calls, "correlation"):
@@ -50,6 +51,40 @@ def launch_table(events: Frame, **aggs: pl.Expr) -> pl.DataFrame:
                 .agg(pl.col("rank").first(), pl.col("correlation").first(), **aggs)
                 .drop(_KEY))
     return calls.group_by("rank", "correlation").agg(**aggs)
+
+
+def is_runtime_call(events: Frame) -> pl.Expr:
+    """Boolean expression over ``events``: is the row a runtime call that launches device
+    work? Kinds ``RUNTIME_KINDS``; where the frame has a ``category`` column, also rows of kind
+    ``other`` in ``ACCELERATOR_RUNTIME_CATEGORIES`` (MTIA, XPU, PrivateUse1 runtimes, which
+    the parsers store as they are). The host table (``host.host_events``) already gives those
+    calls kind ``cuda_runtime``."""
+    kind = pl.col("kind").cast(pl.String)
+    runtime = kind.is_in(RUNTIME_KINDS)
+    if "category" not in events.lazy().collect_schema().names():
+        return runtime
+    category = pl.col("category").cast(pl.String).str.to_lowercase()
+    return runtime | ((kind == "other") & category.is_in(ACCELERATOR_RUNTIME_CATEGORIES))
+
+
+def unlaunched_gpu(gpu: pl.DataFrame, events: Frame) -> pl.DataFrame:
+    """The rows of ``gpu`` whose launch is not in the trace: they carry a correlation id, but
+    no runtime call of ``events`` (``is_runtime_call``) of their rank has it. This is work
+    queued before the profiler started (its launch happened before the trace begins). Rows
+    without a correlation id are not counted: their source recorded no launch links at all,
+    so nothing says their launch is missing."""
+    launched = launch_table(events).with_columns(_launched=pl.lit(True))
+    linked = gpu.filter(pl.col("correlation").is_not_null())
+    return with_launches(linked, launched).filter(pl.col("_launched").is_null()).drop("_launched")
+
+
+def unlaunched_counts(unlaunched: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
+    """``rank, unlaunched_gpu_events``: how many rows of ``unlaunched`` (``unlaunched_gpu``)
+    each rank of ``ranks`` has (0 when none)."""
+    counts = unlaunched.group_by("rank").agg(unlaunched_gpu_events=pl.len())
+    return (ranks.select("rank").join(counts, on="rank", how="left")
+            .with_columns(pl.col("unlaunched_gpu_events").fill_null(0).cast(pl.Int64))
+            .sort("rank"))
 
 
 def with_launches(frame: pl.DataFrame, table: pl.DataFrame, *,

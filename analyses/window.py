@@ -27,6 +27,8 @@ import polars as pl
 
 from traceview.schema import STEP_MARKER_KINDS, STEP_PATTERN
 
+from .launches import is_runtime_call
+
 Frame = pl.LazyFrame | pl.DataFrame
 
 
@@ -93,7 +95,7 @@ def with_gpu_steps(gpu: pl.LazyFrame, events: Frame, *,
                    pattern: str = STEP_PATTERN) -> pl.LazyFrame:
     """Fill a null ``step`` on GPU events from their launching runtime call.
 
-    The runtime call (kind ``cuda_runtime``/``cuda_driver``, same rank and correlation) is
+    The runtime call (``launches.is_runtime_call``, same rank and correlation) is
     placed in the host step range that contains its start (an as-of join on the step starts).
     Events already carrying a step keep it.
     """
@@ -102,8 +104,7 @@ def with_gpu_steps(gpu: pl.LazyFrame, events: Frame, *,
         return gpu
     launches = (
         events.lazy()
-        .filter(pl.col("kind").cast(pl.String).is_in(["cuda_runtime", "cuda_driver"])
-                & pl.col("correlation").is_not_null())
+        .filter(is_runtime_call(events) & pl.col("correlation").is_not_null())
         .group_by("rank", "correlation")
         .agg(_launch_ts=pl.col("ts_ns").min())
         .sort("_launch_ts")

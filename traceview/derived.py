@@ -10,11 +10,13 @@ entry, with its size and modification time), how its ranks map to the set's rank
 window's ranks, and the versions of the rows' definition (``GPU_ROWS_VERSION``), traceview and
 Polars. Inputs the key cannot name are computed afresh every time: events outside the cache
 folder (a store folder, ``--no-cache``), windows of steps or time (the CLI collects those in
-memory), custom classification patterns.
+memory). The classification rules (``ClassifyPatterns``, e.g. ``--comm-pattern``) are in the
+key, so rows classified under other rules are never served.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,14 +30,15 @@ from traceview import __version__, store
 #: ``analyses.overlap.prepared_gpu`` gives (classes, patterns, steps, columns). With the
 #: traceview and Polars versions it names the code in the key, so kept rows are never served
 #: to code that would classify differently.
-GPU_ROWS_VERSION = 2
+GPU_ROWS_VERSION = 3  # 3: other accelerators' device work (MTIA) is GPU work
 
 
 def cached_gpu(ts: Any, ranks: Sequence[int] | None, compute: Callable[[], pl.DataFrame],
-               cache_dir: str | Path | None) -> pl.DataFrame:
-    """``compute()`` (the classified GPU rows of ``ts``'s events restricted to ``ranks``),
+               cache_dir: str | Path | None, *, patterns: Any = None) -> pl.DataFrame:
+    """``compute()`` (the classified GPU rows of ``ts``'s events restricted to ``ranks``,
+    under the classification rules ``patterns``, a ``ClassifyPatterns``; None: the default),
     read from the cache folder when an earlier command kept them, else computed and kept."""
-    key = _key(ts, ranks, cache_dir)
+    key = _key(ts, ranks, cache_dir, patterns)
     if key is None:
         return compute()
     path = Path(cache_dir) / "derived" / f"gpu-{key}.parquet"
@@ -52,7 +55,8 @@ def cached_gpu(ts: Any, ranks: Sequence[int] | None, compute: Callable[[], pl.Da
     return gpu
 
 
-def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None) -> str | None:
+def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None,
+         patterns: Any = None) -> str | None:
     """The hash naming the derived rows, or None when the inputs cannot be named safely."""
     import xxhash
 
@@ -67,6 +71,7 @@ def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None) -> 
         st = path.stat()
         files.append([str(path), st.st_size, st.st_mtime_ns, part.file_id, part.rank,
                       sorted(part.rank_map.items())])
+    rules = None if patterns is None else dataclasses.asdict(patterns)
     ident = orjson.dumps([GPU_ROWS_VERSION, __version__, pl.__version__, files,
-                          sorted(ranks) if ranks is not None else None])
+                          sorted(ranks) if ranks is not None else None, rules])
     return xxhash.xxh3_128_hexdigest(ident)

@@ -57,6 +57,12 @@ class RunOptions:
     align:          ``auto``, ``collectives``, ``host`` or ``none`` (see ``traceview.analyses.align``).
     reference_rank: the rank whose clock is the reference (default: the lowest).
     tolerance_us:   how far apart two completions of one collective may be, for time matching.
+    exclude_unlaunched: drop GPU events whose launch is not in the trace (work queued before
+                    the profiler started; ``analyses.launches.unlaunched_gpu``). Default: keep
+                    them, and say how many there are in the results' warnings.
+    comm_patterns:  more kernel-name regexes (Rust regex syntax) that mean communication,
+                    e.g. vLLM's ``^cross_device_reduce_`` (``classify.with_comm_patterns``).
+    comm_config:    a TOML file whose ``comm_patterns = [...]`` adds to ``comm_patterns``.
     """
 
     ranks: str | Sequence[int] | None = None
@@ -66,6 +72,17 @@ class RunOptions:
     align: str = "auto"
     reference_rank: int | None = None
     tolerance_us: float = 500.0
+    exclude_unlaunched: bool = False
+    comm_patterns: tuple[str, ...] = ()
+    comm_config: str | Path | None = None
+
+    def classify_patterns(self) -> Any:  # analyses.classify.ClassifyPatterns
+        """The classification rules: the default, plus ``comm_patterns`` and those of
+        ``comm_config``; a usage error for an unreadable file or a bad regex."""
+        from traceview.analyses.classify import with_comm_patterns
+
+        return with_comm_patterns(_checked_patterns(
+            (*self.comm_patterns, *_config_patterns(self.comm_config))))
 
     def window(self) -> Any:  # analyses.window.Window
         """The window these options select; a usage error (before any file is read) when an
@@ -76,6 +93,7 @@ class RunOptions:
         if self.align not in selection.ALIGN_METHODS:
             raise UsageError(f"--align wants one of {', '.join(selection.ALIGN_METHODS)}, "
                              f"got {self.align!r}")
+        self.classify_patterns()
         return Window(ranks=selection.parse_ranks(self.ranks),
                       steps=selection.parse_steps(self.steps),
                       time_ns=selection.parse_time_window(self.time),
@@ -177,13 +195,32 @@ class Run:
 
     @cached_property
     def gpu(self) -> pl.DataFrame:
-        """Classified GPU rows; for a window of whole ranks, kept in the cache folder."""
+        """Classified GPU rows (``RunOptions.comm_patterns`` applied); without the unlaunched
+        ones when ``exclude_unlaunched``."""
+        if not self.options.exclude_unlaunched or self.unlaunched.height == 0:
+            return self._classified_gpu
+        return self._classified_gpu.join(self.unlaunched.select("rank", "correlation"),
+                                         on=["rank", "correlation"], how="anti")
+
+    @cached_property
+    def _classified_gpu(self) -> pl.DataFrame:
+        """Every classified GPU row; for a window of whole ranks, kept in the cache folder
+        under a key that names the classification rules."""
         from traceview.analyses.overlap import prepared_gpu
         from traceview.derived import cached_gpu
 
+        patterns = self.options.classify_patterns()
         return cached_gpu(self.traceset, self.window.ranks,
-                          lambda: prepared_gpu(self._analysis_events),
-                          self.traceset.cache_dir if self.whole_ranks else None)
+                          lambda: prepared_gpu(self._analysis_events, patterns=patterns),
+                          self.traceset.cache_dir if self.whole_ranks else None,
+                          patterns=patterns)
+
+    @cached_property
+    def unlaunched(self) -> pl.DataFrame:
+        """GPU rows whose launch is not in the trace (queued before the profiler started)."""
+        from traceview.analyses.launches import unlaunched_gpu
+
+        return unlaunched_gpu(self._classified_gpu, self.host)
 
     @cached_property
     def host(self) -> pl.DataFrame:
@@ -273,6 +310,8 @@ class Run:
             out += _capped([f"collectives: group {g}{'' if r is None else f' rank {r}'}: "
                             f"{p}: {d}" for g, r, p, d in self.match.problems.select(
                                 "group", "rank", "problem", "detail").rows()])
+        if "gpu" in tables and self.unlaunched.height:
+            out.append(_unlaunched_warning(self.unlaunched, self.options.exclude_unlaunched))
         if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
             out += _capped([f"alignment: rank {r}: {note}" for r, note in self.offsets.filter(
                 pl.col("method") == "none").select("rank", "note").rows()])
@@ -307,7 +346,7 @@ class Run:
             "window": self.window_info, "per_stream": per_stream,
             "causes": gap_causes(g, by=by), "histogram": gap_histogram(g, by=by),
             "largest": largest_gaps(g, self.host, n=top),
-            "notes": no_gpu_ranks(self.ranks_table, self.gpu)}, main="causes")
+            "notes": no_gpu_ranks(self.ranks_table, self.gpu)}, main="causes", uses=("gpu",))
 
     def overlap(self, *, per_step: bool = False) -> Result:
         """Compute/communication overlap per rank and device (and step); main table ``rows``."""
@@ -315,7 +354,8 @@ class Run:
 
         if not per_step:
             return self._result("overlap", {"window": self.window_info,
-                                            "rows": self.overlap_rows}, main="rows")
+                                            "rows": self.overlap_rows}, main="rows",
+                                uses=("gpu",))
         per_step_rows = overlap(self.gpu, self.ranks_table, steps=self.steps, per_step=True)
         # Every device also gets its whole-trace row (step null): the per-step rows already
         # hold it for devices without steps, so it is added to the others only.
@@ -323,7 +363,8 @@ class Run:
         has_whole = per_step_rows.filter(pl.col("step").is_null()).select("rank", "device")
         df = pl.concat([per_step_rows, whole.join(has_whole, on=["rank", "device"], how="anti")],
                        how="diagonal_relaxed").sort("rank", "device", "step", nulls_last=True)
-        return self._result("overlap", {"window": self.window_info, "rows": df}, main="rows")
+        return self._result("overlap", {"window": self.window_info, "rows": df}, main="rows",
+                            uses=("gpu",))
 
     def breakdown(self, *, top: int = 10) -> Result:
         """Per-step GPU time, top kernels and CPU ops, launch delays; main table ``steps``."""
@@ -344,7 +385,7 @@ class Run:
             "top_cpu_ops_by_self": top_cpu_ops(ops, n=top, by="self_ns"),
             "top_cpu_ops_by_total": top_cpu_ops(ops, n=top, by="total_ns"),
             "launch_delay": launch_delay_summary(launch_delay_rows(gpu, host))},
-            main="steps")
+            main="steps", uses=("gpu",))
 
     def summary(self) -> Result:
         """One row per rank: steps, step time, compute, comm, idle, top gap cause; and the
@@ -357,7 +398,7 @@ class Run:
             straggler = beside.submit(self._worst_straggler)
             df = summary(self.overlap_rows, steps, self.gap_rows(), self.ranks_table)
             straggler = straggler.result()
-        uses = ("match", "offsets") if len(self.ranks_present) > 1 else ()
+        uses = ("gpu", "match", "offsets") if len(self.ranks_present) > 1 else ("gpu",)
         return self._result("summary", {"window": self.window_info, "ranks": df,
                                         "worst_straggler": straggler}, main="ranks", uses=uses)
 
@@ -500,6 +541,48 @@ class Run:
         return f"<p>{escape(repr(self))}</p>" + self.traceset._repr_html_()
 
 
+def _unlaunched_warning(unlaunched: pl.DataFrame, excluded: bool) -> str:
+    """One line: how many GPU events have no launch in the trace, on which ranks, and what
+    was done with them."""
+    ranks = sorted(set(unlaunched.get_column("rank").to_list()))
+    shown = selection.describe_ranks(ranks)
+    what = ("dropped (--exclude-unlaunched)" if excluded else
+            "counted as GPU work; --exclude-unlaunched drops them")
+    return (f"gpu: {unlaunched.height} GPU events on rank(s) {shown} have no launch in the "
+            f"trace (queued before the profiler started): {what}")
+
+
+def _config_patterns(path: str | Path | None) -> tuple[str, ...]:
+    """``comm_patterns`` of a TOML file (``comm_patterns = ["^cross_device_reduce_"]``)."""
+    if path is None:
+        return ()
+    import tomllib
+
+    from traceview.errors import UsageError
+
+    try:
+        with Path(path).open("rb") as f:
+            config = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"--comm-config {path}: {exc}") from exc
+    found = config.get("comm_patterns", [])
+    if not isinstance(found, list) or not all(isinstance(p, str) for p in found):
+        raise UsageError(f"--comm-config {path}: comm_patterns must be a list of strings")
+    return tuple(found)
+
+
+def _checked_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """``patterns`` if each is a regex the classification can run; else a usage error."""
+    from traceview.errors import UsageError
+
+    for p in patterns:
+        try:
+            pl.select(pl.lit("").str.contains(p))
+        except pl.exceptions.PolarsError as exc:
+            raise UsageError(f"--comm-pattern {p!r} is not a valid regex: {exc}") from exc
+    return patterns
+
+
 def _capped(lines: list[str], most: int = 20) -> list[str]:
     """At most ``most`` lines: a 1,024-rank run can have a problem per rank."""
     if len(lines) <= most:
@@ -518,16 +601,19 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
          steps: str | tuple[int | None, int | None] | range | None = None,
          time: str | tuple[int | None, int | None] | None = None, skip_warmup: int = 0,
          align: str = "auto", reference_rank: int | None = None, tolerance_us: float = 500.0,
-         **open_options: Any) -> Run:
+         exclude_unlaunched: bool = False, comm_patterns: Sequence[str] = (),
+         comm_config: str | Path | None = None, **open_options: Any) -> Run:
     """Open traces (files, folders of per-rank traces, a store folder or URL) as a Run.
 
-    The window and alignment keywords are :class:`RunOptions`; the others
+    The window, alignment and classification keywords are :class:`RunOptions`; the others
     (``skip_bad``, ``rank_map``, ``cache``, ``cache_dir``, ``progress``, ``executor``,
     ``scheduler``, ``options``) are how the files are read (:func:`traceview.traceset.open`).
     """
     from traceview import traceset
 
     options = RunOptions(ranks=ranks, steps=steps, time=time, skip_warmup=skip_warmup,
-                         align=align, reference_rank=reference_rank, tolerance_us=tolerance_us)
+                         align=align, reference_rank=reference_rank, tolerance_us=tolerance_us,
+                         exclude_unlaunched=exclude_unlaunched,
+                         comm_patterns=tuple(comm_patterns), comm_config=comm_config)
     options.window()  # a bad option fails before any file is read
     return Run(traceset.open(paths, **open_options), options)

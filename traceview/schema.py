@@ -65,6 +65,21 @@ GPU_STREAM_KINDS: tuple[str, ...] = (*GPU_KINDS, "gpu_user_annotation")
 #: Host-side calls that launch GPU work (matched to it by ``correlation``).
 RUNTIME_KINDS: tuple[str, ...] = ("cuda_runtime", "cuda_driver")
 
+# Other accelerators. Kineto writes their activities under categories of their own, which the
+# parsers store as they are (kind ``other``, category kept), so stored tables do not change;
+# the analyses read these categories through the groups below.
+
+#: Device work of other accelerators (Meta MTIA's command processor events): counted as
+#: device kernels (``dma*`` names as copies; see ``ACCELERATOR_DEVICE_WAITS``).
+ACCELERATOR_DEVICE_CATEGORIES: tuple[str, ...] = ("mtia_ccp_events",)
+#: Names of device-side event records and waits in those categories: a stream marking or
+#: waiting on an event, not work (as ``cudaStreamWaitEvent`` is no kernel).
+ACCELERATOR_DEVICE_WAITS: tuple[str, ...] = ("event_record", "event_wait")
+#: Host-side runtime and driver calls of other accelerators (MTIA, Intel XPU, PrivateUse1
+#: backends): launches like ``cuda_runtime``, matched to their device work by correlation.
+ACCELERATOR_RUNTIME_CATEGORIES: tuple[str, ...] = (
+    "mtia_runtime", "xpu_runtime", "privateuse1_runtime", "privateuse1_driver")
+
 # The step.
 
 #: A step marker's name: Kineto's ``ProfilerStep#N`` record_function ranges (and NVTX ranges of

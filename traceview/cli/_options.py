@@ -62,6 +62,19 @@ def add_window_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", metavar="A:B", help="profiler steps A..B-1, e.g. 5:9")
     parser.add_argument("--skip-warmup", type=int, default=0, metavar="N",
                         help="drop the first N profiler steps of each rank")
+    add_gpu_rule_args(parser)
+
+
+def add_gpu_rule_args(parser: argparse.ArgumentParser) -> None:
+    """Which GPU events count and how they are classified (``RunOptions``)."""
+    parser.add_argument("--exclude-unlaunched", action="store_true",
+                        help="drop GPU events whose launch is not in the trace (queued before "
+                             "the profiler started); default: keep them, with a warning")
+    parser.add_argument("--comm-pattern", metavar="REGEX", action="append", default=[],
+                        help="kernel names that are communication besides NCCL/RCCL, e.g. "
+                             "'^cross_device_reduce_' (repeatable)")
+    parser.add_argument("--comm-config", metavar="FILE", default=None,
+                        help="TOML file with comm_patterns = [REGEX, ...]")
 
 
 
@@ -120,6 +133,9 @@ def open_run(args: argparse.Namespace):  # -> traceview.run.Run
         time=getattr(args, "time", None), skip_warmup=getattr(args, "skip_warmup", 0),
         align=getattr(args, "align", "auto"),
         reference_rank=getattr(args, "reference_rank", None),
-        tolerance_us=getattr(args, "tolerance_us", 500.0))
+        tolerance_us=getattr(args, "tolerance_us", 500.0),
+        exclude_unlaunched=getattr(args, "exclude_unlaunched", False),
+        comm_patterns=tuple(getattr(args, "comm_pattern", None) or ()),
+        comm_config=getattr(args, "comm_config", None))
     options.window()
     return Run(open_traceset(args), options)

@@ -44,6 +44,7 @@ def info_report(ts: Any) -> dict[str, Any]:
     rank's profiling windows (``traceview.windows``)."""
     kinds = (ts.events.group_by("rank", "kind").agg(pl.len().alias("n"))
              .collect().with_columns(pl.col("kind").cast(pl.String)))
+    unlaunched = _unlaunched_by_rank(ts)
     files = {row["file_id"]: row for row in ts.files.iter_rows(named=True)}
     windows = ts.window_spans()
     # a file read for several ranks (nsys) counts its dropped events on its first rank
@@ -64,6 +65,7 @@ def info_report(ts: Any) -> dict[str, Any]:
             "input_events": stored + sum(dropped.values()), "stored_events": stored,
             "dropped": dropped,
             "kinds": dict(sorted(zip(own["kind"].to_list(), own["n"].to_list()))),
+            "unlaunched_gpu_events": unlaunched.get(row["rank"], 0),
             "windows": [{"window": w["window"], "file": w["path"],
                          "first_step": w["first_step"], "last_step": w["last_step"],
                          "start_ns": w["start_ns"], "end_ns": w["end_ns"]}
@@ -80,10 +82,24 @@ def info_report(ts: Any) -> dict[str, Any]:
         "stored_events": sum(r["stored_events"] for r in ranks_out),
         "dropped": total_dropped,
         "kinds": dict(zip(total_kinds["kind"].to_list(), total_kinds["n"].to_list())),
+        "unlaunched_gpu_events": sum(r["unlaunched_gpu_events"] for r in ranks_out),
         "ranks": ranks_out,
         "skipped": [{"file": f, "error": e} for f, e in ts.skipped],
         "warnings": ts.warnings,
     }
+
+
+def _unlaunched_by_rank(ts: Any) -> dict[int, int]:
+    """Rank -> GPU events whose launch is not in the trace (``launches.unlaunched_gpu``)."""
+    from traceview.analyses.classify import gpu_events
+    from traceview.analyses.launches import unlaunched_gpu
+
+    events = ts.analysis_events()
+    gpu = gpu_events(events).select("rank", "correlation").collect()
+    if gpu.height == 0:
+        return {}  # nothing on a GPU (CPU-only traces): no launch lookup to pay for
+    counts = unlaunched_gpu(gpu, events).group_by("rank").agg(pl.len())
+    return dict(counts.iter_rows())
 
 
 def _print_info(report: dict[str, Any]) -> None:
@@ -97,6 +113,9 @@ def _print_info(report: dict[str, Any]) -> None:
               f"{r['file']}")
         if len(r["windows"]) > 1:  # one line per profiling window, times from the first
             _print_windows(r["windows"], origin=r["windows"][0]["start_ns"])
+    if report["unlaunched_gpu_events"]:
+        print(f"  {report['unlaunched_gpu_events']:,} GPU events have no launch in the trace "
+              "(queued before the profiler started)")
     for s in report["skipped"]:
         print(f"  skipped: {s['error']}")
     for w in report["warnings"]:
