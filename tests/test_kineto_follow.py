@@ -109,7 +109,9 @@ def test_following_a_real_trace(relative):
     text = gzip.decompress(path.read_bytes())
     assert _followed(path, chunk=97, step=1) == _columns(text)
     assert _trickled(text, chunk=4099, pause=0.0002, step=1) == _columns(text)
-    assert WAITS[-2] >= len(text) // 4099 // 2
+    # It followed the producer (waited for bytes). How often depends on how the two threads
+    # are scheduled, so only "at least once" holds on a loaded machine too.
+    assert WAITS[-2] > 0
 
 
 def test_following_corpus_traces(corpus):
