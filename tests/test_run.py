@@ -161,3 +161,19 @@ def test_unpaired_collectives_and_unaligned_clocks_are_warnings() -> None:
     assert any(w.startswith("alignment: rank 2") for w in stragglers.warnings)
     assert stragglers.to_dict()["warnings"] == list(stragglers.warnings)
     assert run.gaps().warnings == ()  # the GPU timeline used neither table
+
+
+def test_damaged_events_dropped_are_a_warning(tmp_path) -> None:
+    """Two events without a time are dropped by the parser: every answer says so, once."""
+    import json as _json
+
+    events = [{"ph": "X", "name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0,
+               "dur": 100, "pid": 1, "tid": 1},
+              {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "dur": 5, "pid": 1, "tid": 1},
+              {"ph": "X", "name": "aten::add", "cat": "cpu_op", "dur": 5, "pid": 1, "tid": 1}]
+    path = tmp_path / "rank-0.json"
+    path.write_text(_json.dumps({"traceEvents": events,
+                                 "distributedInfo": {"rank": 0, "world_size": 1}}))
+    warnings = traceview.open(path, cache=False).summary().warnings
+    dropped = [w for w in warnings if "input events dropped" in w]
+    assert len(dropped) == 1 and "2 missing_ts" in dropped[0] and str(path) in dropped[0]

@@ -54,6 +54,12 @@ class _Part:
         return frame.with_columns(rank.alias("rank"), file_id.alias("file_id"))
 
 
+#: Drop reasons that are not damage (an E merged into its B event, NVTX naming rows, a launcher
+#: process without a rank), or that have a warning of their own (truncation).
+_DROPS_WITHOUT_WARNING = frozenset({"end_merged_into_begin", "nvtx_not_an_event",
+                                    "no_rank_for_process", "truncated"})
+
+
 class TraceSet:
     """The events of one run (all ranks, long form) with its ranks and files tables."""
 
@@ -138,9 +144,17 @@ class TraceSet:
 
     @property
     def warnings(self) -> list[str]:
+        """What reading the files said: damage, assumptions, and events dropped (one line
+        with the counts for a file whose parser dropped damaged events)."""
         out = []
-        for path, warns in self.files.select("path", "warnings").iter_rows():
+        for path, warns, dropped in self.files.select("path", "warnings", "dropped").iter_rows():
             out += [f"{path}: {w}" for w in orjson.loads(warns or "[]")]
+            unexplained = {k: n for k, n in orjson.loads(dropped or "{}").items()
+                           if k not in _DROPS_WITHOUT_WARNING and n}
+            if unexplained:
+                counts = ", ".join(f"{n} {why}" for why, n in sorted(unexplained.items()))
+                out.append(f"{path}: {sum(unexplained.values())} input events dropped "
+                           f"({counts}; info --json lists them)")
         return out
 
     def sql(self, query: str, *, events: pl.LazyFrame | None = None) -> pl.DataFrame:
