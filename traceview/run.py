@@ -56,7 +56,8 @@ class RunOptions:
     skip_warmup:    drop each rank's first N steps.
     align:          ``auto``, ``collectives``, ``host`` or ``none`` (see ``traceview.analyses.align``).
     reference_rank: the rank whose clock is the reference (default: the lowest).
-    tolerance_us:   how far apart two completions of one collective may be, for time matching.
+    tolerance_us:   how far apart two completions of one collective may be when matching;
+                    None (default) learns it per group from the run's own residuals.
     """
 
     ranks: str | Sequence[int] | None = None
@@ -65,7 +66,7 @@ class RunOptions:
     skip_warmup: int = 0
     align: str = "auto"
     reference_rank: int | None = None
-    tolerance_us: float = 500.0
+    tolerance_us: float | None = None
 
     def window(self) -> Any:  # analyses.window.Window
         """The window these options select; a usage error (before any file is read) when an
@@ -204,7 +205,7 @@ class Run:
         """The window's collective calls paired across ranks."""
         from traceview.analyses.collective_match import comm_events, match_collectives
 
-        return match_collectives(comm_events(self._analysis_events),
+        return match_collectives(comm_events(self._analysis_events), ranks=self.traceset.ranks,
                                  tolerance_ns=self._tolerance_ns)
 
     @cached_property
@@ -215,7 +216,8 @@ class Run:
         from traceview.analyses.collective_match import comm_events, match_collectives
 
         whole = self.match if self.whole_ranks else match_collectives(
-            comm_events(self._rank_events), tolerance_ns=self._tolerance_ns)
+            comm_events(self._rank_events), ranks=self.traceset.ranks,
+            tolerance_ns=self._tolerance_ns)
         return estimate_offsets(whole, self._aligned_ranks, method=self.options.align,
                                 reference_rank=self.options.reference_rank,
                                 hosts=self.traceset.ranks)
@@ -276,8 +278,9 @@ class Run:
         return out
 
     @property
-    def _tolerance_ns(self) -> int:
-        return int(self.options.tolerance_us * 1000)
+    def _tolerance_ns(self) -> int | None:
+        tol = self.options.tolerance_us
+        return None if tol is None else int(tol * 1000)
 
     def _result(self, command: str, fields: dict[str, Any], main: str,
                 uses: tuple[str, ...] = ()) -> Result:
@@ -373,7 +376,8 @@ class Run:
         inst = instances(per)
         return self._result("collectives", {
             "instances": inst, "summary": collective_summary(per), "alpha_beta": alpha_beta(inst),
-            "problems": self.match.problems, "alignment": self._alignment_summary()},
+            "problems": self.match.problems, "groups": self.match.groups,
+            "alignment": self._alignment_summary()},
             main="instances", uses=("match", "offsets"))
 
     def stragglers(self) -> Result:
@@ -391,7 +395,7 @@ class Run:
             return self.match.problems
         from traceview.analyses.collective_match import comm_events, match_collectives
 
-        return match_collectives(comm_events(self._rank_events),
+        return match_collectives(comm_events(self._rank_events), ranks=self.traceset.ranks,
                                  tolerance_ns=self._tolerance_ns).problems
 
     def _alignment_summary(self) -> dict[str, Any]:
@@ -512,7 +516,7 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
          ranks: str | Sequence[int] | None = None,
          steps: str | tuple[int | None, int | None] | range | None = None,
          time: str | tuple[int | None, int | None] | None = None, skip_warmup: int = 0,
-         align: str = "auto", reference_rank: int | None = None, tolerance_us: float = 500.0,
+         align: str = "auto", reference_rank: int | None = None, tolerance_us: float | None = None,
          **open_options: Any) -> Run:
     """Open traces (files, folders of per-rank traces, a store folder or URL) as a Run.
 
