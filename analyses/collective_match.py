@@ -51,7 +51,7 @@ import polars as pl
 from traceview.analyses.classify import DEFAULT_PATTERNS
 from traceview.analyses.names import matching, per_name
 from traceview.analyses.window import ranks_present
-from traceview.naming import collective_from_text
+from traceview.naming import collective_from_text, dtype_bytes
 
 #: Collectives whose completion on any rank needs every rank to have arrived (causality holds,
 #: and completions are nearly simultaneous): usable as clock anchors.
@@ -151,13 +151,45 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     return out.select(list(COMM_SCHEMA)).cast(COMM_SCHEMA).sort("rank", "ts_ns")
 
 
+def shape_bytes(args_json: pl.Expr) -> pl.Expr:
+    """Message size of a single-tensor op from its recorded shape: product of ``Input Dims``
+    x the element size of ``Input type[0]``; null for several tensors or an unknown dtype.
+
+    gloo writes no ``record_param_comms`` (so no ``In msg nelems``), but its work items
+    (``gloo:all_reduce``) carry the tensor's shape when the profiler records shapes: it is
+    what tells a 1 KiB tensor-parallel all-reduce from an 8 KiB data-parallel one.
+
+    >>> df = pl.DataFrame({"a": ['{"Input Dims": [[256, 4]], "Input type": ["float"]}',
+    ...                          '{"Input Dims": [[2], [3]], "Input type": ["float", "float"]}']})
+    >>> df.select(b=shape_bytes(pl.col("a"))).get_column("b").to_list()
+    [4096, None]
+    """
+    dims = args_json.str.json_path_match("$['Input Dims']")
+    numel = (dims.str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64).product())
+             .list.first())
+    one_tensor = dims.str.contains(r"^\[\[[0-9, ]*\]\]$")
+    size = dtype_bytes(args_json.str.json_path_match("$['Input type'][0]"))
+    return pl.when(one_tensor).then(numel * size)
+
+
 def _cpu_calls(lf: pl.LazyFrame) -> pl.DataFrame:
-    """CPU-side calls: nested comm events merged per (rank, thread); backend work preferred."""
+    """CPU-side calls: nested comm events merged per (rank, thread); backend work preferred.
+    With ``args_json`` in ``lf``, backend work items without a message size get it from
+    their recorded shape (:func:`shape_bytes`)."""
     name = _text("name")
+    rows = lf.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])
+                     & pl.col("dur_ns").is_not_null())
+    if "args_json" in lf.collect_schema().names():
+        # the shapes of the backend's work items only (a few rows): args_json is most of
+        # a trace's bytes, so it never travels with the other rows
+        shapes = matching(rows.filter(pl.col("bytes").is_null()), _BACKEND_WORK).select(
+            "rank", "tid", "ts_ns", "name",
+            shape_bytes=shape_bytes(pl.col("args_json").cast(pl.String)))
+        rows = rows.drop("args_json").join(shapes, on=["rank", "tid", "ts_ns", "name"],
+                                           how="left", nulls_equal=True, maintain_order="left")
+        rows = rows.with_columns(bytes=pl.coalesce("bytes", "shape_bytes"))
     ops = per_name(  # the name rules run once per distinct name
-        lf.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])
-                  & pl.col("dur_ns").is_not_null()),
-        _backend=name.str.contains(_BACKEND_WORK), _dispatch=name.str.contains(_DISPATCH))
+        rows, _backend=name.str.contains(_BACKEND_WORK), _dispatch=name.str.contains(_DISPATCH))
     cand = ops.filter(
         pl.col("_backend") | pl.col("_dispatch") | pl.col("collective").is_not_null()
     ).select(

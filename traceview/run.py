@@ -161,6 +161,14 @@ class Run:
 
         return select(self.traceset.analysis_events(), Window(ranks=self.window.ranks))
 
+    @property
+    def _rank_comm_source(self) -> pl.LazyFrame:
+        """The window's ranks, every step, with ``args_json``: collective matching reads the
+        recorded shapes of the few backend work items that carry no message size (gloo)."""
+        from traceview.analyses.window import Window, select
+
+        return select(self.traceset.events, Window(ranks=self.window.ranks))
+
     @cached_property
     def _analysis_events(self) -> pl.LazyFrame:
         """The window's events without ``args_json``: every column an analysis reads.
@@ -205,7 +213,7 @@ class Run:
         """The window's collective calls paired across ranks."""
         from traceview.analyses.collective_match import comm_events, match_collectives
 
-        return match_collectives(comm_events(self._analysis_events), ranks=self.traceset.ranks,
+        return match_collectives(comm_events(self.events), ranks=self.traceset.ranks,
                                  tolerance_ns=self._tolerance_ns)
 
     @cached_property
@@ -216,7 +224,7 @@ class Run:
         from traceview.analyses.collective_match import comm_events, match_collectives
 
         whole = self.match if self.whole_ranks else match_collectives(
-            comm_events(self._rank_events), ranks=self.traceset.ranks,
+            comm_events(self._rank_comm_source), ranks=self.traceset.ranks,
             tolerance_ns=self._tolerance_ns)
         return estimate_offsets(whole, self._aligned_ranks, method=self.options.align,
                                 reference_rank=self.options.reference_rank,
@@ -395,7 +403,7 @@ class Run:
             return self.match.problems
         from traceview.analyses.collective_match import comm_events, match_collectives
 
-        return match_collectives(comm_events(self._rank_events), ranks=self.traceset.ranks,
+        return match_collectives(comm_events(self._rank_comm_source), ranks=self.traceset.ranks,
                                  tolerance_ns=self._tolerance_ns).problems
 
     def _alignment_summary(self) -> dict[str, Any]:
