@@ -44,14 +44,14 @@ Two steps, both pure functions over tables:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from traceview.analyses.classify import DEFAULT_PATTERNS
 from traceview.analyses.names import matching, per_name
 from traceview.analyses.window import ranks_present
-from traceview.naming import collective_from_text
+from traceview.naming import collective_from_text, dtype_bytes
 
 #: Collectives whose completion on any rank needs every rank to have arrived (causality holds,
 #: and completions are nearly simultaneous): usable as clock anchors.
@@ -82,12 +82,21 @@ PROBLEM_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+GROUP_SCHEMA: dict[str, pl.DataType] = {
+    "group": pl.String, "ranks": pl.List(pl.Int32), "match": pl.String,
+    "calls_per_rank": pl.Int64, "paired": pl.Int64, "unpaired": pl.Int64,
+    "tolerance_ns": pl.Int64,
+}
+
+
 @dataclass(frozen=True)
 class MatchResult:
-    """``instances``: one row per (instance, rank); ``problems``: what could not be matched."""
+    """``instances``: one row per (instance, rank); ``problems``: what could not be matched;
+    ``groups``: one row per group (``GROUP_SCHEMA``): how it was matched, with what tolerance."""
 
     instances: pl.DataFrame
     problems: pl.DataFrame
+    groups: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=GROUP_SCHEMA))
 
 
 def _text(col: str) -> pl.Expr:
@@ -142,13 +151,45 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     return out.select(list(COMM_SCHEMA)).cast(COMM_SCHEMA).sort("rank", "ts_ns")
 
 
+def shape_bytes(args_json: pl.Expr) -> pl.Expr:
+    """Message size of a single-tensor op from its recorded shape: product of ``Input Dims``
+    x the element size of ``Input type[0]``; null for several tensors or an unknown dtype.
+
+    gloo writes no ``record_param_comms`` (so no ``In msg nelems``), but its work items
+    (``gloo:all_reduce``) carry the tensor's shape when the profiler records shapes: it is
+    what tells a 1 KiB tensor-parallel all-reduce from an 8 KiB data-parallel one.
+
+    >>> df = pl.DataFrame({"a": ['{"Input Dims": [[256, 4]], "Input type": ["float"]}',
+    ...                          '{"Input Dims": [[2], [3]], "Input type": ["float", "float"]}']})
+    >>> df.select(b=shape_bytes(pl.col("a"))).get_column("b").to_list()
+    [4096, None]
+    """
+    dims = args_json.str.json_path_match("$['Input Dims']")
+    numel = (dims.str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64).product())
+             .list.first())
+    one_tensor = dims.str.contains(r"^\[\[[0-9, ]*\]\]$")
+    size = dtype_bytes(args_json.str.json_path_match("$['Input type'][0]"))
+    return pl.when(one_tensor).then(numel * size)
+
+
 def _cpu_calls(lf: pl.LazyFrame) -> pl.DataFrame:
-    """CPU-side calls: nested comm events merged per (rank, thread); backend work preferred."""
+    """CPU-side calls: nested comm events merged per (rank, thread); backend work preferred.
+    With ``args_json`` in ``lf``, backend work items without a message size get it from
+    their recorded shape (:func:`shape_bytes`)."""
     name = _text("name")
+    rows = lf.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])
+                     & pl.col("dur_ns").is_not_null())
+    if "args_json" in lf.collect_schema().names():
+        # the shapes of the backend's work items only (a few rows): args_json is most of
+        # a trace's bytes, so it never travels with the other rows
+        shapes = matching(rows.filter(pl.col("bytes").is_null()), _BACKEND_WORK).select(
+            "rank", "tid", "ts_ns", "name",
+            shape_bytes=shape_bytes(pl.col("args_json").cast(pl.String)))
+        rows = rows.drop("args_json").join(shapes, on=["rank", "tid", "ts_ns", "name"],
+                                           how="left", nulls_equal=True, maintain_order="left")
+        rows = rows.with_columns(bytes=pl.coalesce("bytes", "shape_bytes"))
     ops = per_name(  # the name rules run once per distinct name
-        lf.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])
-                  & pl.col("dur_ns").is_not_null()),
-        _backend=name.str.contains(_BACKEND_WORK), _dispatch=name.str.contains(_DISPATCH))
+        rows, _backend=name.str.contains(_BACKEND_WORK), _dispatch=name.str.contains(_DISPATCH))
     cand = ops.filter(
         pl.col("_backend") | pl.col("_dispatch") | pl.col("collective").is_not_null()
     ).select(
@@ -198,23 +239,61 @@ def _cpu_calls(lf: pl.LazyFrame) -> pl.DataFrame:
     ).cast({"rank": pl.Int32})
 
 
+#: Completion residuals below this are clock resolution and thread wake-up: a learnt
+#: tolerance never goes below it.
+TOLERANCE_FLOOR_NS = 50_000
+#: The learnt tolerance is this many robust standard deviations (1.4826 x MAD) of the
+#: residuals: about one false rejection in 1.7 million for Gaussian noise.
+TOLERANCE_SIGMAS = 5.0
+#: Order pairing is contradicted when the residual noise (one robust standard deviation) is
+#: above this share of the mean spacing between a rank's calls: time then cannot tell a call
+#: from its neighbour, and the residuals are what a wrong pairing produces.
+MAX_NOISE_TO_SPACING = 0.25
+#: Width of the bins in which pairwise completion differences vote on a clock offset, for
+#: time matching (the vote only, not the pairing's tolerance).
+VOTE_WINDOW_NS = 500_000
+
+def robust_tolerance(residuals: pl.Series) -> int:
+    """``max(TOLERANCE_FLOOR_NS, TOLERANCE_SIGMAS x 1.4826 x MAD)`` of ``residuals`` (ns).
+
+    >>> robust_tolerance(pl.Series([0, 100_000, -100_000, 20_000, 5_000_000]))
+    593040
+    """
+    r = residuals.drop_nulls().cast(pl.Float64)
+    if r.len() == 0:
+        return TOLERANCE_FLOOR_NS
+    mad = float((r - r.median()).abs().median())
+    return max(TOLERANCE_FLOOR_NS, round(TOLERANCE_SIGMAS * 1.4826 * mad))
+
+
 def match_collectives(
     comm: pl.DataFrame,
     *,
-    tolerance_ns: int = 500_000,
+    ranks: pl.DataFrame | None = None,
+    tolerance_ns: int | None = None,
     max_vote: int = 512,
 ) -> MatchResult:
     """Give each call of :func:`comm_events` an ``instance`` key shared across ranks.
 
-    ``tolerance_ns`` is how far apart (after the estimated clock offset) two completions of one
-    instance may be for time matching; ``max_vote`` caps the calls per rank used to vote on that
-    offset. Returns ``MatchResult(instances, problems)``; instances add ``instance`` (text key),
+    ``ranks``: the ranks table; its ``pg_config`` recovers the process group of calls that do
+    not name one (:mod:`traceview.analyses.process_groups`). ``tolerance_ns``: how far apart
+    (after the clock offset) two completions of one instance may be; None (the default)
+    learns it per group from the run's own residuals (:func:`robust_tolerance`).
+    ``max_vote`` caps the calls per rank used to vote on a clock offset. Returns
+    ``MatchResult(instances, problems, groups)``; instances add ``instance`` (text key),
     ``position`` (sequence number, or position in the group) and ``match``
-    (``seq``/``order``/``time``).
+    (``seq``/``order``/``time``); ``groups`` says per group how it was matched.
     """
     if comm.height == 0:
         return MatchResult(pl.DataFrame(schema=INSTANCE_SCHEMA),
-                           pl.DataFrame(schema=PROBLEM_SCHEMA))
+                           pl.DataFrame(schema=PROBLEM_SCHEMA), pl.DataFrame(schema=GROUP_SCHEMA))
+    problems: list[pl.DataFrame] = []
+    if ranks is not None:
+        from traceview.analyses.process_groups import recover_groups
+
+        comm, found = recover_groups(comm, ranks,
+                                     floor_ns=tolerance_ns or TOLERANCE_FLOOR_NS)
+        problems.append(pl.DataFrame(found, schema=PROBLEM_SCHEMA))
     comm = comm.sort("rank", "group", "ts_ns")
     with_seq = comm.filter(pl.col("seq").is_not_null())
     by_seq = with_seq.with_columns(
@@ -225,23 +304,48 @@ def match_collectives(
     rest = comm.filter(pl.col("seq").is_null()).with_columns(
         position=pl.int_range(pl.len()).over("rank", "group").cast(pl.Int64))
     parts = [by_seq]
-    problems: list[pl.DataFrame] = [_seq_problems(by_seq)]
+    tolerances = {g: 0 for g in by_seq.get_column("group").unique()}
+    problems.append(_seq_problems(by_seq))
     for (group,), g in rest.group_by("group", maintain_order=True):
+        if str(group).startswith("unresolved:"):
+            continue  # no group identity: pairing these would be a guess
         ok, probs = _order_consistent(g)
+        tol = tolerance_ns
         if ok:
-            ok, probs = _order_timing_consistent(g, tolerance_ns)
+            ok, probs, tol = _order_timing_consistent(g, tolerance_ns)
         problems.append(probs)
         if ok:
             parts.append(g.with_columns(
                 instance=pl.col("group") + pl.lit("#") + pl.col("position").cast(pl.String),
                 match=pl.lit("order")))
         else:
-            matched, unmatched = _match_by_time(g, tolerance_ns=tolerance_ns, max_vote=max_vote)
+            matched, unmatched, tol = _match_by_time(g, tolerance_ns=tolerance_ns,
+                                                     max_vote=max_vote)
             parts.append(matched)
             problems.append(unmatched)
+        tolerances[group] = tol
     inst = pl.concat([p.select(list(INSTANCE_SCHEMA)).cast(INSTANCE_SCHEMA) for p in parts])
     probs = pl.concat([p.select(list(PROBLEM_SCHEMA)).cast(PROBLEM_SCHEMA) for p in problems])
-    return MatchResult(inst.sort("instance", "rank"), probs.sort("group", "rank"))
+    return MatchResult(inst.sort("instance", "rank"), probs.sort("group", "rank"),
+                       _groups(comm, inst, tolerances))
+
+
+def _groups(comm: pl.DataFrame, inst: pl.DataFrame, tolerances: dict) -> pl.DataFrame:
+    """Per group: its ranks, how it was matched, calls per rank, calls paired and not."""
+    paired = inst.filter(pl.col("rank").n_unique().over("instance") >= 2).group_by("group").agg(
+        paired=pl.len(), match=pl.col("match").unique().sort().str.join("+"))
+    calls = comm.group_by("group").agg(
+        ranks=pl.col("rank").unique().sort(), calls=pl.len(),
+        calls_per_rank=pl.col("rank").value_counts().struct.field("count").max())
+    tol = pl.DataFrame({"group": list(tolerances), "tolerance_ns": list(tolerances.values())},
+                       schema={"group": pl.String, "tolerance_ns": pl.Int64})
+    return (
+        calls.join(paired, on="group", how="left").join(tol, on="group", how="left")
+        .with_columns(pl.col("paired").fill_null(0),
+                      pl.col("match").fill_null("unresolved"))
+        .with_columns(unpaired=pl.col("calls") - pl.col("paired"))
+        .select(list(GROUP_SCHEMA)).cast(GROUP_SCHEMA).sort("group")
+    )
 
 
 def _seq_problems(by_seq: pl.DataFrame) -> pl.DataFrame:
@@ -293,35 +397,47 @@ def _order_consistent(g: pl.DataFrame) -> tuple[bool, pl.DataFrame]:
     return False, out
 
 
-#: Order matching is rejected when more than this share of positions has completion times that
-#: (jitter of single completions, e.g. concurrent gloo all-reduces, stays well below it)
-#: disagree (beyond the tolerance) with the rank's median clock offset.
+#: Order matching is rejected when more than this share of a rank's positions have completion
+#: times beyond the tolerance from the rank's median clock offset.
 MAX_DISAGREEING = 0.5
 
 
-def _order_timing_consistent(g: pl.DataFrame, tolerance_ns: int) -> tuple[bool, pl.DataFrame]:
-    """Order pairs must also agree in time: end[r, k] - end[ref, k] is one clock offset."""
+def _order_timing_consistent(g: pl.DataFrame,
+                             tolerance_ns: int | None) -> tuple[bool, pl.DataFrame, int]:
+    """Order pairs must also agree in time: end[r, k] - end[ref, k] is one clock offset, up to
+    noise that time can resolve. Returns (accepted, problems, tolerance used)."""
     group = g.get_column("group")[0]
     ref_rank = g.get_column("rank").min()
     ref = g.filter(pl.col("rank") == ref_rank).select("position", ref_end="end_ns")
     d = g.filter(pl.col("rank") != ref_rank).join(ref, on="position").with_columns(
         d=pl.col("end_ns") - pl.col("ref_end"))
     if d.height == 0:
-        return True, pl.DataFrame(schema=PROBLEM_SCHEMA)
-    per = d.with_columns(dev=(pl.col("d") - pl.col("d").median().over("rank")).abs()).group_by(
-        "rank").agg(bad=(pl.col("dev") > tolerance_ns).mean(), n=pl.len(),
-                    worst=pl.col("dev").max())
+        return True, pl.DataFrame(schema=PROBLEM_SCHEMA), tolerance_ns or TOLERANCE_FLOOR_NS
+    d = d.with_columns(res=pl.col("d") - pl.col("d").median().over("rank"))
+    tol = tolerance_ns if tolerance_ns is not None else robust_tolerance(d.get_column("res"))
+    per = d.with_columns(dev=pl.col("res").abs()).group_by("rank").agg(
+        bad=(pl.col("dev") > tol).mean(), n=pl.len(), worst=pl.col("dev").max())
     bad = per.filter(pl.col("bad") > MAX_DISAGREEING)
+    ends = ref.get_column("ref_end")
+    spacing = (ends.max() - ends.min()) / max(ends.len() - 1, 1)
+    noise = tol / TOLERANCE_SIGMAS
+    if tolerance_ns is None and ends.len() > 2 and noise > MAX_NOISE_TO_SPACING * spacing:
+        return False, pl.DataFrame([{
+            "group": group, "rank": None, "problem": "order_timing_mismatch",
+            "detail": f"order pairing contradicted by timing: completion residuals scatter "
+                      f"by {round(noise)} ns (robust sd), more than "
+                      f"{MAX_NOISE_TO_SPACING:.0%} of the {round(spacing)} ns between "
+                      f"successive calls"}], schema=PROBLEM_SCHEMA), tol
     if bad.height == 0:
-        return True, pl.DataFrame(schema=PROBLEM_SCHEMA)
+        return True, pl.DataFrame(schema=PROBLEM_SCHEMA), tol
     return False, bad.select(
         group=pl.lit(group), rank="rank", problem=pl.lit("order_timing_mismatch"),
         detail=pl.lit("order pairing contradicted by timing: ")
         + (pl.col("bad") * pl.col("n")).round(0).cast(pl.Int64).cast(pl.String)
         + pl.lit(" of ") + pl.col("n").cast(pl.String)
         + pl.lit(f" completions differ from rank {ref_rank}'s by more than the median offset "
-                 f"+/- {tolerance_ns} ns (worst ")
-        + pl.col("worst").cast(pl.String) + pl.lit(" ns)")).cast({"rank": pl.Int32})
+                 f"+/- {tol} ns (worst ")
+        + pl.col("worst").cast(pl.String) + pl.lit(" ns)")).cast({"rank": pl.Int32}), tol
 
 
 def _mode_offset(ref: pl.DataFrame, other: pl.DataFrame, tolerance_ns: int,
@@ -341,9 +457,11 @@ def _mode_offset(ref: pl.DataFrame, other: pl.DataFrame, tolerance_ns: int,
     return int(near.median()), int(votes[best])
 
 
-def _match_by_time(g: pl.DataFrame, *, tolerance_ns: int,
-                   max_vote: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Pair calls of one group by completion time against a reference rank (see module doc)."""
+def _match_by_time(g: pl.DataFrame, *, tolerance_ns: int | None,
+                   max_vote: int) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Pair calls of one group by completion time against a reference rank (see module doc).
+    Without ``tolerance_ns`` the tolerance is learnt from the nearest-neighbour residuals
+    under the voted offsets. Returns (matched, problems, tolerance used)."""
     group = g.get_column("group")[0]
     counts = g.group_by("rank").agg(n=pl.len()).sort(["n", "rank"], descending=[True, False])
     ref_rank = counts.get_column("rank")[0]
@@ -353,21 +471,27 @@ def _match_by_time(g: pl.DataFrame, *, tolerance_ns: int,
         match=pl.lit("time"))]
     probs: list[dict] = []
     paired_ref: set[int] = set()
+    window = tolerance_ns or VOTE_WINDOW_NS
+    nearest = {}
     for rank in counts.get_column("rank").to_list()[1:]:
         other = g.filter(pl.col("rank") == rank).sort("ts_ns")
-        off, votes = _mode_offset(ref, other, tolerance_ns, max_vote)
-        if off is None:
+        off, votes = _mode_offset(ref, other, window, max_vote)
+        if off is not None:
+            nearest[rank] = (off, votes, _nearest(other, ref, off))
+    if tolerance_ns is None:
+        # the noise of the pairs the vote found: residuals within the vote window
+        close = [n.filter(pl.col("err") <= window).get_column("err")
+                 for _, _, n in nearest.values()]
+        tolerance_ns = robust_tolerance(pl.concat(close)) if close else TOLERANCE_FLOOR_NS
+    for rank in counts.get_column("rank").to_list()[1:]:
+        other = g.filter(pl.col("rank") == rank).sort("ts_ns")
+        if rank not in nearest:
             probs.append({"group": group, "rank": rank, "problem": "unmatched",
                           "detail": f"no call shares a collective name with rank {ref_rank}"})
             continue
+        off, votes, near = nearest[rank]
         cand = (
-            other.with_columns(key=pl.col("end_ns") - off).sort("key")
-            .join_asof(ref.select("collective", "position", rkey="end_ns").sort("rkey"),
-                       left_on="key", right_on="rkey", by="collective", strategy="nearest",
-                       check_sortedness=False,
-                       suffix="_ref")
-            .with_columns(err=(pl.col("key") - pl.col("rkey")).abs())
-            .filter(pl.col("err") <= tolerance_ns)
+            near.filter(pl.col("err") <= tolerance_ns)
             # one to one: the closest call wins each reference call
             .sort("err").unique("position_ref", keep="first", maintain_order=True)
         )
@@ -391,4 +515,16 @@ def _match_by_time(g: pl.DataFrame, *, tolerance_ns: int,
     matched = matched.filter(pl.col("rank").n_unique().over("instance") >= 2)
     prob = pl.DataFrame(probs, schema=PROBLEM_SCHEMA) if probs else pl.DataFrame(
         schema=PROBLEM_SCHEMA)
-    return matched, prob
+    return matched, prob, tolerance_ns
+
+
+def _nearest(other: pl.DataFrame, ref: pl.DataFrame, off: int) -> pl.DataFrame:
+    """Each call of ``other`` with the reference call whose completion is nearest after the
+    clock offset, and the distance ``err``."""
+    return (
+        other.with_columns(key=pl.col("end_ns") - off).sort("key")
+        .join_asof(ref.select("collective", "position", rkey="end_ns").sort("rkey"),
+                   left_on="key", right_on="rkey", by="collective", strategy="nearest",
+                   check_sortedness=False, suffix="_ref")
+        .with_columns(err=(pl.col("key") - pl.col("rkey")).abs())
+    )

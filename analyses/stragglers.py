@@ -44,7 +44,18 @@ RESULT_SCHEMA: dict[str, pl.DataType] = {
     "instances": pl.Int64, "wait_suffered_ns": pl.Int64, "compute_before_ns": pl.Int64,
     "compute_ratio": pl.Float64, "step_time_ns": pl.Int64, "step_ratio": pl.Float64,
     "steps": pl.Int64, "effect": pl.Float64, "explanation": pl.String,
+    "median_imposed_wait_per_step_ns": pl.Int64, "steps_last": pl.Int64,
+    "steps_compared": pl.Int64, "noise_floor_ns": pl.Int64, "confidence": pl.String,
+    "confidence_score": pl.Float64,
 }
+
+#: A lead counts as "clear" when above this many times the run's own arrival noise (the
+#: median spread of the non-last ranks' arrivals at an instance).
+NOISE_MULTIPLE = 3.0
+#: A straggler is last, by a clear lead, in at least this share of the steps compared.
+MIN_STEP_SHARE = 0.5
+#: Verdicts resting on fewer steps than this are low confidence.
+MIN_STEPS_FOR_CONFIDENCE = 4
 
 LATENESS_FLOOR_NS = 50_000
 
@@ -78,8 +89,12 @@ def stragglers(
     median_step = step_by_rank.get_column("step_time_ns").median() if steps.height else None
     n_steps = int(step_by_rank.get_column("steps").median()) if steps.height else None
     unc = int(per.get_column("uncertainty_ns").max() or 0)
+    spread = per.group_by("instance").agg(
+        s=pl.col("arrival_ns").sort(descending=True).slice(1).max()
+        - pl.col("arrival_ns").min()).get_column("s").median()
     floor = max(2 * unc, LATENESS_FLOOR_NS,
-                int(0.01 * median_step) if median_step else 0)
+                int(0.01 * median_step) if median_step else 0,
+                int(NOISE_MULTIPLE * spread) if spread else 0)
 
     inst = per.group_by("instance").agg(
         last_rank=pl.col("last_rank").first(),
@@ -89,6 +104,8 @@ def stragglers(
         first_ns=pl.col("arrival_ns").min(), end_ns=pl.col("end_ns").max(),
     ).with_columns(lateness_ns=pl.col("late_to_ns") - pl.col("late_from_ns"))
     inst = inst.with_columns(significant=pl.col("lateness_ns") > floor)
+    inst = _with_step(inst, steps)
+    per_step = _per_step(inst, ranks_all, floor)
     n_sig = int(inst.get_column("significant").sum())
     span = int(inst.get_column("end_ns").max() - inst.get_column("first_ns").min())
 
@@ -117,6 +134,7 @@ def stragglers(
         .join(before, on="rank", how="left")
         .join(by_last, on="rank", how="left")
         .join(step_by_rank, on="rank", how="left")
+        .join(per_step, on="rank", how="left")
         .with_columns(
             pl.col("last_arrivals", "significant_last_arrivals", "imposed_wait_ns",
                    "instances", "wait_suffered_ns", "compute_before_ns").fill_null(0)
@@ -133,9 +151,11 @@ def stragglers(
         effect=_ratio(_ratio(imposed_col, n_steps), median_step) if n_steps and median_step
         else (_ratio(imposed_col, span) if span > 0 else pl.lit(0.0)),
         significant_instances=pl.lit(n_sig, pl.Int64),
+        noise_floor_ns=pl.lit(floor, pl.Int64),
     )
     imposed = dict(rows.select("rank", "imposed_wait_ns").rows())
     total_imposed = sum(imposed.values())
+    typical = dict(rows.select("rank", "median_imposed_wait_per_step_ns").rows())
     out = []
     for row in rows.iter_rows(named=True):
         r = row["rank"]
@@ -154,15 +174,80 @@ def stragglers(
             "effect": row["effect"] is not None and row["effect"] >= min_effect,
             "dominant": row["imposed_wait_ns"] > 0
             and row["imposed_wait_ns"] >= dominance * other_med,
+            # Noise makes a few steps' waits huge for anyone: the verdict rests on the typical
+            # step (median) and on being last in most steps, not on a sum.
+            "consistent": row["steps_compared"] > 0
+            and row["steps_last"] >= MIN_STEP_SHARE * row["steps_compared"]
+            and row["median_imposed_wait_per_step_ns"] > floor
+            and row["median_imposed_wait_per_step_ns"]
+            >= dominance * _median([v for q, v in typical.items() if q != r]),
         }
         flagged = row["instances"] > 0 and all(checks.values())
         names = row.pop("names") or []
         row["flagged"] = flagged
+        row["confidence_score"], row["confidence"] = _confidence(
+            flagged, row["steps_last"], row["steps_compared"], len(ranks_all))
         row["explanation"] = _explain(row, flagged, checks, names, n_sig, floor, median_step,
                                       n_steps, min_effect, min_share, unc)
         out.append(row)
     return (pl.DataFrame(out).select(list(RESULT_SCHEMA)).cast(RESULT_SCHEMA)
-            .sort(["imposed_wait_ns", "rank"], descending=[True, False]))
+            .sort(["median_imposed_wait_per_step_ns", "imposed_wait_ns", "rank"],
+                  descending=[True, True, False]))
+
+
+def _median(values: list[int]) -> float:
+    v = sorted(values)
+    if not v:
+        return 0.0
+    return float(v[len(v) // 2]) if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def _with_step(inst: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Each instance's step: the reference (lowest) rank's step in which it began; without
+    steps every instance is its own unit of comparison."""
+    if steps.height == 0:
+        return inst.with_columns(step=pl.col("first_ns").rank("dense").cast(pl.Int64))
+    ref = steps.filter(pl.col("rank") == steps.get_column("rank").min())
+    spans = ref.select(pl.col("step").cast(pl.Int64), pl.col("step_start_ns").cast(pl.Int64))
+    return inst.sort("first_ns").join_asof(spans.sort("step_start_ns"), left_on="first_ns",
+                                           right_on="step_start_ns", strategy="backward"
+                                           ).with_columns(pl.col("step").fill_null(-1))
+
+
+def _per_step(inst: pl.DataFrame, ranks: list[int], floor: int) -> pl.DataFrame:
+    """Per rank: its imposed wait in each step (lateness intervals of its last arrivals,
+    concurrent ones once), the median over all steps compared (zeros included), and the
+    number of steps in which that wait is above the noise floor."""
+    late = union(inst.rename({"last_rank": "rank"}), by=["rank", "step"],
+                 start="late_from_ns", end="late_to_ns")
+    waits = total_length(late, by=["rank", "step"], start="late_from_ns", end="late_to_ns",
+                         name="wait")
+    grid = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32}).join(
+        inst.select(pl.col("step").unique()), how="cross")
+    full = grid.join(waits.with_columns(pl.col("rank").cast(pl.Int32)), on=["rank", "step"],
+                     how="left").with_columns(pl.col("wait").fill_null(0))
+    return full.group_by("rank").agg(
+        median_imposed_wait_per_step_ns=pl.col("wait").median().round(0).cast(pl.Int64),
+        steps_last=(pl.col("wait") > floor).sum().cast(pl.Int64),
+        steps_compared=pl.len().cast(pl.Int64))
+
+
+def _confidence(flagged: bool, k: int, n: int, ranks: int) -> tuple[float | None, str]:
+    """How sure the verdict is. The score is one minus the chance of a rank being last in
+    ``k`` or more of ``n`` steps if every rank were equally likely to be last (binomial
+    tail, p = 1/ranks): near 1 when the lead is too consistent to be chance. ``high``:
+    score >= 0.99 for a flag (for no flag: nothing suspicious, score < 0.9); ``medium``:
+    0.9 <= score < 0.99 either way; ``low``: fewer than MIN_STEPS_FOR_CONFIDENCE steps."""
+    if n == 0 or ranks < 2:
+        return None, "low"
+    p = 1.0 / ranks
+    tail = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+    score = round(1.0 - tail, 4)
+    if n < MIN_STEPS_FOR_CONFIDENCE:
+        return score, "low"
+    if flagged:
+        return score, "high" if score >= 0.99 else "medium" if score >= 0.9 else "low"
+    return score, "high" if score < 0.9 else "medium"
 
 
 def _ratio(values: pl.Series, denominator: float) -> pl.Series:
@@ -199,6 +284,9 @@ def _explain(row: dict, flagged: bool, checks: dict, names: list[str], n_sig: in
     if row["step_ratio"] is not None:
         parts.append(f"its step time is {row['step_ratio']:.2f}x the median (synchronous "
                      f"collectives equalise step times)")
+    parts.append(f"last by more than the noise floor ({_ms(floor)}) in {row['steps_last']} of "
+                 f"{row['steps_compared']} steps, typical step "
+                 f"{_ms(row['median_imposed_wait_per_step_ns'])}")
     text = "; ".join(parts)
     if flagged:
         return "STRAGGLER: " + text
@@ -210,6 +298,10 @@ def _explain(row: dict, flagged: bool, checks: dict, names: list[str], n_sig: in
         why.append(f"effect below {min_effect:.0%} of step time")
     if not checks["dominant"]:
         why.append("imposes no more wait than the others")
+    if not checks["consistent"]:
+        why.append(f"not last with a clear lead in most steps ({row['steps_last']} of "
+                   f"{row['steps_compared']}; typical step {_ms(row['median_imposed_wait_per_step_ns'])}"
+                   f" vs noise floor {_ms(floor)})")
     if unc and n_sig == 0:
         why.append(f"arrival order within alignment uncertainty ({_ms(unc)})")
     return "not flagged: " + ", ".join(why) + ". " + text
@@ -220,5 +312,8 @@ def _empty_rows(ranks: list[int], reason: str) -> pl.DataFrame:
              "last_arrivals": 0, "significant_last_arrivals": 0, "significant_instances": 0,
              "instances": 0, "wait_suffered_ns": 0, "compute_before_ns": 0,
              "compute_ratio": None, "step_time_ns": None, "step_ratio": None, "steps": None,
-             "effect": None, "explanation": f"not flagged: {reason}"} for r in ranks]
+             "effect": None, "explanation": f"not flagged: {reason}",
+             "median_imposed_wait_per_step_ns": 0, "steps_last": 0, "steps_compared": 0,
+             "noise_floor_ns": None, "confidence": "low", "confidence_score": None}
+            for r in ranks]
     return pl.DataFrame(rows, schema=RESULT_SCHEMA)

@@ -56,7 +56,8 @@ class RunOptions:
     skip_warmup:    drop each rank's first N steps.
     align:          ``auto``, ``collectives``, ``host`` or ``none`` (see ``traceview.analyses.align``).
     reference_rank: the rank whose clock is the reference (default: the lowest).
-    tolerance_us:   how far apart two completions of one collective may be, for time matching.
+    tolerance_us:   how far apart two completions of one collective may be when matching;
+                    None (default) learns it per group from the run's own residuals.
     exclude_unlaunched: drop GPU events whose launch is not in the trace (work queued before
                     the profiler started; ``analyses.launches.unlaunched_gpu``). Default: keep
                     them, and say how many there are in the results' warnings.
@@ -71,7 +72,7 @@ class RunOptions:
     skip_warmup: int = 0
     align: str = "auto"
     reference_rank: int | None = None
-    tolerance_us: float = 500.0
+    tolerance_us: float | None = None
     exclude_unlaunched: bool = False
     comm_patterns: tuple[str, ...] = ()
     comm_config: str | Path | None = None
@@ -178,6 +179,14 @@ class Run:
 
         return select(self.traceset.analysis_events(), Window(ranks=self.window.ranks))
 
+    @property
+    def _rank_comm_source(self) -> pl.LazyFrame:
+        """The window's ranks, every step, with ``args_json``: collective matching reads the
+        recorded shapes of the few backend work items that carry no message size (gloo)."""
+        from traceview.analyses.window import Window, select
+
+        return select(self.traceset.events, Window(ranks=self.window.ranks))
+
     @cached_property
     def _analysis_events(self) -> pl.LazyFrame:
         """The window's events without ``args_json``: every column an analysis reads.
@@ -244,7 +253,7 @@ class Run:
         """The window's collective calls paired across ranks."""
         from traceview.analyses.collective_match import comm_events, match_collectives
 
-        return match_collectives(comm_events(self._analysis_events),
+        return match_collectives(comm_events(self.events), ranks=self.traceset.ranks,
                                  tolerance_ns=self._tolerance_ns)
 
     @cached_property
@@ -255,7 +264,8 @@ class Run:
         from traceview.analyses.collective_match import comm_events, match_collectives
 
         whole = self.match if self.whole_ranks else match_collectives(
-            comm_events(self._rank_events), tolerance_ns=self._tolerance_ns)
+            comm_events(self._rank_comm_source), ranks=self.traceset.ranks,
+            tolerance_ns=self._tolerance_ns)
         return estimate_offsets(whole, self._aligned_ranks, method=self.options.align,
                                 reference_rank=self.options.reference_rank,
                                 hosts=self.traceset.ranks)
@@ -318,8 +328,9 @@ class Run:
         return out
 
     @property
-    def _tolerance_ns(self) -> int:
-        return int(self.options.tolerance_us * 1000)
+    def _tolerance_ns(self) -> int | None:
+        tol = self.options.tolerance_us
+        return None if tol is None else int(tol * 1000)
 
     def _result(self, command: str, fields: dict[str, Any], main: str,
                 uses: tuple[str, ...] = ()) -> Result:
@@ -419,7 +430,8 @@ class Run:
         inst = instances(per)
         return self._result("collectives", {
             "instances": inst, "summary": collective_summary(per), "alpha_beta": alpha_beta(inst),
-            "problems": self.match.problems, "alignment": self._alignment_summary()},
+            "problems": self.match.problems, "groups": self.match.groups,
+            "alignment": self._alignment_summary()},
             main="instances", uses=("match", "offsets"))
 
     def stragglers(self) -> Result:
@@ -437,7 +449,7 @@ class Run:
             return self.match.problems
         from traceview.analyses.collective_match import comm_events, match_collectives
 
-        return match_collectives(comm_events(self._rank_events),
+        return match_collectives(comm_events(self._rank_comm_source), ranks=self.traceset.ranks,
                                  tolerance_ns=self._tolerance_ns).problems
 
     def _alignment_summary(self) -> dict[str, Any]:
@@ -600,9 +612,10 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
          ranks: str | Sequence[int] | None = None,
          steps: str | tuple[int | None, int | None] | range | None = None,
          time: str | tuple[int | None, int | None] | None = None, skip_warmup: int = 0,
-         align: str = "auto", reference_rank: int | None = None, tolerance_us: float = 500.0,
-         exclude_unlaunched: bool = False, comm_patterns: Sequence[str] = (),
-         comm_config: str | Path | None = None, **open_options: Any) -> Run:
+         align: str = "auto", reference_rank: int | None = None,
+         tolerance_us: float | None = None, exclude_unlaunched: bool = False,
+         comm_patterns: Sequence[str] = (), comm_config: str | Path | None = None,
+         **open_options: Any) -> Run:
     """Open traces (files, folders of per-rank traces, a store folder or URL) as a Run.
 
     The window, alignment and classification keywords are :class:`RunOptions`; the others

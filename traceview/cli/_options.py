@@ -133,7 +133,7 @@ def open_run(args: argparse.Namespace):  # -> traceview.run.Run
         time=getattr(args, "time", None), skip_warmup=getattr(args, "skip_warmup", 0),
         align=getattr(args, "align", "auto"),
         reference_rank=getattr(args, "reference_rank", None),
-        tolerance_us=getattr(args, "tolerance_us", 500.0),
+        tolerance_us=getattr(args, "tolerance_us", None),
         exclude_unlaunched=getattr(args, "exclude_unlaunched", False),
         comm_patterns=tuple(getattr(args, "comm_pattern", None) or ()),
         comm_config=getattr(args, "comm_config", None))

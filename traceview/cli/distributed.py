@@ -31,8 +31,9 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     add_align_arg(p)
     p.add_argument("--reference-rank", type=int, default=None, metavar="R",
                    help="rank whose clock is the reference (default: lowest)")
-    p.add_argument("--tolerance-us", type=float, default=500.0,
-                   help="completion-time tolerance for matching by time (us)")
+    p.add_argument("--tolerance-us", type=float, default=None,
+                   help="completion-time tolerance for matching (us); default: learnt per "
+                        "group from the run's own residuals")
     p.set_defaults(run={"align": run_align, "collectives": run_collectives,
                         "stragglers": run_stragglers}[command])
 
