@@ -47,6 +47,16 @@ from traceview.analyses.collective_match import (
     P2P,
     MatchResult,
 )
+from traceview.analyses.align_error import (  # noqa: F401  (re-exported: one import for users)
+    DRIFT_MIN_ANCHORS,
+    QUALITIES,
+    ClockError,
+    alignment_quality,
+    alignment_warnings,
+    calibrated_uncertainty,
+    clock_error,
+    clock_errors,
+)
 from traceview.errors import UsageError
 from traceview.selection import ALIGN_METHODS
 
@@ -56,7 +66,8 @@ OFFSETS_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "offset_ns": pl.Int64, "drift_ppm": pl.Float64,
     "uncertainty_ns": pl.Int64, "anchors": pl.Int64, "method": pl.String, "host": pl.String,
     "drift_epoch_ns": pl.Int64, "residual_ns": pl.Int64, "causal_low_ns": pl.Int64,
-    "causal_high_ns": pl.Int64, "note": pl.String,
+    "causal_high_ns": pl.Int64, "note": pl.String, "quality": pl.String,
+    "effective_anchors": pl.Float64, "disagreement_ns": pl.Int64,
 }
 
 #: Two per-rank offsets on one host that differ by less than this (plus 3x their uncertainty)
@@ -65,7 +76,6 @@ HOST_FLOOR_NS = 20_000
 #: A drift slope is applied only when it exceeds this many standard errors, with this many
 #: anchors at least.
 DRIFT_SIGMAS = 4.0
-DRIFT_MIN_ANCHORS = 12
 
 
 def _hosts_map(ranks: list[int], hosts: pl.DataFrame | dict[int, str] | None) -> dict[int, str]:
@@ -169,15 +179,20 @@ def estimate_offsets(
             rows.append(_row(r, s["offset"], drift=s["drift_ppm"], unc=s["uncertainty"],
                              anchors=s["anchors"], method=m, host=host,
                              epoch=s["epoch"], resid=s["residual"], low=s["low"],
-                             high=s["high"], note=note))
+                             high=s["high"], note=_join(note, s.get("why", "")),
+                             quality=s["quality"], n_eff=s.get("n_eff"),
+                             disagreement=s.get("disagreement")))
             continue
         mates = [q for q in anchored if host is not None and host_of.get(q) == host]
         if mates and method in ("auto", "host"):
             s = solved[mates[0]]
+            # An assumption (one clock per host), not a measurement: never better than fair.
+            quality = s["quality"] if s["quality"] in ("poor", "none") else "fair"
             rows.append(_row(r, s["offset"], drift=s["drift_ppm"], unc=s["uncertainty"],
-                             method="host", host=host, epoch=s["epoch"],
+                             method="host", host=host, epoch=s["epoch"], quality=quality,
                              note=f"no anchors; shares the clock of host {host} "
-                                  f"(rank {mates[0]})"))
+                                  f"(rank {mates[0]}); quality {quality}: assumed, "
+                                  f"not measured"))
         else:
             rows.append(_row(r, 0, method="none", host=host,
                              note="no matched collectives: raw clock kept, not comparable"))
@@ -187,11 +202,17 @@ def estimate_offsets(
 def _row(rank: int, offset: int, *, drift: float = 0.0, unc: int | None = None,
          anchors: int = 0, method: str, host: str | None = None, epoch: int | None = None,
          resid: int | None = None, low: int | None = None, high: int | None = None,
-         note: str = "") -> dict:
+         note: str = "", quality: str = "none", n_eff: float | None = None,
+         disagreement: int | None = None) -> dict:
     return {"rank": rank, "offset_ns": int(offset), "drift_ppm": float(drift),
             "uncertainty_ns": unc, "anchors": anchors, "method": method, "host": host,
             "drift_epoch_ns": epoch, "residual_ns": resid, "causal_low_ns": low,
-            "causal_high_ns": high, "note": note}
+            "causal_high_ns": high, "note": note, "quality": quality,
+            "effective_anchors": n_eff, "disagreement_ns": disagreement}
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def _table(rows: list[dict]) -> pl.DataFrame:
@@ -242,8 +263,8 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
         # Everything pooled into the reference clock (one host): offsets are 0 by assumption.
         return {r: {"offset": 0, "drift_ppm": 0.0, "uncertainty": 0,
                     "anchors": int(anchors.filter(pl.col("rank") == r).height), "epoch": None,
-                    "residual": None, "low": None, "high": None,
-                    "note": "shares the reference clock"}
+                    "residual": None, "low": None, "high": None, "quality": "fair",
+                    "note": "shares the reference clock (assumed: one clock per host)"}
                 for r in ranks if clock_of[r] == ref_clock}
     # Work in float64 on values relative to each clock's own first anchor: exact to the ns.
     base = a.group_by("clock").agg(base=pl.col("end_ns").min())
@@ -270,43 +291,38 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
         resid=pl.col("x") - pl.col("o") - pl.col("E"),
         ea=pl.col("x") - pl.col("o"), aa=pl.col("xa") - pl.col("o"))
     lows, highs = _causal_bounds(a)
-    # Shift each clock into its causal window if the median put it outside.
+    errors = clock_errors(a, ref_clock, t0)
     out: dict[int, dict] = {}
-    stats = a.group_by("clock").agg(
-        n=pl.len(),
-        mad=(pl.col("resid") - pl.col("resid").median()).abs().median() * 1.4826,
-    )
-    stat = {c: (n, mad) for c, n, mad in stats.rows()}
     for r in ranks:
         c = clock_of[r]
         if c not in off:
             continue
         o = off[c]
-        n, sigma = stat[c]
-        sigma = float(sigma or 0.0)
         lo, hi = lows.get(c), highs.get(c)
-        note = ""
+        note, moved, contradicted = "", 0.0, False
         if c == ref_clock:
             lo = hi = None
         elif lo is not None and hi is not None and lo > hi:
             note = (f"causality contradicted by {lo - hi:.0f} ns (an anchor that is not "
                     f"blocking, or clock drift)")
             lo = hi = None
+            contradicted = True
         elif lo is not None and lo > 0:
             o += lo
+            moved = lo
             note = f"moved {lo:.0f} ns later to respect causality"
             hi, lo = (hi - lo if hi is not None else None), 0.0
         elif hi is not None and hi < 0:
             o += hi
+            moved = -hi
             note = f"moved {-hi:.0f} ns earlier to respect causality"
             lo, hi = (lo - hi if lo is not None else None), 0.0
+        err = errors.get(c, ClockError.none())
         if c == ref_clock:
-            unc = 0
+            unc, quality, why = 0, "good", ""
         else:
-            unc = math.hypot(sigma, 1.2533 * sigma / math.sqrt(max(n, 1)))
-            if lo is not None and hi is not None:
-                unc = min(unc, max(-lo, hi))
-            unc = int(math.ceil(unc))
+            unc = calibrated_uncertainty(err, moved=moved, low=lo, high=hi)
+            quality, why = alignment_quality(err, moved=moved, contradicted=contradicted)
         offset = int(base_of[c] - ref_base) + math.floor(o + 0.5)
         out[r] = {
             "offset": offset,
@@ -314,10 +330,12 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
             "uncertainty": unc,
             "anchors": int(a.filter(pl.col("rank") == r).height),
             "epoch": int(ref_base + round(t0)),
-            "residual": int(round(sigma)),
+            "residual": int(round(err.residual)),
             "low": None if lo is None else int(math.floor(offset + lo)),
             "high": None if hi is None else int(math.ceil(offset + hi)),
-            "note": note,
+            "note": note, "quality": quality, "why": why,
+            "n_eff": None if c == ref_clock else round(err.n_eff, 1),
+            "disagreement": None if c == ref_clock else int(round(err.disagreement)),
         }
     return out
 

@@ -9,7 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traceview.analyses.align import apply_offsets, estimate_offsets
+from traceview.analyses.align import (
+    ClockError,
+    alignment_quality,
+    alignment_warnings,
+    apply_offsets,
+    calibrated_uncertainty,
+    clock_error,
+    estimate_offsets,
+)
 from traceview.analyses.collective_match import comm_events, match_collectives
 from traceview.analyses.window import ranks_present
 from traceview.schema import events_frame
@@ -53,8 +61,14 @@ def test_offsets_recovered_exactly_and_sign_convention() -> None:
     assert got == offsets  # offset = this rank's clock minus the reference clock
     assert off.filter(pl.col("rank") == 0).get_column("note")[0] == "reference"
     assert off.get_column("anchors").to_list() == [3, 3, 3]
-    # With exact ends the residuals are 0 and so is the uncertainty.
-    assert off.get_column("uncertainty_ns").to_list() == [0, 0, 0]
+    # Exact ends, but only 3 anchors: their scatter (0) proves nothing, so the uncertainty is
+    # the causal half-window. Rank 1: low = max(1200-2000, 9100-15000, 30500-31000) = -500,
+    # high = min(2000-1100, 15000-14000, 31000-30200) = 800 -> 800. Rank 2: low = -800
+    # (14000-15000 and 30200-31000), high = min(2000-1200, 15000-9100, 31000-30500) = 500.
+    assert off.get_column("uncertainty_ns").to_list() == [0, 800, 800]
+    # Three anchors: too few to test that they are independent: poor (exact, but unproven).
+    assert off.get_column("quality").to_list() == ["good", "poor", "poor"]
+    assert off.get_column("effective_anchors").to_list() == [None, 3.0, 3.0]
     aligned = apply_offsets(events_frame(collective_rows(offsets, arrivals, ends)), off).collect()
     true_starts = sorted(a for arr in arrivals for a in arr.values())
     assert sorted(aligned.get_column("ts_aligned_ns").to_list()) == true_starts
@@ -271,3 +285,138 @@ def test_gloo_injected_offsets_recovered(tmp_path: Path) -> None:
         assert err <= barrier_jitter, (name, err, barrier_jitter)
         assert err <= 3 * row["uncertainty_ns"], (name, err, row["uncertainty_ns"])
         assert row["anchors"] >= 8
+
+
+# --- calibrated uncertainty and quality: one hand-derived case per rule ----------------------
+
+def two_rank_rows(d_ns: list[int], names: list[str] | None = None) -> list[dict]:
+    """Instance k every 1 ms: both ranks arrive 400 us before the end; rank 0 records the end
+    exactly, rank 1 (clock +2 s) records it d_ns[k] late. So the completion difference to the
+    reference is d_ns[k] and the true offset is 2 s."""
+    rows = []
+    for k, d in enumerate(d_ns):
+        end = 1_000_000 * (k + 1)
+        name = names[k] if names else K
+        rows.append(kernel(0, end - 400_000, 400_000, name))
+        rows.append(kernel(1, 2_000_000_000 + end - 400_000, 400_000 + d, name))
+    return rows
+
+
+def rank1(rows: list[dict]) -> dict:
+    return offsets_of(events_frame(rows)).filter(pl.col("rank") == 1).row(0, named=True)
+
+
+def test_few_anchors_are_poor_and_not_tight() -> None:
+    # Two anchors, rank 1 late by +100 and -100 ns: median 0, MAD 100, spread 148.26;
+    # n_eff = 2 (under 4 anchors no autocorrelation is estimated); statistically a few hundred
+    # ns (small-sample widened), but two anchors cannot measure
+    # their own noise, so the causal window is the bound: rank 1 arrives 400 us before rank 0's
+    # end (low = -400 us) and ends >= 399.9 us after rank 0 arrived (high = +399.9 us):
+    # uncertainty max(400_000, 399_900) = 400 us; quality poor.
+    row = rank1(two_rank_rows([100, -100]))
+    assert row["offset_ns"] == 2_000_000_000
+    assert (row["causal_low_ns"], row["causal_high_ns"]) == (1_999_600_000, 2_000_399_900)
+    assert row["uncertainty_ns"] == 400_000
+    assert row["quality"] == "poor" and row["effective_anchors"] == 2.0
+    assert "quality poor: 2.0 effective anchors (of 2)" in row["note"]
+
+
+def test_uncertainty_at_least_the_floor() -> None:
+    # 40 anchors alternating +-100 ns: spread 148.26 = the floor (a fixed exit-order bias of
+    # the size of the completion scatter cannot be told from an offset). Alternation is
+    # negative autocorrelation, clipped to 0: n_eff = 40, statistical error 29.38 ns.
+    # The residuals of the joint fit are +-50 (half of each difference): the old formula
+    # (hypot(sigma, 1.2533 sigma / sqrt(n)) with sigma = 74.1) said 75 ns.
+    d = [100 if k % 2 else -100 for k in range(40)]
+    row = rank1(two_rank_rows(d))
+    assert row["offset_ns"] == 2_000_000_000
+    assert row["residual_ns"] == 74
+    assert row["uncertainty_ns"] >= 149
+    assert row["quality"] == "good" and row["effective_anchors"] == 40.0
+    err = clock_error(d, list(range(40)), ["all_reduce"] * 40)
+    assert err.floor == pytest.approx(148.26, rel=1e-4)
+    assert err.statistical == pytest.approx(1.2533 * 148.26 / 40**0.5, rel=1e-4)
+    assert calibrated_uncertainty(err) >= err.floor
+
+
+def test_correlated_anchors_count_less() -> None:
+    # Blocks of 4 equal differences (one slow step delays all its exits): 0,0,0,0,100,...
+    # Centered +-50: 12 within-block neighbour pairs +2500, 3 across blocks -2500, so lag-1
+    # autocorrelation rho = 9 * 2500 / (16 * 2500) = 0.5625 and
+    # n_eff = 16 * (1 - rho) / (1 + rho) = 4.48: fair, not good.
+    d = [100 * ((k // 4) % 2) for k in range(16)]
+    err = clock_error(d, list(range(16)), ["all_reduce"] * 16)
+    assert err.n_eff == pytest.approx(4.48)
+    assert alignment_quality(err)[0] == "fair"
+
+
+def test_disagreeing_anchor_kinds_are_poor() -> None:
+    # 12 instances, every third an all-gather that rank 1 exits 50 us late; all-reduces exact.
+    # Median difference 0 (8 of 12 are 0) so the offset is exact, MAD 0: the residual spread
+    # says "exact", but the 4 all-gathers say 50 us. Their excess over the median is 50 us
+    # (no noise to subtract): disagreement 50 us > 3 x noise (0): poor, uncertainty 50 us.
+    ag = "ncclDevKernel_AllGather_RING_LL"
+    names = [ag if k % 3 == 2 else K for k in range(12)]
+    row = rank1(two_rank_rows([50_000 if n == ag else 0 for n in names], names))
+    assert row["offset_ns"] == 2_000_000_000
+    assert row["disagreement_ns"] == 50_000
+    assert row["uncertainty_ns"] == 50_000
+    assert row["quality"] == "poor"
+    assert "all_gather anchors disagree with the rest by 50000 ns" in row["note"]
+
+
+def test_mild_disagreement_is_fair() -> None:
+    # Pure function: 20 anchors, spread 1000, n_eff 20; a kind of 10 anchors whose median is
+    # off by 1500: excess 1500 - 2 * 1.2533 * 1000 / sqrt(10) = 707.4 > 0, and
+    # 3 * hypot(statistical 280.2, floor 707.1) = 2282 > 707.4: fair, not poor.
+    err = ClockError(20, 20.0, 1000.0, 500.0, 280.2, 707.1, 707.4, "barrier anchors", 0.0)
+    q, why = alignment_quality(err)
+    assert q == "fair" and why.startswith("quality fair: barrier anchors disagree")
+    assert calibrated_uncertainty(err) == 1039  # ceil(sqrt(280.2^2 + 707.1^2 + 707.4^2))
+
+
+def test_causal_move_widens_and_window_caps() -> None:
+    err = ClockError(20, 20.0, 100.0, 50.0, 28.0, 70.7, 0.0, "", 0.0)
+    assert calibrated_uncertainty(err) == 77                        # hypot(28, 70.7) = 76.04
+    assert calibrated_uncertainty(err, moved=5_000.0) == 5_000      # biased at least that much
+    # a window of +-20 ns around the estimate, widened by one spread (100): cap 120
+    assert calibrated_uncertainty(err, moved=5_000.0, low=0.0, high=20.0) == 120
+    assert alignment_quality(err, moved=5_000.0)[0] == "fair"
+    assert alignment_quality(err, contradicted=True)[0] == "poor"
+
+
+def test_quality_none_and_warnings() -> None:
+    rows = collective_rows({0: 0, 1: 500}, [{0: 0, 1: 10}, {0: 1000, 1: 1010}], [100, 1100])
+    rows.append(dict(rank=2, file_id=2, source="kineto", kind="cpu_op", name="aten::mm",
+                     ts_ns=5, dur_ns=5))
+    off = offsets_of(events_frame(rows))
+    assert off.get_column("quality").to_list() == ["good", "poor", "none"]
+    # Exact ends, but two anchors: the causal window is the uncertainty. Rank 1 arrives 10 ns
+    # after rank 0 and both end at 100: low = 10 - 100 = -90, high = 100 - 0 = 100 -> 100 ns.
+    (warning,) = alignment_warnings(off)
+    assert warning.startswith("alignment: rank 1: poor clock alignment, offset 500 ns +- 100 ns")
+    assert "2.0 effective anchors (of 2)" in warning
+    assert alignment_warnings(offsets_of(events_frame(rows), method="none")) == []
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(noise=st.sampled_from(["clean", "gauss", "heavy", "step", "bias", "drift", "kinds"]),
+       n=st.integers(3, 40), sigma=st.sampled_from([1_000, 20_000, 300_000]),
+       seed=st.integers(0, 10**6))
+def test_property_error_within_3x_uncertainty_for_95_percent(noise, n, sigma, seed) -> None:
+    """20 runs of 3 ranks with known offsets (+-5 s) and the drawn completion noise: at
+    least 95% of the 40 non-reference ranks have |error| <= 3 x uncertainty_ns."""
+    from fixtures.noisy_clocks import noisy_run
+
+    covered = total = 0
+    for i in range(20):
+        run = noisy_run(3, n, noise, sigma_ns=sigma, seed=seed + i)
+        off = offsets_of(run.events, reference_rank=0)
+        epoch = off.get_column("drift_epoch_ns").drop_nulls()[0]
+        for r in (1, 2):
+            row = off.filter(pl.col("rank") == r).row(0, named=True)
+            err = abs(row["offset_ns"] - run.true_offset_at(r, epoch))
+            covered += err <= 3 * row["uncertainty_ns"] + 1
+            total += 1
+    assert covered >= 0.95 * total, (covered, total)

@@ -1,0 +1,231 @@
+"""How wrong a clock offset can be, and how far to trust it: ``uncertainty_ns``, ``quality``.
+
+The offsets themselves come from :mod:`traceview.analyses.align`; this module judges them from
+the same anchors. The derivation and the measured calibration are in ``docs/metrics.md``,
+section *Alignment*: ``|error| <= 3 x uncertainty_ns`` for at least 95% of ranks.
+
+>>> err = clock_error([100, -100] * 20, list(range(40)), ["all_reduce"] * 40)
+>>> round(err.spread, 2), err.n_eff, alignment_quality(err)[0]
+(148.26, 40.0, 'good')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import polars as pl
+
+#: ``quality`` values, best first (rule in ``docs/metrics.md``, section *Alignment*).
+QUALITIES: tuple[str, ...] = ("good", "fair", "poor", "none")
+#: Fewer effective (independent) anchors than this: ``poor``; fewer than ``FAIR_ANCHORS``: ``fair``.
+POOR_ANCHORS = 3.0
+FAIR_ANCHORS = 10.0
+#: Below this many anchors their independence cannot be tested (no autocorrelation): ``poor``.
+MIN_ANCHORS = 4
+
+#: A drift slope needs this many anchors at least (here: for the drift term).
+DRIFT_MIN_ANCHORS = 12
+
+
+@dataclass(frozen=True)
+class ClockError:
+    """What the anchors of one clock say about the error of its offset (all in ns).
+
+    ``d`` below is, per anchor instance, this clock's aligned completion minus the reference
+    clock's: its scatter is the noise of *both* clocks, which the residuals of the joint median
+    fit understate (with two ranks they are exactly half of it).
+    """
+
+    n: int                 # anchor instances shared with the reference clock
+    n_eff: float           # independent anchors: n (1 - rho) / (1 + rho), rho = lag-1 autocorr.
+    spread: float          # 1.4826 MAD(d): scatter of one completion difference
+    residual: float        # 1.4826 MAD of the fit residuals (``residual_ns``, as before)
+    statistical: float     # 1.2533 spread / sqrt(n_eff): standard error of the median
+    floor: float           # spread: an exit-order bias as large as the completion scatter
+    disagreement: float    # largest excess of a kind's / a half's median over the others
+    disagree_with: str     # which anchors disagree ("" when none)
+    drift_term: float      # slope standard error x half the anchors' span
+
+    @staticmethod
+    def none() -> ClockError:
+        return ClockError(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "", 0.0)
+
+
+def clock_errors(a: pl.DataFrame, ref_clock: str, t0: float) -> dict[str, ClockError]:
+    """One :class:`ClockError` per clock other than the reference, from the solved anchors
+    ``a`` (columns instance, clock, collective, ea = aligned end, E, resid)."""
+    per = a.group_by("instance", "clock").agg(
+        y=pl.col("ea").median(), t=pl.col("E").first() - t0, kind=pl.col("collective").first(),
+        resid=pl.col("resid").median())
+    ref = per.filter(pl.col("clock") == ref_clock).select("instance", ref_y="y")
+    per = per.filter(pl.col("clock") != ref_clock).join(ref, on="instance", how="left")
+    out: dict[str, ClockError] = {}
+    for (clock,), g in per.group_by("clock"):
+        shared = g.filter(pl.col("ref_y").is_not_null())
+        if shared.height:
+            d = shared.select(d=pl.col("y") - pl.col("ref_y"), t="t", kind="kind")
+        else:  # no instance shared with the reference: the residual is half a difference
+            d = g.select(d=pl.col("resid") * math.sqrt(2.0), t="t", kind="kind")
+        d = d.sort("t")
+        resid = g.get_column("resid").to_numpy()
+        out[clock] = clock_error(d.get_column("d").to_numpy(), d.get_column("t").to_numpy(),
+                                 d.get_column("kind").cast(pl.String).to_list(), resid)
+    return out
+
+
+def clock_error(d, t, kinds: list[str], resid=None) -> ClockError:
+    """:class:`ClockError` from completion differences ``d`` to the reference (time order),
+    their times ``t`` and collective names ``kinds``."""
+    import numpy as np
+    d = np.asarray(d, dtype=float)
+    t = np.asarray(t, dtype=float)
+    n = len(d)
+    if n == 0:
+        return ClockError.none()
+    med = float(np.median(d))
+    spread = 1.4826 * float(np.median(np.abs(d - med)))
+    residual = (1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+                if resid is not None and len(resid) else spread / 2)
+    n_eff = _effective_anchors(d, med, spread)
+    # A scale read off a few anchors is itself uncertain and the MAD of few values runs low:
+    # below FAIR_ANCHORS correct it (Croux-Rousseeuw, n / (n - 0.8)) and widen it by
+    # Student's t over the normal quantile for n_eff - 1 degrees of freedom.
+    scale = spread
+    if n_eff < FAIR_ANCHORS and n >= 2:
+        scale = spread * n / (n - 0.8) * _t_over_z(n_eff - 1)
+    statistical = 1.2533 * scale / math.sqrt(n_eff)
+    disagreement, label = _disagreement(d, t, kinds, med, spread * math.sqrt(n / n_eff))
+    # Floor: a fixed exit-order bias between this rank and the reference as large as their
+    # completion scatter; no residual can show it (s / sqrt(2) covered only 94% of such runs).
+    return ClockError(n, n_eff, spread, residual, statistical, scale,
+                      disagreement, label, _drift_term(d, t, med, spread, n / n_eff))
+
+
+def _t_over_z(dof: float) -> float:
+    """Student's t 97.5% quantile over the normal one (Cornish-Fisher, two terms)."""
+    nu = max(dof, 1.0)
+    z = 1.959964
+    t = z + (z**3 + z) / (4 * nu) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * nu**2)
+    return t / z
+
+
+def _effective_anchors(d, med: float, spread: float) -> float:
+    """Anchors close in time share noise (one slow step delays every exit in it): the
+    variance of a mean of AR(1) noise is that of n (1 - rho) / (1 + rho) independent ones."""
+    import numpy as np
+    n = len(d)
+    if n < 4 or spread <= 0:
+        return float(n)
+    w = np.clip(d, med - 3 * spread, med + 3 * spread)  # one outlier must not set rho
+    w = w - w.mean()
+    den = float(np.dot(w, w))
+    rho = float(np.dot(w[:-1], w[1:])) / den if den > 0 else 0.0
+    rho = min(max(rho, 0.0), 0.9)
+    return max(1.0, n * (1 - rho) / (1 + rho))
+
+
+def _disagreement(d, t, kinds: list[str], med: float, spread: float) -> tuple[float, str]:
+    """Largest excess of a group's median over the overall one, beyond twice the group's own
+    standard error. Groups: each collective kind, the first and second half in time. A bias
+    that one kind of anchor has (a barrier exits in a fixed rank order, an all-reduce does
+    not) or that changes in time (drift, a clock step) shows here; residuals cannot see it."""
+    import numpy as np
+    kinds_arr = np.asarray(kinds, dtype=object)
+    groups = [(f"{k} anchors", kinds_arr == k) for k in sorted(set(kinds))] if len(
+        set(kinds)) > 1 else []
+    if len(t) >= 6:
+        mid = float(np.median(t))
+        groups += [("anchors of the first half", t < mid),
+                   ("anchors of the second half", t >= mid)]
+    best, label = 0.0, ""
+    for name, mask in groups:
+        m = int(mask.sum())
+        if m < 3:
+            continue
+        excess = abs(float(np.median(d[mask])) - med) - 2 * 1.2533 * spread / math.sqrt(m)
+        if excess > best:
+            best, label = excess, name
+    return best, label
+
+
+def _drift_term(d, t, med: float, spread: float, inflate: float) -> float:
+    """Standard error of a line through ``d`` against time times half the span: how far the
+    offset may be off at the ends of the trace because drift is (or is not) corrected."""
+    import numpy as np
+    if len(d) < DRIFT_MIN_ANCHORS:
+        return 0.0
+    keep = np.abs(d - med) <= max(4 * spread, 1.0)
+    tt, dd = t[keep], d[keep]
+    if len(dd) < DRIFT_MIN_ANCHORS or np.ptp(tt) <= 0:
+        return 0.0
+    slope, icept = np.polyfit(tt, dd, 1)
+    res = dd - (slope * tt + icept)
+    se = math.sqrt(float(np.sum(res**2)) / max(len(dd) - 2, 1) * inflate) / math.sqrt(
+        float(np.sum((tt - tt.mean()) ** 2)))
+    return se * float(np.ptp(tt)) / 2
+
+
+def calibrated_uncertainty(err: ClockError, *, moved: float = 0.0, low: float | None = None,
+                           high: float | None = None) -> int:
+    """``uncertainty_ns`` of one clock: the error of its offset at one standard deviation,
+    so that 3x covers the truth (derivation in ``docs/metrics.md``, *Alignment*).
+
+    >>> calibrated_uncertainty(ClockError(25, 25.0, 1000.0, 500.0, 250.66, 707.1, 0.0, "", 0.0))
+    751
+    """
+    unc = math.sqrt(err.statistical**2 + err.floor**2 + err.disagreement**2 + err.drift_term**2)
+    # The end median was moved to a causal bound: the ends are biased by at least that much.
+    unc = max(unc, moved)
+    if low is not None and high is not None:
+        half_window = max(-low, high)
+        if err.n < MIN_ANCHORS or err.n_eff < POOR_ANCHORS:
+            # Two or three anchors cannot measure their own noise (two equal ones give a
+            # scatter of 0): the causal window is the only bound the data support.
+            unc = max(unc, half_window)
+        # Causality is a hard bound on the truth, but it is itself read off noisy starts and
+        # ends: widen the window by one completion scatter before it caps anything.
+        unc = min(unc, half_window + err.spread)
+    return int(math.ceil(unc - 1e-9))
+
+
+def alignment_quality(err: ClockError, *, moved: float = 0.0,
+                      contradicted: bool = False) -> tuple[str, str]:
+    """``(quality, why)`` of one clock's offset: ``poor`` with fewer than 4 anchors or fewer
+    than 3 independent ones,
+    contradicted causality or anchors that disagree by more than 3x the statistical error;
+    ``fair`` with fewer than 10, any significant disagreement or a causal move; else
+    ``good``. ``why`` is "" for good, else the reason (it goes into ``note``).
+
+    >>> alignment_quality(ClockError(2, 2.0, 10.0, 5.0, 8.9, 7.1, 0.0, "", 0.0))
+    ('poor', 'quality poor: 2.0 effective anchors (of 2)')
+    """
+    few = f"{err.n_eff:.1f} effective anchors (of {err.n})"
+    noise = math.hypot(err.statistical, err.floor)
+    disagree = (f"{err.disagree_with} disagree with the rest by "
+                f"{err.disagreement:.0f} ns beyond their noise")
+    if err.n < MIN_ANCHORS or err.n_eff < POOR_ANCHORS:
+        return "poor", f"quality poor: {few}"
+    if contradicted:
+        return "poor", "quality poor: causality contradicted"
+    if err.disagreement > 3 * noise:
+        return "poor", f"quality poor: {disagree}"
+    if err.n_eff < FAIR_ANCHORS:
+        return "fair", f"quality fair: {few}"
+    if err.disagreement > 0:
+        return "fair", f"quality fair: {disagree}"
+    if moved > 0:
+        return "fair", "quality fair: the completions violated causality"
+    return "good", ""
+
+
+def alignment_warnings(offsets: pl.DataFrame) -> list[str]:
+    """One warning per rank whose alignment quality is ``poor`` (ranks with ``none`` are
+    warned about by their note already). For ``Run.table_warnings``."""
+    if "quality" not in offsets.columns:
+        return []
+    bad = offsets.filter(pl.col("quality") == "poor").select(
+        "rank", "offset_ns", "uncertainty_ns", "note")
+    return [f"alignment: rank {r}: poor clock alignment, offset {off} ns +- {unc} ns "
+            f"(cross-rank times with this rank can be off by up to {3 * (unc or 0)} ns): "
+            f"{note}" for r, off, unc, note in bad.rows()]
