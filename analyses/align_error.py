@@ -21,8 +21,10 @@ QUALITIES: tuple[str, ...] = ("good", "fair", "poor", "none")
 #: Fewer effective (independent) anchors than this: ``poor``; fewer than ``FAIR_ANCHORS``: ``fair``.
 POOR_ANCHORS = 3.0
 FAIR_ANCHORS = 10.0
-#: Below this many anchors their independence cannot be tested (no autocorrelation): ``poor``.
-MIN_ANCHORS = 4
+#: Below this many anchors their independence cannot be tested: a lag-1 autocorrelation of
+#: fewer than 8 values cannot rule out that they all share one slow step (a 3-rank run with
+#: its 4 anchors in one step was off by 1 us against a stated +-0.2 us), so: ``poor``.
+MIN_ANCHORS = 8
 
 #: A drift slope needs this many anchors at least (here: for the drift term).
 DRIFT_MIN_ANCHORS = 12
@@ -191,8 +193,8 @@ def calibrated_uncertainty(err: ClockError, *, moved: float = 0.0, low: float | 
 
 def alignment_quality(err: ClockError, *, moved: float = 0.0,
                       contradicted: bool = False) -> tuple[str, str]:
-    """``(quality, why)`` of one clock's offset: ``poor`` with fewer than 4 anchors or fewer
-    than 3 independent ones,
+    """``(quality, why)`` of one clock's offset: ``poor`` with fewer than ``MIN_ANCHORS`` (8)
+    anchors or fewer than 3 independent ones,
     contradicted causality or anchors that disagree by more than 3x the statistical error;
     ``fair`` with fewer than 10, any significant disagreement or a causal move; else
     ``good``. ``why`` is "" for good, else the reason (it goes into ``note``).

@@ -313,7 +313,8 @@ class Run:
 
     def table_warnings(self, *tables: str) -> list[str]:
         """What the named shared tables say about the data: collectives that could not be
-        paired (``match``), ranks whose clock could not be aligned (``offsets``)."""
+        paired (``match``), GPU work without its launch (``gpu``), ranks whose clock could not
+        be aligned or only poorly (``offsets``)."""
         out: list[str] = []
         tables = tuple(t for t in tables if t in self.__dict__)  # computed (not failed) only
         if "match" in tables:
@@ -323,8 +324,11 @@ class Run:
         if "gpu" in tables and self.unlaunched.height:
             out.append(_unlaunched_warning(self.unlaunched, self.options.exclude_unlaunched))
         if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
-            out += _capped([f"alignment: rank {r}: {note}" for r, note in self.offsets.filter(
-                pl.col("method") == "none").select("rank", "note").rows()])
+            from traceview.analyses.align import alignment_warnings
+
+            out += _capped([*(f"alignment: rank {r}: {note}" for r, note in self.offsets.filter(
+                pl.col("method") == "none").select("rank", "note").rows()),
+                *alignment_warnings(self.offsets)])
         return out
 
     @property
