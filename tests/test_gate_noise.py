@@ -185,3 +185,53 @@ def test_baseline_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["baseline", str(FIX / "gloo_ddp_2r"), "--run", str(FIX / "gloo_ddp_2r"),
                  "-o", out]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------- real re-runs of one job
+
+NOISE = FIX / "gate_noise"  # fixtures/data/gate_noise/README.md: how they were made
+
+
+@pytest.fixture(scope="module")
+def reruns() -> dict[str, gate.RunMetrics]:
+    """Three unchanged re-runs of one gloo job and one run with rank 1 slowed by 40 ms/step."""
+    import traceview
+
+    return {name: gate.measure(traceview.open(NOISE / name))
+            for name in ("same_1", "same_2", "same_3", "slow_1")}
+
+
+def _judge(run: gate.RunMetrics, doc: dict) -> gate.CheckResult:
+    doc = orjson.loads(orjson.dumps(doc))  # as `check` reads it from the file
+    return gate.check(run.values, doc, now_notes=run.notes, now_samples=run.samples,
+                      warnings=run.warnings)
+
+
+def test_two_run_baseline_passes_a_rerun_and_fails_a_slowed_rank(
+        reruns: dict[str, gate.RunMetrics]) -> None:
+    doc = gate.baseline([reruns["same_1"], reruns["same_2"]])
+    a, b = (reruns[n].values["step_time_p50_ns"] for n in ("same_1", "same_2"))
+    entry = doc["metrics"]["step_time_p50_ns"]
+    # two runs: centre is their mean, MAD is half their difference
+    assert entry["centre"] == pytest.approx((a + b) / 2)
+    assert entry["spread"] == pytest.approx(1.4826 * abs(a - b) / 2)
+    assert [len(xs) for xs in doc["samples"]["step_time_ns"]] == [12, 12]  # 2 ranks x 6 steps
+    rerun = _judge(reruns["same_3"], doc)
+    assert rerun.exit_code == 0 and rerun.status == "ok", rerun.rows
+    slowed = _judge(reruns["slow_1"], doc)
+    assert slowed.exit_code == 1 and slowed.status == "regression"
+    failed = slowed.rows.filter(slowed.rows["status"] == "regression")
+    assert "step_time_p50_ns" in failed["metric"].to_list()
+    assert (failed["p_value"] < gate.DEFAULT_ALPHA).all()  # the steps are slower too
+
+
+def test_single_run_baseline_on_real_reruns(reruns: dict[str, gate.RunMetrics]) -> None:
+    doc = gate.baseline([reruns["same_1"]])
+    row = _row(_judge(reruns["same_3"], doc))
+    # one run: no spread, the tolerance decides (12 steps against 12 can reach alpha)
+    assert (row["baseline_runs"], row["spread"], row["status"]) == (1, 0.0, "ok")
+    assert row["allowed"] == pytest.approx(max(row["baseline"] * 1.1,
+                                               row["baseline"] + gate.SLACK["ns"]))
+    slowed = _judge(reruns["slow_1"], doc)
+    assert slowed.exit_code == 1
+    assert _row(slowed)["status"] == "regression"
