@@ -6,6 +6,7 @@ import re
 import shlex
 from pathlib import Path
 
+import orjson
 import pytest
 
 from traceview.cli import main
@@ -31,9 +32,12 @@ def test_ci_gate_doc_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
     monkeypatch.chdir(tmp_path)
     commands = _commands()
-    assert len(commands) == 5
+    assert len(commands) == 8
+    assert sum("--run" in argv for argv, _ in commands) == 1  # the multi-run baseline
     for argv, expected in commands:
         assert argv[0] == "traceview"
         assert main(argv[1:]) == expected, " ".join(argv)
     assert (tmp_path / "perf-junit.xml").is_file() and (tmp_path / "perf-report.html").is_file()
+    runs = orjson.loads((tmp_path / "runs-baseline.json").read_bytes())
+    assert len(runs["runs"]) == 2 and runs["metrics"]["step_time_p50_ns"]["spread"] > 0
     assert "FAIL step_time_p50_ns" in capsys.readouterr().out

@@ -6,7 +6,9 @@ Metrics (docs/metrics.md, section *Run comparison*):
 * Per-step metrics (``step_time_ns`` from the host ``ProfilerStep`` ranges; ``compute_ns``,
   ``exposed_comm_ns``, ``idle_ns`` from the per-step GPU breakdown): the samples are the
   (rank, step) values of each run; ``base``/``test`` are their **medians**, ``change`` = test −
-  base, ``change_pct`` = change / base. The significance test is the two-sided
+  base, ``change_pct`` = change / base -- a **fraction** here, unlike ``check``'s percent, kept
+  for compatibility; ``change_frac`` is the same fraction under a name that says its unit
+  (``check --json`` has ``change_frac`` too). The significance test is the two-sided
   **Mann–Whitney U test** of the two sample sets (exact distribution without ties when both
   runs have at most 30 samples, else the normal approximation with tie correction and
   continuity correction); ``significant`` = p < ``alpha`` (0.05).
@@ -90,14 +92,21 @@ def _exact_cdf(m: int, n: int) -> np.ndarray:
     return np.cumsum(counts) / counts.sum()
 
 
-def mann_whitney_u(x: Any, y: Any) -> dict[str, Any]:
-    """Two-sided Mann–Whitney U test of samples ``x`` and ``y``.
+def mann_whitney_u(x: Any, y: Any, *, alternative: str = "two-sided") -> dict[str, Any]:
+    """Mann–Whitney U test of samples ``x`` and ``y``.
 
+    ``alternative``: ``"two-sided"`` (x and y differ) or ``"greater"`` (x tends to be larger
+    than y: the CI gate asks whether this run's steps are slower than the baseline's).
     Returns ``{"u": U of x, "p_value", "method"}``; p is None when a side is empty.
 
     >>> mann_whitney_u([1, 2, 3], [4, 5, 6])["p_value"]
     0.1
+    >>> mann_whitney_u([4, 5, 6], [1, 2, 3], alternative="greater")["p_value"]
+    0.05
     """
+    if alternative not in ("two-sided", "greater"):
+        raise ValueError(f"alternative must be 'two-sided' or 'greater', got {alternative!r}")
+    one_sided = alternative == "greater"
     a = np.asarray(x, dtype=np.float64)
     b = np.asarray(y, dtype=np.float64)
     m, n = a.size, b.size
@@ -117,16 +126,20 @@ def mann_whitney_u(x: Any, y: Any) -> dict[str, Any]:
         cdf = _exact_cdf(m, n)
         k = int(round(u))
         low = cdf[k]
-        high = 1.0 - (cdf[k - 1] if k > 0 else 0.0)
-        p = min(1.0, 2.0 * min(low, high))
+        high = 1.0 - (cdf[k - 1] if k > 0 else 0.0)  # P(U >= u): x larger
+        p = high if one_sided else min(1.0, 2.0 * min(low, high))
         return {"u": u, "p_value": float(round(p, 12)), "method": "exact"}
     big_n = m + n
     tie_term = float(((counts ** 3) - counts).sum()) / (big_n * (big_n - 1))
     var = m * n / 12.0 * ((big_n + 1) - tie_term)
     if var <= 0:
         return {"u": u, "p_value": 1.0, "method": "normal approximation (all values tied)"}
-    z = (abs(u - m * n / 2.0) - 0.5) / math.sqrt(var)
-    p = math.erfc(max(z, 0.0) / math.sqrt(2.0))
+    if one_sided:  # upper tail of U, continuity-corrected
+        z = (u - m * n / 2.0 - 0.5) / math.sqrt(var)
+        p = 0.5 * math.erfc(z / math.sqrt(2.0))
+    else:
+        z = (abs(u - m * n / 2.0) - 0.5) / math.sqrt(var)
+        p = math.erfc(max(z, 0.0) / math.sqrt(2.0))
     return {"u": u, "p_value": min(1.0, p), "method": "normal approximation, tie-corrected"}
 
 
@@ -216,7 +229,8 @@ def diff_tables(b: RunTables, t: RunTables, *, alpha: float = 0.05, top: int = 1
         note = "; ".join(f"{side}: {n[metric]}" for side, n in (("base", b.notes), ("test", t.notes))
                          if metric in n) or None
         rows.append({"metric": metric, "meaning": meaning, "unit": "ns", "base": bm, "test": tm,
-                     "change": change, "change_pct": pct, "base_samples": len(xs),
+                     "change": change, "change_pct": pct, "change_frac": pct,
+                     "base_samples": len(xs),
                      "test_samples": len(ys), "u": stat["u"], "p_value": stat["p_value"],
                      "test_method": f"mann-whitney-u ({stat['method']})",
                      "significant": None if stat["p_value"] is None
@@ -224,7 +238,7 @@ def diff_tables(b: RunTables, t: RunTables, *, alpha: float = 0.05, top: int = 1
     metrics = pl.DataFrame(rows, schema={
         "metric": pl.String, "meaning": pl.String, "unit": pl.String, "base": pl.Float64,
         "test": pl.Float64, "change": pl.Float64, "change_pct": pl.Float64,
-        "base_samples": pl.Int64, "test_samples": pl.Int64, "u": pl.Float64,
+        "change_frac": pl.Float64, "base_samples": pl.Int64, "test_samples": pl.Int64, "u": pl.Float64,
         "p_value": pl.Float64, "test_method": pl.String, "significant": pl.Boolean,
         "note": pl.String})
     nb, nt = b.rank_steps, t.rank_steps

@@ -4,13 +4,26 @@
   ``METRICS`` and docs/metrics.md, section *CI gate metrics*). Every metric is "lower is
   better", in ns or as a fraction; a metric the traces cannot give (CPU-only: no GPU idle) is
   None with a note.
-* :func:`baseline` -> the baseline document (JSON-ready, no timestamps: identical inputs give
-  identical bytes).
-* :func:`check` compares current metrics with a baseline: for each metric
-  ``allowed = max(baseline x (1 + tolerance_pct / 100), baseline + slack)`` (``slack`` is a
-  small absolute floor per unit, so a metric whose baseline is 0 is not failed by noise);
-  ``now > allowed`` is a regression. A metric with a baseline value but none now is
-  ``missing`` and fails too (the run lost the data the gate relies on).
+* :func:`measure` -> :class:`RunMetrics`: those values plus the per-step samples behind them
+  and the input files' warnings.
+* :func:`baseline` -> the baseline document from one run or several runs of the same job
+  (JSON-ready, no timestamps: identical inputs give identical bytes). Per metric it keeps each
+  run's value, their centre (median) and spread (``1.4826 x MAD``, a robust standard
+  deviation), and per sample kind each run's per-step samples.
+* :func:`check` compares current metrics with a baseline. A metric regresses only when its
+  change is beyond the tolerance AND beyond the run-to-run noise::
+
+      allowed = max(centre x (1 + tolerance_pct / 100), centre + slack, centre + k x spread)
+      regression = now > allowed  and  (p < alpha, where the steps can be tested)
+
+  ``slack`` is a small absolute floor per unit (a metric whose baseline is 0 is not failed by
+  noise); ``p`` is the one-sided Mann-Whitney U test "this run's per-step samples are larger
+  than the pooled baseline samples". Why both: the test alone fires on every run that is a
+  little slower as a whole (steps of one run are not independent of each other: a loaded
+  machine slows them all), the spread alone cannot see a shift hidden in a noisy median. A
+  metric with a baseline value but none now is ``missing`` and fails too (the run lost the
+  data the gate relies on). Damaged input (the Run's ``warnings``) fails the check unless the
+  caller allows a partial run.
 * :func:`junit_xml` renders a :class:`CheckResult` as JUnit XML (one testcase per metric).
 """
 
@@ -27,8 +40,16 @@ from traceview.errors import TraceviewError, UsageError
 
 Frame = pl.LazyFrame | pl.DataFrame
 
-BASELINE_FORMAT = 1
+#: 2: several runs (values, centre, spread, per-step samples, warnings). 1 is still read.
+BASELINE_FORMAT = 2
+READABLE_FORMATS = (1, 2)
 DEFAULT_TOLERANCE_PCT = 10.0
+#: A change must exceed k robust standard deviations of the baseline runs' values ...
+DEFAULT_NOISE_K = 3.0
+#: ... and the one-sided Mann-Whitney p-value of the steps must be below alpha.
+DEFAULT_ALPHA = 0.01
+#: MAD x 1.4826 estimates the standard deviation of normally distributed values.
+MAD_TO_SD = 1.4826
 #: Absolute slack per unit (see module docstring).
 SLACK: dict[str, float] = {"ns": 50_000.0, "fraction": 0.01}
 
@@ -48,6 +69,27 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 
 
+#: metric -> the per-step samples its test uses (None: no per-step form; tolerance and spread
+#: only). step_time_max_ns is tested on all steps: a max that grows while the steps as a whole
+#: do not is one slow step, which run-to-run noise makes on its own.
+SAMPLES_OF: dict[str, str | None] = {
+    "step_time_p50_ns": "step_time_ns", "step_time_max_ns": "step_time_ns",
+    "compute_per_step_ns": "compute_ns", "exposed_comm_per_step_ns": "exposed_comm_ns",
+    "idle_per_step_ns": "idle_ns", "gpu_idle_fraction": None,
+    "collective_wait_per_step_ns": "wait_per_step_ns",
+    "straggler_imposed_wait_per_step_ns": "wait_per_step_ns",
+}
+SAMPLE_MEANINGS: dict[str, str] = {
+    "step_time_ns": "host ProfilerStep duration per (rank, step)",
+    "compute_ns": "GPU compute per (rank, device, step) window",
+    "exposed_comm_ns": "exposed communication per (rank, device, step) window",
+    "idle_ns": "GPU idle per (rank, device, step) window",
+    "wait_per_rank_step_ns": "collective wait for the last arriver summed per (rank, step)",
+    "wait_per_step_ns": "collective wait summed over ranks per step (what the step's late "
+                        "arrivers imposed)",
+}
+
+
 class BaselineError(TraceviewError):
     """The baseline file is missing, unreadable or not a traceview baseline (exit 2)."""
 
@@ -60,14 +102,62 @@ def _median(values: list[int]) -> float | None:
     return float(s[k]) if len(s) % 2 else (s[k - 1] + s[k]) / 2.0
 
 
+@dataclass(frozen=True)
+class RunMetrics:
+    """One run as the gate sees it: metric values (None: not available, see ``notes``), the
+    per-step samples behind them (``SAMPLE_MEANINGS``) and the input files' warnings."""
+
+    values: dict[str, float | None]
+    notes: dict[str, str]
+    samples: dict[str, list[int]]
+    warnings: tuple[str, ...] = ()
+
+
 def extract_metrics(source: Any, **run_options: Any
                     ) -> tuple[dict[str, float | None], dict[str, str]]:
     """Gate metrics of one run and a note for each metric it cannot give (``source``: a Run,
     or events in memory with ``RunOptions`` such as ``align=``)."""
-    from traceview.diff import run_tables
+    measured = measure(source, **run_options)
+    return measured.values, measured.notes
+
+
+def measure(source: Any, **run_options: Any) -> RunMetrics:
+    """:func:`extract_metrics` plus the per-step samples and the Run's warnings."""
     from traceview.run import as_run
 
     run = as_run(source, **run_options)
+    values, notes, samples = _metrics_and_samples(run)
+    return RunMetrics(values, notes, samples, tuple(run.warnings))
+
+
+def _collective_wait_samples(per: pl.DataFrame, steps: pl.DataFrame) -> dict[str, list[int]]:
+    """Collective waits per (rank, step) and per step (summed over ranks), zeros included.
+
+    A collective belongs to the step of its rank whose range holds its arrival. Per-collective
+    samples would not do: most are 0 (the last arriver waits for nobody), so a rank that
+    arrives late at every step moves few of them.
+    """
+    if not per.height or not steps.height:
+        return {"wait_per_rank_step_ns": [], "wait_per_step_ns": []}
+    spans = steps.select(pl.col("rank").cast(pl.Int64), "step", "step_start_ns", "step_end_ns")
+    tagged = (per.select(pl.col("rank").cast(pl.Int64), "arrival_ns", "wait_ns")
+              .sort("arrival_ns")
+              .join_asof(spans.sort("step_start_ns"), left_on="arrival_ns",
+                         right_on="step_start_ns", by="rank", strategy="backward",
+                         check_sortedness=False)  # sorted above, within each rank too
+              .filter(pl.col("arrival_ns") < pl.col("step_end_ns"))
+              .group_by("rank", "step").agg(pl.col("wait_ns").sum()))
+    per_rank_step = (spans.join(tagged, on=["rank", "step"], how="left")
+                     .with_columns(pl.col("wait_ns").fill_null(0)).sort("rank", "step"))
+    per_step = per_rank_step.group_by("step").agg(pl.col("wait_ns").sum()).sort("step")
+    return {"wait_per_rank_step_ns": per_rank_step["wait_ns"].to_list(),
+            "wait_per_step_ns": per_step["wait_ns"].to_list()}
+
+
+def _metrics_and_samples(run: Any) -> tuple[dict[str, float | None], dict[str, str],
+                                            dict[str, list[int]]]:
+    from traceview.diff import run_tables
+
     tables = run_tables(run)
     s = tables.samples
     notes: dict[str, str] = {}
@@ -91,6 +181,8 @@ def extract_metrics(source: Any, **run_options: Any
     else:
         out["gpu_idle_fraction"] = None
         notes["gpu_idle_fraction"] = "no GPU events (CPU-only trace)"
+    samples = {k: s[k] for k in ("step_time_ns", "compute_ns", "exposed_comm_ns", "idle_ns")}
+    samples.update(_collective_wait_samples(pl.DataFrame(), run.steps))
     if len(run.ranks_present) < 2:
         for m in ("collective_wait_per_step_ns", "straggler_imposed_wait_per_step_ns"):
             out[m] = None
@@ -98,6 +190,7 @@ def extract_metrics(source: Any, **run_options: Any
     else:
         per = run.collective_ranks
         if per.height:
+            samples.update(_collective_wait_samples(per, run.steps))
             out["collective_wait_per_step_ns"] = float(per["wait_ns"].sum()) / tables.rank_steps
             strag = run.stragglers()["ranks"]
             out["straggler_imposed_wait_per_step_ns"] = float(
@@ -106,24 +199,80 @@ def extract_metrics(source: Any, **run_options: Any
             for m in ("collective_wait_per_step_ns", "straggler_imposed_wait_per_step_ns"):
                 out[m] = None
                 notes[m] = "no collective was matched across ranks"
-    return {k: out.get(k) for k in METRICS}, notes
+    return {k: out.get(k) for k in METRICS}, notes, samples
 
 
-def baseline(metrics: dict[str, float | None], notes: dict[str, str], *,
-             inputs: dict[str, Any] | None = None,
+def median(values: list[float]) -> float:
+    """The median (mean of the middle two for an even count).
+
+    >>> median([3.0, 1.0, 2.0]), median([1.0, 2.0, 4.0, 10.0])
+    (2.0, 3.0)
+    """
+    s = sorted(values)
+    k = len(s) // 2
+    return float(s[k]) if len(s) % 2 else (s[k - 1] + s[k]) / 2.0
+
+
+def robust_spread(values: list[float]) -> float:
+    """Run-to-run spread: 1.4826 x the median absolute deviation from the median (a standard
+    deviation that one wild run cannot inflate); 0 for a single run.
+
+    >>> robust_spread([10.0, 12.0])      # MAD 1
+    1.4826
+    >>> robust_spread([10.0, 11.0, 30.0])  # MAD 1: the outlier does not count
+    1.4826
+    """
+    if len(values) < 2:
+        return 0.0
+    centre = median(values)
+    return MAD_TO_SD * median([abs(v - centre) for v in values])
+
+
+def baseline(metrics: dict[str, float | None] | list[RunMetrics],
+             notes: dict[str, str] | None = None, *,
+             inputs: dict[str, Any] | list[dict[str, Any]] | None = None,
              tolerances: dict[str, float] | None = None) -> dict[str, Any]:
-    """The baseline document: metrics with unit, definition and (for None) the reason."""
+    """The baseline document from one run (``metrics``, ``notes``) or several runs of the same
+    job (a list of :class:`RunMetrics`; ``inputs``: one description per run).
+
+    Per metric: ``value`` (= ``centre``, the median of the runs' values), ``runs`` (each run's
+    value), ``spread`` (:func:`robust_spread`), ``samples`` (the sample kind its test uses);
+    ``samples`` at the top level holds each run's per-step samples of each kind.
+    """
+    runs = metrics if isinstance(metrics, list) else [RunMetrics(metrics, notes or {}, {})]
+    run_inputs = inputs if isinstance(inputs, list) else [inputs] if inputs else []
     doc: dict[str, Any] = {"traceview_baseline": BASELINE_FORMAT}
-    if inputs:
-        doc["inputs"] = inputs
+    if len(runs) == 1 and run_inputs:
+        doc["inputs"] = run_inputs[0]  # format 1's field, kept for one-run baselines
+    doc["runs"] = [{**(run_inputs[i] if i < len(run_inputs) else {}),
+                    "warnings": list(r.warnings)} for i, r in enumerate(runs)]
+    doc["warnings"] = [w for r in runs for w in r.warnings]
     doc["default_tolerance_pct"] = DEFAULT_TOLERANCE_PCT
     if tolerances:
         doc["tolerance_pct"] = dict(sorted(tolerances.items()))
-    doc["metrics"] = {
-        name: {"value": metrics.get(name), "unit": unit, "definition": meaning,
-               **({"note": notes[name]} if name in notes else {})}
-        for name, (unit, meaning) in METRICS.items()}
+    doc["noise"] = {"k": DEFAULT_NOISE_K, "alpha": DEFAULT_ALPHA,
+                    "spread": "1.4826 x median absolute deviation of the runs' values",
+                    "test": "one-sided Mann-Whitney U, this run's samples vs the pooled "
+                            "baseline samples"}
+    doc["metrics"] = {name: _baseline_entry(name, runs) for name in METRICS}
+    kinds = sorted({k for r in runs for k in r.samples})
+    doc["samples"] = {k: [list(r.samples.get(k, [])) for r in runs] for k in kinds}
     return doc
+
+
+def _baseline_entry(name: str, runs: list[RunMetrics]) -> dict[str, Any]:
+    unit, meaning = METRICS[name]
+    values = [r.values.get(name) for r in runs]
+    known = [float(v) for v in values if v is not None]
+    entry: dict[str, Any] = {"value": median(known) if known else None, "unit": unit,
+                             "definition": meaning, "runs": values,
+                             "centre": median(known) if known else None,
+                             "spread": robust_spread(known) if known else None,
+                             "samples": SAMPLES_OF[name]}
+    note = next((r.notes[name] for r in runs if name in r.notes), None)
+    if note is not None:
+        entry["note"] = note
+    return entry
 
 
 def read_baseline(text: str | bytes, *, source: str = "baseline") -> dict[str, Any]:
@@ -134,10 +283,16 @@ def read_baseline(text: str | bytes, *, source: str = "baseline") -> dict[str, A
         doc = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise BaselineError(f"{source}: not JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("traceview_baseline") != BASELINE_FORMAT \
+    if not isinstance(doc, dict) or doc.get("traceview_baseline") not in READABLE_FORMATS \
             or not isinstance(doc.get("metrics"), dict):
-        raise BaselineError(f"{source}: not a traceview baseline (format "
-                            f"{BASELINE_FORMAT}); write one with `traceview baseline`")
+        raise BaselineError(f"{source}: not a traceview baseline (formats "
+                            f"{', '.join(map(str, READABLE_FORMATS))}); write one with "
+                            "`traceview baseline`")
+    samples = doc.get("samples", {})
+    if not isinstance(samples, dict) or not all(
+            isinstance(runs, list) and all(isinstance(xs, list) for xs in runs)
+            for runs in samples.values()):
+        raise BaselineError(f"{source}: 'samples' is not a list of per-run lists")
     for name, entry in doc["metrics"].items():
         value = entry.get("value") if isinstance(entry, dict) else "bad"
         if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value)):
@@ -171,76 +326,158 @@ def parse_tolerances(items: list[str]) -> dict[str, float]:
     return out
 
 
+#: check's row schema (the ``check --json`` metric fields, in order).
+ROW_SCHEMA: dict[str, Any] = {
+    "metric": pl.String, "unit": pl.String, "baseline": pl.Float64, "now": pl.Float64,
+    "allowed": pl.Float64, "tolerance_pct": pl.Float64, "change_pct": pl.Float64,
+    "status": pl.String, "note": pl.String, "change_frac": pl.Float64,
+    "baseline_runs": pl.Int64, "spread": pl.Float64, "noise_allowed": pl.Float64,
+    "p_value": pl.Float64, "test_method": pl.String}
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """One row per metric: metric, unit, baseline, now, allowed, tolerance_pct, change_pct,
-    status (ok / regression / missing / not_in_baseline / unavailable), note."""
+    status (ok / regression / missing / not_in_baseline / unavailable), note, change_frac,
+    baseline_runs, spread, noise_allowed, p_value, test_method; and the input's warnings
+    (damaged input fails unless ``allow_partial``)."""
 
     rows: pl.DataFrame
+    warnings: tuple[str, ...] = ()
+    allow_partial: bool = False
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.rows["status"].is_in(["regression", "missing"]).any())
+
+    @property
+    def damaged(self) -> bool:
+        """The input files were damaged and the caller did not allow a partial run."""
+        return bool(self.warnings) and not self.allow_partial
 
     @property
     def failed(self) -> bool:
-        return bool(self.rows["status"].is_in(["regression", "missing"]).any())
+        return self.regressed or self.damaged
 
     @property
     def exit_code(self) -> int:
         return 1 if self.failed else 0
 
+    @property
+    def status(self) -> str:
+        return "regression" if self.regressed else "damaged_input" if self.damaged else "ok"
+
     def to_dict(self) -> dict[str, Any]:
         counts = self.rows["status"].value_counts().sort("status")
-        return {"status": "regression" if self.failed else "ok", "exit_code": self.exit_code,
-                "counts": dict(counts.rows()), "metrics": self.rows.to_dicts()}
+        return {"status": self.status, "exit_code": self.exit_code,
+                "counts": dict(counts.rows()), "metrics": self.rows.to_dicts(),
+                "warnings": list(self.warnings), "damaged_input": self.damaged}
 
     def _repr_html_(self) -> str:
-        return (f"<p><b>check: {'REGRESSION' if self.failed else 'ok'}</b></p>"
-                + self.rows._repr_html_())
+        return f"<p><b>check: {self.status.upper()}</b></p>" + self.rows._repr_html_()
+
+
+def _pooled_samples(base_doc: dict[str, Any], kind: str | None) -> list[float]:
+    """Every baseline run's per-step samples of ``kind``, pooled."""
+    runs = (base_doc.get("samples") or {}).get(kind or "", [])
+    return [float(x) for xs in runs for x in xs]
+
+
+def min_p_value(m: int, n: int) -> float:
+    """The smallest one-sided Mann-Whitney p-value ``m`` against ``n`` samples can give,
+    1 / C(m + n, m): every sample of one side above every sample of the other.
+
+    >>> round(min_p_value(4, 4), 4)
+    0.0143
+    """
+    return 1.0 / math.comb(m + n, m)
+
+
+def steps_slower(now_samples: list[float], base_samples: list[float], alpha: float
+                 ) -> tuple[float | None, str | None, bool]:
+    """One-sided Mann-Whitney p-value of "this run's samples are larger than the baseline's",
+    the method, and whether the test can decide: False when a side has no samples, or when
+    even the most extreme outcome could not reach ``alpha`` (4 steps against 4 give at best
+    p = 0.014): a test that cannot say "slower" must not veto."""
+    from traceview.diff import mann_whitney_u
+
+    if not now_samples or not base_samples:
+        return None, None, False
+    res = mann_whitney_u(now_samples, base_samples, alternative="greater")
+    method = f"mann-whitney-u one-sided ({res['method']})"
+    if min_p_value(len(now_samples), len(base_samples)) >= alpha:
+        return res["p_value"], method + f"; too few samples to reach {alpha:g}, not used", False
+    return res["p_value"], method, True
 
 
 def check(now: dict[str, float | None], base_doc: dict[str, Any], *,
           tolerances: dict[str, float] | None = None,
-          now_notes: dict[str, str] | None = None) -> CheckResult:
-    """Compare ``now`` (from :func:`extract_metrics`) with a baseline document.
+          now_notes: dict[str, str] | None = None,
+          now_samples: dict[str, list[int]] | None = None,
+          warnings: list[str] | tuple[str, ...] = (), allow_partial: bool = False,
+          noise_k: float | None = None, alpha: float | None = None) -> CheckResult:
+    """Compare ``now`` (from :func:`extract_metrics` / :func:`measure`) with a baseline.
 
     Tolerance per metric: ``tolerances`` (command line) over the baseline's own
-    ``tolerance_pct`` over its ``default_tolerance_pct``.
+    ``tolerance_pct`` over its ``default_tolerance_pct``. ``noise_k`` and ``alpha`` (command
+    line) over the baseline's ``noise`` over the defaults. The rule is in the module docstring.
     """
     now_notes = now_notes or {}
     stored = base_doc.get("tolerance_pct") or {}
     default = float(base_doc.get("default_tolerance_pct", DEFAULT_TOLERANCE_PCT))
     tol_all = {m: float((tolerances or {}).get(m, stored.get(m, default))) for m in METRICS}
-    rows = []
+    noise = base_doc.get("noise") or {}
+    k = float(noise_k if noise_k is not None else noise.get("k", DEFAULT_NOISE_K))
+    a = float(alpha if alpha is not None else noise.get("alpha", DEFAULT_ALPHA))
     base_metrics = base_doc["metrics"]
     names = list(METRICS) + sorted(set(base_metrics) - set(METRICS))
+    rows = []
     for name in names:
         unit = METRICS[name][0] if name in METRICS else base_metrics[name].get("unit", "")
-        entry = base_metrics.get(name)
-        b = None if entry is None else entry.get("value")
-        v = now.get(name)
-        tol = tol_all.get(name, default)
-        allowed = None
-        change = None
-        note = now_notes.get(name)
-        if entry is None:
-            status = "not_in_baseline"
-        elif b is None and v is None:
-            status, note = "unavailable", note or entry.get("note")
-        elif b is None:
-            status, note = "not_in_baseline", "the baseline run had no value"
-        elif v is None:
-            status = "missing"
-            note = note or "no value in this run"
-        else:
-            allowed = max(b * (1 + tol / 100.0), b + SLACK.get(unit, 0.0))
-            change = (v - b) / b if b else None
-            status = "regression" if v > allowed else "ok"
-        rows.append({"metric": name, "unit": unit, "baseline": None if b is None else float(b),
-                     "now": None if v is None else float(v), "allowed": allowed,
-                     "tolerance_pct": tol, "change_pct": None if change is None else 100 * change,
-                     "status": status, "note": note})
-    schema = {"metric": pl.String, "unit": pl.String, "baseline": pl.Float64, "now": pl.Float64,
-              "allowed": pl.Float64, "tolerance_pct": pl.Float64, "change_pct": pl.Float64,
-              "status": pl.String, "note": pl.String}
-    return CheckResult(pl.DataFrame(rows, schema=schema))
+        kind = SAMPLES_OF.get(name)
+        now_steps = [float(x) for x in (now_samples or {}).get(kind or "", [])]
+        rows.append(_check_metric(
+            name, unit, base_metrics.get(name), now.get(name), now_notes.get(name),
+            tol_all.get(name, default), k, a, now_steps, _pooled_samples(base_doc, kind)))
+    return CheckResult(pl.DataFrame(rows, schema=ROW_SCHEMA), tuple(warnings), allow_partial)
+
+
+def _check_metric(name: str, unit: str, entry: dict[str, Any] | None, v: float | None,
+                  note: str | None, tol: float, k: float, alpha: float,
+                  now_steps: list[float], base_steps: list[float]) -> dict[str, Any]:
+    """One metric's row (see :data:`ROW_SCHEMA`)."""
+    b = None if entry is None else entry.get("value")
+    runs = [x for x in (entry or {}).get("runs", [b]) if x is not None]
+    spread = float((entry or {}).get("spread") or 0.0)
+    row: dict[str, Any] = {"metric": name, "unit": unit,
+                           "baseline": None if b is None else float(b),
+                           "now": None if v is None else float(v), "allowed": None,
+                           "tolerance_pct": tol, "change_pct": None, "status": "",
+                           "note": note, "change_frac": None, "baseline_runs": len(runs),
+                           "spread": spread if entry is not None and b is not None else None,
+                           "noise_allowed": None, "p_value": None, "test_method": None}
+    if entry is None:
+        row["status"] = "not_in_baseline"
+    elif b is None and v is None:
+        row["status"], row["note"] = "unavailable", note or entry.get("note")
+    elif b is None:
+        row["status"], row["note"] = "not_in_baseline", "the baseline run had no value"
+    elif v is None:
+        row["status"], row["note"] = "missing", note or "no value in this run"
+    else:
+        row["noise_allowed"] = b + k * spread
+        row["allowed"] = max(b * (1 + tol / 100.0), b + SLACK.get(unit, 0.0),
+                             row["noise_allowed"])
+        row["change_frac"] = (v - b) / b if b else None
+        row["change_pct"] = None if row["change_frac"] is None else 100 * row["change_frac"]
+        row["p_value"], row["test_method"], decides = steps_slower(now_steps, base_steps, alpha)
+        beyond = v > row["allowed"]
+        not_significant = decides and row["p_value"] >= alpha
+        row["status"] = "regression" if beyond and not not_significant else "ok"
+        if beyond and not_significant:
+            row["note"] = (f"above allowed, but its steps are not slower than the baseline's "
+                           f"(one-sided Mann-Whitney p = {row['p_value']:.2g} >= {alpha:g})")
+    return row
 
 
 def _fmt(v: float | None, unit: str) -> str:
@@ -256,10 +493,14 @@ def describe(row: dict[str, Any]) -> str:
     u = row["unit"]
     if row["status"] in ("ok", "regression"):
         rel = "" if row["change_pct"] is None else f" ({row['change_pct']:+.1f}%)"
-        op = ">" if row["status"] == "regression" else "<="
-        return (f"{row['metric']}: now {_fmt(row['now'], u)}{rel} {op} allowed "
+        op = ">" if row["now"] > row["allowed"] else "<="
+        runs = row.get("baseline_runs") or 1
+        noise = (f", {runs} runs, spread {_fmt(row['spread'], u)}" if runs > 1 else "")
+        test = ("" if row.get("p_value") is None else f", steps p = {row['p_value']:.2g}")
+        text = (f"{row['metric']}: now {_fmt(row['now'], u)}{rel} {op} allowed "
                 f"{_fmt(row['allowed'], u)} (baseline {_fmt(row['baseline'], u)}, "
-                f"tolerance {row['tolerance_pct']:g}%)")
+                f"tolerance {row['tolerance_pct']:g}%{noise}{test})")
+        return text + (f"; {row['note']}" if row["note"] else "")
     return f"{row['metric']}: {row['status']}" + (f" ({row['note']})" if row["note"] else "")
 
 
@@ -267,7 +508,10 @@ def junit_xml(result: CheckResult, *, suite: str = "traceview.check") -> str:
     """JUnit XML: one ``testcase`` per metric; regressions and missing metrics are failures,
     unavailable / not-in-baseline ones skipped. No timestamps (deterministic)."""
     rows = result.rows.to_dicts()
-    fails = sum(r["status"] in ("regression", "missing") for r in rows)
+    if result.warnings:  # the input's health is a testcase of its own
+        rows = [{"metric": "input", "status": "damaged_input" if result.damaged else "ok",
+                 "note": "; ".join(result.warnings)}, *rows]
+    fails = sum(r["status"] in ("regression", "missing", "damaged_input") for r in rows)
     skips = sum(r["status"] in ("unavailable", "not_in_baseline") for r in rows)
     root = ET.Element("testsuites", {"name": "traceview", "tests": str(len(rows)),
                                      "failures": str(fails), "errors": "0",
@@ -278,8 +522,9 @@ def junit_xml(result: CheckResult, *, suite: str = "traceview.check") -> str:
     for r in rows:
         case = ET.SubElement(ts, "testcase", {"classname": suite, "name": r["metric"],
                                               "time": "0"})
-        text = describe(r)
-        if r["status"] in ("regression", "missing"):
+        text = (describe(r) if r["metric"] != "input"
+                else f"input: {r['status']} ({r['note']})")
+        if r["status"] in ("regression", "missing", "damaged_input"):
             f = ET.SubElement(case, "failure", {"type": r["status"], "message": text})
             f.text = text
         elif r["status"] in ("unavailable", "not_in_baseline"):

@@ -15,9 +15,11 @@ from traceview.selection import ALIGN_METHODS
 from traceview.windows import parse_window
 
 
-def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True) -> None:
-    """PATH arguments and the options every command that reads traces accepts."""
-    parser.add_argument("paths", nargs="+" if many else 1, metavar="PATH",
+def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True,
+                   optional: bool = False) -> None:
+    """PATH arguments and the options every command that reads traces accepts (``optional``:
+    PATHs may be left out, for a command that takes its runs from another option)."""
+    parser.add_argument("paths", nargs="*" if optional else "+" if many else 1, metavar="PATH",
                         help="trace files, directories of traces, or a traceview store")
     parser.add_argument("--skip-bad", action="store_true",
                         help="skip unreadable files (listed) instead of failing")

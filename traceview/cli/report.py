@@ -8,18 +8,21 @@
   "kernels": [...], "cpu_ops": [...], "collectives": [...], "contributors": [{"kind", "name",
   "base_ns", "test_ns", "delta_ns", "share_of_step_change"}]}``
 * ``check``: ``{"status", "exit_code", "counts", "metrics": [{"metric", "unit", "baseline",
-  "now", "allowed", "tolerance_pct", "change_pct", "status", "note"}]}``
+  "now", "allowed", "tolerance_pct", "change_pct", "status", "note", "change_frac",
+  "baseline_runs", "spread", "noise_allowed", "p_value", "test_method"}], "warnings",
+  "damaged_input"}`` (``change_pct`` percent, ``change_frac`` and diff's ``change_pct`` a
+  fraction)
 * ``report`` / ``export-perfetto`` / ``baseline``: ``{"output", ...counts}``.
 
-``check`` exits 0 within tolerance, 1 on a regression, 2 on bad input (unreadable traces or
-baseline, bad ``--tolerance``). The CLI only formats: numbers come from the analyses.
+``check`` exits 0 within tolerance, 1 on a regression or on damaged input (the Run's
+``warnings``; unless ``--allow-partial``), 2 on bad input (unreadable traces or baseline, bad
+``--tolerance``). ``baseline`` learns from one run (PATHs) or several (``--run DIR`` each). The CLI only formats: numbers come from the analyses.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +55,10 @@ def _diff_options(p: argparse.ArgumentParser) -> None:
 
 
 def _baseline_options(p: argparse.ArgumentParser) -> None:
-    _inputs(p)
+    _inputs(p, optional=True)
+    p.add_argument("--run", action="append", default=[], metavar="PATH", dest="runs",
+                   help="one run of the job (traces, folder or store); repeat for each run "
+                        "to learn the run-to-run spread (3 or more recommended)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="baseline JSON to write")
     p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=PCT",
                    help="store a tolerance for a metric in the baseline (repeatable; all=PCT)")
@@ -65,6 +71,15 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=PCT",
                    help="allowed increase in percent (repeatable; all=PCT sets every metric)")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="judge damaged input (truncated files, dropped events, skipped files) "
+                        "instead of failing it")
+    p.add_argument("--noise-k", type=float, default=None, metavar="K",
+                   help="a change must exceed K x the baseline runs' spread (default: the "
+                        "baseline's, 3)")
+    p.add_argument("--alpha", type=float, default=None, metavar="A",
+                   help="significance level of the one-sided step test (default: the "
+                        "baseline's, 0.01)")
     p.set_defaults(run=run_check)
 
 
@@ -84,8 +99,8 @@ def _shared(p: argparse.ArgumentParser) -> None:
     add_json_arg(p)
 
 
-def _inputs(p: argparse.ArgumentParser) -> None:
-    add_input_args(p)
+def _inputs(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    add_input_args(p, optional=optional)
     add_window_args(p)
     p.add_argument("--align", choices=("auto", "collectives", "host", "none"), default="auto",
                    help="clock alignment across ranks (default auto)")
@@ -169,23 +184,41 @@ def _inputs_info(run: Any) -> dict[str, Any]:
     return {"files": files, "ranks": len(run.ranks_present)}
 
 
+def _baseline_runs(args: argparse.Namespace) -> list[list[str]]:
+    """The runs to learn from: the PATHs as one run, or each ``--run``."""
+    if args.paths and args.runs:
+        raise UsageError("baseline: give PATHs (one run) or --run PATH for each run, not both")
+    if not args.paths and not args.runs:
+        raise UsageError("baseline: no input; give PATHs (one run) or --run PATH per run")
+    return [[r] for r in args.runs] if args.runs else [args.paths]
+
+
 def run_baseline(args: argparse.Namespace) -> int:
     from traceview import gate
 
     tolerances = gate.parse_tolerances(args.tolerance)
-    run = _open(args)
-    metrics, notes = gate.extract_metrics(run)
-    doc = gate.baseline(metrics, notes, inputs=_inputs_info(run), tolerances=tolerances)
+    measured, inputs = [], []
+    for paths in _baseline_runs(args):
+        run = _open(args, paths)
+        measured.append(gate.measure(run))
+        inputs.append(_inputs_info(run))
+    doc = gate.baseline(measured, inputs=inputs, tolerances=tolerances)
     _write_text(args.output, dumps(doc) + "\n")
     if args.json:
-        emit_json({"output": args.output, "metrics": doc["metrics"]})
+        emit_json({"output": args.output, "runs": len(measured), "metrics": doc["metrics"],
+                   "warnings": doc["warnings"]})
         return 0
-    print(f"wrote {args.output}")
+    print(f"wrote {args.output} ({len(measured)} run{'s' if len(measured) > 1 else ''})")
     for name, entry in doc["metrics"].items():
         unit = entry["unit"]
-        v = entry["value"]
+        v, spread = entry["value"], entry["spread"]
         shown = "-" if v is None else (f"{v / 1e6:.3f} ms" if unit == "ns" else f"{v:.4f}")
-        print(f"  {name:<36}{shown:>14}" + (f"  ({entry['note']})" if "note" in entry else ""))
+        noise = ("" if len(measured) < 2 or spread is None else
+                 f"  spread {spread / 1e6:.3f} ms" if unit == "ns" else f"  spread {spread:.4f}")
+        print(f"  {name:<36}{shown:>14}{noise}"
+              + (f"  ({entry['note']})" if "note" in entry else ""))
+    for w in doc["warnings"]:
+        print(f"warning recorded: {w}")
     return 0
 
 
@@ -199,21 +232,27 @@ def run_check(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise gate.BaselineError(f"{path}: cannot read baseline ({exc.strerror})") from None
     doc = gate.read_baseline(text, source=str(path))
-    metrics, notes = gate.extract_metrics(_open(args))
-    result = gate.check(metrics, doc, tolerances=tolerances, now_notes=notes)
+    now = gate.measure(_open(args))
+    result = gate.check(now.values, doc, tolerances=tolerances, now_notes=now.notes,
+                        now_samples=now.samples, warnings=now.warnings,
+                        allow_partial=args.allow_partial, noise_k=args.noise_k,
+                        alpha=args.alpha)
     if args.junit:
         _write_text(args.junit, gate.junit_xml(result))
     if args.json:
         emit_json(result.to_dict())
         return result.exit_code
+    for w in result.warnings:
+        print(f"{'FAIL' if result.damaged else 'warn'} damaged input: {w}")
     for row in result.rows.iter_rows(named=True):
         mark = {"ok": "ok  ", "regression": "FAIL", "missing": "FAIL"}.get(row["status"], "skip")
         print(f"{mark} {gate.describe(row)}")
     counts = result.to_dict()["counts"]
     failed = counts.get("regression", 0) + counts.get("missing", 0)
-    print(f"check: {'REGRESSION' if result.failed else 'ok'}: {counts.get('ok', 0)} ok, "
-          f"{failed} failed, {len(result.rows) - counts.get('ok', 0) - failed} skipped",
-          file=sys.stdout)
+    print(f"check: {result.status.upper()}: {counts.get('ok', 0)} ok, "
+          f"{failed} failed, {len(result.rows) - counts.get('ok', 0) - failed} skipped"
+          + (" (damaged input: rerun the profile, or pass --allow-partial to judge it)"
+             if result.damaged else ""))
     return result.exit_code
 
 
