@@ -143,3 +143,28 @@ def test_cli_diff_json_on_the_slowed_run(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["diff", str(FIX / "gloo_ddp_2r"), str(FIX / "gloo_ddp_2r_slow1"),
                  "--no-cache"]) == 0
     assert "Mann-Whitney" in capsys.readouterr().out
+
+
+def test_diff_and_export_carry_the_warnings(tmp_path, capsys) -> None:
+    """A test run with rank 1 cut off part-way: `diff --json` and `export-perfetto --json` list
+    the warning naming the file, as every command does."""
+    import gzip
+    import json
+
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for f in sorted((FIX / "gloo_ddp_2r").iterdir()):
+        data = f.read_bytes()
+        if "rank-1" in f.name:
+            text = gzip.decompress(data)
+            data = gzip.compress(text[: len(text) // 2])
+        (damaged / f.name).write_bytes(data)
+    assert main(["diff", str(FIX / "gloo_ddp_2r"), str(damaged), "--json"]) == 0
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    assert any("rank-1" in w and "truncated" in w for w in doc["warnings"]), doc["warnings"]
+    assert "truncated" in out.err
+    merged = tmp_path / "merged.json"
+    assert main(["export-perfetto", str(damaged), "-o", str(merged), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any("rank-1" in w for w in doc["warnings"])

@@ -155,8 +155,14 @@ def run_diff(args: argparse.Namespace) -> int:
     base = _open(args, [args.base])
     test = _open(args, [args.test])
     res = diff_tables(run_tables(base), run_tables(test), alpha=args.alpha, top=args.top)
+    # Both runs' warnings, each naming its file (printed on stderr as each run opened).
+    warnings = [*base.warnings, *base.table_warnings("match", "offsets"),
+                *test.warnings, *test.table_warnings("match", "offsets")]
+    for warning in warnings[len(base.warnings):]:
+        if warning not in test.warnings:
+            warn(warning)
     if args.json:
-        emit_json(res.to_dict())
+        emit_json({**res.to_dict(), "warnings": warnings})
         return 0
     print(f"base: {args.base} ({res.base_rank_steps} rank-steps)   "
           f"test: {args.test} ({res.test_rank_steps} rank-steps)")
@@ -260,10 +266,14 @@ def run_export(args: argparse.Namespace) -> int:
     from traceview.perfetto import export
 
     buf = io.StringIO()
-    info = export(_open(args), buf)
+    run = _open(args)
+    info = export(run, buf)
     _write_text(args.output, buf.getvalue())
+    table_warnings = run.table_warnings("match", "offsets")  # the inputs' were printed already
+    for warning in table_warnings:
+        warn(warning)
     if args.json:
-        emit_json({"output": args.output, **info})
+        emit_json({"output": args.output, **info, "warnings": [*run.warnings, *table_warnings]})
         return 0
     print(f"wrote {args.output}: {info['events']} events, {info['ranks']} ranks "
           f"(one process each), {info['gaps']} idle gaps, {info['waits']} collective waits; "
