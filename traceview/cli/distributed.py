@@ -43,11 +43,12 @@ def run_align(args: argparse.Namespace) -> int:
     if emit_result(result, args):
         return 0
     print(f"reference rank: {result['reference_rank']}")
-    print(table(["rank", "offset_ns", "drift_ppm", "uncert_ns", "anchors", "method", "note"],
+    print(table(["rank", "offset_ns", "drift_ppm", "uncert_ns", "anchors", "quality", "method",
+                 "note"],
                 [[r["rank"], r["offset_ns"], fixed(r["drift_ppm"], 3), r["uncertainty_ns"],
-                  r["anchors"], r["method"], r["note"]]
+                  r["anchors"], r.get("quality"), r["method"], r["note"]]
                  for r in result["ranks"].iter_rows(named=True)],
-                left={"method", "note"}, max_width=None))
+                left={"quality", "method", "note"}, max_width=None))
     _print_problems(result["problems"])
     return 0
 
