@@ -39,66 +39,14 @@ import polars as pl
 
 from traceview import selection
 from traceview.result import Result
+from traceview.run_options import RunOptions
 from traceview.traceset import TraceSet
+
+__all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
 
 #: The analysis commands a Run answers, in the order help lists them. Each is a method.
 ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
                              "stragglers")
-
-
-@dataclasses.dataclass(frozen=True)
-class RunOptions:
-    """What a Run looks at and how it aligns clocks. Text as the CLI takes it, or values.
-
-    ranks:          ``"0-3,7"`` or ranks; None: every rank.
-    steps:          ``"5:9"``, ``(5, 9)`` or ``range(5, 9)``: profiler steps 5..8.
-    time:           ``"100ms:300ms"`` or ``(start_ns, stop_ns)`` from the first event.
-    skip_warmup:    drop each rank's first N steps.
-    align:          ``auto``, ``collectives``, ``host`` or ``none`` (see ``traceview.analyses.align``).
-    reference_rank: the rank whose clock is the reference (default: the lowest).
-    tolerance_us:   how far apart two completions of one collective may be when matching;
-                    None (default) learns it per group from the run's own residuals.
-    exclude_unlaunched: drop GPU events whose launch is not in the trace (work queued before
-                    the profiler started; ``analyses.launches.unlaunched_gpu``). Default: keep
-                    them, and say how many there are in the results' warnings.
-    comm_patterns:  more kernel-name regexes (Rust regex syntax) that mean communication,
-                    e.g. vLLM's ``^cross_device_reduce_`` (``classify.with_comm_patterns``).
-    comm_config:    a TOML file whose ``comm_patterns = [...]`` adds to ``comm_patterns``.
-    """
-
-    ranks: str | Sequence[int] | None = None
-    steps: str | tuple[int | None, int | None] | range | None = None
-    time: str | tuple[int | None, int | None] | None = None
-    skip_warmup: int = 0
-    align: str = "auto"
-    reference_rank: int | None = None
-    tolerance_us: float | None = None
-    exclude_unlaunched: bool = False
-    comm_patterns: tuple[str, ...] = ()
-    comm_config: str | Path | None = None
-
-    def classify_patterns(self) -> Any:  # analyses.classify.ClassifyPatterns
-        """The classification rules: the default, plus ``comm_patterns`` and those of
-        ``comm_config``; a usage error for an unreadable file or a bad regex."""
-        from traceview.analyses.classify import with_comm_patterns
-
-        return with_comm_patterns(_checked_patterns(
-            (*self.comm_patterns, *_config_patterns(self.comm_config))))
-
-    def window(self) -> Any:  # analyses.window.Window
-        """The window these options select; a usage error (before any file is read) when an
-        option does not parse."""
-        from traceview.analyses.window import Window
-        from traceview.errors import UsageError
-
-        if self.align not in selection.ALIGN_METHODS:
-            raise UsageError(f"--align wants one of {', '.join(selection.ALIGN_METHODS)}, "
-                             f"got {self.align!r}")
-        self.classify_patterns()
-        return Window(ranks=selection.parse_ranks(self.ranks),
-                      steps=selection.parse_steps(self.steps),
-                      time_ns=selection.parse_time_window(self.time),
-                      skip_warmup=self.skip_warmup)
 
 
 class Run:
@@ -566,37 +514,6 @@ def _unlaunched_warning(unlaunched: pl.DataFrame, excluded: bool) -> str:
             "counted as GPU work; --exclude-unlaunched drops them")
     return (f"gpu: {unlaunched.height} GPU events on rank(s) {shown} have no launch in the "
             f"trace (queued before the profiler started): {what}")
-
-
-def _config_patterns(path: str | Path | None) -> tuple[str, ...]:
-    """``comm_patterns`` of a TOML file (``comm_patterns = ["^cross_device_reduce_"]``)."""
-    if path is None:
-        return ()
-    import tomllib
-
-    from traceview.errors import UsageError
-
-    try:
-        with Path(path).open("rb") as f:
-            config = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"--comm-config {path}: {exc}") from exc
-    found = config.get("comm_patterns", [])
-    if not isinstance(found, list) or not all(isinstance(p, str) for p in found):
-        raise UsageError(f"--comm-config {path}: comm_patterns must be a list of strings")
-    return tuple(found)
-
-
-def _checked_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
-    """``patterns`` if each is a regex the classification can run; else a usage error."""
-    from traceview.errors import UsageError
-
-    for p in patterns:
-        try:
-            pl.select(pl.lit("").str.contains(p))
-        except pl.exceptions.PolarsError as exc:
-            raise UsageError(f"--comm-pattern {p!r} is not a valid regex: {exc}") from exc
-    return patterns
 
 
 def _capped(lines: list[str], most: int = 20) -> list[str]:
