@@ -16,3 +16,17 @@ def write_trace(path: Path, events: list[dict] | None = None, *, text: str | Non
         data = gzip.compress(data)
     path.write_bytes(data)
     return path
+
+
+def copy_with_rank_cut(src: Path, dst: Path, *, rank_marker: str = "rank-1",
+                       keep: float = 0.5) -> Path:
+    """Copy the gzipped traces of run folder ``src`` to ``dst``, the one whose name holds
+    ``rank_marker`` cut off after ``keep`` of its JSON text (a write that stopped part-way)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        data = f.read_bytes()
+        if rank_marker in f.name:
+            text = gzip.decompress(data)
+            data = gzip.compress(text[: int(len(text) * keep)])
+        (dst / f.name).write_bytes(data)
+    return dst

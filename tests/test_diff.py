@@ -148,17 +148,11 @@ def test_cli_diff_json_on_the_slowed_run(capsys: pytest.CaptureFixture[str]) -> 
 def test_diff_and_export_carry_the_warnings(tmp_path, capsys) -> None:
     """A test run with rank 1 cut off part-way: `diff --json` and `export-perfetto --json` list
     the warning naming the file, as every command does."""
-    import gzip
     import json
 
-    damaged = tmp_path / "damaged"
-    damaged.mkdir()
-    for f in sorted((FIX / "gloo_ddp_2r").iterdir()):
-        data = f.read_bytes()
-        if "rank-1" in f.name:
-            text = gzip.decompress(data)
-            data = gzip.compress(text[: len(text) // 2])
-        (damaged / f.name).write_bytes(data)
+    from tests.helpers import copy_with_rank_cut
+
+    damaged = copy_with_rank_cut(FIX / "gloo_ddp_2r", tmp_path / "damaged")
     assert main(["diff", str(FIX / "gloo_ddp_2r"), str(damaged), "--json"]) == 0
     out = capsys.readouterr()
     doc = json.loads(out.out)

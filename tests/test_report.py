@@ -105,17 +105,11 @@ def test_cli_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_warnings_come_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A rank cut off part-way: the page opens with the warning naming the file, before the
     summary, and `report --json` lists it."""
-    import gzip
     import json
 
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    for f in sorted((FIX / "gloo_ddp_2r").iterdir()):
-        data = f.read_bytes()
-        if "rank-1" in f.name:
-            text = gzip.decompress(data)
-            data = gzip.compress(text[: len(text) // 2])
-        (run_dir / f.name).write_bytes(data)
+    from tests.helpers import copy_with_rank_cut
+
+    run_dir = copy_with_rank_cut(FIX / "gloo_ddp_2r", tmp_path / "run")
     out = tmp_path / "r.html"
     assert main(["report", str(run_dir), "-o", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
