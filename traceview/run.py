@@ -177,7 +177,10 @@ class Run:
         """GPU rows whose launch is not in the trace (queued before the profiler started)."""
         from traceview.analyses.launches import unlaunched_gpu
 
-        return unlaunched_gpu(self._classified_gpu, self.host)
+        # The launches from the host rows when a command read them; else from the lazy scan,
+        # which reads only the runtime calls' rank and correlation (overlap needs no host row).
+        return unlaunched_gpu(self._classified_gpu,
+                              self.host if "host" in self.__dict__ else self._analysis_events)
 
     @cached_property
     def host(self) -> pl.DataFrame:
@@ -257,7 +260,8 @@ class Run:
     def warnings(self) -> list[str]:
         """What the run's files said about the data: damaged input, skipped files."""
         return [*self.traceset.warnings,
-                *(f"{path}: skipped: {reason}" for path, reason in self.traceset.skipped)]
+                *(f"skipped: {reason}" if reason.startswith(str(path)) else
+                  f"{path}: skipped: {reason}" for path, reason in self.traceset.skipped)]
 
     def table_warnings(self, *tables: str) -> list[str]:
         """What the named shared tables say about the data: collectives that could not be
