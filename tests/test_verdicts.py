@@ -12,23 +12,19 @@ from traceview.analyses.stragglers import stragglers
 from traceview.analyses.window import ranks_present, step_spans
 from traceview.schema import events_frame
 
-MS = 1_000_000
-AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+from tests.test_stragglers import MS, ker, step
+from tests.test_stragglers import stragglers_of as _stragglers
+from tests.test_stragglers import trace as straggler_rows
 
 
-def ker(rank: int, ts: int, dur: int) -> dict:
-    return dict(rank=rank, file_id=rank, source="kineto", kind="kernel", name=AR, device=rank,
-                stream=7, ts_ns=ts, dur_ns=dur)
-
+def trace(late: dict[tuple[int, int], int]) -> pl.DataFrame:
+    """The stragglers tests' timeline (3 ranks, 8 steps of 100 ms, an all-reduce ending at
+    t + 60 ms; rank r arrives at t + 20 ms + late[(r, step)] us), as a frame."""
+    return events_frame(straggler_rows(late))
 
 def gloo(rank: int, ts: int, end: int, nbytes: int) -> dict:
     return dict(rank=rank, file_id=rank, source="kineto", kind="user_annotation",
                 name="gloo:all_reduce", tid=100, ts_ns=ts, dur_ns=end - ts, bytes=nbytes)
-
-
-def step(rank: int, n: int, ts: int, dur: int) -> dict:
-    return dict(rank=rank, file_id=rank, source="kineto", kind="user_annotation",
-                name=f"ProfilerStep#{n}", ts_ns=ts, dur_ns=dur)
 
 
 # --- matching: tolerance learnt from the run's residuals ------------------------------------
@@ -118,23 +114,6 @@ def test_no_confident_verdict_without_group_identity() -> None:
 
 
 # --- stragglers: consistency across steps, noise floor, confidence --------------------------
-
-def trace(late: dict[tuple[int, int], int]) -> pl.DataFrame:
-    """3 ranks, 8 steps of 100 ms, one all-reduce per step ending at t + 60 ms; rank r
-    arrives at t + 20 ms + late[(r, step)] us."""
-    rows = []
-    for s in range(8):
-        t = s * 100 * MS
-        for r in range(3):
-            arr = t + 20 * MS + late.get((r, s), 0) * 1000
-            rows += [step(r, s, t, 100 * MS), ker(r, arr, t + 60 * MS - arr)]
-    return events_frame(rows)
-
-
-def _stragglers(ev: pl.DataFrame) -> pl.DataFrame:
-    return stragglers(collective_ranks(match_collectives(comm_events(ev))), step_spans(ev),
-                      ranks_present(ev))
-
 
 def test_consistent_lead_beats_one_huge_outlier() -> None:
     # Rank 2 is 4 ms late at every step but step 5; rank 0 is 35 ms late once (step 5: a
