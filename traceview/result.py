@@ -62,8 +62,7 @@ class Result:
         doc = {k: v.to_dicts() if isinstance(v, pl.DataFrame) else v
                for k, v in self.fields.items()}
         doc["warnings"] = list(self.warnings)
-        option = orjson.OPT_SERIALIZE_NUMPY | (orjson.OPT_INDENT_2 if indent else 0)
-        return orjson.dumps(doc, option=option, default=_plain)
+        return json_bytes(doc, indent=indent)
 
     def to_polars(self) -> pl.DataFrame:
         """The main table."""
@@ -89,6 +88,13 @@ class Result:
         head = f"<p><b>{escape(self.command)}</b>: <code>{escape(self.main)}</code></p>"
         warns = "".join(f"<p>warning: {escape(w)}</p>" for w in self.warnings)
         return head + warns + self.table()._repr_html_()
+
+
+def json_bytes(doc: Any, *, indent: bool = True) -> bytes:
+    """The project's JSON text: keys in the order given, NaN as null, numpy values and
+    frames (as records) allowed. Every ``--json`` output is written with it."""
+    option = orjson.OPT_SERIALIZE_NUMPY | (orjson.OPT_INDENT_2 if indent else 0)
+    return orjson.dumps(doc, option=option, default=_plain)
 
 
 def _plain(obj: Any) -> Any:

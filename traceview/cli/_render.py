@@ -19,7 +19,6 @@ import sys
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-import orjson
 
 #: A text cell longer than this is cut (kernel names can run to thousands of characters).
 MAX_WIDTH = 60
@@ -105,18 +104,10 @@ def emit_result(result: Any, args: argparse.Namespace) -> bool:
 
 
 def dumps(obj: Any) -> str:
-    """JSON text for the ``--json`` of commands without a Result (stable key order as given,
-    NaN -> null)."""
-    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
-                        default=_plain).decode()
+    """JSON text for the ``--json`` of commands without a Result (``result.json_bytes``)."""
+    from traceview.result import json_bytes
 
-
-def _plain(obj: Any) -> Any:
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    raise TypeError(f"cannot serialise {type(obj).__name__}")
+    return json_bytes(obj).decode()
 
 
 def emit_json(obj: Any) -> None:
