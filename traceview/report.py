@@ -71,7 +71,6 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
     offsets = run.offsets
     per = run.collective_ranks
     strag = run.stragglers()["ranks"]
-    worst = _worst(strag, n_ranks)
 
     spans = run.steps
     if spans.height:
@@ -134,7 +133,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
         if offsets.height else "none",
         "traceview": __version__,
     }
-    return ReportData(title=title, meta=meta, summary=summ["ranks"], worst_straggler=worst,
+    return ReportData(title=title, meta=meta, summary=summ["ranks"], worst_straggler=summ["worst_straggler"],
                       step_spans=spans, breakdown=bd, lateness=lateness, collectives=inst,
                       stragglers=strag, gap_causes=causes, largest_gaps=biggest,
                       top_kernels=kernels, top_cpu_ops=ops, offsets=offsets, notes=notes,
@@ -145,17 +144,6 @@ def _first(ranks: pl.DataFrame | None, col: str) -> Any:
     if ranks is None or col not in ranks.columns or ranks.height == 0:
         return None
     return ranks[col][0]
-
-
-def _worst(strag: pl.DataFrame, n_ranks: int) -> dict[str, Any]:
-    if n_ranks < 2:
-        return {"rank": None, "reason": "a single rank: no straggler analysis"}
-    flagged = strag.filter(pl.col("flagged"))
-    if flagged.height == 0:
-        return {"rank": None, "reason": "no rank flagged as a straggler"}
-    row = flagged.row(0, named=True)
-    return {"rank": row["rank"], "imposed_wait_ns": row["imposed_wait_ns"],
-            "explanation": row["explanation"]}
 
 
 # --------------------------------------------------------------------------------- writing
