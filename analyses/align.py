@@ -91,13 +91,15 @@ def _hosts_map(ranks: list[int], hosts: pl.DataFrame | dict[int, str] | None) ->
 
 def anchors_from(match: MatchResult) -> pl.DataFrame:
     """Matched instances usable as clock anchors: seen on >= 2 ranks, not point-to-point,
-    not enqueue-only CPU ops. Columns: instance, rank, collective, ts_ns, end_ns, blocking."""
+    not enqueue-only CPU ops. Columns: instance, rank, collective, ts_ns, end_ns, blocking,
+    by_time (paired by completion time: the pairing itself assumed the clocks' offsets)."""
     inst = match.instances
     return (
         inst.filter(~pl.col("collective").is_in(list(P2P)) & ~pl.col("enqueue_only"))
         .filter(pl.col("rank").n_unique().over("instance") >= 2)
         .select("instance", "rank", "collective", "ts_ns", "end_ns",
-                blocking=pl.col("collective").is_in(list(BLOCKING)))
+                blocking=pl.col("collective").is_in(list(BLOCKING)),
+                by_time=pl.col("match") == "time")
     )
 
 
@@ -292,6 +294,7 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
         ea=pl.col("x") - pl.col("o"), aa=pl.col("xa") - pl.col("o"))
     lows, highs = _causal_bounds(a)
     errors = clock_errors(a, ref_clock, t0)
+    by_time = dict(a.group_by("clock").agg(pl.col("by_time").mean()).rows())
     out: dict[int, dict] = {}
     for r in ranks:
         c = clock_of[r]
@@ -322,7 +325,13 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
             unc, quality, why = 0, "good", ""
         else:
             unc = calibrated_uncertainty(err, moved=moved, low=lo, high=hi)
-            quality, why = alignment_quality(err, moved=moved, contradicted=contradicted)
+            time_matched = by_time.get(c, 0.0) > 0.5
+            quality, why = alignment_quality(err, moved=moved, contradicted=contradicted,
+                                             time_matched=time_matched)
+            if time_matched and lo is not None and hi is not None:
+                # a mispaired set of anchors moves every difference alike, so no scatter
+                # shows it; causality still bounds the truth: take the whole window
+                unc = max(unc, math.ceil(max(-lo, hi)))
         offset = int(base_of[c] - ref_base) + math.floor(o + 0.5)
         out[r] = {
             "offset": offset,

@@ -191,10 +191,12 @@ def calibrated_uncertainty(err: ClockError, *, moved: float = 0.0, low: float | 
     return int(math.ceil(unc - 1e-9))
 
 
-def alignment_quality(err: ClockError, *, moved: float = 0.0,
-                      contradicted: bool = False) -> tuple[str, str]:
+def alignment_quality(err: ClockError, *, moved: float = 0.0, contradicted: bool = False,
+                      time_matched: bool = False) -> tuple[str, str]:
     """``(quality, why)`` of one clock's offset: ``poor`` with fewer than ``MIN_ANCHORS`` (8)
-    anchors or fewer than 3 independent ones,
+    anchors or fewer than 3 independent ones, most anchors paired by completion time (the
+    pairing assumed offsets close to the ones it then yields, so small residuals prove little:
+    a pairing shifted by one call would agree with itself as well),
     contradicted causality or anchors that disagree by more than 3x the statistical error;
     ``fair`` with fewer than 10, any significant disagreement or a causal move; else
     ``good``. ``why`` is "" for good, else the reason (it goes into ``note``).
@@ -210,6 +212,10 @@ def alignment_quality(err: ClockError, *, moved: float = 0.0,
         return "poor", f"quality poor: {few}"
     if contradicted:
         return "poor", "quality poor: causality contradicted"
+    if time_matched:
+        return "poor", ("quality poor: most anchors were paired by completion time (the call "
+                        "order contradicted itself), so the offset rests on the pairing it "
+                        "assumed")
     if err.disagreement > 3 * noise:
         return "poor", f"quality poor: {disagree}"
     if err.n_eff < FAIR_ANCHORS:

@@ -69,7 +69,7 @@ def _runs(folder: Path, prefix: str) -> list[Path]:
 
 
 def measure(folder: Path, noise_k: float | None, alpha: float | None,
-            sizes: list[int]) -> dict:
+            sizes: list[int], min_effect: float | None = None) -> dict:
     """The rates per baseline size (see the module docstring)."""
     import traceview
     from traceview import gate
@@ -89,13 +89,14 @@ def measure(folder: Path, noise_k: float | None, alpha: float | None,
         doc = orjson.loads(orjson.dumps(gate.baseline([runs[b] for b in base])))
         r = runs[now]
         res = gate.check(r.values, doc, now_notes=r.notes, now_samples=r.samples,
-                         warnings=r.warnings, noise_k=noise_k, alpha=alpha)
+                         warnings=r.warnings, noise_k=noise_k, alpha=alpha,
+                         min_effect=min_effect)
         if not res.failed:
             return []
         bad = res.rows.filter(res.rows["status"].is_in(["regression", "missing"]))["metric"]
         return bad.to_list() or ["damaged_input"]
 
-    result: dict = {"noise_k": noise_k, "alpha": alpha, "same": len(same), "slow": len(slow),
+    result: dict = {"noise_k": noise_k, "alpha": alpha, "min_effect": min_effect, "same": len(same), "slow": len(slow),
                     "step_time_p50_ms": {n: runs[n].values["step_time_p50_ns"] / ms
                                          for n in runs},
                     "sizes": {}}
@@ -152,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("folder", type=Path, help="the --out of generate")
     m.add_argument("--noise-k", type=float, default=None, help="override k (default: gate's)")
     m.add_argument("--alpha", type=float, default=None, help="override alpha")
+    m.add_argument("--min-effect", type=float, default=None,
+                   help="override the effect-size threshold")
     m.add_argument("--sizes", default="1,2,3", help="baseline sizes (runs), comma list")
     m.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"load average now: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     res = measure(args.folder, args.noise_k, args.alpha,
-                  [int(x) for x in args.sizes.split(",")])
+                  [int(x) for x in args.sizes.split(",")], args.min_effect)
     if args.json:
         args.json.write_bytes(orjson.dumps(res, option=orjson.OPT_INDENT_2
                                            | orjson.OPT_NON_STR_KEYS))

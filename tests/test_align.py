@@ -77,11 +77,13 @@ def test_offsets_recovered_exactly_and_sign_convention() -> None:
 
 
 def test_median_is_robust_to_one_bad_instance_and_uncertainty_from_residuals() -> None:
-    # 9 instances (8 at least make a tight answer possible: MIN_ANCHORS), ends jittered by
-    # +-100 ns on rank 1, one instance off by 1 ms (outlier).
+    # 9 instances 10 ms apart (8 at least make a tight answer possible: MIN_ANCHORS), ends
+    # jittered by +-100 ns on rank 1, one instance off by 1 ms (outlier). The calls are far
+    # apart next to their noise, so they are paired by order (calls 10 us apart would be
+    # paired by time, and then quality poor: test_time_matched_anchors_are_poor).
     offsets = {0: 0, 1: 3_000_000}
-    arrivals = [{0: 10_000 * k, 1: 10_000 * k + 50} for k in range(9)]
-    ends = [10_000 * k + 5_000 for k in range(9)]
+    arrivals = [{0: 10_000_000 * k, 1: 10_000_000 * k + 50} for k in range(9)]
+    ends = [10_000_000 * k + 5_000 for k in range(9)]
     jitter = [{1: j} for j in (100, -100, 100, -100, 0, 1_000_000, 0, 100, -100)]
     off = offsets_of(events_frame(collective_rows(offsets, arrivals, ends, jitter)))
     row = off.filter(pl.col("rank") == 1).row(0, named=True)
@@ -422,3 +424,19 @@ def test_property_error_within_3x_uncertainty_for_95_percent(noise, n, sigma, se
             covered += err <= 3 * row["uncertainty_ns"] + 1
             total += 1
     assert covered >= 0.95 * total, (covered, total)
+
+
+def test_time_matched_anchors_are_poor() -> None:
+    # 12 all-reduces 1 ms apart, rank 1's clock +2 s, exact completions: matched by order,
+    # the offset is 2 s and the quality is not poor.
+    rows = two_rank_rows([0] * 12)
+    ordered = rank1(rows)
+    assert ordered["offset_ns"] == 2_000_000_000 and ordered["quality"] != "poor"
+    # Rank 1 lost its first call (rows[1]): the call counts differ, so order matching is
+    # refused and the 11 others are paired by completion time. Their residuals are as small,
+    # but the pairing voted for the very offset it now confirms (one call further, 1 ms, the
+    # calls would agree with each other as well): poor, and it says why.
+    timed = rank1(rows[:1] + rows[2:])
+    assert timed["offset_ns"] == 2_000_000_000 and timed["anchors"] == 11
+    assert timed["quality"] == "poor"
+    assert "paired by completion time" in timed["note"]

@@ -81,6 +81,31 @@ def test_change_must_exceed_tolerance_and_spread_and_step_test() -> None:
                            now_samples={"step_time_ns": [16 * MS, 17 * MS]}))["status"] == "ok"
 
 
+def test_a_shift_within_the_steps_own_noise_is_not_a_regression() -> None:
+    doc = orjson.loads(orjson.dumps(gate.baseline(RUNS)))
+    # pooled baseline steps (12): median (10.9 + 11.1) / 2 = 11 ms; |deviations| sorted
+    # .1 .1 .2 .2 .8 .8 .9 .9 1.1 1.1 1.9 1.9 -> MAD .85 -> robust sd 1.4826 x .85 = 1.26021 ms
+    loaded = [16 * MS, 18 * MS, 22 * MS, 30 * MS, 40 * MS, 45 * MS]
+    # a run slowed as a whole by a loaded machine: every step above every baseline step
+    # (p = 1 / C(18, 6) = 1/18564), p50 26 ms > allowed 15.4478 ms, but its steps scatter:
+    # |deviations from 26| 10 8 4 4 14 19 -> MAD 9 -> 13.3434 ms; effect (26 - 11) / 13.3434
+    row = _row(gate.check({"step_time_p50_ns": 26 * MS}, doc,
+                          now_samples={"step_time_ns": loaded}))
+    assert row["p_value"] == pytest.approx(1 / 18564)
+    assert row["effect_size"] == pytest.approx(15 / 13.3434, rel=1e-4)
+    assert row["status"] == "ok" and "own noise" in row["note"]
+    # the same run with the effect rule off (--min-effect 0) fails: the rule is what passes it
+    assert _row(gate.check({"step_time_p50_ns": 26 * MS}, doc, min_effect=0.0,
+                           now_samples={"step_time_ns": loaded}))["status"] == "regression"
+    # a slowed rank moves every step by the same 40 ms: median 51.25, MAD .75 -> 1.11195 ms,
+    # below the baseline's 1.26021, so effect = 40.25 / 1.26021 = 31.94
+    slowed = [50 * MS, 50.5 * MS, 51 * MS, 51.5 * MS, 52 * MS, 52.5 * MS]
+    row = _row(gate.check({"step_time_p50_ns": 51.25 * MS}, doc,
+                          now_samples={"step_time_ns": slowed}))
+    assert row["effect_size"] == pytest.approx(40.25 / 1.26021, rel=1e-4)
+    assert row["status"] == "regression"
+
+
 def test_a_test_that_cannot_reach_alpha_does_not_veto() -> None:
     # one run of 4 steps against 4 steps: the best one-sided p is 1 / C(8, 4) = 1/70 = 0.0143
     one = gate.baseline([RUNS[0]])

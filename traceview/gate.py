@@ -14,13 +14,19 @@
   change is beyond the tolerance AND beyond the run-to-run noise::
 
       allowed = max(centre x (1 + tolerance_pct / 100), centre + slack, centre + k x spread)
+      effect = (median(now steps) - median(baseline steps)) / max(robust sd of either side)
       regression = now > allowed  and  (p < alpha, where the steps can be tested)
+                                  and  (effect >= min_effect, where there are steps)
 
   ``slack`` is a small absolute floor per unit (a metric whose baseline is 0 is not failed by
   noise); ``p`` is the one-sided Mann-Whitney U test "this run's per-step samples are larger
   than the pooled baseline samples". Why both: the test alone fires on every run that is a
   little slower as a whole (steps of one run are not independent of each other: a loaded
-  machine slows them all), the spread alone cannot see a shift hidden in a noisy median. A
+  machine slows them all), the spread alone cannot see a shift hidden in a noisy median.
+  ``effect`` is a standardized effect size: a loaded machine slows a whole run *and* scatters
+  its steps, so a shift smaller than ``min_effect`` robust standard deviations of the noisier
+  side's steps is within what the machine's noise shows inside one run, while a regression in
+  the job (a slow rank, a slower kernel) moves every step by more than their scatter. A
   metric with a baseline value but none now is ``missing`` and fails too (the run lost the
   data the gate relies on). Damaged input (the Run's ``warnings``) fails the check unless the
   caller allows a partial run.
@@ -48,6 +54,8 @@ DEFAULT_TOLERANCE_PCT = 10.0
 DEFAULT_NOISE_K = 3.0
 #: ... and the one-sided Mann-Whitney p-value of the steps must be below alpha.
 DEFAULT_ALPHA = 0.01
+#: ... and the steps' medians must be this many robust standard deviations apart.
+DEFAULT_MIN_EFFECT = 3.0
 #: MAD x 1.4826 estimates the standard deviation of normally distributed values.
 MAD_TO_SD = 1.4826
 #: Absolute slack per unit (see module docstring).
@@ -251,9 +259,12 @@ def baseline(metrics: dict[str, float | None] | list[RunMetrics],
     if tolerances:
         doc["tolerance_pct"] = dict(sorted(tolerances.items()))
     doc["noise"] = {"k": DEFAULT_NOISE_K, "alpha": DEFAULT_ALPHA,
+                    "min_effect": DEFAULT_MIN_EFFECT,
                     "spread": "1.4826 x median absolute deviation of the runs' values",
                     "test": "one-sided Mann-Whitney U, this run's samples vs the pooled "
-                            "baseline samples"}
+                            "baseline samples",
+                    "effect": "shift of the step medians / the larger robust standard "
+                              "deviation (1.4826 x MAD) of this run's and the baseline's steps"}
     doc["metrics"] = {name: _baseline_entry(name, runs) for name in METRICS}
     kinds = sorted({k for r in runs for k in r.samples})
     doc["samples"] = {k: [list(r.samples.get(k, [])) for r in runs] for k in kinds}
@@ -332,14 +343,15 @@ ROW_SCHEMA: dict[str, Any] = {
     "allowed": pl.Float64, "tolerance_pct": pl.Float64, "change_pct": pl.Float64,
     "status": pl.String, "note": pl.String, "change_frac": pl.Float64,
     "baseline_runs": pl.Int64, "spread": pl.Float64, "noise_allowed": pl.Float64,
-    "p_value": pl.Float64, "test_method": pl.String}
+    "p_value": pl.Float64, "test_method": pl.String, "effect_size": pl.Float64}
 
 
 @dataclass(frozen=True)
 class CheckResult:
     """One row per metric: metric, unit, baseline, now, allowed, tolerance_pct, change_pct,
     status (ok / regression / missing / not_in_baseline / unavailable), note, change_frac,
-    baseline_runs, spread, noise_allowed, p_value, test_method; and the input's warnings
+    baseline_runs, spread, noise_allowed, p_value, test_method, effect_size; and the input's
+    warnings
     (damaged input fails unless ``allow_partial``)."""
 
     rows: pl.DataFrame
@@ -410,17 +422,37 @@ def steps_slower(now_samples: list[float], base_samples: list[float], alpha: flo
     return res["p_value"], method, True
 
 
+def step_effect(now_samples: list[float], base_samples: list[float], *, floor: float = 0.0
+                ) -> float | None:
+    """How far this run's steps moved, in units of their noise: the shift of the medians over
+    the larger robust standard deviation (:func:`robust_spread`) of this run's steps and of the
+    pooled baseline steps (at least ``floor``). None when a side has no samples.
+
+    >>> round(step_effect([20.0, 21.0, 22.0], [10.0, 11.0, 12.0]), 2)   # 10 / (1.4826 x 1)
+    6.74
+    >>> round(step_effect([12.0, 20.0, 35.0], [10.0, 11.0, 12.0]), 2)   # 9 / (1.4826 x 8)
+    0.76
+    """
+    if not now_samples or not base_samples:
+        return None
+    noise = max(robust_spread(now_samples), robust_spread(base_samples), floor)
+    shift = median(now_samples) - median(base_samples)
+    return shift / noise if noise > 0 else (math.inf if shift > 0 else 0.0)
+
+
 def check(now: dict[str, float | None], base_doc: dict[str, Any], *,
           tolerances: dict[str, float] | None = None,
           now_notes: dict[str, str] | None = None,
           now_samples: dict[str, list[int]] | None = None,
           warnings: list[str] | tuple[str, ...] = (), allow_partial: bool = False,
-          noise_k: float | None = None, alpha: float | None = None) -> CheckResult:
+          noise_k: float | None = None, alpha: float | None = None,
+          min_effect: float | None = None) -> CheckResult:
     """Compare ``now`` (from :func:`extract_metrics` / :func:`measure`) with a baseline.
 
     Tolerance per metric: ``tolerances`` (command line) over the baseline's own
     ``tolerance_pct`` over its ``default_tolerance_pct``. ``noise_k`` and ``alpha`` (command
-    line) over the baseline's ``noise`` over the defaults. The rule is in the module docstring.
+    line), and ``min_effect``, over the baseline's ``noise`` over the defaults. The rule is in
+    the module docstring.
     """
     now_notes = now_notes or {}
     stored = base_doc.get("tolerance_pct") or {}
@@ -429,6 +461,8 @@ def check(now: dict[str, float | None], base_doc: dict[str, Any], *,
     noise = base_doc.get("noise") or {}
     k = float(noise_k if noise_k is not None else noise.get("k", DEFAULT_NOISE_K))
     a = float(alpha if alpha is not None else noise.get("alpha", DEFAULT_ALPHA))
+    d = float(min_effect if min_effect is not None
+              else noise.get("min_effect", DEFAULT_MIN_EFFECT))
     base_metrics = base_doc["metrics"]
     names = list(METRICS) + sorted(set(base_metrics) - set(METRICS))
     rows = []
@@ -438,12 +472,12 @@ def check(now: dict[str, float | None], base_doc: dict[str, Any], *,
         now_steps = [float(x) for x in (now_samples or {}).get(kind or "", [])]
         rows.append(_check_metric(
             name, unit, base_metrics.get(name), now.get(name), now_notes.get(name),
-            tol_all.get(name, default), k, a, now_steps, _pooled_samples(base_doc, kind)))
+            tol_all.get(name, default), k, a, d, now_steps, _pooled_samples(base_doc, kind)))
     return CheckResult(pl.DataFrame(rows, schema=ROW_SCHEMA), tuple(warnings), allow_partial)
 
 
 def _check_metric(name: str, unit: str, entry: dict[str, Any] | None, v: float | None,
-                  note: str | None, tol: float, k: float, alpha: float,
+                  note: str | None, tol: float, k: float, alpha: float, min_effect: float,
                   now_steps: list[float], base_steps: list[float]) -> dict[str, Any]:
     """One metric's row (see :data:`ROW_SCHEMA`)."""
     b = None if entry is None else entry.get("value")
@@ -455,7 +489,8 @@ def _check_metric(name: str, unit: str, entry: dict[str, Any] | None, v: float |
                            "tolerance_pct": tol, "change_pct": None, "status": "",
                            "note": note, "change_frac": None, "baseline_runs": len(runs),
                            "spread": spread if entry is not None and b is not None else None,
-                           "noise_allowed": None, "p_value": None, "test_method": None}
+                           "noise_allowed": None, "p_value": None, "test_method": None,
+                           "effect_size": None}
     if entry is None:
         row["status"] = "not_in_baseline"
     elif b is None and v is None:
@@ -471,12 +506,20 @@ def _check_metric(name: str, unit: str, entry: dict[str, Any] | None, v: float |
         row["change_frac"] = (v - b) / b if b else None
         row["change_pct"] = None if row["change_frac"] is None else 100 * row["change_frac"]
         row["p_value"], row["test_method"], decides = steps_slower(now_steps, base_steps, alpha)
+        row["effect_size"] = step_effect(now_steps, base_steps, floor=SLACK.get(unit, 0.0))
         beyond = v > row["allowed"]
         not_significant = decides and row["p_value"] >= alpha
-        row["status"] = "regression" if beyond and not not_significant else "ok"
+        within_noise = row["effect_size"] is not None and row["effect_size"] < min_effect
+        row["status"] = "regression" if beyond and not not_significant and not within_noise \
+            else "ok"
         if beyond and not_significant:
             row["note"] = (f"above allowed, but its steps are not slower than the baseline's "
                            f"(one-sided Mann-Whitney p = {row['p_value']:.2g} >= {alpha:g})")
+        elif beyond and within_noise:
+            row["note"] = (f"above allowed, but within the steps' own noise: their medians are "
+                           f"{row['effect_size']:.2g} robust standard deviations apart "
+                           f"(< {min_effect:g}); the machine's noise cannot tell a change this "
+                           f"size apart, re-run on a quieter machine to decide")
     return row
 
 
@@ -497,6 +540,8 @@ def describe(row: dict[str, Any]) -> str:
         runs = row.get("baseline_runs") or 1
         noise = (f", {runs} runs, spread {_fmt(row['spread'], u)}" if runs > 1 else "")
         test = ("" if row.get("p_value") is None else f", steps p = {row['p_value']:.2g}")
+        if row.get("effect_size") is not None:
+            test += f", effect {row['effect_size']:.2g} sd"
         text = (f"{row['metric']}: now {_fmt(row['now'], u)}{rel} {op} allowed "
                 f"{_fmt(row['allowed'], u)} (baseline {_fmt(row['baseline'], u)}, "
                 f"tolerance {row['tolerance_pct']:g}%{noise}{test})")

@@ -80,6 +80,9 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=float, default=None, metavar="A",
                    help="significance level of the one-sided step test (default: the "
                         "baseline's, 0.01)")
+    p.add_argument("--min-effect", type=float, default=None, metavar="D",
+                   help="the steps must move by D robust standard deviations of their noise "
+                        "(default: the baseline's, 3)")
     p.set_defaults(run=run_check)
 
 
@@ -242,7 +245,7 @@ def run_check(args: argparse.Namespace) -> int:
     result = gate.check(now.values, doc, tolerances=tolerances, now_notes=now.notes,
                         now_samples=now.samples, warnings=now.warnings,
                         allow_partial=args.allow_partial, noise_k=args.noise_k,
-                        alpha=args.alpha)
+                        alpha=args.alpha, min_effect=args.min_effect)
     if args.junit:
         _write_text(args.junit, gate.junit_xml(result))
     if args.json:
