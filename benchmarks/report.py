@@ -133,6 +133,9 @@ def render(res: dict[str, Any]) -> str:
                          ("orjson.loads, gc off (decode limit, untyped)", d["orjson"]),
                          ("msgspec typed decode, args raw (decode limit)", d["msgspec"]),
                          ("**traceview cold ingest** (parse + steps + Parquet)", ing),
+                         ("traceview ingest --no-cache", d.get("ingest_no_cache")),
+                         ("traceview ingest --no-cache -o DIR (store written)",
+                          d.get("ingest_store")),
                          ("traceview reopen from cache", d.get("reopen"))):
             rows.append([label, _s(r), _cpu(r), _rate(mb, r), _cpu_rate(mb, r), _rate(ev, r),
                          _mb(r), _f(_ratio((r or {}).get("cpu_s"), ing.get("cpu_s")), ".2f")])
@@ -157,6 +160,21 @@ def render(res: dict[str, Any]) -> str:
                 sp = _ratio(h[key], ing.get(key))
                 targets.append([f">= 10x HTA's load on the same file ({basis})",
                                 f"{_f(sp, '.1f')}x", _ok(sp, 10)])
+        for label, form in (("ingest --no-cache", d.get("ingest_no_cache")),
+                            ("ingest --no-cache -o DIR", d.get("ingest_store"))):
+            if not form:
+                continue
+            share = _ratio(_ratio(mb, form.get("wall_s")), _ratio(mb, d["msgspec"].get("wall_s")))
+            targets.append([f"{label} >= 1/2 of the typed-decode limit (wall; next: 2/3)",
+                            f"{_f(share, '.2f')}", _ok(share, 1 / 2)])
+            if h.get("wall_s"):
+                sp = _ratio(h["wall_s"], form.get("wall_s"))
+                targets.append([f"{label} >= 15x HTA's load (wall; next: 20x)",
+                                f"{_f(sp, '.1f')}x", _ok(sp, 15)])
+            limit = 1.5 * (mb or 0) + 150 + (base or 0)
+            targets.append([f"{label}: tree RSS <= 1.5x file + 150 MB (+ constant)",
+                            f"{_mb(form, 'tree_rss_mb')} MB against {limit:,.0f} MB",
+                            _ok(limit, form.get("tree_rss_mb"))])
         extra = _ratio((ing.get("peak_rss_mb") or 0) - (base or 0), mb)
         targets.append(["peak RSS <= 1.5x largest file + constant (single rank)",
                         f"({_mb(ing)} - {_f(base, ',.0f')} MB) / {_f(mb, ',.0f')} MB = "
@@ -270,6 +288,20 @@ def render(res: dict[str, Any]) -> str:
                             _ok(cold.get("cpu_s"), ctotals["r8"])])
         else:
             out.append("")
+
+    if "first_answer" in res:
+        out.append("## Time to first answer: a cold `summary`, ingest included\n")
+        rows = []
+        for key, sides in res["first_answer"].items():
+            ing, first = sides["ingest"], sides["summary"]
+            ratio = _ratio(first.get("wall_s"), ing.get("wall_s"))
+            rows.append([key, _s(ing), _s(first), _f(ratio, ".2f"), _mb(first, "tree_rss_mb")])
+            if key == "r8":
+                targets.append(["cold `summary` on 8 ranks <= 1.3x their ingest alone (wall)",
+                                f"{_f(ratio, '.2f')}x", _ok(1.3, ratio)])
+        out.append(_table(["set", "cold ingest s", "cold summary s", "summary / ingest",
+                           "summary tree RSS MB"], rows))
+        out.append("")
 
     if "bounded" in res:
         b = res["bounded"]

@@ -37,7 +37,8 @@ import machine  # noqa: E402
 import report  # noqa: E402
 from measure import measure, run_child  # noqa: E402
 
-PARTS = ("decode", "gzip", "ingest", "scaling", "analyses", "bounded", "nsys", "hta")
+PARTS = ("decode", "gzip", "ingest", "scaling", "analyses", "first_answer", "bounded", "nsys",
+         "hta")
 SUITE = ("align", "collectives", "stragglers", "gaps", "overlap", "breakdown", "summary")
 
 
@@ -134,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     sets = {"single": single}
     if {"gzip"} & set(parts):
         sets["single_gz"] = inputs.gzipped_copy(single, root, log=log)
-    if {"ingest", "scaling", "analyses", "hta"} & set(parts):
+    if {"ingest", "scaling", "analyses", "first_answer", "hta"} & set(parts):
         sets["r8"] = inputs.kineto_set(root, ranks=8, mb_per_rank=round(100 * s, 1),
                                        gzip_files=False, log=log)
-    if {"ingest", "analyses", "bounded", "hta"} & set(parts):
+    if {"ingest", "analyses", "first_answer", "bounded", "hta"} & set(parts):
         sets["r64"] = inputs.kineto_set(root, ranks=64, mb_per_rank=round(10 * s, 2),
                                         gzip_files=True, log=log)
     if "nsys" in parts:
@@ -159,6 +160,15 @@ def main(argv: list[str] | None = None) -> int:
             log(f"decode {name}: {d[name].get('wall_s')}")
         d["ingest"] = best("ingest", args.repeat, paths=p, cache_dir=cache_of("single"))
         log(f"decode ingest: {d['ingest'].get('wall_s')}")
+        # the two forms users type: `ingest FILE --no-cache` and `... --no-cache -o DIR`,
+        # alternating round by round (the store write must cost what the ingest costs)
+        forms = alternating(args.repeat, {
+            "no_cache": dict(paths=p, cache_dir=cache_of("single-nc"), no_cache=True),
+            "store": dict(paths=p, cache_dir=cache_of("single-nc"), no_cache=True,
+                          store_dir=str(args.out / "store-single"))})
+        d["ingest_no_cache"], d["ingest_store"] = forms["no_cache"], forms["store"]
+        log(f"decode ingest --no-cache: {d['ingest_no_cache'].get('wall_s')}, "
+            f"-o: {d['ingest_store'].get('wall_s')}")
         d["reopen"] = best("reopen", args.repeat, paths=p, cache_dir=cache_of("single"))
         res["decode"] = d
         checkpoint("decode")
@@ -219,6 +229,20 @@ def main(argv: list[str] | None = None) -> int:
             log(f"analyses {key}: "
                 f"{ {c: round(v.get('wall_s') or -1, 2) for c, v in res['analyses'][key].items()} }")
             checkpoint(f"analyses:{key}")
+
+    if "first_answer" in parts:
+        # time to first answer: a cold `summary` (ingest included) against the cold ingest
+        # alone, alternating round by round
+        res["first_answer"] = {}
+        for key in ("r8", "r64"):
+            p = _paths(sets[key])
+            res["first_answer"][key] = alternating(args.repeat, {
+                "ingest": dict(paths=p, cache_dir=cache_of(f"{key}-first")),
+                "summary": dict(op="first_answer", paths=p, cache_dir=cache_of(f"{key}-first"),
+                                command="summary")})
+            log(f"first answer {key}: "
+                f"{ {k: v.get('wall_s') for k, v in res['first_answer'][key].items()} }")
+            checkpoint(f"first_answer:{key}")
 
     if "bounded" in parts:
         full = sets["r64"]

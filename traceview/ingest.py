@@ -159,11 +159,14 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
         import tempfile
 
         events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
+    # the trace set assigns file_id always, and rank to a file of one rank (TraceSet._Part)
+    assigned = store.ASSIGNED_COLUMNS if len(parsed.ranks) == 1 else ("file_id",)
     if isinstance(parsed.events, EventBatches):
         store.write_event_batches(batches_with_steps(parsed.events), events_path,
-                                  leave_out=parsed.events.null_columns)
+                                  leave_out={*parsed.events.null_columns, *assigned})
     else:
-        store.write_events(with_steps(parsed.events), events_path, omit_null_columns=True)
+        store.write_events(with_steps(parsed.events), events_path, omit_null_columns=True,
+                           leave_out=assigned)
     result = FileResult(
         path=path, format=parsed.format, size_bytes=file_path.stat().st_size, content_id=cid,
         events_path=str(events_path), ranks=[asdict(r) for r in parsed.ranks],

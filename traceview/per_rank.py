@@ -148,7 +148,7 @@ def _part_spec(part: Any) -> tuple[str, tuple[Any, ...]]:
     from traceview.remote_store import _RemotePart
 
     if isinstance(part, _RemotePart):
-        return "store", (part.location, part.name, part.file_id, part.rank)
+        return "store", (part.location, part.name, part.part.fields())
     return "file", part.fields()
 
 
@@ -157,7 +157,8 @@ def summarise_task(specs: list[tuple[str, tuple[Any, ...]]], rank: int) -> RankS
     from traceview.remote_store import _RemotePart
     from traceview.traceset import _Part
 
-    frames = [(_RemotePart(*a) if kind == "store" else _Part(*a)).scan() for kind, a in specs]
+    frames = [(_RemotePart(a[0], a[1], _Part(*a[2])) if kind == "store" else _Part(*a)).scan()
+              for kind, a in specs]
     events = pl.concat(frames, how="vertical").filter(pl.col("rank") == rank).collect()
     return summarise(events)
 

@@ -182,15 +182,15 @@ def _parquet_bytes(frame: pl.DataFrame) -> bytes:
 # --- reading ----------------------------------------------------------------------------------
 
 class _RemotePart:
-    """One rank's Parquet file in a store on any filesystem (scanned lazily through pyarrow)."""
+    """One events file in a store on any filesystem (scanned lazily through pyarrow), read
+    as its ``_Part`` (its manifest entry) says."""
 
-    def __init__(self, location: str, name: str, file_id: int, rank: int) -> None:
+    def __init__(self, location: str, name: str, part: Any) -> None:
         self.location = location
         self.name = name
         self.path = f"{location.rstrip('/')}/{name}"
-        self.file_id = file_id
-        self.rank = rank
-        self.rank_map: dict[int, int] = {}
+        self.part = part
+        self.file_id, self.rank, self.rank_map = part.file_id, part.rank, part.rank_map
 
     def scan(self) -> pl.LazyFrame:
         import pyarrow.dataset as ds
@@ -198,11 +198,11 @@ class _RemotePart:
         fs, base = filesystem(self.location)
         path = posixpath.join(base, self.name)
         if isinstance(fs, pafs.LocalFileSystem):
-            frame = pl.scan_parquet(path)
-        else:
-            frame = pl.scan_pyarrow_dataset(ds.dataset(path, filesystem=fs, format="parquet"))
-        # the rows keep their own file_id: a rank file holds all the rank's windows
-        return frame.with_columns(pl.lit(self.rank, dtype=pl.Int32).alias("rank"))
+            frame = store.scan_events(path)
+        else:  # columns a file left out come back as nulls, as in store.scan_events
+            frame = pl.scan_pyarrow_dataset(ds.dataset(
+                path, filesystem=fs, format="parquet", schema=schema.EVENTS_ARROW))
+        return self.part.assign(frame)
 
 
 def open_store(location: str) -> Any:
@@ -221,8 +221,14 @@ def open_store(location: str) -> Any:
                                    f"{schema.SCHEMA_VERSION}: ingest the traces again")
     ranks = pl.read_parquet(read_bytes(fs, posixpath.join(base, "ranks.parquet")))
     files = pl.read_parquet(read_bytes(fs, posixpath.join(base, "files.parquet")))
-    parts = [_RemotePart(location, rank_file(r), fid, r)
-             for r, fid in ranks.select("rank", "file_id").iter_rows()]
+    from traceview.traceset import _Part, part_of
+
+    if "parts" in manifest:
+        parts = [_RemotePart(location, e["file"], part_of(e["file"], e))
+                 for e in manifest["parts"]]
+    else:  # one file per rank, holding all its windows (rows keep their own file_id)
+        parts = [_RemotePart(location, rank_file(r), _Part(rank_file(r), None, r))
+                 for r in ranks["rank"].to_list()]
     windows_path = posixpath.join(base, "windows.parquet")  # absent in older stores
     windows = (pl.read_parquet(read_bytes(fs, windows_path)) if _exists(fs, windows_path)
                else None)

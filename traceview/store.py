@@ -30,8 +30,16 @@ if TYPE_CHECKING:
 
 STORE_MANIFEST = "traceview-store.json"
 #: Part of every cache key. 2: cache files may leave all-null columns out (``scan_events``
-#: gives them back), which a reader of version 1 would not expect.
-CACHE_VERSION = 2
+#: gives them back), which a reader of version 1 would not expect. 4: they also leave out
+#: the columns the trace set assigns (``ASSIGNED_COLUMNS``), and a store may list its files
+#: in its manifest (``parts``), so a store file can be a cache file linked or copied.
+CACHE_VERSION = 4
+
+#: Columns a parser can only guess (file_id is the file's place in the set; a one-rank file's
+#: rank comes from its name or ``--rank-map`` as often as from the trace): the trace set
+#: assigns them when it reads a file, so a cache file does not store a placeholder that a
+#: store file copied from it, read by another tool, would show as if it were true.
+ASSIGNED_COLUMNS = ("rank", "file_id")
 
 
 def default_cache_dir() -> Path:
@@ -157,16 +165,18 @@ def _with_version(table_schema: pa.Schema) -> pa.Schema:
          b"traceview.schema_version": str(schema.SCHEMA_VERSION).encode()})
 
 
-def write_events(table: pa.Table, target: Path, *, omit_null_columns: bool = False) -> None:
+def write_events(table: pa.Table, target: Path, *, omit_null_columns: bool = False,
+                 leave_out: Collection[str] = ()) -> None:
     """Write an events table as zstd Parquet with the schema version in its metadata.
 
     ``omit_null_columns``: leave out the columns that are null in every row (for cache files,
     read back through :func:`scan_events`). An nsys kernel table fills 13 of the 35 columns;
-    encoding the other 22 took 40 % of its write.
+    encoding the other 22 took 40 % of its write. ``leave_out``: columns not to write.
     """
     if omit_null_columns and table.num_rows:
         table = table.select([i for i, column in enumerate(table.columns)
                               if column.null_count < table.num_rows])
+    table = table.drop_columns([c for c in leave_out if c in table.column_names])
     table = table.replace_schema_metadata(_with_version(table.schema).metadata)
     atomic_write(target, lambda tmp: pq.write_table(table, tmp, row_group_size=1 << 20,
                                                     **parquet_options(table.schema)))

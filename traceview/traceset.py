@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +45,11 @@ class _Part:
         return (self.path, self.file_id, self.rank, self.rank_map, self.only_files)
 
     def scan(self) -> pl.LazyFrame:
-        frame = store.scan_events(self.path)
+        return self.assign(store.scan_events(self.path))
+
+    def assign(self, frame: pl.LazyFrame) -> pl.LazyFrame:
+        """The file's rows (``frame``, every events column) with their final rank and
+        file_id, and only the rows of ``only_files`` when it is set."""
         if self.only_files is not None:
             frame = frame.filter(pl.col("file_id").is_in(list(self.only_files)))
         rank = (pl.lit(self.rank, dtype=pl.Int32) if self.rank is not None else
@@ -180,28 +186,35 @@ class TraceSet:
         return self.events.collect().to_pandas()
 
     def write_store(self, out_dir: str | Path) -> Path | str:
-        """Write a self-contained store folder: one zstd Parquet file per rank.
+        """Write a self-contained store folder: the events files and the small tables, with a
+        manifest that says which rank and file each events file holds.
 
-        ``out_dir`` may be a URL (``file://``, ``s3://``, ``memory://`` ...); then, or when
-        this TraceSet was opened with an executor, the workers write the rank files
+        Each events file of this set goes into the store as it is: hard-linked from the cache
+        when the store is on the cache's filesystem, else copied (a file of compressed
+        Parquet, a tenth of its trace); nothing is decoded or encoded again, so writing a
+        store costs about what reading the cache does. ``out_dir`` may be a URL (``file://``,
+        ``s3://``, ``memory://`` ...); then, or when this TraceSet was opened with an
+        executor, the workers write one file per rank
         (:func:`traceview.remote_store.write_store`).
         """
         from traceview import remote_store
 
-        if remote_store.is_url(out_dir) or self.executor is not None:
+        if remote_store.is_url(out_dir) or self.executor is not None \
+                or not all(type(p) is _Part for p in self._parts):
             return remote_store.write_store(self, out_dir, executor=self.executor)
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        for rank in self.ranks["rank"].to_list():
-            target = out / f"rank-{rank:05d}.parquet"
-            table = self.events.filter(pl.col("rank") == rank).collect().to_arrow()
-            store.write_events(schema.conform(table), target)
+        names = _store_file_names(self._parts)
+        for part, name in zip(self._parts, names):
+            _link_or_copy(Path(part.path), out / name)
         store.atomic_write(out / "ranks.parquet", lambda tmp: self.ranks.write_parquet(tmp))
         store.atomic_write(out / "files.parquet", lambda tmp: self.files.write_parquet(tmp))
         store.atomic_write(out / "windows.parquet", lambda tmp: self.windows.write_parquet(tmp))
         store.write_json({"traceview_store": store.CACHE_VERSION,
                           "schema_version": schema.SCHEMA_VERSION,
-                          "ranks": self.ranks["rank"].to_list()}, out / store.STORE_MANIFEST)
+                          "ranks": self.ranks["rank"].to_list(),
+                          "parts": [_part_entry(p, n) for p, n in zip(self._parts, names)]},
+                         out / store.STORE_MANIFEST)
         return out
 
     def __repr__(self) -> str:
@@ -284,6 +297,42 @@ def _from_ingest(result: IngestResult) -> TraceSet:
     return TraceSet(parts, ranks.sort("rank"), files, result.skipped, windows)
 
 
+def _store_file_names(parts: Sequence[_Part]) -> list[str]:
+    """A store's name for each events file: ``rank-NNNNN.parquet`` for a rank's only file,
+    else ``file-NNNNN.parquet`` (a file of several ranks, or one of a rank's windows)."""
+    per_rank = Counter(p.rank for p in parts)
+    return [f"rank-{p.rank:05d}.parquet" if p.rank is not None and per_rank[p.rank] == 1
+            else f"file-{i:05d}.parquet" for i, p in enumerate(parts)]
+
+
+def _part_entry(part: _Part, name: str) -> dict[str, Any]:
+    """A store manifest's record of one events file: what ``_Part`` needs to read it."""
+    return {"file": name, "file_id": part.file_id, "rank": part.rank,
+            "rank_map": {str(k): v for k, v in part.rank_map.items()},
+            "only_files": None if part.only_files is None else list(part.only_files)}
+
+
+def part_of(path: str, entry: dict[str, Any]) -> _Part:
+    """The ``_Part`` of a store manifest's entry, its file at ``path``."""
+    only = entry.get("only_files")
+    return _Part(path, entry.get("file_id"), entry.get("rank"),
+                 {int(k): v for k, v in (entry.get("rank_map") or {}).items()},
+                 None if only is None else tuple(only))
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """``target`` holds ``source``'s bytes: a hard link when both lie on one filesystem (the
+    cache writes a new file for a new entry and never changes one in place, so the link stays
+    valid), else a copy through a temporary name."""
+    if target.exists() and os.path.samefile(source, target):
+        return  # a store written over itself
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        store.atomic_write(target, lambda tmp: shutil.copyfile(source, tmp))
+
+
 def _open_store(folder: Path) -> TraceSet:
     manifest = store.read_json(folder / store.STORE_MANIFEST)
     if manifest.get("schema_version") != schema.SCHEMA_VERSION:
@@ -292,9 +341,13 @@ def _open_store(folder: Path) -> TraceSet:
                                    f"{schema.SCHEMA_VERSION}: ingest the traces again")
     ranks = pl.read_parquet(folder / "ranks.parquet")
     files = pl.read_parquet(folder / "files.parquet")
-    # A rank file holds all the rank's windows, each row with its own file_id.
-    parts = [_Part(str(folder / f"rank-{r:05d}.parquet"), None, r)
-             for r in ranks["rank"].to_list()]
+    if "parts" in manifest:
+        parts = [part_of(str(folder / entry["file"]), entry) for entry in manifest["parts"]]
+    else:
+        # written one file per rank (by the workers, or before stores listed their files):
+        # a rank file holds all the rank's windows, each row with its own file_id
+        parts = [_Part(str(folder / f"rank-{r:05d}.parquet"), None, r)
+                 for r in ranks["rank"].to_list()]
     windows = folder / "windows.parquet"  # absent in stores written before windows existed
     return TraceSet(parts, ranks, files,
                     windows=pl.read_parquet(windows) if windows.is_file() else None)
@@ -314,7 +367,10 @@ def _only_window(ts: TraceSet, window: WindowChoice) -> TraceSet:
     kept = ts.windows.filter([(f, r) in chosen for r, f in
                               ts.windows.select("rank", "file_id").iter_rows()])
     files = tuple(kept["file_id"].to_list())
-    ts._parts = [_Part(p.path, p.file_id, p.rank, p.rank_map, files) for p in ts._parts]
+    # a file of the set is kept or not; a rank file of an older store keeps the chosen rows
+    ts._parts = [p if p.file_id is not None else
+                 _Part(p.path, p.file_id, p.rank, p.rank_map, files)
+                 for p in ts._parts if p.file_id is None or p.file_id in files]
     ts.windows = kept
     ts.files = ts.files.filter(pl.col("file_id").is_in(files))
     ts.ranks = ts.ranks.drop("file_id").join(kept.select("rank", "file_id"), on="rank",
