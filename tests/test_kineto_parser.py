@@ -7,6 +7,8 @@ import json
 
 import polars as pl
 import pyarrow as pa
+from pathlib import Path
+
 import pytest
 
 from tests.helpers import write_trace
@@ -258,6 +260,26 @@ def test_fast_and_tolerant_paths_store_identical_tables(relative, corpus, monkey
     slow = kineto.parse(path)
     assert fast.input_events == slow.input_events and fast.dropped == slow.dropped
     assert fast.events.equals(slow.events), relative
+
+
+@pytest.mark.parametrize("batch", [7, 1 << 14])
+def test_the_pure_path_in_batches_stores_what_the_scanner_stores(batch, monkeypatch):
+    """The pure-Python path decodes a batch of events at a time (``_tolerant.STREAM_BATCH``):
+    batches of 7 events split every array many times and must still give the C scanner's
+    table; so must the whole-file path it falls back to."""
+    from traceview.parsers.kineto import _tolerant
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "gloo_ddp_2r"
+    path = sorted(path.glob("*.json.gz"))[0]
+    fast = kineto.parse(path)
+    monkeypatch.setattr(kineto, "_kineto_scan", None)
+    monkeypatch.setattr(_tolerant, "STREAM_BATCH", batch)
+    streamed = kineto.parse(path)
+    monkeypatch.setattr(_tolerant, "_read_streamed", lambda data: None)
+    whole = kineto.parse(path)
+    for slow in (streamed, whole):
+        assert slow.input_events == fast.input_events and slow.dropped == fast.dropped
+        assert slow.events.equals(fast.events)
 
 
 def test_fast_path_is_built():

@@ -8,6 +8,8 @@ into one table.
 
 from __future__ import annotations
 
+import os
+
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,9 +28,15 @@ from traceview.parsers.kineto._rows import batch, empty_columns, key_frame, text
 from traceview.parsers.kineto._tolerant import as_int, read_events
 from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS
 
+#: Set to 1 to read with the pure-Python path although the C scanner is built: what a user
+#: without a compiler or a wheel gets (benchmarks measure it this way).
+PURE_PYTHON_ENV = "TRACEVIEW_PURE_PYTHON"
+
 try:  # the C fast path (_scan.c); without it (no compiler at install) the tolerant path does all
     from traceview.parsers.kineto import _scan as _kineto_scan
 except ImportError:  # pragma: no cover - exercised by setting the module to None in tests
+    _kineto_scan = None
+if os.environ.get(PURE_PYTHON_ENV) == "1":
     _kineto_scan = None
 
 # When the parser's output for the same input changes, bump ``PARSER_VERSIONS["kineto"]``
@@ -58,9 +66,8 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
             input_events = raw.num_rows
         else:  # a failed scan may have released pages of a map: read the bytes anew
             data = read_bytes(path, warnings) if given.releasable else given.data
-            table, header, input_events = read_events(path, data, warnings, dropped)
-            raw = _raw_columns(table)
-            del table
+            columns, rows, header, input_events = read_events(path, data, warnings, dropped)
+            raw = _raw_columns(columns, rows)
     base_ns = as_int(header.get("baseTimeNanoseconds")) or 0
     keys, raw = key_frame(raw, base_ns, dropped, warnings)
     step_keys = keys.select(pl.lit(0, dtype=pl.Int32).alias("rank"), "kind", "name", "ts_ns",
@@ -169,10 +176,12 @@ def _scanned_column(column: tuple | None, typ: pa.DataType,
     return pa.Array.from_buffers(typ, rows, [buffers[2], buffers[1], buffers[0]])
 
 
-def _raw_columns(table: pa.Table) -> RawColumns:
-    """The tolerant path's dense columns in the scanner's form."""
+def _raw_columns(pending: dict[str, pa.ChunkedArray], rows: int) -> RawColumns:
+    """The tolerant path's columns (``read_events``) in the scanner's dense form. ``pending``
+    is emptied: each column is released as soon as its dense copy is made, so the two forms
+    are never both whole."""
     columns = {}
     for name, typ in _RAW_COLUMNS.items():
-        column = table.column(name).combine_chunks().cast(typ)
+        column = pending.pop(name).combine_chunks().cast(typ)
         columns[name] = column.dictionary_encode() if name in _REPEATING_TEXT else column
-    return RawColumns(table.num_rows, columns, _RAW_COLUMNS)
+    return RawColumns(rows, columns, _RAW_COLUMNS)
