@@ -25,7 +25,7 @@ from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
 from traceview.parsers.kineto._input import Input, open_input, read_bytes
 from traceview.parsers.kineto._ranks import rank_info
 from traceview.parsers.kineto._rows import batch, empty_columns, key_frame, text_facts
-from traceview.parsers.kineto._tolerant import as_int, read_events
+from traceview.parsers.kineto._tolerant import REPEATING_TEXT, as_int, read_events
 from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS
 
 #: Set to 1 to read with the pure-Python path although the C scanner is built: what a user
@@ -67,6 +67,7 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
         else:  # a failed scan may have released pages of a map: read the bytes anew
             data = read_bytes(path, warnings) if given.releasable else given.data
             columns, rows, header, input_events = read_events(path, data, warnings, dropped)
+            del data  # the columns hold what they need; the input bytes can go
             raw = _raw_columns(columns, rows)
     base_ns = as_int(header.get("baseTimeNanoseconds")) or 0
     keys, raw = key_frame(raw, base_ns, dropped, warnings)
@@ -101,9 +102,9 @@ _RAW_COLUMNS: dict[str, pa.DataType] = {
 
 
 #: Text columns stored dictionary-encoded: the scanner interns them (COL_IS_DICT in
-#: _scan.c), so each distinct name is held once, not once per event.
-_REPEATING_TEXT = ("ph", "category", "name", "pid_label", "tid_label", "collective_name",
-                   "pg_name", "pg_desc", "pg_ranks", "dtype")
+#: _scan.c), so each distinct name is held once, not once per event; the tolerant reader
+#: encodes them batch by batch.
+_REPEATING_TEXT = REPEATING_TEXT
 
 
 def _scan_fast(path: Path, given: Input) -> tuple[RawColumns, dict[str, Any]] | None:
@@ -180,8 +181,18 @@ def _raw_columns(pending: dict[str, pa.ChunkedArray], rows: int) -> RawColumns:
     """The tolerant path's columns (``read_events``) in the scanner's dense form. ``pending``
     is emptied: each column is released as soon as its dense copy is made, so the two forms
     are never both whole."""
-    columns = {}
+    columns: dict[str, pa.Array | None] = {}
     for name, typ in _RAW_COLUMNS.items():
-        column = pending.pop(name).combine_chunks().cast(typ)
-        columns[name] = column.dictionary_encode() if name in _REPEATING_TEXT else column
+        chunked = pending.pop(name)
+        if chunked is None:  # no event has it
+            columns[name] = (pa.DictionaryArray.from_arrays(pa.nulls(rows, pa.int32()),
+                                                             strings([]))
+                             if name in _REPEATING_TEXT else None)
+        elif pa.types.is_dictionary(chunked.type):  # encoded batch by batch (the stream)
+            encoded = chunked.unify_dictionaries().combine_chunks()
+            columns[name] = pa.DictionaryArray.from_arrays(encoded.indices,
+                                                           encoded.dictionary.cast(typ))
+        else:
+            column = chunked.combine_chunks().cast(typ)
+            columns[name] = column.dictionary_encode() if name in _REPEATING_TEXT else column
     return RawColumns(rows, columns, _RAW_COLUMNS)

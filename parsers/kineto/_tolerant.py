@@ -25,18 +25,18 @@ from traceview.parsers.kineto._input import repair_text, salvage_events
 
 
 def read_events(path: Path, data: bytes, warnings: list[str], dropped: dict[str, int]
-                ) -> tuple[dict[str, pa.ChunkedArray], int, dict[str, Any], int]:
-    """(raw columns as the scanner lays them out, by name; their length; the header values;
-    entries in the input). The columns come in a dict the caller owns, so it can release each
-    one as it converts it."""
+                ) -> tuple[dict[str, pa.ChunkedArray | None], int, dict[str, Any], int]:
+    """(raw columns as the scanner lays them out, by name, None for a column without a
+    value; their length; the header values; entries in the input). The columns come in a
+    dict the caller owns, so it can release each one as it converts it."""
     streamed = _read_streamed(data)
     if streamed is not None:
-        table, header, input_events = streamed
-    else:
-        events, header = _decode(path, data, warnings, dropped)
-        input_events = len(events) + sum(dropped.values())
-        table = _columns_from_structs(_pair_begin_end(events, dropped))
-        del events
+        columns, rows, header = streamed
+        return columns, rows, header, rows
+    events, header = _decode(path, data, warnings, dropped)
+    input_events = len(events) + sum(dropped.values())
+    table = _columns_from_structs(_pair_begin_end(events, dropped))
+    del events
     return dict(zip(table.column_names, table.columns)), table.num_rows, header, input_events
 
 
@@ -90,10 +90,12 @@ class _RawTrace(msgspec.Struct):
     nodes: Any = None
 
 
-def _read_streamed(data: bytes) -> tuple[pa.Table, dict[str, Any], int] | None:
-    """Well-formed input, decoded a batch of events at a time: the raw columns, the header and
-    the number of events; None (the caller's whole-file path decides) for anything else:
-    damage, begin/end pairs (a pair may span two batches), no events, not a Kineto trace."""
+def _read_streamed(data: bytes) -> tuple[dict[str, pa.ChunkedArray | None], int,
+                                          dict[str, Any]] | None:
+    """Well-formed input, decoded a batch of events at a time: the raw columns (compact: a
+    column no event fills is None, repeating text dictionary-encoded), their length and the
+    header; None (the caller's whole-file path decides) for anything else: damage,
+    begin/end pairs (a pair may span two batches), no events, not a Kineto trace."""
     bare = data.lstrip()[:1] == b"["
     try:
         if bare:
@@ -107,18 +109,44 @@ def _read_streamed(data: bytes) -> tuple[pa.Table, dict[str, Any], int] | None:
                       "host_name": trace.host_name}
             if not raws or trace.nodes is not None:
                 return None
-        tables = []
+        chunks: dict[str, list[tuple[int, pa.Array | None]]] = {}
         for start in range(0, len(raws), STREAM_BATCH):
             events = msgspec.json.decode(
                 b"[" + b",".join(raws[start:start + STREAM_BATCH]) + b"]", type=list[_Event])
             if any(e.ph in ("B", "E") for e in events):
                 return None
-            tables.append(_columns_from_structs(events))
+            table = _columns_from_structs(events)
+            for name, column in zip(table.column_names, table.columns):
+                chunks.setdefault(name, []).append((len(events), _compact(name, column)))
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return None
-    if not tables:
+    if not chunks:
         return None
-    return pa.concat_tables(tables, promote_options="permissive"), header, len(raws)
+    return {name: _joined(parts) for name, parts in chunks.items()}, len(raws), header
+
+
+#: Text that repeats from event to event, kept dictionary-encoded from the first batch on.
+REPEATING_TEXT = frozenset({"ph", "category", "name", "pid_label", "tid_label",
+                            "collective_name", "pg_name", "pg_desc", "pg_ranks", "dtype"})
+
+
+def _compact(name: str, column: pa.ChunkedArray) -> pa.Array | None:
+    """One batch's column as the scanner would hold it: None without a value (most
+    per-collective and memory columns), repeating text dictionary-encoded."""
+    array = column.combine_chunks()
+    if array.null_count == len(array):
+        return None
+    return array.dictionary_encode() if name in REPEATING_TEXT else array
+
+
+def _joined(parts: list[tuple[int, pa.Array | None]]) -> pa.ChunkedArray | None:
+    """A column's batches as one chunked array (nulls where a batch had no value), or None
+    when no batch had one."""
+    typ = next((array.type for _, array in parts if array is not None), None)
+    if typ is None:
+        return None
+    return pa.chunked_array([array if array is not None else pa.nulls(n, typ)
+                             for n, array in parts], typ)
 
 
 def _decode(path: Path, data: bytes, warnings: list[str],
