@@ -1,0 +1,102 @@
+"""``traceview memory PATH...``: peak memory per rank and device, growth, pressure, snapshots.
+
+PATHs are traces (Kineto JSON recorded with ``profile_memory=True``, nsys exports with CUDA
+memory usage) and CUDA caching-allocator snapshots (``.pickle`` files from
+``torch.cuda.memory._dump_snapshot``), in any mix. Snapshots are read as untrusted input: a
+pickle that asks for anything but plain data is refused (exit 2) before it runs. Every number
+comes from ``Run.memory`` (``traceview.memory``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from traceview.cli._options import (
+    add_align_arg, add_input_args, add_json_arg, add_window_args, open_run,
+)
+from traceview.cli._render import emit_result, pct, short, table
+
+
+def configure(p: argparse.ArgumentParser, command: str) -> None:
+    add_input_args(p)
+    add_window_args(p)
+    p.add_argument("--time", metavar="A:B", help="time window relative to the first event")
+    add_align_arg(p)
+    p.add_argument("--top", type=int, default=10, metavar="N",
+                   help="allocation stacks to list per snapshot device")
+    add_json_arg(p, csv=True)
+    p.set_defaults(run=run_memory)
+
+
+def _split(paths: list[str]) -> tuple[list[str], list[str]]:
+    """(traces, snapshots): a ``.pickle`` / ``.pkl`` file is a snapshot."""
+    from traceview.parsers.torch_snapshot import is_snapshot_path
+
+    snaps = [p for p in paths if is_snapshot_path(p)]
+    return [p for p in paths if p not in snaps], snaps
+
+
+def memory_of(args: argparse.Namespace):  # -> Result
+    traces, snaps = _split(args.paths)
+    if traces:
+        args.paths = traces
+        return open_run(args).memory(snapshots=snaps, top=args.top)
+    from traceview.memory import memory_result
+
+    return memory_result(None, snaps, top=args.top)
+
+
+def mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.1f}"
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    result = memory_of(args)
+    if emit_result(result, args):
+        return 0
+    devices = result["devices"]
+    print("Memory per rank and device (MiB; basis: absolute = the allocator's totals, "
+          "relative = from the trace's start; peak_ms: after the device's first allocator "
+          "event)")
+    print(table(["rank", "device", "source", "basis", "peak_alloc", "peak_reserved", "peak_ms",
+                 "peak_op", "rate_MiB/s", "growth", "near_limit"],
+                [[r["rank"], r["device"], r["source"], r["basis"], mib(r["peak_allocated_bytes"]),
+                  mib(r["peak_reserved_bytes"]),
+                  None if r["peak_time_ns"] is None or r["first_event_ns"] is None else
+                  f"{(r['peak_time_ns'] - r['first_event_ns']) / 1e6:.3f}", short(r["peak_op"], 40),
+                  mib(r["allocation_rate_bytes_per_s"]), mib(r["growth_bytes"]),
+                  "yes" if r["near_limit"] else "no"]
+                 for r in devices.iter_rows(named=True)],
+                left={"device", "source", "basis", "peak_op"}))
+    snaps = devices.filter(devices["source"] == "snapshot")
+    if snaps.height:
+        print("\nAllocator snapshots: state at snapshot time (MiB)")
+        print(table(["rank", "device", "segments", "allocated", "reserved", "fragmentation",
+                     "largest_free", "start_alloc", "ooms"],
+                    [[r["rank"], r["device"], r["segments"], mib(r["allocated_bytes"]),
+                      mib(r["reserved_bytes"]), mib(r["fragmentation_bytes"]),
+                      mib(r["largest_free_block_bytes"]), mib(r["start_allocated_bytes"]),
+                      r["ooms"]] for r in snaps.iter_rows(named=True)]))
+        stacks = result["top_stacks"]
+        if stacks.height:
+            print("\nTop allocation stacks at the peak")
+            print(table(["rank", "device", "MiB", "blocks", "share", "stack (innermost last)"],
+                        [[r["rank"], r["device"], mib(r["bytes"]), r["blocks"],
+                          pct(r["share"]), _stack_tail(r["stack"])]
+                         for r in stacks.iter_rows(named=True)],
+                        left={"device", "stack (innermost last)"}, max_width=None))
+    steps = result["steps"]
+    if steps.height:
+        print("\nAllocated at each step start (MiB)")
+        print(table(["rank", "device", "step", "allocated"],
+                    [[r["rank"], r["device"], r["step"], mib(r["allocated_bytes"])]
+                     for r in steps.iter_rows(named=True)], left={"device"}))
+    return 0
+
+
+def _stack_tail(stack: str | None, frames: int = 3) -> str:
+    """The innermost ``frames`` frames of a ``;``-joined stack."""
+    if not stack:
+        return "(no stack recorded)"
+    parts = stack.split(";")
+    return ("… " if len(parts) > frames else "") + " > ".join(parts[-frames:])
