@@ -132,7 +132,8 @@ def device_peaks(levels: pl.DataFrame, host: Frame, device_memory: pl.DataFrame 
     ``host`` on the allocating thread around that time), ``peak_reserved_bytes``,
     ``end_allocated_bytes``, ``events``, ``allocated_total_bytes`` (sum of allocations),
     ``allocation_rate_bytes_per_s`` (that sum over the time from the first to the last event),
-    ``device_total_bytes`` (from ``device_memory``: ``rank, device, total_bytes``) and
+    ``device_total_bytes`` (from ``device_memory``: ``rank, device_index, total_bytes``, for
+    the accelerators) and
     ``near_limit`` with its ``pressure`` reason."""
     at_peak = pl.col("allocated_bytes") == pl.col("allocated_bytes").max()
     span_s = (pl.col("ts_ns").max() - pl.col("ts_ns").min()) / 1e9
@@ -150,10 +151,11 @@ def device_peaks(levels: pl.DataFrame, host: Frame, device_memory: pl.DataFrame 
         allocation_rate_bytes_per_s=pl.when(span_s > 0).then(allocated / span_s))
     rows = _with_peak_op(rows, host)
     totals = (device_memory if device_memory is not None and device_memory.height else
-              pl.DataFrame(schema={"rank": pl.Int32, "device": pl.String,
+              pl.DataFrame(schema={"rank": pl.Int32, "device_index": pl.Int32,
                                    "total_bytes": pl.Int64}))
-    rows = rows.join(totals.select("rank", "device", device_total_bytes="total_bytes"),
-                     on=LEVEL_KEY, how="left")
+    rows = rows.join(totals.select("rank", "device_index", device_total_bytes="total_bytes"),
+                     on=["rank", "device_index"], how="left").with_columns(
+        device_total_bytes=pl.when(pl.col("device") != "cpu").then("device_total_bytes"))
     full_cache = pl.col("peak_allocated_bytes") > RESERVED_SHARE * pl.col("peak_reserved_bytes")
     full_device = pl.col("peak_reserved_bytes") > DEVICE_SHARE * pl.col("device_total_bytes")
     pressure = pl.concat_str(

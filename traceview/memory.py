@@ -83,15 +83,15 @@ def _trace_part(run: Any) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
 
 
 def device_memory_table(ranks: pl.DataFrame) -> pl.DataFrame:
-    """``rank, device, total_bytes``: each rank's GPUs' memory as its trace names it (the
-    ranks table's ``device_memory``, JSON ``{"0": bytes, ...}``)."""
-    rows: list[tuple[int, str, int]] = []
+    """``rank, device_index, total_bytes``: each rank's accelerators' memory as its trace
+    names it (the ranks table's ``device_memory``, JSON ``{"0": bytes, ...}``)."""
+    rows: list[tuple[int, int, int]] = []
     if "device_memory" in ranks.columns:
         for rank, text in ranks.select("rank", "device_memory").rows():
             for index, total in (orjson.loads(text) if text else {}).items():
                 if total:
-                    rows.append((rank, f"cuda:{index}", int(total)))
-    return pl.DataFrame(rows, schema={"rank": pl.Int32, "device": pl.String,
+                    rows.append((rank, int(index), int(total)))
+    return pl.DataFrame(rows, schema={"rank": pl.Int32, "device_index": pl.Int32,
                                       "total_bytes": pl.Int64}, orient="row")
 
 
