@@ -133,6 +133,11 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
             frame = reader()
             input_events += frame.height
             staged.append(frame)
+    if export.has(tables.MEMORY_USAGE, "start", "globalPid", "deviceId", "bytes", "memKind",
+                  "memoryOperationType"):  # instants: no "end"
+        frame = tables.memory_usage(export)
+        input_events += frame.height
+        staged.append(frame)
     nvtx_raw = pl.DataFrame()
     if export.has(tables.NVTX, "start", "eventType", "globalTid"):
         nvtx_raw = tables.nvtx(export)
