@@ -222,3 +222,25 @@ def growth(step_levels: pl.DataFrame, *, leak_bytes: int = LEAK_BYTES) -> pl.Dat
     return out.with_columns(leak_suspected=(
         (pl.col("steps") >= 3) & (pl.col("rise_share") >= STEADY_RISE_SHARE)
         & (pl.col("growth_bytes") > leak_bytes)).fill_null(False))
+
+
+def timeline_points(levels: pl.DataFrame, *, points: int = 400) -> pl.DataFrame:
+    """:func:`memory_levels` thinned for a plot, keeping every peak: per (rank, device), time
+    is cut into ``points`` equal buckets and each bucket keeps its highest level, its lowest
+    and its last (a step line through them still reaches the device's peak and its troughs).
+    Columns ``rank, device, basis, ts_ns, t_ms`` (ms after the rank's first allocator event)
+    and ``allocated_bytes``."""
+    cols = ["rank", "device", "basis", "ts_ns", "t_ms", "allocated_bytes"]
+    if levels.height == 0:
+        return levels.with_columns(t_ms=pl.lit(None, pl.Float64)).select(cols)
+    start = pl.col("ts_ns").min().over(LEVEL_KEY)
+    span = (pl.col("ts_ns").max() - pl.col("ts_ns").min()).over(LEVEL_KEY)
+    bucket = (pl.col("ts_ns") - start) * points // pl.when(span > 0).then(span).otherwise(1)
+    in_bucket = [*LEVEL_KEY, "bucket"]
+    i, level = pl.col("i"), pl.col("allocated_bytes")
+    keep = ((i == i.sort_by(level, descending=True).first().over(in_bucket))
+            | (i == i.sort_by(level).first().over(in_bucket)) | (i == i.last().over(in_bucket)))
+    return (levels.sort(*LEVEL_KEY, "ts_ns", maintain_order=True).with_row_index("i")
+            .with_columns(bucket=bucket, t_ms=(pl.col("ts_ns") - pl.col("ts_ns").min()
+                                               .over("rank")) / 1e6)
+            .filter(keep).select(cols))

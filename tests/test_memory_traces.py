@@ -139,8 +139,8 @@ def test_a_rank_without_allocator_events_is_named(tmp_path: Path) -> None:
                                                                           "world_size": 2})
     res = traceview.open(tmp_path, cache=False).memory()
     assert res.table("devices")["rank"].to_list() == [0]
-    assert "memory: rank 1: no allocator events (profile with profile_memory=True)" in \
-        res.warnings
+    assert "memory: rank 1: no allocator events (record with profile_memory=True, or nsys " \
+        "--cuda-memory-usage=true)" in res.warnings
 
 
 def test_cli_json_is_the_run_answer_and_text_shows_the_peak(tmp_path: Path, capsys) -> None:

@@ -77,8 +77,8 @@ def _trace_part(run: Any) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
             .with_columns(source=pl.lit("trace"),
                           leak_suspected=pl.col("leak_suspected").fill_null(False)))
     missing = sorted(set(run.ranks_present) - set(rows.get_column("rank").to_list()))
-    notes = [f"memory: rank {r}: no allocator events (profile with profile_memory=True)"
-             for r in missing]
+    notes = [f"memory: rank {r}: no allocator events (record with profile_memory=True, or "
+             "nsys --cuda-memory-usage=true)" for r in missing]
     return rows, steps, notes
 
 

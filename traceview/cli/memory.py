@@ -55,6 +55,9 @@ def run_memory(args: argparse.Namespace) -> int:
     if emit_result(result, args):
         return 0
     devices = result["devices"]
+    if devices.height == 0:
+        print("no allocator events and no snapshots: nothing to report (see the warnings)")
+        return 0
     print("Memory per rank and device (MiB; basis: absolute = the allocator's totals, "
           "relative = from the trace's start; peak_ms: after the device's first allocator "
           "event)")

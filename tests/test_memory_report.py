@@ -1,0 +1,47 @@
+"""The report's memory section: a timeline per rank with the peak marked, from ``run.memory``."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import traceview
+from test_memory_traces import gpu_totals_trace
+from traceview.report import gather, render_body, write_html
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "data"
+
+
+def test_memory_section_marks_each_peak(tmp_path: Path) -> None:
+    run = traceview.open(gpu_totals_trace(tmp_path / "gpu.json"), cache=False)
+    data = gather(run)
+    peaks = data.memory_peaks.sort("device")
+    assert peaks.select("device", "peak_allocated_bytes").rows() == [("cpu", 64),
+                                                                      ("cuda:0", 800_000)]
+    # the first allocator event is at 20 µs: the cuda:0 peak (120 µs) is drawn at 0.1 ms
+    assert peaks.filter(pl.col("device") == "cuda:0")["peak_ms"].item() == pytest.approx(0.1)
+    assert data.memory_points["allocated_bytes"].max() == 800_000  # the peak survives thinning
+    body, _ = render_body(data)
+    section = body[body.index('<section id="memory">'):]
+    assert "peak r0 cuda:0" in section and "aten::cat" in section
+    assert any("near the limit" in w for w in data.warnings)  # every warning reaches it
+    out = io.StringIO()
+    write_html(data, out)
+    assert '<a href="#memory">Memory</a>' in out.getvalue()
+
+
+def test_no_memory_section_without_allocator_events() -> None:
+    data = gather(traceview.open(FIXTURES / "gloo_ddp_2r", cache=False))
+    assert data.memory_peaks.height == 0 and "memory" not in data.notes
+    body, figures = render_body(data)
+    assert 'id="memory"' not in body and 'href="#memory"' not in body and figures == 6
+
+
+def test_real_cpu_fixture_report_shows_the_leak() -> None:
+    data = gather(traceview.open(FIXTURES / "cpu_memory", cache=False))
+    row = data.memory_peaks.row(0, named=True)
+    assert row["leak_suspected"] and row["device"] == "cpu"
+    assert any("a leak?" in w for w in data.warnings)
