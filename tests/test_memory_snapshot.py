@@ -205,3 +205,43 @@ def test_an_unreadable_snapshot_names_the_file(tmp_path: Path, capsys) -> None:
     missing = tmp_path / "gone.pickle"
     assert main(["memory", str(missing)]) == 2
     assert str(missing) in capsys.readouterr().err
+
+
+def test_expandable_segments_and_modern_keys(tmp_path: Path) -> None:
+    """An expandable segment grows by ``segment_map`` (reserved +) and the snapshot carries
+    the keys recent PyTorch writes (pool ids as tuples, allocator settings ...). By hand:
+    map 2048, alloc 1000, map 2048, alloc 1500, free 1000 → allocated 1000, 1000, 2500, 1500
+    from 0; reserved 2048 → 4096. At snapshot time one 4096 B segment holds the 1500 B block
+    at 2048 (its first half free): fragmentation 4096 − 1500 = 2596."""
+    snap = {
+        "segments": [{"device": 0, "address": 0, "total_size": 4096, "allocated_size": 2048,
+                      "active_size": 2048, "requested_size": 1500, "stream": 0,
+                      "segment_type": "large", "segment_pool_id": (0, 0),
+                      "is_expandable": True, "frames": [],
+                      "blocks": [{"address": 0, "size": 2048, "requested_size": 0,
+                                  "state": "inactive", "frames": []},
+                                 {"address": 2048, "size": 2048, "requested_size": 1500,
+                                  "state": "active_allocated", "frames": frames_()}]}],
+        "device_traces": [[
+            {"action": "segment_map", "addr": 0, "size": 2048, "stream": 0, "frames": [],
+             "time_us": 1, "compile_context": "N/A", "user_metadata": ""},
+            {"action": "alloc", "addr": 0, "size": 1000, "stream": 0, "frames": [],
+             "time_us": 2},
+            {"action": "segment_map", "addr": 2048, "size": 2048, "stream": 0, "frames": [],
+             "time_us": 3},
+            {"action": "alloc", "addr": 2048, "size": 1500, "stream": 0, "frames": frames_(),
+             "time_us": 4},
+            {"action": "free_requested", "addr": 0, "size": 1000, "stream": 0, "frames": [],
+             "time_us": 5},
+            {"action": "free_completed", "addr": 0, "size": 1000, "stream": 0, "frames": [],
+             "time_us": 5},
+            {"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "frames": [],
+             "time_us": 6}]],
+        "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        "external_annotations": [],
+    }
+    row = _devices([write(tmp_path / "x.pickle", snap)]).row(0, named=True)
+    assert (row["start_allocated_bytes"], row["peak_allocated_bytes"], row["allocated_bytes"],
+            row["peak_reserved_bytes"], row["reserved_bytes"], row["fragmentation_bytes"],
+            row["peak_time_ns"], row["peak_op"]) == (0, 2500, 1500, 4096, 4096, 2596, 4000,
+                                                     "m.py:1:f")
