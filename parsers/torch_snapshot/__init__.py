@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -110,14 +111,18 @@ def stack_text(frames: Iterable[dict[str, Any]] | None) -> str | None:
     """
     if not frames:
         return None
-    kept = [f"{str(f.get('filename', '?')).rsplit('/', 1)[-1]}:{f.get('line', '?')}:"
-            f"{f.get('name', '?')}" for f in frames if _useful(f)]
-    return ";".join(reversed(kept)) or None
+    texts = (_frame_text(f.get("filename"), f.get("line"), f.get("name")) for f in frames)
+    return ";".join(reversed([t for t in texts if t])) or None
 
 
-def _useful(frame: dict[str, Any]) -> bool:
-    name, filename = str(frame.get("name", "")), str(frame.get("filename", ""))
-    return not (any(o in name for o in _OMIT_FUNCTIONS) or any(o in filename for o in _OMIT_FILES))
+@lru_cache(maxsize=1 << 16)
+def _frame_text(filename: Any, line: Any, name: Any) -> str | None:
+    """``file:line:function`` of one frame, None for the allocator's own frames. Cached: a
+    history repeats the same frames in every entry (millions of them in a large snapshot)."""
+    name_s, file_s = str(name or ""), str(filename or "")
+    if any(o in name_s for o in _OMIT_FUNCTIONS) or any(o in file_s for o in _OMIT_FILES):
+        return None
+    return f"{file_s.rsplit('/', 1)[-1] or '?'}:{'?' if line is None else line}:{name_s or '?'}"
 
 
 def _segment_rows(segments: list[dict[str, Any]]) -> tuple[pl.DataFrame, pl.DataFrame]:
