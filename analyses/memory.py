@@ -156,6 +156,16 @@ def device_peaks(levels: pl.DataFrame, host: Frame, device_memory: pl.DataFrame 
     rows = rows.join(totals.select("rank", "device_index", device_total_bytes="total_bytes"),
                      on=["rank", "device_index"], how="left").with_columns(
         device_total_bytes=pl.when(pl.col("device") != "cpu").then("device_total_bytes"))
+    return with_pressure(rows).drop("peak_tid").sort(LEVEL_KEY)
+
+
+def with_pressure(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (``peak_allocated_bytes``, ``peak_reserved_bytes`` and, when known,
+    ``device_total_bytes``) with ``near_limit`` and ``pressure``, the reasons: peak allocated
+    above ``RESERVED_SHARE`` of peak reserved (the cache is full), or peak reserved above
+    ``DEVICE_SHARE`` of the device."""
+    if "device_total_bytes" not in rows.columns:
+        rows = rows.with_columns(device_total_bytes=pl.lit(None, pl.Int64))
     full_cache = pl.col("peak_allocated_bytes") > RESERVED_SHARE * pl.col("peak_reserved_bytes")
     full_device = pl.col("peak_reserved_bytes") > DEVICE_SHARE * pl.col("device_total_bytes")
     pressure = pl.concat_str(
@@ -168,8 +178,7 @@ def device_peaks(levels: pl.DataFrame, host: Frame, device_memory: pl.DataFrame 
         separator="; ", ignore_nulls=True)
     return rows.with_columns(
         near_limit=(full_cache.fill_null(False) | full_device.fill_null(False)),
-        pressure=pl.when(pressure != "").then(pressure),
-    ).drop("peak_tid").sort(LEVEL_KEY)
+        pressure=pl.when(pressure != "").then(pressure))
 
 
 def _with_peak_op(rows: pl.DataFrame, host: Frame) -> pl.DataFrame:

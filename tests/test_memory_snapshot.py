@@ -245,3 +245,16 @@ def test_expandable_segments_and_modern_keys(tmp_path: Path) -> None:
             row["peak_reserved_bytes"], row["reserved_bytes"], row["fragmentation_bytes"],
             row["peak_time_ns"], row["peak_op"]) == (0, 2500, 1500, 4096, 4096, 2596, 4000,
                                                      "m.py:1:f")
+
+
+def test_a_history_that_does_not_belong_to_the_snapshot_is_named(tmp_path: Path) -> None:
+    """A history whose allocation is neither freed nor held at snapshot time (500 B allocated,
+    nothing held): undone from the snapshot, the start state is −500 B. Named, not hidden."""
+    snap = {"segments": [], "device_traces": [[
+        {"action": "alloc", "addr": 1, "size": 500, "stream": 0}]]}
+    path = write(tmp_path / "odd.pickle", snap)
+    res = memory_result(None, [str(path)])
+    assert res.table("devices")["start_allocated_bytes"].to_list() == [-500]
+    assert any(w.startswith(f"{path}: rank 0 cuda:0: the history does not belong to this "
+                            "snapshot: undoing it from the snapshot gives a start state of "
+                            "-500 B") for w in res.warnings)

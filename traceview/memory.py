@@ -99,6 +99,7 @@ def device_memory_table(ranks: pl.DataFrame) -> pl.DataFrame:
 
 def _snapshot_part(paths: Sequence[str | Path], *, top: int) -> tuple[
         pl.DataFrame, pl.DataFrame, pl.DataFrame, list[dict[str, Any]], list[str]]:
+    from traceview.analyses.memory import with_pressure
     from traceview.analyses.memory_snapshot import (
         block_lifetimes, oom_events, replay, snapshot_peaks, snapshot_state, top_stacks_at_peak,
     )
@@ -119,19 +120,14 @@ def _snapshot_part(paths: Sequence[str | Path], *, top: int) -> tuple[
         ooms.append(oom_events(trace))
         files.append({"file": snap.path, "rank": rank, "segments": snap.segments.height,
                       "trace_entries": snap.trace.height})
-        notes += [f"{snap.path}: rank {r} cuda:{d}: the trace does not match the snapshot: "
-                  f"replaying it back from the snapshot leaves {-b} bytes less than nothing "
-                  "allocated (the history was recorded for another state)"
+        notes += [f"{snap.path}: rank {r} cuda:{d}: the history does not belong to this "
+                  f"snapshot: undoing it from the snapshot gives a start state of {b} B; its "
+                  "peak is not to be trusted"
                   for r, d, b in peaks.filter(pl.col("start_allocated_bytes") < 0)
                   .select("rank", "device", "start_allocated_bytes").rows()]
-    devices = pl.concat(rows).rename({"trace_entries": "events"}).with_columns(
+    devices = with_pressure(pl.concat(rows).rename({"trace_entries": "events"}).with_columns(
         device=pl.format("cuda:{}", "device"), basis=pl.lit("absolute"),
-        source=pl.lit("snapshot"), end_allocated_bytes=pl.col("allocated_bytes"),
-        near_limit=(pl.col("peak_allocated_bytes") > 0.95 * pl.col("peak_reserved_bytes"))
-        .fill_null(False))
-    devices = devices.with_columns(pressure=pl.when(pl.col("near_limit")).then(pl.format(
-        "peak allocated {} B is above 95% of peak reserved {} B", "peak_allocated_bytes",
-        "peak_reserved_bytes")))
+        source=pl.lit("snapshot"), end_allocated_bytes=pl.col("allocated_bytes")))
     stack_frame = pl.concat(stacks).with_columns(device=pl.format("cuda:{}", "device"))
     oom_frame = pl.concat(ooms).with_columns(device=pl.format("cuda:{}", "device"))
     notes += [f"memory: rank {r} {d}: out of memory: {b} bytes requested, {f} bytes free on "
