@@ -45,6 +45,20 @@ def snapshot_state(segments: pl.DataFrame, blocks: pl.DataFrame) -> pl.DataFrame
             .sort(KEY))
 
 
+def segment_table(segments: pl.DataFrame, blocks: pl.DataFrame) -> pl.DataFrame:
+    """One row per segment at snapshot time: ``rank, device, address, total_size, stream,
+    segment_type, blocks``, ``allocated_bytes`` (requested bytes of its held blocks),
+    ``free_bytes`` (its inactive blocks) and ``largest_free_block_bytes``; largest first."""
+    held = pl.col("state").is_in(HELD_STATES)
+    per = blocks.group_by(*KEY, address="segment_address").agg(
+        allocated_bytes=pl.col("requested_size").filter(held).sum(),
+        free_bytes=pl.col("size").filter(~held).sum(),
+        largest_free_block_bytes=pl.col("size").filter(~held).max())
+    return (segments.join(per, on=[*KEY, "address"], how="left")
+            .with_columns(pl.col("allocated_bytes", "free_bytes").fill_null(0))
+            .sort([*KEY, "total_size", "address"], descending=[False, False, True, False]))
+
+
 def replay(trace: pl.DataFrame, state: pl.DataFrame) -> pl.DataFrame:
     """The trace with the allocated and reserved bytes after each action, replayed backwards
     from ``state`` (:func:`snapshot_state`): ``allocated_after``, ``reserved_after``, and per

@@ -46,6 +46,10 @@ def test_hand_snapshot_state_peak_and_fragmentation(tmp_path: Path) -> None:
     assert stacks["stack"].to_list()[0] == "main.py:12:main;forward.py:11:forward;" \
                                            "attention.py:10:attention"
     assert stacks["bytes"].sum() == d0["peak_allocated_bytes"]
+    segs = res.table("segments").filter(pl.col("device") == "cuda:0")
+    assert segs.select("address", "total_size", "blocks", "allocated_bytes", "free_bytes",
+                       "largest_free_block_bytes").rows() == [(5000, 2000, 2, 700, 1300, 1300),
+                                                              (1000, 1000, 3, 450, 500, 500)]
     oom = res.table("ooms").row(0, named=True)
     assert (oom["requested_bytes"], oom["device_free_bytes"], oom["seq"]) == (4000, 10, 7)
     assert any("out of memory: 4000 bytes requested, 10 bytes free" in w for w in res.warnings)
@@ -258,3 +262,26 @@ def test_a_history_that_does_not_belong_to_the_snapshot_is_named(tmp_path: Path)
     assert any(w.startswith(f"{path}: rank 0 cuda:0: the history does not belong to this "
                             "snapshot: undoing it from the snapshot gives a start state of "
                             "-500 B") for w in res.warnings)
+
+
+def test_a_run_directory_gives_its_traces_and_its_snapshots(tmp_path: Path, capsys) -> None:
+    """``traceview.capture`` writes traces and ``.memory_snapshot.pickle`` files side by side:
+    the folder alone gives both; a folder of snapshots only gives them."""
+    import shutil
+
+    from traceview.cli.memory import split_inputs
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "data" / "cpu_memory", run)
+    write(run / "rank-0.host.1.memory_snapshot.pickle", hand_snapshot())
+    assert split_inputs([str(run)]) == ([str(run)],
+                                        [str(run / "rank-0.host.1.memory_snapshot.pickle")])
+    assert main(["memory", str(run), "--json", "--no-cache"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [d["source"] for d in doc["devices"]] == ["trace", "snapshot", "snapshot"]
+    only = tmp_path / "snaps"
+    only.mkdir()
+    write(only / "rank-2.snapshot.pickle", hand_snapshot())
+    assert split_inputs([str(only)]) == ([], [str(only / "rank-2.snapshot.pickle")])
+    assert main(["memory", str(only), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["devices"][0]["rank"] == 2

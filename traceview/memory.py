@@ -8,7 +8,8 @@ snapshots only has no Run.
 
 ``--json`` contract: ``{"devices": [{"rank", "device", "peak_allocated_bytes",
 "peak_reserved_bytes", "peak_time_ns", "peak_op", "basis", "source", ...}], "steps": [...],
-"top_stacks": [...], "ooms": [...], "snapshots": [...], "warnings": [...]}``; snapshot rows
+"top_stacks": [...], "ooms": [...], "segments": [...], "snapshots": [...], "warnings":
+[...]}``; snapshot rows
 add ``allocated_bytes``, ``reserved_bytes`` and ``segments``. Definitions: docs/metrics.md,
 sections "Memory timelines" and "Allocator snapshots".
 """
@@ -49,9 +50,9 @@ def memory_result(run: Any | None, snapshots: Sequence[str | Path] = (), *,
         trace_rows, steps, notes = _trace_part(run)
         parts.append(trace_rows)
         warnings += notes
-    stacks, ooms, files = _empty_stacks(), _empty_ooms(), []
+    stacks, ooms, segments, files = _empty_stacks(), _empty_ooms(), _empty_segments(), []
     if snapshots:
-        snap_rows, stacks, ooms, files, notes = _snapshot_part(snapshots, top=top)
+        snap_rows, stacks, ooms, segments, files, notes = _snapshot_part(snapshots, top=top)
         parts.append(snap_rows)
         warnings += notes
     devices = pl.concat([_conform(p) for p in parts]) if parts else _conform(pl.DataFrame())
@@ -59,7 +60,8 @@ def memory_result(run: Any | None, snapshots: Sequence[str | Path] = (), *,
     base = run.warnings if run is not None else []
     window = {"window": run.window_info} if run is not None else {}
     return Result("memory", {**window, "devices": devices, "steps": steps,
-                             "top_stacks": stacks, "ooms": ooms, "snapshots": files},
+                             "top_stacks": stacks, "ooms": ooms, "segments": segments,
+                             "snapshots": files},
                   main="devices", warnings=(*base, *warnings))
 
 
@@ -98,17 +100,18 @@ def device_memory_table(ranks: pl.DataFrame) -> pl.DataFrame:
 # --------------------------------------------------------------------------- snapshots
 
 def _snapshot_part(paths: Sequence[str | Path], *, top: int) -> tuple[
-        pl.DataFrame, pl.DataFrame, pl.DataFrame, list[dict[str, Any]], list[str]]:
+        pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, list[dict[str, Any]], list[str]]:
     from traceview.analyses.memory import with_pressure
     from traceview.analyses.memory_snapshot import (
-        block_lifetimes, oom_events, replay, snapshot_peaks, snapshot_state, top_stacks_at_peak,
+        block_lifetimes, oom_events, replay, segment_table, snapshot_peaks, snapshot_state,
+        top_stacks_at_peak,
     )
     from traceview.parsers import torch_snapshot
 
     snaps = [torch_snapshot.read(p) for p in paths]
     notes = [w for s in snaps for w in s.warnings]
     ranks = _snapshot_ranks(snaps, notes)
-    rows, stacks, ooms, files = [], [], [], []
+    rows, stacks, ooms, files, segments = [], [], [], [], []
     for snap, rank in zip(snaps, ranks):
         segs, blocks, trace = (t.with_columns(rank=pl.lit(rank, pl.Int32))
                                for t in (snap.segments, snap.blocks, snap.trace))
@@ -118,6 +121,7 @@ def _snapshot_part(paths: Sequence[str | Path], *, top: int) -> tuple[
         rows.append(peaks.with_columns(file=pl.lit(snap.path)))
         stacks.append(top_stacks_at_peak(block_lifetimes(trace, blocks), peaks, top=top))
         ooms.append(oom_events(trace))
+        segments.append(segment_table(segs, blocks))
         files.append({"file": snap.path, "rank": rank, "segments": snap.segments.height,
                       "trace_entries": snap.trace.height})
         notes += [f"{snap.path}: rank {r} cuda:{d}: the history does not belong to this "
@@ -129,11 +133,12 @@ def _snapshot_part(paths: Sequence[str | Path], *, top: int) -> tuple[
         device=pl.format("cuda:{}", "device"), basis=pl.lit("absolute"),
         source=pl.lit("snapshot"), end_allocated_bytes=pl.col("allocated_bytes")))
     stack_frame = pl.concat(stacks).with_columns(device=pl.format("cuda:{}", "device"))
+    segment_frame = pl.concat(segments).with_columns(device=pl.format("cuda:{}", "device"))
     oom_frame = pl.concat(ooms).with_columns(device=pl.format("cuda:{}", "device"))
     notes += [f"memory: rank {r} {d}: out of memory: {b} bytes requested, {f} bytes free on "
               "the device" for r, d, b, f in oom_frame.select(
                   "rank", "device", "requested_bytes", "device_free_bytes").rows()]
-    return devices, stack_frame, oom_frame, files, notes
+    return devices, stack_frame, oom_frame, segment_frame, files, notes
 
 
 def _snapshot_ranks(snaps: Sequence[Any], notes: list[str]) -> list[int]:
@@ -175,6 +180,14 @@ def _empty_steps() -> pl.DataFrame:
 def _empty_stacks() -> pl.DataFrame:
     return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.String, "stack": pl.String,
                                 "bytes": pl.Int64, "blocks": pl.Int64, "share": pl.Float64})
+
+
+def _empty_segments() -> pl.DataFrame:
+    return pl.DataFrame(schema={
+        "rank": pl.Int32, "device": pl.String, "address": pl.Int64, "total_size": pl.Int64,
+        "stream": pl.Int64, "segment_type": pl.String, "blocks": pl.Int32,
+        "allocated_bytes": pl.Int64, "free_bytes": pl.Int64,
+        "largest_free_block_bytes": pl.Int64})
 
 
 def _empty_ooms() -> pl.DataFrame:

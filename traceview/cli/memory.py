@@ -10,6 +10,7 @@ comes from ``Run.memory`` (``traceview.memory``).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from traceview.cli._options import (
     add_align_arg, add_input_args, add_json_arg, add_window_args, open_run,
@@ -28,16 +29,32 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     p.set_defaults(run=run_memory)
 
 
-def _split(paths: list[str]) -> tuple[list[str], list[str]]:
-    """(traces, snapshots): a ``.pickle`` / ``.pkl`` file is a snapshot."""
+def split_inputs(paths: list[str]) -> tuple[list[str], list[str]]:
+    """(traces, snapshots): a ``.pickle`` / ``.pkl`` file is a snapshot; a folder gives its
+    snapshots (one level, as its traces) and stays a trace input when it holds traces (a
+    ``traceview.capture`` run directory holds both)."""
+    from traceview.parsers import is_trace_name
     from traceview.parsers.torch_snapshot import is_snapshot_path
 
-    snaps = [p for p in paths if is_snapshot_path(p)]
-    return [p for p in paths if p not in snaps], snaps
+    traces: list[str] = []
+    snaps: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            inner = sorted(p for p in path.iterdir() if p.is_file())
+            found = [str(p) for p in inner if is_snapshot_path(p) and not p.name.startswith(".")]
+            snaps += found
+            if not found or any(is_trace_name(p) for p in inner):
+                traces.append(raw)
+        elif is_snapshot_path(raw):
+            snaps.append(raw)
+        else:
+            traces.append(raw)
+    return traces, snaps
 
 
 def memory_of(args: argparse.Namespace):  # -> Result
-    traces, snaps = _split(args.paths)
+    traces, snaps = split_inputs(args.paths)
     if traces:
         args.paths = traces
         return open_run(args).memory(snapshots=snaps, top=args.top)
