@@ -29,7 +29,8 @@ RESERVED_DELTA = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "seg
 
 def snapshot_state(segments: pl.DataFrame, blocks: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, device) at snapshot time: ``segments``, ``reserved_bytes`` (sum of segment
-    sizes), ``allocated_bytes`` (requested bytes of held blocks), ``fragmentation_bytes``
+    sizes), ``allocated_bytes`` (requested bytes of held blocks; ``allocated_block_bytes``:
+    their rounded block sizes, what ``torch.cuda.memory_allocated`` counts), ``fragmentation_bytes``
     (reserved − allocated: cached but not handed out, rounding included),
     ``largest_free_block_bytes`` (the largest inactive block: the largest request the cache
     could serve without a new segment)."""
@@ -38,9 +39,11 @@ def snapshot_state(segments: pl.DataFrame, blocks: pl.DataFrame) -> pl.DataFrame
     held = pl.col("state").is_in(HELD_STATES)
     blk = blocks.group_by(KEY).agg(
         allocated_bytes=pl.col("requested_size").filter(held).sum(),
+        allocated_block_bytes=pl.col("size").filter(held).sum(),
         largest_free_block_bytes=pl.col("size").filter(~held).max())
     return (seg.join(blk, on=KEY, how="full", coalesce=True)
-            .with_columns(pl.col("segments", "reserved_bytes", "allocated_bytes").fill_null(0))
+            .with_columns(pl.col("segments", "reserved_bytes", "allocated_bytes",
+                                 "allocated_block_bytes").fill_null(0))
             .with_columns(fragmentation_bytes=pl.col("reserved_bytes") - pl.col("allocated_bytes"))
             .sort(KEY))
 
@@ -110,7 +113,8 @@ def snapshot_peaks(replayed: pl.DataFrame, state: pl.DataFrame) -> pl.DataFrame:
         ooms=pl.lit(0, pl.Int64))
     ooms = replayed.filter(pl.col("action") == "oom").group_by(KEY).agg(
         n_oom=pl.len().cast(pl.Int64))
-    state_cols = ["segments", "reserved_bytes", "allocated_bytes", "fragmentation_bytes"]
+    state_cols = ["segments", "reserved_bytes", "allocated_bytes", "allocated_block_bytes",
+                  "fragmentation_bytes"]
     out = (state.join(top, on=KEY, how="full", coalesce=True)  # a device may hold nothing now
            .join(ooms, on=KEY, how="left")
            .with_columns(pl.col(state_cols).fill_null(0))

@@ -32,6 +32,7 @@ def test_hand_snapshot_state_peak_and_fragmentation(tmp_path: Path) -> None:
     assert (d0["rank"], d0["device"], d0["basis"], d0["source"]) == (3, "cuda:0", "absolute",
                                                                      "snapshot")
     assert d0["segments"] == 2 and d0["allocated_bytes"] == 1150 and d0["reserved_bytes"] == 3000
+    assert d0["allocated_block_bytes"] == 300 + 200 + 700  # rounded sizes of P, X, Z
     assert d0["fragmentation_bytes"] == 1850 and d0["largest_free_block_bytes"] == 1300
     assert d0["start_allocated_bytes"] == 350
     assert d0["peak_allocated_bytes"] == 2050 and d0["peak_reserved_bytes"] == 3000
@@ -105,6 +106,7 @@ def test_torch_reads_our_snapshot_as_we_do(tmp_path: Path) -> None:
     ours = blocks.filter(pl.col("state") == "active_allocated")["size"].sum()
     assert ours == sum(viz.calc_active(s) for s in snap["segments"])
     assert res.table("devices")["reserved_bytes"].sum() == seg["total_size"].sum()
+    assert res.table("devices")["allocated_block_bytes"].sum() == ours
 
 
 def test_legacy_blocks_and_missing_history(tmp_path: Path) -> None:

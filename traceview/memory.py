@@ -33,6 +33,7 @@ DEVICE_COLUMNS: dict[str, pl.DataType] = {
     "peak_reserved_bytes": pl.Int64, "peak_time_ns": pl.Int64, "peak_op": pl.String,
     "basis": pl.String, "source": pl.String, "end_allocated_bytes": pl.Int64,
     "allocated_bytes": pl.Int64, "reserved_bytes": pl.Int64, "segments": pl.Int64,
+    "allocated_block_bytes": pl.Int64,
     "fragmentation_bytes": pl.Int64, "largest_free_block_bytes": pl.Int64,
     "start_allocated_bytes": pl.Int64, "first_event_ns": pl.Int64, "events": pl.Int64, "allocated_total_bytes": pl.Int64,
     "allocation_rate_bytes_per_s": pl.Float64, "device_total_bytes": pl.Int64,
