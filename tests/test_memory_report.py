@@ -45,3 +45,29 @@ def test_real_cpu_fixture_report_shows_the_leak() -> None:
     row = data.memory_peaks.row(0, named=True)
     assert row["leak_suspected"] and row["device"] == "cpu"
     assert any("a leak?" in w for w in data.warnings)
+
+
+def test_memory_section_renders_in_headless_chromium_and_escapes_names(tmp_path: Path) -> None:
+    """The memory figure renders (7 plots: the six and the timeline), with no script error,
+    and an op named like markup at the peak shows as text, in the table and the figure."""
+    from test_memory_traces import mem, op, steps
+    from tests.test_report_browser import _chromium, _instrumented, _launch, _status
+
+    from helpers import write_trace
+
+    evil = "<img src=x onerror=alert(1)>"
+    browser = _chromium()
+    trace = write_trace(tmp_path / "evil.json", [
+        *steps(0, 100, 200), op(evil, 40, 20), mem(10, 100, 100, 200), mem(50, 400, 500, 600),
+        mem(150, -300, 200, 600)], distributedInfo={"rank": 0, "world_size": 1})
+    data = gather(traceview.open(trace, cache=False))
+    assert data.memory_peaks["peak_op"].to_list() == [evil]
+    buf = io.StringIO()
+    write_html(data, buf)
+    assert evil not in buf.getvalue()
+    page = tmp_path / "report.html"
+    page.write_text(_instrumented(buf.getvalue(), evil), encoding="utf-8")
+    status = _status(_launch(browser, page, tmp_path / "profile"))
+    assert status["errors"] == [] and status["alerts"] == 0 and status["imgs"] == 0
+    assert status["plots"] == 7 and status["rendered"] == 7
+    assert status["cells"] >= 1  # the peaks table shows the name as text
