@@ -13,6 +13,8 @@ each shared table once, on first use, and hands it to every analysis that names 
 * ``collective_ranks``: one row per (collective instance, rank) on the aligned timeline;
 * ``overlap_rows``: whole-trace compute/communication accounting per (rank, device);
 * ``gap_rows()``: GPU idle gaps with their causes, once per option set;
+* ``memory_levels``: every allocator event with the bytes allocated after it (the memory
+  timeline);
 * ``warnings``: what the input files said about the data (``table_warnings``: what the match
   and the alignment said).
 
