@@ -63,8 +63,18 @@ def memory_of(args: argparse.Namespace):  # -> Result
     return memory_result(None, snaps, top=args.top)
 
 
-def mib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2**20:,.1f}"
+def size(n: float | None) -> str:
+    """Bytes in their largest binary unit: ``512 B``, ``1.5 KiB``, ``2.0 GiB``.
+
+    >>> [size(v) for v in (None, 512, 1536, 3 * 2**30)]
+    ['-', '512 B', '1.5 KiB', '3.0 GiB']
+    """
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} B"
 
 
 def run_memory(args: argparse.Namespace) -> int:
@@ -75,41 +85,41 @@ def run_memory(args: argparse.Namespace) -> int:
     if devices.height == 0:
         print("no allocator events and no snapshots: nothing to report (see the warnings)")
         return 0
-    print("Memory per rank and device (MiB; basis: absolute = the allocator's totals, "
+    print("Memory per rank and device (basis: absolute = the allocator's totals, "
           "relative = from the trace's start; peak_ms: after the device's first allocator "
           "event)")
     print(table(["rank", "device", "source", "basis", "peak_alloc", "peak_reserved", "peak_ms",
-                 "peak_op", "rate_MiB/s", "growth", "near_limit"],
-                [[r["rank"], r["device"], r["source"], r["basis"], mib(r["peak_allocated_bytes"]),
-                  mib(r["peak_reserved_bytes"]),
+                 "peak_op", "rate/s", "growth", "near_limit"],
+                [[r["rank"], r["device"], r["source"], r["basis"], size(r["peak_allocated_bytes"]),
+                  size(r["peak_reserved_bytes"]),
                   None if r["peak_time_ns"] is None or r["first_event_ns"] is None else
                   f"{(r['peak_time_ns'] - r['first_event_ns']) / 1e6:.3f}", short(r["peak_op"], 40),
-                  mib(r["allocation_rate_bytes_per_s"]), mib(r["growth_bytes"]),
+                  size(r["allocation_rate_bytes_per_s"]), size(r["growth_bytes"]),
                   "yes" if r["near_limit"] else "no"]
                  for r in devices.iter_rows(named=True)],
                 left={"device", "source", "basis", "peak_op"}))
     snaps = devices.filter(devices["source"] == "snapshot")
     if snaps.height:
-        print("\nAllocator snapshots: state at snapshot time (MiB)")
+        print("\nAllocator snapshots: state at snapshot time")
         print(table(["rank", "device", "segments", "allocated", "reserved", "fragmentation",
                      "largest_free", "start_alloc", "ooms"],
-                    [[r["rank"], r["device"], r["segments"], mib(r["allocated_bytes"]),
-                      mib(r["reserved_bytes"]), mib(r["fragmentation_bytes"]),
-                      mib(r["largest_free_block_bytes"]), mib(r["start_allocated_bytes"]),
+                    [[r["rank"], r["device"], r["segments"], size(r["allocated_bytes"]),
+                      size(r["reserved_bytes"]), size(r["fragmentation_bytes"]),
+                      size(r["largest_free_block_bytes"]), size(r["start_allocated_bytes"]),
                       r["ooms"]] for r in snaps.iter_rows(named=True)]))
         stacks = result["top_stacks"]
         if stacks.height:
             print("\nTop allocation stacks at the peak")
-            print(table(["rank", "device", "MiB", "blocks", "share", "stack (innermost last)"],
-                        [[r["rank"], r["device"], mib(r["bytes"]), r["blocks"],
+            print(table(["rank", "device", "bytes", "blocks", "share", "stack (innermost last)"],
+                        [[r["rank"], r["device"], size(r["bytes"]), r["blocks"],
                           pct(r["share"]), _stack_tail(r["stack"])]
                          for r in stacks.iter_rows(named=True)],
                         left={"device", "stack (innermost last)"}, max_width=None))
     steps = result["steps"]
     if steps.height:
-        print("\nAllocated at each step start (MiB)")
+        print("\nAllocated at each step start")
         print(table(["rank", "device", "step", "allocated"],
-                    [[r["rank"], r["device"], r["step"], mib(r["allocated_bytes"])]
+                    [[r["rank"], r["device"], r["step"], size(r["allocated_bytes"])]
                      for r in steps.iter_rows(named=True)], left={"device"}))
     return 0
 
