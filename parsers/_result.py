@@ -25,6 +25,8 @@ class RankInfo:
     clock_base_ns: int | None = None
     rank_from: str = "unknown"
     pg_config: str | None = None
+    #: each device's memory in bytes as the file names it, JSON ``{"<device id>": bytes}``
+    device_memory: str | None = None
     #: nsys: the process (pid) whose events belong to this rank; None for one-rank files.
     pid: int | None = None
 

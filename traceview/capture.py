@@ -19,6 +19,12 @@ What it adds to a bare ``torch.profiler.profile``:
   when the block exits with an exception (other ranks might never reach the barrier).
 * **run.json**, written by rank 0: world size, ranks with their hosts, pids and file names,
   torch/CUDA/NCCL versions, the command line and the schedule. ``traceview validate`` reads it.
+* **Allocator snapshots** with ``memory=True``: the CUDA caching allocator records its history
+  (``torch.cuda.memory._record_memory_history``) from the start of the block, and every rank
+  writes ``rank-<R>.<host>.<pid>.memory_snapshot.pickle`` when the block ends (also when it
+  fails: an out-of-memory error is when it is wanted most). ``traceview memory`` reads them.
+  Without a CUDA device there is no caching allocator to record: the flag does nothing, says so
+  in a warning and in run.json (``memory``), and the traces are written as usual.
 
 torch is imported only when :func:`profile` is entered; without it a :class:`CaptureUnavailable`
 error names the ``capture`` extra.
@@ -31,6 +37,7 @@ import datetime as _dt
 import json
 import os
 import sys
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +48,11 @@ from traceview.errors import TraceviewError
 
 RUN_FILE = "run.json"
 RUN_FORMAT = 1
+#: Allocator actions kept (a ring buffer: the latest win); a few hundred bytes to KB each.
+MEMORY_MAX_ENTRIES = 100_000
+NO_GPU_MEMORY_NOTE = ("memory=True records the CUDA caching allocator's history, and there is "
+                      "no CUDA device here: no allocator snapshot is written (profile_memory="
+                      "True records the trace's [memory] events on any device)")
 
 __all__ = ["Capture", "CaptureUnavailable", "RUN_FILE", "SYNC_NAME", "profile", "import_torch"]
 
@@ -80,6 +92,10 @@ class Capture:
         self._rounds = sync_rounds
         self._cuda_api = cuda_profiler_api and torch.cuda.is_available()
         self._in_window = False
+        #: the allocator snapshot this rank wrote (``memory=True`` on a GPU), else None
+        self.snapshot: Path | None = None
+        #: what the capture could not do as asked (also in run.json)
+        self.notes: list[str] = []
 
     # -- schedule bookkeeping -------------------------------------------------------------
     def _recording(self) -> bool:
@@ -157,6 +173,27 @@ def _run_info(torch: Any, ident: Identity, peers: list[dict[str, Any]], *,
     }
 
 
+def snapshot_file_name(ident: Identity) -> str:
+    """``rank-<R>.<host>.<pid>.memory_snapshot.pickle``: the trace's name, another suffix."""
+    return _file_name(ident, None).replace(".pt.trace.json.gz", ".memory_snapshot.pickle")
+
+
+def _record_memory(torch: Any, max_entries: int) -> None:
+    torch.cuda.memory._record_memory_history(enabled="all", max_entries=max_entries)
+
+
+def _dump_memory(torch: Any, path: Path) -> Path:
+    """Write the allocator snapshot (via a temporary name: a reader never sees half a file)
+    and stop recording."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        torch.cuda.memory._dump_snapshot(str(tmp))
+        os.replace(tmp, path)
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    return path
+
+
 def _write_json(path: Path, obj: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
@@ -180,7 +217,8 @@ def profile(out_dir: str | os.PathLike[str], *, wait: int = 1, warmup: int = 1, 
             profile_memory: bool = False, with_stack: bool = False, with_flops: bool = False,
             activities: Iterable[Any] | None = None, sync: bool = True,
             sync_rounds: int = DEFAULT_ROUNDS,
-            cuda_profiler_api: bool = False) -> Iterator[Capture]:
+            cuda_profiler_api: bool = False, memory: bool = False,
+            memory_max_entries: int = MEMORY_MAX_ENTRIES) -> Iterator[Capture]:
     """Profile the block with ``torch.profiler`` into ``out_dir`` (see the module docstring).
 
     ``wait``/``warmup``/``active``/``repeat``/``skip_first`` are the ``torch.profiler.schedule``
@@ -188,6 +226,9 @@ def profile(out_dir: str | os.PathLike[str], *, wait: int = 1, warmup: int = 1, 
     CPU, plus CUDA when available. ``sync=False`` turns the clock-sync probe off;
     ``cuda_profiler_api=True`` also brackets each active window with
     ``cudaProfilerStart/Stop`` (for ``nsys --capture-range=cudaProfilerApi``).
+    ``memory=True`` records the CUDA caching allocator's history (the last
+    ``memory_max_entries`` actions) and writes an allocator snapshot per rank at the end; without
+    a CUDA device it does nothing but warn (see the module docstring).
     """
     if active < 1 or wait < 0 or warmup < 0 or repeat < 0 or skip_first < 0:
         raise TraceviewError(f"bad schedule: wait={wait} warmup={warmup} active={active} "
@@ -205,15 +246,24 @@ def profile(out_dir: str | os.PathLike[str], *, wait: int = 1, warmup: int = 1, 
             [ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     sched = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat,
              "skip_first": skip_first}
+    record_memory = memory and torch.cuda.is_available()
     options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
-               "with_stack": with_stack, "with_flops": with_flops,
+               "memory": memory, "with_stack": with_stack, "with_flops": with_flops,
                "activities": [str(a).rsplit(".", 1)[-1] for a in activities],
                "sync": sync, "sync_rounds": sync_rounds, "cuda_profiler_api": cuda_profiler_api}
     peers = _peers(torch, ident, _file_name(ident, None if repeat == 1 else 0))
     run_path = out / RUN_FILE
     info = _run_info(torch, ident, peers, schedule=sched, options=options)
+    notes = [NO_GPU_MEMORY_NOTE] if memory and not record_memory else []
+    if memory:
+        info["memory"] = {"recorded": record_memory, "notes": notes,
+                          "snapshot": snapshot_file_name(ident) if record_memory else None}
+    if notes:
+        warnings.warn(f"traceview.capture: {notes[0]}", stacklevel=3)
     if ident.rank == 0:
         _write_json(run_path, info)
+    if record_memory:
+        _record_memory(torch, memory_max_entries)
 
     handle: Capture | None = None
 
@@ -227,6 +277,7 @@ def profile(out_dir: str | os.PathLike[str], *, wait: int = 1, warmup: int = 1, 
                          with_flops=with_flops)
     handle = Capture(torch, prof, out, ident, repeat=repeat, sync=sync,
                      sync_rounds=sync_rounds, cuda_profiler_api=cuda_profiler_api)
+    handle.notes = notes
     failed = False
     prof.start()
     try:
@@ -240,6 +291,8 @@ def profile(out_dir: str | os.PathLike[str], *, wait: int = 1, warmup: int = 1, 
         if handle._in_window and not failed:
             handle._window_end()
         prof.stop()
+        if record_memory:
+            handle.snapshot = _dump_memory(torch, out / snapshot_file_name(ident))
         if ident.rank == 0:
             info.update(completed=not failed, steps=handle.steps,
                         windows_written=len(handle.files),

@@ -457,7 +457,7 @@ def rank_info_rows(result: IngestResult) -> list[dict[str, Any]]:
             "host": info.get("host"), "devices": orjson.dumps(info.get("devices") or []).decode(),
             "backend": info.get("backend"), "clock_base_ns": info.get("clock_base_ns"),
             "source": family(file.format), "rank_from": info.get("rank_from"),
-            "pg_config": info.get("pg_config"),
+            "pg_config": info.get("pg_config"), "device_memory": info.get("device_memory"),
         })
     return rows
 

@@ -208,3 +208,35 @@ def diff_bars(contributors: pl.DataFrame, *,
         hovertemplate="%{y}<br>%{x:.3f} ms<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, title, xaxis_title="ms per rank-step (test − base)")
+
+
+def memory_timeline(points: pl.DataFrame, peaks: pl.DataFrame, *,
+                    title: str = "Memory allocated per rank and device") -> Any:
+    """Allocated bytes over time, one line per (rank, device), each peak marked.
+
+    ``points``: ``analyses.memory.timeline_points`` rows (``t_ms`` after the rank's first
+    allocator event); ``peaks``: the ``memory`` result's trace rows (``rank, device,
+    peak_allocated_bytes, peak_time_ns, peak_op, basis``) with ``peak_ms`` on the same axis.
+    """
+    go = _go()
+    if points.height == 0:
+        return empty(title, "no allocator events (record with profile_memory=True)")
+    fig = go.Figure()
+    for (rank, device), g in points.group_by("rank", "device", maintain_order=True):
+        fig.add_trace(go.Scatter(
+            x=g["t_ms"].to_list(), y=(g["allocated_bytes"] / 2**20).to_list(), mode="lines",
+            name=label(f"rank {rank} {device} ({g['basis'][0]})"), line=dict(shape="hv"),
+            hovertemplate=f"rank {rank} {label(device)}<br>%{{x:.3f}} ms<br>"
+                          "%{y:.1f} MiB<extra></extra>"))
+    if peaks.height:
+        fig.add_trace(go.Scatter(
+            x=peaks["peak_ms"].to_list(), y=(peaks["peak_allocated_bytes"] / 2**20).to_list(),
+            mode="markers+text", name="peak", marker=dict(symbol="triangle-down", size=11,
+                                                          color="#E45756"),
+            text=[f"peak r{r} {label(d)}" for r, d in zip(peaks["rank"], peaks["device"])],
+            textposition="top center",
+            customdata=[label(short(o or "-", 50)) for o in peaks["peak_op"]],
+            hovertemplate="%{text}<br>%{x:.3f} ms<br>%{y:.1f} MiB<br>op %{customdata}"
+                          "<extra></extra>"))
+    return _layout(fig, title, xaxis_title="ms after the rank's first allocator event",
+                   yaxis_title="MiB allocated")

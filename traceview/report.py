@@ -48,6 +48,10 @@ class ReportData:
     notes: dict[str, list[str]] = field(default_factory=dict)
     #: what the inputs and the shared tables said about the data (shown first in the page)
     warnings: list[str] = field(default_factory=list)
+    #: the memory timeline (``analyses.memory.timeline_points``) and the trace rows of
+    #: ``run.memory()`` with ``peak_ms`` on the timeline's axis
+    memory_points: pl.DataFrame = field(default_factory=pl.DataFrame)
+    memory_peaks: pl.DataFrame = field(default_factory=pl.DataFrame)
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in self.meta.items())
@@ -121,6 +125,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
     if kernels.height == 0:
         notes["kernels"] = ["no GPU kernels: the top host operators by self time are shown"]
 
+    memory_points, memory_peaks, memory_warnings = _memory(run, notes)
     ranks = run.ranks
     meta = {
         "ranks": n_ranks,
@@ -137,7 +142,36 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                       step_spans=spans, breakdown=bd, lateness=lateness, collectives=inst,
                       stragglers=strag, gap_causes=causes, largest_gaps=biggest,
                       top_kernels=kernels, top_cpu_ops=ops, offsets=offsets, notes=notes,
-                      warnings=[*run.warnings, *run.table_warnings("match", "offsets")])
+                      warnings=[*run.warnings, *run.table_warnings("match", "offsets"),
+                                *memory_warnings],
+                      memory_points=memory_points, memory_peaks=memory_peaks)
+
+
+#: The memory timeline shows at most this many ranks (those with the highest peaks).
+MEMORY_RANKS = 16
+
+
+def _memory(run: Any, notes: dict[str, list[str]]) -> tuple[pl.DataFrame, pl.DataFrame,
+                                                             list[str]]:
+    """The memory section's timeline points and peaks (``run.memory()``), and the warnings
+    that answer adds to the run's (none for traces without allocator events: no section)."""
+    from traceview.analyses.memory import timeline_points
+
+    res = run.memory()
+    peaks = res["devices"].filter(pl.col("source") == "trace")
+    levels = run.memory_levels
+    ranks = (peaks.group_by("rank").agg(pl.col("peak_allocated_bytes").max())
+             .sort("peak_allocated_bytes", "rank", descending=[True, False])["rank"])
+    if ranks.len() > MEMORY_RANKS:
+        notes["memory"] = [f"the {MEMORY_RANKS} ranks with the highest peaks of {ranks.len()} "
+                           "are drawn; the table lists every rank"]
+        levels = levels.filter(pl.col("rank").is_in(ranks.head(MEMORY_RANKS).to_list()))
+    origin = levels.group_by("rank").agg(origin=pl.col("ts_ns").min())
+    drawn = (peaks.join(origin, on="rank")
+             .with_columns(peak_ms=(pl.col("peak_time_ns") - pl.col("origin")) / 1e6))
+    return (timeline_points(levels), peaks.join(drawn.select("rank", "device", "peak_ms"),
+                                                on=["rank", "device"], how="left"),
+            [w for w in res.warnings if w not in set(run.warnings)] if peaks.height else [])
 
 
 def _first(ranks: pl.DataFrame | None, col: str) -> Any:
@@ -242,8 +276,9 @@ def render_body(data: ReportData) -> tuple[str, int]:
 
     fig = _Figures()
     n = data.notes
+    sections = _SECTIONS + ((("memory", "Memory"),) if data.memory_peaks.height else ())
     out = [f"<h1>{_e(data.title)}</h1>", _warnings(data.warnings),
-           "<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in _SECTIONS) + "</nav>"]
+           "<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in sections) + "</nav>"]
 
     meta = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in data.meta.items())
     w = data.worst_straggler
@@ -318,7 +353,36 @@ def render_body(data: ReportData) -> tuple[str, int]:
                                           ("name", "operator", "name")]))
     out += ['<section id="kernels"><h2>Top kernels</h2>', _notes(n.get("kernels", [])), top,
             "</section>"]
+    out += _memory_section(data, fig)
     return "\n".join(out), fig.count
+
+
+def _memory_section(data: ReportData, fig: _Figures) -> list[str]:
+    """Allocated bytes over time per rank and device, each peak marked, and the peaks; no
+    section for traces without allocator events (recorded without profile_memory)."""
+    from traceview import plots
+
+    peaks = data.memory_peaks
+    if peaks.height == 0:
+        return []
+    return ['<section id="memory"><h2>Memory</h2>',
+            "<p>Allocated bytes per rank and device over time, the peak marked (basis "
+            "<i>absolute</i>: the allocator's totals; <i>relative</i>: from the trace's "
+            "start). Definitions: docs/metrics.md, Memory timelines.</p>",
+            _notes(data.notes.get("memory", [])),
+            fig(plots.memory_timeline(data.memory_points,
+                                      peaks.filter(pl.col("peak_ms").is_not_null()))),
+            table(peaks.with_columns(
+                peak_allocated_mib=pl.col("peak_allocated_bytes") / 2**20,
+                peak_reserved_mib=pl.col("peak_reserved_bytes") / 2**20,
+                growth_mib=pl.col("growth_bytes") / 2**20), [
+                ("rank", "rank", "text"), ("device", "device", "text"),
+                ("basis", "basis", "text"), ("peak_allocated_mib", "peak allocated (MiB)", "f3"),
+                ("peak_reserved_mib", "peak reserved (MiB)", "f3"),
+                ("peak_op", "op at the peak", "name"),
+                ("growth_mib", "growth over steps (MiB)", "f3"),
+                ("near_limit", "near limit", "text"), ("leak_suspected", "leak?", "text")]),
+            "</section>"]
 
 
 def write_html(data: ReportData, fp: TextIO) -> int:

@@ -13,6 +13,8 @@ each shared table once, on first use, and hands it to every analysis that names 
 * ``collective_ranks``: one row per (collective instance, rank) on the aligned timeline;
 * ``overlap_rows``: whole-trace compute/communication accounting per (rank, device);
 * ``gap_rows()``: GPU idle gaps with their causes, once per option set;
+* ``memory_levels``: every allocator event with the bytes allocated after it (the memory
+  timeline);
 * ``warnings``: what the input files said about the data (``table_warnings``: what the match
   and the alignment said).
 
@@ -46,7 +48,7 @@ __all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
 
 #: The analysis commands a Run answers, in the order help lists them. Each is a method.
 ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
-                             "stragglers")
+                             "stragglers", "memory")
 
 
 class Run:
@@ -396,6 +398,22 @@ class Run:
         return self._result("stragglers", {"ranks": self._stragglers,
                                            "alignment": self._alignment_summary()},
                             main="ranks", uses=("match", "offsets"))
+
+    @cached_property
+    def memory_levels(self) -> pl.DataFrame:
+        """Every allocator event with the bytes allocated (and reserved) after it, per rank and
+        device (``analyses.memory.memory_levels``): the memory timeline."""
+        from traceview.analyses.memory import memory_levels
+
+        return memory_levels(self.events.filter(pl.col("kind") == "memory"))
+
+    def memory(self, *, snapshots: Sequence[str | Path] = (), top: int = 10) -> Result:
+        """Peak memory per rank and device from the allocator events, growth across steps,
+        pressure; with ``snapshots`` (``_dump_snapshot`` pickles) their replayed peaks, top
+        stacks and OOMs too. Main table ``devices`` (``traceview.memory``)."""
+        from traceview.memory import memory_result
+
+        return memory_result(self, snapshots, top=top)
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -210,6 +210,8 @@ RANK_COLUMNS: tuple[Column, ...] = (
     Column("rank_from", pa.string(), "", "where the rank came from: distributedInfo, "
            "file name, mapping, default"),
     Column("pg_config", pa.string(), "", "process groups as written, JSON"),
+    Column("device_memory", pa.string(), "bytes", "each device's memory, JSON {device id: "
+           "bytes}", "deviceProperties[].totalGlobalMem", "TARGET_INFO_GPU.totalMemory"),
 )
 
 FILE_COLUMNS: tuple[Column, ...] = (

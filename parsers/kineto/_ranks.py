@@ -28,6 +28,9 @@ def rank_info(path: Path, header: dict[str, Any], base_ns: int,
     if rank is None:
         rank_from = "unknown"
     pg_config = info.get("pg_config")
+    memory = {str(d["id"]): as_int(d.get("totalGlobalMem")) for d in devices
+              if isinstance(d, dict) and "id" in d and as_int(d.get("totalGlobalMem"))
+              } if isinstance(devices, list) else {}
     return RankInfo(
         rank=rank,
         world_size=as_int(info.get("world_size")),
@@ -37,4 +40,5 @@ def rank_info(path: Path, header: dict[str, Any], base_ns: int,
         clock_base_ns=base_ns or None,
         rank_from=rank_from,
         pg_config=msgspec.json.encode(pg_config).decode() if pg_config is not None else None,
+        device_memory=msgspec.json.encode(memory).decode() if memory else None,
     )

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import orjson
 import polars as pl
 
 from traceview import schema
@@ -132,6 +133,11 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
             frame = reader()
             input_events += frame.height
             staged.append(frame)
+    if export.has(tables.MEMORY_USAGE, "start", "globalPid", "deviceId", "bytes", "memKind",
+                  "memoryOperationType"):  # instants: no "end"
+        frame = tables.memory_usage(export)
+        input_events += frame.height
+        staged.append(frame)
     nvtx_raw = pl.DataFrame()
     if export.has(tables.NVTX, "start", "eventType", "globalTid"):
         nvtx_raw = tables.nvtx(export)
@@ -347,15 +353,27 @@ def _name_rows(export: Export, strings: pl.DataFrame, frame: pl.DataFrame,
 def _rank_infos(export: Export, kept: list[_ranks.ProcessRank], frame: pl.DataFrame,
                 epoch: int | None) -> list[RankInfo]:
     gpu_names = _gpu_names(export)
+    gpu_memory = _gpu_memory(export)
     host = _system_env(export, "Hostname") or None
     nccl_procs = set(frame.select("gpid", "kind", "category", "collective").filter(
         _nccl.is_comm_kernel() | _nccl.is_nccl_domain())["gpid"].unique())
     infos = [RankInfo(
         rank=p.rank, world_size=p.world_size, host=host,
         devices=[gpu_names.get(d, f"GPU {d}") for d in p.devices],
+        device_memory=orjson.dumps({str(d): gpu_memory[d] for d in p.devices
+                                    if d in gpu_memory}).decode() if gpu_memory else None,
         backend="nccl" if p.gpid in nccl_procs else None, clock_base_ns=epoch,
         rank_from=p.rank_from, pid=p.pid) for p in kept]
     return infos or [RankInfo(rank=None, host=host, clock_base_ns=epoch)]
+
+
+def _gpu_memory(export: Export) -> dict[int, int]:
+    """Device id -> its memory in bytes (``TARGET_INFO_GPU.totalMemory``, when exported)."""
+    for id_col in ("id", "deviceId"):
+        if export.has("TARGET_INFO_GPU", id_col, "totalMemory"):
+            rows = query_rows(export, f'SELECT "{id_col}", totalMemory FROM TARGET_INFO_GPU')
+            return {int(i): int(m) for i, m in rows if i is not None and m}
+    return {}
 
 
 def _gpu_names(export: Export) -> dict[int, str]:

@@ -31,6 +31,7 @@ MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX = "NVTX_EVENTS"
 OSRT = "OSRT_API"
+MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 
 TID_MASK = 0xFFFFFF
 PID_KEY_MASK = ~0xFFFFFF  # globalTid -> globalPid
@@ -258,6 +259,33 @@ def memset(export: Export) -> pl.DataFrame:
         pl.struct(pl.col("value"), pl.col("mem_kind").alias("memKind")).struct.json_encode()
         .alias("args_json"))
     return _join(_gpu_staging(frame, "memset", MEMSET), combos, keys).drop(keys)
+
+
+#: ENUM_CUDA_MEM_KIND ids of host memory (pageable, pinned): their rows are the host's.
+HOST_MEM_KINDS = (0, 1)
+
+
+def memory_usage(export: Export) -> pl.DataFrame:
+    """CUDA_GPU_MEMORY_USAGE_EVENTS (``--cuda-memory-usage=true``) -> ``memory`` instants:
+    ``mem_bytes`` + on allocation (``memoryOperationType`` 0), − on free (1), ``device`` the
+    GPU (host memory kinds: −1); the driver keeps no running total, so readers sum them."""
+    select = (f'start, globalPid, deviceId, bytes, memKind, memoryOperationType, '
+              f'{export.col(MEMORY_USAGE, "correlationId")}, {export.col(MEMORY_USAGE, "address")}')
+    schema = {"start_rel": I64, "gpid": I64, "device": I64, "size": I64, "mem_kind": I64,
+              "operation": I64, "correlation": I64, "address": I64}
+    frame = read_table(export, MEMORY_USAGE, select, schema)
+    return frame.with_columns(
+        kind("memory").alias("kind"), label(MEMORY_USAGE).alias("category"),
+        label("[memory]").alias("name"), pl.col("start_rel").alias("end_rel"),
+        _pid_from_gpid("gpid").alias("pid"),
+        pl.when(pl.col("mem_kind").is_in(HOST_MEM_KINDS)).then(-1).otherwise(pl.col("device"))
+        .alias("device"),
+        pl.when(pl.col("operation") == 1).then(-pl.col("size")).otherwise(pl.col("size"))
+        .alias("mem_bytes"),
+        pl.struct(pl.col("address").alias("Addr"), pl.col("mem_kind").alias("memKind"),
+                  pl.col("operation").alias("memoryOperationType"))
+        .struct.json_encode().alias("args_json"),
+    ).drop("size", "mem_kind", "operation", "address")
 
 
 def sync(export: Export) -> pl.DataFrame:

@@ -1,0 +1,162 @@
+"""CUDA caching-allocator snapshots: the pickles ``torch.cuda.memory._dump_snapshot`` writes.
+
+A snapshot (format: ``torch.cuda.memory._snapshot``'s docstring, read by PyTorch's
+``torch/cuda/_memory_viz.py`` and ``MemoryViz.js``) is a dict of
+
+* ``segments``: what the allocator holds from ``cudaMalloc`` at snapshot time, each with its
+  ``device``, ``address``, ``total_size``, ``stream`` and ``blocks`` (``size``,
+  ``requested_size``, ``state``: ``active_allocated``, ``active_pending_free`` / awaiting free,
+  ``inactive``; ``frames``: where the block was allocated);
+* ``device_traces``: per device, the allocator's recent actions in order (``alloc``,
+  ``free_requested``, ``free_completed``, ``segment_alloc``, ``segment_free``,
+  ``segment_map``, ``segment_unmap``, ``oom``, ``snapshot``), each with ``addr``, ``size``,
+  ``stream``, ``frames`` and, recently, ``time_us``.
+
+:func:`read` turns one file into three tables (:class:`Snapshot`). The pickle is untrusted
+input: it is read by :mod:`._unpickle`, which builds plain data only and refuses anything else
+before it runs (``UnreadableTraceError``, one line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from traceview.errors import UnreadableTraceError
+from traceview.parsers._files import rank_from_file_name
+from traceview.parsers.torch_snapshot._unpickle import RefusedPickle, plain_load
+
+__all__ = ["SNAPSHOT_SUFFIXES", "Snapshot", "is_snapshot_path", "read", "stack_text"]
+
+SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
+#: Frames the allocator's stack walker adds that say nothing about the program (as
+#: ``_memory_viz._frame_filter`` leaves them out).
+_OMIT_FUNCTIONS = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
+                   "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_")
+_OMIT_FILES = ("core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c",
+               "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c",
+               "cpython/abstract.h")
+
+SEGMENTS_SCHEMA = {"device": pl.Int32, "address": pl.Int64, "total_size": pl.Int64,
+                   "stream": pl.Int64, "segment_type": pl.String, "blocks": pl.Int32}
+BLOCKS_SCHEMA = {"device": pl.Int32, "segment_address": pl.Int64, "address": pl.Int64,
+                 "size": pl.Int64, "requested_size": pl.Int64, "state": pl.String,
+                 "stack": pl.String}
+TRACE_SCHEMA = {"device": pl.Int32, "seq": pl.Int64, "action": pl.String, "addr": pl.Int64,
+                "size": pl.Int64, "stream": pl.Int64, "time_us": pl.Int64,
+                "device_free": pl.Int64, "stack": pl.String}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One snapshot file as tables. ``rank``: from the file name (``rank-3...``), else None."""
+
+    path: str
+    rank: int | None
+    segments: pl.DataFrame  #: SEGMENTS_SCHEMA, one row per segment at snapshot time
+    blocks: pl.DataFrame  #: BLOCKS_SCHEMA, one row per block of those segments
+    trace: pl.DataFrame  #: TRACE_SCHEMA, the device traces in order (``seq`` per device)
+    warnings: list[str] = field(default_factory=list)
+
+
+def is_snapshot_path(path: str | Path) -> bool:
+    """True for a file named like a snapshot (``.pickle``, ``.pkl``)."""
+    return str(path).lower().endswith(SNAPSHOT_SUFFIXES)
+
+
+def read(path: str | Path) -> Snapshot:
+    """The snapshot in ``path``; ``UnreadableTraceError`` naming the file when it is not one
+    or asks for anything but plain data."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fp:
+            data = plain_load(fp)
+    except RefusedPickle as exc:
+        raise UnreadableTraceError(p, f"refused: {exc}") from None
+    except OSError as exc:
+        raise UnreadableTraceError(p, f"cannot read: {exc.strerror or exc}") from None
+    except Exception as exc:  # a damaged pickle raises anything from EOFError to ValueError
+        raise UnreadableTraceError(p, f"not a readable pickle ({type(exc).__name__}: {exc})") \
+            from None
+    if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
+        raise UnreadableTraceError(p, "not an allocator snapshot (no 'segments' list; written "
+                                      "by torch.cuda.memory._dump_snapshot?)")
+    warnings: list[str] = []
+    traces = data.get("device_traces")
+    if not isinstance(traces, list):
+        warnings.append(f"{p}: no device_traces (history was not recorded): the state at "
+                        "snapshot time only")
+        traces = []
+    try:
+        segments, blocks = _segment_rows(data["segments"])
+        trace = _trace_rows(traces)
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise UnreadableTraceError(p, f"malformed allocator snapshot ({type(exc).__name__}: "
+                                      f"{exc})") from None
+    return Snapshot(str(p), rank_from_file_name(p.name), segments, blocks, trace, warnings)
+
+
+def stack_text(frames: Iterable[dict[str, Any]] | None) -> str | None:
+    """A stack as one string, outermost frame first, ``file:line:function`` joined by ``;``
+    (flame-graph order); the allocator's own frames left out. None without frames.
+
+    >>> stack_text([{"filename": "/x/model.py", "line": 9, "name": "forward"},
+    ...             {"filename": "/x/train.py", "line": 3, "name": "main"}])
+    'train.py:3:main;model.py:9:forward'
+    """
+    if not frames:
+        return None
+    texts = (_frame_text(f.get("filename"), f.get("line"), f.get("name")) for f in frames)
+    return ";".join(reversed([t for t in texts if t])) or None
+
+
+@lru_cache(maxsize=1 << 16)
+def _frame_text(filename: Any, line: Any, name: Any) -> str | None:
+    """``file:line:function`` of one frame, None for the allocator's own frames. Cached: a
+    history repeats the same frames in every entry (millions of them in a large snapshot)."""
+    name_s, file_s = str(name or ""), str(filename or "")
+    if any(o in name_s for o in _OMIT_FUNCTIONS) or any(o in file_s for o in _OMIT_FILES):
+        return None
+    return f"{file_s.rsplit('/', 1)[-1] or '?'}:{'?' if line is None else line}:{name_s or '?'}"
+
+
+def _segment_rows(segments: list[dict[str, Any]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    seg_rows, block_rows = [], []
+    for seg in segments:
+        device, address = int(seg.get("device", 0)), int(seg["address"])
+        blocks = seg.get("blocks") or []
+        seg_rows.append((device, address, int(seg["total_size"]), int(seg.get("stream", 0)),
+                         seg.get("segment_type"), len(blocks)))
+        offset = address  # older snapshots give no block address: blocks tile the segment
+        for b in blocks:
+            size = int(b["size"])
+            requested = b.get("requested_size")
+            frames = b.get("frames")
+            if requested is None or frames is None:  # the legacy layout keeps them in history
+                first = (b.get("history") or [{}])[0]
+                requested = requested if requested is not None else first.get("real_size", size)
+                frames = frames if frames is not None else first.get("frames")
+            block_rows.append((device, address, int(b.get("address", offset)), size,
+                               int(requested), str(b["state"]), stack_text(frames)))
+            offset += size
+    return (pl.DataFrame(seg_rows, schema=SEGMENTS_SCHEMA, orient="row"),
+            pl.DataFrame(block_rows, schema=BLOCKS_SCHEMA, orient="row"))
+
+
+def _trace_rows(traces: list[list[dict[str, Any]]]) -> pl.DataFrame:
+    rows = []
+    for device, entries in enumerate(traces):
+        for seq, e in enumerate(entries or []):
+            rows.append((device, seq, str(e["action"]), _int(e.get("addr")), _int(e.get("size")),
+                         _int(e.get("stream")), _int(e.get("time_us")),
+                         _int(e.get("device_free")), stack_text(e.get("frames"))))
+    return pl.DataFrame(rows, schema=TRACE_SCHEMA, orient="row")
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
