@@ -74,11 +74,15 @@ def test_a_scan_cut_every_few_bytes_waits_resumes_and_reads_the_same(chunk):
     """A producer that publishes ``chunk`` bytes and pauses: the scanner runs into the known
     end again and again, and still reads exactly what the whole bytes read. Chunks shorter
     than an event (~190 bytes) cut most events; a wait then lasts at least as long as the
-    cut part, so the waits are about one or two per event, not one per chunk."""
+    cut part, so the waits are about one or two per event, not one per chunk. (How many
+    waits there are at the least depends on how often the scanner thread gets a core while
+    the producer runs: on a loaded machine it may catch up only a few times, so only "it
+    waited" is asserted from below; the bound above is the point.)"""
     events = 40 if chunk < 10 else 120
     text = _events_json(events)
-    assert _trickled(text, chunk=chunk, pause=0.0002, step=1) == _columns(text)
-    assert min(events // 2, len(text) // chunk // 3) <= WAITS[-2] <= 3 * events + 20
+    assert _trickled(text, chunk=chunk, pause=0.0002, step=1, first_pause=0.05) \
+        == _columns(text)
+    assert 1 <= WAITS[-2] <= 3 * events + 20
 
 
 def test_following_then_splitting_the_rest_over_two_threads(tmp_path):
@@ -153,15 +157,17 @@ def test_parse_follows_gzip_and_stores_what_plain_json_stores(tmp_path):
     assert kineto.parse(packed).events.equals(kineto.parse(plain).events)
 
 
-def _trickled(text: bytes, *, chunk: int, pause: float, step: int) -> tuple:
-    """A scan following a producer that publishes ``chunk`` bytes every ``pause`` seconds."""
+def _trickled(text: bytes, *, chunk: int, pause: float, step: int,
+              first_pause: float = 0.0) -> tuple:
+    """A scan following a producer that publishes ``chunk`` bytes every ``pause`` seconds
+    (``first_pause`` after the first chunk: time for the scanner to start and catch up)."""
     data, progress = mmap.mmap(-1, len(text)), mmap.mmap(-1, 16)
 
     def produce() -> None:
         for at in range(0, len(text), chunk):
             data[at:at + chunk] = text[at:at + chunk]
             _kineto_scan.publish(progress, min(len(text), at + chunk), _kineto_scan.PRODUCING)
-            time.sleep(pause)
+            time.sleep(first_pause if at == 0 else pause)
         _kineto_scan.publish(progress, len(text), _kineto_scan.DONE)
 
     producer = threading.Thread(target=produce)
