@@ -46,7 +46,7 @@ __all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
 
 #: The analysis commands a Run answers, in the order help lists them. Each is a method.
 ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
-                             "stragglers")
+                             "stragglers", "diagnose")
 
 
 class Run:
@@ -396,6 +396,58 @@ class Run:
         return self._result("stragglers", {"ranks": self._stragglers,
                                            "alignment": self._alignment_summary()},
                             main="ranks", uses=("match", "offsets"))
+
+    @cached_property
+    def path(self) -> Any:  # analyses.critical_path.CriticalPath
+        """The critical path across ranks (``analyses.critical_path``), on the aligned
+        timeline: its segments (the walk), its pieces with category and step, the steps."""
+        from traceview.analyses.critical_path import critical_path
+
+        many = len(self.ranks_present) > 1
+        _ = self.host  # read first: the steps come from it too
+        return critical_path(self.collective_ranks if many else self._no_collectives,
+                             self.steps, self.gpu, self.host,
+                             offsets=self.offsets if many else None)
+
+    @property
+    def _no_collectives(self) -> pl.DataFrame:
+        return pl.DataFrame(schema={"instance": pl.String, "rank": pl.Int32, "name": pl.String,
+                                    "arrival_ns": pl.Int64, "end_ns": pl.Int64,
+                                    "last_arrival_ns": pl.Int64, "last_rank": pl.Int32})
+
+    def critical_path(self, *, top: int = 10) -> Result:
+        """The cross-rank critical path: per step ``path_ns`` against ``step_ns``, each rank's
+        ``share``, the categories and the top ops on it; main table ``steps``."""
+        from traceview.analyses.critical_path import (
+            path_categories, path_ranks, path_steps, path_top_ops, path_warnings,
+        )
+
+        path = self.path
+        many = len(self.ranks_present) > 1
+        notes = path_warnings(path, self.collective_ranks if many else self._no_collectives)
+        res = self._result("critical_path", {
+            "window": self.window_info, "ranks": path_ranks(path, self.ranks_table),
+            "steps": path_steps(path), "categories": path_categories(path),
+            "top_ops": path_top_ops(path, n=top)}, main="steps",
+            uses=("gpu", "match", "offsets") if many else ("gpu",))
+        return dataclasses.replace(res, warnings=(*res.warnings, *notes))
+
+    def diagnose(self, **model: Any) -> Result:
+        """Findings ranked by the time each fix would save per step (``analyses.diagnose``);
+        ``model``: :class:`~traceview.analyses.diagnose.ModelSize` fields (params,
+        tokens_per_step, flops_per_step, peak_tflops, dtype). Main table ``findings``."""
+        from traceview.analyses.diagnose import ModelSize, diagnose
+
+        many = len(self.ranks_present) > 1
+        found = diagnose(self.path, collective_rows=self.collective_ranks if many
+                         else self._no_collectives,
+                         stragglers=self._stragglers if many else None,
+                         gaps=self.gap_rows() if self.gpu.height else None,
+                         devices=self.ranks, model=ModelSize(**model))
+        res = self._result("diagnose", {"window": self.window_info, **found},
+                           main="findings", uses=("gpu", "match", "offsets") if many
+                           else ("gpu",))
+        return res
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -1,0 +1,490 @@
+"""The critical path across ranks: the chain of dependent work that sets the step time.
+
+Definitions with a worked example: ``docs/metrics.md``, section *Critical path*. In short, on
+the aligned timeline (:mod:`traceview.analyses.align`), walking back from the end of the last
+step of the rank that finishes last:
+
+1. on the current rank, the path runs back through the rank's own work to the end of its
+   latest *exposed* collective (one whose end the rank's compute was not running across: a
+   collective hidden under compute is not what the rank waited for);
+2. a collective completes when its last rank arrives, so from the collective's end the path
+   runs back through its transfer (last arrival to the end on this rank) and then **jumps to
+   the rank that arrived last**, at its arrival;
+3. it stops at the start of the first step. Each step's path leads into the next one, so the
+   path tiles the time from the first step's start to the last step's end.
+
+Within a rank's own stretch the path follows CPU ops to launches to kernels: where the GPU is
+busy, the path is on the GPU (its kernels on their streams), where it is idle, on the host
+thread that launches (the thread with the step markers). Each elementary piece of the path
+gets one category, the first that applies:
+
+=========================  ========================================================
+``compute``                a GPU compute/memcpy/memset kernel runs (CPU-only rank: a
+                           host op runs on the main thread)
+``communication_transfer`` the path is inside a matched collective, after its last arrival
+``communication_wait``     a communication kernel or host call runs that the path cannot
+                           follow to another rank (unmatched, or overlapped)
+``data_loading``           the main thread is in a DataLoader op
+``launch_host``            GPU rank, GPU idle, the main thread runs an op (launching)
+``idle``                   nothing of the above
+=========================  ========================================================
+
+The walk is a Python loop over the collectives on the path (one hop each), never over events.
+
+>>> import polars as pl
+>>> coll = pl.DataFrame({"instance": ["a", "a"], "rank": [0, 1], "collective": "all_reduce",
+...     "name": "gloo:all_reduce", "arrival_ns": [10, 60], "end_ns": [80, 80],
+...     "last_arrival_ns": [60, 60], "last_rank": [1, 1]})
+>>> steps = pl.DataFrame({"rank": [0, 1], "step": [0, 0], "step_start_ns": [0, 0],
+...     "step_end_ns": [100, 90], "step_time_ns": [100, 90]})
+>>> walk(candidates(coll, busy=None), span_bounds(steps)).select(
+...     "rank", "kind", "start_ns", "end_ns").rows()
+[(1, 'local', 0, 60), (0, 'transfer', 60, 80), (0, 'local', 80, 100)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from .intervals import clip, complement, flag_overlapping, union, windowed_sweep
+from .names import per_name
+from .window import STEP_PATTERN
+
+Frame = pl.LazyFrame | pl.DataFrame
+
+#: Path categories, in the order of the rules above (and of every output).
+CATEGORIES: tuple[str, ...] = ("compute", "communication_wait", "communication_transfer",
+                               "launch_host", "data_loading", "idle")
+
+SEGMENT_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32, "kind": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64,
+    "instance": pl.String, "name": pl.String, "to_rank": pl.Int32,
+}
+PIECE_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "category": pl.String,
+    "name": pl.String, "instance": pl.String,
+}
+#: Far beyond any trace's time: the open ends of the first and last step windows.
+_FAR_NS = 1 << 62
+
+
+@dataclass(frozen=True)
+class PathOptions:
+    """Name rules: which host ops are data loading, which are communication calls."""
+
+    dataloader_pattern: str = (
+        r"(?i)dataloader|_MultiProcessingDataLoaderIter|_SingleProcessDataLoaderIter")
+    host_comm_pattern: str = (
+        r"(?i)^(c10d::|gloo:|nccl:|record_param_comms)|^(aten|c10d)::wait|nccl(Dev)?Kernel")
+    step_pattern: str = STEP_PATTERN
+
+
+DEFAULT_OPTIONS = PathOptions()
+
+
+# --- the walk ----------------------------------------------------------------------------
+
+def candidates(collective_rows: pl.DataFrame, busy: pl.DataFrame | None) -> pl.DataFrame:
+    """The collective ends the path may pass through: one row per (instance, rank) of
+    ``collective_rows`` (``analyses.collectives.collective_ranks``, aligned) whose end is
+    exposed, i.e. not inside the rank's compute (``busy``: merged ``rank, ts_ns, end_ns``;
+    None: every end is exposed). ``jump_ns``: where the path leaves the collective, the last
+    arrival (never after the rank's own end, should the clocks disagree)."""
+    rows = collective_rows.select(
+        pl.col("rank").cast(pl.Int32), pl.col("instance").cast(pl.String),
+        pl.col("name").cast(pl.String), "arrival_ns", "end_ns",
+        jump_ns=pl.min_horizontal("last_arrival_ns", "end_ns"),
+        to_rank=pl.col("last_rank").cast(pl.Int32))
+    if busy is None or busy.height == 0 or rows.height == 0:
+        return rows
+    # the last nanosecond before the end: compute running across it hides the collective
+    probe = rows.with_columns(_s=pl.col("end_ns") - 1)
+    flagged = flag_overlapping(probe, busy.with_columns(pl.col("rank").cast(pl.Int32)),
+                               "_hidden", by=["rank"], start="_s", end="end_ns")
+    return rows.filter(~flagged.get_column("_hidden"))
+
+
+def span_bounds(steps: pl.DataFrame) -> pl.DataFrame:
+    """``rank, first_ns, last_ns``: where each rank's steps begin and end (aligned)."""
+    return steps.group_by("rank").agg(first_ns=pl.col("step_start_ns").min(),
+                                      last_ns=pl.col("step_end_ns").max()).with_columns(
+        pl.col("rank").cast(pl.Int32)).sort("rank")
+
+
+def walk(cands: pl.DataFrame, bounds: pl.DataFrame) -> pl.DataFrame:
+    """The path as ``SEGMENT_SCHEMA`` rows in time order: ``local`` stretches on one rank,
+    ``transfer`` stretches inside a collective (``to_rank``: the last arriver it jumps to).
+
+    ``cands``: :func:`candidates`; ``bounds``: :func:`span_bounds`. Starts at the latest
+    ``last_ns`` and walks back hop by hop (one Python iteration per collective on the path)."""
+    if bounds.height == 0:
+        return pl.DataFrame(schema=SEGMENT_SCHEMA)
+    first = dict(zip(bounds.get_column("rank").to_list(), bounds.get_column("first_ns").to_list()))
+    ends = bounds.sort("last_ns", "rank", descending=[True, False]).row(0, named=True)
+    rank, t = ends["rank"], ends["last_ns"]
+    per_rank = {r: _sorted_by_end(g) for (r,), g in
+                cands.partition_by("rank", as_dict=True).items()} if cands.height else {}
+    used: set[str] = set()
+    out: list[tuple] = []
+    for _ in range(cands.height + 1):  # each hop uses one collective: a bound, not a loop on time
+        floor = first.get(rank, t)
+        hop = _latest_before(per_rank.get(rank), t, floor, used)
+        if hop is None:
+            if t > floor:
+                out.append((rank, "local", floor, t, None, None, None))
+            break
+        instance, name, end, jump, to_rank = hop
+        used.add(instance)
+        if t > end:
+            out.append((rank, "local", end, t, None, None, None))
+        if end > jump:
+            out.append((rank, "transfer", jump, end, instance, name, to_rank))
+        rank, t = to_rank, jump
+    return pl.DataFrame(out[::-1], schema=SEGMENT_SCHEMA, orient="row")
+
+
+def _sorted_by_end(rows: pl.DataFrame) -> dict[str, np.ndarray]:
+    rows = rows.sort("end_ns", "arrival_ns")
+    return {c: rows.get_column(c).to_numpy() for c in
+            ("instance", "name", "arrival_ns", "end_ns", "jump_ns", "to_rank")}
+
+
+def _latest_before(rows: dict[str, np.ndarray] | None, t: int, floor: int,
+                   used: set[str]) -> tuple | None:
+    """The rank's collective with the latest end at or before ``t`` (and after ``floor``) that
+    it joined before ``t``: the one its work at ``t`` waited for last."""
+    if rows is None:
+        return None
+    i = int(np.searchsorted(rows["end_ns"], t, side="right")) - 1
+    while i >= 0 and rows["end_ns"][i] > floor:
+        if rows["arrival_ns"][i] < t and rows["instance"][i] not in used:
+            return (rows["instance"][i], rows["name"][i], int(rows["end_ns"][i]),
+                    int(rows["jump_ns"][i]), int(rows["to_rank"][i]))
+        i -= 1
+    return None
+
+
+# --- what the path is doing ----------------------------------------------------------------
+
+def main_threads(host: pl.DataFrame, *, step_pattern: str = STEP_PATTERN) -> pl.DataFrame:
+    """``rank, tid``: the thread holding each rank's step markers (else its busiest op
+    thread): the thread that runs the training loop and launches the GPU work."""
+    ops = host.filter(pl.col("dur_ns").is_not_null() & pl.col("tid").is_not_null())
+    weight = pl.when(pl.col("name").cast(pl.String).str.contains(step_pattern)).then(1 << 40) \
+        .otherwise(0) + pl.col("dur_ns")
+    return (ops.group_by("rank", "tid").agg(w=weight.sum())
+            .sort("rank", "w", "tid", descending=[False, True, False])
+            .group_by("rank", maintain_order=True).agg(pl.col("tid").first())
+            .with_columns(pl.col("rank").cast(pl.Int32)))
+
+
+def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
+             options: PathOptions = DEFAULT_OPTIONS) -> pl.DataFrame:
+    """Everything the path can be doing on a rank, one interval per row (``rank, ts_ns,
+    end_ns, name`` and the flags ``gpu_compute, gpu_comm, host_comm, loader, host``), on the
+    timeline of the inputs. Host rows: communication calls on any thread; other ops on the
+    main thread only (step markers excluded)."""
+    kernels = gpu.filter(pl.col("dur_ns") > 0).select(
+        pl.col("rank").cast(pl.Int32), "ts_ns", end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
+        name=pl.col("name").cast(pl.String),
+        gpu_compute=pl.col("gpu_class").cast(pl.String) != "comm",
+        gpu_comm=pl.col("gpu_class").cast(pl.String) == "comm",
+        host_comm=pl.lit(False), loader=pl.lit(False), host=pl.lit(False))
+    timed = host.filter(pl.col("dur_ns").is_not_null() & (pl.col("dur_ns") > 0)
+                        & pl.col("kind").cast(pl.String).is_in(
+                            ["cpu_op", "user_annotation", "python_function", "cuda_runtime",
+                             "cuda_driver", "sync", "nvtx"]))
+    flagged = per_name(timed, _comm=pl.col("name").cast(pl.String).str.contains(
+        options.host_comm_pattern), _step=pl.col("name").cast(pl.String).str.contains(
+        options.step_pattern), _loader=pl.col("name").cast(pl.String).str.contains(
+        options.dataloader_pattern)).collect()
+    main = main_threads(host, step_pattern=options.step_pattern)
+    on_main = flagged.with_columns(pl.col("rank").cast(pl.Int32)).join(
+        main.with_columns(_main=pl.lit(True)), on=["rank", "tid"], how="left").with_columns(
+        pl.col("_main").fill_null(False))
+    host_rows = on_main.filter(pl.col("_comm") | (pl.col("_main") & ~pl.col("_step"))).select(
+        "rank", "ts_ns", end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
+        name=pl.col("name").cast(pl.String), gpu_compute=pl.lit(False), gpu_comm=pl.lit(False),
+        host_comm="_comm", loader=pl.col("_loader") & ~pl.col("_comm"),
+        host=~pl.col("_comm"))
+    return pl.concat([kernels, host_rows]).sort("rank", "ts_ns")
+
+
+def compute_busy(act: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
+    """Merged ``rank, ts_ns, end_ns`` of each rank's compute: GPU compute kernels on a rank
+    with GPU work, main-thread ops otherwise (what hides a collective's end)."""
+    on_gpu = pl.col("rank").is_in(sorted(gpu_ranks))
+    rows = act.filter(pl.when(on_gpu).then(pl.col("gpu_compute")).otherwise(pl.col("host")))
+    return union(rows.select("rank", "ts_ns", "end_ns"), by=["rank"])
+
+
+_BITS = ("gpu_compute", "gpu_comm", "host_comm", "loader", "host")
+
+
+def pieces(segments: pl.DataFrame, act: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
+    """The path cut into elementary pieces (``PIECE_SCHEMA``), each with its category and the
+    op, kernel or collective behind it. Together they tile the path exactly."""
+    local = segments.filter(pl.col("kind") == "local").with_row_index("segment").select(
+        "rank", "segment", window_start_ns="start_ns", window_end_ns="end_ns")
+    swept = windowed_sweep(act, local, {b: pl.col(b) for b in _BITS}, by=["rank"],
+                           window_keys=["segment"]) if local.height else pl.DataFrame(
+        schema={"rank": pl.Int32, "segment": pl.UInt32, "seg_start_ns": pl.Int64,
+                "seg_end_ns": pl.Int64, "mask": pl.Int64})
+    busy = swept.select("rank", start_ns="seg_start_ns", end_ns="seg_end_ns",
+                        category=_category(gpu_ranks))
+    gaps = _uncovered(local, busy)
+    named = _named(busy, act, gpu_ranks)
+    transfer = segments.filter(pl.col("kind") == "transfer").select(
+        "rank", "start_ns", "end_ns", category=pl.lit("communication_transfer"), name="name",
+        instance="instance")
+    parts = [named, gaps.with_columns(category=pl.lit("idle"), name=pl.lit("(idle)"),
+                                      instance=pl.lit(None, pl.String)), transfer]
+    return pl.concat([p.select(list(PIECE_SCHEMA)).cast(PIECE_SCHEMA) for p in parts]) \
+        .sort("start_ns", "rank")
+
+
+def _category(gpu_ranks: set[int]) -> pl.Expr:
+    bit = {b: (pl.col("mask") & (1 << i)) != 0 for i, b in enumerate(_BITS)}
+    comm = bit["gpu_comm"] | bit["host_comm"]
+    on_gpu = pl.col("rank").is_in(sorted(gpu_ranks))
+    gpu_rank = (pl.when(bit["gpu_compute"]).then(pl.lit("compute"))
+                .when(comm).then(pl.lit("communication_wait"))
+                .when(bit["loader"]).then(pl.lit("data_loading"))
+                .when(bit["host"]).then(pl.lit("launch_host")).otherwise(pl.lit("idle")))
+    cpu_rank = (pl.when(bit["loader"]).then(pl.lit("data_loading"))
+                .when(bit["host"]).then(pl.lit("compute"))
+                .when(comm).then(pl.lit("communication_wait")).otherwise(pl.lit("idle")))
+    return pl.when(on_gpu).then(gpu_rank).otherwise(cpu_rank)
+
+
+def _uncovered(windows: pl.DataFrame, busy: pl.DataFrame) -> pl.DataFrame:
+    """``rank, start_ns, end_ns``: the parts of the local stretches where nothing runs."""
+    if windows.height == 0:
+        return pl.DataFrame(schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    merged = union(busy.select("rank", ts_ns="start_ns", end_ns="end_ns"), by=["rank"])
+    bounds = windows.select("rank", "segment", "window_start_ns", "window_end_ns")
+    inside = clip(merged, bounds, by=["rank"], window_keys=["segment"])
+    gaps = complement(inside, by=["rank", "segment"], bounds=bounds)
+    return gaps.select(pl.col("rank").cast(pl.Int32), start_ns="gap_start_ns",
+                       end_ns="gap_end_ns")
+
+
+def _named(busy: pl.DataFrame, act: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
+    """``busy`` pieces with the name of what runs in each: the kernel on a GPU rank's compute,
+    the communication call in a wait, else the innermost main-thread op (as-of joins, no loop
+    over events)."""
+    on_gpu = pl.col("rank").is_in(sorted(gpu_ranks))
+    kernel = on_gpu & (pl.col("category") == "compute")
+    wait = pl.col("category") == "communication_wait"
+    parts = [
+        _latest_started(busy.filter(kernel), act.filter(pl.col("gpu_compute"))),
+        _latest_started(busy.filter(wait), act.filter(pl.col("gpu_comm") | pl.col("host_comm"))),
+        _innermost(busy.filter(~kernel & ~wait), act.filter(pl.col("host"))),
+    ]
+    return pl.concat(parts).with_columns(pl.col("name").fill_null("(unnamed)"),
+                                         instance=pl.lit(None, pl.String))
+
+
+def _latest_started(p: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
+    """The row of ``rows`` (same rank) that started last at or before each piece's start,
+    if still running: with the streams' work nested or one at a time, what runs in it."""
+    right = rows.select("rank", _ts="ts_ns", _end="end_ns", name="name").sort("_ts")
+    hit = p.sort("start_ns").join_asof(right, left_on="start_ns", right_on="_ts", by="rank",
+                                       strategy="backward", check_sortedness=False)
+    return hit.with_columns(name=pl.when(pl.col("_end") > pl.col("start_ns"))
+                            .then(pl.col("name"))).drop("_ts", "_end")
+
+
+def _innermost(p: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """The innermost op running at each piece's start: ops of one thread nest, so the open op
+    at the current nesting depth is the one that started last at that depth."""
+    if p.height == 0 or ops.height == 0:
+        return p.with_columns(name=pl.lit(None, pl.String))
+    points = pl.concat([
+        ops.select("rank", _t="ts_ns", _d=pl.lit(1, pl.Int32), _o=pl.lit(1, pl.Int8)),
+        ops.select("rank", _t="end_ns", _d=pl.lit(-1, pl.Int32), _o=pl.lit(0, pl.Int8)),
+    ]).sort("rank", "_t", "_o").with_columns(depth=pl.col("_d").cum_sum().over("rank"))
+    op_depth = _op_depths(ops)
+    # the nesting depth after every point at a time: what is open from then on
+    level = points.group_by("rank", "_t", maintain_order=True).agg(
+        pl.col("depth").last()).sort("_t")
+    at = p.sort("start_ns").join_asof(level, left_on="start_ns", right_on="_t", by="rank",
+                                      strategy="backward", check_sortedness=False).drop("_t")
+    right = op_depth.select("rank", "depth", _ts="ts_ns", _end="end_ns",
+                            _name="name").sort("_ts")
+    hit = at.join_asof(right, left_on="start_ns", right_on="_ts", by=["rank", "depth"],
+                       strategy="backward", check_sortedness=False)
+    return hit.with_columns(name=pl.when(pl.col("_end") > pl.col("start_ns"))
+                            .then(pl.col("_name"))).drop("_ts", "_end", "_name", "depth")
+
+
+def _op_depths(ops: pl.DataFrame) -> pl.DataFrame:
+    """``ops`` with ``depth``: how many ops of the rank's thread are open at its start,
+    itself included (1 for a top-level op)."""
+    tagged = ops.with_row_index("_i")
+    points = pl.concat([
+        tagged.select("rank", "_i", _t="ts_ns", _d=pl.lit(1, pl.Int32), _o=pl.lit(1, pl.Int8),
+                      _len=pl.col("ts_ns") - pl.col("end_ns")),
+        tagged.select("rank", "_i", _t="end_ns", _d=pl.lit(-1, pl.Int32), _o=pl.lit(0, pl.Int8),
+                      _len=pl.lit(0, pl.Int64)),
+    ]).sort("rank", "_t", "_o", "_len").with_columns(depth=pl.col("_d").cum_sum().over("rank"))
+    depth = points.filter(pl.col("_o") == 1).select("_i", "depth")
+    return tagged.join(depth, on="_i").drop("_i")
+
+
+# --- the whole analysis, and what it says per step, rank, category and op --------------------
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """``segments``: the walk (:func:`walk`); ``pieces``: the path's pieces with their
+    ``step`` (:func:`pieces`, cut at the step boundaries of the rank they are on);
+    ``steps``: the step ranges on the aligned timeline."""
+
+    segments: pl.DataFrame
+    pieces: pl.DataFrame
+    steps: pl.DataFrame
+
+
+def critical_path(collective_rows: pl.DataFrame, steps: pl.DataFrame, gpu: pl.DataFrame,
+                  host: pl.DataFrame, *, offsets: pl.DataFrame | None = None,
+                  options: PathOptions = DEFAULT_OPTIONS) -> CriticalPath:
+    """The critical path of a run (module docstring). ``collective_rows`` are on the aligned
+    timeline already; ``steps`` (``window.step_spans``), ``gpu`` (``prepared_gpu``) and
+    ``host`` (``host_events``) on each rank's clock, moved onto it with ``offsets``."""
+    gpu, host = _aligned(gpu, offsets), _aligned(host, offsets)
+    steps = _aligned(steps.rename({"step_start_ns": "ts_ns"}), offsets).with_columns(
+        step_end_ns=pl.col("ts_ns") + pl.col("step_time_ns")).rename(
+        {"ts_ns": "step_start_ns"}).with_columns(pl.col("rank").cast(pl.Int32))
+    act = activity(gpu, host, options=options)
+    gpu_ranks = set(gpu.get_column("rank").unique().to_list()) if gpu.height else set()
+    bounds = span_bounds(steps) if steps.height else act.group_by("rank").agg(
+        first_ns=pl.col("ts_ns").min(), last_ns=pl.col("end_ns").max()).sort("rank")
+    segments = walk(candidates(collective_rows, compute_busy(act, gpu_ranks)), bounds)
+    return CriticalPath(segments, with_steps(pieces(segments, act, gpu_ranks), steps), steps)
+
+
+def _aligned(frame: pl.DataFrame, offsets: pl.DataFrame | None) -> pl.DataFrame:
+    """``frame`` with ``ts_ns`` on the aligned timeline (durations kept)."""
+    if offsets is None or offsets.height == 0 or frame.height == 0:
+        return frame
+    from .align import apply_offsets
+
+    return apply_offsets(frame, offsets).with_columns(ts_ns="ts_aligned_ns").drop(
+        "ts_aligned_ns").collect()
+
+
+def with_steps(p: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """``p`` cut at step boundaries, with ``step``. Step *s* of the path runs from the median
+    start of step *s* across ranks to that of step *s + 1* (the host's time between two steps
+    belongs to the earlier one); time before the first or after the last belongs to them.
+    Time between two profiling windows (a step number missing) belongs to none: it is left
+    out.
+    Without steps: ``step`` is null (the whole window is one stretch)."""
+    if steps.height == 0:
+        return p.with_columns(step=pl.lit(None, pl.Int32))
+    median = pl.col("step_start_ns").median().round(0).cast(pl.Int64)
+    w = (steps.group_by("step").agg(window_start_ns=median, _end=pl.col("step_end_ns").median()
+                                     .round(0).cast(pl.Int64)).sort("step")
+         # a step runs into the next one; before a missing step number (the profiler was off
+         # between two windows of a schedule with repeat) it ends where it ends
+         .with_columns(window_end_ns=pl.when(pl.col("step").shift(-1) == pl.col("step") + 1)
+                       .then(pl.col("window_start_ns").shift(-1)).otherwise(pl.col("_end")))
+         .with_columns(window_end_ns=pl.when(pl.int_range(pl.len()) == pl.len() - 1)
+                       .then(pl.lit(_FAR_NS)).otherwise(pl.col("window_end_ns")))
+         .with_columns(window_start_ns=pl.when(pl.int_range(pl.len()) == 0)
+                       .then(pl.lit(-_FAR_NS)).otherwise(pl.col("window_start_ns"))))
+    return clip(p, w.drop("_end"), start="start_ns", end="end_ns", window_keys=["step"]).with_columns(
+        pl.col("step").cast(pl.Int32)).sort("start_ns", "rank")
+
+
+def _length() -> pl.Expr:
+    return (pl.col("end_ns") - pl.col("start_ns")).sum()
+
+
+def path_steps(path: CriticalPath) -> pl.DataFrame:
+    """Per step: ``path_ns`` (time of the path in it, see :func:`with_steps`) against
+    ``step_ns`` (the median ``ProfilerStep`` time across ranks), ``coverage`` = path/step, the rank holding most of
+    the step's path (``top_rank``, ``top_rank_share``) and the ranks the path ``jumps`` to."""
+    p = path.pieces
+    per = p.group_by("step").agg(path_ns=_length(),
+                                 jumps=(pl.col("category") == "communication_transfer").sum()
+                                 .cast(pl.Int64))
+    by_rank = p.group_by("step", "rank").agg(ns=_length()).sort(
+        "step", "ns", "rank", descending=[False, True, False]).group_by(
+        "step", maintain_order=True).agg(top_rank=pl.col("rank").first(),
+                                         _top_ns=pl.col("ns").first())
+    step_ns = path.steps.group_by("step").agg(
+        step_ns=pl.col("step_time_ns").median().round(0).cast(pl.Int64))
+    return (per.join(by_rank, on="step", how="left", nulls_equal=True)
+            .join(step_ns, on="step", how="left")
+            .with_columns(coverage=pl.col("path_ns") / pl.col("step_ns"),
+                          top_rank_share=pl.col("_top_ns") / pl.col("path_ns"))
+            .select("step", "path_ns", "step_ns", "coverage", "top_rank", "top_rank_share",
+                    "jumps").sort("step", nulls_last=True))
+
+
+def path_ranks(path: CriticalPath, ranks: pl.DataFrame) -> pl.DataFrame:
+    """Per rank of ``ranks``: ``path_ns`` and ``share`` of the path time, its busiest
+    category on the path; largest share first."""
+    p = path.pieces
+    total = int(p.select(_length()).item() or 0)
+    per = p.group_by("rank").agg(path_ns=_length())
+    cat = p.group_by("rank", "category").agg(ns=_length()).sort(
+        "rank", "ns", descending=[False, True]).group_by("rank", maintain_order=True).agg(
+        top_category=pl.col("category").first())
+    return (ranks.select(pl.col("rank").cast(pl.Int32)).join(per, on="rank", how="left")
+            .join(cat, on="rank", how="left")
+            .with_columns(pl.col("path_ns").fill_null(0))
+            .with_columns(share=pl.col("path_ns") / total if total else pl.lit(None, pl.Float64))
+            .sort("path_ns", "rank", descending=[True, False]))
+
+
+def path_categories(path: CriticalPath) -> dict[str, dict[str, float | int | None]]:
+    """Per category (all of ``CATEGORIES``): ``path_ns``, ``per_step_ns`` and ``share``."""
+    p = path.pieces
+    total = int(p.select(_length()).item() or 0)
+    n = max(p.get_column("step").n_unique(), 1) if p.height else 1
+    got = dict(p.group_by("category").agg(ns=_length()).iter_rows())
+    return {c: {"path_ns": int(got.get(c, 0)), "per_step_ns": int(got.get(c, 0)) // n,
+                "share": (got.get(c, 0) / total) if total else None} for c in CATEGORIES}
+
+
+def path_top_ops(path: CriticalPath, *, n: int = 10) -> pl.DataFrame:
+    """The ops, kernels and collectives holding most path time: ``name, category, ranks,
+    path_ns, per_step_ns, share``."""
+    p = path.pieces
+    total = int(p.select(_length()).item() or 0)
+    steps = max(p.get_column("step").n_unique(), 1) if p.height else 1
+    return (p.filter(pl.col("category") != "idle")
+            .group_by("name", "category").agg(path_ns=_length(),
+                                               ranks=pl.col("rank").unique().sort())
+            .with_columns(per_step_ns=pl.col("path_ns") // steps,
+                          share=pl.col("path_ns") / total if total else None)
+            .sort("path_ns", "name", descending=[True, False]).head(n)
+            .select("name", "category", "ranks", "path_ns", "per_step_ns", "share"))
+
+
+def path_warnings(path: CriticalPath, collective_rows: pl.DataFrame) -> list[str]:
+    """What limits the path's answer: jumps decided within the clock alignment's
+    uncertainty, collectives on the path missing ranks of their group, no steps."""
+    out: list[str] = []
+    jumps = path.segments.filter(pl.col("kind") == "transfer").select("instance").unique()
+    if jumps.height:
+        inst = collective_rows.group_by("instance").agg(
+            skew=pl.col("skew_ns").first(), unc=pl.col("uncertainty_ns").first(),
+            n=pl.col("n_ranks").first(), size=pl.col("group_size_used").first()
+        ).join(jumps, on="instance")
+        unresolved = inst.filter(pl.col("skew") <= 2 * pl.col("unc")).height
+        if unresolved:
+            out.append(f"critical path: {unresolved} of {inst.height} jumps between ranks rest "
+                       "on arrival orders within twice the clock alignment's uncertainty")
+        partial = inst.filter(pl.col("n") < pl.col("size")).height
+        if partial:
+            out.append(f"critical path: {partial} collectives on the path miss ranks of their "
+                       "group: the rank that arrived last may not be in the trace")
+    if path.steps.height == 0:
+        out.append("critical path: no ProfilerStep ranges: the whole window is one stretch")
+    return out
