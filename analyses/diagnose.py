@@ -111,22 +111,22 @@ class ModelSize:
 
 def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
              stragglers: pl.DataFrame | None = None, gaps: pl.DataFrame | None = None,
-             devices: pl.DataFrame | None = None, model: ModelSize = ModelSize(),
+             gpu_ranks: tuple[int, ...] = (), devices: pl.DataFrame | None = None, model: ModelSize = ModelSize(),
              table: tuple[Peak, ...] = PEAK_TABLE) -> dict[str, Any]:
     """``findings`` (``FINDING_SCHEMA``, largest gain first, information last), ``bound``,
-    ``mfu`` and ``step_ns``: the median step time the gains are shares of.
+    ``mfu`` and ``step_ns``: the mean step time the gains are shares of.
 
     ``collective_rows``: ``collectives.collective_ranks`` (aligned); ``stragglers``:
     ``stragglers.stragglers`` (None: one rank); ``gaps``: ``gaps.gaps`` per device (None:
-    no GPU); ``devices``: the ranks table (``rank``, ``devices`` as JSON text)."""
+    no GPU) on ``gpu_ranks``, the ranks with GPU work; ``devices``: the ranks table (``rank``, ``devices`` as JSON text)."""
     steps = path_steps(path)
     n_steps = max(steps.height, 1)
-    step_ns = _median_step(steps)
+    step_ns = _mean_step(steps)
     cats = path_categories(path)
     found: list[dict[str, Any]] = []
     found += _stragglers(path, collective_rows, stragglers, n_steps, step_ns)
     found.append(_exposed_comm(path, cats, n_steps))
-    found += _gap_findings(path, gaps, n_steps)
+    found += _gap_findings(path, gaps, sorted(gpu_ranks), n_steps)
     found.append(_pageable(path, n_steps))
     found = [f for f in found if f is not None]
     for f in found:
@@ -143,12 +143,19 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     return {"step_ns": step_ns, "findings": findings, "bound": bound, "mfu": mfu}
 
 
-def _median_step(steps: pl.DataFrame) -> int | None:
+def _mean_step(steps: pl.DataFrame) -> int | None:
+    """The mean step time (the gains are means per step too); the path's when no steps."""
     col = steps.get_column("step_ns").drop_nulls()
     if col.len() == 0:
         col = steps.get_column("path_ns")
-    med = col.median()
-    return int(round(med)) if med is not None else None
+    mean = col.mean()
+    return int(round(mean)) if mean is not None else None
+
+
+def _time(ns: float) -> str:
+    """A duration for a title: ms from 1 ms, else us, else ns."""
+    return f"{ns / 1e6:.2f} ms" if ns >= 1e6 else f"{ns / 1e3:.1f} us" if ns >= 1e3 \
+        else f"{ns:.0f} ns"
 
 
 def _ev(metric: str, value: float | None = None, unit: str | None = None,
@@ -217,9 +224,9 @@ def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame |
         out.append({
             "id": "straggler", "rank": rank, "gain_ns_per_step": gain,
             "title": (f"Rank {rank} holds the others back: it arrives last at {r['jumps']} "
-                      f"collectives on the path, {gain / 1e6:.2f} ms per step{what}"
+                      f"collectives on the path, {_time(gain)} per step{what}"
                       if is_flagged else
-                      f"Rank {rank} arrives last on the path ({gain / 1e6:.2f} ms per step), "
+                      f"Rank {rank} arrives last on the path ({_time(gain)} per step), "
                       "but is not flagged as a straggler (noise across ranks)"),
             "evidence": evidence, "max_severity": None if is_flagged else "low",
             "recommendation": RECOMMENDATIONS["straggler"].format(rank=rank),
@@ -260,21 +267,22 @@ def _exposed_comm(path: CriticalPath, cats: dict[str, dict[str, Any]],
                                         n=pl.len()).sort("ns", descending=True).row(0)
         evidence.append(_ev("top_collective_ns_per_step", top[1] // n_steps, "ns", str(top[0])))
     return {"id": "exposed_communication", "rank": None, "gain_ns_per_step": gain,
-            "title": f"Communication on the critical path: {gain / 1e6:.2f} ms per step not "
+            "title": f"Communication on the critical path: {_time(gain)} per step not "
                      "hidden under compute",
             "evidence": evidence, "recommendation": RECOMMENDATIONS["exposed_communication"]}
 
 
-def _gap_findings(path: CriticalPath, gaps: pl.DataFrame | None,
+def _gap_findings(path: CriticalPath, gaps: pl.DataFrame | None, gpu_ranks: list[int],
                   n_steps: int) -> list[dict[str, Any]]:
     """Data loading, host syncs and launch-bound time on the path, by the cause of the GPU
     gap each piece lies in (GPU ranks); data loading on CPU-only ranks from the categories."""
     p = path.pieces.filter(pl.col("category").is_in(["launch_host", "idle", "data_loading"]))
     by_cause: dict[str, int] = {}
-    gpu_ranks: list[int] = []
-    if gaps is not None and gaps.height:
-        gpu_ranks = sorted(set(gaps.get_column("rank").to_list()))
+    if gpu_ranks:
         on_gpu = p.filter(pl.col("rank").is_in(gpu_ranks))
+        gaps = gaps if gaps is not None else pl.DataFrame(
+            schema={"rank": pl.Int32, "cause": pl.String, "gap_start_ns": pl.Int64,
+                    "gap_end_ns": pl.Int64})
         windows = gaps.select(pl.col("rank").cast(pl.Int32), "cause",
                               window_start_ns="gap_start_ns", window_end_ns="gap_end_ns")
         # one device per rank: its gaps are disjoint (several: the union would be needed)
@@ -294,15 +302,15 @@ def _gap_findings(path: CriticalPath, gaps: pl.DataFrame | None,
     loading = by_cause.get("data_loading", 0) + cpu_loading
     if loading:
         out.append({"id": "data_loading", "rank": None, "gain_ns_per_step": loading // n_steps,
-                    "title": f"Input stalls on the critical path: {loading / n_steps / 1e6:.2f} "
-                             "ms per step waiting for the DataLoader",
+                    "title": f"Input stalls on the critical path: {_time(loading / n_steps)} "
+                             "per step waiting for the DataLoader",
                     "evidence": [_ev("data_loading_ns_per_step", loading // n_steps, "ns")],
                     "recommendation": RECOMMENDATIONS["data_loading"]})
     sync = by_cause.get("sync", 0)
     if sync:
         out.append({"id": "host_sync", "rank": None, "gain_ns_per_step": sync // n_steps,
                     "title": f"Host synchronisations idle the GPU on the path: "
-                             f"{sync / n_steps / 1e6:.2f} ms per step",
+                             f"{_time(sync / n_steps)} per step",
                     "evidence": [_ev("sync_gap_ns_per_step", sync // n_steps, "ns")],
                     "recommendation": RECOMMENDATIONS["host_sync"]})
     launch = by_cause.get("host", 0) + by_cause.get("launch_overhead", 0)
@@ -315,7 +323,7 @@ def _gap_findings(path: CriticalPath, gaps: pl.DataFrame | None,
                 (pl.col("end_ns") - pl.col("start_ns")).median()).item(), "ns"))
         out.append({"id": "launch_bound", "rank": None, "gain_ns_per_step": launch // n_steps,
                     "title": f"The GPU waits for launches on the path: "
-                             f"{launch / n_steps / 1e6:.2f} ms per step",
+                             f"{_time(launch / n_steps)} per step",
                     "evidence": evidence, "recommendation": RECOMMENDATIONS["launch_bound"]})
     return out
 
@@ -326,8 +334,8 @@ def _pageable(path: CriticalPath, n_steps: int) -> dict[str, Any] | None:
         return None
     ns = int(copies.select((pl.col("end_ns") - pl.col("start_ns")).sum()).item())
     return {"id": "pageable_copy", "rank": None, "gain_ns_per_step": ns // 2 // n_steps,
-            "title": f"Copies from pageable host memory on the path: {ns / n_steps / 1e6:.2f} "
-                     "ms per step",
+            "title": f"Copies from pageable host memory on the path: {_time(ns / n_steps)} "
+                     "per step",
             "evidence": [_ev("pageable_copy_ns_per_step", ns // n_steps, "ns")],
             "recommendation": RECOMMENDATIONS["pageable_copy"]}
 

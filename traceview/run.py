@@ -443,6 +443,7 @@ class Run:
                          else self._no_collectives,
                          stragglers=self._stragglers if many else None,
                          gaps=self.gap_rows() if self.gpu.height else None,
+                         gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
                          devices=self.ranks, model=ModelSize(**model))
         res = self._result("diagnose", {"window": self.window_info, **found},
                            main="findings", uses=("gpu", "match", "offsets") if many

@@ -1,0 +1,105 @@
+"""What to fix first (analyses/diagnose.py): gains derived by hand on the timelines of
+tests/test_critical_path.py, and on the real gloo runs with a rank slowed on purpose.
+
+CPU timeline (see test_critical_path): the path jumps to rank 1 at the step-1 all-reduce,
+where it arrived at 600 and rank 0 at 100: rank 1's lateness 500; to rank 0 at the step-2
+one (1500 against 1100): 400. Per step (2 steps): rank 1 250 ns, rank 0 200 ns. Exposed
+communication: the two transfers, 2 x 100 ns = 100 ns per step. Mean step (1000 + 950) / 2 =
+975 ns. Neither rank is flagged by the straggler analysis (one slow step each): low severity.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import traceview
+from test_critical_path import cpu_run, gpu_run
+from traceview.analyses.diagnose import ModelSize, diagnose
+
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"
+
+
+def _rows(res) -> list[tuple]:
+    return res["findings"].select("id", "rank", "severity", "gain_ns_per_step").rows()
+
+
+def test_gains_by_hand_and_their_order() -> None:
+    res = cpu_run().diagnose()
+    assert res["step_ns"] == 975
+    assert _rows(res) == [("straggler", 1, "low", 250), ("straggler", 0, "low", 200),
+                          ("exposed_communication", None, "high", 100),
+                          ("bound", None, "info", None)]
+    first = res["findings"].row(0, named=True)
+    evidence = {e["metric"]: (e["value"], e["text"]) for e in first["evidence"]}
+    assert evidence["lateness_on_path_ns_per_step"] == (250.0, None)
+    assert evidence["top_op_on_path_ns_per_step"] == (200.0, "fixture::slow")
+    assert "rank 1" in first["recommendation"]
+    assert res["bound"] == {"bound": "compute", "shares": {
+        "compute": 0.8, "communication": 0.1, "input": 0.0, "host": 0.0, "idle": 0.1}}
+
+
+def test_a_flagged_straggler_is_high_severity() -> None:
+    run = cpu_run()
+    flagged = pl.DataFrame({"rank": [1, 0], "flagged": [True, False]})
+    out = diagnose(run.path, collective_rows=run.collective_ranks, stragglers=flagged)
+    top = out["findings"].row(0, named=True)
+    assert (top["id"], top["rank"], top["severity"]) == ("straggler", 1, "high")
+    assert top["title"].startswith("Rank 1 holds the others back")
+
+
+def test_gpu_launch_gain_and_mfu() -> None:
+    """GPU timeline of test_critical_path: rank 1 late by 700 - 300 = 400 ns at the one
+    all-reduce; the path spends 30 ns launching while the GPU idles (3% of the 1000 ns step:
+    medium); MFU: 6 x 1e6 params x 1e3 tokens = 6e9 FLOP per 1 us step on 2 devices of 989.5
+    TFLOP/s (H100 SXM, bf16) = 3e15 FLOP/s per device, 0.303 of the peak."""
+    run = gpu_run()
+    res = run.diagnose(params=1e6, tokens_per_step=1e3, device="NVIDIA H100 80GB HBM3")
+    assert _rows(res)[:3] == [("straggler", 1, "low", 400),
+                              ("exposed_communication", None, "high", 100),
+                              ("launch_bound", None, "medium", 30)]
+    mfu = res["mfu"]
+    assert mfu["flops_per_step"] == 6e9 and mfu["devices"] == 2
+    assert mfu["peak_tflops"] == 989.5
+    assert mfu["mfu"] == pytest.approx(3000.0 / 989.5)  # 3e15 / 989.5e12
+    assert res["findings"].filter(pl.col("id") == "mfu").height == 1
+    # the peak is overridable, and the dtype and form factor matter
+    assert run.diagnose(flops_per_step=6e9, peak_tflops=100.0)["mfu"]["mfu"] == \
+        pytest.approx(30.0)
+    pcie = run.diagnose(flops_per_step=6e9, device="NVIDIA H100 PCIe", dtype="fp32")["mfu"]
+    assert pcie["peak_tflops"] == 51.0
+
+
+def test_model_flops_with_attention() -> None:
+    # 6N + 12 L H S per token: 6e6 + 12 x 2 x 64 x 128 = 6,196,608 per token
+    assert ModelSize(params=1e6, tokens_per_step=10, layers=2, hidden=64,
+                     seq_len=128).flops() == 61_966_080.0
+    assert ModelSize(params=1e6).flops() is None
+    assert ModelSize(flops_per_step=5.0, params=1.0, tokens_per_step=1.0).flops() == 5.0
+
+
+def test_cpu_only_run_has_no_mfu_peak() -> None:
+    mfu = cpu_run().diagnose(params=1e6, tokens_per_step=10)["mfu"]
+    assert mfu["mfu"] is None and "pass --peak-tflops" in mfu["note"]
+
+
+# --- the real gloo runs: rank R sleeps 30 ms in every step ----------------------------------
+DELAY_NS = 30_000_000  # fixtures/gloo_ddp.py and gloo_tp_dp.py: --delay-ms 30
+SLOWED = [("gloo_ddp_4r_noisy_slow2", 2), ("gloo_ddp_2r_slow1", 1), ("gloo_tp_dp_4r_slow2", 2)]
+
+
+@pytest.mark.parametrize(("name", "slow"), SLOWED)
+def test_real_slowed_runs_first_finding_names_the_slow_rank(name: str, slow: int) -> None:
+    first = traceview.open(DATA / name, cache=False).diagnose()["findings"].row(0, named=True)
+    assert (first["id"], first["rank"], first["severity"]) == ("straggler", slow, "high")
+    # the gain is the injected delay, give or take the run's noise
+    assert abs(first["gain_ns_per_step"] - DELAY_NS) < 0.15 * DELAY_NS
+
+
+@pytest.mark.parametrize("name", ["gloo_ddp_4r_noisy", "gloo_ddp_2r"])
+def test_real_balanced_runs_have_no_high_straggler(name: str) -> None:
+    found = traceview.open(DATA / name, cache=False).diagnose()["findings"]
+    stragglers = found.filter(pl.col("id") == "straggler")
+    assert stragglers.filter(pl.col("severity") == "high").height == 0
