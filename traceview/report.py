@@ -48,6 +48,9 @@ class ReportData:
     notes: dict[str, list[str]] = field(default_factory=dict)
     #: what the inputs and the shared tables said about the data (shown first in the page)
     warnings: list[str] = field(default_factory=list)
+    #: ``critical-path`` and ``diagnose`` results (``Result`` objects), None when not gathered
+    critical_path: Any = None
+    diagnose: Any = None
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in self.meta.items())
@@ -121,6 +124,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
     if kernels.height == 0:
         notes["kernels"] = ["no GPU kernels: the top host operators by self time are shown"]
 
+    path = run.critical_path(top=top)
     ranks = run.ranks
     meta = {
         "ranks": n_ranks,
@@ -137,7 +141,9 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                       step_spans=spans, breakdown=bd, lateness=lateness, collectives=inst,
                       stragglers=strag, gap_causes=causes, largest_gaps=biggest,
                       top_kernels=kernels, top_cpu_ops=ops, offsets=offsets, notes=notes,
-                      warnings=[*run.warnings, *run.table_warnings("match", "offsets")])
+                      warnings=[*run.warnings, *run.table_warnings("match", "offsets"),
+                                *(w for w in path.warnings if w.startswith("critical path:"))],
+                      critical_path=path, diagnose=run.diagnose())
 
 
 def _first(ranks: pl.DataFrame | None, col: str) -> Any:
@@ -164,6 +170,7 @@ max-width:40em;overflow-wrap:anywhere}
 _SECTIONS = (("summary", "Run summary"), ("steps", "Step timeline"),
              ("breakdown", "Compute, exposed communication and idle"),
              ("collectives", "Collective skew"), ("stragglers", "Stragglers"),
+             ("critical-path", "Critical path and what to fix"),
              ("gaps", "Gap causes"), ("kernels", "Top kernels"))
 
 
@@ -295,6 +302,8 @@ def render_body(data: ReportData) -> tuple[str, int]:
                 ("explanation", "explanation", "name")], row_class="straggler"),
             "</section>"]
 
+    out += _critical_path_section(data)
+
     out += ['<section id="gaps"><h2>Gap causes</h2>', _notes(n.get("gaps", [])),
             fig(plots.gap_causes(data.gap_causes)),
             table(data.largest_gaps, [
@@ -319,6 +328,39 @@ def render_body(data: ReportData) -> tuple[str, int]:
     out += ['<section id="kernels"><h2>Top kernels</h2>', _notes(n.get("kernels", [])), top,
             "</section>"]
     return "\n".join(out), fig.count
+
+
+def _critical_path_section(data: ReportData) -> list[str]:
+    """The cross-rank critical path (each rank's share, the categories, the top ops) and the
+    to-do list of ``diagnose``, biggest gain first."""
+    cp, dx = data.critical_path, data.diagnose
+    if cp is None or dx is None:
+        return []
+    cats = pl.DataFrame([{"category": c, **v} for c, v in cp["categories"].items()])
+    todo = dx["findings"].filter(pl.col("severity") != "info")
+    info = [f["title"] for f in dx["findings"].filter(pl.col("severity") == "info")
+            .iter_rows(named=True)]
+    return ['<section id="critical-path"><h2>Critical path and what to fix</h2>',
+            "<p>The longest chain of dependent work across ranks, step by step: it jumps to the "
+            "rank that arrived last at each collective. A fix's gain is what the path would "
+            "lose per step.</p>", _notes(info),
+            table(todo, [("severity", "severity", "text"),
+                         ("gain_ns_per_step", "gain (ms/step)", "ms"),
+                         ("gain_share", "of the step", "pct"), ("title", "finding", "name"),
+                         ("recommendation", "what to do", "name")]),
+            table(cp["ranks"].filter(pl.col("path_ns") > 0), [
+                ("rank", "rank", "text"), ("path_ns", "path (ms)", "ms"),
+                ("share", "share", "pct"), ("top_category", "mostly", "text")]),
+            table(cats, [("category", "category", "name"),
+                         ("per_step_ns", "per step (ms)", "ms"), ("share", "share", "pct")]),
+            table(cp["top_ops"], [("name", "op on the path", "name"),
+                                  ("category", "category", "text"), ("ranks", "ranks", "name"),
+                                  ("per_step_ns", "per step (ms)", "ms"),
+                                  ("share", "share", "pct")]),
+            table(cp["steps"], [("step", "step", "text"), ("path_ns", "path (ms)", "ms"),
+                                ("step_ns", "step (ms)", "ms"), ("coverage", "coverage", "pct"),
+                                ("top_rank", "top rank", "text")], limit=50),
+            "</section>"]
 
 
 def write_html(data: ReportData, fp: TextIO) -> int:
