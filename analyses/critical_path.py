@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .intervals import clip, complement, flag_overlapping, union, windowed_sweep
+from .intervals import clip, complement, flag_overlapping, sweep, union, windowed_sweep
 from .names import per_name
 from .window import STEP_PATTERN
 
@@ -79,6 +79,8 @@ class PathOptions:
         r"(?i)dataloader|_MultiProcessingDataLoaderIter|_SingleProcessDataLoaderIter")
     host_comm_pattern: str = (
         r"(?i)^(c10d::|gloo:|nccl:|record_param_comms)|^(aten|c10d)::wait|nccl(Dev)?Kernel")
+    sync_pattern: str = (
+        r"(?i)^(cuda|hip)(Device|Stream|Event|Ctx)Synchroni[sz]e$|^(cuda|hip)Memcpy$")
     step_pattern: str = STEP_PATTERN
 
 
@@ -184,7 +186,7 @@ def main_threads(host: pl.DataFrame, *, step_pattern: str = STEP_PATTERN) -> pl.
 def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
              options: PathOptions = DEFAULT_OPTIONS) -> pl.DataFrame:
     """Everything the path can be doing on a rank, one interval per row (``rank, ts_ns,
-    end_ns, name`` and the flags ``gpu_compute, gpu_comm, host_comm, loader, host``), on the
+    end_ns, name`` and the flags ``gpu_compute, gpu_comm, host_comm, loader, host, sync``), on the
     timeline of the inputs. Host rows: communication calls on any thread; other ops on the
     main thread only (step markers excluded)."""
     kernels = gpu.filter(pl.col("dur_ns") > 0).select(
@@ -192,7 +194,7 @@ def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
         name=pl.col("name").cast(pl.String),
         gpu_compute=pl.col("gpu_class").cast(pl.String) != "comm",
         gpu_comm=pl.col("gpu_class").cast(pl.String) == "comm",
-        host_comm=pl.lit(False), loader=pl.lit(False), host=pl.lit(False))
+        host_comm=pl.lit(False), loader=pl.lit(False), host=pl.lit(False), sync=pl.lit(False))
     timed = host.filter(pl.col("dur_ns").is_not_null() & (pl.col("dur_ns") > 0)
                         & pl.col("kind").cast(pl.String).is_in(
                             ["cpu_op", "user_annotation", "python_function", "cuda_runtime",
@@ -200,7 +202,8 @@ def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
     flagged = per_name(timed, _comm=pl.col("name").cast(pl.String).str.contains(
         options.host_comm_pattern), _step=pl.col("name").cast(pl.String).str.contains(
         options.step_pattern), _loader=pl.col("name").cast(pl.String).str.contains(
-        options.dataloader_pattern)).collect()
+        options.dataloader_pattern), _sync=pl.col("name").cast(pl.String).str.contains(
+        options.sync_pattern)).collect()
     main = main_threads(host, step_pattern=options.step_pattern)
     on_main = flagged.with_columns(pl.col("rank").cast(pl.Int32)).join(
         main.with_columns(_main=pl.lit(True)), on=["rank", "tid"], how="left").with_columns(
@@ -209,7 +212,7 @@ def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
         "rank", "ts_ns", end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
         name=pl.col("name").cast(pl.String), gpu_compute=pl.lit(False), gpu_comm=pl.lit(False),
         host_comm="_comm", loader=pl.col("_loader") & ~pl.col("_comm"),
-        host=~pl.col("_comm"))
+        host=~pl.col("_comm"), sync=pl.col("_sync") | (pl.col("kind").cast(pl.String) == "sync"))
     return pl.concat([kernels, host_rows]).sort("rank", "ts_ns")
 
 
@@ -219,6 +222,21 @@ def compute_busy(act: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
     on_gpu = pl.col("rank").is_in(sorted(gpu_ranks))
     rows = act.filter(pl.when(on_gpu).then(pl.col("gpu_compute")).otherwise(pl.col("host")))
     return union(rows.select("rank", "ts_ns", "end_ns"), by=["rank"])
+
+
+def work_intervals(act: pl.DataFrame) -> pl.DataFrame:
+    """Merged ``rank, ts_ns, end_ns`` of each rank's own work: GPU compute kernels, and
+    main-thread ops (not syncs or communication calls) where the GPU runs nothing. The host
+    runs ahead of the GPU, so its ops count only where the GPU waits for it."""
+    def merged(cond: pl.Expr) -> pl.DataFrame:
+        return union(act.filter(cond).select("rank", "ts_ns", "end_ns"), by=["rank"])
+
+    seg = sweep({"compute": merged(pl.col("gpu_compute")),
+                 "gpu": merged(pl.col("gpu_compute") | pl.col("gpu_comm")),
+                 "host": merged(pl.col("host") & ~pl.col("sync"))}, by=["rank"])
+    own = ((pl.col("mask") & 1) != 0) | (((pl.col("mask") & 4) != 0) & ((pl.col("mask") & 2) == 0))
+    return union(seg.filter(own).select("rank", ts_ns="seg_start_ns", end_ns="seg_end_ns"),
+                 by=["rank"])
 
 
 _BITS = ("gpu_compute", "gpu_comm", "host_comm", "loader", "host")
@@ -340,12 +358,15 @@ def _op_depths(ops: pl.DataFrame) -> pl.DataFrame:
 @dataclass(frozen=True)
 class CriticalPath:
     """``segments``: the walk (:func:`walk`); ``pieces``: the path's pieces with their
-    ``step`` (:func:`pieces`, cut at the step boundaries of the rank they are on);
-    ``steps``: the step ranges on the aligned timeline."""
+    ``step`` (:func:`pieces`, cut at the step boundaries, :func:`with_steps`); ``steps``: the
+    step ranges, ``busy``: each rank's merged compute (:func:`compute_busy`) and ``work``:
+    its own work (:func:`work_intervals`), all on the aligned timeline."""
 
     segments: pl.DataFrame
     pieces: pl.DataFrame
     steps: pl.DataFrame
+    busy: pl.DataFrame
+    work: pl.DataFrame
 
 
 def critical_path(collective_rows: pl.DataFrame, steps: pl.DataFrame, gpu: pl.DataFrame,
@@ -362,8 +383,11 @@ def critical_path(collective_rows: pl.DataFrame, steps: pl.DataFrame, gpu: pl.Da
     gpu_ranks = set(gpu.get_column("rank").unique().to_list()) if gpu.height else set()
     bounds = span_bounds(steps) if steps.height else act.group_by("rank").agg(
         first_ns=pl.col("ts_ns").min(), last_ns=pl.col("end_ns").max()).sort("rank")
-    segments = walk(candidates(collective_rows, compute_busy(act, gpu_ranks)), bounds)
-    return CriticalPath(segments, with_steps(pieces(segments, act, gpu_ranks), steps), steps)
+    busy = compute_busy(act, gpu_ranks)
+    segments = walk(candidates(collective_rows, busy), bounds)
+    work = work_intervals(act)
+    return CriticalPath(segments, with_steps(pieces(segments, act, gpu_ranks), steps), steps,
+                        busy, work)
 
 
 def _aligned(frame: pl.DataFrame, offsets: pl.DataFrame | None) -> pl.DataFrame:
@@ -465,6 +489,40 @@ def path_top_ops(path: CriticalPath, *, n: int = 10) -> pl.DataFrame:
                           share=pl.col("path_ns") / total if total else None)
             .sort("path_ns", "name", descending=[True, False]).head(n)
             .select("name", "category", "ranks", "path_ns", "per_step_ns", "share"))
+
+
+def stretch_work(path: CriticalPath, collective_rows: pl.DataFrame) -> pl.DataFrame:
+    """For each jump of the path (``instance``, to the last arriver ``to_rank``), every rank's
+    *stretch*: from where the last arriver's own stretch on the path began (its end of the
+    collective the path passed before, or the path's start) to the rank's arrival at this
+    collective, and ``work_ns``: its work in the stretch (``CriticalPath.work``).
+    Columns: ``instance, to_rank, rank, stretch_start_ns, arrival_ns, work_ns``."""
+    seg = path.segments
+    jumps = seg.filter(pl.col("kind") == "transfer").select("instance", "to_rank")
+    if jumps.height == 0:
+        return pl.DataFrame(schema={"instance": pl.String, "to_rank": pl.Int32,
+                                    "rank": pl.Int32, "stretch_start_ns": pl.Int64,
+                                    "arrival_ns": pl.Int64, "work_ns": pl.Int64})
+    start = int(seg.get_column("start_ns").min())
+    rows = collective_rows.select(pl.col("instance").cast(pl.String),
+                                  pl.col("rank").cast(pl.Int32), "arrival_ns", "end_ns")
+    # the last arriver's stretch starts at its end of the collective the path passed before
+    begins = (jumps.with_columns(prev=pl.col("instance").shift(1))
+              .join(rows.select("instance", "rank", _from="end_ns"),
+                    left_on=["prev", "to_rank"], right_on=["instance", "rank"], how="left")
+              .select("instance", "to_rank", _from=pl.col("_from").fill_null(start)))
+    stretch = (begins.join(rows, on="instance")
+               .select("instance", "to_rank", "rank",
+                       stretch_start_ns=pl.min_horizontal("_from", "arrival_ns"),
+                       arrival_ns="arrival_ns")
+               .with_row_index("_stretch"))
+    inside = clip(path.work, stretch.select("rank", "_stretch",
+                                            window_start_ns="stretch_start_ns",
+                                            window_end_ns="arrival_ns"),
+                  by=["rank"], window_keys=["_stretch"])
+    work = inside.group_by("_stretch").agg(work_ns=(pl.col("end_ns") - pl.col("ts_ns")).sum())
+    return stretch.join(work, on="_stretch", how="left").with_columns(
+        pl.col("work_ns").fill_null(0).cast(pl.Int64)).drop("_stretch")
 
 
 def path_warnings(path: CriticalPath, collective_rows: pl.DataFrame) -> list[str]:

@@ -3,9 +3,14 @@
 Every gain is a "what if" on the critical path (:mod:`traceview.analyses.critical_path`),
 per step of the path (definitions and a worked example: ``docs/metrics.md``, *Diagnose*):
 
-* ``straggler`` (one per rank): the rank as fast as the others. At each collective where
-  the path jumps to it, the collective would have started at the second-to-last arrival:
-  the gain is the sum of its lead over that arrival (its lateness) at those jumps;
+* ``straggler`` (one per rank): the rank as fast as the median rank. At each collective
+  where the path jumps to it, its stretch on the path (from the collective the path passed
+  before to its arrival) would hold only the median rank's work over the same time
+  (``critical_path.stretch_work``: compute and main-thread ops, not waits):
+  ``gain = clamp(work_R - median_q work_q, 0, stretch_R)``. Work, not arrival times: when
+  the others' arrivals wait for the straggler through earlier collectives (NCCL kernels of
+  one stream run in order), its lead over the second-to-last arrival (``lateness``, in the
+  evidence) hides most of its cost;
 * ``exposed_communication``: communication on the path (transfer and wait) fully hidden
   under compute;
 * ``data_loading``, ``host_sync``, ``launch_bound``: the path's time in GPU gaps of one cause
@@ -29,7 +34,7 @@ from typing import Any
 
 import polars as pl
 
-from .critical_path import CriticalPath, path_categories, path_steps
+from .critical_path import CriticalPath, path_categories, path_steps, stretch_work
 from .flops import PEAK_TABLE, Peak, peak_tflops
 from .intervals import clip
 
@@ -196,19 +201,20 @@ def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame |
     on_path = jumps.join(late, on="instance").filter(pl.col("to_rank") == pl.col("last_rank"))
     if on_path.height == 0:
         return []
-    per_rank = on_path.group_by("to_rank").agg(jumps=pl.len(), late_ns=pl.col("lateness_ns")
-                                                .sum()).rename({"to_rank": "rank"})
+    per_rank = on_path.join(jump_gains(path, rows), on="instance", how="left").group_by(
+        "to_rank").agg(jumps=pl.len(), late_ns=pl.col("lateness_ns").sum(),
+                       gain_ns=pl.col("gain_ns").fill_null(0).sum()).rename({"to_rank": "rank"})
     share = _rank_shares(path)
     flagged = {} if verdicts is None else {
         r["rank"]: r for r in verdicts.iter_rows(named=True)}
     out = []
-    for r in per_rank.sort("late_ns", descending=True).iter_rows(named=True):
-        rank, gain = r["rank"], int(r["late_ns"]) // n_steps
+    for r in per_rank.sort("gain_ns", "rank", descending=[True, False]).iter_rows(named=True):
+        rank, gain = r["rank"], int(r["gain_ns"]) // n_steps
         verdict = flagged.get(rank, {})
         is_flagged = bool(verdict.get("flagged"))
         top = _top_op(path, rank)
         evidence = [
-            _ev("lateness_on_path_ns_per_step", gain, "ns"),
+            _ev("lateness_on_path_ns_per_step", int(r["late_ns"]) // n_steps, "ns"),
             _ev("jumps_to_rank_per_step", r["jumps"] / n_steps, "count"),
             _ev("path_share", share.get(rank), "ratio"),
             _ev("flagged_by_stragglers", float(is_flagged), "bool"),
@@ -232,6 +238,19 @@ def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame |
             "recommendation": RECOMMENDATIONS["straggler"].format(rank=rank),
         })
     return out
+
+
+def jump_gains(path: CriticalPath, collective_rows: pl.DataFrame) -> pl.DataFrame:
+    """``instance, gain_ns``: what each jump of the path would lose were its last arriver as
+    fast as the median rank (module docstring)."""
+    st = stretch_work(path, collective_rows)
+    last = st.filter(pl.col("rank") == pl.col("to_rank")).select(
+        "instance", "work_ns", span_ns=pl.col("arrival_ns") - pl.col("stretch_start_ns"))
+    others = st.filter(pl.col("rank") != pl.col("to_rank")).group_by("instance").agg(
+        median_work_ns=pl.col("work_ns").median())
+    gain = (pl.col("work_ns") - pl.col("median_work_ns")).clip(0)
+    return last.join(others, on="instance").select(
+        "instance", gain_ns=pl.min_horizontal(gain, "span_ns").round(0).cast(pl.Int64))
 
 
 def _rank_shares(path: CriticalPath) -> dict[int, float]:

@@ -5,7 +5,7 @@ CPU-only, two ranks, two steps (ns). Main thread tid 1, gloo work items on tid 9
 
   rank 0  step 1 [0,1000)     mm [0,100)  all_reduce [100 ............. 700)  add [700,900)
           step 2 [1000,1900)  mm [1000,1500)  all_reduce [1500,1600)  add [1600,1700)
-  rank 1  step 1 [0,1000)     mm [0,200) slow [200,600)  all_reduce [600,700)  add [700,800)
+  rank 1  step 1 [0,1000)     mm [0,200) slow [200,600)  all_reduce [600,700)  add [700,900)
           step 2 [1000,2000)  mm [1000,1100)  all_reduce [1100 ........ 1600)  add [1600,1900)
 
 Walking back from 2000 (rank 1 ends last): rank 1 [1600,2000) (add 300, idle 100); the
@@ -49,7 +49,7 @@ def cpu_run(extra: list[dict] | None = None) -> Run:
         op("aten::mm", 0, 100, 0), gloo(100, 600, 0), op("aten::add", 700, 200, 0),
         op("aten::mm", 1000, 500, 0), gloo(1500, 100, 0), op("aten::add", 1600, 100, 0),
         op("aten::mm", 0, 200, 1), op("fixture::slow", 200, 400, 1, kind="user_annotation"),
-        gloo(600, 100, 1), op("aten::add", 700, 100, 1),
+        gloo(600, 100, 1), op("aten::add", 700, 200, 1),
         op("aten::mm", 1000, 100, 1), gloo(1100, 500, 1), op("aten::add", 1600, 300, 1),
         *(extra or []),
     ]), align="none")
