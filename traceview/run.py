@@ -405,9 +405,20 @@ class Run:
 
         many = len(self.ranks_present) > 1
         _ = self.host  # read first: the steps come from it too
-        return critical_path(self.collective_ranks if many else self._no_collectives,
-                             self.steps, self.gpu, self.host,
+        return critical_path(self._path_collectives, self.steps, self.gpu, self.host,
                              offsets=self.offsets if many else None)
+
+    @property
+    def _path_collectives(self) -> pl.DataFrame:
+        """The matched collectives the path can jump through: a dispatcher op that only
+        enqueues work (an asynchronous backend's, without its kernels) arrives nowhere."""
+        if len(self.ranks_present) < 2:
+            return self._no_collectives
+        enqueued = self.match.instances.filter(pl.col("enqueue_only")).select(
+            "instance", pl.col("rank").cast(pl.Int32))
+        rows = self.collective_ranks
+        return rows if enqueued.height == 0 else rows.join(
+            enqueued, on=["instance", "rank"], how="anti")
 
     @property
     def _no_collectives(self) -> pl.DataFrame:
@@ -424,7 +435,7 @@ class Run:
 
         path = self.path
         many = len(self.ranks_present) > 1
-        notes = path_warnings(path, self.collective_ranks if many else self._no_collectives)
+        notes = path_warnings(path, self._path_collectives)
         res = self._result("critical_path", {
             "window": self.window_info, "ranks": path_ranks(path, self.ranks_table),
             "steps": path_steps(path), "categories": path_categories(path),
@@ -438,17 +449,26 @@ class Run:
         tokens_per_step, flops_per_step, peak_tflops, dtype). Main table ``findings``."""
         from traceview.analyses.diagnose import ModelSize, diagnose
 
+        from traceview.analyses.critical_path import path_warnings
+
         many = len(self.ranks_present) > 1
-        found = diagnose(self.path, collective_rows=self.collective_ranks if many
-                         else self._no_collectives,
-                         stragglers=self._stragglers if many else None,
+        notes = path_warnings(self.path, self._path_collectives)
+        verdicts = None
+        if many:
+            try:
+                verdicts = self._stragglers
+            except Exception as exc:  # a partial answer with the reason, never a traceback
+                notes.append(f"diagnose: straggler analysis failed ({type(exc).__name__}: "
+                             f"{exc}): no straggler is rated high")
+        found = diagnose(self.path, collective_rows=self._path_collectives,
+                         stragglers=verdicts,
                          gaps=self.gap_rows() if self.gpu.height else None,
                          gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
                          devices=self.ranks, model=ModelSize(**model))
         res = self._result("diagnose", {"window": self.window_info, **found},
                            main="findings", uses=("gpu", "match", "offsets") if many
                            else ("gpu",))
-        return res
+        return dataclasses.replace(res, warnings=(*res.warnings, *notes))
 
     # --- helpers ------------------------------------------------------------------------------
 
