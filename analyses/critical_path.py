@@ -284,7 +284,9 @@ def _uncovered(windows: pl.DataFrame, busy: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64})
     merged = union(busy.select("rank", ts_ns="start_ns", end_ns="end_ns"), by=["rank"])
     bounds = windows.select("rank", "segment", "window_start_ns", "window_end_ns")
-    inside = clip(merged, bounds, by=["rank"], window_keys=["segment"])
+    # complement wants each group's intervals in time order; clip returns them in its own
+    inside = clip(merged, bounds, by=["rank"], window_keys=["segment"]).sort(
+        "rank", "segment", "ts_ns")
     gaps = complement(inside, by=["rank", "segment"], bounds=bounds)
     return gaps.select(pl.col("rank").cast(pl.Int32), start_ns="gap_start_ns",
                        end_ns="gap_end_ns")
@@ -525,10 +527,16 @@ def stretch_work(path: CriticalPath, collective_rows: pl.DataFrame) -> pl.DataFr
         pl.col("work_ns").fill_null(0).cast(pl.Int64)).drop("_stretch")
 
 
-def path_warnings(path: CriticalPath, collective_rows: pl.DataFrame) -> list[str]:
-    """What limits the path's answer: jumps decided within the clock alignment's
-    uncertainty, collectives on the path missing ranks of their group, no steps."""
+def path_warnings(path: CriticalPath, collective_rows: pl.DataFrame, *,
+                  world_size: int | None = None, ranks: int | None = None) -> list[str]:
+    """What limits the path's answer: ranks of the job not in the trace (``world_size``
+    against the ``ranks`` present), jumps decided within the clock alignment's uncertainty,
+    collectives on the path missing ranks of their group, no steps."""
     out: list[str] = []
+    if world_size and ranks and ranks < world_size:
+        out.append(f"critical path: {world_size - ranks} of {world_size} ranks are not in the "
+                   "trace: the path cannot jump to them, and waiting for them shows as "
+                   "communication")
     jumps = path.segments.filter(pl.col("kind") == "transfer").select("instance").unique()
     if jumps.height:
         inst = collective_rows.group_by("instance").agg(

@@ -140,7 +140,7 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
              if f.get("keep") or (f["gain_share"] is not None and f["gain_share"] >= KEEP)]
     bound = _bound(cats)
     mfu = _mfu(model, step_ns, devices, table)
-    info = [_bound_finding(bound)]
+    info = [_bound_finding(bound)] if path.pieces.height else []
     if mfu is not None and mfu.get("mfu") is not None:
         info.append(_mfu_finding(mfu, bound))
     rows = sorted(found, key=lambda f: (-f["gain_ns_per_step"], f["id"], f.get("rank") or 0))

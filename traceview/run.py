@@ -409,6 +409,16 @@ class Run:
                              offsets=self.offsets if many else None)
 
     @property
+    def _world(self) -> dict[str, int | None]:
+        """The job's world size (from the files) and the ranks in the window, when the window
+        is the whole job (a choice of ranks leaves the others out on purpose)."""
+        if self.window.ranks is not None or "world_size" not in self.ranks.columns:
+            return {}
+        sizes = self.ranks.get_column("world_size").drop_nulls()
+        return {"world_size": int(sizes.max()) if sizes.len() else None,
+                "ranks": len(self.ranks_present)}
+
+    @property
     def _path_collectives(self) -> pl.DataFrame:
         """The matched collectives the path can jump through: a dispatcher op that only
         enqueues work (an asynchronous backend's, without its kernels) arrives nowhere."""
@@ -435,7 +445,7 @@ class Run:
 
         path = self.path
         many = len(self.ranks_present) > 1
-        notes = path_warnings(path, self._path_collectives)
+        notes = path_warnings(path, self._path_collectives, **self._world)
         res = self._result("critical_path", {
             "window": self.window_info, "ranks": path_ranks(path, self.ranks_table),
             "steps": path_steps(path), "categories": path_categories(path),
@@ -452,7 +462,7 @@ class Run:
         from traceview.analyses.critical_path import path_warnings
 
         many = len(self.ranks_present) > 1
-        notes = path_warnings(self.path, self._path_collectives)
+        notes = path_warnings(self.path, self._path_collectives, **self._world)
         verdicts = None
         if many:
             try:
