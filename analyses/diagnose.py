@@ -310,10 +310,13 @@ def _gap_findings(path: CriticalPath, gaps: pl.DataFrame | None, gpu_ranks: list
                       window_keys=["cause"])
         by_cause = dict(inside.group_by("cause").agg(
             (pl.col("end_ns") - pl.col("start_ns")).sum()).iter_rows())
-        in_gaps = int(sum(by_cause.values()))
-        launch_outside = int(on_gpu.filter(pl.col("category") == "launch_host").select(
-            (pl.col("end_ns") - pl.col("start_ns")).sum()).item() or 0)
-        by_cause["host"] = by_cause.get("host", 0) + max(launch_outside - in_gaps, 0)
+        # launch/host time outside every gap (before the first kernel, say) is launch-bound
+        def launching(frame: pl.DataFrame) -> int:
+            return int(frame.filter(pl.col("category") == "launch_host").select(
+                (pl.col("end_ns") - pl.col("start_ns")).sum()).item() or 0)
+
+        outside = launching(on_gpu) - launching(inside)
+        by_cause["host"] = by_cause.get("host", 0) + max(outside, 0)
     cpu_loading = int(p.filter(~pl.col("rank").is_in(gpu_ranks)
                                & (pl.col("category") == "data_loading")).select(
         (pl.col("end_ns") - pl.col("start_ns")).sum()).item() or 0)

@@ -194,3 +194,24 @@ def test_real_balanced_runs_cover_the_step(name: str) -> None:
     steps = traceview.open(DATA / name, cache=False).critical_path()["steps"]
     total = steps.get_column("path_ns").sum() / steps.get_column("step_ns").sum()
     assert 0.98 < total < 1.2
+
+
+def test_complement_with_an_interval_at_the_bound() -> None:
+    """The zero-length sentinel at the bound and an interval starting there tie on start: the
+    gap must not swallow the interval, whichever order a sort gives them."""
+    from traceview.analyses.intervals import complement
+
+    merged = pl.DataFrame({"g": [0, 0], "ts_ns": [10, 50], "end_ns": [30, 60]})
+    bounds = pl.DataFrame({"g": [0], "window_start_ns": [10], "window_end_ns": [100]})
+    for _ in range(20):  # a non-stable sort chose either order at random
+        assert complement(merged, by=["g"], bounds=bounds).rows() == [(0, 30, 50), (0, 60, 100)]
+
+
+def test_a_rank_missing_from_the_trace_is_named(tmp_path: Path) -> None:
+    import shutil
+
+    for rank in (0, 1, 3):
+        src = DATA / "gloo_ddp_4r_noisy_slow2" / f"rank-{rank}.gloo_ddp.pt.trace.json.gz"
+        shutil.copy(src, tmp_path / src.name)
+    res = traceview.open(tmp_path, cache=False).critical_path()
+    assert any("1 of 4 ranks are not in the trace" in w for w in res.warnings)

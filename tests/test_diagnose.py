@@ -131,3 +131,30 @@ def test_synthetic_nccl_slow_rank_gain_is_the_injected_delay(tmp_path: Path) -> 
     even = traceview.open(tmp_path / "even", cache=False).diagnose()["findings"]
     assert even.filter((pl.col("id") == "straggler") & (pl.col("severity") == "high")).height \
         == 0
+
+
+def test_gpu_gap_causes_on_the_path() -> None:
+    """One GPU rank, one step [0,1000), no collective: the path is the whole step.
+
+    host: launch [10,20), cudaDeviceSynchronize [25,200), DataLoader [200,500),
+          launch [500,510), cudaDeviceSynchronize [710,780), launch [790,800)
+    GPU:  k1 [30,200), k2 [520,700), k3 [810,900)
+    gaps: [200,520) data_loading (the DataLoader op overlaps it), [700,810) sync.
+    On the path, inside [200,520): data loading 300 + launch 10 + idle 10 = 320 ns; inside
+    [700,810): 110 ns; launch/host outside any gap: [10,20) and [25,30) = 15 ns (1.5%: low).
+    """
+    from gpu_trace_helpers import frame, kernel, launch, row, step
+
+    ev = frame([
+        step(1, 0, 1000), launch(10, 10, 1), launch(25, 175, 90, name="cudaDeviceSynchronize"),
+        row("cpu_op", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 200, 300,
+            pid=1, tid=1),
+        launch(500, 10, 2), launch(710, 70, 91, name="cudaDeviceSynchronize"),
+        launch(790, 10, 3),
+        kernel("k1", 30, 170, corr=1), kernel("k2", 520, 180, corr=2),
+        kernel("k3", 810, 90, corr=3)])
+    res = traceview.Run.from_events(ev).diagnose()
+    assert _rows(res) == [("data_loading", None, "high", 320), ("host_sync", None, "high", 110),
+                          ("launch_bound", None, "low", 15), ("bound", None, "info", None)]
+    assert res["bound"]["bound"] == "compute"
+    assert "num_workers" in res["findings"].row(0, named=True)["recommendation"]
