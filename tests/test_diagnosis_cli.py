@@ -99,3 +99,10 @@ def test_report_has_the_critical_path_section(cache) -> None:
     section = section[:section.index("</section>")]
     assert "Rank 1 holds the others back" in section
     assert "fixture::extra_compute" in section
+
+
+def test_bare_steps_lists_every_step_and_a_range_is_the_window(capsys, cache) -> None:
+    every = _json(capsys, ["critical-path", SLOW, "--cache-dir", cache, "--steps"])
+    assert [s["step"] for s in every["steps"]] == [2, 3, 4, 5]
+    window = _json(capsys, ["critical-path", SLOW, "--cache-dir", cache, "--steps", "3:5"])
+    assert [s["step"] for s in window["steps"]] == [3, 4]

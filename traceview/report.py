@@ -124,7 +124,11 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
     if kernels.height == 0:
         notes["kernels"] = ["no GPU kernels: the top host operators by self time are shown"]
 
-    path = run.critical_path(top=top)
+    try:  # a partial report with the reason, never none
+        path, todo = run.critical_path(top=top), run.diagnose()
+    except Exception as exc:
+        path = todo = None
+        notes["critical-path"] = [f"critical path failed: {type(exc).__name__}: {exc}"]
     ranks = run.ranks
     meta = {
         "ranks": n_ranks,
@@ -142,8 +146,9 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                       stragglers=strag, gap_causes=causes, largest_gaps=biggest,
                       top_kernels=kernels, top_cpu_ops=ops, offsets=offsets, notes=notes,
                       warnings=[*run.warnings, *run.table_warnings("match", "offsets"),
-                                *(w for w in path.warnings if w.startswith("critical path:"))],
-                      critical_path=path, diagnose=run.diagnose())
+                                *(w for w in (path.warnings if path else ())
+                                  if w.startswith("critical path:"))],
+                      critical_path=path, diagnose=todo)
 
 
 def _first(ranks: pl.DataFrame | None, col: str) -> Any:
@@ -335,7 +340,9 @@ def _critical_path_section(data: ReportData) -> list[str]:
     to-do list of ``diagnose``, biggest gain first."""
     cp, dx = data.critical_path, data.diagnose
     if cp is None or dx is None:
-        return []
+        failed = data.notes.get("critical-path", [])
+        return ['<section id="critical-path"><h2>Critical path and what to fix</h2>',
+                _notes(failed), "</section>"] if failed else []
     cats = pl.DataFrame([{"category": c, **v} for c, v in cp["categories"].items()])
     todo = dx["findings"].filter(pl.col("severity") != "info")
     info = [f["title"] for f in dx["findings"].filter(pl.col("severity") == "info")

@@ -32,7 +32,8 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     if command == "critical-path":
         p.add_argument("--top", type=int, default=10, help="ops on the path to list")
         p.add_argument("--per-step", action="store_true",
-                       help="list every step (default: a summary when there are many)")
+                       help="list every step (default: the first 12); bare --steps too")
+        _steps_also_a_flag(p)
         p.set_defaults(run=run_critical_path)
         return
     model = p.add_argument_group("model size, for MFU")
@@ -54,7 +55,21 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     p.set_defaults(run=run_diagnose)
 
 
+#: ``critical-path --steps`` without a range: list every step (the issue's spelling).
+EVERY_STEP = "every step"
+
+
+def _steps_also_a_flag(p: argparse.ArgumentParser) -> None:
+    """``--steps A:B`` stays the window; a bare ``--steps`` lists every step."""
+    for action in p._actions:
+        if "--steps" in action.option_strings:
+            action.nargs, action.const = "?", EVERY_STEP
+            action.help = f"{action.help}; without a range: list every step"
+
+
 def run_critical_path(args: argparse.Namespace) -> int:
+    if getattr(args, "steps", None) == EVERY_STEP:
+        args.steps, args.per_step = None, True
     result = open_run(args).critical_path(top=args.top)
     if emit_result(result, args):
         return 0
