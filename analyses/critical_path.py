@@ -224,19 +224,23 @@ def compute_busy(act: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
     return union(rows.select("rank", "ts_ns", "end_ns"), by=["rank"])
 
 
-def work_intervals(act: pl.DataFrame) -> pl.DataFrame:
-    """Merged ``rank, ts_ns, end_ns`` of each rank's own work: GPU compute kernels, and
-    main-thread ops (not syncs or communication calls) where the GPU runs nothing. The host
-    runs ahead of the GPU, so its ops count only where the GPU waits for it."""
+def wait_intervals(act: pl.DataFrame) -> pl.DataFrame:
+    """Merged ``rank, ts_ns, end_ns`` where each rank waits: a communication call or kernel is
+    in flight and the rank does no work of its own (GPU compute kernels; main-thread ops, not
+    syncs, where the GPU runs nothing: the host runs ahead of the GPU). Everything else,
+    idle included, is the rank's own time."""
     def merged(cond: pl.Expr) -> pl.DataFrame:
         return union(act.filter(cond).select("rank", "ts_ns", "end_ns"), by=["rank"])
 
     seg = sweep({"compute": merged(pl.col("gpu_compute")),
                  "gpu": merged(pl.col("gpu_compute") | pl.col("gpu_comm")),
-                 "host": merged(pl.col("host") & ~pl.col("sync"))}, by=["rank"])
-    own = ((pl.col("mask") & 1) != 0) | (((pl.col("mask") & 4) != 0) & ((pl.col("mask") & 2) == 0))
-    return union(seg.filter(own).select("rank", ts_ns="seg_start_ns", end_ns="seg_end_ns"),
-                 by=["rank"])
+                 "host": merged(pl.col("host") & ~pl.col("sync")),
+                 "comm": merged(pl.col("gpu_comm") | pl.col("host_comm"))}, by=["rank"])
+    bit = {name: (pl.col("mask") & (1 << i)) != 0
+           for i, name in enumerate(("compute", "gpu", "host", "comm"))}
+    own_work = bit["compute"] | (bit["host"] & ~bit["gpu"])
+    return union(seg.filter(bit["comm"] & ~own_work).select(
+        "rank", ts_ns="seg_start_ns", end_ns="seg_end_ns"), by=["rank"])
 
 
 _BITS = ("gpu_compute", "gpu_comm", "host_comm", "loader", "host")
@@ -361,14 +365,14 @@ def _op_depths(ops: pl.DataFrame) -> pl.DataFrame:
 class CriticalPath:
     """``segments``: the walk (:func:`walk`); ``pieces``: the path's pieces with their
     ``step`` (:func:`pieces`, cut at the step boundaries, :func:`with_steps`); ``steps``: the
-    step ranges, ``busy``: each rank's merged compute (:func:`compute_busy`) and ``work``:
-    its own work (:func:`work_intervals`), all on the aligned timeline."""
+    step ranges, ``busy``: each rank's merged compute (:func:`compute_busy`) and ``waits``:
+    where it waits on communication (:func:`wait_intervals`), all on the aligned timeline."""
 
     segments: pl.DataFrame
     pieces: pl.DataFrame
     steps: pl.DataFrame
     busy: pl.DataFrame
-    work: pl.DataFrame
+    waits: pl.DataFrame
 
 
 def critical_path(collective_rows: pl.DataFrame, steps: pl.DataFrame, gpu: pl.DataFrame,
@@ -387,9 +391,8 @@ def critical_path(collective_rows: pl.DataFrame, steps: pl.DataFrame, gpu: pl.Da
         first_ns=pl.col("ts_ns").min(), last_ns=pl.col("end_ns").max()).sort("rank")
     busy = compute_busy(act, gpu_ranks)
     segments = walk(candidates(collective_rows, busy), bounds)
-    work = work_intervals(act)
     return CriticalPath(segments, with_steps(pieces(segments, act, gpu_ranks), steps), steps,
-                        busy, work)
+                        busy, wait_intervals(act))
 
 
 def _aligned(frame: pl.DataFrame, offsets: pl.DataFrame | None) -> pl.DataFrame:
@@ -493,18 +496,19 @@ def path_top_ops(path: CriticalPath, *, n: int = 10) -> pl.DataFrame:
             .select("name", "category", "ranks", "path_ns", "per_step_ns", "share"))
 
 
-def stretch_work(path: CriticalPath, collective_rows: pl.DataFrame) -> pl.DataFrame:
+def stretch_own(path: CriticalPath, collective_rows: pl.DataFrame) -> pl.DataFrame:
     """For each jump of the path (``instance``, to the last arriver ``to_rank``), every rank's
     *stretch*: from where the last arriver's own stretch on the path began (its end of the
     collective the path passed before, or the path's start) to the rank's arrival at this
-    collective, and ``work_ns``: its work in the stretch (``CriticalPath.work``).
-    Columns: ``instance, to_rank, rank, stretch_start_ns, arrival_ns, work_ns``."""
+    collective, and ``own_ns``: the stretch's time less the rank's waits on communication
+    (``CriticalPath.waits``). Columns: ``instance, to_rank, rank, stretch_start_ns,
+    arrival_ns, own_ns``."""
     seg = path.segments
     jumps = seg.filter(pl.col("kind") == "transfer").select("instance", "to_rank")
     if jumps.height == 0:
         return pl.DataFrame(schema={"instance": pl.String, "to_rank": pl.Int32,
                                     "rank": pl.Int32, "stretch_start_ns": pl.Int64,
-                                    "arrival_ns": pl.Int64, "work_ns": pl.Int64})
+                                    "arrival_ns": pl.Int64, "own_ns": pl.Int64})
     start = int(seg.get_column("start_ns").min())
     rows = collective_rows.select(pl.col("instance").cast(pl.String),
                                   pl.col("rank").cast(pl.Int32), "arrival_ns", "end_ns")
@@ -518,13 +522,14 @@ def stretch_work(path: CriticalPath, collective_rows: pl.DataFrame) -> pl.DataFr
                        stretch_start_ns=pl.min_horizontal("_from", "arrival_ns"),
                        arrival_ns="arrival_ns")
                .with_row_index("_stretch"))
-    inside = clip(path.work, stretch.select("rank", "_stretch",
-                                            window_start_ns="stretch_start_ns",
-                                            window_end_ns="arrival_ns"),
+    inside = clip(path.waits, stretch.select("rank", "_stretch",
+                                             window_start_ns="stretch_start_ns",
+                                             window_end_ns="arrival_ns"),
                   by=["rank"], window_keys=["_stretch"])
-    work = inside.group_by("_stretch").agg(work_ns=(pl.col("end_ns") - pl.col("ts_ns")).sum())
-    return stretch.join(work, on="_stretch", how="left").with_columns(
-        pl.col("work_ns").fill_null(0).cast(pl.Int64)).drop("_stretch")
+    waited = inside.group_by("_stretch").agg(_wait=(pl.col("end_ns") - pl.col("ts_ns")).sum())
+    return stretch.join(waited, on="_stretch", how="left").with_columns(
+        own_ns=(pl.col("arrival_ns") - pl.col("stretch_start_ns")
+                - pl.col("_wait").fill_null(0)).cast(pl.Int64)).drop("_stretch", "_wait")
 
 
 def path_warnings(path: CriticalPath, collective_rows: pl.DataFrame, *,

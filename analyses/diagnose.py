@@ -5,11 +5,12 @@ per step of the path (definitions and a worked example: ``docs/metrics.md``, *Di
 
 * ``straggler`` (one per rank): the rank as fast as the median rank. At each collective
   where the path jumps to it, its stretch on the path (from the collective the path passed
-  before to its arrival) would hold only the median rank's work over the same time
-  (``critical_path.stretch_work``: compute and main-thread ops, not waits):
-  ``gain = clamp(work_R - median_q work_q, 0, stretch_R)``. Work, not arrival times: when
-  the others' arrivals wait for the straggler through earlier collectives (NCCL kernels of
-  one stream run in order), its lead over the second-to-last arrival (``lateness``, in the
+  before to its arrival: all its own time, or the path would have jumped) would take only
+  the median rank's own time over the same stretch (``critical_path.stretch_own``: the time
+  to its own arrival, less its waits on communication):
+  ``gain = clamp(own_R - median_q own_q, 0, own_R)``. Own time, not arrival times: when the
+  others' arrivals wait for the straggler through earlier collectives (NCCL kernels of one
+  stream run in order), its lead over the second-to-last arrival (``lateness``, in the
   evidence) hides most of its cost;
 * ``exposed_communication``: communication on the path (transfer and wait) fully hidden
   under compute;
@@ -34,7 +35,7 @@ from typing import Any
 
 import polars as pl
 
-from .critical_path import CriticalPath, path_categories, path_steps, stretch_work
+from .critical_path import CriticalPath, path_categories, path_steps, stretch_own
 from .flops import PEAK_TABLE, Peak, peak_tflops
 from .intervals import clip
 
@@ -243,14 +244,13 @@ def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame |
 def jump_gains(path: CriticalPath, collective_rows: pl.DataFrame) -> pl.DataFrame:
     """``instance, gain_ns``: what each jump of the path would lose were its last arriver as
     fast as the median rank (module docstring)."""
-    st = stretch_work(path, collective_rows)
-    last = st.filter(pl.col("rank") == pl.col("to_rank")).select(
-        "instance", "work_ns", span_ns=pl.col("arrival_ns") - pl.col("stretch_start_ns"))
+    st = stretch_own(path, collective_rows)
+    last = st.filter(pl.col("rank") == pl.col("to_rank")).select("instance", "own_ns")
     others = st.filter(pl.col("rank") != pl.col("to_rank")).group_by("instance").agg(
-        median_work_ns=pl.col("work_ns").median())
-    gain = (pl.col("work_ns") - pl.col("median_work_ns")).clip(0)
+        median_own_ns=pl.col("own_ns").median())
+    gain = (pl.col("own_ns") - pl.col("median_own_ns")).clip(0)
     return last.join(others, on="instance").select(
-        "instance", gain_ns=pl.min_horizontal(gain, "span_ns").round(0).cast(pl.Int64))
+        "instance", gain_ns=pl.min_horizontal(gain, "own_ns").round(0).cast(pl.Int64))
 
 
 def _rank_shares(path: CriticalPath) -> dict[int, float]:

@@ -1,13 +1,14 @@
 """What to fix first (analyses/diagnose.py): gains derived by hand on the timelines of
 tests/test_critical_path.py, and on the real gloo runs with a rank slowed on purpose.
 
-CPU timeline (see test_critical_path). The path jumps to rank 1 at the step-1 all-reduce:
-its stretch [0,600) holds 600 ns of work (mm 200, slow 400), rank 0's stretch [0,100) 100
-(mm): gain 500. It jumps to rank 0 at the step-2 one: rank 0's stretch from its end of the
-step-1 all-reduce, [700,1500), holds 700 (add 200, mm 500); rank 1's [700,1100) 300 (add 200,
-mm 100): gain 400. Per step (2 steps): rank 1 250 ns, rank 0 200 ns. Exposed communication:
-the two transfers, 2 x 100 ns = 100 ns per step. Mean step (1000 + 950) / 2 = 975 ns.
-Neither rank is flagged by the straggler analysis (one slow step each): low severity.
+CPU timeline (see test_critical_path). A rank's *own* time in a stretch is the stretch less
+its waits on communication. The path jumps to rank 1 at the step-1 all-reduce: its stretch
+[0,600) is all its own (600), rank 0's [0,100) too (100): gain 500. It jumps to rank 0 at the
+step-2 one: rank 0's stretch from its end of the step-1 all-reduce, [700,1500), 800 own;
+rank 1's [700,1100), 400 own: gain 400. Per step (2 steps): rank 1 250 ns, rank 0 200 ns.
+Exposed communication: the two transfers, 2 x 100 ns = 100 ns per step. Mean step (1000 +
+950) / 2 = 975 ns. Neither rank is flagged by the straggler analysis (one slow step each):
+low severity.
 """
 
 from __future__ import annotations
@@ -53,9 +54,8 @@ def test_a_flagged_straggler_is_high_severity() -> None:
 
 
 def test_gpu_launch_gain_and_mfu() -> None:
-    """GPU timeline of test_critical_path: at the one all-reduce rank 1's stretch [0,700)
-    holds 630 ns of work (sgemm 600, and the launches [50,80) while its GPU runs nothing);
-    rank 0's [0,300) 230 (sgemm 200, launches 30): gain 400; the path spends 30 ns launching while the GPU idles (3% of the 1000 ns step:
+    """GPU timeline of test_critical_path: at the one all-reduce rank 1's stretch [0,700) is
+    700 ns of its own time, rank 0's [0,300) 300: gain 400; the path spends 30 ns launching while the GPU idles (3% of the 1000 ns step:
     medium); MFU: 6 x 1e6 params x 1e3 tokens = 6e9 FLOP per 1 us step on 2 devices of 989.5
     TFLOP/s (H100 SXM, bf16) = 3e15 FLOP/s per device, 0.303 of the peak."""
     run = gpu_run()
@@ -95,7 +95,7 @@ SLOWED = [("gloo_ddp_4r_noisy_slow2", 2), ("gloo_ddp_2r_slow1", 1), ("gloo_tp_dp
 
 @pytest.mark.parametrize(("name", "slow"), SLOWED)
 def test_real_slowed_runs_first_finding_names_the_slow_rank(name: str, slow: int) -> None:
-    """Measured: 33.7 ms (4 ranks, noisy), 30.2 ms (2 ranks), 25.5 ms (TP x DP: in its last
+    """Measured: 34.2 ms (4 ranks, noisy), 29.7 ms (2 ranks), 24.9 ms (TP x DP: in its last
     step the path reaches the slow rank through a barrier the matcher cannot place in a group,
     with a warning, so that step gains nothing)."""
     first = traceview.open(DATA / name, cache=False).diagnose()["findings"].row(0, named=True)
@@ -115,7 +115,7 @@ def test_real_balanced_runs_have_no_high_straggler(name: str) -> None:
 def test_synthetic_nccl_slow_rank_gain_is_the_injected_delay(tmp_path: Path) -> None:
     """The fast ranks wait for rank 5 inside their NCCL kernels, and their later buckets wait
     on the earlier ones (one stream): at the exposed last bucket rank 5 leads the others by
-    only ~0.7 ms. Its extra work in the stretch is the full 3 ms."""
+    only ~0.7 ms. Its own time in the stretch exceeds theirs by the full 3 ms."""
     from fixtures.synthetic import SyntheticSpec, generate
 
     generate(SyntheticSpec(world_size=8, steps=4, seed=9, slow_rank=5,
@@ -158,3 +158,23 @@ def test_gpu_gap_causes_on_the_path() -> None:
                           ("launch_bound", None, "low", 15), ("bound", None, "info", None)]
     assert res["bound"]["bound"] == "compute"
     assert "num_workers" in res["findings"].row(0, named=True)["recommendation"]
+
+
+def test_a_straggler_slowed_on_the_host_without_an_op() -> None:
+    """Rank 1's host sleeps with nothing recorded (a bare time.sleep): it launches sgemm only
+    at 490 (sgemm [500,700)), NCCL [700,800). Rank 0: sgemm [100,300), NCCL [300 ... 800).
+    Rank 1's stretch [0,700) is all its own time (no communication in flight): 700; rank 0's
+    [0,300): 300. Gain 400, though rank 1's GPU computes no more than rank 0's."""
+    from gpu_trace_helpers import frame, kernel, launch, step
+
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    rows = []
+    for rank, (at, sgemm_at, dur) in enumerate([(90, 100, 200), (490, 500, 200)]):
+        rows += [step(1, 0, 1000, rank=rank),
+                 {**launch(at, 5, 1, rank=rank), "pid": rank + 1},
+                 {**launch(at + 5, 5, 2, rank=rank), "pid": rank + 1},
+                 kernel("sgemm", sgemm_at, dur, corr=1, rank=rank),
+                 kernel(nccl, sgemm_at + dur, 800 - sgemm_at - dur, corr=2, rank=rank,
+                        stream=20, bytes=4096, group_size=2)]
+    res = traceview.Run.from_events(frame(rows), align="none").diagnose()
+    assert _rows(res)[0] == ("straggler", 1, "low", 400)
