@@ -327,14 +327,7 @@ def _innermost(p: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     at the current nesting depth is the one that started last at that depth."""
     if p.height == 0 or ops.height == 0:
         return p.with_columns(name=pl.lit(None, pl.String))
-    points = pl.concat([
-        ops.select("rank", _t="ts_ns", _d=pl.lit(1, pl.Int32), _o=pl.lit(1, pl.Int8)),
-        ops.select("rank", _t="end_ns", _d=pl.lit(-1, pl.Int32), _o=pl.lit(0, pl.Int8)),
-    ]).sort("rank", "_t", "_o").with_columns(depth=pl.col("_d").cum_sum().over("rank"))
-    op_depth = _op_depths(ops)
-    # the nesting depth after every point at a time: what is open from then on
-    level = points.group_by("rank", "_t", maintain_order=True).agg(
-        pl.col("depth").last()).sort("_t")
+    op_depth, level = _nesting(ops)
     at = p.sort("start_ns").join_asof(level, left_on="start_ns", right_on="_t", by="rank",
                                       strategy="backward", check_sortedness=False).drop("_t")
     right = op_depth.select("rank", "depth", _ts="ts_ns", _end="end_ns",
@@ -345,18 +338,23 @@ def _innermost(p: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
                             .then(pl.col("_name"))).drop("_ts", "_end", "_name", "depth")
 
 
-def _op_depths(ops: pl.DataFrame) -> pl.DataFrame:
-    """``ops`` with ``depth``: how many ops of the rank's thread are open at its start,
-    itself included (1 for a top-level op)."""
+def _nesting(ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``ops`` (one thread per rank) with ``depth``, how many ops are open at its start, itself
+    included; and ``rank, _t, depth``: the depth from each start or end point on. One sweep:
+    +1 at a start, -1 at an end; at one time ends first, and of two ops starting together the
+    longer (the parent) first."""
     tagged = ops.with_row_index("_i")
     points = pl.concat([
         tagged.select("rank", "_i", _t="ts_ns", _d=pl.lit(1, pl.Int32), _o=pl.lit(1, pl.Int8),
                       _len=pl.col("ts_ns") - pl.col("end_ns")),
         tagged.select("rank", "_i", _t="end_ns", _d=pl.lit(-1, pl.Int32), _o=pl.lit(0, pl.Int8),
                       _len=pl.lit(0, pl.Int64)),
-    ]).sort("rank", "_t", "_o", "_len").with_columns(depth=pl.col("_d").cum_sum().over("rank"))
-    depth = points.filter(pl.col("_o") == 1).select("_i", "depth")
-    return tagged.join(depth, on="_i").drop("_i")
+    ]).sort("rank", "_t", "_o", "_len", "_i").with_columns(
+        depth=pl.col("_d").cum_sum().over("rank"))
+    op_depth = tagged.join(points.filter(pl.col("_o") == 1).select("_i", "depth"), on="_i")
+    level = points.group_by("rank", "_t", maintain_order=True).agg(
+        pl.col("depth").last()).sort("_t")
+    return op_depth.drop("_i"), level
 
 
 # --- the whole analysis, and what it says per step, rank, category and op --------------------
