@@ -6,7 +6,7 @@ per step of the path (definitions and a worked example: ``docs/metrics.md``, *Di
 * ``straggler`` (one per rank): the rank as fast as the median rank. At each collective
   where the path jumps to it, its stretch on the path (from the collective the path passed
   before to its arrival: all its own time, or the path would have jumped) would take only
-  the median rank's own time over the same stretch (``critical_path.stretch_own``: the time
+  the median rank's own time over the same stretch (``path_summary.stretch_own``: the time
   to its own arrival, less its waits on communication):
   ``gain = clamp(own_R - median_q own_q, 0, own_R)``. Own time, not arrival times: when the
   others' arrivals wait for the straggler through earlier collectives (NCCL kernels of one
@@ -35,7 +35,8 @@ from typing import Any
 
 import polars as pl
 
-from .critical_path import CriticalPath, path_categories, path_steps, stretch_own
+from .critical_path import CriticalPath
+from .path_summary import path_categories, path_steps, stretch_own
 from .flops import PEAK_TABLE, Peak, peak_tflops
 from .intervals import clip
 

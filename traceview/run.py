@@ -439,7 +439,7 @@ class Run:
     def critical_path(self, *, top: int = 10) -> Result:
         """The cross-rank critical path: per step ``path_ns`` against ``step_ns``, each rank's
         ``share``, the categories and the top ops on it; main table ``steps``."""
-        from traceview.analyses.critical_path import (
+        from traceview.analyses.path_summary import (
             path_categories, path_ranks, path_steps, path_top_ops, path_warnings,
         )
 
@@ -459,7 +459,7 @@ class Run:
         tokens_per_step, flops_per_step, peak_tflops, dtype). Main table ``findings``."""
         from traceview.analyses.diagnose import ModelSize, diagnose
 
-        from traceview.analyses.critical_path import path_warnings
+        from traceview.analyses.path_summary import path_warnings
 
         many = len(self.ranks_present) > 1
         notes = path_warnings(self.path, self._path_collectives, **self._world)
