@@ -183,15 +183,27 @@ def main_threads(host: pl.DataFrame, *, step_pattern: str = STEP_PATTERN) -> pl.
             .with_columns(pl.col("rank").cast(pl.Int32)))
 
 
+def host_threads(host: pl.DataFrame, *, step_pattern: str = STEP_PATTERN) -> pl.DataFrame:
+    """``rank, tid``: the threads that drive each rank's work: its main thread (the one with
+    the step markers) and every thread that calls the GPU runtime (on a GPU job, backward runs
+    and launches on the autograd engine's own thread)."""
+    launching = host.filter(pl.col("kind").cast(pl.String).is_in(
+        ["cuda_runtime", "cuda_driver", "sync"]) & pl.col("tid").is_not_null()).select(
+        pl.col("rank").cast(pl.Int32), "tid").unique()
+    return pl.concat([main_threads(host, step_pattern=step_pattern), launching]).unique() \
+        .sort("rank", "tid")
+
+
 def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
              options: PathOptions = DEFAULT_OPTIONS) -> pl.DataFrame:
-    """Everything the path can be doing on a rank, one interval per row (``rank, ts_ns,
-    end_ns, name`` and the flags ``gpu_compute, gpu_comm, host_comm, loader, host, sync``), on the
-    timeline of the inputs. Host rows: communication calls on any thread; other ops on the
-    main thread only (step markers excluded)."""
+    """Everything the path can be doing on a rank, one interval per row (``rank, tid, ts_ns,
+    end_ns, name`` and the flags ``gpu_compute, gpu_comm, host_comm, loader, host, sync``), on
+    the timeline of the inputs. Host rows: communication calls on any thread; other ops on
+    the threads that drive the rank's work (:func:`host_threads`; step markers excluded).
+    GPU rows have a null ``tid``."""
     kernels = gpu.filter(pl.col("dur_ns") > 0).select(
-        pl.col("rank").cast(pl.Int32), "ts_ns", end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
-        name=pl.col("name").cast(pl.String),
+        pl.col("rank").cast(pl.Int32), tid=pl.lit(None, pl.Int64), ts_ns="ts_ns",
+        end_ns=pl.col("ts_ns") + pl.col("dur_ns"), name=pl.col("name").cast(pl.String),
         gpu_compute=pl.col("gpu_class").cast(pl.String) != "comm",
         gpu_comm=pl.col("gpu_class").cast(pl.String) == "comm",
         host_comm=pl.lit(False), loader=pl.lit(False), host=pl.lit(False), sync=pl.lit(False))
@@ -204,12 +216,13 @@ def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
         options.step_pattern), _loader=pl.col("name").cast(pl.String).str.contains(
         options.dataloader_pattern), _sync=pl.col("name").cast(pl.String).str.contains(
         options.sync_pattern)).collect()
-    main = main_threads(host, step_pattern=options.step_pattern)
-    on_main = flagged.with_columns(pl.col("rank").cast(pl.Int32)).join(
-        main.with_columns(_main=pl.lit(True)), on=["rank", "tid"], how="left").with_columns(
-        pl.col("_main").fill_null(False))
-    host_rows = on_main.filter(pl.col("_comm") | (pl.col("_main") & ~pl.col("_step"))).select(
-        "rank", "ts_ns", end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
+    drivers = host_threads(host, step_pattern=options.step_pattern)
+    tagged = flagged.with_columns(pl.col("rank").cast(pl.Int32)).join(
+        drivers.with_columns(_drives=pl.lit(True)), on=["rank", "tid"], how="left")
+    host_rows = tagged.filter(pl.col("_comm") | (pl.col("_drives").fill_null(False)
+                                                  & ~pl.col("_step"))).select(
+        "rank", pl.col("tid").cast(pl.Int64), "ts_ns",
+        end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
         name=pl.col("name").cast(pl.String), gpu_compute=pl.lit(False), gpu_comm=pl.lit(False),
         host_comm="_comm", loader=pl.col("_loader") & ~pl.col("_comm"),
         host=~pl.col("_comm"), sync=pl.col("_sync") | (pl.col("kind").cast(pl.String) == "sync"))
@@ -323,36 +336,40 @@ def _latest_started(p: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _innermost(p: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """The innermost op running at each piece's start: ops of one thread nest, so the open op
-    at the current nesting depth is the one that started last at that depth."""
+    """The innermost op running at each piece's start. Ops of one thread nest, so on each
+    thread the open op at the current nesting depth is the one that started last at that
+    depth; of the rank's threads, the op that started last is what the path waits for."""
     if p.height == 0 or ops.height == 0:
         return p.with_columns(name=pl.lit(None, pl.String))
     op_depth, level = _nesting(ops)
-    at = p.sort("start_ns").join_asof(level, left_on="start_ns", right_on="_t", by="rank",
-                                      strategy="backward", check_sortedness=False).drop("_t")
-    right = op_depth.select("rank", "depth", _ts="ts_ns", _end="end_ns",
+    threads = ops.select("rank", "tid").unique()
+    each = p.with_row_index("_piece").join(threads, on="rank").sort("start_ns")
+    at = each.join_asof(level, left_on="start_ns", right_on="_t", by=["rank", "tid"],
+                        strategy="backward", check_sortedness=False).drop("_t")
+    right = op_depth.select("rank", "tid", "depth", _ts="ts_ns", _end="end_ns",
                             _name="name").sort("_ts")
-    hit = at.join_asof(right, left_on="start_ns", right_on="_ts", by=["rank", "depth"],
-                       strategy="backward", check_sortedness=False)
-    return hit.with_columns(name=pl.when(pl.col("_end") > pl.col("start_ns"))
-                            .then(pl.col("_name"))).drop("_ts", "_end", "_name", "depth")
+    hit = at.join_asof(right, left_on="start_ns", right_on="_ts", by=["rank", "tid", "depth"],
+                       strategy="backward", check_sortedness=False).filter(
+        pl.col("_end") > pl.col("start_ns"))
+    best = hit.sort("_ts", "tid").group_by("_piece").agg(name=pl.col("_name").last())
+    return p.with_row_index("_piece").join(best, on="_piece", how="left").drop("_piece")
 
 
 def _nesting(ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``ops`` (one thread per rank) with ``depth``, how many ops are open at its start, itself
-    included; and ``rank, _t, depth``: the depth from each start or end point on. One sweep:
-    +1 at a start, -1 at an end; at one time ends first, and of two ops starting together the
-    longer (the parent) first."""
+    """``ops`` with ``depth``, how many ops of its thread are open at its start, itself
+    included; and ``rank, tid, _t, depth``: each thread's depth from each start or end point
+    on. One sweep per thread: +1 at a start, -1 at an end; at one time ends first, and of two
+    ops starting together the longer (the parent) first."""
     tagged = ops.with_row_index("_i")
     points = pl.concat([
-        tagged.select("rank", "_i", _t="ts_ns", _d=pl.lit(1, pl.Int32), _o=pl.lit(1, pl.Int8),
-                      _len=pl.col("ts_ns") - pl.col("end_ns")),
-        tagged.select("rank", "_i", _t="end_ns", _d=pl.lit(-1, pl.Int32), _o=pl.lit(0, pl.Int8),
-                      _len=pl.lit(0, pl.Int64)),
-    ]).sort("rank", "_t", "_o", "_len", "_i").with_columns(
-        depth=pl.col("_d").cum_sum().over("rank"))
+        tagged.select("rank", "tid", "_i", _t="ts_ns", _d=pl.lit(1, pl.Int32),
+                      _o=pl.lit(1, pl.Int8), _len=pl.col("ts_ns") - pl.col("end_ns")),
+        tagged.select("rank", "tid", "_i", _t="end_ns", _d=pl.lit(-1, pl.Int32),
+                      _o=pl.lit(0, pl.Int8), _len=pl.lit(0, pl.Int64)),
+    ]).sort("rank", "tid", "_t", "_o", "_len", "_i").with_columns(
+        depth=pl.col("_d").cum_sum().over("rank", "tid"))
     op_depth = tagged.join(points.filter(pl.col("_o") == 1).select("_i", "depth"), on="_i")
-    level = points.group_by("rank", "_t", maintain_order=True).agg(
+    level = points.group_by("rank", "tid", "_t", maintain_order=True).agg(
         pl.col("depth").last()).sort("_t")
     return op_depth.drop("_i"), level
 

@@ -215,3 +215,22 @@ def test_a_rank_missing_from_the_trace_is_named(tmp_path: Path) -> None:
         shutil.copy(src, tmp_path / src.name)
     res = traceview.open(tmp_path, cache=False).critical_path()
     assert any("1 of 4 ranks are not in the trace" in w for w in res.warnings)
+
+
+def test_launches_from_the_autograd_thread_are_the_host() -> None:
+    """One GPU rank: step markers on tid 1, backward on the autograd thread (tid 2):
+    ``evaluate_function`` [40,95) on tid 2 launches at [50,60) the kernel [100,200).
+    The path (the step [0,1000)): idle [0,40), launch/host [40,95) (the op 45 ns and, inside
+    it, the launch 10 ns), idle [95,100), compute [100,200), idle [200,1000)."""
+    bwd = "autograd::engine::evaluate_function: MmBackward0"
+    run = Run.from_events(frame([
+        step(1, 0, 1000),
+        row("cpu_op", bwd, 40, 55, pid=1, tid=2),
+        {**launch(50, 10, 1), "tid": 2},
+        kernel("sgemm", 100, 100, corr=1),
+    ]))
+    res = run.critical_path().to_dict()
+    cats = {c: v["path_ns"] for c, v in res["categories"].items() if v["path_ns"]}
+    assert cats == {"compute": 100, "launch_host": 55, "idle": 845}
+    assert [(o["name"], o["path_ns"]) for o in res["top_ops"]] == [
+        ("sgemm", 100), (bwd, 45), ("cudaLaunchKernel", 10)]
