@@ -14,18 +14,19 @@ step of the rank that finishes last:
    path tiles the time from the first step's start to the last step's end.
 
 Within a rank's own stretch the path follows CPU ops to launches to kernels: where the GPU is
-busy, the path is on the GPU (its kernels on their streams), where it is idle, on the host
-thread that launches (the thread with the step markers). Each elementary piece of the path
+busy, the path is on the GPU (its kernels on their streams), where it is idle, on the host:
+the threads that drive the rank's work (the one with the step markers, and those that call
+the GPU runtime, such as the autograd engine's). Each elementary piece of the path
 gets one category, the first that applies:
 
 =========================  ========================================================
 ``compute``                a GPU compute/memcpy/memset kernel runs (CPU-only rank: a
-                           host op runs on the main thread)
+                           host op runs)
 ``communication_transfer`` the path is inside a matched collective, after its last arrival
 ``communication_wait``     a communication kernel or host call runs that the path cannot
                            follow to another rank (unmatched, or overlapped)
-``data_loading``           the main thread is in a DataLoader op
-``launch_host``            GPU rank, GPU idle, the main thread runs an op (launching)
+``data_loading``           the host is in a DataLoader op
+``launch_host``            GPU rank, GPU idle, the host runs an op (launching)
 ``idle``                   nothing of the above
 =========================  ========================================================
 
@@ -231,7 +232,7 @@ def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
 
 def compute_busy(act: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
     """Merged ``rank, ts_ns, end_ns`` of each rank's compute: GPU compute kernels on a rank
-    with GPU work, main-thread ops otherwise (what hides a collective's end)."""
+    with GPU work, host ops otherwise (what hides a collective's end)."""
     on_gpu = pl.col("rank").is_in(sorted(gpu_ranks))
     rows = act.filter(pl.when(on_gpu).then(pl.col("gpu_compute")).otherwise(pl.col("host")))
     return union(rows.select("rank", "ts_ns", "end_ns"), by=["rank"])
@@ -239,7 +240,7 @@ def compute_busy(act: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
 
 def wait_intervals(act: pl.DataFrame) -> pl.DataFrame:
     """Merged ``rank, ts_ns, end_ns`` where each rank waits: a communication call or kernel is
-    in flight and the rank does no work of its own (GPU compute kernels; main-thread ops, not
+    in flight and the rank does no work of its own (GPU compute kernels; host ops, not
     syncs, where the GPU runs nothing: the host runs ahead of the GPU). Everything else,
     idle included, is the rank's own time."""
     def merged(cond: pl.Expr) -> pl.DataFrame:
@@ -311,7 +312,7 @@ def _uncovered(windows: pl.DataFrame, busy: pl.DataFrame) -> pl.DataFrame:
 
 def _named(busy: pl.DataFrame, act: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
     """``busy`` pieces with the name of what runs in each: the kernel on a GPU rank's compute,
-    the communication call in a wait, else the innermost main-thread op (as-of joins, no loop
+    the communication call in a wait, else the innermost host op (as-of joins, no loop
     over events)."""
     on_gpu = pl.col("rank").is_in(sorted(gpu_ranks))
     kernel = on_gpu & (pl.col("category") == "compute")
