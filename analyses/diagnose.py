@@ -367,12 +367,13 @@ def _pageable(path: CriticalPath, n_steps: int) -> dict[str, Any] | None:
 
 def _bound(cats: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Shares of the path: compute, communication (transfer + wait), input (data loading),
-    host (launching), idle; ``bound``: the largest of the first four."""
+    host (launching), idle; ``bound``: the largest (``idle``: the path is mostly time where
+    nothing recorded runs)."""
     s = {c: (v["share"] or 0.0) for c, v in cats.items()}
     shares = {"compute": s["compute"],
               "communication": s["communication_transfer"] + s["communication_wait"],
               "input": s["data_loading"], "host": s["launch_host"], "idle": s["idle"]}
-    kinds = ("compute", "communication", "input", "host")
+    kinds = ("compute", "communication", "input", "host", "idle")
     bound = max(kinds, key=lambda k: shares[k]) if any(shares[k] for k in kinds) else None
     return {"bound": bound, "shares": shares}
 
@@ -381,7 +382,9 @@ def _bound_finding(bound: dict[str, Any]) -> dict[str, Any]:
     sh = bound["shares"]
     parts = ", ".join(f"{100 * sh[k]:.0f}% {k}" for k in
                       ("compute", "communication", "input", "host", "idle"))
-    what = f"{bound['bound']}-bound" if bound["bound"] else "not bound by any category"
+    what = ("mostly idle: nothing recorded runs there (untraced work, or time outside the "
+            "profiler)" if bound["bound"] == "idle" else f"{bound['bound']}-bound"
+            if bound["bound"] else "not bound by any category")
     return {"id": "bound", "rank": None, "gain_ns_per_step": None, "gain_share": None,
             "severity": "info", "title": f"The run is {what}: the critical path is {parts}",
             "evidence": [_ev(f"{k}_share", v, "ratio") for k, v in sh.items()],
