@@ -175,7 +175,7 @@ def _latest_before(rows: dict[str, np.ndarray] | None, t: int, floor: int,
 def main_threads(host: pl.DataFrame, *, step_pattern: str = STEP_PATTERN) -> pl.DataFrame:
     """``rank, tid``: the thread holding each rank's step markers (else its busiest op
     thread): the thread that runs the training loop and launches the GPU work."""
-    ops = host.filter(pl.col("dur_ns").is_not_null() & pl.col("tid").is_not_null())
+    ops = host.filter(pl.col("dur_ns").is_not_null()).with_columns(_thread(host))
     weight = pl.when(pl.col("name").cast(pl.String).str.contains(step_pattern)).then(1 << 40) \
         .otherwise(0) + pl.col("dur_ns")
     return (ops.group_by("rank", "tid").agg(w=weight.sum())
@@ -184,13 +184,19 @@ def main_threads(host: pl.DataFrame, *, step_pattern: str = STEP_PATTERN) -> pl.
             .with_columns(pl.col("rank").cast(pl.Int32)))
 
 
+def _thread(rows: pl.DataFrame) -> pl.Expr:
+    """``tid`` as Int64, -1 where the trace records none (old traces): then one thread."""
+    tid = pl.col("tid").cast(pl.Int64) if "tid" in rows.columns else pl.lit(None, pl.Int64)
+    return tid.fill_null(-1).alias("tid")
+
+
 def host_threads(host: pl.DataFrame, *, step_pattern: str = STEP_PATTERN) -> pl.DataFrame:
     """``rank, tid``: the threads that drive each rank's work: its main thread (the one with
     the step markers) and every thread that calls the GPU runtime (on a GPU job, backward runs
     and launches on the autograd engine's own thread)."""
     launching = host.filter(pl.col("kind").cast(pl.String).is_in(
-        ["cuda_runtime", "cuda_driver", "sync"]) & pl.col("tid").is_not_null()).select(
-        pl.col("rank").cast(pl.Int32), "tid").unique()
+        ["cuda_runtime", "cuda_driver", "sync"])).select(
+        pl.col("rank").cast(pl.Int32), _thread(host)).unique()
     return pl.concat([main_threads(host, step_pattern=step_pattern), launching]).unique() \
         .sort("rank", "tid")
 
@@ -218,7 +224,7 @@ def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
         options.dataloader_pattern), _sync=pl.col("name").cast(pl.String).str.contains(
         options.sync_pattern)).collect()
     drivers = host_threads(host, step_pattern=options.step_pattern)
-    tagged = flagged.with_columns(pl.col("rank").cast(pl.Int32)).join(
+    tagged = flagged.with_columns(pl.col("rank").cast(pl.Int32), _thread(flagged)).join(
         drivers.with_columns(_drives=pl.lit(True)), on=["rank", "tid"], how="left")
     host_rows = tagged.filter(pl.col("_comm") | (pl.col("_drives").fill_null(False)
                                                   & ~pl.col("_step"))).select(

@@ -311,13 +311,15 @@ def _gap_findings(path: CriticalPath, gaps: pl.DataFrame | None, gpu_ranks: list
                       window_keys=["cause"])
         by_cause = dict(inside.group_by("cause").agg(
             (pl.col("end_ns") - pl.col("start_ns")).sum()).iter_rows())
-        # launch/host time outside every gap (before the first kernel, say) is launch-bound
-        def launching(frame: pl.DataFrame) -> int:
-            return int(frame.filter(pl.col("category") == "launch_host").select(
+        # outside every gap (before a step's first kernel, say), launch/host time is the
+        # host's and DataLoader time data loading's
+        def length(frame: pl.DataFrame, category: str) -> int:
+            return int(frame.filter(pl.col("category") == category).select(
                 (pl.col("end_ns") - pl.col("start_ns")).sum()).item() or 0)
 
-        outside = launching(on_gpu) - launching(inside)
-        by_cause["host"] = by_cause.get("host", 0) + max(outside, 0)
+        for category, cause in (("launch_host", "host"), ("data_loading", "data_loading")):
+            outside = length(on_gpu, category) - length(inside, category)
+            by_cause[cause] = by_cause.get(cause, 0) + max(outside, 0)
     cpu_loading = int(p.filter(~pl.col("rank").is_in(gpu_ranks)
                                & (pl.col("category") == "data_loading")).select(
         (pl.col("end_ns") - pl.col("start_ns")).sum()).item() or 0)

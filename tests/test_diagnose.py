@@ -178,3 +178,26 @@ def test_a_straggler_slowed_on_the_host_without_an_op() -> None:
                         stream=20, bytes=4096, group_size=2)]
     res = traceview.Run.from_events(frame(rows), align="none").diagnose()
     assert _rows(res)[0] == ("straggler", 1, "low", 400)
+
+
+# --- real GPU traces of the corpus: the TensorBoard plugin's ResNet-50 samples ---------------
+def _tb_sample(workers: int) -> Path | None:
+    from tests.conftest import CORPUS
+
+    folder = CORPUS / "kineto" / "tb_plugin" / "samples" / f"resnet50_num_workers_{workers}"
+    files = sorted(folder.glob("worker0.*.pt.trace.json.gz")) if folder.is_dir() else []
+    return files[0] if files else None
+
+
+def test_resnet50_with_no_dataloader_workers_is_told_to_add_them() -> None:
+    """The classic: ResNet-50 with DataLoader(num_workers=0) stalls on input; with 4 workers
+    it does not. Measured: 59.5 ms of a 175 ms step (34%) against 1.8 ms (1.3%)."""
+    without, with_four = _tb_sample(0), _tb_sample(4)
+    if without is None or with_four is None:
+        pytest.skip("the corpus' TensorBoard plugin samples are not here")
+    first = traceview.open(without, cache=False).diagnose()["findings"].row(0, named=True)
+    assert first["id"] == "data_loading" and first["severity"] == "high"
+    assert "num_workers" in first["recommendation"]
+    four = traceview.open(with_four, cache=False).diagnose()["findings"]
+    loading = four.filter(pl.col("id") == "data_loading")
+    assert loading.height == 0 or loading.get_column("gain_share")[0] < 0.05
