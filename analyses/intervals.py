@@ -121,7 +121,9 @@ def complement(
             b.select([*by, pl.col(hi).alias(start), pl.col(hi).alias(end)]),
         ])
         lf = pl.concat([clipped, sentinels])
-    lf = lf.sort([*by, start])
+    # by end too: the zero-length sentinel at ``lo`` must come before an interval that
+    # starts at ``lo`` (in the other order, that interval's time came out as a gap)
+    lf = lf.sort([*by, start, end])
     nxt = pl.col(start).shift(-1)
     if by:
         nxt = nxt.over(by)

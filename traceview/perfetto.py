@@ -29,6 +29,7 @@ from traceview.schema import GPU_STREAM_KINDS
 Frame = pl.LazyFrame | pl.DataFrame
 
 GAP_TID_BASE = 1_000_000_000
+PATH_TID = 2_000_000_000
 WAIT_CAT = "traceview.wait"
 _SKIP_KINDS = ["metadata", "flow", "counter", "memory"]
 
@@ -55,6 +56,7 @@ def trace_lines(
     gap_frame: pl.DataFrame | None = None,
     waits: pl.DataFrame | None = None,
     straggler_ranks: dict[int, str] | None = None,
+    path_pieces: pl.DataFrame | None = None,
 ) -> tuple[list[str], int]:
     """Chrome-trace event objects (JSON texts) and the origin (epoch ns).
 
@@ -155,8 +157,27 @@ def trace_lines(
         parts.append(w.select(pl.struct(
             **common, ph=pl.lit("e"), ts=_us(pl.col("last_arrival_ns") - origin))
             .struct.json_encode().alias("j")))
+    if path_pieces is not None and path_pieces.height:
+        parts += _path_lines(path_pieces, origin)
     lines = pl.concat(parts)["j"].to_list()
     return lines, origin
+
+
+def _path_lines(pieces: pl.DataFrame, origin: int) -> list[pl.DataFrame]:
+    """The critical path's pieces (already on the aligned timeline) as slices on a
+    ``traceview: critical path`` thread of each rank they lie on."""
+    tid = pl.lit(PATH_TID, pl.Int64)
+    ranks = pieces.select(pl.col("rank").cast(pl.Int64)).unique().sort("rank")
+    return [
+        ranks.select(_meta(pl.col("rank"), tid, "thread_name",
+                           pl.lit("traceview: critical path")).alias("j")),
+        pieces.select(_with_args(pl.struct(
+            name=pl.lit("path: ") + pl.col("category"), cat=pl.lit("traceview.path"),
+            ph=pl.lit("X"), ts=_us(pl.col("start_ns") - origin),
+            dur=_us(pl.col("end_ns") - pl.col("start_ns")), pid=pl.col("rank").cast(pl.Int64),
+            tid=tid).struct.json_encode(),
+            pl.struct("name", "category", "step").struct.json_encode()).alias("j")),
+    ]
 
 
 def write_trace(lines: list[str], origin_ns: int, fp: TextIO, *,
@@ -174,9 +195,11 @@ def write_trace(lines: list[str], origin_ns: int, fp: TextIO, *,
     return len(lines)
 
 
-def export(source: Any, fp: TextIO, **run_options: Any) -> dict[str, Any]:
+def export(source: Any, fp: TextIO, *, critical_path: bool = False,
+           **run_options: Any) -> dict[str, Any]:
     """Write the run's ranks on its aligned timeline, gaps and collective waits annotated, to
-    ``fp`` (``source``: a Run, or events in memory with ``RunOptions`` such as ``align=``).
+    ``fp`` (``source``: a Run, or events in memory with ``RunOptions`` such as ``align=``);
+    ``critical_path``: draw the cross-rank critical path too.
 
     Returns counts: events, gaps, waits, ranks, stragglers, the origin and the alignment.
     """
@@ -190,8 +213,9 @@ def export(source: Any, fp: TextIO, **run_options: Any) -> dict[str, Any]:
     strag = run.stragglers()["ranks"]
     flagged = {r: f"straggler: imposes {w / 1e6:.1f} ms" for r, w in
                strag.filter(pl.col("flagged")).select("rank", "imposed_wait_ns").rows()}
+    pieces = run.path.pieces if critical_path else None
     lines, origin = trace_lines(ev, offsets=offsets, gap_frame=g, waits=per,
-                                straggler_ranks=flagged)
+                                straggler_ranks=flagged, path_pieces=pieces)
     methods = sorted(set(offsets["method"].to_list())) if offsets.height else []
     n = write_trace(lines, origin, fp, extra={
         "alignment": methods,
@@ -199,4 +223,5 @@ def export(source: Any, fp: TextIO, **run_options: Any) -> dict[str, Any]:
     return {"events": n, "gaps": g.height,
             "waits": int(per.filter(pl.col("wait_ns") > 0).height) if per.height else 0,
             "ranks": len(run.ranks_present),
-            "stragglers": sorted(flagged), "origin_ns": origin, "alignment": methods}
+            "stragglers": sorted(flagged), "origin_ns": origin, "alignment": methods,
+            **({"path_pieces": pieces.height} if pieces is not None else {})}

@@ -52,6 +52,9 @@ class ReportData:
     #: ``run.memory()`` with ``peak_ms`` on the timeline's axis
     memory_points: pl.DataFrame = field(default_factory=pl.DataFrame)
     memory_peaks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    #: ``critical-path`` and ``diagnose`` results (``Result`` objects), None when not gathered
+    critical_path: Any = None
+    diagnose: Any = None
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in self.meta.items())
@@ -126,6 +129,11 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
         notes["kernels"] = ["no GPU kernels: the top host operators by self time are shown"]
 
     memory_points, memory_peaks, memory_warnings = _memory(run, notes)
+    try:  # a partial report with the reason, never none
+        path, todo = run.critical_path(top=top), run.diagnose()
+    except Exception as exc:
+        path = todo = None
+        notes["critical-path"] = [f"critical path failed: {type(exc).__name__}: {exc}"]
     ranks = run.ranks
     meta = {
         "ranks": n_ranks,
@@ -143,8 +151,11 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                       stragglers=strag, gap_causes=causes, largest_gaps=biggest,
                       top_kernels=kernels, top_cpu_ops=ops, offsets=offsets, notes=notes,
                       warnings=[*run.warnings, *run.table_warnings("match", "offsets"),
-                                *memory_warnings],
-                      memory_points=memory_points, memory_peaks=memory_peaks)
+                                *memory_warnings,
+                                *(w for w in (path.warnings if path else ())
+                                  if w.startswith("critical path:"))],
+                      memory_points=memory_points, memory_peaks=memory_peaks,
+                      critical_path=path, diagnose=todo)
 
 
 #: The memory timeline shows at most this many ranks (those with the highest peaks).
@@ -198,6 +209,7 @@ max-width:40em;overflow-wrap:anywhere}
 _SECTIONS = (("summary", "Run summary"), ("steps", "Step timeline"),
              ("breakdown", "Compute, exposed communication and idle"),
              ("collectives", "Collective skew"), ("stragglers", "Stragglers"),
+             ("critical-path", "Critical path and what to fix"),
              ("gaps", "Gap causes"), ("kernels", "Top kernels"))
 
 
@@ -330,6 +342,8 @@ def render_body(data: ReportData) -> tuple[str, int]:
                 ("explanation", "explanation", "name")], row_class="straggler"),
             "</section>"]
 
+    out += _critical_path_section(data)
+
     out += ['<section id="gaps"><h2>Gap causes</h2>', _notes(n.get("gaps", [])),
             fig(plots.gap_causes(data.gap_causes)),
             table(data.largest_gaps, [
@@ -382,6 +396,41 @@ def _memory_section(data: ReportData, fig: _Figures) -> list[str]:
                 ("peak_op", "op at the peak", "name"),
                 ("growth_mib", "growth over steps (MiB)", "f3"),
                 ("near_limit", "near limit", "text"), ("leak_suspected", "leak?", "text")]),
+            "</section>"]
+
+
+def _critical_path_section(data: ReportData) -> list[str]:
+    """The cross-rank critical path (each rank's share, the categories, the top ops) and the
+    to-do list of ``diagnose``, biggest gain first."""
+    cp, dx = data.critical_path, data.diagnose
+    if cp is None or dx is None:
+        failed = data.notes.get("critical-path", [])
+        return ['<section id="critical-path"><h2>Critical path and what to fix</h2>',
+                _notes(failed), "</section>"] if failed else []
+    cats = pl.DataFrame([{"category": c, **v} for c, v in cp["categories"].items()])
+    todo = dx["findings"].filter(pl.col("severity") != "info")
+    info = [f["title"] for f in dx["findings"].filter(pl.col("severity") == "info")
+            .iter_rows(named=True)]
+    return ['<section id="critical-path"><h2>Critical path and what to fix</h2>',
+            "<p>The longest chain of dependent work across ranks, step by step: it jumps to the "
+            "rank that arrived last at each collective. A fix's gain is what the path would "
+            "lose per step.</p>", _notes(info),
+            table(todo, [("severity", "severity", "text"),
+                         ("gain_ns_per_step", "gain (ms/step)", "ms"),
+                         ("gain_share", "of the step", "pct"), ("title", "finding", "name"),
+                         ("recommendation", "what to do", "name")]),
+            table(cp["ranks"].filter(pl.col("path_ns") > 0), [
+                ("rank", "rank", "text"), ("path_ns", "path (ms)", "ms"),
+                ("share", "share", "pct"), ("top_category", "mostly", "text")]),
+            table(cats, [("category", "category", "name"),
+                         ("per_step_ns", "per step (ms)", "ms"), ("share", "share", "pct")]),
+            table(cp["top_ops"], [("name", "op on the path", "name"),
+                                  ("category", "category", "text"), ("ranks", "ranks", "name"),
+                                  ("per_step_ns", "per step (ms)", "ms"),
+                                  ("share", "share", "pct")]),
+            table(cp["steps"], [("step", "step", "text"), ("path_ns", "path (ms)", "ms"),
+                                ("step_ns", "step (ms)", "ms"), ("coverage", "coverage", "pct"),
+                                ("top_rank", "top rank", "text")], limit=50),
             "</section>"]
 
 

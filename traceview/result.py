@@ -121,15 +121,17 @@ def to_pandas(df: pl.DataFrame) -> Any:
 
 
 def csv_text(df: pl.DataFrame) -> str:
-    """CSV of ``df``: list columns joined with ``;``, struct columns as JSON text."""
+    """CSV of ``df``: list columns joined with ``;``, struct and nested list columns (a list
+    of structs) as JSON text."""
     flat = []
     for name, dtype in df.schema.items():
         col = pl.col(name)
-        if isinstance(dtype, pl.List):
+        if isinstance(dtype, pl.List) and not dtype.inner.is_nested():
             flat.append(col.cast(pl.List(pl.String)).list.join(";").alias(name))
-        elif isinstance(dtype, (pl.Struct, pl.Array)):
-            flat.append(col.map_elements(lambda v: orjson.dumps(v).decode(),
-                                         return_dtype=pl.String).alias(name))
+        elif isinstance(dtype, (pl.Struct, pl.Array, pl.List)):  # nested: as JSON text
+            flat.append(col.map_elements(
+                lambda v: orjson.dumps(v.to_list() if isinstance(v, pl.Series) else v).decode(),
+                return_dtype=pl.String).alias(name))
         elif isinstance(dtype, (pl.Categorical, pl.Enum)):
             flat.append(col.cast(pl.String))
         else:

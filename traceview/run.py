@@ -48,7 +48,7 @@ __all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
 
 #: The analysis commands a Run answers, in the order help lists them. Each is a method.
 ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
-                             "stragglers", "memory")
+                             "stragglers", "memory", "diagnose")
 
 
 class Run:
@@ -414,6 +414,89 @@ class Run:
         from traceview.memory import memory_result
 
         return memory_result(self, snapshots, top=top)
+
+    @cached_property
+    def path(self) -> Any:  # analyses.critical_path.CriticalPath
+        """The critical path across ranks (``analyses.critical_path``), on the aligned
+        timeline: its segments (the walk), its pieces with category and step, the steps."""
+        from traceview.analyses.critical_path import critical_path
+
+        many = len(self.ranks_present) > 1
+        _ = self.host  # read first: the steps come from it too
+        return critical_path(self._path_collectives, self.steps, self.gpu, self.host,
+                             offsets=self.offsets if many else None)
+
+    @property
+    def _world(self) -> dict[str, int | None]:
+        """The job's world size (from the files) and the ranks in the window, when the window
+        is the whole job (a choice of ranks leaves the others out on purpose)."""
+        if self.window.ranks is not None or "world_size" not in self.ranks.columns:
+            return {}
+        sizes = self.ranks.get_column("world_size").drop_nulls()
+        return {"world_size": int(sizes.max()) if sizes.len() else None,
+                "ranks": len(self.ranks_present)}
+
+    @property
+    def _path_collectives(self) -> pl.DataFrame:
+        """The matched collectives the path can jump through: a dispatcher op that only
+        enqueues work (an asynchronous backend's, without its kernels) arrives nowhere."""
+        if len(self.ranks_present) < 2:
+            return self._no_collectives
+        enqueued = self.match.instances.filter(pl.col("enqueue_only")).select(
+            "instance", pl.col("rank").cast(pl.Int32))
+        rows = self.collective_ranks
+        return rows if enqueued.height == 0 else rows.join(
+            enqueued, on=["instance", "rank"], how="anti")
+
+    @property
+    def _no_collectives(self) -> pl.DataFrame:
+        return pl.DataFrame(schema={"instance": pl.String, "rank": pl.Int32, "name": pl.String,
+                                    "arrival_ns": pl.Int64, "end_ns": pl.Int64,
+                                    "last_arrival_ns": pl.Int64, "last_rank": pl.Int32})
+
+    def critical_path(self, *, top: int = 10) -> Result:
+        """The cross-rank critical path: per step ``path_ns`` against ``step_ns``, each rank's
+        ``share``, the categories and the top ops on it; main table ``steps``."""
+        from traceview.analyses.path_summary import (
+            path_categories, path_ranks, path_steps, path_top_ops, path_warnings,
+        )
+
+        path = self.path
+        many = len(self.ranks_present) > 1
+        notes = path_warnings(path, self._path_collectives, **self._world)
+        res = self._result("critical_path", {
+            "window": self.window_info, "ranks": path_ranks(path, self.ranks_table),
+            "steps": path_steps(path), "categories": path_categories(path),
+            "top_ops": path_top_ops(path, n=top)}, main="steps",
+            uses=("gpu", "match", "offsets") if many else ("gpu",))
+        return dataclasses.replace(res, warnings=(*res.warnings, *notes))
+
+    def diagnose(self, **model: Any) -> Result:
+        """Findings ranked by the time each fix would save per step (``analyses.diagnose``);
+        ``model``: :class:`~traceview.analyses.diagnose.ModelSize` fields (params,
+        tokens_per_step, flops_per_step, peak_tflops, dtype). Main table ``findings``."""
+        from traceview.analyses.diagnose import ModelSize, diagnose
+
+        from traceview.analyses.path_summary import path_warnings
+
+        many = len(self.ranks_present) > 1
+        notes = path_warnings(self.path, self._path_collectives, **self._world)
+        verdicts = None
+        if many:
+            try:
+                verdicts = self._stragglers
+            except Exception as exc:  # a partial answer with the reason, never a traceback
+                notes.append(f"diagnose: straggler analysis failed ({type(exc).__name__}: "
+                             f"{exc}): no straggler is rated high")
+        found = diagnose(self.path, collective_rows=self._path_collectives,
+                         stragglers=verdicts,
+                         gaps=self.gap_rows() if self.gpu.height else None,
+                         gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
+                         devices=self.ranks, model=ModelSize(**model))
+        res = self._result("diagnose", {"window": self.window_info, **found},
+                           main="findings", uses=("gpu", "match", "offsets") if many
+                           else ("gpu",))
+        return dataclasses.replace(res, warnings=(*res.warnings, *notes))
 
     # --- helpers ------------------------------------------------------------------------------
 

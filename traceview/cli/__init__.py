@@ -37,6 +37,10 @@ COMMANDS: dict[str, Command] = {
     "collectives": Command("distributed",
                            "collectives matched across ranks: skew, wait, bandwidth, tails"),
     "stragglers": Command("distributed", "which rank holds the others back"),
+    "critical-path": Command("diagnosis", "the critical path across ranks, per step: its "
+                                          "ranks, categories and ops"),
+    "diagnose": Command("diagnosis", "what to fix first: findings ranked by the time each fix "
+                                     "would save per step"),
     "gaps": Command("timeline", "GPU idle gaps per device (or stream) and their causes"),
     "overlap": Command("timeline", "compute/communication overlap per rank (and step)"),
     "breakdown": Command("timeline", "per-step GPU time breakdown, top kernels and ops"),

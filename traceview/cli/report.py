@@ -89,6 +89,8 @@ def _check_options(p: argparse.ArgumentParser) -> None:
 def _export_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSON file to write")
+    p.add_argument("--critical-path", action="store_true",
+                   help="draw the cross-rank critical path (traceview critical-path)")
     p.set_defaults(run=run_export)
 
 
@@ -270,7 +272,7 @@ def run_export(args: argparse.Namespace) -> int:
 
     buf = io.StringIO()
     run = _open(args)
-    info = export(run, buf)
+    info = export(run, buf, critical_path=getattr(args, "critical_path", False))
     _write_text(args.output, buf.getvalue())
     table_warnings = run.table_warnings("match", "offsets")  # the inputs' were printed already
     for warning in table_warnings:

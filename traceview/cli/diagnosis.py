@@ -1,0 +1,140 @@
+"""Diagnosis subcommands: ``critical-path`` and ``diagnose``.
+
+``--json`` outputs are contracts (field names stable; fields may be added):
+
+* ``critical-path``: ``{"window", "ranks": [{"rank", "path_ns", "share", "top_category"}],
+  "steps": [{"step", "path_ns", "step_ns", "coverage", "top_rank", "top_rank_share",
+  "jumps"}], "categories": {CATEGORY: {"path_ns", "per_step_ns", "share"}},
+  "top_ops": [{"name", "category", "ranks", "path_ns", "per_step_ns", "share"}],
+  "warnings"}``;
+* ``diagnose``: ``{"window", "step_ns", "findings": [{"id", "title", "severity", "rank",
+  "gain_ns_per_step", "gain_share", "evidence": [{"metric", "value", "unit", "text"}],
+  "recommendation"}], "bound": {"bound", "shares"}, "mfu": {...} | null, "warnings"}``,
+  findings largest gain first, information (``severity`` ``info``) last.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from traceview.cli._options import (
+    add_align_arg, add_input_args, add_json_arg, add_window_args, open_run,
+)
+from traceview.cli._render import emit_result, ms, pct, short, table
+
+
+def configure(p: argparse.ArgumentParser, command: str) -> None:
+    """``command``'s options on ``p``, and the function it runs."""
+    add_input_args(p)
+    add_json_arg(p, csv=True)
+    add_window_args(p)
+    add_align_arg(p)
+    if command == "critical-path":
+        p.add_argument("--top", type=int, default=10, help="ops on the path to list")
+        p.add_argument("--per-step", action="store_true",
+                       help="list every step (default: the first 12); bare --steps too")
+        _steps_also_a_flag(p)
+        p.set_defaults(run=run_critical_path)
+        return
+    model = p.add_argument_group("model size, for MFU")
+    model.add_argument("--params", type=float, default=None, metavar="N",
+                       help="model parameters (MFU: 6 x N FLOPs per token, training)")
+    model.add_argument("--tokens-per-step", type=float, default=None, metavar="T",
+                       help="tokens per step, all ranks together")
+    model.add_argument("--flops-per-step", type=float, default=None, metavar="F",
+                       help="model FLOPs per step, all ranks together (instead of N and T)")
+    model.add_argument("--layers", type=int, default=None, help="layers (attention FLOPs)")
+    model.add_argument("--hidden", type=int, default=None, help="hidden size (attention)")
+    model.add_argument("--seq-len", type=int, default=None, help="sequence length (attention)")
+    model.add_argument("--peak-tflops", type=float, default=None, metavar="P",
+                       help="peak TFLOP/s of one device (default: from the device name)")
+    model.add_argument("--dtype", default="bf16",
+                       help="math precision for the peak: bf16, fp16, tf32, fp32, fp8")
+    model.add_argument("--device", default=None,
+                       help="device name for the peak table (default: the trace's)")
+    p.set_defaults(run=run_diagnose)
+
+
+#: ``critical-path --steps`` without a range: list every step (the issue's spelling).
+EVERY_STEP = "every step"
+
+
+def _steps_also_a_flag(p: argparse.ArgumentParser) -> None:
+    """``--steps A:B`` stays the window; a bare ``--steps`` lists every step."""
+    for action in p._actions:
+        if "--steps" in action.option_strings:
+            action.nargs, action.const = "?", EVERY_STEP
+            action.help = f"{action.help}; without a range: list every step"
+
+
+def run_critical_path(args: argparse.Namespace) -> int:
+    if getattr(args, "steps", None) == EVERY_STEP:
+        args.steps, args.per_step = None, True
+    result = open_run(args).critical_path(top=args.top)
+    if emit_result(result, args):
+        return 0
+    steps, ranks = result["steps"], result["ranks"]
+    if steps.height == 0:
+        print("no critical path: no events in the window")
+        return 0
+    path, step = steps.get_column("path_ns").sum(), steps.get_column("step_ns").sum()
+    print(f"critical path over {steps.height} step(s): {ms(path)} ms"
+          + (f" against {ms(step)} ms of steps (coverage {pct(path / step)})" if step else ""))
+    shown = steps if args.per_step or steps.height <= 12 else steps.head(12)
+    print(table(["step", "path_ms", "step_ms", "coverage", "top_rank", "its_share", "jumps"],
+                [[r["step"], ms(r["path_ns"]), ms(r["step_ns"]), pct(r["coverage"]),
+                  r["top_rank"], pct(r["top_rank_share"]), r["jumps"]]
+                 for r in shown.iter_rows(named=True)]))
+    if shown.height < steps.height:
+        print(f"... {steps.height - shown.height} more steps (--per-step lists them)")
+    print()
+    print(table(["rank", "path_ms", "share", "mostly"],
+                [[r["rank"], ms(r["path_ns"]), pct(r["share"]), r["top_category"]]
+                 for r in ranks.filter(ranks["path_ns"] > 0).iter_rows(named=True)],
+                left={"mostly"}))
+    print()
+    cats = result["categories"]
+    print(table(["category", "per_step_ms", "share"],
+                [[c, ms(v["per_step_ns"]), pct(v["share"])] for c, v in cats.items()],
+                left={"category"}))
+    print()
+    print(table(["op", "category", "ranks", "per_step_ms", "share"],
+                [[short(r["name"], 50), r["category"], ",".join(map(str, r["ranks"])),
+                  ms(r["per_step_ns"]), pct(r["share"])]
+                 for r in result["top_ops"].iter_rows(named=True)],
+                left={"op", "category", "ranks"}))
+    return 0
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    model = {k: getattr(args, k) for k in ("params", "tokens_per_step", "flops_per_step",
+                                           "layers", "hidden", "seq_len", "peak_tflops",
+                                           "dtype", "device")}
+    result = open_run(args).diagnose(**model)
+    if emit_result(result, args):
+        return 0
+    findings = result["findings"]
+    todo = findings.filter(findings["severity"] != "info")
+    step = result["step_ns"]
+    print(f"to do, biggest gain first (step {ms(step)} ms):" if todo.height else
+          "nothing to fix found on the critical path")
+    for i, f in enumerate(todo.iter_rows(named=True), 1):
+        print(f"{i}. [{f['severity']}] save ~{ms(f['gain_ns_per_step'])} ms/step "
+              f"({pct(f['gain_share'])}): {f['title']}")
+        print(f"   fix: {f['recommendation']}")
+        print(f"   evidence: {_evidence(f['evidence'])}")
+    for f in findings.filter(findings["severity"] == "info").iter_rows(named=True):
+        print(f"note: {f['title']}")
+    mfu = result["mfu"]
+    if mfu is not None and mfu.get("note"):
+        print(f"note: MFU: {mfu['note']}")
+    return 0
+
+
+def _evidence(items: list[dict]) -> str:
+    def one(e: dict) -> str:
+        v, unit = e["value"], e["unit"]
+        shown = ("-" if v is None else f"{v / 1e6:.2f} ms" if unit == "ns" else
+                 pct(v) if unit == "ratio" else f"{v:g}")
+        return f"{e['metric']}={shown}" + (f" ({e['text']})" if e["text"] else "")
+    return "; ".join(one(e) for e in items)
