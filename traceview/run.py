@@ -397,6 +397,36 @@ class Run:
                                            "alignment": self._alignment_summary()},
                             main="ranks", uses=("match", "offsets"))
 
+    def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
+                       model_flops_per_step: float | None = None) -> pl.DataFrame | None:
+        """Achieved TFLOP/s and MFU per rank and step (``analyses.flops.achieved_flops``),
+        when the window's host ops carry FLOP counts (``with_flops=True``) or the model's
+        FLOPs per step are given; None otherwise. The peak is the first device's of the
+        ranks table for ``dtype``, unless ``peak`` (TFLOP/s) is given."""
+        from traceview.analyses.flops import achieved_flops
+
+        events = self._analysis_events
+        if model_flops_per_step is None and not events.filter(
+                pl.col("flops").is_not_null()).select(pl.len()).collect().item():
+            return None
+        return achieved_flops(events, device_name=self._device_name(), dtype=dtype, peak=peak,
+                              model_flops_per_step=model_flops_per_step)
+
+    def _device_name(self) -> str | None:
+        """The first GPU's name in the ranks table (the files' ``deviceProperties``)."""
+        import json
+
+        if "devices" not in self.ranks.columns:
+            return None
+        for text in self.ranks.get_column("devices").drop_nulls().to_list():
+            try:
+                names = json.loads(text)
+            except ValueError:
+                continue
+            if names:
+                return str(names[0])
+        return None
+
     # --- helpers ------------------------------------------------------------------------------
 
     def _whole_match_problems(self) -> pl.DataFrame:
