@@ -23,6 +23,9 @@ from collections.abc import Sequence
 
 import polars as pl
 
+#: Past this many ranks, outputs show the distribution and the outliers rather than a row
+#: (or a bar) per rank: a few dozen is what a reader can still tell apart.
+MANY_RANKS = 32
 #: Robust z beyond which a rank is an outlier (Iglewicz and Hoaglin's 3.5).
 OUTLIER_Z = 3.5
 #: ... and it must also differ from the median by this share of it (near-identical ranks
@@ -58,7 +61,8 @@ def outliers(per_rank: pl.DataFrame, column: str, *, z: float = OUTLIER_Z,
 def distribution(per_rank: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
     """One row per column of ``per_rank`` (one row per rank): ``metric, ranks, median, p90,
     max, max_rank, min, min_rank, outlier_ranks`` (p90: linear interpolation; ties for the
-    max or min go to the lowest rank; ``outlier_ranks``: :func:`outliers`, furthest first)."""
+    max or min go to the lowest rank; ``outlier_ranks``: :func:`outliers`, furthest first,
+    each rank once when ``per_rank`` has several rows per rank, e.g. one per step)."""
     rows = []
     for col in columns:
         v = per_rank.select("rank", value=pl.col(col)).filter(pl.col("value").is_not_null())
@@ -71,7 +75,8 @@ def distribution(per_rank: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame
         rows.append({"metric": col, "ranks": v.height, "median": v["value"].median(),
                      "p90": v["value"].quantile(0.9, "linear"), "max": top["value"],
                      "max_rank": top["rank"], "min": low["value"], "min_rank": low["rank"],
-                     "outlier_ranks": outliers(v, "value")["rank"].to_list()})
+                     "outlier_ranks": outliers(v, "value")["rank"].unique(
+                         maintain_order=True).to_list()})
     return pl.DataFrame(rows, schema={
         "metric": pl.String, "ranks": pl.Int64, "median": pl.Float64, "p90": pl.Float64,
         "max": pl.Float64, "max_rank": pl.Int64, "min": pl.Float64, "min_rank": pl.Int64,

@@ -16,12 +16,12 @@ from typing import Any
 
 import polars as pl
 
+from traceview.analyses.spread import MANY_RANKS
 from traceview.errors import TraceviewError
 
 _NS_PER_MS = 1e6
-#: Past this many ranks a figure shows the distribution (heatmap, box, top ranks), not a
-#: mark per rank: "a few dozen" bars is what a reader can still tell apart.
-MANY_RANKS = 32
+#: Past ``MANY_RANKS`` ranks a figure shows the distribution (heatmap, box, top ranks), not
+#: a mark per rank.
 #: Heatmap columns and series points past which consecutive steps or instances are binned.
 MAX_COLUMNS = 300
 #: No figure is taller than this (px), however many ranks.

@@ -150,16 +150,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                       top_kernels=kernels, top_cpu_ops=ops, offsets=offsets, notes=notes,
                       warnings=[*run.warnings, *run.table_warnings("gpu", "match", "offsets")],
                       kernel_totals=totals, flops=run.flops_per_step(),
-                      nccl=_nccl_view(nccl_logs) if nccl_logs else None)
-
-
-def _nccl_view(paths: list[str]) -> dict[str, pl.DataFrame]:
-    """The NCCL logs' algorithm and protocol choices and their calls, per collective."""
-    from traceview.analyses.nccl import log_calls, log_choices
-    from traceview.parsers import nccl_log
-
-    log = nccl_log.parse(paths)
-    return {"choices": log_choices(log.choices), "calls": log_calls(log.calls)}
+                      nccl=run.nccl_log_view(nccl_logs) if nccl_logs else None)
 
 
 def _first(ranks: pl.DataFrame | None, col: str) -> Any:
