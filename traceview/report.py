@@ -233,9 +233,16 @@ def _summary(data: ReportData) -> list[str]:
         spread = distribution(summ, [c for c, _, _ in _SPREAD])
         fmt = {c: (h, f) for c, h, f in _SPREAD}
         rows = []
+        why: dict[int, list[str]] = {}  # outlier rank -> where it stands out
         for r in spread.iter_rows(named=True):
             head, f = fmt[r["metric"]]
             show = H.ms if f == "ms" else H.pct
+            values = dict(summ.select("rank", r["metric"]).rows())
+            for rank in r["outlier_ranks"]:
+                unit = " ms" if f == "ms" else ""
+                why.setdefault(rank, []).append(
+                    f"{head.split(' (')[0]} {show(values[rank])}{unit} vs median "
+                    f"{show(r['median'])}{unit}")
             rows.append(f"<tr><th>{_e(head)}</th><td>{show(r['median'])}</td>"
                         f"<td>{show(r['p90'])}</td><td>{show(r['max'])}</td>"
                         f"<td>{_e(r['max_rank'])}</td>"
@@ -245,6 +252,13 @@ def _summary(data: ReportData) -> list[str]:
                    "robust rule of docs/metrics.md):</p><table><thead><tr><th>metric</th>"
                    "<th>median</th><th>p90</th><th>max</th><th>max rank</th>"
                    f"<th>outlier ranks</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        if why:
+            items = list(why.items())
+            out.append("<p>Outlier ranks: " + "; ".join(
+                f"<b>rank {_e(rank)}</b> ({_e(', '.join(texts))})"
+                for rank, texts in items[:H.VISIBLE_ROWS])
+                + (f"; and {len(items) - H.VISIBLE_ROWS} more" if len(items) > H.VISIBLE_ROWS
+                   else "") + ".</p>")
     flagged = (data.stragglers.filter(pl.col("flagged"))["rank"].to_list()
                if data.stragglers.height and "flagged" in data.stragglers.columns else [])
     first = [*flagged, *(r for r in interesting if r not in flagged)]
