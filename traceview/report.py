@@ -331,9 +331,10 @@ def _breakdown(data: ReportData, fig: _Figures) -> list[str]:
         out.append(fig(plots.rank_bars(per_rank)))
     else:
         out.append(fig(plots.part_boxes(per_rank)))
-    longest = bd.sort("window_ns", "rank", "step", descending=[True, False, False],
-                      nulls_last=True)
-    out += ["<p>Rank-steps, longest GPU window first:</p>" if bd.height > H.VISIBLE_ROWS
+    rows = stepped if stepped.height else bd  # the whole-trace rows only without steps
+    longest = rows.sort("window_ns", "rank", "step", descending=[True, False, False],
+                        nulls_last=True)
+    out += ["<p>Rank-steps, longest GPU window first:</p>" if rows.height > H.VISIBLE_ROWS
             else "", table(longest, [
                 ("rank", "rank", "text"), ("device", "device", "text"), ("step", "step", "text"),
                 ("window_ns", "window (ms)", "ms"), ("compute_ns", "compute (ms)", "ms"),
