@@ -203,15 +203,19 @@ def gap_causes(causes: pl.DataFrame, *, title: str = "GPU idle gaps by cause") -
 
 def top_items(top: pl.DataFrame, *, value: str = "total_ns", name: str = "name",
               title: str = "Top kernels by total time") -> Any:
-    """Horizontal bars of ``value`` per ``name``, one bar per name (``top`` holds one row per
-    name: ``analyses.breakdown.kernels_across_ranks`` rows, or one rank's top kernels / CPU
-    ops). The label is the short name (``analyses.names.short_name``), the hover the full one.
+    """Horizontal bars of ``value`` per ``name``, one bar per name: ``top`` is
+    ``analyses.breakdown.kernels_across_ranks`` rows, or ``top_kernels`` / ``top_cpu_ops`` rows
+    (several ranks' rows are summed per name). The label is the short name
+    (``analyses.names.short_name``), the hover the full one.
     """
     from traceview.analyses.names import short_name
 
     go = _go()
     if top.height == 0:
         return empty(title, "nothing to rank")
+    if "rank" in top.columns and top["rank"].n_unique() > 1:  # per-rank rows: one bar a name
+        top = (top.group_by(name).agg(pl.col(value).sum())
+               .sort(value, name, descending=[True, False]))
     fig = go.Figure(go.Bar(
         y=[label(short_name(n, 50)) for n in top[name]], x=(top[value] / _NS_PER_MS).to_list(),
         orientation="h", marker_color="#4C78A8", customdata=[label(n) for n in top[name]],
