@@ -197,7 +197,9 @@ def gap_causes(causes: pl.DataFrame, *, title: str = "GPU idle gaps by cause") -
         fig.add_trace(go.Bar(x=[f"rank {v}" for v in g["rank"]],
                              y=(g["total_gap_ns"] / _NS_PER_MS).to_list(), name=label(cause),
                              hovertemplate=f"{label(cause)} %{{y:.3f}} ms<extra></extra>"))
-    fig.update_xaxes(type="category")
+    ranks = sorted(causes["rank"].unique().to_list())
+    fig.update_xaxes(type="category", categoryorder="array",
+                     categoryarray=[f"rank {v}" for v in ranks])
     return _layout(fig, title, barmode="stack", yaxis_title="ms")
 
 
