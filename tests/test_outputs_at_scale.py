@@ -121,3 +121,17 @@ def test_nccl_log_in_collectives_and_report(tmp_path: Path,
     capsys.readouterr()
     assert main(["collectives", *common, "--nccl-log", str(tmp_path / "missing.log")]) == 2
     assert "missing.log: NCCL log not found" in capsys.readouterr().err
+
+
+def test_info_and_analyse_at_many_ranks(wide, capsys: pytest.CaptureFixture[str]) -> None:
+    run, _, cache = wide
+    out = _cli(capsys, "info", str(run), "--cache-dir", str(cache))
+    assert len([ln for ln in out.splitlines() if ln.startswith("  rank ")]) == 8
+    assert "(32 more ranks: `traceview info --all`" in out
+    every = _cli(capsys, "info", str(run), "--cache-dir", str(cache), "--all")
+    assert len([ln for ln in every.splitlines() if ln.startswith("  rank ")]) == 40
+    doc = json.loads(_cli(capsys, "info", str(run), "--cache-dir", str(cache), "--json"))
+    assert len(doc["ranks"]) == 40
+    out = _cli(capsys, "analyse", str(run), "--cache-dir", str(cache))
+    assert "Across 40 rank devices" in out and "rank 22 device" in out
+    assert "`traceview analyse --all` prints every row; --json holds every row" in out

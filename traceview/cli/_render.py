@@ -164,6 +164,7 @@ def ranks_text(ranks: Sequence[int] | None, most: int = 8) -> str:
         f" and {len(ranks) - most} more" if len(ranks) > most else "")
 
 
-def not_shown(shown: int, total: int, command: str) -> str:
+def not_shown(shown: int, total: int, command: str,
+              formats: str = "--json and --csv hold") -> str:
     return (f"({total - shown} of {total} rows not shown: `traceview {command} --all` prints "
-            "every row; --json and --csv hold every row)")
+            f"every row; {formats} every row)")
