@@ -157,6 +157,7 @@ def skew_heatmap(lateness: pl.DataFrame, *,
     fig = go.Figure(go.Heatmap(
         z=z, x=x, y=_rank_axis(ranks), colorscale="Reds", colorbar=dict(title="ms"),
         hovertemplate=f"rank %{{y}}<br>{where}<br>behind first: %{{z:.3f}} ms<extra></extra>"))
+    _mark_largest(fig, z, x, _rank_axis(ranks), "latest arrival")
     _rank_yaxis(fig, ranks)
     fig.update_xaxes(type="category", showticklabels=len(x) <= 60)
     return _layout(fig, title, height=_rank_height(len(ranks)),
@@ -260,6 +261,21 @@ def _rank_yaxis(fig: Any, ranks: list[int]) -> None:
                      type="category" if len(ranks) <= MANY_RANKS else "linear")
 
 
+def _mark_largest(fig: Any, z: list[list[Any]], x: list[Any], y: list[Any], what: str) -> None:
+    """Circle a heatmap's largest cell, so the worst rank and step (or collective) is found at
+    a glance however many cells there are."""
+    go = _go()
+    best = max(((v, i, j) for i, row in enumerate(z) for j, v in enumerate(row)
+                if v is not None), default=None)
+    if best is None:
+        return
+    v, i, j = best
+    fig.add_trace(go.Scatter(
+        x=[x[j]], y=[y[i]], mode="markers", name=what, showlegend=False,
+        marker=dict(symbol="circle-open", size=14, color="#E45756", line=dict(width=2)),
+        hovertemplate=f"{what}: rank %{{y}}, %{{x}}<br>{v:.3f} ms<extra></extra>"))
+
+
 def _bin_columns(n: int, most: int = MAX_COLUMNS) -> int:
     """How many consecutive columns go into one bin so that at most ``most`` remain."""
     return max(1, -(-n // most))
@@ -287,6 +303,7 @@ def rank_step_heatmap(spans: pl.DataFrame, *,
     fig = go.Figure(go.Heatmap(
         z=z, x=x, y=_rank_axis(ranks), colorscale="Viridis", colorbar=dict(title="ms"),
         hovertemplate=f"rank %{{y}}<br>{what} %{{x}}<br>%{{z:.3f}} ms<extra></extra>"))
+    _mark_largest(fig, z, x, _rank_axis(ranks), "slowest step")
     _rank_yaxis(fig, ranks)
     return _layout(fig, title, xaxis_title="step" if width == 1 else
                    f"step (each column: {width} steps, the slowest shown)",
