@@ -274,7 +274,8 @@ def _summary(data: ReportData) -> list[str]:
         ("comm_ns", "comm (ms)", "ms"), ("exposed_comm_ns", "exposed comm (ms)", "ms"),
         ("hidden_fraction", "comm hidden", "pct"), ("idle_fraction", "GPU idle", "pct"),
         ("top_gap_cause", "top gap cause", "text")],
-        visible=max(H.VISIBLE_ROWS, len(first)), every_row="traceview summary --csv"))
+        visible=min(2 * H.VISIBLE_ROWS, max(H.VISIBLE_ROWS, len(first))),
+        every_row="traceview summary --csv"))
     summ_notes = [f"rank {r}: {t}" for r, t in
                   summ.filter(pl.col("note").is_not_null()).select("rank", "note").rows()]
     out += [H.notes(summ_notes[:H.VISIBLE_ROWS])
