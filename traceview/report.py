@@ -9,6 +9,11 @@ Two steps, kept apart (renderers take results and a file object):
 * :func:`write_html` writes one self-contained HTML file: plotly.js is inlined once, nothing is
   fetched when the file is opened, and every name from a trace is HTML-escaped.
 
+The page stays readable at any scale (docs/report.md): the spread across ranks and the outlier
+ranks rather than a row per rank, heatmaps past 32 ranks, steps binned past 300, tables capped
+to their top rows (``report_html``), prose only about flagged ranks, a sentence where a figure
+would be empty.
+
 >>> import io, traceview                                         # doctest: +SKIP
 >>> data = gather(traceview.open("fixtures/data/gloo_ddp_2r"))  # doctest: +SKIP
 >>> write_html(data, io.StringIO())                              # doctest: +SKIP
