@@ -100,6 +100,31 @@ def top_kernels(gpu: pl.DataFrame, *, n: int = 20) -> pl.DataFrame:
     return out.group_by("rank", maintain_order=True).head(n)
 
 
+def kernels_across_ranks(gpu: pl.DataFrame, *, n: int = 20) -> pl.DataFrame:
+    """The ``n`` GPU events (by name) with the most total time over all ranks.
+
+    Columns: name, gpu_class, ranks (ranks that ran it), count, total_ns (sum over ranks),
+    share_of_gpu_time (total / sum of all GPU event durations of all ranks), rank_median_ns
+    (median over those ranks of a rank's total), rank_max_ns and max_rank (the rank with the
+    largest total; ties: the lowest rank). ``gpu``: ``prepared_gpu`` rows.
+    """
+    per_rank = (gpu.group_by("rank", "name", "gpu_class")
+                .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur_ns").sum()))
+    all_ns = per_rank["total_ns"].sum()
+    return (
+        per_rank.sort("total_ns", "rank", descending=[True, False])
+        .group_by("name", "gpu_class")
+        .agg(ranks=pl.len().cast(pl.Int64), count=pl.col("count").sum(),
+             total_ns=pl.col("total_ns").sum(), rank_median_ns=pl.col("total_ns").median(),
+             rank_max_ns=pl.col("total_ns").first(), max_rank=pl.col("rank").first())
+        .with_columns(pl.col("name").cast(pl.String),
+                      share_of_gpu_time=pl.col("total_ns") / all_ns if all_ns
+                      else pl.lit(None, pl.Float64))
+        .sort(["total_ns", "name"], descending=[True, False]).head(n)
+        .select("name", "gpu_class", "ranks", "count", "total_ns", "share_of_gpu_time",
+                "rank_median_ns", "rank_max_ns", "max_rank"))
+
+
 def top_cpu_ops(ops: pl.DataFrame, *, n: int = 20, by: str = "self_ns") -> pl.DataFrame:
     """Host operators (kind ``cpu_op``) by self or total time, per rank.
 

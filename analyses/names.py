@@ -35,3 +35,63 @@ def per_name(rows: Frame, **columns: pl.Expr) -> pl.LazyFrame:
     lf = rows.lazy()
     names = lf.select(pl.col("name").unique()).with_columns(**columns)
     return lf.join(names, on="name", how="left", nulls_equal=True, maintain_order="left")
+
+
+
+def short_name(name: str | None, width: int = 60) -> str:
+    """A kernel name as a reader scans it: a C++ signature loses its return type, parameter
+    list, namespaces and lambdas, then (if still longer than ``width``) its nested template
+    arguments; anything left longer is cut with ``…``. Other names (``aten::mm``, ``Memcpy
+    HtoD (Pageable -> Device)``) are only cut. Tables show the full name on hover.
+
+    >>> short_name("void at::native::vectorized_elementwise_kernel<4, "
+    ...            "at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >"
+    ...            "(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)", width=80)
+    'vectorized_elementwise_kernel<4, CUDAFunctor_add<float>, Array<char*, 3>>'
+    >>> short_name("void at::native::(anonymous namespace)::layer_norm_grad_input_kernel"
+    ...            "<float, float>(float const*, float*, int)")
+    'layer_norm_grad_input_kernel<float, float>'
+    >>> short_name("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long)")
+    'ncclDevKernel_AllReduce_Sum_f32_RING_LL'
+    >>> short_name("Memcpy HtoD (Pageable -> Device)")
+    'Memcpy HtoD (Pageable -> Device)'
+    """
+    import re
+
+    s = "" if name is None else str(name).strip()
+    signature = re.sub(r"^(?:void|static|__global__)\s+", "", s)
+    signature = signature.replace("(anonymous namespace)::", "")
+    head = _cut_parameters(signature)
+    if s.endswith(")") and head != signature and " " not in _outside_templates(head):
+        s = re.sub(r"::\{lambda\([^)]*\)#\d+\}", "", head)
+        s = re.sub(r"::operator\(\)\(\) const", "", s)
+        s = re.sub(r"\([^()]*\)", "", s)  # parameter lists inside template arguments
+        s = re.sub(r"\b(?:[A-Za-z_]\w*::)+", "", s)
+        s = re.sub(r"\s+>", ">", re.sub(r"\s+", " ", s))
+        while len(s) > width and re.search(r"<[^<>]*<[^<>…]+>", s):
+            s = re.sub(r"(<[^<>]*)<[^<>…]+>", r"\1<…>", s, count=1)  # innermost first
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _outside_templates(s: str) -> str:
+    """``s`` without what is inside ``<…>``."""
+    out, depth = [], 0
+    for ch in s:
+        depth += ch == "<"
+        if depth == 0:
+            out.append(ch)
+        depth -= ch == ">" and depth > 0
+    return "".join(out)
+
+
+def _cut_parameters(s: str) -> str:
+    """``s`` up to its parameter list: the first ``(`` outside every ``<…>``."""
+    depth = 0
+    for i, ch in enumerate(s):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif ch == "(" and depth == 0 and i > 0:
+            return s[:i]
+    return s

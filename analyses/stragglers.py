@@ -232,6 +232,15 @@ def _per_step(inst: pl.DataFrame, ranks: list[int], floor: int) -> pl.DataFrame:
         steps_compared=pl.len().cast(pl.Int64))
 
 
+def _binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), each term in log space: ``comb(n, i)`` of a
+    2,000-step run (thousands of instances) is too large for a float."""
+    log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    return min(1.0, math.fsum(
+        math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p
+                 + (n - i) * log_q) for i in range(k, n + 1)))
+
+
 def _confidence(flagged: bool, k: int, n: int, ranks: int) -> tuple[float | None, str]:
     """How sure the verdict is. The score is one minus the chance of a rank being last in
     ``k`` or more of ``n`` steps if every rank were equally likely to be last (binomial
@@ -240,8 +249,7 @@ def _confidence(flagged: bool, k: int, n: int, ranks: int) -> tuple[float | None
     0.9 <= score < 0.99 either way; ``low``: fewer than MIN_STEPS_FOR_CONFIDENCE steps."""
     if n == 0 or ranks < 2:
         return None, "low"
-    p = 1.0 / ranks
-    tail = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+    tail = _binomial_tail(k, n, 1.0 / ranks)
     score = round(1.0 - tail, 4)
     if n < MIN_STEPS_FOR_CONFIDENCE:
         return score, "low"

@@ -10,6 +10,12 @@ missing (the short form quoted in course notes). What is read:
 * **comms** (``INIT``): ``comm 0x.. rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 1b000 commId
   0x.. - Init COMPLETE`` (also the older ``ncclCommInitRank comm 0x.. rank ..`` form): the rank of
   each (host, pid, comm). The process's global ``rank`` is its rank in its largest communicator.
+* **choices** (``NCCL_DEBUG_SUBSYS=TUNING``, rank 0 only; also TRACE-level COLL): the algorithm
+  and protocol NCCL picked for a call, ``AllReduce: 4096 Bytes -> Algo Tree proto LL
+  channel{Lo..Hi}={0..1}`` (NCCL 2.20 and later: names) or ``37756928 Bytes -> Algo 1 proto 2
+  time 2860.208008`` (older: ``ALGORITHMS`` / ``PROTOCOLS`` codes, the collective name
+  sometimes missing). Names are kept upper case: ``RING``, ``TREE``, ``NVLS``; ``LL``,
+  ``LL128``, ``SIMPLE``.
 * **topology**: ``Ring 00 : 0 -> 1 -> 2 -> 3 -> 0`` (older NCCL), ``Channel 00/02 :  0 1 2 3``
   (ring order, newer NCCL), and connections ``Channel 00/08 : 0[0] -> 1[1] via P2P/CUMEM``
   (also ``[send]``/``[receive]`` over ``NET/IB/0``, ``SHM``, ``P2P/IPC``).
@@ -28,6 +34,7 @@ names.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +50,11 @@ DATATYPES: dict[int, tuple[str, int]] = {
 }
 #: ncclRedOp_t codes (user-defined PreMulSum ops have larger codes: left null).
 REDUCTIONS: dict[int, str] = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
+#: ncclAlgo codes (the older "Algo 1 proto 2" lines) -> names, in NCCL's enum order.
+ALGORITHMS: dict[int, str] = {0: "TREE", 1: "RING", 2: "COLLNET_DIRECT", 3: "COLLNET_CHAIN",
+                              4: "NVLS", 5: "NVLS_TREE", 6: "PAT"}
+#: ncclProto codes -> names.
+PROTOCOLS: dict[int, str] = {0: "LL", 1: "LL128", 2: "SIMPLE"}
 #: NCCL call names -> traceview's normalised collective names.
 COLLECTIVES: dict[str, str] = {
     "AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
@@ -54,6 +66,9 @@ _PREFIX = (r"^(?:(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] )?
            r"NCCL (?P<level>INFO|WARN|TRACE) (?P<msg>.*?)\s*$")
 _CALL = r"^(?P<name>" + "|".join(COLLECTIVES) + r"): opCount (?P<opcount>[0-9a-fA-F]+)\b"
 _COMM = r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<crank>\d+) nranks (?P<cnranks>\d+)"
+_CHOICE = (r"^(?:(?P<name>" + "|".join(COLLECTIVES) + r"):\s*)?(?P<nbytes>\d+) Bytes -> "
+           r"Algo (?P<algo>\w+) proto (?P<proto>\w+)"
+           r"(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?(?: time (?P<time>[-\d.]+))?")
 _RING = r"^Ring (?P<ch>\d+) : (?P<ring>\d+(?: -> \d+)+)$"
 _ORDER = r"^Channel (?P<ch>\d+)/(?P<nch>\d+) :(?P<ring>(?:\s+\d+)+)$"
 _CONN = (r"^Channel (?P<ch>\d+)(?:/(?P<nch>\d+))? : (?P<src>\d+)\[(?P<srcdev>[0-9a-fA-F]+)\] -> "
@@ -72,6 +87,12 @@ COMM_SCHEMA: dict[str, pl.DataType] = {
     "comm": pl.String, "comm_rank": pl.Int32, "nranks": pl.Int32, "rank": pl.Int32,
     "bus_id": pl.String, "comm_id": pl.String,
 }
+CHOICE_SCHEMA: dict[str, pl.DataType] = {
+    "line": pl.Int64, "host": pl.String, "pid": pl.Int64, "device": pl.Int32, "rank": pl.Int32,
+    "nccl_name": pl.String, "collective": pl.String, "bytes": pl.Int64, "algorithm": pl.String,
+    "protocol": pl.String, "channel_lo": pl.Int32, "channel_hi": pl.Int32,
+    "time_us": pl.Float64,
+}
 TOPOLOGY_SCHEMA: dict[str, pl.DataType] = {
     "line": pl.Int64, "host": pl.String, "pid": pl.Int64, "device": pl.Int32,
     "rank": pl.Int32, "kind": pl.String, "channel": pl.Int32, "channels": pl.Int32,
@@ -82,11 +103,14 @@ TOPOLOGY_SCHEMA: dict[str, pl.DataType] = {
 
 @dataclass(frozen=True)
 class NcclLog:
-    """``calls`` (one row per collective call), ``comms`` (communicator inits), ``topology``."""
+    """``calls`` (one row per collective call), ``comms`` (communicator inits), ``topology``,
+    ``choices`` (the algorithm and protocol chosen per call, where the log says)."""
 
     calls: pl.DataFrame
     comms: pl.DataFrame
     topology: pl.DataFrame
+    choices: pl.DataFrame = dataclasses.field(
+        default_factory=lambda: pl.DataFrame(schema=CHOICE_SCHEMA))
 
 
 def _kv_int(msg: pl.Expr, key: str) -> pl.Expr:
@@ -157,11 +181,34 @@ def parse_text(text: str) -> NcclLog:
              .with_columns(order=pl.int_range(pl.len()).over("host", "pid", "comm")
                            .cast(pl.Int64)))
     topo = _topology(df).join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
+    choices = _choices(df).join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
     return NcclLog(
         calls=calls.select(list(CALL_SCHEMA)).cast(CALL_SCHEMA),
         comms=comms.select(list(COMM_SCHEMA)).cast(COMM_SCHEMA),
         topology=topo.select(list(TOPOLOGY_SCHEMA)).cast(TOPOLOGY_SCHEMA).sort("line"),
+        choices=choices.select(list(CHOICE_SCHEMA)).cast(CHOICE_SCHEMA).sort("line"),
     )
+
+
+def _named(code: pl.Expr, names: dict[int, str]) -> pl.Expr:
+    """An algorithm or protocol as its upper-case name, whether logged as a name or a code."""
+    as_code = code.cast(pl.Int64, strict=False).replace_strict(names, default=None,
+                                                               return_dtype=pl.String)
+    return pl.when(code.str.contains(r"^\d+$")).then(as_code).otherwise(code.str.to_uppercase())
+
+
+def _choices(df: pl.DataFrame) -> pl.DataFrame:
+    msg = pl.col("msg")
+    return (df.filter(msg.str.contains(_CHOICE))
+            .with_columns(msg.str.extract_groups(_CHOICE).alias("g")).unnest("g")
+            .select("line", "host", "pid", "device", nccl_name="name",
+                    collective=pl.col("name").replace_strict(COLLECTIVES, default=None,
+                                                             return_dtype=pl.String),
+                    bytes=pl.col("nbytes").cast(pl.Int64),
+                    algorithm=_named(pl.col("algo"), ALGORITHMS),
+                    protocol=_named(pl.col("proto"), PROTOCOLS),
+                    channel_lo=pl.col("lo").cast(pl.Int32), channel_hi=pl.col("hi").cast(pl.Int32),
+                    time_us=pl.col("time").cast(pl.Float64)))
 
 
 def _topology(df: pl.DataFrame) -> pl.DataFrame:

@@ -120,3 +120,20 @@ def test_parts_always_sum_to_the_window(ks) -> None:
     for r in _step_breakdown(frame(rows)).iter_rows(named=True):
         assert sum(r[p] for p in _PARTS) == r["window_ns"]
         assert all(r[p] >= 0 for p in _PARTS)
+
+
+def test_kernels_across_ranks_by_hand() -> None:
+    """gemm: rank 0 runs 30 + 40 ns, rank 1 runs 50, rank 2 runs 90 -> 3 ranks, count 4,
+    total 210, per-rank totals 70, 50, 90 (median 70, max 90 on rank 2); nccl: 40 ns on rank
+    0 only. All GPU time 250 -> shares 210/250 and 40/250."""
+    from traceview.analyses.breakdown import kernels_across_ranks
+
+    gpu = pl.DataFrame({"rank": [0, 0, 1, 2, 0], "name": ["gemm", "gemm", "gemm", "gemm", "nccl"],
+                        "gpu_class": ["compute"] * 4 + ["comm"],
+                        "dur_ns": [30, 40, 50, 90, 40]})
+    out = kernels_across_ranks(gpu, n=5)
+    assert out.select("name", "ranks", "count", "total_ns", "rank_median_ns", "rank_max_ns",
+                      "max_rank").rows() == [("gemm", 3, 4, 210, 70.0, 90, 2),
+                                             ("nccl", 1, 1, 40, 40.0, 40, 0)]
+    assert out["share_of_gpu_time"].to_list() == pytest.approx([210 / 250, 40 / 250])
+    assert kernels_across_ranks(gpu, n=1).height == 1

@@ -146,3 +146,35 @@ def test_call_lines_round_trip(calls):
         assert row["reduction"] == REDUCTIONS[c["op"]]
         assert row["order"] == seen.get(c["pid"], 0)
         seen[c["pid"]] = seen.get(c["pid"], 0) + 1
+
+
+def test_algorithm_and_protocol_choices_by_hand():
+    """Both forms of NCCL's choice line: names (2.20+, with the channel range) and codes
+    (older: Algo 1 = RING, proto 2 = SIMPLE, LL = 0; the collective name may be missing)."""
+    from traceview.analyses.nccl import log_choices
+
+    text = ("n1:100:111 [0] NCCL INFO comm 0x55aa rank 0 nranks 2 cudaDev 0 busId 1b000 "
+            "- Init COMPLETE\n"
+            "n1:100:111 [0] NCCL INFO AllReduce: 4096 Bytes -> Algo Tree proto LL "
+            "channel{Lo..Hi}={0..1}\n"
+            "n1:100:111 [0] NCCL INFO AllReduce: 268435456 Bytes -> Algo NVLS proto Simple "
+            "channel{Lo..Hi}={0..15}\n"
+            "node-0:309:309 [0] NCCL INFO AllGather: 37756928 Bytes -> Algo 1 proto 2 time "
+            "2860.208008\n"
+            "NCCL INFO 1024 Bytes -> Algo 0 proto 0 time 12.5\n")
+    ch = parse_text(text).choices
+    assert ch.select("line", "rank", "collective", "bytes", "algorithm", "protocol",
+                     "channel_lo", "channel_hi", "time_us").rows() == [
+        (2, 0, "all_reduce", 4096, "TREE", "LL", 0, 1, None),
+        (3, 0, "all_reduce", 268435456, "NVLS", "SIMPLE", 0, 15, None),
+        (4, None, "all_gather", 37756928, "RING", "SIMPLE", None, None, 2860.208008),
+        (5, None, None, 1024, "TREE", "LL", None, None, 12.5),
+    ]
+    assert log_choices(ch).rows() == [
+        ("all_gather", "RING", "SIMPLE", 1, 37756928, 37756928),
+        ("all_reduce", "TREE", "LL", 1, 4096, 4096),
+        ("all_reduce", "NVLS", "SIMPLE", 1, 268435456, 268435456),
+        (None, "TREE", "LL", 1, 1024, 1024),
+    ]
+    # the call lines of the module's LOG are no choice lines
+    assert parse_text(LOG).choices.height == 0

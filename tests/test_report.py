@@ -71,7 +71,9 @@ def test_report_cpu_only_states_partial_sections() -> None:
     ts = traceview.open(FIX / "gloo_ddp_2r_slow1", cache=False)
     page, figures, data = _html(ts)  # a Run: its ranks table names the hosts
     body = _body(page)
-    assert figures == 6
+    # no empty figure: the GPU breakdown and the gap causes are one sentence each
+    assert figures == 4 and body.count('class="nofig"') == 2
+    assert "No GPU time to break down" in body and "No idle gaps to draw" in body
     assert set(data.notes) == {"breakdown", "gaps", "kernels"}
     assert "no GPU events on this rank" in body
     assert "Top host operators by self time" in body
@@ -83,10 +85,12 @@ def test_report_single_rank_without_steps() -> None:
                                  & ~__import__("polars").col("name").cast(str)
                                  .str.starts_with("ProfilerStep"))
     page, figures, data = _html(ev)
-    assert figures == 6
+    body = _body(page)
+    # steps, skew and stragglers have nothing to draw: a sentence each, never an empty axis
+    assert figures == 3 and body.count('class="nofig"') == 3
+    assert "No straggler analysis: a single rank" in body
     assert "steps" in data.notes and "collectives" in data.notes
     assert data.worst_straggler["rank"] is None
-    assert "a single rank" in _body(page)
 
 
 def test_cli_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,7 +100,7 @@ def test_cli_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import orjson
 
     info = orjson.loads(capsys.readouterr().out)
-    assert info["output"] == str(out) and info["figures"] == 6 and info["ranks"] == 2
+    assert info["output"] == str(out) and info["figures"] == 4 and info["ranks"] == 2
     assert "breakdown" in info["partial_sections"]
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert main(["report", str(tmp_path / "missing"), "-o", str(out), "--no-cache"]) == 2

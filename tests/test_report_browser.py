@@ -1,22 +1,20 @@
 """The HTML report in headless Chromium: loads without errors, every plot renders, names from
 traces show as text and run no script, nothing is fetched from the network.
 
-A status script is injected at the top of ``<head>`` (before plotly.js): it records
-``window.onerror``, unhandled rejections, ``console.error`` and ``alert`` calls, and after the
-load event writes a ``<pre id="tv-status">`` JSON that ``--dump-dom`` returns.
+The page is opened through ``tests/page_probe.py``: a status script injected first in
+``<head>`` records errors, alerts and requests and, at the load event, the page's height and
+each figure's height and drawn marks. Nothing here times anything (the load time is
+``benchmarks/report_scale.py``'s).
 """
 
 from __future__ import annotations
 
 import io
-import json
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.page_probe import chromium, instrumented, launch, probe, status
 from tests.test_report_trace import EVIL, EVIL_OP, two_rank_trace
 from traceview.report import gather, write_html
 
@@ -24,64 +22,11 @@ pytest.importorskip("plotly")
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 
-STATUS_SCRIPT = """<script>
-window.__tv = {errors: [], alerts: 0};
-window.addEventListener('error', function (e) {
-  window.__tv.errors.push('error: ' + (e.message || (e.target && e.target.outerHTML) || e.type));
-}, true);
-window.addEventListener('unhandledrejection', function (e) {
-  window.__tv.errors.push('rejection: ' + e.reason); });
-(function () { var ce = console.error; console.error = function () {
-  window.__tv.errors.push('console.error: ' + Array.prototype.join.call(arguments, ' '));
-  ce.apply(console, arguments); }; })();
-window.alert = function () { window.__tv.alerts += 1; };
-window.addEventListener('load', function () { setTimeout(function () {
-  var divs = document.querySelectorAll('.plotly-graph-div');
-  var ok = 0;
-  divs.forEach(function (d) { if (d.querySelector('.main-svg')) { ok += 1; } });
-  var needle = __NEEDLE__;
-  var count = function (sel) { var n = 0; document.querySelectorAll(sel).forEach(function (e) {
-    if (e.textContent.indexOf(needle) >= 0) { n += 1; } }); return n; };
-  var remote = performance.getEntriesByType('resource').map(function (r) { return r.name; })
-    .filter(function (u) { return !/^(data|blob|file|about):/.test(u); });
-  var s = document.createElement('pre'); s.id = 'tv-status';
-  s.textContent = JSON.stringify({plots: divs.length, rendered: ok, errors: window.__tv.errors,
-    alerts: window.__tv.alerts, imgs: document.querySelectorAll('img').length,
-    scripts: document.querySelectorAll('script').length, remote: remote,
-    cells: count('td'), svg_texts: count('.main-svg text')});
-  document.body.appendChild(s); }, 300); });
-</script>"""
-
-
 def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("headless Chromium is not installed (apt-get install chromium)")
-
-
-def _instrumented(page: str, needle: str) -> str:
-    head = page.index("<head>") + len("<head>")
-    return page[:head] + STATUS_SCRIPT.replace("__NEEDLE__", json.dumps(needle)) + page[head:]
-
-
-def _launch(browser: str, page: Path, profile: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--no-first-run", f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
-         "--virtual-time-budget=1500", "--dump-dom", page.as_uri()],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-
-
-def _status(proc: subprocess.Popen) -> dict:
-    out, _ = proc.communicate(timeout=120)
-    m = re.search(r'<pre id="tv-status">(.*?)</pre>', out, re.S)
-    assert m, f"no status element in the dumped DOM (exit {proc.returncode})"
-    import html
-
-    return json.loads(html.unescape(m.group(1)))
+    path = chromium()
+    if path is None:
+        pytest.skip("headless Chromium is not installed (apt-get install chromium)")
+    return path
 
 
 def _report(events, **kw) -> str:
@@ -95,25 +40,26 @@ def test_reports_render_in_headless_chromium(tmp_path: Path) -> None:
 
     browser = _chromium()
     gpu = tmp_path / "gpu.html"
-    gpu.write_text(_instrumented(_report(two_rank_trace()), EVIL), encoding="utf-8")
+    gpu.write_text(instrumented(_report(two_rank_trace()), EVIL), encoding="utf-8")
     ts = traceview.open(FIX / "gloo_ddp_2r_slow1", cache=False)
     cpu = tmp_path / "cpu.html"
-    cpu.write_text(_instrumented(_report(ts), "rank 1"),
-                   encoding="utf-8")
-    procs = [_launch(browser, gpu, tmp_path / "p1"), _launch(browser, cpu, tmp_path / "p2")]
-    gpu_status, cpu_status = (_status(p) for p in procs)
+    cpu.write_text(instrumented(_report(ts), "rank 1"), encoding="utf-8")
+    procs = [launch(browser, gpu, tmp_path / "p1"), launch(browser, cpu, tmp_path / "p2")]
+    gpu_status, cpu_status = (status(p) for p in procs)
 
-    for status in (gpu_status, cpu_status):
-        assert status["errors"] == []
-        assert status["plots"] == 6 and status["rendered"] == 6
-        assert status["alerts"] == 0 and status["imgs"] == 0
-        assert status["remote"] == []
-        assert status["scripts"] == 2 + 6  # status + plotly.js + one per figure
+    # the CPU-only report says in a sentence what it cannot draw (breakdown, gaps)
+    for st, figures in ((gpu_status, 6), (cpu_status, 4)):
+        assert st["errors"] == []
+        assert st["plots"] == figures and st["rendered"] == figures
+        assert all(f["marks"] > 0 for f in st["figures"]), st["figures"]
+        assert st["alerts"] == 0 and st["imgs"] == 0
+        assert st["remote"] == []
+        assert st["scripts"] == 2 + figures  # status + plotly.js + one per figure
     # the hostile kernel name is text: in the kernel table, and in the bar chart's labels
-    assert gpu_status["cells"] >= 2
+    assert gpu_status["cells"] >= 1
     assert gpu_status["svg_texts"] >= 1
-    # the CPU-only report still names the straggler
-    assert cpu_status["cells"] >= 1
+    # the CPU-only report still names the straggler, in the text a reader sees
+    assert cpu_status["text_has"]
 
 
 def test_hostile_op_name_in_cpu_table_is_text(tmp_path: Path) -> None:
@@ -123,3 +69,58 @@ def test_hostile_op_name_in_cpu_table_is_text(tmp_path: Path) -> None:
     ev = two_rank_trace().filter(pl.col("kind").cast(pl.String) != "kernel")
     page = _report(ev)
     assert EVIL_OP not in page and "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+
+
+# ----------------------------------------------------------------------------- at scale
+#: The bounds of issue 11 (docs/report.md) a page must keep at any scale.
+MAX_PAGE_PX = 12_000
+MAX_FIGURE_PX = 1_600
+MAX_HTML_BYTES = 10_000_000
+
+
+def _scale_page(tmp_path: Path, ranks: int, steps: int) -> tuple[str, object, object]:
+    """A generated run's report (through the CLI, as a user writes it) and its truth."""
+    from fixtures.cluster_runs import many_ranks
+    from traceview.cli import main
+
+    truth = many_ranks(tmp_path / "run", ranks=ranks, steps=steps)
+    out = tmp_path / "report.html"
+    assert main(["report", str(tmp_path / "run"), "-o", str(out), "--cache-dir",
+                 str(tmp_path / "cache")]) == 0
+    return out.read_text(encoding="utf-8"), truth, out
+
+
+def _check_bounds(st: dict, page: str) -> None:
+    assert st["errors"] == [] and st["alerts"] == 0 and st["remote"] == []
+    assert st["plots"] == st["rendered"] > 0
+    assert st["height"] <= MAX_PAGE_PX, st["height"]
+    assert max(f["height"] for f in st["figures"]) <= MAX_FIGURE_PX, st["figures"]
+    assert all(f["marks"] > 0 for f in st["figures"]), st["figures"]  # no empty figure
+    assert len(page.encode()) <= MAX_HTML_BYTES
+
+
+def test_report_of_256_ranks_stays_readable(tmp_path: Path) -> None:
+    """256 ranks x 12 steps: within the page bounds, and the slow rank is named in the text
+    a reader sees (not only in a collapsed table)."""
+    browser = _chromium()
+    page, truth, _ = _scale_page(tmp_path, 256, 12)
+    needle = f"Worst straggler: rank {truth.slow_rank}"
+    st = probe(browser, page, tmp_path / "probe", needle=needle)
+    _check_bounds(st, page)
+    assert st["text_has"], needle
+    # a distribution, not a bar per rank: the tables show their top rows, the rest collapsed
+    assert page.count("<details>") >= 4
+    assert "Across 256 ranks" in page
+
+
+def test_report_of_a_long_run_bins_its_steps(tmp_path: Path) -> None:
+    """8 ranks x 600 steps: past 300 steps the heatmap and the series are binned, the
+    slowest steps named one by one."""
+    browser = _chromium()
+    page, truth, _ = _scale_page(tmp_path, 8, 600)
+    st = probe(browser, page, tmp_path / "probe",
+               needle=f"Worst straggler: rank {truth.slow_rank}")
+    _check_bounds(st, page)
+    assert st["text_has"]
+    assert "each column: 2 steps, the slowest shown" in page
+    assert "Slowest steps: step " in page

@@ -16,9 +16,16 @@ from typing import Any
 
 import polars as pl
 
+from traceview.analyses.spread import MANY_RANKS
 from traceview.errors import TraceviewError
 
 _NS_PER_MS = 1e6
+#: Past ``MANY_RANKS`` ranks a figure shows the distribution (heatmap, box, top ranks), not
+#: a mark per rank.
+#: Heatmap columns and series points past which consecutive steps or instances are binned.
+MAX_COLUMNS = 300
+#: No figure is taller than this (px), however many ranks.
+MAX_HEIGHT = 900
 
 #: Colours of the GPU time parts (stable across figures).
 PART_COLOURS: dict[str, str] = {
@@ -125,40 +132,60 @@ def skew_heatmap(lateness: pl.DataFrame, *,
 
     ``lateness``: ``instance_label, rank, lateness_ns`` (from
     ``analyses.collectives.collective_ranks``: arrival − first arrival of the instance), in the
-    order the instances should appear.
+    order the instances should appear. Past ``MAX_COLUMNS`` instances, consecutive ones are
+    binned and a cell shows the rank's largest lateness in the bin.
     """
     go = _go()
     if lateness.height == 0:
         return empty(title, "no collective was matched across ranks")
     order = lateness["instance_label"].unique(maintain_order=True).to_list()
-    ranks = sorted(lateness["rank"].unique().to_list())
-    wide = lateness.pivot(on="instance_label", index="rank", values="lateness_ns",
-                          aggregate_function="first").sort("rank")
-    z = [[None if v is None else v / _NS_PER_MS for v in (wide[c].to_list() if c in wide.columns
-                                                          else [None] * len(ranks))]
-         for c in order]
-    z_t = [list(row) for row in zip(*z)] if z else []
+    width = _bin_columns(len(order))
+    position = pl.DataFrame({"instance_label": order, "col": [i // width for i in
+                                                              range(len(order))]})
+    cells = (lateness.join(position, on="instance_label")
+             .group_by("rank", "col").agg(ms=pl.col("lateness_ns").max() / _NS_PER_MS))
+    cols = sorted(cells["col"].unique().to_list())
+    wide = cells.pivot(on="col", index="rank", values="ms").sort("rank")
+    z = [[row.get(str(c)) for c in cols] for row in wide.iter_rows(named=True)]
+    if width == 1:
+        x = [label(short(o, 40)) for o in order]
+        where = "%{x}"
+    else:
+        x = [f"{c * width}-{min(len(order), (c + 1) * width) - 1}" for c in cols]
+        where = "instances %{x} (largest shown)"
+    ranks = wide["rank"].to_list()
     fig = go.Figure(go.Heatmap(
-        z=z_t, x=[label(short(o, 40)) for o in order], y=[f"rank {r}" for r in wide["rank"]],
-        colorscale="Reds", colorbar=dict(title="ms"),
-        hovertemplate="%{y}<br>%{x}<br>behind first: %{z:.3f} ms<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(type="category", showticklabels=len(order) <= 60)
-    return _layout(fig, title, xaxis_title="collective instance (time order)")
+        z=z, x=x, y=_rank_axis(ranks), colorscale="Reds", colorbar=dict(title="ms"),
+        hovertemplate=f"rank %{{y}}<br>{where}<br>behind first: %{{z:.3f}} ms<extra></extra>"))
+    _mark_largest(fig, z, x, _rank_axis(ranks), "latest arrival")
+    _rank_yaxis(fig, ranks)
+    fig.update_xaxes(type="category", showticklabels=len(x) <= 60)
+    return _layout(fig, title, height=_rank_height(len(ranks)),
+                   xaxis_title="collective instance (time order)" if width == 1 else
+                   f"collective instances in time order, {width} per column")
 
 
-def straggler_bars(ranking: pl.DataFrame, *, title: str = "Imposed wait per rank") -> Any:
-    """``analyses.stragglers.stragglers`` rows: imposed wait per rank, flagged ranks marked."""
+def straggler_bars(ranking: pl.DataFrame, *, title: str = "Imposed wait per rank",
+                   most: int = 20) -> Any:
+    """``analyses.stragglers.stragglers`` rows: imposed wait per rank, flagged ranks marked.
+    Past ``MANY_RANKS`` ranks, the ``most`` ranks with the largest imposed wait (and every
+    flagged one) are shown."""
     go = _go()
     if ranking.height == 0:
         return empty(title, "no ranks")
     r = ranking.sort("rank")
+    if r.height > MANY_RANKS:
+        top = r.sort("imposed_wait_ns", "rank", descending=[True, False]).head(most)
+        r = pl.concat([top, r.filter(pl.col("flagged"))]).unique("rank").sort(
+            "imposed_wait_ns", "rank", descending=[True, False])
+        title = f"{title}: the {r.height} largest of {ranking.height} ranks"
     fig = go.Figure(go.Bar(
         x=[f"rank {v}" for v in r["rank"]], y=(r["imposed_wait_ns"] / _NS_PER_MS).to_list(),
         marker_color=["#E45756" if f else "#4C78A8" for f in r["flagged"]],
         hovertemplate="%{x}<br>imposed wait %{y:.3f} ms<extra></extra>"))
     fig.update_xaxes(type="category")
-    return _layout(fig, title, yaxis_title="ms (others waiting for this rank alone)")
+    return _layout(fig, title, yaxis_title="ms (others waiting for this rank alone)",
+                   height=400)
 
 
 def gap_causes(causes: pl.DataFrame, *, title: str = "GPU idle gaps by cause") -> Any:
@@ -171,27 +198,34 @@ def gap_causes(causes: pl.DataFrame, *, title: str = "GPU idle gaps by cause") -
         fig.add_trace(go.Bar(x=[f"rank {v}" for v in g["rank"]],
                              y=(g["total_gap_ns"] / _NS_PER_MS).to_list(), name=label(cause),
                              hovertemplate=f"{label(cause)} %{{y:.3f}} ms<extra></extra>"))
-    fig.update_xaxes(type="category")
+    ranks = sorted(causes["rank"].unique().to_list())
+    fig.update_xaxes(type="category", categoryorder="array",
+                     categoryarray=[f"rank {v}" for v in ranks])
     return _layout(fig, title, barmode="stack", yaxis_title="ms")
 
 
 def top_items(top: pl.DataFrame, *, value: str = "total_ns", name: str = "name",
               title: str = "Top kernels by total time") -> Any:
-    """Horizontal bars of ``value`` per ``name`` (``analyses.breakdown.top_kernels`` or
-    ``top_cpu_ops`` rows; one trace per rank)."""
+    """Horizontal bars of ``value`` per ``name``, one bar per name: ``top`` is
+    ``analyses.breakdown.kernels_across_ranks`` rows, or ``top_kernels`` / ``top_cpu_ops`` rows
+    (several ranks' rows are summed per name). The label is the short name
+    (``analyses.names.short_name``), the hover the full one.
+    """
+    from traceview.analyses.names import short_name
+
     go = _go()
     if top.height == 0:
         return empty(title, "nothing to rank")
-    fig = go.Figure()
-    for (rank,), g in top.group_by("rank", maintain_order=True):
-        fig.add_trace(go.Bar(
-            y=[label(short(n, 50)) for n in g[name]], x=(g[value] / _NS_PER_MS).to_list(),
-            orientation="h", name=f"rank {rank}",
-            customdata=[label(n) for n in g[name]],
-            hovertemplate="%{customdata}<br>%{x:.3f} ms<extra></extra>"))
-    fig.update_yaxes(autorange="reversed")
-    return _layout(fig, title, xaxis_title="ms", barmode="group",
-                   height=max(350, 40 + 22 * top.height))
+    if "rank" in top.columns and top["rank"].n_unique() > 1:  # per-rank rows: one bar a name
+        top = (top.group_by(name).agg(pl.col(value).sum())
+               .sort(value, name, descending=[True, False]))
+    fig = go.Figure(go.Bar(
+        y=[label(short_name(n, 50)) for n in top[name]], x=(top[value] / _NS_PER_MS).to_list(),
+        orientation="h", marker_color="#4C78A8", customdata=[label(n) for n in top[name]],
+        hovertemplate="%{customdata}<br>%{x:.3f} ms<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
+    return _layout(fig, title, xaxis_title="ms", showlegend=False,
+                   height=min(MAX_HEIGHT, max(300, 90 + 24 * top.height)))
 
 
 def diff_bars(contributors: pl.DataFrame, *,
@@ -240,3 +274,154 @@ def memory_timeline(points: pl.DataFrame, peaks: pl.DataFrame, *,
                           "<extra></extra>"))
     return _layout(fig, title, xaxis_title="ms after the rank's first allocator event",
                    yaxis_title="MiB allocated")
+
+
+# ------------------------------------------------------------------------ figures at scale
+def _rank_height(ranks: int) -> int:
+    """A rank-per-row figure's height: readable rows for a few ranks, capped for many."""
+    return min(MAX_HEIGHT, max(320, 140 + (18 if ranks <= MANY_RANKS else 3) * ranks))
+
+
+def _rank_axis(ranks: list[int]) -> list[Any]:
+    """A heatmap's rows: one category per rank for a few ranks; past ``MANY_RANKS``, the rank
+    numbers on a numeric axis, so plotly picks readable ticks instead of 256 labels."""
+    return [str(r) for r in ranks] if len(ranks) <= MANY_RANKS else list(ranks)
+
+
+def _rank_yaxis(fig: Any, ranks: list[int]) -> None:
+    fig.update_yaxes(autorange="reversed", title="rank",
+                     type="category" if len(ranks) <= MANY_RANKS else "linear")
+
+
+def _mark_largest(fig: Any, z: list[list[Any]], x: list[Any], y: list[Any], what: str) -> None:
+    """Circle a heatmap's largest cell, so the worst rank and step (or collective) is found at
+    a glance however many cells there are."""
+    go = _go()
+    best = max(((v, i, j) for i, row in enumerate(z) for j, v in enumerate(row)
+                if v is not None), default=None)
+    if best is None:
+        return
+    v, i, j = best
+    fig.add_trace(go.Scatter(
+        x=[x[j]], y=[y[i]], mode="markers", name=what, showlegend=False,
+        marker=dict(symbol="circle-open", size=14, color="#E45756", line=dict(width=2)),
+        hovertemplate=f"{what}: rank %{{y}}, %{{x}}<br>{v:.3f} ms<extra></extra>"))
+
+
+def _bin_columns(n: int, most: int = MAX_COLUMNS) -> int:
+    """How many consecutive columns go into one bin so that at most ``most`` remain."""
+    return max(1, -(-n // most))
+
+
+def rank_step_heatmap(spans: pl.DataFrame, *,
+                      title: str = "Step time per rank and step (ms)") -> Any:
+    """Rank x step heatmap of the step time. ``spans``: ``rank, step, dur_ms``. Past
+    ``MAX_COLUMNS`` steps, consecutive steps are binned and a cell shows the bin's slowest
+    step, so the worst steps stay visible."""
+    go = _go()
+    if spans.height == 0:
+        return empty(title, "no ProfilerStep ranges in these traces")
+    lo = spans["step"].min()
+    width = _bin_columns(spans["step"].max() - lo + 1)
+    cells = (spans.with_columns(col=(pl.col("step") - lo) // width)
+             .group_by("rank", "col").agg(ms=pl.col("dur_ms").max(),
+                                          first=pl.col("step").min(), last=pl.col("step").max()))
+    ranks = sorted(cells["rank"].unique().to_list())
+    cols = sorted(cells["col"].unique().to_list())
+    wide = cells.pivot(on="col", index="rank", values="ms").sort("rank")
+    z = [[row.get(str(c)) for c in cols] for row in wide.iter_rows(named=True)]
+    x = [int(lo + c * width) for c in cols]
+    what = "step" if width == 1 else f"steps (bins of {width}, slowest shown) from"
+    fig = go.Figure(go.Heatmap(
+        z=z, x=x, y=_rank_axis(ranks), colorscale="Viridis", colorbar=dict(title="ms"),
+        hovertemplate=f"rank %{{y}}<br>{what} %{{x}}<br>%{{z:.3f}} ms<extra></extra>"))
+    _mark_largest(fig, z, x, _rank_axis(ranks), "slowest step")
+    _rank_yaxis(fig, ranks)
+    return _layout(fig, title, xaxis_title="step" if width == 1 else
+                   f"step (each column: {width} steps, the slowest shown)",
+                   height=_rank_height(len(ranks)))
+
+
+def step_series(binned: pl.DataFrame, worst: pl.DataFrame, *,
+                title: str = "Step time along the run (ms)") -> Any:
+    """Per-step series: the median and the slowest rank-step of each bin of steps
+    (``analyses.spread.binned_steps`` rows, values in ms), and the ``worst`` steps (``step,
+    ms, rank``) marked one by one."""
+    go = _go()
+    if binned.height == 0:
+        return empty(title, "no ProfilerStep ranges in these traces")
+    x = binned["first_step"].to_list()
+    span = [f"steps {a}-{b}" if a != b else f"step {a}"
+            for a, b in zip(binned["first_step"], binned["last_step"])]
+    fig = go.Figure([
+        go.Scatter(x=x, y=binned["median"].to_list(), mode="lines", name="median",
+                   line=dict(color="#4C78A8"), customdata=span,
+                   hovertemplate="%{customdata}<br>median %{y:.3f} ms<extra></extra>"),
+        go.Scatter(x=x, y=binned["max"].to_list(), mode="lines", name="slowest",
+                   line=dict(color="#F58518", width=1), customdata=span,
+                   hovertemplate="%{customdata}<br>slowest %{y:.3f} ms<extra></extra>"),
+    ])
+    if worst.height:
+        fig.add_trace(go.Scatter(
+            x=worst["step"].to_list(), y=worst["ms"].to_list(), mode="markers",
+            name="worst steps", marker=dict(color="#E45756", size=9, symbol="x"),
+            customdata=[f"rank {r}" for r in worst["rank"]],
+            hovertemplate="step %{x}, %{customdata}<br>%{y:.3f} ms<extra></extra>"))
+    return _layout(fig, title, xaxis_title="step", yaxis_title="ms", height=380)
+
+
+def part_boxes(per_rank: pl.DataFrame, *,
+               title: str = "GPU time per step across ranks (ms)") -> Any:
+    """One box per GPU time part over the ranks (``rank`` and the ``PART_COLOURS`` columns,
+    ns per step): the median, quartiles and whiskers of the many, each outlier rank a point
+    named on hover."""
+    go = _go()
+    parts = [c for c in PART_COLOURS if c in per_rank.columns]
+    if per_rank.height == 0 or not parts:
+        return empty(title, "no GPU events: compute / communication / idle need GPU kernels")
+    fig = go.Figure()
+    names = [f"rank {r}" for r in per_rank["rank"]]
+    for col in parts:
+        fig.add_trace(go.Box(
+            y=(per_rank[col] / _NS_PER_MS).to_list(), name=_PART_LABELS[col], text=names,
+            boxpoints="outliers", marker_color=PART_COLOURS[col],
+            hovertemplate="%{text}<br>%{y:.3f} ms<extra></extra>"))
+    return _layout(fig, title, yaxis_title="ms per step", showlegend=False, height=420)
+
+
+def rank_bars(per_rank: pl.DataFrame, *, title: str = "GPU time per rank (ms per step)") -> Any:
+    """Stacked parts per rank (``rank`` and the ``PART_COLOURS`` columns, ns per step)."""
+    go = _go()
+    parts = [c for c in PART_COLOURS if c in per_rank.columns]
+    if per_rank.height == 0 or not parts:
+        return empty(title, "no GPU events: compute / communication / idle need GPU kernels")
+    x = [f"rank {r}" for r in per_rank["rank"]]
+    fig = go.Figure([go.Bar(x=x, y=(per_rank[c] / _NS_PER_MS).to_list(), name=_PART_LABELS[c],
+                            marker_color=PART_COLOURS[c],
+                            hovertemplate=f"%{{x}}<br>{_PART_LABELS[c]} %{{y:.3f}} ms"
+                                          "<extra></extra>") for c in parts])
+    fig.update_xaxes(type="category")
+    return _layout(fig, title, barmode="stack", yaxis_title="ms per step", height=420)
+
+
+def cause_totals(causes: pl.DataFrame, *,
+                 title: str = "GPU idle gaps by cause, all ranks (ms)") -> Any:
+    """``analyses.gaps.gap_causes(..., by=["rank"])`` rows summed over the ranks: one bar
+    per cause, the hover naming the rank with the most of it."""
+    go = _go()
+    if causes.height == 0:
+        return empty(title, "no GPU idle gaps (or no GPU events)")
+    per = (causes.sort("total_gap_ns", "rank", descending=[True, False])
+           .group_by("cause", maintain_order=True)
+           .agg(total=pl.col("total_gap_ns").sum(), top_rank=pl.col("rank").first(),
+                top=pl.col("total_gap_ns").first(), ranks=pl.col("rank").n_unique())
+           .sort("total", descending=True))
+    fig = go.Figure(go.Bar(
+        y=[label(c) for c in per["cause"]], x=(per["total"] / _NS_PER_MS).to_list(),
+        orientation="h", marker_color="#BAB0AC",
+        customdata=[f"{n} ranks; most on rank {r} ({t / _NS_PER_MS:.3f} ms)"
+                    for n, r, t in zip(per["ranks"], per["top_rank"], per["top"])],
+        hovertemplate="%{y}<br>%{x:.3f} ms<br>%{customdata}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
+    return _layout(fig, title, xaxis_title="ms", showlegend=False,
+                   height=max(260, 120 + 30 * per.height))

@@ -336,10 +336,12 @@ class Run:
                             uses=("gpu",))
 
     def breakdown(self, *, top: int = 10) -> Result:
-        """Per-step GPU time, top kernels and CPU ops, launch delays; main table ``steps``."""
+        """Per-step GPU time, top kernels (per rank and over all ranks) and CPU ops, launch
+        delays, achieved FLOP/s and MFU per step when the trace carries FLOP counts (``flops``,
+        else None); main table ``steps``."""
         from traceview.analyses.breakdown import (
-            launch_delay_rows, launch_delay_summary, step_breakdown, top_cpu_ops, top_kernels,
-            with_self_time,
+            kernels_across_ranks, launch_delay_rows, launch_delay_summary, step_breakdown,
+            top_cpu_ops, top_kernels, with_self_time,
         )
 
         host = self.host  # read first: the steps and the launches come from it too
@@ -353,7 +355,9 @@ class Run:
             "window": self.window_info, "steps": steps, "top_kernels": kernels,
             "top_cpu_ops_by_self": top_cpu_ops(ops, n=top, by="self_ns"),
             "top_cpu_ops_by_total": top_cpu_ops(ops, n=top, by="total_ns"),
-            "launch_delay": launch_delay_summary(launch_delay_rows(gpu, host))},
+            "launch_delay": launch_delay_summary(launch_delay_rows(gpu, host)),
+            "kernels_across_ranks": kernels_across_ranks(gpu, n=top),
+            "flops": self.flops_per_step()},
             main="steps", uses=("gpu",))
 
     def summary(self) -> Result:
@@ -379,18 +383,39 @@ class Run:
                                       "problems": self._whole_match_problems()}, main="ranks",
                             uses=("offsets",))
 
-    def collectives(self) -> Result:
+    def collectives(self, *, nccl_logs: Sequence[str | Path] = ()) -> Result:
         """Collectives matched across ranks: skew, wait, bandwidth, tails, alpha-beta fits;
-        main table ``instances``."""
+        with ``nccl_logs``, also the logs' algorithm and protocol choices (``nccl_choices``)
+        and calls (``nccl_calls``); main table ``instances``."""
         from traceview.analyses.collectives import alpha_beta, collective_summary, instances
 
         per = self.collective_ranks
         inst = instances(per)
+        logged = self.nccl_log_view(nccl_logs) if nccl_logs else {}
         return self._result("collectives", {
             "instances": inst, "summary": collective_summary(per), "alpha_beta": alpha_beta(inst),
             "problems": self.match.problems, "groups": self.match.groups,
-            "alignment": self._alignment_summary()},
+            "alignment": self._alignment_summary(),
+            **{f"nccl_{k}": v for k, v in logged.items()}},
             main="instances", uses=("match", "offsets"))
+
+    @staticmethod
+    def nccl_log_view(paths: Sequence[str | Path]) -> dict[str, pl.DataFrame]:
+        """NCCL debug logs' view of the run: ``choices`` (algorithm and protocol per
+        collective and message size, ``analyses.nccl.log_choices``) and ``calls``
+        (``analyses.nccl.log_calls``). An unreadable log is one error naming it."""
+        from traceview.analyses.nccl import log_calls, log_choices
+        from traceview.errors import UsageError
+        from traceview.parsers import nccl_log
+
+        for path in paths:
+            if not Path(path).is_file():
+                raise UsageError(f"{path}: NCCL log not found (--nccl-log)")
+        try:
+            log = nccl_log.parse(list(paths))
+        except OSError as exc:
+            raise UsageError(f"{exc.filename}: cannot read NCCL log ({exc.strerror})") from None
+        return {"choices": log_choices(log.choices), "calls": log_calls(log.calls)}
 
     def stragglers(self) -> Result:
         """Which rank holds the others back, with evidence; main table ``ranks``, largest
@@ -497,6 +522,36 @@ class Run:
                            main="findings", uses=("gpu", "match", "offsets") if many
                            else ("gpu",))
         return dataclasses.replace(res, warnings=(*res.warnings, *notes))
+
+    def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
+                       model_flops_per_step: float | None = None) -> pl.DataFrame | None:
+        """Achieved TFLOP/s and MFU per rank and step (``analyses.flops.achieved_flops``),
+        when the window's host ops carry FLOP counts (``with_flops=True``) or the model's
+        FLOPs per step are given; None otherwise. The peak is the first device's of the
+        ranks table for ``dtype``, unless ``peak`` (TFLOP/s) is given."""
+        from traceview.analyses.flops import achieved_flops
+
+        events = self._analysis_events
+        if model_flops_per_step is None and not events.filter(
+                pl.col("flops").is_not_null()).select(pl.len()).collect().item():
+            return None
+        return achieved_flops(events, device_name=self._device_name(), dtype=dtype, peak=peak,
+                              model_flops_per_step=model_flops_per_step)
+
+    def _device_name(self) -> str | None:
+        """The first GPU's name in the ranks table (the files' ``deviceProperties``)."""
+        import json
+
+        if "devices" not in self.ranks.columns:
+            return None
+        for text in self.ranks.get_column("devices").drop_nulls().to_list():
+            try:
+                names = json.loads(text)
+            except ValueError:
+                continue
+            if names:
+                return str(names[0])
+        return None
 
     # --- helpers ------------------------------------------------------------------------------
 

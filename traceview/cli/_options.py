@@ -141,3 +141,12 @@ def open_run(args: argparse.Namespace):  # -> traceview.run.Run
         comm_config=getattr(args, "comm_config", None))
     options.window()
     return Run(open_traceset(args), options)
+
+
+def add_all_arg(parser: argparse.ArgumentParser) -> None:
+    """--all: every row of a text table, however many ranks (else the distribution across
+    ranks and the outlier rows past a few dozen ranks; --json and --csv always hold every
+    row)."""
+    parser.add_argument("--all", action="store_true",
+                        help="print every row (default past 32 ranks or 64 rows: the "
+                             "distribution across ranks and the outliers)")

@@ -112,3 +112,59 @@ def dumps(obj: Any) -> str:
 
 def emit_json(obj: Any) -> None:
     sys.stdout.write(dumps(obj) + "\n")
+
+
+# ------------------------------------------------------------------ many ranks, many rows
+#: A text table longer than this prints its distribution and its outliers unless --all.
+MAX_ROWS = 64
+
+
+def is_many(df: Any, args: argparse.Namespace) -> bool:
+    """True when ``df`` (a table with a ``rank`` column) is too long to print whole: more
+    than ``analyses.spread.MANY_RANKS`` ranks or ``MAX_ROWS`` rows, and no ``--all``."""
+    from traceview.analyses.spread import MANY_RANKS
+
+    if getattr(args, "all", False) or df.height == 0:
+        return False
+    return df.get_column("rank").n_unique() > MANY_RANKS or df.height > MAX_ROWS
+
+
+def spread(df: Any, metrics: Sequence[tuple[str, str, Any]], what: str = "ranks") -> str:
+    """The distribution of each metric over the rows of ``df`` (``metrics``: column, name,
+    formatter): median, p90, max, the rank holding the max, the outlier ranks
+    (``analyses.spread.distribution``)."""
+    from traceview.analyses.spread import distribution
+
+    d = distribution(df, [c for c, _, _ in metrics])
+    fmt = {c: (name, f) for c, name, f in metrics}
+    rows = [[fmt[r["metric"]][0], fmt[r["metric"]][1](r["median"]),
+             fmt[r["metric"]][1](r["p90"]), fmt[r["metric"]][1](r["max"]), r["max_rank"],
+             ranks_text(r["outlier_ranks"])] for r in d.iter_rows(named=True)]
+    return (f"Across {df.height} {what}: median, p90, max and the rank of the max; outliers "
+            "by the robust rule of docs/metrics.md\n"
+            + table(["metric", "median", "p90", "max", "max_rank", "outlier_ranks"], rows,
+                    left={"metric", "outlier_ranks"}, max_width=None))
+
+
+def outlier_ranks(df: Any, columns: Sequence[str]) -> list[int]:
+    """The ranks that are outliers in any of ``columns``, furthest first per column."""
+    from traceview.analyses.spread import outliers
+
+    out: list[int] = []
+    for col in columns:
+        out += [r for r in outliers(df, col)["rank"].to_list() if r not in out]
+    return out
+
+
+def ranks_text(ranks: Sequence[int] | None, most: int = 8) -> str:
+    """``[3, 7, 9]`` as ``3, 7, 9``; a long list ends with how many more."""
+    if not ranks:
+        return MISSING
+    return ", ".join(map(str, ranks[:most])) + (
+        f" and {len(ranks) - most} more" if len(ranks) > most else "")
+
+
+def not_shown(shown: int, total: int, command: str,
+              formats: str = "--json and --csv hold") -> str:
+    return (f"({total - shown} of {total} rows not shown: `traceview {command} --all` prints "
+            f"every row; {formats} every row)")

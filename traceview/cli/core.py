@@ -9,7 +9,7 @@ import orjson
 import polars as pl
 
 from traceview.cli._options import (
-    add_input_args, add_json_arg, add_profiling_window_arg, open_traceset,
+    add_all_arg, add_input_args, add_json_arg, add_profiling_window_arg, open_traceset,
 )
 from traceview.cli._render import emit_json
 from traceview.errors import UsageError
@@ -25,6 +25,7 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     if command == "ingest":
         p.add_argument("-o", "--output", metavar="DIR", help="write a self-contained store here")
     add_json_arg(p)
+    add_all_arg(p)
     p.set_defaults(run={"ingest": run_ingest, "info": run_info}[command])
 
 
@@ -102,10 +103,19 @@ def _unlaunched_by_rank(ts: Any) -> dict[int, int]:
     return dict(counts.iter_rows())
 
 
-def _print_info(report: dict[str, Any]) -> None:
+def _print_info(report: dict[str, Any], every: bool = False) -> None:
     print(f"{len(report['ranks'])} ranks, {report['files']} files, "
           f"{report['stored_events']:,} events stored of {report['input_events']:,} read")
-    for r in report["ranks"]:
+    from traceview.analyses.spread import MANY_RANKS
+
+    ranks = report["ranks"]
+    if not every and len(ranks) > MANY_RANKS:
+        # a line per rank of 1,024 is no overview: the ranks that dropped events or have
+        # several windows, then the first few (--all: every rank; --json: always every rank)
+        odd = [r for r in ranks if r["dropped"] or len(r["windows"]) > 1]
+        rest = [r for r in ranks if r not in odd]
+        ranks = odd[:MANY_RANKS] + rest[:max(0, 8 - len(odd))]
+    for r in ranks:
         top = ", ".join(f"{k} {v:,}" for k, v in sorted(r["kinds"].items(), key=lambda kv: -kv[1])
                         [:6])
         drop = f"; dropped {r['dropped']}" if r["dropped"] else ""
@@ -116,6 +126,9 @@ def _print_info(report: dict[str, Any]) -> None:
     if report["unlaunched_gpu_events"]:
         print(f"  {report['unlaunched_gpu_events']:,} GPU events have no launch in the trace "
               "(queued before the profiler started)")
+    if len(ranks) < len(report["ranks"]):
+        print(f"  ({len(report['ranks']) - len(ranks)} more ranks: `traceview info --all` "
+              "lists every rank; --json holds every rank)")
     for s in report["skipped"]:
         print(f"  skipped: {s['error']}")
     for w in report["warnings"]:
@@ -136,7 +149,7 @@ def run_info(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report)
     else:
-        _print_info(report)
+        _print_info(report, args.all)
     return 0
 
 
@@ -148,7 +161,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report)
     else:
-        _print_info(report)
+        _print_info(report, args.all)
         if out:
             print(f"store written to {out}")
     return 0

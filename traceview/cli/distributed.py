@@ -18,9 +18,11 @@ import argparse
 import polars as pl
 
 from traceview.cli._options import (
-    add_align_arg, add_input_args, add_json_arg, add_window_args, open_run,
+    add_align_arg, add_all_arg, add_input_args, add_json_arg, add_window_args, open_run,
 )
-from traceview.cli._render import emit_result, fixed, table, us
+from traceview.cli._render import (
+    emit_result, fixed, is_many, ms, not_shown, outlier_ranks, spread, table, us,
+)
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -29,6 +31,11 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     add_json_arg(p, csv=True)
     add_window_args(p)
     add_align_arg(p)
+    add_all_arg(p)
+    if command == "collectives":
+        p.add_argument("--nccl-log", nargs="+", default=[], metavar="FILE",
+                       help="NCCL debug logs (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,COLL,"
+                            "TUNING): add the algorithms and protocols NCCL chose")
     p.add_argument("--reference-rank", type=int, default=None, metavar="R",
                    help="rank whose clock is the reference (default: lowest)")
     p.add_argument("--tolerance-us", type=float, default=None,
@@ -43,12 +50,22 @@ def run_align(args: argparse.Namespace) -> int:
     if emit_result(result, args):
         return 0
     print(f"reference rank: {result['reference_rank']}")
+    ranks = rows = result["ranks"]
+    if is_many(ranks, args):
+        print(spread(ranks, [("uncertainty_ns", "uncertainty (us)", us),
+                             ("anchors", "anchors", lambda v: fixed(v, 0))]))
+        keep = outlier_ranks(ranks, ["uncertainty_ns"])
+        rows = ranks.filter(pl.col("rank").is_in(keep) | (pl.col("method") == "none")
+                            | (pl.col("rank") == result["reference_rank"]))
+        print(f"\nThe reference, unaligned and outlier ranks ({rows.height}):")
     print(table(["rank", "offset_ns", "drift_ppm", "uncert_ns", "anchors", "quality", "method",
                  "note"],
                 [[r["rank"], r["offset_ns"], fixed(r["drift_ppm"], 3), r["uncertainty_ns"],
                   r["anchors"], r.get("quality"), r["method"], r["note"]]
-                 for r in result["ranks"].iter_rows(named=True)],
+                 for r in rows.iter_rows(named=True)],
                 left={"quality", "method", "note"}, max_width=None))
+    if rows.height < ranks.height:
+        print(not_shown(rows.height, ranks.height, "align"))
     _print_problems(result["problems"])
     return 0
 
@@ -60,9 +77,11 @@ def _print_problems(problems: pl.DataFrame) -> None:
 
 
 def run_collectives(args: argparse.Namespace) -> int:
-    result = open_run(args).collectives()
+    result = open_run(args).collectives(nccl_logs=args.nccl_log)
     if emit_result(result, args):
         return 0
+    if args.nccl_log:
+        _print_nccl_log(result["nccl_choices"], result["nccl_calls"])
     inst, summary, fits = result["instances"], result["summary"], result["alpha_beta"]
     if inst.height == 0:
         print("no collective was matched across ranks")
@@ -86,15 +105,44 @@ def run_collectives(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_nccl_log(choices: pl.DataFrame, calls: pl.DataFrame) -> None:
+    """The NCCL log's view: which algorithm and protocol per collective and size."""
+    if choices.height:
+        print("NCCL log: algorithm and protocol chosen, per collective and message size")
+        print(table(["collective", "algorithm", "protocol", "calls", "min_bytes", "max_bytes"],
+                    choices.select("collective", "algorithm", "protocol", "calls", "min_bytes",
+                                   "max_bytes").rows(),
+                    left={"collective", "algorithm", "protocol"}))
+    else:
+        print("NCCL log: no algorithm or protocol named (no 'Bytes -> Algo' lines: log with "
+              "NCCL_DEBUG_SUBSYS=TUNING)")
+    if calls.height:
+        print(table(["collective", "ranks", "calls", "bytes", "dtypes"],
+                    calls.select("collective", "ranks", "calls", "bytes", "dtypes").rows(),
+                    left={"collective", "dtypes"}))
+    print()
+
+
 def run_stragglers(args: argparse.Namespace) -> int:
     result = open_run(args).stragglers()
     if emit_result(result, args):
         return 0
-    res = result["ranks"]
+    res = rows = result["ranks"]
     flagged = res.filter(pl.col("flagged"))
     print(f"{flagged.height} straggler(s) flagged" if flagged.height else "no straggler flagged")
-    for r in res.iter_rows(named=True):
+    if is_many(res, args):
+        print(spread(res, [("imposed_wait_ns", "imposed wait (ms)", ms),
+                           ("last_arrivals", "last arrivals", lambda v: fixed(v, 0))]))
+        # the flagged ranks, then the largest imposed waits (the table is sorted by it)
+        rows = pl.concat([flagged, res.filter(~pl.col("flagged")).head(5)])
+        print()
+    many = rows.height < res.height
+    for r in rows.iter_rows(named=True):
+        # past a few dozen ranks, prose only about the flagged ones
+        why = r["explanation"] if r["flagged"] or not many else "not flagged"
         print(f"rank {r['rank']}: imposed {r['imposed_wait_ns'] / 1e6:.2f} ms, last at "
-              f"{r['last_arrivals']} of {r['instances']}: {r['explanation']}")
+              f"{r['last_arrivals']} of {r['instances']}: {why}")
+    if many:
+        print(not_shown(rows.height, res.height, "stragglers"))
     return 0
 

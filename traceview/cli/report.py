@@ -42,6 +42,8 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
     p.add_argument("--title", default=None, help="report title")
     p.add_argument("--top", type=int, default=10, metavar="N", help="kernels / gaps to list")
+    p.add_argument("--nccl-log", nargs="+", default=[], metavar="FILE",
+                   help="NCCL debug logs: add the algorithms and protocols NCCL chose")
     p.set_defaults(run=run_report)
 
 
@@ -135,7 +137,7 @@ def run_report(args: argparse.Namespace) -> int:
 
     run = _open(args)
     title = args.title or "traceview report: " + ", ".join(Path(p).name for p in args.paths)
-    data = gather(run, title=title, top=args.top)
+    data = gather(run, title=title, top=args.top, nccl_logs=args.nccl_log)
     buf = io.StringIO()
     figures = write_html(data, buf)
     _write_text(args.output, buf.getvalue())

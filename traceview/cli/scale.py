@@ -14,8 +14,10 @@ from typing import Any
 
 import polars as pl
 
-from traceview.cli._options import add_input_args, add_json_arg, executor_spec, open_traceset
-from traceview.cli._render import emit_json
+from traceview.cli._options import (
+    add_all_arg, add_input_args, add_json_arg, executor_spec, open_traceset,
+)
+from traceview.cli._render import emit_json, is_many, ms, not_shown, outlier_ranks, spread
 from traceview.selection import parse_ranks
 
 
@@ -23,6 +25,7 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     """The options of ``analyse`` (this module's only command) on ``p``."""
     add_input_args(p)
     add_json_arg(p)
+    add_all_arg(p)
     p.add_argument("--ranks", metavar="SPEC", help="ranks to analyse, e.g. 0-3,7")
     p.add_argument("--align", choices=("auto", "none", "host", "collectives"), default="auto")
     p.add_argument("--reference-rank", type=int, default=None, metavar="R")
@@ -58,9 +61,18 @@ def run_analyse(args: argparse.Namespace) -> int:
           f"max alignment uncertainty {res.offsets.get_column('uncertainty_ns').max()} ns")
     flagged = res.stragglers.filter(pl.col("flagged"))
     print(f"stragglers flagged: {flagged.get_column('rank').to_list() or 'none'}")
-    for r in res.overlap.filter(pl.col("device").is_not_null()).iter_rows(named=True):
+    overlap = shown = res.overlap.filter(pl.col("device").is_not_null())
+    if is_many(overlap, args):
+        print(spread(overlap, [("overlap_ns", "overlap (ms)", ms),
+                               ("exposed_comm_ns", "exposed comm (ms)", ms)],
+                     what="rank devices"))
+        shown = overlap.filter(pl.col("rank").is_in(
+            outlier_ranks(overlap, ["overlap_ns", "exposed_comm_ns"])))
+    for r in shown.iter_rows(named=True):
         print(f"  rank {r['rank']} device {r['device']}: overlap {r['overlap_ns'] / 1e6:.2f} ms, "
               f"exposed comm {r['exposed_comm_ns'] / 1e6:.2f} ms")
+    if shown.height < overlap.height:
+        print(not_shown(shown.height, overlap.height, "analyse", "--json holds"))
     for line in res.failed:
         print(f"  failed: {line}")
     for f, e in ts.skipped:

@@ -13,9 +13,11 @@ import argparse
 import polars as pl
 
 from traceview.cli._options import (
-    add_align_arg, add_input_args, add_json_arg, add_window_args, open_run,
+    add_align_arg, add_all_arg, add_input_args, add_json_arg, add_window_args, open_run,
 )
-from traceview.cli._render import duration, emit_result, ms, pct, short, table, us
+from traceview.cli._render import (
+    duration, emit_result, fixed, is_many, ms, not_shown, outlier_ranks, pct, short, spread, table, us,
+)
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -42,6 +44,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "e.g. 0:2s or 100ms:300ms (events are clipped to it)")
     add_align_arg(p)
     add_json_arg(p, csv=True)
+    add_all_arg(p)
 
 
 def _notes(df: pl.DataFrame) -> list[str]:
@@ -61,15 +64,19 @@ def run_gaps(args: argparse.Namespace) -> int:
         return 0
     by = ["rank", "device", "stream"] if args.per_stream else ["rank", "device"]
     causes, hist, top, missing = (result[k] for k in ("causes", "histogram", "largest", "notes"))
-    print("GPU idle gaps by cause (ms)")
-    print(table([*by, "cause", "count", "total_ms", "max_ms", "share"],
-                [[*(r[k] for k in by), r["cause"], r["count"], ms(r["total_gap_ns"]),
-                  ms(r["max_gap_ns"]), pct(r["share_of_idle"])]
-                 for r in causes.iter_rows(named=True)]))
-    print("\nHistogram")
-    print(table([*by, "from", "to", "count", "total_ms"],
-                [[*(r[k] for k in by), duration(r["bucket_lo_ns"]), duration(r["bucket_hi_ns"]),
-                  r["count"], ms(r["total_gap_ns"])] for r in hist.iter_rows(named=True)]))
+    if is_many(causes, args):
+        _print_causes_over_ranks(causes, hist)
+    else:
+        print("GPU idle gaps by cause (ms)")
+        print(table([*by, "cause", "count", "total_ms", "max_ms", "share"],
+                    [[*(r[k] for k in by), r["cause"], r["count"], ms(r["total_gap_ns"]),
+                      ms(r["max_gap_ns"]), pct(r["share_of_idle"])]
+                     for r in causes.iter_rows(named=True)]))
+        print("\nHistogram")
+        print(table([*by, "from", "to", "count", "total_ms"],
+                    [[*(r[k] for k in by), duration(r["bucket_lo_ns"]),
+                      duration(r["bucket_hi_ns"]), r["count"], ms(r["total_gap_ns"])]
+                     for r in hist.iter_rows(named=True)]))
     print(f"\nLargest {top.height} gaps")
     print(table(["rank", "device", "start_ns", "gap_ms", "cause", "before", "after", "launch_op",
                  "host ops during"],
@@ -83,11 +90,45 @@ def run_gaps(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_causes_over_ranks(causes: pl.DataFrame, hist: pl.DataFrame) -> None:
+    """Gap causes and the histogram summed over the ranks, each cause with the rank that
+    has the most of it (``--all`` prints the rows per rank)."""
+    per = (causes.group_by("rank", "cause").agg(n=pl.col("count").sum(),
+                                                 ns=pl.col("total_gap_ns").sum())
+           .sort("ns", "rank", descending=[True, False])
+           .group_by("cause", maintain_order=True)
+           .agg(ranks=pl.len(), count=pl.col("n").sum(), total=pl.col("ns").sum(),
+                rank_median=pl.col("ns").median(), rank_max=pl.col("ns").first(),
+                max_rank=pl.col("rank").first()).sort("total", descending=True))
+    print(f"GPU idle gaps by cause over {causes['rank'].n_unique()} ranks (ms; "
+          "`traceview gaps --all` prints every rank)")
+    print(table(["cause", "ranks", "count", "total_ms", "rank_median_ms", "rank_max_ms",
+                 "max_rank"],
+                [[r["cause"], r["ranks"], r["count"], ms(r["total"]), ms(r["rank_median"]),
+                  ms(r["rank_max"]), r["max_rank"]] for r in per.iter_rows(named=True)],
+                left={"cause"}))
+    buckets = (hist.group_by("bucket_lo_ns", "bucket_hi_ns")
+               .agg(count=pl.col("count").sum(), total=pl.col("total_gap_ns").sum())
+               .sort("bucket_lo_ns"))
+    print("\nHistogram, all ranks")
+    print(table(["from", "to", "count", "total_ms"],
+                [[duration(r["bucket_lo_ns"]), duration(r["bucket_hi_ns"]), r["count"],
+                  ms(r["total"])] for r in buckets.iter_rows(named=True)]))
+
+
 def run_overlap(args: argparse.Namespace) -> int:
     result = open_run(args).overlap(per_step=args.per_step)
     if emit_result(result, args):
         return 0
-    df = result["rows"]
+    df = all_rows = result["rows"]
+    if is_many(df, args):
+        print(spread(df, [("compute_ns", "compute (ms)", ms), ("comm_ns", "comm (ms)", ms),
+                          ("exposed_comm_ns", "exposed comm (ms)", ms),
+                          ("hidden_fraction", "comm hidden", pct), ("idle_ns", "idle (ms)", ms)],
+                     what="rows (rank, device" + (", step)" if args.per_step else ")")))
+        keep = outlier_ranks(df, ["compute_ns", "exposed_comm_ns", "idle_ns"])
+        df = df.filter(pl.col("rank").is_in(keep)).head(20)
+        print(f"\nRows of the outlier ranks ({df.height}):")
     print(table(
         ["rank", "dev", "step", "compute_ms", "comm_ms", "overlap_ms", "exposed_ms", "hidden",
          "efficiency", "exp_memcpy_ms", "idle_ms", "bound"],
@@ -96,8 +137,9 @@ def run_overlap(args: argparse.Namespace) -> int:
           ms(r["exposed_comm_ns"]), pct(r["hidden_fraction"]),
           pct(r["overlap_efficiency"]), ms(r["exposed_memcpy_ns"]), ms(r["idle_ns"]),
           r["bound"] or "-"] for r in df.iter_rows(named=True)]))
-    for line in _notes(df):
-        print(line)
+    if df.height < all_rows.height:
+        print(not_shown(df.height, all_rows.height, "overlap"))
+    _print_capped(_notes(all_rows), args, "overlap")
     return 0
 
 
@@ -109,31 +151,86 @@ def run_breakdown(args: argparse.Namespace) -> int:
         "steps", "top_kernels", "top_cpu_ops_by_self", "launch_delay"))
     print("Per-step GPU time (ms): window = compute + exposed comm + exposed memcpy "
           "+ exposed memset + idle")
+    shown = steps
+    if is_many(steps, args):
+        stepped = steps.filter(pl.col("window_ns").is_not_null())
+        if stepped.filter(pl.col("step").is_not_null()).height:  # not the whole-trace rows
+            stepped = stepped.filter(pl.col("step").is_not_null())
+        print(spread(stepped, [
+            ("window_ns", "window (ms)", ms), ("compute_ns", "compute (ms)", ms),
+            ("exposed_comm_ns", "exposed comm (ms)", ms), ("idle_ns", "idle (ms)", ms)],
+            what="rank-steps"))
+        shown = steps.sort("window_ns", "rank", "step", descending=[True, False, False],
+                           nulls_last=True).head(10)
+        print("\nThe 10 longest rank-steps:")
     print(table(["rank", "dev", "step", "step_ms", "window_ms", "compute", "exp_comm",
                  "exp_memcpy", "exp_memset", "idle", "idle%"],
                 [[r["rank"], r["device"], "all" if r["step"] is None else r["step"],
                   ms(r["step_time_ns"]), ms(r["window_ns"]), ms(r["compute_ns"]),
                   ms(r["exposed_comm_ns"]), ms(r["exposed_memcpy_ns"]),
                   ms(r["exposed_memset_ns"]), ms(r["idle_ns"]), pct(r["idle_fraction"])]
-                 for r in steps.iter_rows(named=True)]))
-    print(f"\nTop {args.top} GPU kernels by total time")
-    print(table(["rank", "class", "count", "total_ms", "mean_us", "p50_us", "p99_us", "name"],
-                [[r["rank"], r["gpu_class"], r["count"], ms(r["total_ns"]),
-                  us(r["mean_ns"]), us(r["p50_ns"]), us(r["p99_ns"]), short(r["name"], 60)]
-                 for r in kernels.iter_rows(named=True)]))
-    print(f"\nTop {args.top} CPU ops by self time")
+                 for r in shown.iter_rows(named=True)]))
+    if shown.height < steps.height:
+        print(not_shown(shown.height, steps.height, "breakdown"))
+    if is_many(kernels, args):
+        from traceview.analyses.names import short_name
+
+        across = result["kernels_across_ranks"]
+        print(f"\nTop {args.top} GPU kernels by total time over all ranks")
+        print(table(["ranks", "class", "count", "total_ms", "rank_median_ms", "rank_max_ms",
+                     "max_rank", "name"],
+                    [[r["ranks"], r["gpu_class"], r["count"], ms(r["total_ns"]),
+                      ms(r["rank_median_ns"]), ms(r["rank_max_ns"]), r["max_rank"],
+                      short_name(r["name"], 60)] for r in across.iter_rows(named=True)]))
+    else:
+        print(f"\nTop {args.top} GPU kernels by total time")
+        print(table(["rank", "class", "count", "total_ms", "mean_us", "p50_us", "p99_us",
+                     "name"],
+                    [[r["rank"], r["gpu_class"], r["count"], ms(r["total_ns"]),
+                      us(r["mean_ns"]), us(r["p50_ns"]), us(r["p99_ns"]), short(r["name"], 60)]
+                     for r in kernels.iter_rows(named=True)]))
+    many_ops = is_many(ops_self, args)
+    ops_shown = (ops_self.sort("self_ns", "rank", descending=[True, False]).head(args.top)
+                 if many_ops else ops_self)
+    print(f"\nTop {args.top} CPU ops by self time"
+          + (" (the largest of any rank)" if many_ops else ""))
     print(table(["rank", "count", "self_ms", "total_ms", "name"],
                 [[r["rank"], r["count"], ms(r["self_ns"]), ms(r["total_ns"]),
-                  short(r["name"], 60)] for r in ops_self.iter_rows(named=True)]))
+                  short(r["name"], 60)] for r in ops_shown.iter_rows(named=True)]))
     print("\nLaunch delay (runtime call start -> GPU start), us")
-    print(table(["rank", "dev", "count", "p50", "p99", "max", "queue_p50", "graph_launched"],
-                [[r["rank"], r["device"], r["count"],
-                  us(r["launch_delay_p50_ns"]), us(r["launch_delay_p99_ns"]),
-                  us(r["launch_delay_max_ns"]), us(r["queue_delay_p50_ns"]),
-                  r["graph_launched"]] for r in delays.iter_rows(named=True)]))
-    for line in _notes(steps):
-        print(line)
+    if is_many(delays, args):
+        print(spread(delays, [("launch_delay_p50_ns", "p50 (us)", us),
+                              ("launch_delay_p99_ns", "p99 (us)", us),
+                              ("launch_delay_max_ns", "max (us)", us)], what="devices"))
+    else:
+        print(table(["rank", "dev", "count", "p50", "p99", "max", "queue_p50", "graph_launched"],
+                    [[r["rank"], r["device"], r["count"],
+                      us(r["launch_delay_p50_ns"]), us(r["launch_delay_p99_ns"]),
+                      us(r["launch_delay_max_ns"]), us(r["queue_delay_p50_ns"]),
+                      r["graph_launched"]] for r in delays.iter_rows(named=True)]))
+    _print_flops(result["flops"], args)
+    _print_capped(_notes(steps), args, "breakdown")
     return 0
+
+
+def _print_flops(flops: pl.DataFrame | None, args: argparse.Namespace) -> None:
+    """Achieved TFLOP/s and MFU per rank (median step), when the trace carries FLOPs."""
+    if flops is None or flops.height == 0:
+        return
+    per_rank = (flops.group_by("rank").agg(
+        steps=pl.len(), achieved_tflops=pl.col("achieved_tflops").median(),
+        mfu=pl.col("mfu").median(), peak_tflops=pl.col("peak_tflops").first(),
+        note=pl.col("note").drop_nulls().first()).sort("rank"))
+    print("\nAchieved TFLOP/s and MFU (median step of each rank; FLOPs recorded by "
+          "with_flops=True)")
+    if is_many(per_rank, args):
+        print(spread(per_rank, [("achieved_tflops", "TFLOP/s", lambda v: fixed(v, 2)),
+                                ("mfu", "MFU", pct)]))
+    else:
+        print(table(["rank", "steps", "tflops", "mfu", "peak_tflops", "note"],
+                    [[r["rank"], r["steps"], fixed(r["achieved_tflops"], 2), pct(r["mfu"]),
+                      r["peak_tflops"], r["note"]] for r in per_rank.iter_rows(named=True)],
+                    left={"note"}, max_width=None))
 
 
 def run_summary(args: argparse.Namespace) -> int:
@@ -141,6 +238,18 @@ def run_summary(args: argparse.Namespace) -> int:
     if emit_result(result, args):
         return 0
     df, straggler = result["ranks"], result["worst_straggler"]
+    rows = df
+    if is_many(df, args):
+        print(spread(df, [("step_time_ns_p50", "step p50 (ms)", ms),
+                          ("compute_ns", "compute (ms)", ms), ("comm_ns", "comm (ms)", ms),
+                          ("exposed_comm_ns", "exposed comm (ms)", ms),
+                          ("idle_fraction", "GPU idle", pct)]))
+        keep = outlier_ranks(df, ["step_time_ns_p50", "compute_ns", "comm_ns",
+                                  "exposed_comm_ns", "idle_fraction"])
+        if straggler.get("rank") is not None and straggler["rank"] not in keep:
+            keep.insert(0, straggler["rank"])
+        rows = df.filter(pl.col("rank").is_in(keep))
+        print(f"\nOutlier ranks and the worst straggler ({rows.height}):")
     print(table(
         ["rank", "steps", "step_p50_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "hidden",
          "idle", "top gap cause"],
@@ -149,12 +258,25 @@ def run_summary(args: argparse.Namespace) -> int:
           pct(r["idle_fraction"]),
           "-" if r["top_gap_cause"] is None else
           f"{r['top_gap_cause']} ({ms(r['top_gap_cause_ns'])} ms)"]
-         for r in df.iter_rows(named=True)]))
+         for r in rows.iter_rows(named=True)]))
+    if rows.height < df.height:
+        print(not_shown(rows.height, df.height, "summary"))
     if straggler.get("rank") is not None:
         print(f"worst straggler: rank {straggler['rank']} "
               f"(imposed wait {ms(straggler.get('imposed_wait_ns'))} ms)")
     else:
         print(f"worst straggler: none ({straggler.get('reason')})")
-    for r in df.filter(pl.col("note").is_not_null()).iter_rows(named=True):
-        print(f"note: rank {r['rank']}: {r['note']}")
+    notes = [f"note: rank {r['rank']}: {r['note']}"
+             for r in df.filter(pl.col("note").is_not_null()).iter_rows(named=True)]
+    _print_capped(notes, args, "summary")
     return 0
+
+
+def _print_capped(lines: list[str], args: argparse.Namespace, command: str,
+                  most: int = 20) -> None:
+    """Note lines, at most ``most`` of them unless --all (a note per rank of 1,024)."""
+    shown = lines if getattr(args, "all", False) else lines[:most]
+    for line in shown:
+        print(line)
+    if len(shown) < len(lines):
+        print(f"({len(lines) - len(shown)} more notes: `traceview {command} --all`)")
