@@ -303,6 +303,30 @@ def render(res: dict[str, Any]) -> str:
                            "summary tree RSS MB"], rows))
         out.append("")
 
+    if "report" in res:
+        out.append("## The HTML report at cluster scale (`benchmarks/report_scale.py`)\n")
+        shapes = res["report"]
+        if isinstance(shapes, dict):
+            out.append(f"Not measured: {shapes.get('error')}.\n")
+        else:
+            from report_scale import BOUNDS
+
+            rows = []
+            for r in shapes:
+                within = all(r[k] <= b for k, b in BOUNDS.items()) and r["every_figure_marks"] \
+                    and r["slow_rank_named"] and not r["errors"] and not r["requests"]
+                rows.append([r["shape"], f"{r['report_s']:.1f}", f"{r['load_ms'] / 1000:.2f}",
+                             f"{r['height']:,}", f"{r['max_figure']:,}", f"{r['html_mb']:.2f}",
+                             "yes" if within else "**no**"])
+                targets.append([f"report {r['shape']} within issue 11's bounds (report <= 60 s, "
+                                "load <= 4 s, page <= 12,000 px, figure <= 1,600 px, <= 10 MB)",
+                                f"{r['report_s']:.1f} s, {r['load_ms'] / 1000:.2f} s, "
+                                f"{r['height']:,} px, {r['max_figure']:,} px, "
+                                f"{r['html_mb']:.2f} MB", "yes" if within else "**no**"])
+            out.append(_table(["run", "report s", "page load s", "page px", "tallest figure px",
+                               "HTML MB", "within bounds"], rows))
+            out.append("")
+
     if "bounded" in res:
         b = res["bounded"]
         out.append(f"## Bounded memory: ranks stream through workers (budget "
