@@ -117,8 +117,9 @@ def family(fmt: str) -> str:
 
 def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
                   content: str | None = None) \
-        -> tuple[FileResult | None, str, Path | None, Path, Path]:
-    """The cached result of a file, if its content was ingested before (and where it goes).
+        -> tuple[FileResult | None, str, Path | None, Path, Path, str | None]:
+    """The cached result of a file, if its content was ingested before (and where it goes),
+    and a warning when a damaged entry was found (and discarded: the file is parsed again).
     ``content``: the file's content id when the caller hashed it already."""
     file_path = Path(path)
     fmt = detect_format(file_path)
@@ -127,22 +128,33 @@ def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
     key = store.cache_key(cid, parser_version(fmt), options)
     meta_path = (base or Path()) / key / "meta.json"
     events_path = (base or Path()) / key / "events.parquet"
-    if base is not None and meta_path.is_file() and events_path.is_file() and \
-            store.parquet_schema_version(events_path) == store.schema.SCHEMA_VERSION:
-        meta = store.read_json(meta_path)
+    if base is None:
+        return None, cid, base, meta_path, events_path, None
+    try:
+        meta = store.read_cache_meta(meta_path.parent, base)
+        if meta is None:
+            return None, cid, base, meta_path, events_path, None
         meta.update(path=path, from_cache=True, events_path=str(events_path))
-        return FileResult(**meta), cid, base, meta_path, events_path
-    return None, cid, base, meta_path, events_path
+        try:
+            return FileResult(**meta), cid, base, meta_path, events_path, None
+        except TypeError:
+            raise store.BrokenCacheEntry(meta_path, "not a traceview cache record") from None
+    except store.BrokenCacheEntry as broken:
+        store.discard_cache_entry(meta_path.parent)
+        return None, cid, base, meta_path, events_path, (
+            f"cache entry {broken.path} could not be used ({broken.problem}); discarded, "
+            "the file was parsed again")
 
 
 def cached_result(path: str, cache_dir: str | None, options: dict[str, Any]) \
-        -> tuple[FileResult | None, str | None]:
-    """(the cached result of a file or None, its content id; None when it cannot be read)."""
+        -> tuple[FileResult | None, str | None, str | None]:
+    """(the cached result of a file or None, its content id (None when it cannot be read),
+    a warning when a damaged cache entry was discarded)."""
     try:
         found = _cache_lookup(path, cache_dir, options)
     except (OSError, TraceviewError):
-        return None, None
-    return found[0], found[1]
+        return None, None, None
+    return found[0], found[1], found[5]
 
 
 def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
@@ -151,7 +163,8 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
     from traceview.parsers import parse_batched
 
     file_path = Path(path)
-    cached, cid, base, meta_path, events_path = _cache_lookup(path, cache_dir, options, content)
+    cached, cid, base, meta_path, events_path, healed = _cache_lookup(path, cache_dir, options,
+                                                                      content)
     if cached is not None:
         return cached
     parsed = parse_batched(file_path, **options)
@@ -170,9 +183,12 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
         input_events=parsed.input_events, stored_events=parsed.events.num_rows,
         dropped=parsed.dropped, warnings=parsed.warnings,
     )
-    if base is not None:
-        store.write_json({k: v for k, v in asdict(result).items()
-                          if k not in ("path", "from_cache", "events_path")}, meta_path)
+    if base is not None:  # written last: an entry with its meta.json is complete
+        store.write_json({**{k: v for k, v in asdict(result).items()
+                             if k not in ("path", "from_cache", "events_path")},
+                          "events_file": store.events_record(events_path)}, meta_path)
+    if healed:
+        result.warnings.append(healed)
     return result
 
 
@@ -268,8 +284,9 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     cache = str(cache_dir) if cache_dir is not None else None
     # Cache hits are answered here: starting workers to find them would cost more than reading.
     looked = {f: cached_result(str(f), cache, options) for f in files} if cache else {}
-    hits = {f: hit for f, (hit, _) in looked.items()}
-    ids = {f: cid for f, (_, cid) in looked.items()}  # hashed once, here
+    hits = {f: hit for f, (hit, _, _) in looked.items()}
+    ids = {f: cid for f, (_, cid, _) in looked.items()}  # hashed once, here
+    healed = {f: note for f, (_, _, note) in looked.items() if note}
     misses = [f for f in files if hits.get(f) is None]
     if not misses:
         parsed = []
@@ -282,8 +299,10 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     outcomes = [hits[f] if hits.get(f) is not None else by_file[f] for f in files]
     results: list[FileResult] = []
     skipped: list[tuple[str, str]] = []
-    for outcome in outcomes:
+    for f, outcome in zip(files, outcomes):
         if isinstance(outcome, FileResult):
+            if f in healed and healed[f] not in outcome.warnings:
+                outcome.warnings.append(healed[f])
             results.append(outcome)
         elif skip_bad and len(files) > 1:
             skipped.append((outcome[0], outcome[1]))

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -20,6 +21,7 @@ import polars as pl
 
 from traceview import schema, store
 from traceview.errors import UnreadableTraceError, UsageError
+from traceview.outputs import check_folder_target, refuse_input_overlap
 from traceview.ingest import IngestResult, ingest, rank_info_rows, select_window
 from traceview.windows import WindowChoice
 
@@ -75,6 +77,9 @@ class TraceSet:
                         ranks.select("rank", pl.lit(0).alias("window"), "file_id")
                         ).cast(WINDOW_SCHEMA).sort("rank", "window")
         self.skipped = list(skipped)
+        #: warnings about how the files were read rather than what they hold (an unusable
+        #: cache folder); ``warnings`` lists them first
+        self.notes: list[str] = []
         #: where per-rank work runs (``traceview.executors.ExecutorSpec``/``Executor``), or None
         self.executor: Any = None
         #: the cache folder the events files live in (results derived from them may be kept
@@ -146,7 +151,7 @@ class TraceSet:
     def warnings(self) -> list[str]:
         """What reading the files said: damage, assumptions, and events dropped (one line
         with the counts for a file whose parser dropped damaged events)."""
-        out = []
+        out = list(self.notes)
         for path, warns, dropped in self.files.select("path", "warnings", "dropped").iter_rows():
             out += [f"{path}: {w}" for w in orjson.loads(warns or "[]")]
             unexplained = {k: n for k, n in orjson.loads(dropped or "{}").items()
@@ -190,7 +195,10 @@ class TraceSet:
 
         if remote_store.is_url(out_dir) or self.executor is not None:
             return remote_store.write_store(self, out_dir, executor=self.executor)
-        out = Path(out_dir)
+        out = check_folder_target(out_dir)
+        # Never over what is read: the input files, nor a store's own rank files.
+        refuse_input_overlap(out, [*self.files["path"].to_list(),
+                                   *{str(Path(p.path).parent) for p in self._parts}])
         out.mkdir(parents=True, exist_ok=True)
         for rank in self.ranks["rank"].to_list():
             target = out / f"rank-{rank:05d}.parquet"
@@ -248,19 +256,60 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
         if len(items) > 1:
             raise UsageError("a store folder must be the only input")
         return _only_window(_open_store(stores[0]), window)
+    notes: list[str] = []
+    if cache:
+        cache_dir, note = _usable_cache_dir(cache_dir, items)
+        if note:
+            notes.append(note)
+            cache = False
     if not cache:
-        # Lazy frames read these Parquet files after this function returns, possibly after the
-        # TraceSet is gone (``open(p, cache=False).events.collect()``): remove them at exit.
-        cache_dir = tempfile.mkdtemp(prefix="traceview-")
-        atexit.register(shutil.rmtree, cache_dir, ignore_errors=True)
-    elif cache_dir is None:
-        cache_dir = store.default_cache_dir()
+        cache_dir = _temporary_cache_dir()
     result = ingest(items, cache_dir=cache_dir, skip_bad=skip_bad, rank_map=rank_map,
                     options=options, progress=progress, executor=executor)
     ts = _from_ingest(select_window(result, window))
+    ts.notes = notes
     ts.executor = executor
     ts.cache_dir = cache_dir if cache else None  # a temporary folder is not worth keeping in
     return ts
+
+
+def _usable_cache_dir(cache_dir: str | Path | None, inputs: list[Any]
+                      ) -> tuple[Path | None, str | None]:
+    """(the cache folder to use, None; or None and a warning saying why there is none): the
+    default or given folder when it can be written, never one inside an input folder."""
+    try:
+        folder = Path(cache_dir) if cache_dir is not None else store.default_cache_dir()
+    except RuntimeError as exc:  # no home folder to put the default under
+        return None, (f"no cache folder ({exc}); working without a cache (set "
+                      "TRACEVIEW_CACHE_DIR or --cache-dir to a writable folder)")
+    fix = ("working without a cache (set TRACEVIEW_CACHE_DIR or --cache-dir to a writable "
+           "folder, or pass --no-cache to silence this)")
+    resolved = folder.expanduser().resolve()
+    for item in inputs:
+        source = Path(item).resolve()
+        if Path(item).is_dir() and (resolved == source or resolved.is_relative_to(source)):
+            return None, f"cache folder {folder} is inside the input folder {item}; {fix}"
+    problem = store.unusable_cache_dir(folder)
+    if problem:
+        return None, f"cache folder {folder} cannot be written ({problem}); {fix}"
+    return folder, None
+
+
+def _temporary_cache_dir() -> str:
+    """A private cache folder for this process, removed at exit. Lazy frames read its Parquet
+    files after ``open`` returns, possibly after the TraceSet is gone
+    (``open(p, cache=False).events.collect()``). Folders of earlier processes that were killed
+    (their process id is in the name and no longer runs) are removed first."""
+    from traceview.outputs import process_alive
+
+    prefix = "traceview-"
+    for old in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = old.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and old.is_dir() and not process_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _from_ingest(result: IngestResult) -> TraceSet:

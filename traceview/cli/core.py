@@ -11,8 +11,9 @@ import polars as pl
 from traceview.cli._options import (
     add_input_args, add_json_arg, add_profiling_window_arg, open_traceset,
 )
-from traceview.cli._render import emit_json
+from traceview.cli._render import emit_json, warn
 from traceview.errors import UsageError
+from traceview.outputs import check_folder_target, refuse_input_overlap
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -131,9 +132,19 @@ def _print_windows(windows: list[dict[str, Any]], *, origin: int | None) -> None
         print(f"      window {w['window']:>3}  {steps}{times}  {w['file']}")
 
 
+def _warn_all(report: dict[str, Any]) -> None:
+    """The report's skipped files and warnings on stderr too (as every command's are), when
+    stdout carries ``--json``."""
+    for s in report["skipped"]:
+        warn(f"skipped: {s['error']}")
+    for w in report["warnings"]:
+        warn(w)
+
+
 def run_info(args: argparse.Namespace) -> int:
     report = info_report(open_traceset(args))
     if args.json:
+        _warn_all(report)
         emit_json(report)
     else:
         _print_info(report)
@@ -141,11 +152,15 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_ingest(args: argparse.Namespace) -> int:
+    if args.output:  # checked before any input is read
+        check_folder_target(args.output)
+        refuse_input_overlap(args.output, args.paths)
     ts = open_traceset(args)
     out = ts.write_store(args.output) if args.output else None
     report = info_report(ts)
     report["store"] = str(out) if out else None
     if args.json:
+        _warn_all(report)
         emit_json(report)
     else:
         _print_info(report)
@@ -158,7 +173,12 @@ def run_sql(args: argparse.Namespace) -> int:
     if len(args.paths) < 2:
         raise UsageError("sql wants PATH... QUERY")
     *args.paths, query = args.paths
-    result = open_traceset(args).sql(query)
+    ts = open_traceset(args)
+    for warning in ts.warnings:  # stderr: the --json rows are the query's alone
+        warn(warning)
+    for _, reason in ts.skipped:
+        warn(f"skipped: {reason}")
+    result = ts.sql(query)
     if args.json:
         emit_json(_jsonable(result))
     else:

@@ -29,6 +29,7 @@ from typing import Any
 from traceview.cli._options import add_input_args, add_json_arg, add_window_args, open_run
 from traceview.cli._render import dumps, emit_json, ms, short, table, warn
 from traceview.errors import UsageError
+from traceview.outputs import check_file_target, refuse_input_overlap, write_text
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -118,22 +119,27 @@ def _open(args: argparse.Namespace, paths: list[str] | None = None) -> Any:
     return run
 
 
-def _write_text(path: str, text: str) -> None:
-    target = Path(path)
-    if target.parent and not target.parent.exists():
-        raise UsageError(f"{path}: directory does not exist")
-    target.write_text(text, encoding="utf-8")
+def _output(args: argparse.Namespace, path: str, option: str = "-o") -> str:
+    """``path`` checked as a file to write before any input is read: its folder exists, it is
+    not a folder, and it is none of the command's inputs nor inside an input folder."""
+    check_file_target(path, option=option)
+    inputs = [*(getattr(args, "paths", None) or []), *(getattr(args, "runs", None) or []),
+              *(p for p in (getattr(args, "baseline", None), getattr(args, "comm_config", None))
+                if p)]
+    refuse_input_overlap(path, inputs, option=option)
+    return path
 
 
 def run_report(args: argparse.Namespace) -> int:
     from traceview.report import gather, write_html
 
+    _output(args, args.output)
     run = _open(args)
     title = args.title or "traceview report: " + ", ".join(Path(p).name for p in args.paths)
     data = gather(run, title=title, top=args.top)
     buf = io.StringIO()
     figures = write_html(data, buf)
-    _write_text(args.output, buf.getvalue())
+    write_text(args.output, buf.getvalue())
     sections = {k: v for k, v in data.notes.items()}
     for warning in data.warnings[len(run.warnings):]:  # the inputs' were printed on opening
         warn(warning)
@@ -203,13 +209,14 @@ def run_baseline(args: argparse.Namespace) -> int:
     from traceview import gate
 
     tolerances = gate.parse_tolerances(args.tolerance)
+    _output(args, args.output)
     measured, inputs = [], []
     for paths in _baseline_runs(args):
         run = _open(args, paths)
         measured.append(gate.measure(run))
         inputs.append(_inputs_info(run))
     doc = gate.baseline(measured, inputs=inputs, tolerances=tolerances)
-    _write_text(args.output, dumps(doc) + "\n")
+    write_text(args.output, dumps(doc) + "\n")
     if args.json:
         emit_json({"output": args.output, "runs": len(measured), "metrics": doc["metrics"],
                    "warnings": doc["warnings"]})
@@ -232,6 +239,8 @@ def run_check(args: argparse.Namespace) -> int:
     from traceview import gate
 
     tolerances = gate.parse_tolerances(args.tolerance)
+    if args.junit:
+        _output(args, args.junit, "--junit")
     path = Path(args.baseline)
     try:
         text = path.read_bytes()
@@ -244,7 +253,7 @@ def run_check(args: argparse.Namespace) -> int:
                         allow_partial=args.allow_partial, noise_k=args.noise_k,
                         alpha=args.alpha)
     if args.junit:
-        _write_text(args.junit, gate.junit_xml(result))
+        write_text(args.junit, gate.junit_xml(result))
     if args.json:
         emit_json(result.to_dict())
         return result.exit_code
@@ -265,10 +274,11 @@ def run_check(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from traceview.perfetto import export
 
+    _output(args, args.output)
     buf = io.StringIO()
     run = _open(args)
     info = export(run, buf)
-    _write_text(args.output, buf.getvalue())
+    write_text(args.output, buf.getvalue())
     table_warnings = run.table_warnings("match", "offsets")  # the inputs' were printed already
     for warning in table_warnings:
         warn(warning)

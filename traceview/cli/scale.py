@@ -16,7 +16,7 @@ import polars as pl
 
 from traceview.cli._options import add_input_args, add_json_arg, executor_spec, open_traceset
 from traceview.cli._render import emit_json
-from traceview.selection import parse_ranks
+from traceview.selection import parse_ranks, require_known_ranks
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -38,9 +38,11 @@ def run_analyse(args: argparse.Namespace) -> int:
     from traceview.per_rank import analyse
 
     ts = open_traceset(args)
+    ranks = parse_ranks(args.ranks)
+    require_known_ranks(ranks, ts.ranks["rank"].to_list())
     res = analyse(ts, executor=executor_spec(args), method=args.align,
                   reference_rank=args.reference_rank,
-                  tolerance_ns=int(args.tolerance_us * 1000), ranks=parse_ranks(args.ranks))
+                  tolerance_ns=int(args.tolerance_us * 1000), ranks=ranks)
     events = int(res.kinds.get_column("n").sum()) if res.kinds.height else 0
     if args.json:
         emit_json({
