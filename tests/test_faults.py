@@ -207,3 +207,73 @@ def test_an_empty_selection_in_python_names_what_exists():
 
     with pytest.raises(traceview.UsageError, match="ranks present: 0-1"):
         traceview.open(GLOO, ranks="5").summary()
+
+
+# ------------------------------------------------------------------------------ --skip-bad
+def _half_written(src, dst, *, keep_rank: bool):
+    """``src`` (a gzipped trace) written to ``dst`` cut off half way, without its
+    ``distributedInfo`` unless ``keep_rank``: a file whose writer was killed."""
+    import gzip
+
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    if not keep_rank:
+        doc.pop("distributedInfo")
+    text = json.dumps(doc).encode()
+    dst.write_bytes(text[: len(text) // 2])
+
+
+@pytest.mark.parametrize("keep_rank", [False, True], ids=["no rank", "rank 1 again"])
+@pytest.mark.parametrize("command", ["summary", "info", "gaps", "stragglers", "sql"])
+def test_skip_bad_skips_a_half_written_file_and_lists_it(capsys, inputs, keep_rank, command):
+    folder, _ = inputs
+    _half_written(sorted(folder.iterdir())[1], folder / "profile.json", keep_rank=keep_rank)
+    extra = ["select count(*) as n from events"] if command == "sql" else []
+    code, _, err = _run(capsys, command, str(folder), *extra)
+    assert code == 2 and "profile.json" in err  # without --skip-bad: one line, exit 2
+    code, out, err = _run(capsys, command, str(folder), *extra, "--skip-bad", "--json")
+    assert code == 0, err
+    assert "skipped" in err and "profile.json" in err and "internal error" not in err
+    if command != "sql":  # sql's --json is its rows alone
+        said = json.loads(out)
+        listed = said.get("skipped") or said["warnings"]
+        assert any("profile.json" in str(item) for item in listed)
+
+
+# ----------------------------------------------------------------------- ranks from names
+def test_per_rank_copies_that_record_one_rank_take_their_ranks_from_their_names(capsys,
+                                                                                 tmp_path):
+    from fixtures.nsys_synthetic import write_export
+
+    for rank, name in enumerate(["trace_rank0.sqlite", "trace_rank1.sqlite"]):
+        # rank_offset 0 for both: each report records rank 0 (one report copied per rank)
+        write_export(tmp_path / name, ranks=1, world_size=2)
+    code, out, err = _run(capsys, "info", str(tmp_path), "--json")
+    assert code == 0, err
+    ranks = json.loads(out)["ranks"]
+    assert [(r["rank"], r["rank_from"], r["file"].rsplit("/", 1)[1]) for r in ranks] == [
+        (0, "file name", "trace_rank0.sqlite"), (1, "file name", "trace_rank1.sqlite")]
+    assert any("taken from the file name" in w for w in json.loads(out)["warnings"])
+
+
+@pytest.mark.parametrize("names", [["trace_rank0", "trace_rank1"], ["rank-0", "rank-1"],
+                                   ["rank_0", "rank_1"], ["worker0", "worker1"]])
+def test_nsys_exports_named_per_rank_need_no_rank_map(capsys, tmp_path, names):
+    from fixtures.nsys_synthetic import write_export
+
+    for rank, name in enumerate(names):
+        write_export(tmp_path / f"{name}.sqlite", ranks=1, rank_offset=rank, world_size=2,
+                     rank_source="none")
+    code, out, err = _run(capsys, "info", str(tmp_path), "--json")
+    assert code == 0, err
+    assert [(r["rank"], r["rank_from"]) for r in json.loads(out)["ranks"]] == [
+        (0, "file name"), (1, "file name")]
+
+
+def test_gaps_text_shows_where_a_gap_is_not_its_epoch_time(capsys, tmp_path):
+    from fixtures.nsys_synthetic import write_export
+
+    write_export(tmp_path / "rank0.sqlite", ranks=1)
+    code, out, _ = _run(capsys, "gaps", str(tmp_path / "rank0.sqlite"))
+    assert code == 0 and "at_ms" in out and "start_ns" not in out
+    largest = out.split("Largest", 1)[1].splitlines()[2:]
+    assert largest and all(len(line.split()[2]) < 12 for line in largest if line.strip())

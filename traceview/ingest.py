@@ -28,6 +28,7 @@ from traceview.parsers import (
     RankInfo,
     detect_format,
     is_trace_name,
+    rank_from_file_name,
 )
 from traceview.windows import WindowChoice, chosen_windows, file_span, number_windows
 from traceview.windows import process_of_file_name
@@ -310,11 +311,68 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
             raise _error(outcome)
     if not results:
         raise UnreadableTraceError(", ".join(str(f) for f in files), "no readable trace")
-    rank_of = resolve_ranks(results, rank_map or {})
-    window_of = number_windows([r.path for r in results], rank_of,
-                               lambda i: file_span(results[i].events_path))
+    rank_of, window_of = _place(results, rank_map or {}, skipped if skip_bad else None)
     skipped += [(str(p), f"{p}: passed over, not a trace (no traceEvents)") for p in ignored]
     return IngestResult(files=results, rank_of=rank_of, skipped=skipped, window_of=window_of)
+
+
+def _place(results: list[FileResult], rank_map: dict[str, int],
+           skipped: list[tuple[str, str]] | None,
+           ) -> tuple[dict[tuple[int, int | None], int], dict[tuple[int, int], int]]:
+    """(rank of every (file, parsed rank), window of every (file, rank)). With ``skipped``
+    (``--skip-bad``), files that cannot be placed are left out and listed there: those
+    without a rank, and the damaged (or empty) one of two that claim one rank at one time.
+    ``results`` loses them in place."""
+    def windows(rank_of: dict[tuple[int, int | None], int]) -> dict[tuple[int, int], int]:
+        return number_windows([r.path for r in results], rank_of,
+                              lambda i: file_span(results[i].events_path),
+                              lambda i: _damaged(results[i]))
+
+    while True:
+        try:
+            rank_of = resolve_ranks(results, rank_map)
+            try:
+                return rank_of, windows(rank_of)
+            except RankConflictError:
+                by_name = _ranks_from_names(results, rank_of, rank_map)
+                if by_name is None:
+                    raise
+                return by_name, windows(by_name)
+        except RankConflictError as exc:
+            leave = set(exc.skippable)
+            if skipped is None or not leave or len(leave) >= len(results):
+                raise
+            for result in [r for r in results if r.path in leave]:
+                results.remove(result)
+                skipped.append((result.path, f"{result.path}: cannot be placed ({exc})"))
+
+
+def _ranks_from_names(results: list[FileResult], rank_of: dict[tuple[int, int | None], int],
+                      rank_map: dict[str, int]) -> dict[tuple[int, int | None], int] | None:
+    """When the ranks the files record collide (a report copied per rank, an environment
+    that every rank shared) but each file holds one rank and the file names give each a
+    different rank (``trace_rank0.sqlite``, ``rank-1.json``, ``worker2``), the names decide,
+    with a warning; None when they cannot (a name without a rank, two names alike, a file of
+    several ranks, or a rank given by ``--rank-map``)."""
+    named = [rank_from_file_name(Path(r.path).name) for r in results]
+    if (len(results) < 2 or None in named or len(set(named)) != len(named)
+            or any(len(r.ranks) != 1 or r.ranks[0].get("rank_from") == "mapping"
+                   for r in results)):
+        return None
+    recorded = {i: rank for (i, _), rank in rank_of.items()}
+    for i, result in enumerate(results):
+        if recorded.get(i) != named[i]:
+            result.warnings.append(
+                f"records rank {recorded.get(i)} ({result.ranks[0].get('rank_from')}), as "
+                f"other files of this set do; rank {named[i]} taken from the file name")
+        result.ranks[0]["rank_from"] = "file name"
+    return {(i, parsed): named[i] for (i, parsed) in rank_of}
+
+
+def _damaged(result: FileResult) -> bool:
+    """A file its parser found cut short or damaged (events dropped for damage)."""
+    return bool(result.dropped.get("truncated")) or any(
+        "truncat" in w or "damaged" in w for w in result.warnings)
 
 
 def _ingest_task(path: str, cache_dir: str | None, options: dict[str, Any],
@@ -413,7 +471,8 @@ def resolve_ranks(results: list[FileResult],
         else:
             names = ", ".join(results[i].path for i in unknown)
             raise RankConflictError(
-                f"{names}: no rank in the trace or its file name; pass --rank-map FILE=RANK")
+                f"{names}: no rank in the trace or its file name; pass --rank-map FILE=RANK",
+                skippable=tuple(results[i].path for i in unknown))
     return rank_of
 
 

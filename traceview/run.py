@@ -346,8 +346,16 @@ class Run:
         return self._result("gaps", {
             "window": self.window_info, "per_stream": per_stream,
             "causes": gap_causes(g, by=by), "histogram": gap_histogram(g, by=by),
-            "largest": largest_gaps(g, self.host, n=top),
+            "largest": self._from_gpu_start(largest_gaps(g, self.host, n=top)),
             "notes": no_gpu_ranks(self.ranks_table, self.gpu)}, main="causes", uses=("gpu",))
+
+    def _from_gpu_start(self, largest: pl.DataFrame) -> pl.DataFrame:
+        """``largest`` with ``gap_start_from_gpu_start_ns``: where each gap starts, from its
+        rank's first GPU event in the window (epoch nanoseconds mean nothing to a reader)."""
+        first = self.gpu.group_by("rank").agg(_first_ns=pl.col("ts_ns").min())
+        return (largest.join(first, on="rank", how="left", maintain_order="left")
+                .with_columns(gap_start_from_gpu_start_ns=pl.col("gap_start_ns")
+                              - pl.col("_first_ns")).drop("_first_ns"))
 
     def overlap(self, *, per_step: bool = False) -> Result:
         """Compute/communication overlap per rank and device (and step); main table ``rows``."""

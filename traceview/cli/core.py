@@ -9,7 +9,8 @@ import orjson
 import polars as pl
 
 from traceview.cli._options import (
-    add_input_args, add_json_arg, add_profiling_window_arg, open_traceset,
+    add_include_osrt_arg, add_input_args, add_json_arg, add_profiling_window_arg,
+    open_traceset,
 )
 from traceview.cli._render import emit_json, warn
 from traceview.errors import UsageError
@@ -35,6 +36,7 @@ def _sql_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank-map", action="append", default=[], metavar="FILE=RANK")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--cache-dir", metavar="DIR")
+    add_include_osrt_arg(p)
     add_profiling_window_arg(p)
     p.add_argument("--limit", type=int, default=50, help="rows to print (text output)")
     add_json_arg(p)

@@ -26,7 +26,9 @@ import io
 from pathlib import Path
 from typing import Any
 
-from traceview.cli._options import add_input_args, add_json_arg, add_window_args, open_run
+from traceview.cli._options import (
+    add_include_osrt_arg, add_input_args, add_json_arg, add_window_args, open_run,
+)
 from traceview.cli._render import dumps, emit_json, ms, short, table, warn
 from traceview.errors import UsageError
 from traceview.outputs import check_file_target, refuse_input_overlap, write_text
@@ -94,6 +96,7 @@ def _shared(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-bad", action="store_true", help="skip unreadable files")
     p.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
     p.add_argument("--cache-dir", metavar="DIR", help="where the Parquet cache lives")
+    add_include_osrt_arg(p)
     add_window_args(p)
     p.add_argument("--align", choices=("auto", "collectives", "host", "none"), default="auto",
                    help="clock alignment across ranks (default auto)")
