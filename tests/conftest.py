@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
+import importlib.machinery
+import os
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _installed_traceview_first() -> None:
+    """Test the installed traceview (what users get, its compiled scanner included) when a
+    normal install exists. The checkout's root is on ``sys.path`` for ``fixtures`` and
+    ``tests``, and would shadow the install with the sources' ``traceview/`` (no compiled
+    scanner there); so the root goes last. An editable install is the sources: nothing moves.
+    """
+    root = [p for p in sys.path if os.path.realpath(p or os.curdir) == str(REPO)]
+    rest = [p for p in sys.path if p not in root]
+    installed = importlib.machinery.PathFinder.find_spec("traceview", rest)
+    if not root or installed is None or installed.origin is None:
+        return
+    if Path(installed.origin).resolve().is_relative_to(REPO):
+        return  # found through a .pth naming the checkout: the sources, as an editable install
+    sys.path[:] = [*rest, *root]
+    for name in [m for m in sys.modules if m == "traceview" or m.startswith("traceview.")]:
+        del sys.modules[name]  # imported from the sources before this ran: import again
+
+
+_installed_traceview_first()
 
 # Timing-based failures are not failures of the code: CI machines are shared and slow.
 settings.register_profile("traceview", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("traceview")
 
-REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"
 FIXTURES = REPO / "fixtures"
 

@@ -277,3 +277,32 @@ def test_gaps_text_shows_where_a_gap_is_not_its_epoch_time(capsys, tmp_path):
     assert code == 0 and "at_ms" in out and "start_ns" not in out
     largest = out.split("Largest", 1)[1].splitlines()[2:]
     assert largest and all(len(line.split()[2]) < 12 for line in largest if line.strip())
+
+
+# ------------------------------------------------------------------- which parser runs
+def test_version_names_the_kineto_parser_path(capsys, monkeypatch):
+    from traceview.parsers.kineto import _parse
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    active = "C scanner" if _parse._kineto_scan is not None else "pure Python"
+    assert f"Kineto parser: {active}" in capsys.readouterr().out
+    monkeypatch.setattr(_parse, "_kineto_scan", None)
+    monkeypatch.setattr(_parse, "_SCAN_MISSING", "No module named '_scan'")
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    said = capsys.readouterr().out
+    assert "Kineto parser: pure Python" in said and "C compiler" in said
+
+
+def test_a_large_ingest_on_the_pure_path_says_so_once(capsys, monkeypatch, tmp_path):
+    from traceview import ingest
+    from traceview.parsers.kineto import _parse
+
+    monkeypatch.setattr(_parse, "_kineto_scan", None)
+    monkeypatch.setattr(ingest, "SLOW_PATH_NOTICE_BYTES", 1)  # the fixture counts as large
+    code, _, err = _run(capsys, "info", str(GLOO), "--cache-dir", str(tmp_path))
+    notes = [line for line in err.splitlines() if "pure Python" in line]
+    assert code == 0 and len(notes) == 1 and "C compiler" in notes[0]
+    code, _, err = _run(capsys, "info", str(GLOO), "--cache-dir", str(tmp_path))
+    assert code == 0 and "pure Python" not in err  # cached: nothing parsed, nothing to say

@@ -28,8 +28,23 @@ from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS
 
 try:  # the C fast path (_scan.c); without it (no compiler at install) the tolerant path does all
     from traceview.parsers.kineto import _scan as _kineto_scan
-except ImportError:  # pragma: no cover - exercised by setting the module to None in tests
+    _SCAN_MISSING = ""
+except ImportError as exc:  # pragma: no cover - exercised by setting the module to None in tests
     _kineto_scan = None
+    _SCAN_MISSING = str(exc)
+
+#: How to get the C scanner where it is missing (the pure-Python path is 3-4.6x slower).
+SCANNER_FIX = ("install a C compiler (e.g. apt-get install gcc python3-dev) and reinstall "
+               "traceview, or install a prebuilt wheel")
+
+
+def parser_path() -> tuple[str, str | None]:
+    """Which path parses Kineto JSON here: ``("C scanner", None)``, or ``("pure Python",
+    why)`` when the compiled scanner is not there (installed without a C compiler)."""
+    if _kineto_scan is not None:
+        return "C scanner", None
+    return "pure Python", (f"the C scanner is not built ({_SCAN_MISSING})" if _SCAN_MISSING
+                           else "the C scanner is turned off")
 
 # When the parser's output for the same input changes, bump ``PARSER_VERSIONS["kineto"]``
 # (traceview.parsers): it is part of the cache key.
