@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -24,9 +25,12 @@ def _installed_traceview_first() -> None:
     installed = importlib.machinery.PathFinder.find_spec("traceview", rest)
     if not root or installed is None or installed.origin is None:
         return
-    if Path(installed.origin).resolve().is_relative_to(REPO):
+    if Path(installed.origin).resolve().parent == (REPO / "traceview").resolve():
         return  # found through a .pth naming the checkout: the sources, as an editable install
     sys.path[:] = [*rest, *root]
+    # Child interpreters (`python -c ...` from the root) would put the root first again:
+    # PYTHONSAFEPATH (3.11+) keeps the working directory off their path.
+    os.environ["PYTHONSAFEPATH"] = "1"
     for name in [m for m in sys.modules if m == "traceview" or m.startswith("traceview.")]:
         del sys.modules[name]  # imported from the sources before this ran: import again
 
@@ -37,6 +41,10 @@ _installed_traceview_first()
 settings.register_profile("traceview", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("traceview")
+
+#: Tests that run real PyTorch skip cleanly where it is not installed (.ci/run installs it).
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason='needs torch (pip install "torch==2.13.0")')
 
 CORPUS = REPO.parent / "shared" / "corpus"
 FIXTURES = REPO / "fixtures"

@@ -306,3 +306,29 @@ def test_a_large_ingest_on_the_pure_path_says_so_once(capsys, monkeypatch, tmp_p
     assert code == 0 and len(notes) == 1 and "C compiler" in notes[0]
     code, _, err = _run(capsys, "info", str(GLOO), "--cache-dir", str(tmp_path))
     assert code == 0 and "pure Python" not in err  # cached: nothing parsed, nothing to say
+
+
+# ------------------------------------------------------------------------- damaged stores
+@pytest.mark.parametrize("damage", ["truncated rank file", "flipped rank file",
+                                    "garbage manifest", "garbage ranks table",
+                                    "missing files table", "missing rank file"])
+def test_a_damaged_store_is_one_line_naming_the_file(capsys, tmp_path, damage):
+    out = tmp_path / "store"
+    assert _run(capsys, "ingest", str(GLOO), "-o", str(out))[0] == 0
+    name = {"truncated rank file": "rank-00000.parquet", "flipped rank file": "rank-00001.parquet",
+            "garbage manifest": "traceview-store.json", "garbage ranks table": "ranks.parquet",
+            "missing files table": "files.parquet", "missing rank file": "rank-00000.parquet"
+            }[damage]
+    target = out / name
+    if damage.startswith("truncated"):
+        os.truncate(target, 100)
+    elif damage.startswith("flipped"):
+        _flip(target, target.stat().st_size // 2)
+    elif damage.startswith("garbage"):
+        target.write_text("garbage")
+    else:
+        target.unlink()
+    for command in ("info", "summary"):
+        code, _, err = _run(capsys, command, str(out))
+        assert code == 2 and name in err and err.count("\n") == 1, err
+        assert "internal error" not in err

@@ -207,9 +207,14 @@ class TraceSet:
         store.atomic_write(out / "ranks.parquet", lambda tmp: self.ranks.write_parquet(tmp))
         store.atomic_write(out / "files.parquet", lambda tmp: self.files.write_parquet(tmp))
         store.atomic_write(out / "windows.parquet", lambda tmp: self.windows.write_parquet(tmp))
+        # each rank file's size and hash: opening the store checks them (store_problem)
         store.write_json({"traceview_store": store.CACHE_VERSION,
                           "schema_version": schema.SCHEMA_VERSION,
-                          "ranks": self.ranks["rank"].to_list()}, out / store.STORE_MANIFEST)
+                          "ranks": self.ranks["rank"].to_list(),
+                          "files": {f"rank-{rank:05d}.parquet": store.events_record(
+                              out / f"rank-{rank:05d}.parquet")
+                              for rank in self.ranks["rank"].to_list()}},
+                         out / store.STORE_MANIFEST)
         return out
 
     def __repr__(self) -> str:
@@ -334,19 +339,70 @@ def _from_ingest(result: IngestResult) -> TraceSet:
 
 
 def _open_store(folder: Path) -> TraceSet:
-    manifest = store.read_json(folder / store.STORE_MANIFEST)
+    """A store folder as a TraceSet; a damaged store is an :class:`UnreadableTraceError`
+    naming the damaged file (its files are checked against the sizes and hashes the manifest
+    recorded, where it recorded them)."""
+    manifest_path = folder / store.STORE_MANIFEST
+    try:
+        manifest = store.read_json(manifest_path)
+    except (OSError, ValueError) as exc:
+        raise UnreadableTraceError(manifest_path, f"damaged store manifest ({exc}): ingest "
+                                   "the traces again") from None
+    if not isinstance(manifest, dict):
+        raise UnreadableTraceError(manifest_path, "damaged store manifest: ingest the traces "
+                                   "again")
     if manifest.get("schema_version") != schema.SCHEMA_VERSION:
         raise UnreadableTraceError(folder, f"store has schema version "
                                    f"{manifest.get('schema_version')}, this traceview reads "
                                    f"{schema.SCHEMA_VERSION}: ingest the traces again")
-    ranks = pl.read_parquet(folder / "ranks.parquet")
-    files = pl.read_parquet(folder / "files.parquet")
+    ranks = _read_store_table(folder / "ranks.parquet")
+    files = _read_store_table(folder / "files.parquet")
     # A rank file holds all the rank's windows, each row with its own file_id.
     parts = [_Part(str(folder / f"rank-{r:05d}.parquet"), None, r)
              for r in ranks["rank"].to_list()]
+    recorded = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+    for part in parts:
+        _check_store_file(Path(part.path), recorded.get(Path(part.path).name))
     windows = folder / "windows.parquet"  # absent in stores written before windows existed
     return TraceSet(parts, ranks, files,
-                    windows=pl.read_parquet(windows) if windows.is_file() else None)
+                    windows=_read_store_table(windows) if windows.is_file() else None)
+
+
+def _read_store_table(path: Path) -> pl.DataFrame:
+    try:
+        return pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise UnreadableTraceError(path, f"damaged store file ({str(exc).splitlines()[0]}): "
+                                   "ingest the traces again") from None
+
+
+def _hash_memo_dir() -> Path | None:
+    """Where the hashes of checked store files are remembered (the cache folder, when there
+    is one), so a large store is hashed once, not on every open."""
+    try:
+        folder = store.default_cache_dir()
+    except RuntimeError:
+        return None
+    return folder if folder.is_dir() else None
+
+
+def _check_store_file(path: Path, record: Any) -> None:
+    """A store's rank file is there, ends in a Parquet footer, and (when the manifest
+    recorded them) has the size and hash it was written with."""
+    problem = None
+    try:
+        if isinstance(record, dict):
+            if path.stat().st_size != record.get("bytes"):
+                problem = f"{path.stat().st_size} bytes, {record.get('bytes')} were written"
+            elif store.known_content_id(path, _hash_memo_dir()) != record.get("xxh3"):
+                problem = "content changed since it was written"
+        if problem is None:
+            store.row_count(path)  # the footer reads
+    except Exception as exc:  # noqa: BLE001 - any failure to read it is damage
+        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if problem:
+        raise UnreadableTraceError(path, f"damaged store file ({problem}): ingest the traces "
+                                   "again")
 
 
 def _only_window(ts: TraceSet, window: WindowChoice) -> TraceSet:
