@@ -332,3 +332,10 @@ def test_a_damaged_store_is_one_line_naming_the_file(capsys, tmp_path, damage):
         code, _, err = _run(capsys, command, str(out))
         assert code == 2 and name in err and err.count("\n") == 1, err
         assert "internal error" not in err
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_an_output_the_file_system_refuses_is_one_line(capsys):
+    code, _, err = _run(capsys, "baseline", str(GLOO), "-o", "/proc/self/no/baseline.json")
+    assert code == 2 and "baseline.json" in err and err.count("\n") == 1
+    assert "internal error" not in err

@@ -76,10 +76,13 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` on a temporary path beside ``target``, then rename it into place.
     Temporaries of ``target`` left by killed writers are removed first."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(target.parent, target.name)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.",
-                               suffix=".tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(target.parent, target.name)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.",
+                                   suffix=".tmp")
+    except OSError as exc:  # name what was to be written, not the temporary
+        raise OSError(exc.errno, f"cannot write here ({exc.strerror})", str(target)) from None
     os.close(fd)
     try:
         write(Path(tmp))
