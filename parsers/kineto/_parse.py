@@ -31,7 +31,9 @@ try:  # the C fast path (_scan.c); without it (no compiler at install) the toler
     _SCAN_MISSING = ""
 except ImportError as exc:  # pragma: no cover - exercised by setting the module to None in tests
     _kineto_scan = None
-    _SCAN_MISSING = str(exc)
+    _built = [p for p in Path(__file__).parent.glob("_scan.*") if p.suffix != ".c"]
+    _SCAN_MISSING = (f"the compiled {_built[0].name} does not load ({exc})" if _built else
+                     "traceview was installed without compiling it (no C compiler)")
 
 #: How to get the C scanner where it is missing (the pure-Python path is 3-4.6x slower).
 SCANNER_FIX = ("install a C compiler (e.g. apt-get install gcc python3-dev) and reinstall "
@@ -43,7 +45,7 @@ def parser_path() -> tuple[str, str | None]:
     why)`` when the compiled scanner is not there (installed without a C compiler)."""
     if _kineto_scan is not None:
         return "C scanner", None
-    return "pure Python", (f"the C scanner is not built ({_SCAN_MISSING})" if _SCAN_MISSING
+    return "pure Python", (f"no C scanner: {_SCAN_MISSING}" if _SCAN_MISSING
                            else "the C scanner is turned off")
 
 # When the parser's output for the same input changes, bump ``PARSER_VERSIONS["kineto"]``
