@@ -369,7 +369,8 @@ def _place(results: list[FileResult], rank_map: dict[str, int],
                 raise
             for result in [r for r in results if r.path in leave]:
                 results.remove(result)
-                skipped.append((result.path, f"{result.path}: cannot be placed ({exc})"))
+                why = str(exc).removeprefix(f"{result.path}: ")
+                skipped.append((result.path, f"{result.path}: cannot be placed ({why})"))
 
 
 def _ranks_from_names(results: list[FileResult], rank_of: dict[tuple[int, int | None], int],

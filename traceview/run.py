@@ -331,6 +331,8 @@ class Run:
         # them as they are (the store keeps them Categorical; a result's tables are small).
         plain = {k: v.with_columns(pl.col(pl.Categorical).cast(pl.String))
                  if isinstance(v, pl.DataFrame) else v for k, v in fields.items()}
+        # the files --skip-bad left out, in every answer (their ranks are missing from it)
+        plain["skipped"] = [{"file": f, "error": e} for f, e in self.traceset.skipped]
         warnings = [*self.warnings, *self.table_warnings(*uses)]
         return Result(command, plain, main, tuple(warnings))
 

@@ -157,4 +157,6 @@ def run_summary(args: argparse.Namespace) -> int:
         print(f"worst straggler: none ({straggler.get('reason')})")
     for r in df.filter(pl.col("note").is_not_null()).iter_rows(named=True):
         print(f"note: rank {r['rank']}: {r['note']}")
+    for s in result["skipped"]:  # a skipped file's rank is missing from the table above
+        print(f"skipped: {s['error']}")
     return 0
