@@ -342,3 +342,20 @@ def test_an_output_the_file_system_refuses_is_one_line(capsys):
     code, _, err = _run(capsys, "baseline", str(GLOO), "-o", "/proc/self/no/baseline.json")
     assert code == 2 and "baseline.json" in err and err.count("\n") == 1
     assert "internal error" not in err
+
+
+def test_a_healed_cache_or_an_unusable_one_is_no_damage_to_the_ci_gate(capsys, tmp_path):
+    cache = tmp_path / "cache"
+    base = tmp_path / "base.json"
+    assert _run(capsys, "baseline", str(GLOO), "-o", str(base), "--cache-dir", str(cache))[0] == 0
+    for entry in [e for e in cache.iterdir() if (e / "meta.json").exists()]:
+        (entry / "events.parquet").write_bytes(b"")
+    code, out, err = _run(capsys, "check", str(GLOO), "--baseline", str(base), "--json",
+                          "--cache-dir", str(cache))
+    said = json.loads(out)
+    assert code == 0 and said["damaged_input"] is False and said["warnings"] == []
+    assert len(said["notes"]) == 2 and err.count("cache entry") == 2
+    (tmp_path / "f").write_text("x")
+    code, out, err = _run(capsys, "check", str(GLOO), "--baseline", str(base), "--json",
+                          "--cache-dir", str(tmp_path / "f"))
+    assert code == 0 and "cache folder" in err and json.loads(out)["damaged_input"] is False

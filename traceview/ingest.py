@@ -64,6 +64,8 @@ class IngestResult:
     #: profiling window of each (file index, final rank) pair (``traceview.windows``); a
     #: pair left out is window 0
     window_of: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: what reading said about the cache rather than the data (a damaged entry parsed again)
+    notes: list[str] = field(default_factory=list)
 
 
 def discover(paths: Iterable[str | Path]) -> list[Path]:
@@ -164,8 +166,8 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
     from traceview.parsers import parse_batched
 
     file_path = Path(path)
-    cached, cid, base, meta_path, events_path, healed = _cache_lookup(path, cache_dir, options,
-                                                                      content)
+    cached, cid, base, meta_path, events_path, _ = _cache_lookup(path, cache_dir, options,
+                                                                 content)
     if cached is not None:
         return cached
     parsed = parse_batched(file_path, **options)
@@ -188,8 +190,6 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
         store.write_json({**{k: v for k, v in asdict(result).items()
                              if k not in ("path", "from_cache", "events_path")},
                           "events_file": store.events_record(events_path)}, meta_path)
-    if healed:
-        result.warnings.append(healed)
     return result
 
 
@@ -301,10 +301,8 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     outcomes = [hits[f] if hits.get(f) is not None else by_file[f] for f in files]
     results: list[FileResult] = []
     skipped: list[tuple[str, str]] = []
-    for f, outcome in zip(files, outcomes):
+    for outcome in outcomes:
         if isinstance(outcome, FileResult):
-            if f in healed and healed[f] not in outcome.warnings:
-                outcome.warnings.append(healed[f])
             results.append(outcome)
         elif skip_bad and len(files) > 1:
             skipped.append((outcome[0], outcome[1]))
@@ -314,7 +312,8 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
         raise UnreadableTraceError(", ".join(str(f) for f in files), "no readable trace")
     rank_of, window_of = _place(results, rank_map or {}, skipped if skip_bad else None)
     skipped += [(str(p), f"{p}: passed over, not a trace (no traceEvents)") for p in ignored]
-    return IngestResult(files=results, rank_of=rank_of, skipped=skipped, window_of=window_of)
+    return IngestResult(files=results, rank_of=rank_of, skipped=skipped, window_of=window_of,
+                        notes=[f"{f}: {note}" for f, note in healed.items()])
 
 
 #: Kineto input (uncompressed, estimated) from which a parse on the pure-Python path is worth a
@@ -539,7 +538,8 @@ def select_window(result: IngestResult, window: WindowChoice) -> IngestResult:
         rank_of={(new_index[i], parsed): rank for (i, parsed), rank in result.rank_of.items()
                  if (i, rank) in chosen},
         skipped=result.skipped,
-        window_of={(new_index[i], rank): window_of[(i, rank)] for i, rank in chosen})
+        window_of={(new_index[i], rank): window_of[(i, rank)] for i, rank in chosen},
+        notes=result.notes)
 
 
 def rank_info_rows(result: IngestResult) -> list[dict[str, Any]]:

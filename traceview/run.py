@@ -292,8 +292,15 @@ class Run:
 
     @property
     def warnings(self) -> list[str]:
-        """What the run's files said about the data: damaged input, skipped files."""
-        return [*self.traceset.warnings,
+        """What reading the run said: how it was read (``TraceSet.notes``: the cache), then
+        ``data_warnings``."""
+        return [*self.traceset.notes, *self.data_warnings]
+
+    @property
+    def data_warnings(self) -> list[str]:
+        """What the run's files said about the data: damaged input, skipped files (what the
+        CI gate counts as damaged input)."""
+        return [*self.traceset.data_warnings,
                 *(f"skipped: {reason}" if reason.startswith(str(path)) else
                   f"{path}: skipped: {reason}" for path, reason in self.traceset.skipped)]
 

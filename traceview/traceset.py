@@ -78,7 +78,8 @@ class TraceSet:
                         ).cast(WINDOW_SCHEMA).sort("rank", "window")
         self.skipped = list(skipped)
         #: warnings about how the files were read rather than what they hold (an unusable
-        #: cache folder); ``warnings`` lists them first
+        #: cache folder, a damaged cache entry parsed again): ``warnings`` lists them first,
+        #: ``data_warnings`` leaves them out (they are no damage of the input)
         self.notes: list[str] = []
         #: where per-rank work runs (``traceview.executors.ExecutorSpec``/``Executor``), or None
         self.executor: Any = None
@@ -149,9 +150,15 @@ class TraceSet:
 
     @property
     def warnings(self) -> list[str]:
-        """What reading the files said: damage, assumptions, and events dropped (one line
-        with the counts for a file whose parser dropped damaged events)."""
-        out = list(self.notes)
+        """What reading the files said: the ``notes`` on how they were read, then
+        ``data_warnings``."""
+        return [*self.notes, *self.data_warnings]
+
+    @property
+    def data_warnings(self) -> list[str]:
+        """What the files said about their data: damage, assumptions, and events dropped (one
+        line with the counts for a file whose parser dropped damaged events)."""
+        out: list[str] = []
         for path, warns, dropped in self.files.select("path", "warnings", "dropped").iter_rows():
             out += [f"{path}: {w}" for w in orjson.loads(warns or "[]")]
             unexplained = {k: n for k, n in orjson.loads(dropped or "{}").items()
@@ -272,7 +279,7 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
     result = ingest(items, cache_dir=cache_dir, skip_bad=skip_bad, rank_map=rank_map,
                     options=options, progress=progress, executor=executor)
     ts = _from_ingest(select_window(result, window))
-    ts.notes = notes
+    ts.notes = [*notes, *result.notes]
     ts.executor = executor
     ts.cache_dir = cache_dir if cache else None  # a temporary folder is not worth keeping in
     return ts

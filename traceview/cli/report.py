@@ -250,15 +250,16 @@ def run_check(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise gate.BaselineError(f"{path}: cannot read baseline ({exc.strerror})") from None
     doc = gate.read_baseline(text, source=str(path))
-    now = gate.measure(_open(args))
+    run = _open(args)
+    now = gate.measure(run)
     result = gate.check(now.values, doc, tolerances=tolerances, now_notes=now.notes,
                         now_samples=now.samples, warnings=now.warnings,
                         allow_partial=args.allow_partial, noise_k=args.noise_k,
                         alpha=args.alpha)
     if args.junit:
         write_text(args.junit, gate.junit_xml(result))
-    if args.json:
-        emit_json(result.to_dict())
+    if args.json:  # notes: how the input was read (the cache), no damage of it
+        emit_json({**result.to_dict(), "notes": list(run.traceset.notes)})
         return result.exit_code
     for w in result.warnings:
         print(f"{'FAIL' if result.damaged else 'warn'} damaged input: {w}")
