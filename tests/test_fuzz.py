@@ -1,5 +1,6 @@
 """Mutation fuzzing: shipped fixtures and corpus traces, cut short, with bytes flipped or junk
-spliced in (Hypothesis draws where and what), put through every command that reads traces.
+spliced in (Hypothesis draws where and what), put through every command that reads traces, with a
+working cache folder or an unusable one.
 
 Whatever the damage, a command answers (exit 0, or 1 for a check that found problems) or
 refuses in one clean line (exit 2): never a traceback, never "internal error", and never a
@@ -101,6 +102,7 @@ def _commands(run: Path, work: Path) -> list[list[str]]:
              str(work / "junit.xml")],
             ["diff", str(INTACT.parent), r],
             ["validate", r],
+            ["analyse", r],
             ["ingest", r, "-o", str(work / "store")]]
 
 
@@ -127,8 +129,10 @@ EXAMPLES = int(os.environ.get("TRACEVIEW_FUZZ_EXAMPLES", "24"))
 @settings(max_examples=EXAMPLES, deadline=None, derandomize="TRACEVIEW_FUZZ_EXAMPLES" not in os.environ,
           database=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(source=st.sampled_from(SOURCES), mutation=mutations(), skip_bad=st.booleans())
-def test_damaged_inputs_get_clean_answers_from_every_command(source, mutation, skip_bad):
+@given(source=st.sampled_from(SOURCES), mutation=mutations(), skip_bad=st.booleans(),
+       usable_cache=st.booleans())
+def test_damaged_inputs_get_clean_answers_from_every_command(source, mutation, skip_bad,
+                                                             usable_cache):
     layer, edits = mutation
     with tempfile.TemporaryDirectory(prefix="traceview-fuzz-") as tmp:
         work = Path(tmp)
@@ -137,12 +141,13 @@ def test_damaged_inputs_get_clean_answers_from_every_command(source, mutation, s
         (run / "rank-0.trace.json.gz").write_bytes(INTACT.read_bytes())
         (run / f"rank-1.trace{_suffix(source)}").write_bytes(_damaged(source, layer, edits))
         before = _digest(run)
+        cache = work / "cache"
+        if not usable_cache:  # a file where the cache folder should be: read without one
+            cache.write_text("not a folder")
         for argv in _commands(run, work):
-            argv = [*argv, "--cache-dir", str(work / "cache")]
-            if skip_bad and argv[0] not in ("validate", "diff"):
+            argv = [*argv, "--cache-dir", str(cache)]
+            if skip_bad and argv[0] not in ("validate", "diff"):  # validate lists every file
                 argv.append("--skip-bad")
-            if argv[0] == "validate":
-                argv = argv[:2]  # validate reads the folder itself: no cache, no skipping
             code, said = _call(argv)
             assert code in (0, 1, 2), (argv, code, said)
             assert "Traceback" not in said and "internal error" not in said, (argv, said)

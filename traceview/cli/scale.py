@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from traceview.cli._options import add_input_args, add_json_arg, executor_spec, open_traceset
-from traceview.cli._render import emit_json
+from traceview.cli._render import emit_json, warn
 from traceview.selection import parse_ranks, require_known_ranks
 
 
@@ -38,6 +38,8 @@ def run_analyse(args: argparse.Namespace) -> int:
     from traceview.per_rank import analyse
 
     ts = open_traceset(args)
+    for warning in ts.warnings:
+        warn(warning)
     ranks = parse_ranks(args.ranks)
     require_known_ranks(ranks, ts.ranks["rank"].to_list())
     res = analyse(ts, executor=executor_spec(args), method=args.align,
