@@ -80,3 +80,18 @@ def test_import_traceview_is_light():
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_wheels_are_built_with_the_scanner_for_linux_and_macos():
+    """pyproject.toml's [tool.cibuildwheel] and the workflow that runs it: manylinux and macOS
+    wheels on both architectures, each tested for the C scanner (other platforms build the
+    sdist, with the pure-Python path where there is no compiler)."""
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["cibuildwheel"]
+    assert set(config["linux"]["archs"]) == {"x86_64", "aarch64"}
+    assert set(config["macos"]["archs"]) == {"x86_64", "arm64"}
+    assert any("parser_path() == ('C scanner', None)" in c for c in config["test-command"])
+    workflow = (REPO / ".github" / "workflows" / "wheels.yml").read_text()
+    assert "uses: pypa/cibuildwheel@" in workflow
+    for runner in ("ubuntu-24.04", "ubuntu-24.04-arm", "macos-14"):
+        assert f"os: {runner}\n" in workflow
