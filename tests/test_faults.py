@@ -359,3 +359,19 @@ def test_a_healed_cache_or_an_unusable_one_is_no_damage_to_the_ci_gate(capsys, t
     code, out, err = _run(capsys, "check", str(GLOO), "--baseline", str(base), "--json",
                           "--cache-dir", str(tmp_path / "f"))
     assert code == 0 and "cache folder" in err and json.loads(out)["damaged_input"] is False
+
+
+def test_leftovers_of_killed_writers_in_the_cache_and_a_store_are_swept(capsys, tmp_path):
+    cache, out = tmp_path / "cache", tmp_path / "store"
+    assert _run(capsys, "summary", str(GLOO), "--cache-dir", str(cache))[0] == 0
+    assert _run(capsys, "ingest", str(GLOO), "-o", str(out), "--cache-dir", str(cache))[0] == 0
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    left = [cache / "ids" / f".abc.txt.{gone}.a1b2c3d4.tmp",
+            cache / "derived" / f".gpu-x.parquet.{gone}.a1b2c3d4.tmp",
+            out / f".rank-00001.parquet.{gone}.a1b2c3d4.tmp"]
+    for path in left:
+        path.write_bytes(b"half")
+    assert _run(capsys, "info", str(GLOO), "--cache-dir", str(cache))[0] == 0
+    assert _run(capsys, "info", str(out))[0] == 0
+    assert not any(path.exists() for path in left)

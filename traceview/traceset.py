@@ -21,7 +21,9 @@ import polars as pl
 
 from traceview import schema, store
 from traceview.errors import UnreadableTraceError, UsageError
-from traceview.outputs import check_folder_target, refuse_input_overlap
+from traceview.outputs import (
+    check_folder_target, refuse_input_overlap, remove_stale_temporaries,
+)
 from traceview.ingest import IngestResult, ingest, rank_info_rows, select_window
 from traceview.windows import WindowChoice
 
@@ -304,6 +306,8 @@ def _usable_cache_dir(cache_dir: str | Path | None, inputs: list[Any]
     problem = store.unusable_cache_dir(folder)
     if problem:
         return None, f"cache folder {folder} cannot be written ({problem}); {fix}"
+    for shared in ("ids", "derived"):  # entries' own folders are swept when looked up
+        remove_stale_temporaries(folder / shared)
     return folder, None
 
 
@@ -350,6 +354,7 @@ def _open_store(folder: Path) -> TraceSet:
     naming the damaged file (its files are checked against the sizes and hashes the manifest
     recorded, where it recorded them)."""
     manifest_path = folder / store.STORE_MANIFEST
+    remove_stale_temporaries(folder)  # a killed ``ingest -o``'s leftovers
     try:
         manifest = store.read_json(manifest_path)
     except (OSError, ValueError) as exc:

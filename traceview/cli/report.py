@@ -213,16 +213,17 @@ def run_baseline(args: argparse.Namespace) -> int:
 
     tolerances = gate.parse_tolerances(args.tolerance)
     _output(args, args.output)
-    measured, inputs = [], []
+    measured, inputs, notes = [], [], []
     for paths in _baseline_runs(args):
         run = _open(args, paths)
         measured.append(gate.measure(run))
         inputs.append(_inputs_info(run))
+        notes += run.traceset.notes
     doc = gate.baseline(measured, inputs=inputs, tolerances=tolerances)
     write_text(args.output, dumps(doc) + "\n")
     if args.json:
         emit_json({"output": args.output, "runs": len(measured), "metrics": doc["metrics"],
-                   "warnings": doc["warnings"]})
+                   "warnings": doc["warnings"], "notes": notes})
         return 0
     print(f"wrote {args.output} ({len(measured)} run{'s' if len(measured) > 1 else ''})")
     for name, entry in doc["metrics"].items():
