@@ -12,11 +12,13 @@ cache folder per example, so one example costs about a second.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gzip
 import hashlib
 import io
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -27,8 +29,9 @@ from hypothesis import strategies as st
 from tests.conftest import CORPUS, FIXTURES
 from traceview.cli import main
 
-#: Small inputs of each kind: gzipped Kineto (shipped fixtures), plain JSON, and from the
-#: corpus (when present) real traces of other tools, GPU ones and an nsys SQLite export.
+#: Small inputs of each kind: gzipped Kineto (shipped fixtures), a synthetic nsys SQLite
+#: export, and from the corpus (when present) real traces of other tools: plain JSON, GPU
+#: ones, a real nsys export.
 SHIPPED = [FIXTURES / "data" / "gloo_ddp_2r" / "rank-1.gloo_ddp.pt.trace.json.gz",
            FIXTURES / "data" / "gloo_tp_dp_4r_slow2" / "rank-2.gloo_tp_dp.pt.trace.json.gz"]
 FROM_CORPUS = [
@@ -42,7 +45,18 @@ FROM_CORPUS = [
 
 def _sources() -> list[Path]:
     found = [p for p in (CORPUS / r for r in FROM_CORPUS) if p.is_file()]
-    return SHIPPED + found
+    return [*SHIPPED, _synthetic_nsys(), *found]
+
+
+def _synthetic_nsys() -> Path:
+    """A one-rank nsys SQLite export (the schema-faithful synthetic one): the shipped
+    fixtures hold no nsys file, and the corpus may be absent."""
+    from fixtures.nsys_synthetic import write_export
+
+    folder = Path(tempfile.mkdtemp(prefix="traceview-fuzz-nsys-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    write_export(folder / "rank0.sqlite", ranks=1, steps=2)
+    return folder / "rank0.sqlite"
 
 
 SOURCES = _sources()
