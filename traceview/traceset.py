@@ -292,7 +292,7 @@ def _usable_cache_dir(cache_dir: str | Path | None, inputs: list[Any]
     """(the cache folder to use, None; or None and a warning saying why there is none): the
     default or given folder when it can be written, never one inside an input folder."""
     try:
-        folder = Path(cache_dir) if cache_dir is not None else store.default_cache_dir()
+        folder = Path(cache_dir) if cache_dir not in (None, "") else store.default_cache_dir()
     except RuntimeError as exc:  # no home folder to put the default under
         return None, (f"no cache folder ({exc}); working without a cache (set "
                       "TRACEVIEW_CACHE_DIR or --cache-dir to a writable folder)")
