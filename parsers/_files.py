@@ -12,7 +12,8 @@ from pathlib import Path
 
 #: Each format family's parser version, part of the cache key: bump it when the parser's output
 #: for the same input changes.
-PARSER_VERSIONS: dict[str, int] = {"kineto": 2, "nsys": 1}
+#: kineto 3: invalid UTF-8 inside ``args`` is replaced (it reached the store's text as is).
+PARSER_VERSIONS: dict[str, int] = {"kineto": 3, "nsys": 1}
 
 
 def detect_format(path: Path) -> str:
