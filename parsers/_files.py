@@ -12,7 +12,9 @@ from pathlib import Path
 
 #: Each format family's parser version, part of the cache key: bump it when the parser's output
 #: for the same input changes.
-PARSER_VERSIONS: dict[str, int] = {"kineto": 3, "nsys": 2}
+#: kineto 3: invalid UTF-8 inside ``args`` is replaced (it reached the store's text as is);
+#: kineto 4, nsys 2: the ranks table's ``device_memory`` (the device's total memory).
+PARSER_VERSIONS: dict[str, int] = {"kineto": 4, "nsys": 2}
 
 
 def detect_format(path: Path) -> str:

@@ -17,9 +17,10 @@ import polars as pl
 import pytest
 
 import traceview
+from tests.conftest import needs_torch
 from traceview.cli import main
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs_torch]
 
 WORLD = 2
 WAIT, WARMUP, ACTIVE = 1, 1, 3

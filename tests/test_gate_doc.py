@@ -29,6 +29,7 @@ def _commands() -> list[tuple[list[str], int]]:
 
 def test_ci_gate_doc_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                               capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("plotly", reason="the doc's report command needs plotly (.[plots])")
     (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
     monkeypatch.chdir(tmp_path)
     commands = _commands()

@@ -471,3 +471,20 @@ def test_a_scan_that_fails_after_releasing_pages_falls_back_to_fresh_bytes(tmp_p
     assert parsed.input_events == n and parsed.ranks[0].rank == 5
     ext = parsed.events.column("external_id").to_pylist()
     assert ext == list(range(n)) and any("NaN" in w for w in parsed.warnings)
+
+
+def test_invalid_utf8_inside_args_is_replaced_not_stored(tmp_path):
+    """A flipped byte inside an ``args`` key (found by tests/test_fuzz.py): the scanner
+    declines the file, and the tolerant reader, which keeps ``args`` raw, must not store the
+    invalid bytes as text (Parquet refuses them when the column is read back)."""
+    path = tmp_path / "rank-0.json"
+    path.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", '
+                     b'"pid": 1, "tid": 1, "ts": 1, "dur": 2, "args": {"Record func\x8bion id"'
+                     b': 0, "External id": 7}}]}')
+    parsed = kineto.parse(path)
+    for name in parsed.events.column_names:
+        column = parsed.events.column(name)
+        if pa.types.is_large_string(column.type) or pa.types.is_string(column.type):
+            column.validate(full=True)
+    assert "invalid UTF-8 replaced with U+FFFD" in parsed.warnings
+    assert "\ufffd" in parsed.events.column("args_json")[0].as_py()

@@ -70,7 +70,7 @@ def import_torch() -> Any:
     except ImportError as exc:
         raise CaptureUnavailable(
             f"traceview.capture needs torch ({exc}); install it with "
-            "pip install 'traceview[capture]'") from None
+            "pip install torch (in a traceview checkout: pip install '.[capture]')") from None
     return torch
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 import polars as pl
+import pyarrow.parquet as pq
 
 from traceview import __version__, store
 
@@ -42,17 +43,30 @@ def cached_gpu(ts: Any, ranks: Sequence[int] | None, compute: Callable[[], pl.Da
     if key is None:
         return compute()
     path = Path(cache_dir) / "derived" / f"gpu-{key}.parquet"
-    try:
-        return pl.read_parquet(path)
-    except (OSError, pl.exceptions.PolarsError):
-        pass  # not kept yet (or unreadable): compute it
+    kept = _read_kept(path)
+    if kept is not None:
+        return kept
     gpu = compute()
-    try:  # uncompressed: written in 0.04 s, read in 0.01 s; zstd or LZ4 took 2-3x that
-        store.atomic_write(path, lambda tmp: gpu.write_parquet(
-            tmp, compression="uncompressed", statistics=False))
+    try:  # uncompressed: written in 0.04 s, read in 0.01 s; zstd or LZ4 took 2-3x that.
+        # Page checksums: a damaged file fails its read (and is computed again) rather than
+        # giving other numbers.
+        store.atomic_write(path, lambda tmp: pq.write_table(
+            gpu.to_arrow(), tmp, compression="none", write_statistics=False,
+            write_page_checksum=True))
     except OSError:
         pass  # a read-only cache folder: compute it next time too
     return gpu
+
+
+def _read_kept(path: Path) -> pl.DataFrame | None:
+    """The rows kept at ``path``; None when there are none, or they cannot be read whole (a
+    damaged file: computing them again replaces it)."""
+    if not path.is_file():
+        return None
+    try:
+        return pl.from_arrow(pq.read_table(path, page_checksum_verification=True))
+    except Exception:  # noqa: BLE001 - any damage (footer, pages, schema) means: compute
+        return None
 
 
 def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None,

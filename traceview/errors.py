@@ -19,7 +19,13 @@ class UnreadableTraceError(TraceviewError):
 
 
 class RankConflictError(TraceviewError):
-    """Two files claim the same rank, or a rank cannot be determined."""
+    """Two files claim the same rank, or a rank cannot be determined. ``skippable``: the
+    files that ``--skip-bad`` may leave out to resolve it (those without a rank, or the
+    damaged or empty one of two that overlap)."""
+
+    def __init__(self, message: str, skippable: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.skippable = skippable
 
 
 class UsageError(TraceviewError):

@@ -106,8 +106,8 @@ def _import_distributed() -> Any:
     try:
         import distributed
     except ImportError:
-        raise UsageError("--executor dask needs Dask: pip install 'traceview[dask]' "
-                         "(dask[distributed])") from None
+        raise UsageError("--executor dask needs Dask: pip install 'dask[distributed]' (in a "
+                         "traceview checkout: pip install '.[dask]')") from None
     return distributed
 
 

@@ -135,7 +135,8 @@ def measure(source: Any, **run_options: Any) -> RunMetrics:
 
     run = as_run(source, **run_options)
     values, notes, samples = _metrics_and_samples(run)
-    return RunMetrics(values, notes, samples, tuple(run.warnings))
+    # the data's warnings: a cache parsed again or not writable is no damage of the input
+    return RunMetrics(values, notes, samples, tuple(run.data_warnings))
 
 
 def _collective_wait_samples(per: pl.DataFrame, steps: pl.DataFrame) -> dict[str, list[int]]:

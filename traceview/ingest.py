@@ -28,6 +28,7 @@ from traceview.parsers import (
     RankInfo,
     detect_format,
     is_trace_name,
+    rank_from_file_name,
 )
 from traceview.windows import WindowChoice, chosen_windows, file_span, number_windows
 from traceview.windows import process_of_file_name
@@ -63,6 +64,8 @@ class IngestResult:
     #: profiling window of each (file index, final rank) pair (``traceview.windows``); a
     #: pair left out is window 0
     window_of: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: what reading said about the cache rather than the data (a damaged entry parsed again)
+    notes: list[str] = field(default_factory=list)
 
 
 def discover(paths: Iterable[str | Path]) -> list[Path]:
@@ -117,8 +120,9 @@ def family(fmt: str) -> str:
 
 def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
                   content: str | None = None) \
-        -> tuple[FileResult | None, str, Path | None, Path, Path]:
-    """The cached result of a file, if its content was ingested before (and where it goes).
+        -> tuple[FileResult | None, str, Path | None, Path, Path, str | None]:
+    """The cached result of a file, if its content was ingested before (and where it goes),
+    and a warning when a damaged entry was found (and discarded: the file is parsed again).
     ``content``: the file's content id when the caller hashed it already."""
     file_path = Path(path)
     fmt = detect_format(file_path)
@@ -127,22 +131,33 @@ def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
     key = store.cache_key(cid, parser_version(fmt), options)
     meta_path = (base or Path()) / key / "meta.json"
     events_path = (base or Path()) / key / "events.parquet"
-    if base is not None and meta_path.is_file() and events_path.is_file() and \
-            store.parquet_schema_version(events_path) == store.schema.SCHEMA_VERSION:
-        meta = store.read_json(meta_path)
+    if base is None:
+        return None, cid, base, meta_path, events_path, None
+    try:
+        meta = store.read_cache_meta(meta_path.parent, base)
+        if meta is None:
+            return None, cid, base, meta_path, events_path, None
         meta.update(path=path, from_cache=True, events_path=str(events_path))
-        return FileResult(**meta), cid, base, meta_path, events_path
-    return None, cid, base, meta_path, events_path
+        try:
+            return FileResult(**meta), cid, base, meta_path, events_path, None
+        except TypeError:
+            raise store.BrokenCacheEntry(meta_path, "not a traceview cache record") from None
+    except store.BrokenCacheEntry as broken:
+        store.discard_cache_entry(meta_path.parent)
+        return None, cid, base, meta_path, events_path, (
+            f"cache entry {broken.path} could not be used ({broken.problem}); discarded, "
+            "the file was parsed again")
 
 
 def cached_result(path: str, cache_dir: str | None, options: dict[str, Any]) \
-        -> tuple[FileResult | None, str | None]:
-    """(the cached result of a file or None, its content id; None when it cannot be read)."""
+        -> tuple[FileResult | None, str | None, str | None]:
+    """(the cached result of a file or None, its content id (None when it cannot be read),
+    a warning when a damaged cache entry was discarded)."""
     try:
         found = _cache_lookup(path, cache_dir, options)
     except (OSError, TraceviewError):
-        return None, None
-    return found[0], found[1]
+        return None, None, None
+    return found[0], found[1], found[5]
 
 
 def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
@@ -151,7 +166,8 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
     from traceview.parsers import parse_batched
 
     file_path = Path(path)
-    cached, cid, base, meta_path, events_path = _cache_lookup(path, cache_dir, options, content)
+    cached, cid, base, meta_path, events_path, _ = _cache_lookup(path, cache_dir, options,
+                                                                 content)
     if cached is not None:
         return cached
     parsed = parse_batched(file_path, **options)
@@ -173,9 +189,10 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
         input_events=parsed.input_events, stored_events=parsed.events.num_rows,
         dropped=parsed.dropped, warnings=parsed.warnings,
     )
-    if base is not None:
-        store.write_json({k: v for k, v in asdict(result).items()
-                          if k not in ("path", "from_cache", "events_path")}, meta_path)
+    if base is not None:  # written last: an entry with its meta.json is complete
+        store.write_json({**{k: v for k, v in asdict(result).items()
+                             if k not in ("path", "from_cache", "events_path")},
+                          "events_file": store.events_record(events_path)}, meta_path)
     return result
 
 
@@ -271,9 +288,11 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     cache = str(cache_dir) if cache_dir is not None else None
     # Cache hits are answered here: starting workers to find them would cost more than reading.
     looked = {f: cached_result(str(f), cache, options) for f in files} if cache else {}
-    hits = {f: hit for f, (hit, _) in looked.items()}
-    ids = {f: cid for f, (_, cid) in looked.items()}  # hashed once, here
+    hits = {f: hit for f, (hit, _, _) in looked.items()}
+    ids = {f: cid for f, (_, cid, _) in looked.items()}  # hashed once, here
+    healed = {f: note for f, (_, _, note) in looked.items() if note}
     misses = [f for f in files if hits.get(f) is None]
+    _notice_slow_path(misses)
     if not misses:
         parsed = []
     elif executor is None and (len(misses) <= 1 or _estimated_bytes(misses) < IN_PROCESS_BYTES):
@@ -294,11 +313,94 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
             raise _error(outcome)
     if not results:
         raise UnreadableTraceError(", ".join(str(f) for f in files), "no readable trace")
-    rank_of = resolve_ranks(results, rank_map or {})
-    window_of = number_windows([r.path for r in results], rank_of,
-                               lambda i: file_span(results[i].events_path))
+    rank_of, window_of = _place(results, rank_map or {}, skipped if skip_bad else None)
     skipped += [(str(p), f"{p}: passed over, not a trace (no traceEvents)") for p in ignored]
-    return IngestResult(files=results, rank_of=rank_of, skipped=skipped, window_of=window_of)
+    return IngestResult(files=results, rank_of=rank_of, skipped=skipped, window_of=window_of,
+                        notes=[f"{f}: {note}" for f, note in healed.items()])
+
+
+#: Kineto input (uncompressed, estimated) from which a parse on the pure-Python path is worth a
+#: notice: below it the difference is under a second.
+SLOW_PATH_NOTICE_BYTES = IN_PROCESS_BYTES
+
+
+def _notice_slow_path(misses: list[Path]) -> None:
+    """One line on stderr when a large Kineto ingest runs on the pure-Python path (3-4.6x
+    slower, ~3.6x the memory): why, and the fix. A notice, not a warning: the answer is the
+    same (a warning would reach ``check`` as damaged input)."""
+    try:
+        size = _estimated_bytes([f for f in misses if family(detect_format(f)) == "kineto"])
+    except OSError:
+        return  # an unreadable file: its parse says so
+    if size < SLOW_PATH_NOTICE_BYTES:
+        return
+    from traceview.parsers.kineto import SCANNER_FIX, parser_path
+
+    path, why = parser_path()
+    if why:
+        print(f"traceview: note: parsing {size / 1e6:,.0f} MB of Kineto JSON on the {path} "
+              f"path, 3-4.6x slower than the C scanner: {why}; {SCANNER_FIX}",
+              file=sys.stderr)
+
+
+def _place(results: list[FileResult], rank_map: dict[str, int],
+           skipped: list[tuple[str, str]] | None,
+           ) -> tuple[dict[tuple[int, int | None], int], dict[tuple[int, int], int]]:
+    """(rank of every (file, parsed rank), window of every (file, rank)). With ``skipped``
+    (``--skip-bad``), files that cannot be placed are left out and listed there: those
+    without a rank, and the damaged (or empty) one of two that claim one rank at one time.
+    ``results`` loses them in place."""
+    def windows(rank_of: dict[tuple[int, int | None], int]) -> dict[tuple[int, int], int]:
+        return number_windows([r.path for r in results], rank_of,
+                              lambda i: file_span(results[i].events_path),
+                              lambda i: _damaged(results[i]))
+
+    while True:
+        try:
+            rank_of = resolve_ranks(results, rank_map)
+            try:
+                return rank_of, windows(rank_of)
+            except RankConflictError:
+                by_name = _ranks_from_names(results, rank_of, rank_map)
+                if by_name is None:
+                    raise
+                return by_name, windows(by_name)
+        except RankConflictError as exc:
+            leave = set(exc.skippable)
+            if skipped is None or not leave or len(leave) >= len(results):
+                raise
+            for result in [r for r in results if r.path in leave]:
+                results.remove(result)
+                why = str(exc).removeprefix(f"{result.path}: ")
+                skipped.append((result.path, f"{result.path}: cannot be placed ({why})"))
+
+
+def _ranks_from_names(results: list[FileResult], rank_of: dict[tuple[int, int | None], int],
+                      rank_map: dict[str, int]) -> dict[tuple[int, int | None], int] | None:
+    """When the ranks the files record collide (a report copied per rank, an environment
+    that every rank shared) but each file holds one rank and the file names give each a
+    different rank (``trace_rank0.sqlite``, ``rank-1.json``, ``worker2``), the names decide,
+    with a warning; None when they cannot (a name without a rank, two names alike, a file of
+    several ranks, or a rank given by ``--rank-map``)."""
+    named = [rank_from_file_name(Path(r.path).name) for r in results]
+    if (len(results) < 2 or None in named or len(set(named)) != len(named)
+            or any(len(r.ranks) != 1 or r.ranks[0].get("rank_from") == "mapping"
+                   for r in results)):
+        return None
+    recorded = {i: rank for (i, _), rank in rank_of.items()}
+    for i, result in enumerate(results):
+        if recorded.get(i) != named[i]:
+            result.warnings.append(
+                f"records rank {recorded.get(i)} ({result.ranks[0].get('rank_from')}), as "
+                f"other files of this set do; rank {named[i]} taken from the file name")
+        result.ranks[0]["rank_from"] = "file name"
+    return {(i, parsed): named[i] for (i, parsed) in rank_of}
+
+
+def _damaged(result: FileResult) -> bool:
+    """A file its parser found cut short or damaged (events dropped for damage)."""
+    return bool(result.dropped.get("truncated")) or any(
+        "truncat" in w or "damaged" in w for w in result.warnings)
 
 
 def _ingest_task(path: str, cache_dir: str | None, options: dict[str, Any],
@@ -397,7 +499,8 @@ def resolve_ranks(results: list[FileResult],
         else:
             names = ", ".join(results[i].path for i in unknown)
             raise RankConflictError(
-                f"{names}: no rank in the trace or its file name; pass --rank-map FILE=RANK")
+                f"{names}: no rank in the trace or its file name; pass --rank-map FILE=RANK",
+                skippable=tuple(results[i].path for i in unknown))
     return rank_of
 
 
@@ -438,7 +541,8 @@ def select_window(result: IngestResult, window: WindowChoice) -> IngestResult:
         rank_of={(new_index[i], parsed): rank for (i, parsed), rank in result.rank_of.items()
                  if (i, rank) in chosen},
         skipped=result.skipped,
-        window_of={(new_index[i], rank): window_of[(i, rank)] for i, rank in chosen})
+        window_of={(new_index[i], rank): window_of[(i, rank)] for i, rank in chosen},
+        notes=result.notes)
 
 
 def rank_info_rows(result: IngestResult) -> list[dict[str, Any]]:

@@ -45,7 +45,8 @@ def _go() -> Any:
     try:
         import plotly.graph_objects as go
     except ImportError:  # pragma: no cover - depends on the environment
-        raise PlotsUnavailable("plots need plotly: pip install 'traceview[plots]'") from None
+        raise PlotsUnavailable("plots need plotly: pip install plotly (in a traceview "
+                               "checkout: pip install '.[plots]')") from None
     return go
 
 

@@ -90,6 +90,7 @@ class Run:
     @cached_property
     def ranks_present(self) -> list[int]:
         """The window's ranks that have events, sorted."""
+        self._check_ranks_exist()
         known = self.ranks_with_events()  # from the files' footers: no event read
         if known is not None:
             return known
@@ -120,6 +121,9 @@ class Run:
         """The window's events with every column of ``traceview.schema``."""
         from traceview.analyses.window import select
 
+        self._check_ranks_exist()
+        if not self.whole_ranks:
+            self._analysis_events  # noqa: B018 - collected once; raises for an empty window
         return select(self.traceset.events, self.window)
 
     @cached_property
@@ -127,7 +131,34 @@ class Run:
         """The window's ranks, every step: clock alignment reads the ranks' whole traces."""
         from traceview.analyses.window import Window, select
 
+        self._check_ranks_exist()
         return select(self.traceset.analysis_events(), Window(ranks=self.window.ranks))
+
+    def _check_ranks_exist(self) -> None:
+        """A ``ranks`` choice that names none of the run's ranks is a usage error naming the
+        ranks there are (from the ranks table: no event is read)."""
+        selection.require_known_ranks(self.window.ranks, self.traceset.ranks["rank"].to_list())
+
+    def _check_window_not_empty(self, selected: pl.DataFrame) -> None:
+        """A window of steps, time or warm-up that holds no event of a run that has events is
+        a usage error naming the steps there are and how long the run lasts."""
+        if selected.height:
+            return
+        whole = self._rank_events.select(
+            first=pl.col("step").min(), last=pl.col("step").max(), start=pl.col("ts_ns").min(),
+            end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max()).collect().row(0)
+        if whole[2] is None:
+            return  # no event at all: the analyses say so themselves
+        from traceview.errors import UsageError
+
+        asked = ", ".join(f"{name} {value}" for name, value in (
+            ("--steps", selection.describe_steps(self.window.steps)),
+            ("--time", selection.describe_time(self.options.time)),
+            ("--skip-warmup", self.window.skip_warmup or None)) if value is not None)
+        steps = ("no profiler steps" if whole[0] is None else
+                 f"steps present: {whole[0]}:{whole[1] + 1}")
+        raise UsageError(f"{asked} selects no event of this run; {steps}, "
+                         f"{(whole[3] - whole[2]) / 1e6:.3f} ms of events")
 
     @property
     def _rank_comm_source(self) -> pl.LazyFrame:
@@ -148,7 +179,10 @@ class Run:
             return self._rank_events
         from traceview.analyses.window import select
 
-        return select(self.traceset.analysis_events(), self.window).collect().lazy()
+        self._check_ranks_exist()
+        selected = select(self.traceset.analysis_events(), self.window).collect()
+        self._check_window_not_empty(selected)
+        return selected.lazy()
 
     # --- the shared tables --------------------------------------------------------------------
 
@@ -260,8 +294,15 @@ class Run:
 
     @property
     def warnings(self) -> list[str]:
-        """What the run's files said about the data: damaged input, skipped files."""
-        return [*self.traceset.warnings,
+        """What reading the run said: how it was read (``TraceSet.notes``: the cache), then
+        ``data_warnings``."""
+        return [*self.traceset.notes, *self.data_warnings]
+
+    @property
+    def data_warnings(self) -> list[str]:
+        """What the run's files said about the data: damaged input, skipped files (what the
+        CI gate counts as damaged input)."""
+        return [*self.traceset.data_warnings,
                 *(f"skipped: {reason}" if reason.startswith(str(path)) else
                   f"{path}: skipped: {reason}" for path, reason in self.traceset.skipped)]
 
@@ -299,6 +340,8 @@ class Run:
         # them as they are (the store keeps them Categorical; a result's tables are small).
         plain = {k: v.with_columns(pl.col(pl.Categorical).cast(pl.String))
                  if isinstance(v, pl.DataFrame) else v for k, v in fields.items()}
+        # the files --skip-bad left out, in every answer (their ranks are missing from it)
+        plain["skipped"] = [{"file": f, "error": e} for f, e in self.traceset.skipped]
         warnings = [*self.warnings, *self.table_warnings(*uses)]
         return Result(command, plain, main, tuple(warnings))
 
@@ -314,8 +357,16 @@ class Run:
         return self._result("gaps", {
             "window": self.window_info, "per_stream": per_stream,
             "causes": gap_causes(g, by=by), "histogram": gap_histogram(g, by=by),
-            "largest": largest_gaps(g, self.host, n=top),
+            "largest": self._from_gpu_start(largest_gaps(g, self.host, n=top)),
             "notes": no_gpu_ranks(self.ranks_table, self.gpu)}, main="causes", uses=("gpu",))
+
+    def _from_gpu_start(self, largest: pl.DataFrame) -> pl.DataFrame:
+        """``largest`` with ``gap_start_from_gpu_start_ns``: where each gap starts, from its
+        rank's first GPU event in the window (epoch nanoseconds mean nothing to a reader)."""
+        first = self.gpu.group_by("rank").agg(_first_ns=pl.col("ts_ns").min())
+        return (largest.join(first, on="rank", how="left", maintain_order="left")
+                .with_columns(gap_start_from_gpu_start_ns=pl.col("gap_start_ns")
+                              - pl.col("_first_ns")).drop("_first_ns"))
 
     def overlap(self, *, per_step: bool = False) -> Result:
         """Compute/communication overlap per rank and device (and step); main table ``rows``."""
@@ -377,6 +428,8 @@ class Run:
 
     def align(self) -> Result:
         """Per-rank clock offset, drift and uncertainty; main table ``ranks``."""
+        if not self.whole_ranks:
+            self._analysis_events  # noqa: B018 - an empty window is an error here too
         summary = self._alignment_summary()
         return self._result("align", {"reference_rank": summary["reference_rank"],
                                       "ranks": self.offsets,

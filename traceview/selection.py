@@ -47,6 +47,20 @@ def parse_ranks(spec: str | Iterable[int] | None) -> list[int] | None:
     return sorted(ranks)
 
 
+def require_known_ranks(wanted: Iterable[int] | None, known: Iterable[int]) -> None:
+    """A ``--ranks`` choice naming none of the ranks there are is a usage error, naming them.
+
+    >>> require_known_ranks([7], [0, 1, 2, 3])
+    Traceback (most recent call last):
+    ...
+    traceview.errors.UsageError: --ranks 7 selects no rank of this run; ranks present: 0-3
+    """
+    known = list(known)
+    if wanted is not None and known and not set(wanted) & set(known):
+        raise UsageError(f"--ranks {describe_ranks(wanted)} selects no rank of this run; "
+                         f"ranks present: {describe_ranks(known)}")
+
+
 def describe_ranks(ranks: Iterable[int] | None) -> str | None:
     """The shortest ``parse_ranks`` text for ``ranks``: runs of consecutive ranks as ``a-b``."""
     if ranks is None:

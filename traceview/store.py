@@ -14,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,16 +24,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traceview import schema
+from traceview.outputs import atomic_write, remove_stale_temporaries
 
 if TYPE_CHECKING:
     import polars as pl
 
 STORE_MANIFEST = "traceview-store.json"
 #: Part of every cache key. 2: cache files may leave all-null columns out (``scan_events``
-#: gives them back), which a reader of version 1 would not expect. 4: they also leave out
-#: the columns the trace set assigns (``ASSIGNED_COLUMNS``), and a store may list its files
-#: in its manifest (``parts``), so a store file can be a cache file linked or copied.
-CACHE_VERSION = 4
+#: gives them back), which a reader of version 1 would not expect. 3: ``meta.json`` records
+#: the size and hash of its events file (``read_cache_meta`` checks them). 5: cache files
+#: also leave out the columns the trace set assigns (``ASSIGNED_COLUMNS``), and a store may
+#: list its files in its manifest (``parts``), so a store file can be a cache file linked or
+#: copied.
+CACHE_VERSION = 5
 
 #: Columns a parser can only guess (file_id is the file's place in the set; a one-rank file's
 #: rank comes from its name or ``--rank-map`` as often as from the trace): the trace set
@@ -67,6 +70,72 @@ def content_id(path: Path) -> str:
         while block := fh.read(1 << 24):
             digest.update(block)
     return digest.hexdigest()
+
+
+def unusable_cache_dir(folder: Path) -> str | None:
+    """Why ``folder`` cannot hold the cache (made when missing, then written to), or None when
+    it can. Checked once per command: a read-only folder, a missing parent that cannot be made,
+    a file in its place all fail here, before any trace is read."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".probe.{os.getpid()}.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
+
+
+class BrokenCacheEntry(Exception):
+    """A cache entry that is there but cannot be used: ``path`` is the damaged file."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def events_record(events_path: Path) -> dict[str, Any]:
+    """What a cache entry's ``meta.json`` records of its events file, to check it by: its size
+    and content hash (a truncated, emptied or flipped file never passes for the original)."""
+    return {"bytes": events_path.stat().st_size, "xxh3": content_id(events_path)}
+
+
+def read_cache_meta(entry: Path, cache_dir: Path) -> dict[str, Any] | None:
+    """The metadata of the complete cache entry in folder ``entry`` (``meta.json``, checked
+    against its ``events.parquet``), or None when the entry is not complete (never written, or
+    its writer was killed before ``meta.json``, which is written last). Raises
+    :class:`BrokenCacheEntry` when an entry is there but damaged.
+
+    The events file is checked by size and content hash (remembered by its identity on disk,
+    as input files' are: :func:`known_content_id`), so any change since it was written is
+    caught here, before a reader meets it half way through a query."""
+    meta_path, events_path = entry / "meta.json", entry / "events.parquet"
+    remove_stale_temporaries(entry)  # a killed writer's leftovers
+    if not meta_path.exists():
+        return None
+    try:
+        meta = read_json(meta_path)
+    except (OSError, ValueError) as exc:
+        raise BrokenCacheEntry(meta_path, f"not readable JSON ({exc})") from None
+    record = meta.pop("events_file", None) if isinstance(meta, dict) else None
+    if not isinstance(record, dict):
+        raise BrokenCacheEntry(meta_path, "does not describe its events file")
+    try:
+        size = events_path.stat().st_size
+    except OSError:
+        raise BrokenCacheEntry(events_path, "missing") from None
+    if size != record.get("bytes"):
+        raise BrokenCacheEntry(events_path, f"{size} bytes, {record.get('bytes')} were written")
+    if known_content_id(events_path, cache_dir) != record.get("xxh3"):
+        raise BrokenCacheEntry(events_path, "content changed since it was written")
+    return meta
+
+
+def discard_cache_entry(entry: Path) -> None:
+    """Mark a damaged entry incomplete (its ``meta.json`` removed); parsing the file again
+    writes it anew. The folder stays: a concurrent run may be writing into it right now."""
+    (entry / "meta.json").unlink(missing_ok=True)
 
 
 #: A file modified this recently is hashed every time: within one timestamp tick it could change
@@ -111,19 +180,6 @@ def cache_key(content: str, parser_version: int, options: dict[str, Any]) -> str
     ident = orjson.dumps([content, parser_version, schema.SCHEMA_VERSION, CACHE_VERSION,
                           options], option=orjson.OPT_SORT_KEYS)
     return xxhash.xxh3_128_hexdigest(ident)
-
-
-def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary path beside ``target``, then rename it into place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 #: Columns whose values repeat (ids of kinds, streams, steps ...) gain from Parquet dictionary

@@ -22,6 +22,9 @@ import polars as pl
 
 from traceview import schema, store
 from traceview.errors import UnreadableTraceError, UsageError
+from traceview.outputs import (
+    check_folder_target, refuse_input_overlap, remove_stale_temporaries,
+)
 from traceview.ingest import IngestResult, ingest, rank_info_rows, select_window
 from traceview.windows import WindowChoice
 
@@ -81,6 +84,10 @@ class TraceSet:
                         ranks.select("rank", pl.lit(0).alias("window"), "file_id")
                         ).cast(WINDOW_SCHEMA).sort("rank", "window")
         self.skipped = list(skipped)
+        #: warnings about how the files were read rather than what they hold (an unusable
+        #: cache folder, a damaged cache entry parsed again): ``warnings`` lists them first,
+        #: ``data_warnings`` leaves them out (they are no damage of the input)
+        self.notes: list[str] = []
         #: where per-rank work runs (``traceview.executors.ExecutorSpec``/``Executor``), or None
         self.executor: Any = None
         #: the cache folder the events files live in (results derived from them may be kept
@@ -150,9 +157,15 @@ class TraceSet:
 
     @property
     def warnings(self) -> list[str]:
-        """What reading the files said: damage, assumptions, and events dropped (one line
-        with the counts for a file whose parser dropped damaged events)."""
-        out = []
+        """What reading the files said: the ``notes`` on how they were read, then
+        ``data_warnings``."""
+        return [*self.notes, *self.data_warnings]
+
+    @property
+    def data_warnings(self) -> list[str]:
+        """What the files said about their data: damage, assumptions, and events dropped (one
+        line with the counts for a file whose parser dropped damaged events)."""
+        out: list[str] = []
         for path, warns, dropped in self.files.select("path", "warnings", "dropped").iter_rows():
             out += [f"{path}: {w}" for w in orjson.loads(warns or "[]")]
             unexplained = {k: n for k, n in orjson.loads(dropped or "{}").items()
@@ -202,7 +215,10 @@ class TraceSet:
         if remote_store.is_url(out_dir) or self.executor is not None \
                 or not all(type(p) is _Part for p in self._parts):
             return remote_store.write_store(self, out_dir, executor=self.executor)
-        out = Path(out_dir)
+        out = check_folder_target(out_dir)
+        # Never over what is read: the input files, nor a store's own rank files.
+        refuse_input_overlap(out, [*self.files["path"].to_list(),
+                                   *{str(Path(p.path).parent) for p in self._parts}])
         out.mkdir(parents=True, exist_ok=True)
         names = _store_file_names(self._parts)
         for part, name in zip(self._parts, names):
@@ -210,10 +226,12 @@ class TraceSet:
         store.atomic_write(out / "ranks.parquet", lambda tmp: self.ranks.write_parquet(tmp))
         store.atomic_write(out / "files.parquet", lambda tmp: self.files.write_parquet(tmp))
         store.atomic_write(out / "windows.parquet", lambda tmp: self.windows.write_parquet(tmp))
+        # each events file's size and hash: opening the store checks them (_check_store_file)
         store.write_json({"traceview_store": store.CACHE_VERSION,
                           "schema_version": schema.SCHEMA_VERSION,
                           "ranks": self.ranks["rank"].to_list(),
-                          "parts": [_part_entry(p, n) for p, n in zip(self._parts, names)]},
+                          "parts": [_part_entry(p, n) for p, n in zip(self._parts, names)],
+                          "files": {n: store.events_record(out / n) for n in names}},
                          out / store.STORE_MANIFEST)
         return out
 
@@ -261,19 +279,62 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
         if len(items) > 1:
             raise UsageError("a store folder must be the only input")
         return _only_window(_open_store(stores[0]), window)
+    notes: list[str] = []
+    if cache:
+        cache_dir, note = _usable_cache_dir(cache_dir, items)
+        if note:
+            notes.append(note)
+            cache = False
     if not cache:
-        # Lazy frames read these Parquet files after this function returns, possibly after the
-        # TraceSet is gone (``open(p, cache=False).events.collect()``): remove them at exit.
-        cache_dir = tempfile.mkdtemp(prefix="traceview-")
-        atexit.register(shutil.rmtree, cache_dir, ignore_errors=True)
-    elif cache_dir is None:
-        cache_dir = store.default_cache_dir()
+        cache_dir = _temporary_cache_dir()
     result = ingest(items, cache_dir=cache_dir, skip_bad=skip_bad, rank_map=rank_map,
                     options=options, progress=progress, executor=executor)
     ts = _from_ingest(select_window(result, window))
+    ts.notes = [*notes, *result.notes]
     ts.executor = executor
     ts.cache_dir = cache_dir if cache else None  # a temporary folder is not worth keeping in
     return ts
+
+
+def _usable_cache_dir(cache_dir: str | Path | None, inputs: list[Any]
+                      ) -> tuple[Path | None, str | None]:
+    """(the cache folder to use, None; or None and a warning saying why there is none): the
+    default or given folder when it can be written, never one inside an input folder."""
+    try:
+        folder = Path(cache_dir) if cache_dir not in (None, "") else store.default_cache_dir()
+    except RuntimeError as exc:  # no home folder to put the default under
+        return None, (f"no cache folder ({exc}); working without a cache (set "
+                      "TRACEVIEW_CACHE_DIR or --cache-dir to a writable folder)")
+    fix = ("working without a cache (set TRACEVIEW_CACHE_DIR or --cache-dir to a writable "
+           "folder, or pass --no-cache to silence this)")
+    resolved = folder.expanduser().resolve()
+    for item in inputs:
+        source = Path(item).resolve()
+        if Path(item).is_dir() and (resolved == source or resolved.is_relative_to(source)):
+            return None, f"cache folder {folder} is inside the input folder {item}; {fix}"
+    problem = store.unusable_cache_dir(folder)
+    if problem:
+        return None, f"cache folder {folder} cannot be written ({problem}); {fix}"
+    for shared in ("ids", "derived"):  # entries' own folders are swept when looked up
+        remove_stale_temporaries(folder / shared)
+    return folder, None
+
+
+def _temporary_cache_dir() -> str:
+    """A private cache folder for this process, removed at exit. Lazy frames read its Parquet
+    files after ``open`` returns, possibly after the TraceSet is gone
+    (``open(p, cache=False).events.collect()``). Folders of earlier processes that were killed
+    (their process id is in the name and no longer runs) are removed first."""
+    from traceview.outputs import process_alive
+
+    prefix = "traceview-"
+    for old in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = old.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and old.is_dir() and not process_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _from_ingest(result: IngestResult) -> TraceSet:
@@ -334,13 +395,25 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 def _open_store(folder: Path) -> TraceSet:
-    manifest = store.read_json(folder / store.STORE_MANIFEST)
+    """A store folder as a TraceSet; a damaged store is an :class:`UnreadableTraceError`
+    naming the damaged file (its files are checked against the sizes and hashes the manifest
+    recorded, where it recorded them)."""
+    manifest_path = folder / store.STORE_MANIFEST
+    remove_stale_temporaries(folder)  # a killed ``ingest -o``'s leftovers
+    try:
+        manifest = store.read_json(manifest_path)
+    except (OSError, ValueError) as exc:
+        raise UnreadableTraceError(manifest_path, f"damaged store manifest ({exc}): ingest "
+                                   "the traces again") from None
+    if not isinstance(manifest, dict):
+        raise UnreadableTraceError(manifest_path, "damaged store manifest: ingest the traces "
+                                   "again")
     if manifest.get("schema_version") != schema.SCHEMA_VERSION:
         raise UnreadableTraceError(folder, f"store has schema version "
                                    f"{manifest.get('schema_version')}, this traceview reads "
                                    f"{schema.SCHEMA_VERSION}: ingest the traces again")
-    ranks = pl.read_parquet(folder / "ranks.parquet")
-    files = pl.read_parquet(folder / "files.parquet")
+    ranks = _read_store_table(folder / "ranks.parquet")
+    files = _read_store_table(folder / "files.parquet")
     if "parts" in manifest:
         parts = [part_of(str(folder / entry["file"]), entry) for entry in manifest["parts"]]
     else:
@@ -348,9 +421,49 @@ def _open_store(folder: Path) -> TraceSet:
         # a rank file holds all the rank's windows, each row with its own file_id
         parts = [_Part(str(folder / f"rank-{r:05d}.parquet"), None, r)
                  for r in ranks["rank"].to_list()]
+    recorded = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+    for part in parts:
+        _check_store_file(Path(part.path), recorded.get(Path(part.path).name))
     windows = folder / "windows.parquet"  # absent in stores written before windows existed
     return TraceSet(parts, ranks, files,
-                    windows=pl.read_parquet(windows) if windows.is_file() else None)
+                    windows=_read_store_table(windows) if windows.is_file() else None)
+
+
+def _read_store_table(path: Path) -> pl.DataFrame:
+    try:
+        return pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise UnreadableTraceError(path, f"damaged store file ({str(exc).splitlines()[0]}): "
+                                   "ingest the traces again") from None
+
+
+def _hash_memo_dir() -> Path | None:
+    """Where the hashes of checked store files are remembered (the cache folder, when there
+    is one), so a large store is hashed once, not on every open."""
+    try:
+        folder = store.default_cache_dir()
+    except RuntimeError:
+        return None
+    return folder if folder.is_dir() else None
+
+
+def _check_store_file(path: Path, record: Any) -> None:
+    """A store's rank file is there, ends in a Parquet footer, and (when the manifest
+    recorded them) has the size and hash it was written with."""
+    problem = None
+    try:
+        if isinstance(record, dict):
+            if path.stat().st_size != record.get("bytes"):
+                problem = f"{path.stat().st_size} bytes, {record.get('bytes')} were written"
+            elif store.known_content_id(path, _hash_memo_dir()) != record.get("xxh3"):
+                problem = "content changed since it was written"
+        if problem is None:
+            store.row_count(path)  # the footer reads
+    except Exception as exc:  # noqa: BLE001 - any failure to read it is damage
+        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if problem:
+        raise UnreadableTraceError(path, f"damaged store file ({problem}): ingest the traces "
+                                   "again")
 
 
 def _only_window(ts: TraceSet, window: WindowChoice) -> TraceSet:

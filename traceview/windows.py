@@ -70,10 +70,13 @@ def process_of_file_name(name: str) -> str | None:
 
 
 def number_windows(paths: list[str], rank_of: Mapping[tuple[int, Any], int],
-                   span_of: Callable[[int], FileSpan]) -> dict[tuple[int, int], int]:
+                   span_of: Callable[[int], FileSpan],
+                   damaged: Callable[[int], bool] = lambda i: False,
+                   ) -> dict[tuple[int, int], int]:
     """Window number of every (file index, rank): 0 for a rank's only file; for a rank with
     several files, their order in time. ``span_of(i)`` is asked only for the files of such
-    ranks. Raises :class:`RankConflictError` naming two files whose times overlap."""
+    ranks. Raises :class:`RankConflictError` naming two files whose times overlap (the
+    ``damaged`` ones of them skippable)."""
     files_of: dict[int, list[int]] = {}
     for (i, _), rank in rank_of.items():
         files_of.setdefault(rank, [])
@@ -81,26 +84,30 @@ def number_windows(paths: list[str], rank_of: Mapping[tuple[int, Any], int],
             files_of[rank].append(i)
     window_of: dict[tuple[int, int], int] = {}
     for rank, files in files_of.items():
-        ordered = files if len(files) == 1 else _in_time_order(paths, rank, files, span_of)
+        ordered = files if len(files) == 1 else _in_time_order(paths, rank, files, span_of,
+                                                                 damaged)
         window_of.update({(i, rank): n for n, i in enumerate(ordered)})
     return window_of
 
 
 def _in_time_order(paths: list[str], rank: int, files: list[int],
-                   span_of: Callable[[int], FileSpan]) -> list[int]:
+                   span_of: Callable[[int], FileSpan],
+                   damaged: Callable[[int], bool]) -> list[int]:
     """``files`` (of one rank) sorted by start, or a conflict when two overlap in time."""
     spans = {i: span_of(i) for i in files}
     empty = [i for i in files if spans[i].start_ns is None]
     if empty:  # a file without events has no place in time: it cannot be told apart
         other = next(i for i in files if i != empty[0])
         raise RankConflictError(f"{paths[other]} and {paths[empty[0]]} both claim rank {rank} "
-                                f"and {paths[empty[0]]} holds no timed event")
+                                f"and {paths[empty[0]]} holds no timed event",
+                                skippable=(paths[empty[0]],))
     ordered = sorted(files, key=lambda i: (spans[i].start_ns, spans[i].end_ns, i))
     for before, after in zip(ordered, ordered[1:]):
         if spans[after].start_ns < spans[before].end_ns:
             raise RankConflictError(
                 f"{paths[before]} and {paths[after]} both claim rank {rank} and their times "
-                f"overlap (not two profiling windows of one run)")
+                f"overlap (not two profiling windows of one run)",
+                skippable=tuple(paths[i] for i in (before, after) if damaged(i)))
     return ordered
 
 

@@ -34,6 +34,6 @@ Behind the entry points, one job per private module:
 
 from __future__ import annotations
 
-from traceview.parsers.kineto._parse import parse, parse_batched
+from traceview.parsers.kineto._parse import SCANNER_FIX, parse, parse_batched, parser_path
 
-__all__ = ["parse", "parse_batched"]
+__all__ = ["SCANNER_FIX", "parse", "parse_batched", "parser_path"]

@@ -34,10 +34,27 @@ PURE_PYTHON_ENV = "TRACEVIEW_PURE_PYTHON"
 
 try:  # the C fast path (_scan.c); without it (no compiler at install) the tolerant path does all
     from traceview.parsers.kineto import _scan as _kineto_scan
-except ImportError:  # pragma: no cover - exercised by setting the module to None in tests
+    _SCAN_MISSING = ""
+except ImportError as exc:  # pragma: no cover - exercised by setting the module to None in tests
     _kineto_scan = None
+    _built = [p for p in Path(__file__).parent.glob("_scan.*") if p.suffix != ".c"]
+    _SCAN_MISSING = (f"the compiled {_built[0].name} does not load ({exc})" if _built else
+                     "traceview was installed without compiling it (no C compiler)")
 if os.environ.get(PURE_PYTHON_ENV) == "1":
     _kineto_scan = None
+
+#: How to get the C scanner where it is missing (the pure-Python path is 3-4.6x slower).
+SCANNER_FIX = ("install a C compiler (e.g. apt-get install gcc python3-dev) and reinstall "
+               "traceview, or install a prebuilt wheel")
+
+
+def parser_path() -> tuple[str, str | None]:
+    """Which path parses Kineto JSON here: ``("C scanner", None)``, or ``("pure Python",
+    why)`` when the compiled scanner is not there (installed without a C compiler)."""
+    if _kineto_scan is not None:
+        return "C scanner", None
+    return "pure Python", (f"no C scanner: {_SCAN_MISSING}" if _SCAN_MISSING
+                           else f"the C scanner is turned off ({PURE_PYTHON_ENV}=1)")
 
 # When the parser's output for the same input changes, bump ``PARSER_VERSIONS["kineto"]``
 # (traceview.parsers): it is part of the cache key.

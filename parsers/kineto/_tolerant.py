@@ -152,6 +152,10 @@ def _joined(parts: list[tuple[int, pa.Array | None]]) -> pa.ChunkedArray | None:
 def _decode(path: Path, data: bytes, warnings: list[str],
             dropped: dict[str, int]) -> tuple[list[_Event], dict[str, Any]]:
     bare = data.lstrip()[:1] == b"["
+    if not _valid_utf8(data):
+        # before decoding: msgspec checks the strings it decodes, not the raw ``args`` it
+        # keeps, which would reach the store's text columns as invalid UTF-8
+        data = repair_text(data, warnings)
     try:
         return _decode_fast(path, data, bare)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
@@ -182,6 +186,17 @@ def _decode(path: Path, data: bytes, warnings: list[str],
     if bare and objects and not events:
         raise UnreadableTraceError(path, "not a Kineto trace (a JSON array without trace events)")
     return events, header
+
+
+def _valid_utf8(data: bytes) -> bool:
+    """Whether ``data`` is valid UTF-8: Arrow's check of one string over the bytes as they are
+    (vectorised, no copy; ``bytes.decode`` would build the whole text)."""
+    offsets = pa.py_buffer(np.array([0, len(data)], dtype=np.int64))
+    try:
+        pa.LargeStringArray.from_buffers(1, offsets, pa.py_buffer(data)).validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 def _decode_fast(path: Path, data: bytes, bare: bool) -> tuple[list[_Event], dict[str, Any]]:

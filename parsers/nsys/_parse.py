@@ -126,8 +126,8 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     elif export.has(tables.OSRT):
         skipped = count_rows(export, tables.OSRT)
         if skipped:
-            warnings.append(f"OSRT_API: {skipped} OS runtime rows not read "
-                            "(include_osrt=True reads them)")
+            warnings.append(f"OSRT_API: {skipped} OS runtime rows not read (--include-osrt "
+                            "reads them; in Python options={'include_osrt': True})")
     for table, reader in readers:
         if export.has(table, "start", "end"):
             frame = reader()

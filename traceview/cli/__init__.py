@@ -65,6 +65,23 @@ def module_of(command: str):  # -> types.ModuleType
     return importlib.import_module(f"{__name__}.{COMMANDS[command].module}")
 
 
+class _Version(argparse.Action):
+    """``--version``: the version and the active Kineto parser path (the C scanner, or the
+    3-4.6x slower pure-Python path, with why and the fix), computed only when asked."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        print(version_text())
+        parser.exit()
+
+
+def version_text() -> str:
+    from traceview.parsers.kineto import SCANNER_FIX, parser_path
+
+    path, why = parser_path()
+    return (f"traceview {__version__} (Kineto parser: {path}"
+            + (f": {why}; {SCANNER_FIX})" if why else ")"))
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 on usage errors: keep that
         self.print_usage(sys.stderr)
@@ -75,7 +92,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser for ``argv``: with the subcommand ``argv`` names only (see ``COMMANDS``),
     with all of them when ``argv`` is None or names none."""
     parser = _Parser(prog="traceview", description="Analyse PyTorch-profiler and nsys traces.")
-    parser.add_argument("--version", action="version", version=f"traceview {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="the version, and which path parses Kineto JSON")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     named = _command_name(argv)
@@ -108,6 +126,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # the file system said no (permissions, a full disk): not a bug
+        if args.debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"traceview: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # a bug: still one line, unless --debug
         if args.debug:
             raise

@@ -27,8 +27,21 @@ def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True,
                         help="explicit rank for a file (repeatable)")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
     parser.add_argument("--cache-dir", metavar="DIR", help="where the Parquet cache lives")
+    add_include_osrt_arg(parser)
     add_profiling_window_arg(parser)
     add_executor_args(parser)
+
+
+def add_include_osrt_arg(parser: argparse.ArgumentParser) -> None:
+    """--include-osrt: read nsys exports' OS runtime rows (left out by default)."""
+    parser.add_argument("--include-osrt", action="store_true",
+                        help="read the OS runtime (OSRT_API) rows of nsys exports too")
+
+
+def parse_options(args: argparse.Namespace) -> dict[str, object]:
+    """The parser options the command line asks for (part of the cache key: empty unless
+    asked, so the default shares its cache entries with ``traceview.open``'s)."""
+    return {"include_osrt": True} if getattr(args, "include_osrt", False) else {}
 
 
 def add_profiling_window_arg(parser: argparse.ArgumentParser) -> None:
@@ -122,6 +135,7 @@ def open_traceset(args: argparse.Namespace):  # -> TraceSet
         progress=sys.stderr.isatty(),
         executor=executor_spec(args),
         window=parse_window(getattr(args, "window", None)),
+        options=parse_options(args),
     )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import polars as pl
 
 from traceview.cli._options import add_json_arg
-from traceview.cli._render import emit_json
+from traceview.cli._render import emit_json, warn
 from traceview.errors import TraceviewError, UnreadableTraceError, UsageError
 
 
@@ -84,12 +84,17 @@ def load_run(paths: list[Path], *, cache: bool = True, cache_dir: str | None = N
 
     frames: list[pl.DataFrame] = []
     rows: list[dict[str, Any]] = []
+    said: set[str] = set()
     for file_id, path in enumerate(paths):
         try:
             ts = traceview.open([path], cache=cache, cache_dir=cache_dir)
         except TraceviewError as exc:
             rows.append({"file_id": file_id, "path": str(path), "error": str(exc)})
             continue
+        for note in ts.traceset.notes:  # the cache's word (once, not once per file)
+            if note not in said:
+                said.add(note)
+                warn(note)
         f = ts.files.row(0, named=True)
         for r in ts.ranks.iter_rows(named=True):
             rows.append({"file_id": file_id, "path": str(path), "rank": r["rank"],

@@ -9,10 +9,12 @@ import orjson
 import polars as pl
 
 from traceview.cli._options import (
-    add_all_arg, add_input_args, add_json_arg, add_profiling_window_arg, open_traceset,
+    add_all_arg, add_include_osrt_arg, add_input_args, add_json_arg, add_profiling_window_arg,
+    open_traceset,
 )
-from traceview.cli._render import emit_json
+from traceview.cli._render import emit_json, warn
 from traceview.errors import UsageError
+from traceview.outputs import check_folder_target, refuse_input_overlap
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -35,6 +37,7 @@ def _sql_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank-map", action="append", default=[], metavar="FILE=RANK")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--cache-dir", metavar="DIR")
+    add_include_osrt_arg(p)
     add_profiling_window_arg(p)
     p.add_argument("--limit", type=int, default=50, help="rows to print (text output)")
     add_json_arg(p)
@@ -144,9 +147,19 @@ def _print_windows(windows: list[dict[str, Any]], *, origin: int | None) -> None
         print(f"      window {w['window']:>3}  {steps}{times}  {w['file']}")
 
 
+def _warn_all(report: dict[str, Any]) -> None:
+    """The report's skipped files and warnings on stderr too (as every command's are), when
+    stdout carries ``--json``."""
+    for s in report["skipped"]:
+        warn(f"skipped: {s['error']}")
+    for w in report["warnings"]:
+        warn(w)
+
+
 def run_info(args: argparse.Namespace) -> int:
     report = info_report(open_traceset(args))
     if args.json:
+        _warn_all(report)
         emit_json(report)
     else:
         _print_info(report, args.all)
@@ -154,11 +167,15 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_ingest(args: argparse.Namespace) -> int:
+    if args.output:  # checked before any input is read
+        check_folder_target(args.output)
+        refuse_input_overlap(args.output, args.paths)
     ts = open_traceset(args)
     out = ts.write_store(args.output) if args.output else None
     report = info_report(ts)
     report["store"] = str(out) if out else None
     if args.json:
+        _warn_all(report)
         emit_json(report)
     else:
         _print_info(report, args.all)
@@ -171,7 +188,12 @@ def run_sql(args: argparse.Namespace) -> int:
     if len(args.paths) < 2:
         raise UsageError("sql wants PATH... QUERY")
     *args.paths, query = args.paths
-    result = open_traceset(args).sql(query)
+    ts = open_traceset(args)
+    for warning in ts.warnings:  # stderr: the --json rows are the query's alone
+        warn(warning)
+    for _, reason in ts.skipped:
+        warn(f"skipped: {reason}")
+    result = ts.sql(query)
     if args.json:
         emit_json(_jsonable(result))
     else:

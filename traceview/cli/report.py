@@ -26,9 +26,12 @@ import io
 from pathlib import Path
 from typing import Any
 
-from traceview.cli._options import add_input_args, add_json_arg, add_window_args, open_run
+from traceview.cli._options import (
+    add_include_osrt_arg, add_input_args, add_json_arg, add_window_args, open_run,
+)
 from traceview.cli._render import dumps, emit_json, ms, short, table, warn
 from traceview.errors import UsageError
+from traceview.outputs import check_file_target, refuse_input_overlap, write_text
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -100,6 +103,7 @@ def _shared(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-bad", action="store_true", help="skip unreadable files")
     p.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
     p.add_argument("--cache-dir", metavar="DIR", help="where the Parquet cache lives")
+    add_include_osrt_arg(p)
     add_window_args(p)
     p.add_argument("--align", choices=("auto", "collectives", "host", "none"), default="auto",
                    help="clock alignment across ranks (default auto)")
@@ -125,22 +129,27 @@ def _open(args: argparse.Namespace, paths: list[str] | None = None) -> Any:
     return run
 
 
-def _write_text(path: str, text: str) -> None:
-    target = Path(path)
-    if target.parent and not target.parent.exists():
-        raise UsageError(f"{path}: directory does not exist")
-    target.write_text(text, encoding="utf-8")
+def _output(args: argparse.Namespace, path: str, option: str = "-o") -> str:
+    """``path`` checked as a file to write before any input is read: its folder exists, it is
+    not a folder, and it is none of the command's inputs nor inside an input folder."""
+    check_file_target(path, option=option)
+    inputs = [*(getattr(args, "paths", None) or []), *(getattr(args, "runs", None) or []),
+              *(p for p in (getattr(args, "baseline", None), getattr(args, "comm_config", None))
+                if p)]
+    refuse_input_overlap(path, inputs, option=option)
+    return path
 
 
 def run_report(args: argparse.Namespace) -> int:
     from traceview.report import gather, write_html
 
+    _output(args, args.output)
     run = _open(args)
     title = args.title or "traceview report: " + ", ".join(Path(p).name for p in args.paths)
     data = gather(run, title=title, top=args.top, nccl_logs=args.nccl_log)
     buf = io.StringIO()
     figures = write_html(data, buf)
-    _write_text(args.output, buf.getvalue())
+    write_text(args.output, buf.getvalue())
     sections = {k: v for k, v in data.notes.items()}
     for warning in data.warnings[len(run.warnings):]:  # the inputs' were printed on opening
         warn(warning)
@@ -210,16 +219,18 @@ def run_baseline(args: argparse.Namespace) -> int:
     from traceview import gate
 
     tolerances = gate.parse_tolerances(args.tolerance)
-    measured, inputs = [], []
+    _output(args, args.output)
+    measured, inputs, notes = [], [], []
     for paths in _baseline_runs(args):
         run = _open(args, paths)
         measured.append(gate.measure(run))
         inputs.append(_inputs_info(run))
+        notes += run.traceset.notes
     doc = gate.baseline(measured, inputs=inputs, tolerances=tolerances)
-    _write_text(args.output, dumps(doc) + "\n")
+    write_text(args.output, dumps(doc) + "\n")
     if args.json:
         emit_json({"output": args.output, "runs": len(measured), "metrics": doc["metrics"],
-                   "warnings": doc["warnings"]})
+                   "warnings": doc["warnings"], "notes": notes})
         return 0
     print(f"wrote {args.output} ({len(measured)} run{'s' if len(measured) > 1 else ''})")
     for name, entry in doc["metrics"].items():
@@ -239,21 +250,24 @@ def run_check(args: argparse.Namespace) -> int:
     from traceview import gate
 
     tolerances = gate.parse_tolerances(args.tolerance)
+    if args.junit:
+        _output(args, args.junit, "--junit")
     path = Path(args.baseline)
     try:
         text = path.read_bytes()
     except OSError as exc:
         raise gate.BaselineError(f"{path}: cannot read baseline ({exc.strerror})") from None
     doc = gate.read_baseline(text, source=str(path))
-    now = gate.measure(_open(args))
+    run = _open(args)
+    now = gate.measure(run)
     result = gate.check(now.values, doc, tolerances=tolerances, now_notes=now.notes,
                         now_samples=now.samples, warnings=now.warnings,
                         allow_partial=args.allow_partial, noise_k=args.noise_k,
                         alpha=args.alpha, min_effect=args.min_effect)
     if args.junit:
-        _write_text(args.junit, gate.junit_xml(result))
-    if args.json:
-        emit_json(result.to_dict())
+        write_text(args.junit, gate.junit_xml(result))
+    if args.json:  # notes: how the input was read (the cache), no damage of it
+        emit_json({**result.to_dict(), "notes": list(run.traceset.notes)})
         return result.exit_code
     for w in result.warnings:
         print(f"{'FAIL' if result.damaged else 'warn'} damaged input: {w}")
@@ -272,10 +286,11 @@ def run_check(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from traceview.perfetto import export
 
+    _output(args, args.output)
     buf = io.StringIO()
     run = _open(args)
     info = export(run, buf, critical_path=getattr(args, "critical_path", False))
-    _write_text(args.output, buf.getvalue())
+    write_text(args.output, buf.getvalue())
     table_warnings = run.table_warnings("match", "offsets")  # the inputs' were printed already
     for warning in table_warnings:
         warn(warning)

@@ -17,8 +17,10 @@ import polars as pl
 from traceview.cli._options import (
     add_all_arg, add_input_args, add_json_arg, executor_spec, open_traceset,
 )
-from traceview.cli._render import emit_json, is_many, ms, not_shown, outlier_ranks, spread
-from traceview.selection import parse_ranks
+from traceview.cli._render import (
+    emit_json, is_many, ms, not_shown, outlier_ranks, spread, warn,
+)
+from traceview.selection import parse_ranks, require_known_ranks
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -41,9 +43,13 @@ def run_analyse(args: argparse.Namespace) -> int:
     from traceview.per_rank import analyse
 
     ts = open_traceset(args)
+    for warning in ts.warnings:
+        warn(warning)
+    ranks = parse_ranks(args.ranks)
+    require_known_ranks(ranks, ts.ranks["rank"].to_list())
     res = analyse(ts, executor=executor_spec(args), method=args.align,
                   reference_rank=args.reference_rank,
-                  tolerance_ns=int(args.tolerance_us * 1000), ranks=parse_ranks(args.ranks))
+                  tolerance_ns=int(args.tolerance_us * 1000), ranks=ranks)
     events = int(res.kinds.get_column("n").sum()) if res.kinds.height else 0
     if args.json:
         emit_json({

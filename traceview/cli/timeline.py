@@ -77,10 +77,10 @@ def run_gaps(args: argparse.Namespace) -> int:
                     [[*(r[k] for k in by), duration(r["bucket_lo_ns"]),
                       duration(r["bucket_hi_ns"]), r["count"], ms(r["total_gap_ns"])]
                      for r in hist.iter_rows(named=True)]))
-    print(f"\nLargest {top.height} gaps")
-    print(table(["rank", "device", "start_ns", "gap_ms", "cause", "before", "after", "launch_op",
+    print(f"\nLargest {top.height} gaps (at: ms from the rank's first GPU event)")
+    print(table(["rank", "device", "at_ms", "gap_ms", "cause", "before", "after", "launch_op",
                  "host ops during"],
-                [[r["rank"], r["device"], r["gap_start_ns"], ms(r["gap_ns"]),
+                [[r["rank"], r["device"], ms(r["gap_start_from_gpu_start_ns"]), ms(r["gap_ns"]),
                   r["cause"], short(r["prev_name"]), short(r["next_name"]),
                   short(r["launch_op"]), ", ".join(short(x) for x in (r["ops_during"] or []))]
                  for r in top.iter_rows(named=True)],
@@ -269,6 +269,8 @@ def run_summary(args: argparse.Namespace) -> int:
     notes = [f"note: rank {r['rank']}: {r['note']}"
              for r in df.filter(pl.col("note").is_not_null()).iter_rows(named=True)]
     _print_capped(notes, args, "summary")
+    for s in result["skipped"]:  # a skipped file's rank is missing from the table above
+        print(f"skipped: {s['error']}")
     return 0
 
 
