@@ -94,8 +94,10 @@ def _read_streamed(data: bytes) -> tuple[dict[str, pa.ChunkedArray | None], int,
                                           dict[str, Any]] | None:
     """Well-formed input, decoded a batch of events at a time: the raw columns (compact: a
     column no event fills is None, repeating text dictionary-encoded), their length and the
-    header; None (the caller's whole-file path decides) for anything else: damage,
-    begin/end pairs (a pair may span two batches), no events, not a Kineto trace."""
+    header; None (the caller's whole-file path decides) for anything else: damage (invalid
+    UTF-8 included), begin/end pairs (a pair may span two batches), no events, not a Kineto trace."""
+    if not _valid_utf8(data):
+        return None  # msgspec does not check the raw ``args`` it keeps: the repair path
     bare = data.lstrip()[:1] == b"["
     try:
         if bare:
