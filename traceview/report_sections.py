@@ -1,0 +1,426 @@
+"""The HTML report's sections: each renders one part of a :class:`~traceview.report.ReportData`
+as escaped HTML, scaled to the run (docs/report.md: the spread across ranks and the outlier
+ranks rather than a row per rank, heatmaps past 32 ranks, steps binned past 300, tables capped
+to their top rows, prose only about flagged ranks, a sentence where a figure would be empty).
+:func:`render_body` puts them in order; :mod:`traceview.report` gathers the data and writes the
+page around them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from traceview import report_html as H
+
+if TYPE_CHECKING:
+    from traceview.report import ReportData
+
+_SECTIONS = (("summary", "Run summary"), ("steps", "Steps"),
+             ("breakdown", "Compute, exposed communication and idle"),
+             ("flops", "FLOPs and MFU"), ("collectives", "Collective skew"),
+             ("nccl", "NCCL log"), ("stragglers", "Stragglers"),
+             ("critical-path", "Critical path and what to fix"),
+             ("gaps", "Gap causes"), ("kernels", "Top kernels"), ("memory", "Memory"))
+
+#: The summary columns whose spread across ranks the summary shows.
+_SPREAD = (("step_time_ns_p50", "step time p50 (ms)", "ms"), ("compute_ns", "compute (ms)", "ms"),
+           ("comm_ns", "comm (ms)", "ms"), ("exposed_comm_ns", "exposed comm (ms)", "ms"),
+           ("idle_fraction", "GPU idle", "pct"))
+#: Rank-steps up to which the step timeline draws one bar per step (else a heatmap).
+_TIMELINE_BARS = 400
+#: Steps from which the report adds the per-step series (binned past plots.MAX_COLUMNS).
+_SERIES_STEPS = 10
+
+_e, _ms = H.e, H.ms
+table = H.table
+
+
+class _Figures:
+    """Figures as div snippets with deterministic ids (plotly.js is inlined once, separately)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, fig: Any) -> str:
+        import plotly.io as pio
+
+        self.count += 1
+        return pio.to_html(fig, full_html=False, include_plotlyjs=False,
+                           div_id=f"tv-plot-{self.count}",
+                           config={"displaylogo": False, "responsive": True})
+
+
+def _n_ranks(data: ReportData) -> int:
+    return int(data.meta.get("ranks") or data.summary.height)
+
+
+def _summary(data: ReportData) -> list[str]:
+    """The run in one screen: its facts, the worst straggler, the spread across ranks, and
+    the ranks worth a look (outliers, flagged) before the others."""
+    from traceview.analyses.spread import distribution
+
+    meta = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in data.meta.items())
+    w = data.worst_straggler
+    worst = (f"<b>Worst straggler: rank {_e(w['rank'])}</b> (imposed wait "
+             f"{_ms(w.get('imposed_wait_ns'))} ms)" if w.get("rank") is not None else
+             f"<b>Worst straggler:</b> none ({_e(w.get('reason'))})")
+    out = ['<section id="summary"><h2>Run summary</h2>', f"<table>{meta}</table>",
+           f"<p>{worst}</p>"]
+    summ = data.summary
+    interesting: list[int] = []
+    if summ.height >= 3:
+        spread = distribution(summ, [c for c, _, _ in _SPREAD])
+        fmt = {c: (h, f) for c, h, f in _SPREAD}
+        rows = []
+        why: dict[int, list[str]] = {}  # outlier rank -> where it stands out
+        for r in spread.iter_rows(named=True):
+            head, f = fmt[r["metric"]]
+            show = H.ms if f == "ms" else H.pct
+            values = dict(summ.select("rank", r["metric"]).rows())
+            for rank in r["outlier_ranks"]:
+                unit = " ms" if f == "ms" else ""
+                why.setdefault(rank, []).append(
+                    f"{head.split(' (')[0]} {show(values[rank])}{unit} vs median "
+                    f"{show(r['median'])}{unit}")
+            rows.append(f"<tr><th>{_e(head)}</th><td>{show(r['median'])}</td>"
+                        f"<td>{show(r['p90'])}</td><td>{show(r['max'])}</td>"
+                        f"<td>{_e(r['max_rank'])}</td>"
+                        f"<td>{_e(H.ranks_text(r['outlier_ranks']))}</td></tr>")
+            interesting += [x for x in r["outlier_ranks"] if x not in interesting]
+        out.append(f"<p>Across {summ.height} ranks (outliers: far from the median by the "
+                   "robust rule of docs/metrics.md):</p><table><thead><tr><th>metric</th>"
+                   "<th>median</th><th>p90</th><th>max</th><th>max rank</th>"
+                   f"<th>outlier ranks</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        if why:
+            items = list(why.items())
+            out.append("<p>Outlier ranks: " + "; ".join(
+                f"<b>rank {_e(rank)}</b> ({_e(', '.join(texts))})"
+                for rank, texts in items[:H.VISIBLE_ROWS])
+                + (f"; and {len(items) - H.VISIBLE_ROWS} more" if len(items) > H.VISIBLE_ROWS
+                   else "") + ".</p>")
+    flagged = (data.stragglers.filter(pl.col("flagged"))["rank"].to_list()
+               if data.stragglers.height and "flagged" in data.stragglers.columns else [])
+    first = [*flagged, *(r for r in interesting if r not in flagged)]
+    ordered = (pl.concat([summ.filter(pl.col("rank").is_in(first)).sort(
+        pl.col("rank").replace_strict(first, list(range(len(first))), default=len(first))),
+        summ.filter(~pl.col("rank").is_in(first)).sort("rank")])
+        if first and summ.height > H.VISIBLE_ROWS else summ)
+    if first and summ.height > H.VISIBLE_ROWS:
+        out.append(f"<p>Per rank, flagged and outlier ranks first ({len(first)}):</p>")
+    out.append(table(ordered, [
+        ("rank", "rank", "text"), ("steps", "steps", "text"),
+        ("step_time_ns_p50", "step p50 (ms)", "ms"), ("compute_ns", "compute (ms)", "ms"),
+        ("comm_ns", "comm (ms)", "ms"), ("exposed_comm_ns", "exposed comm (ms)", "ms"),
+        ("hidden_fraction", "comm hidden", "pct"), ("idle_fraction", "GPU idle", "pct"),
+        ("top_gap_cause", "top gap cause", "text")],
+        visible=min(2 * H.VISIBLE_ROWS, max(H.VISIBLE_ROWS, len(first))),
+        every_row="traceview summary --csv"))
+    summ_notes = [f"rank {r}: {t}" for r, t in
+                  summ.filter(pl.col("note").is_not_null()).select("rank", "note").rows()]
+    out += [H.notes(summ_notes[:H.VISIBLE_ROWS])
+            + (f"<p>({len(summ_notes) - H.VISIBLE_ROWS} more rank notes: traceview summary)</p>"
+               if len(summ_notes) > H.VISIBLE_ROWS else ""), "</section>"]
+    return out
+
+
+def _steps(data: ReportData, fig: _Figures) -> list[str]:
+    from traceview import plots
+    from traceview.analyses.spread import binned_steps
+
+    spans = data.step_spans
+    out = ['<section id="steps"><h2>Steps</h2>', H.notes(data.notes.get("steps", []))]
+    if spans.height == 0:
+        return [*out, H.sentence("No step timeline: the traces have no ProfilerStep ranges."),
+                "</section>"]
+    ranks = spans["rank"].n_unique()
+    if ranks <= plots.MANY_RANKS and spans.height <= _TIMELINE_BARS:
+        out.append(fig(plots.step_timeline(spans)))
+    else:
+        out.append(fig(plots.rank_step_heatmap(spans)))
+    steps = spans["step"].n_unique()
+    if steps >= _SERIES_STEPS:
+        binned = binned_steps(spans, "dur_ms", bins=plots.MAX_COLUMNS)
+        worst = (spans.sort("dur_ms", "rank", descending=[True, False])
+                 .unique("step", keep="first", maintain_order=True).head(5)
+                 .select("step", "rank", ms="dur_ms"))
+        out.append(fig(plots.step_series(binned, worst)))
+        out.append("<p>Slowest steps: " + ", ".join(
+            f"step {s} ({m:.3f} ms, rank {r})" for s, r, m in worst.rows()) + ".</p>")
+    return [*out, "</section>"]
+
+
+def _breakdown(data: ReportData, fig: _Figures) -> list[str]:
+    from traceview import plots
+
+    bd = data.breakdown.filter(pl.col("window_ns").is_not_null())
+    out = ['<section id="breakdown"><h2>Compute, exposed communication and idle</h2>',
+           "<p>Per GPU step window: window = compute + exposed comm + exposed memcpy + "
+           "exposed memset + idle (docs/metrics.md).</p>", H.notes(
+               data.notes.get("breakdown", [])[:H.VISIBLE_ROWS])]
+    if bd.height == 0:
+        return [*out, H.sentence("No GPU time to break down: the traces have no GPU events."),
+                "</section>"]
+    ranks = bd["rank"].n_unique()
+    stepped = bd.filter(pl.col("step").is_not_null())
+    parts = [c for c in plots.PART_COLOURS if c in bd.columns]
+    per_rank = ((stepped if stepped.height else bd).group_by("rank")
+                .agg(*(pl.col(c).mean() for c in parts)).sort("rank"))
+    if ranks <= plots.MANY_RANKS and bd.height <= 200:
+        out.append(fig(plots.time_breakdown(data.breakdown)))
+    elif ranks <= plots.MANY_RANKS:
+        out.append(fig(plots.rank_bars(per_rank)))
+    else:
+        out.append(fig(plots.part_boxes(per_rank)))
+    rows = stepped if stepped.height else bd  # the whole-trace rows only without steps
+    longest = rows.sort("window_ns", "rank", "step", descending=[True, False, False],
+                        nulls_last=True)
+    out += ["<p>Rank-steps, longest GPU window first:</p>" if rows.height > H.VISIBLE_ROWS
+            else "", table(longest, [
+                ("rank", "rank", "text"), ("device", "device", "text"), ("step", "step", "text"),
+                ("window_ns", "window (ms)", "ms"), ("compute_ns", "compute (ms)", "ms"),
+                ("exposed_comm_ns", "exposed comm (ms)", "ms"), ("idle_ns", "idle (ms)", "ms"),
+                ("idle_fraction", "idle", "pct")], every_row="traceview breakdown --csv"),
+            "</section>"]
+    return out
+
+
+def _flops(data: ReportData) -> list[str]:
+    """Achieved TFLOP/s and MFU per rank, when the trace carries FLOP counts."""
+    from traceview.analyses.spread import distribution
+
+    f = data.flops
+    if f is None or f.height == 0:
+        return []
+    per_rank = (f.group_by("rank").agg(
+        steps=pl.len(), achieved_tflops=pl.col("achieved_tflops").median(),
+        mfu=pl.col("mfu").median(), peak_tflops=pl.col("peak_tflops").first(),
+        note=pl.col("note").drop_nulls().first()).sort("rank"))
+    spread = distribution(per_rank, ["achieved_tflops", "mfu"]).row(0, named=True)
+    mfu = distribution(per_rank, ["mfu"]).row(0, named=True)
+    text = (f"Achieved {spread['median']:.1f} TFLOP/s per rank (median over ranks of each "
+            f"rank's median step; max {spread['max']:.1f} on rank {spread['max_rank']})")
+    text += (f", MFU {100 * mfu['median']:.1f}% of the {per_rank['peak_tflops'][0]:g} TFLOP/s "
+             "peak." if mfu["median"] is not None else
+             ": no MFU (" + str(per_rank["note"].drop_nulls().first() or "no peak") + ").")
+    return ['<section id="flops"><h2>FLOPs and MFU</h2>', f"<p>{_e(text)}</p>",
+            "<p>From the FLOP counts the profiler recorded on the host ops "
+            "(<code>with_flops=True</code>) over the step time (docs/metrics.md).</p>",
+            table(per_rank, [("rank", "rank", "text"), ("steps", "steps", "text"),
+                             ("achieved_tflops", "TFLOP/s (median step)", "f3"),
+                             ("mfu", "MFU", "pct"), ("peak_tflops", "peak TFLOP/s", "text")],
+                  every_row="traceview breakdown --json (field flops)"), "</section>"]
+
+
+def _collectives(data: ReportData, fig: _Figures) -> list[str]:
+    from traceview import plots
+
+    out = ['<section id="collectives"><h2>Collective skew</h2>',
+           "<p>Each cell: how far the rank's arrival at the collective lagged the first rank's, "
+           "on the aligned clock.</p>", H.notes(data.notes.get("collectives", [])[:20])]
+    if data.lateness.height == 0:
+        return [*out, H.sentence("No skew to draw: no collective was matched across ranks."),
+                "</section>"]
+    out.append(fig(plots.skew_heatmap(data.lateness)))
+    inst = data.collectives
+    if inst.height:
+        worst = inst.sort("skew_ns", descending=True, nulls_last=True)
+        out += ["<p>Instances, largest skew first:</p>", table(worst, [
+            ("instance", "instance", "name"), ("name", "collective", "text"),
+            ("n_ranks", "ranks", "text"), ("skew_ns", "skew (ms)", "ms"),
+            ("comm_ns", "transfer (ms)", "ms"), ("last_rank", "last rank", "text")],
+            every_row="traceview collectives --csv")]
+    return [*out, "</section>"]
+
+
+def _nccl(data: ReportData) -> list[str]:
+    if not data.nccl:
+        return []
+    choices, calls = data.nccl["choices"], data.nccl["calls"]
+    out = ['<section id="nccl"><h2>NCCL log</h2>']
+    if choices.height:
+        out += ["<p>The algorithm and protocol NCCL chose, per collective and message size "
+                "(its <code>Bytes -&gt; Algo</code> lines, <code>NCCL_DEBUG_SUBSYS=TUNING</code>"
+                " or COLL):</p>", table(choices, [
+                    ("collective", "collective", "text"), ("algorithm", "algorithm", "text"),
+                    ("protocol", "protocol", "text"), ("calls", "calls", "text"),
+                    ("min_bytes", "min bytes", "text"), ("max_bytes", "max bytes", "text")],
+                    every_row="traceview collectives --nccl-log FILE --json")]
+    else:
+        out.append(H.sentence("The log names no algorithm or protocol (it has no "
+                              "'Bytes -> Algo' lines: log with NCCL_DEBUG_SUBSYS=TUNING)."))
+    if calls.height:
+        out += ["<p>Calls in the log:</p>", table(calls, [
+            ("collective", "collective", "text"), ("ranks", "ranks", "text"),
+            ("calls", "calls", "text"), ("bytes", "bytes", "text"),
+            ("dtypes", "dtypes", "text")])]
+    return [*out, "</section>"]
+
+
+def _stragglers(data: ReportData, fig: _Figures) -> list[str]:
+    from traceview import plots
+
+    s = data.stragglers
+    out = ['<section id="stragglers"><h2>Stragglers</h2>']
+    if s.height < 2 or "flagged" not in s.columns:
+        reason = data.worst_straggler.get("reason") or "fewer than two ranks"
+        return [*out, H.sentence(f"No straggler analysis: {reason}."), "</section>"]
+    flagged = s.filter(pl.col("flagged"))
+    if s["imposed_wait_ns"].max() or flagged.height:
+        out.append(fig(plots.straggler_bars(s)))
+    else:
+        out.append(H.sentence("No rank imposed any wait on the others."))
+    # prose only about the flagged ranks; the others are numbers
+    for r in flagged.sort("imposed_wait_ns", descending=True).head(
+            H.VISIBLE_ROWS).iter_rows(named=True):
+        out.append(f"<p><b>rank {_e(r['rank'])}</b>: {_e(r.get('explanation'))}</p>")
+    if flagged.height == 0:
+        top = s.sort("imposed_wait_ns", "rank", descending=[True, False]).row(0, named=True)
+        out.append(f"<p>No rank flagged among {s.height}; the largest imposed wait is rank "
+                   f"{_e(top['rank'])}'s, {_ms(top['imposed_wait_ns'])} ms.</p>")
+    shown = s.sort(["flagged", "imposed_wait_ns", "rank"], descending=[True, True, False])
+    out += [table(shown, [
+        ("rank", "rank", "text"), ("flagged", "flagged", "text"),
+        ("imposed_wait_ns", "imposed wait (ms)", "ms"),
+        ("last_arrivals", "last arrivals", "text"), ("instances", "instances", "text"),
+        *([("confidence", "confidence", "text")] if "confidence" in s.columns else [])],
+        row_class="straggler", every_row="traceview stragglers --csv"), "</section>"]
+    return out
+
+
+def _gaps(data: ReportData, fig: _Figures) -> list[str]:
+    from traceview import plots
+
+    out = ['<section id="gaps"><h2>Gap causes</h2>', H.notes(data.notes.get("gaps", []))]
+    causes = data.gap_causes
+    if causes.height == 0:
+        return [*out, H.sentence("No idle gaps to draw: " + (
+            "the traces have no GPU events." if data.top_kernels.height == 0 else
+            "the GPU timeline has no holes.")), "</section>"]
+    ranks = causes["rank"].n_unique()
+    out.append(fig(plots.gap_causes(causes) if ranks <= plots.MANY_RANKS
+                   else plots.cause_totals(causes)))
+    out += ["<p>Largest gaps:</p>", table(data.largest_gaps, [
+        ("rank", "rank", "text"), ("device", "device", "text"),
+        ("gap_ns", "gap (ms)", "ms"), ("cause", "cause", "text"),
+        ("prev_name", "before", "name"), ("next_name", "after", "name"),
+        ("launch_op", "launched by", "name"), ("ops_during", "host ops during", "name")])
+        if data.largest_gaps.height else "", "</section>"]
+    return out
+
+
+def _kernels(data: ReportData, fig: _Figures) -> list[str]:
+    from traceview import plots
+
+    out = ['<section id="kernels"><h2>Top kernels</h2>', H.notes(data.notes.get("kernels", []))]
+    totals = data.kernel_totals
+    if totals is not None and totals.height:
+        out += [fig(plots.top_items(totals, title="Top kernels by total time, all ranks")),
+                table(totals, [
+                    ("name", "kernel", "name"), ("gpu_class", "class", "text"),
+                    ("ranks", "ranks", "text"), ("count", "count", "text"),
+                    ("total_ns", "total (ms)", "ms"), ("share_of_gpu_time", "share", "pct"),
+                    ("rank_median_ns", "per rank median (ms)", "ms"),
+                    ("rank_max_ns", "per rank max (ms)", "ms"), ("max_rank", "max rank", "text")],
+                    every_row="traceview breakdown --csv")]
+    elif data.top_cpu_ops.height:
+        ops = (data.top_cpu_ops.group_by("name").agg(
+            ranks=pl.col("rank").n_unique(), count=pl.col("count").sum(),
+            self_ns=pl.col("self_ns").sum(), total_ns=pl.col("total_ns").sum())
+            .sort("self_ns", "name", descending=[True, False]).head(H.VISIBLE_ROWS))
+        out += [fig(plots.top_items(ops, value="self_ns",
+                                    title="Top host operators by self time, all ranks")),
+                table(ops, [("name", "operator", "name"), ("ranks", "ranks", "text"),
+                            ("count", "count", "text"), ("self_ns", "self (ms)", "ms"),
+                            ("total_ns", "total (ms)", "ms")])]
+    else:
+        out.append(H.sentence("No kernels and no host operators to rank."))
+    return [*out, "</section>"]
+
+
+def _memory_section(data: ReportData, fig: _Figures) -> list[str]:
+    """Allocated bytes over time per rank and device, each peak marked, and the peaks; no
+    section for traces without allocator events (recorded without profile_memory)."""
+    from traceview import plots
+
+    peaks = data.memory_peaks
+    if peaks.height == 0:
+        return []
+    return ['<section id="memory"><h2>Memory</h2>',
+            "<p>Allocated bytes per rank and device over time, the peak marked (basis "
+            "<i>absolute</i>: the allocator's totals; <i>relative</i>: from the trace's "
+            "start). Definitions: docs/metrics.md, Memory timelines.</p>",
+            H.notes(data.notes.get("memory", [])),
+            fig(plots.memory_timeline(data.memory_points,
+                                      peaks.filter(pl.col("peak_ms").is_not_null()))),
+            table(peaks.with_columns(
+                peak_allocated_mib=pl.col("peak_allocated_bytes") / 2**20,
+                peak_reserved_mib=pl.col("peak_reserved_bytes") / 2**20,
+                growth_mib=pl.col("growth_bytes") / 2**20), [
+                ("rank", "rank", "text"), ("device", "device", "text"),
+                ("basis", "basis", "text"), ("peak_allocated_mib", "peak allocated (MiB)", "f3"),
+                ("peak_reserved_mib", "peak reserved (MiB)", "f3"),
+                ("peak_op", "op at the peak", "name"),
+                ("growth_mib", "growth over steps (MiB)", "f3"),
+                ("near_limit", "near limit", "text"), ("leak_suspected", "leak?", "text")]),
+            "</section>"]
+
+
+def _critical_path_section(data: ReportData) -> list[str]:
+    """The cross-rank critical path (each rank's share, the categories, the top ops) and the
+    to-do list of ``diagnose``, biggest gain first."""
+    cp, dx = data.critical_path, data.diagnose
+    if cp is None or dx is None:
+        failed = data.notes.get("critical-path", [])
+        return ['<section id="critical-path"><h2>Critical path and what to fix</h2>',
+                H.notes(failed), "</section>"] if failed else []
+    cats = pl.DataFrame([{"category": c, **v} for c, v in cp["categories"].items()])
+    todo = dx["findings"].filter(pl.col("severity") != "info")
+    info = [f["title"] for f in dx["findings"].filter(pl.col("severity") == "info")
+            .iter_rows(named=True)]
+    return ['<section id="critical-path"><h2>Critical path and what to fix</h2>',
+            "<p>The longest chain of dependent work across ranks, step by step: it jumps to the "
+            "rank that arrived last at each collective. A fix's gain is what the path would "
+            "lose per step.</p>", H.notes(info),
+            table(todo, [("severity", "severity", "text"),
+                         ("gain_ns_per_step", "gain (ms/step)", "ms"),
+                         ("gain_share", "of the step", "pct"), ("title", "finding", "name"),
+                         ("recommendation", "what to do", "name")]),
+            table(cp["ranks"].filter(pl.col("path_ns") > 0), [
+                ("rank", "rank", "text"), ("path_ns", "path (ms)", "ms"),
+                ("share", "share", "pct"), ("top_category", "mostly", "text")]),
+            table(cats, [("category", "category", "name"),
+                         ("per_step_ns", "per step (ms)", "ms"), ("share", "share", "pct")]),
+            table(cp["top_ops"], [("name", "op on the path", "name"),
+                                  ("category", "category", "text"), ("ranks", "ranks", "name"),
+                                  ("per_step_ns", "per step (ms)", "ms"),
+                                  ("share", "share", "pct")]),
+            table(cp["steps"], [("step", "step", "text"), ("path_ns", "path (ms)", "ms"),
+                                ("step_ns", "step (ms)", "ms"), ("coverage", "coverage", "pct"),
+                                ("top_rank", "top rank", "text")]),
+            "</section>"]
+
+
+def render_body(data: ReportData) -> tuple[str, int]:
+    """The report's sections as HTML (without plotly.js) and the number of figures."""
+    fig = _Figures()
+    shown = {"flops": data.flops is not None and data.flops.height > 0, "nccl": bool(data.nccl),
+             "memory": data.memory_peaks.height > 0,
+             "critical-path": data.critical_path is not None
+             or bool(data.notes.get("critical-path"))}
+    out = [f"<h1>{_e(data.title)}</h1>", H.warnings(data.warnings),
+           "<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in _SECTIONS
+                             if shown.get(k, True)) + "</nav>"]
+    out += _summary(data)
+    out += _steps(data, fig)
+    out += _breakdown(data, fig)
+    out += _flops(data)
+    out += _collectives(data, fig)
+    out += _nccl(data)
+    out += _stragglers(data, fig)
+    out += _critical_path_section(data)
+    out += _gaps(data, fig)
+    out += _kernels(data, fig)
+    out += _memory_section(data, fig)
+    return "\n".join(out), fig.count
