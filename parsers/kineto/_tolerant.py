@@ -29,6 +29,10 @@ def read_events(path: Path, data: bytes, warnings: list[str], dropped: dict[str,
     """(raw columns as the scanner lays them out, by name, None for a column without a
     value; their length; the header values; entries in the input). The columns come in a
     dict the caller owns, so it can release each one as it converts it."""
+    if not _valid_utf8(data):
+        # first: msgspec checks the strings it decodes, not the raw ``args`` either path
+        # keeps, which would reach the store's text columns as invalid UTF-8
+        data = repair_text(data, warnings)
     streamed = _read_streamed(data)
     if streamed is not None:
         columns, rows, header = streamed
@@ -94,10 +98,9 @@ def _read_streamed(data: bytes) -> tuple[dict[str, pa.ChunkedArray | None], int,
                                           dict[str, Any]] | None:
     """Well-formed input, decoded a batch of events at a time: the raw columns (compact: a
     column no event fills is None, repeating text dictionary-encoded), their length and the
-    header; None (the caller's whole-file path decides) for anything else: damage (invalid
-    UTF-8 included), begin/end pairs (a pair may span two batches), no events, not a Kineto trace."""
-    if not _valid_utf8(data):
-        return None  # msgspec does not check the raw ``args`` it keeps: the repair path
+    header; None (the caller's whole-file path decides) for anything else: damage,
+    begin/end pairs (a pair may span two batches), no events, not a Kineto trace. ``data`` is
+    valid UTF-8 (``read_events`` repairs it first)."""
     bare = data.lstrip()[:1] == b"["
     try:
         if bare:
@@ -154,10 +157,6 @@ def _joined(parts: list[tuple[int, pa.Array | None]]) -> pa.ChunkedArray | None:
 def _decode(path: Path, data: bytes, warnings: list[str],
             dropped: dict[str, int]) -> tuple[list[_Event], dict[str, Any]]:
     bare = data.lstrip()[:1] == b"["
-    if not _valid_utf8(data):
-        # before decoding: msgspec checks the strings it decodes, not the raw ``args`` it
-        # keeps, which would reach the store's text columns as invalid UTF-8
-        data = repair_text(data, warnings)
     try:
         return _decode_fast(path, data, bare)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
