@@ -426,7 +426,7 @@ class Run:
             gpu.result()
             df = summary(self.overlap_rows, steps, self.gap_rows(), self.ranks_table)
             straggler = straggler.result()
-        uses = ("gpu", "match", "offsets") if len(self.ranks_present) > 1 else ("gpu",)
+        uses = self._gpu_and_alignment
         return self._result("summary", {"window": self.window_info, "ranks": df,
                                         "worst_straggler": straggler}, main="ranks", uses=uses)
 
@@ -518,7 +518,7 @@ class Run:
         return {"world_size": int(sizes.max()) if sizes.len() else None,
                 "ranks": len(self.ranks_present)}
 
-    @property
+    @cached_property
     def _path_collectives(self) -> pl.DataFrame:
         """The matched collectives the path can jump through: a dispatcher op that only
         enqueues work (an asynchronous backend's, without its kernels) arrives nowhere."""
@@ -536,22 +536,39 @@ class Run:
                                     "arrival_ns": pl.Int64, "end_ns": pl.Int64,
                                     "last_arrival_ns": pl.Int64, "last_rank": pl.Int32})
 
+    @cached_property
+    def _path_notes(self) -> tuple[str, ...]:
+        """What the critical path could not follow (``path_summary.path_warnings``): both
+        ``critical_path`` and ``diagnose`` answer with it."""
+        from traceview.analyses.path_summary import path_warnings
+
+        return tuple(path_warnings(self.path, self._path_collectives, **self._world))
+
+    @property
+    def _gpu_and_alignment(self) -> tuple[str, ...]:
+        """The shared tables whose warnings a GPU answer across ranks carries."""
+        return ("gpu", "match", "offsets") if len(self.ranks_present) > 1 else ("gpu",)
+
+    def _path_result(self, command: str, fields: dict[str, Any], *, main: str,
+                     notes: Sequence[str] = ()) -> Result:
+        """A Result of the critical path's commands: their fields, the window, and the
+        path's warnings after the tables'."""
+        res = self._result(command, {"window": self.window_info, **fields}, main=main,
+                           uses=self._gpu_and_alignment)
+        return dataclasses.replace(res, warnings=(*res.warnings, *self._path_notes, *notes))
+
     def critical_path(self, *, top: int = 10) -> Result:
         """The cross-rank critical path: per step ``path_ns`` against ``step_ns``, each rank's
         ``share``, the categories and the top ops on it; main table ``steps``."""
         from traceview.analyses.path_summary import (
-            path_categories, path_ranks, path_steps, path_top_ops, path_warnings,
+            path_categories, path_ranks, path_steps, path_top_ops,
         )
 
         path = self.path
-        many = len(self.ranks_present) > 1
-        notes = path_warnings(path, self._path_collectives, **self._world)
-        res = self._result("critical_path", {
-            "window": self.window_info, "ranks": path_ranks(path, self.ranks_table),
-            "steps": path_steps(path), "categories": path_categories(path),
-            "top_ops": path_top_ops(path, n=top)}, main="steps",
-            uses=("gpu", "match", "offsets") if many else ("gpu",))
-        return dataclasses.replace(res, warnings=(*res.warnings, *notes))
+        return self._path_result("critical_path", {
+            "ranks": path_ranks(path, self.ranks_table), "steps": path_steps(path),
+            "categories": path_categories(path), "top_ops": path_top_ops(path, n=top)},
+            main="steps")
 
     def diagnose(self, **model: Any) -> Result:
         """Findings ranked by the time each fix would save per step (``analyses.diagnose``);
@@ -559,12 +576,9 @@ class Run:
         tokens_per_step, flops_per_step, peak_tflops, dtype). Main table ``findings``."""
         from traceview.analyses.diagnose import ModelSize, diagnose
 
-        from traceview.analyses.path_summary import path_warnings
-
-        many = len(self.ranks_present) > 1
-        notes = path_warnings(self.path, self._path_collectives, **self._world)
+        notes = []
         verdicts = None
-        if many:
+        if len(self.ranks_present) > 1:
             try:
                 verdicts = self._stragglers
             except Exception as exc:  # a partial answer with the reason, never a traceback
@@ -575,10 +589,7 @@ class Run:
                          gaps=self.gap_rows() if self.gpu.height else None,
                          gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
                          devices=self.ranks, model=ModelSize(**model))
-        res = self._result("diagnose", {"window": self.window_info, **found},
-                           main="findings", uses=("gpu", "match", "offsets") if many
-                           else ("gpu",))
-        return dataclasses.replace(res, warnings=(*res.warnings, *notes))
+        return self._path_result("diagnose", found, main="findings", notes=notes)
 
     def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
                        model_flops_per_step: float | None = None) -> pl.DataFrame | None:
