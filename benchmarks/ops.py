@@ -14,6 +14,7 @@ import contextlib
 import gc
 import io
 import json
+import os
 import resource
 import shutil
 import sys
@@ -157,6 +158,7 @@ def op_ingest(a: dict[str, Any]) -> dict[str, Any]:
     """Cold ingest into an empty cache folder (removed first): ``traceview.open``, or with
     ``workers``/``memory_budget_mb`` the ingest pool sized by ``ingest.worker_count``.
     ``no_cache``: as ``traceview ingest --no-cache`` (a temporary cache, removed at exit);
+    ``pure_python``: on the pure-Python Kineto path (``TRACEVIEW_PURE_PYTHON=1``, see ``main``);
     ``store_dir``: then write the store there, as ``ingest -o DIR`` (timed with the ingest)."""
     cache = Path(a["cache_dir"])
     shutil.rmtree(cache, ignore_errors=True)
@@ -277,6 +279,8 @@ OPS = {name[3:]: fn for name, fn in globals().items() if name.startswith("op_")}
 
 def main(argv: list[str]) -> int:
     name, args = argv[0], json.loads(argv[1]) if len(argv) > 1 else {}
+    if args.get("pure_python"):  # before any import of the parser: the path without a scanner
+        os.environ["TRACEVIEW_PURE_PYTHON"] = "1"
     if name not in ("baseline", "read", "orjson", "msgspec"):
         _warm_imports()
     try:

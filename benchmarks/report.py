@@ -136,6 +136,8 @@ def render(res: dict[str, Any]) -> str:
                          ("traceview ingest --no-cache", d.get("ingest_no_cache")),
                          ("traceview ingest --no-cache -o DIR (store written)",
                           d.get("ingest_store")),
+                         ("traceview ingest --no-cache, pure-Python path (no C scanner)",
+                          d.get("ingest_pure")),
                          ("traceview reopen from cache", d.get("reopen"))):
             rows.append([label, _s(r), _cpu(r), _rate(mb, r), _cpu_rate(mb, r), _rate(ev, r),
                          _mb(r), _f(_ratio((r or {}).get("cpu_s"), ing.get("cpu_s")), ".2f")])
@@ -175,6 +177,17 @@ def render(res: dict[str, Any]) -> str:
             targets.append([f"{label}: tree RSS <= 1.5x file + 150 MB (+ constant)",
                             f"{_mb(form, 'tree_rss_mb')} MB against {limit:,.0f} MB",
                             _ok(limit, form.get("tree_rss_mb"))])
+        pure, fast = d.get("ingest_pure"), d.get("ingest_no_cache")
+        if pure and fast:
+            limit = 2 * (mb or 0) + 150 + (base or 0)
+            targets.append(["ingest --no-cache on the pure-Python path: tree RSS <= 2x file + "
+                            "150 MB (+ constant)",
+                            f"{_mb(pure, 'tree_rss_mb')} MB against {limit:,.0f} MB",
+                            _ok(limit, pure.get("tree_rss_mb"))])
+            targets.append(["pure-Python path against the C scanner (wall, CPU; reported)",
+                            f"{_f(_ratio(pure.get('wall_s'), fast.get('wall_s')), '.1f')}x, "
+                            f"{_f(_ratio(pure.get('cpu_s'), fast.get('cpu_s')), '.1f')}x",
+                            "-"])
         extra = _ratio((ing.get("peak_rss_mb") or 0) - (base or 0), mb)
         targets.append(["peak RSS <= 1.5x largest file + constant (single rank)",
                         f"({_mb(ing)} - {_f(base, ',.0f')} MB) / {_f(mb, ',.0f')} MB = "

@@ -161,14 +161,18 @@ def main(argv: list[str] | None = None) -> int:
         d["ingest"] = best("ingest", args.repeat, paths=p, cache_dir=cache_of("single"))
         log(f"decode ingest: {d['ingest'].get('wall_s')}")
         # the two forms users type: `ingest FILE --no-cache` and `... --no-cache -o DIR`,
-        # alternating round by round (the store write must cost what the ingest costs)
+        # alternating round by round (the store write must cost what the ingest costs), and
+        # the first on the pure-Python path (what users without a compiler or wheel get)
         forms = alternating(args.repeat, {
             "no_cache": dict(paths=p, cache_dir=cache_of("single-nc"), no_cache=True),
             "store": dict(paths=p, cache_dir=cache_of("single-nc"), no_cache=True,
-                          store_dir=str(args.out / "store-single"))})
+                          store_dir=str(args.out / "store-single")),
+            "pure": dict(paths=p, cache_dir=cache_of("single-nc"), no_cache=True,
+                         pure_python=True)})
         d["ingest_no_cache"], d["ingest_store"] = forms["no_cache"], forms["store"]
+        d["ingest_pure"] = forms["pure"]
         log(f"decode ingest --no-cache: {d['ingest_no_cache'].get('wall_s')}, "
-            f"-o: {d['ingest_store'].get('wall_s')}")
+            f"-o: {d['ingest_store'].get('wall_s')}, pure: {d['ingest_pure'].get('wall_s')}")
         d["reopen"] = best("reopen", args.repeat, paths=p, cache_dir=cache_of("single"))
         res["decode"] = d
         checkpoint("decode")

@@ -262,24 +262,73 @@ def test_fast_and_tolerant_paths_store_identical_tables(relative, corpus, monkey
     assert fast.events.equals(slow.events), relative
 
 
-@pytest.mark.parametrize("batch", [7, 1 << 14])
-def test_the_pure_path_in_batches_stores_what_the_scanner_stores(batch, monkeypatch):
-    """The pure-Python path decodes a batch of events at a time (``_tolerant.STREAM_BATCH``):
-    batches of 7 events split every array many times and must still give the C scanner's
-    table; so must the whole-file path it falls back to."""
-    from traceview.parsers.kineto import _tolerant
+@pytest.mark.parametrize("batch_bytes", [1, 700, 4 << 20])
+def test_the_pure_path_in_batches_stores_what_the_scanner_stores(batch_bytes, monkeypatch):
+    """The pure-Python path decodes a batch of about ``_stream.STREAM_BYTES`` at a time: a
+    batch of one event or a few split every array many times (and the rare columns into
+    (row, value) pairs batch by batch) and must still give the C scanner's table; so must
+    the whole-file path it falls back to."""
+    from traceview.parsers.kineto import _stream, _tolerant
 
     path = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "gloo_ddp_2r"
     path = sorted(path.glob("*.json.gz"))[0]
     fast = kineto.parse(path)
     monkeypatch.setattr(kineto, "_kineto_scan", None)
-    monkeypatch.setattr(_tolerant, "STREAM_BATCH", batch)
+    monkeypatch.setattr(_stream, "STREAM_BYTES", batch_bytes)
     streamed = kineto.parse(path)
-    monkeypatch.setattr(_tolerant, "_read_streamed", lambda data: None)
+    monkeypatch.setattr(_tolerant, "read_streamed", lambda data, release: None)
     whole = kineto.parse(path)
     for slow in (streamed, whole):
         assert slow.input_events == fast.input_events and slow.dropped == fast.dropped
         assert slow.events.equals(fast.events)
+
+
+def _tricky_events() -> list[dict]:
+    """Events whose text looks like an event boundary: a name holding ``}, {``, args with a
+    list of objects, a header after the events array with a bracket in a string."""
+    return [{"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 2, "ts": 10 + i, "dur": 1,
+             "name": f'op{i} }}, {{"ph": "X"}}, ]',
+             "args": {"External id": i, "shapes": [{"a": [1, 2]}, {"b": {"c": "},"}}],
+                      **({"Sequence number": i} if i % 9 == 0 else {})}}
+            for i in range(40)]
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+@pytest.mark.parametrize("batch_bytes", [1, 300])
+def test_the_stream_cuts_only_between_events(tmp_path, monkeypatch, gzipped, batch_bytes):
+    """The stream cuts the events array where ``}`` and ``,`` meet; a cut inside a name or
+    inside nested args must not decode, so the batch grows to the next candidate and the
+    table is the scanner's, from a memory map (pages handed back) or an inflated gzip."""
+    from traceview.parsers.kineto import _stream, _tolerant
+
+    path = write_trace(tmp_path / f"trace.json{'.gz' if gzipped else ''}", _tricky_events(),
+                       traceName="x]", distributedInfo={"rank": 3})
+    fast = kineto.parse(path)
+    monkeypatch.setattr(kineto, "_kineto_scan", None)
+    monkeypatch.setattr(_stream, "STREAM_BYTES", batch_bytes)
+    monkeypatch.setattr(_stream, "_CUT_TRIES", 64)
+
+    def whole_file(*_args):
+        raise AssertionError("the stream gave up on well-formed input")
+
+    monkeypatch.setattr(_tolerant, "_decode", whole_file)
+    slow = kineto.parse(path)
+    assert slow.events.equals(fast.events) and slow.ranks == fast.ranks
+    assert slow.events.column("name").to_pylist()[3] == 'op3 }, {"ph": "X"}, ]'
+
+
+def test_the_stream_leaves_damage_to_the_whole_file_path(tmp_path, monkeypatch):
+    """A file cut short decodes until the damage; the stream then gives up and the whole-file
+    path keeps every complete event and says the input is truncated."""
+    from traceview.parsers.kineto import _stream
+
+    text = json.dumps({"traceEvents": _tricky_events()})
+    path = write_trace(tmp_path / "trace.json", text=text[: len(text) * 2 // 3])
+    monkeypatch.setattr(kineto, "_kineto_scan", None)
+    monkeypatch.setattr(_stream, "STREAM_BYTES", 300)
+    parsed = kineto.parse(path)
+    assert 0 < parsed.events.num_rows < 40 and parsed.dropped.get("truncated") == 1
+    assert any("truncated" in w for w in parsed.warnings)
 
 
 def test_fast_path_is_built():

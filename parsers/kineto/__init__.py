@@ -8,15 +8,20 @@ interned; sparse integers as (row, value) pairs; ``args`` kept raw). The kind, t
 are then derived for every row, and the rest one batch of rows at a time, so ingest never holds
 the finished table whole.
 
-Damaged input (truncated writes, NaN tokens, invalid UTF-8, values of the wrong type, B/E pairs)
-falls back to the slower msgspec reader (``_tolerant.py``), which keeps every complete event and
-says what it dropped; both paths store identical tables (tests).
+Without the scanner (no compiler, no wheel), well-formed input is read by msgspec a 4 MB batch
+at a time (``_stream.py``). Damaged input (truncated writes, NaN tokens, invalid UTF-8, values
+of the wrong type, B/E pairs) falls back to the slower whole-file msgspec reader
+(``_tolerant.py``), which keeps every complete event and says what it dropped; all paths store
+identical tables (tests).
 
 Behind the entry points, one job per private module:
 
 * ``_input.py``: the file's bytes (memory map, gzip inflated by ISA-L), repairs, salvage
-* ``_scan.c``: the C scanner (optional at install; without it ``_tolerant.py`` reads all)
-* ``_tolerant.py``: the msgspec reader for what the scanner declines
+* ``_scan.c``: the C scanner (optional at install; without it ``_stream.py`` and
+  ``_tolerant.py`` read all)
+* ``_stream.py``: the pure-Python reader of well-formed input, a batch of bytes at a time
+* ``_tolerant.py``: the whole-file msgspec reader for what the others decline
+* ``_events.py``: decoded events turned into the scanner's column layout
 * ``_columns.py``: the scanned columns, sparse ones as (row, value) pairs
 * ``_parse.py``: the two entry points, and the scanner's columns handed over to Arrow
 * ``_rows.py``: kind and exact times of every row; the rest built one batch of rows at a time

@@ -26,11 +26,13 @@ import pyarrow as pa
 _INT32_MAX = (1 << 31) - 1
 
 
-def as_type(array: pa.Array, typ: pa.DataType) -> pa.Array:
+def as_type(array: pa.Array | pa.ChunkedArray, typ: pa.DataType) -> pa.Array | pa.ChunkedArray:
     """``array`` as type ``typ``: itself when it has that type already, a buffer-level
-    conversion for dictionaries of large strings, else ``Array.cast``."""
+    conversion for dictionaries of large strings, else ``Array.cast``; chunk by chunk."""
     if array.type == typ:
         return array
+    if isinstance(array, pa.ChunkedArray):
+        return pa.chunked_array([as_type(chunk, typ) for chunk in array.chunks], typ)
     if _is_string_dictionary(typ) and _is_string_dictionary(array.type, large=True):
         indices = array.indices
         if indices.type == pa.uint32():  # dictionary sizes are far below 2**31

@@ -31,6 +31,19 @@ class Sparse:
     rows: np.ndarray  # uint32, ascending
     values: np.ndarray  # int64
 
+    @classmethod
+    def of(cls, column: pa.Array, first_row: int = 0) -> Sparse:
+        """The values of an integer array, its first row numbered ``first_row``."""
+        values = series_of(column)
+        rows = np.flatnonzero(values.is_not_null().to_numpy()) + first_row
+        return cls(rows.astype(np.uint32), values.drop_nulls().to_numpy().astype(np.int64))
+
+    @classmethod
+    def concat(cls, parts: list[Sparse]) -> Sparse:
+        """Pieces of one column, in row order."""
+        return cls(np.concatenate([p.rows for p in parts]),
+                   np.concatenate([p.values for p in parts]))
+
     def dense(self, start: int, stop: int) -> pa.Array:
         return _spread(self.rows, self.values, start, stop, pa.int64())
 
@@ -45,11 +58,21 @@ class SparseText:
     dictionary: pa.Array
 
     @classmethod
-    def of(cls, column: pa.DictionaryArray) -> SparseText:
+    def of(cls, column: pa.DictionaryArray, first_row: int = 0) -> SparseText:
+        """The values of a dictionary array, its first row numbered ``first_row``."""
         indices = series_of(column.indices)
-        rows = np.flatnonzero(indices.is_not_null().to_numpy()).astype(np.uint32)
+        rows = np.flatnonzero(indices.is_not_null().to_numpy()) + first_row
         codes = indices.drop_nulls().to_numpy().astype(np.int32)
-        return cls(rows, codes, column.dictionary)
+        return cls(rows.astype(np.uint32), codes, column.dictionary)
+
+    @classmethod
+    def concat(cls, parts: list[SparseText]) -> SparseText:
+        """Pieces of one column, in row order, each with its own dictionary: one dictionary
+        for all of them (few values: the texts are gathered and encoded again)."""
+        texts = pa.concat_arrays([p.dictionary.take(pa.array(p.codes)) for p in parts])
+        encoded = texts.dictionary_encode()
+        return cls(np.concatenate([p.rows for p in parts]),
+                   series_of(encoded.indices).to_numpy().astype(np.int32), encoded.dictionary)
 
     def dense(self, start: int, stop: int) -> pa.DictionaryArray:
         indices = _spread(self.rows, self.codes, start, stop, pa.int32())

@@ -25,7 +25,9 @@ from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
 from traceview.parsers.kineto._input import Input, open_input, read_bytes
 from traceview.parsers.kineto._ranks import rank_info
 from traceview.parsers.kineto._rows import batch, empty_columns, key_frame, text_facts
-from traceview.parsers.kineto._tolerant import REPEATING_TEXT, as_int, read_events
+from traceview.parsers.kineto._events import REPEATING_TEXT, as_int
+from traceview.parsers.kineto._stream import Column
+from traceview.parsers.kineto._tolerant import read_events
 from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS
 
 #: Set to 1 to read with the pure-Python path although the C scanner is built: what a user
@@ -81,10 +83,9 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
         if fast is not None:
             raw, header = fast
             input_events = raw.num_rows
-        else:  # a failed scan may have released pages of a map: read the bytes anew
-            data = read_bytes(path, warnings) if given.releasable else given.data
-            columns, rows, header, input_events = read_events(path, data, warnings, dropped)
-            del data  # the columns hold what they need; the input bytes can go
+        else:
+            columns, rows, header, input_events = _read_tolerantly(path, given, warnings,
+                                                                   dropped)
             raw = _raw_columns(columns, rows)
     base_ns = as_int(header.get("baseTimeNanoseconds")) or 0
     keys, raw = key_frame(raw, base_ns, dropped, warnings)
@@ -194,22 +195,39 @@ def _scanned_column(column: tuple | None, typ: pa.DataType,
     return pa.Array.from_buffers(typ, rows, [buffers[2], buffers[1], buffers[0]])
 
 
-def _raw_columns(pending: dict[str, pa.ChunkedArray], rows: int) -> RawColumns:
-    """The tolerant path's columns (``read_events``) in the scanner's dense form. ``pending``
-    is emptied: each column is released as soon as its dense copy is made, so the two forms
-    are never both whole."""
-    columns: dict[str, pa.Array | None] = {}
+def _read_tolerantly(path: Path, given: Input, warnings: list[str], dropped: dict[str, int]
+                     ) -> tuple[dict[str, Column], int, dict[str, Any], int]:
+    """The tolerant reader's columns. Without a scanner it streams from the memory map,
+    handing pages back as it goes; after a scan that failed, the map may have lost pages,
+    so the bytes are read anew."""
+    if _kineto_scan is None:
+        return read_events(path, given.data, warnings, dropped, release=given.releasable)
+    data = read_bytes(path, warnings) if given.releasable else given.data
+    return read_events(path, data, warnings, dropped)
+
+
+def _raw_columns(pending: dict[str, Column], rows: int) -> RawColumns:
+    """The tolerant path's columns (``read_events``) in the scanner's form. ``pending`` is
+    emptied: each column is released as soon as its final form is made, so the two forms
+    are never both whole. Text chunks stay chunks (joining them would copy ``args_json``,
+    a third of the columns, beside itself)."""
+    columns: dict[str, pa.Array | pa.ChunkedArray | Sparse | SparseText | None] = {}
     for name, typ in _RAW_COLUMNS.items():
-        chunked = pending.pop(name)
-        if chunked is None:  # no event has it
+        column = pending.pop(name)
+        if column is None:  # no event has it
             columns[name] = (pa.DictionaryArray.from_arrays(pa.nulls(rows, pa.int32()),
                                                              strings([]))
                              if name in _REPEATING_TEXT else None)
-        elif pa.types.is_dictionary(chunked.type):  # encoded batch by batch (the stream)
-            encoded = chunked.unify_dictionaries().combine_chunks()
+        elif isinstance(column, SparseText):
+            columns[name] = SparseText(column.rows, column.codes, column.dictionary.cast(typ))
+        elif isinstance(column, Sparse):
+            columns[name] = column
+        elif pa.types.is_dictionary(column.type):  # encoded batch by batch (the stream)
+            encoded = column.unify_dictionaries().combine_chunks()
             columns[name] = pa.DictionaryArray.from_arrays(encoded.indices,
                                                            encoded.dictionary.cast(typ))
+        elif name in _REPEATING_TEXT:  # the whole-file path
+            columns[name] = column.combine_chunks().cast(typ).dictionary_encode()
         else:
-            column = chunked.combine_chunks().cast(typ)
-            columns[name] = column.dictionary_encode() if name in _REPEATING_TEXT else column
+            columns[name] = column if column.type == typ else column.cast(typ)
     return RawColumns(rows, columns, _RAW_COLUMNS)

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from traceview.parsers import RankInfo, rank_from_file_name
-from traceview.parsers.kineto._tolerant import as_int
+from traceview.parsers.kineto._events import as_int
 
 
 def rank_info(path: Path, header: dict[str, Any], base_ns: int,

@@ -17,7 +17,7 @@ from traceview import schema
 from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
 from traceview.parsers.kineto._arrow_types import as_type, series_of, strings
 from traceview.parsers.kineto._columns import RawColumns
-from traceview.parsers.kineto._tolerant import table_of
+from traceview.parsers.kineto._events import table_of
 
 _CAT_TO_KIND: dict[str, str] = {
     "cpu_op": "cpu_op", "operator": "cpu_op", "user_annotation": "user_annotation",

@@ -1,0 +1,208 @@
+"""Well-formed Kineto JSON read by the pure-Python path a batch at a time.
+
+Where the C scanner is missing, the events array is cut into batches of about
+:data:`STREAM_BYTES` straight from the bytes (a regular expression finds where an event may
+end; no Python object per event), each batch decoded with msgspec and turned into compact
+columns (a column no event fills is not allocated, rare ones are (row, value) pairs, repeating
+text is dictionary-encoded), and, from a memory map, each batch's pages handed back once read.
+So neither the decoded events nor the input are ever whole in memory. Anything unusual gives
+``None`` and the whole-file reader (``_tolerant.py``) decides.
+"""
+
+from __future__ import annotations
+
+import mmap
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from traceview.parsers.kineto._columns import Sparse, SparseText
+from traceview.parsers.kineto._events import REPEATING_TEXT, Event, columns_of, valid_utf8
+
+
+#: Bytes of the events array turned into Python objects at a time on the streamed path. The
+#: objects of a whole trace took ~8x the file in memory (a 63 MB trace peaked at 581 MB); a
+#: batch of 4 MB (~16 k events) is a few MB of them.
+STREAM_BYTES = 4 << 20
+
+
+#: Where the events array opens in an object trace, and where one event may end and the next
+#: begin (group 1: the comma between them).
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_EVENT_END = re.compile(rb"\}\s*(,)\s*\{")
+
+
+#: Cuts tried in a row before the stream gives up on a batch: a cut that lands inside a string
+#: or a nested value fails to decode and the batch grows to the next candidate.
+_CUT_TRIES = 8
+
+
+class _Header(msgspec.Struct):
+    """A Kineto trace's top-level values, decoded with its events array left empty."""
+
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - Kineto's key
+    distributedInfo: Any = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    host_name: Any = None
+    nodes: Any = None
+
+
+class _GiveUp(Exception):
+    """Anything the streamed path does not read: the whole-file path decides."""
+
+
+#: A column of the stream: chunks (one per batch), (row, value) pairs, or None (no value).
+Column = pa.ChunkedArray | Sparse | SparseText | None
+
+
+def read_streamed(data: bytes | mmap.mmap, release: bool
+                  ) -> tuple[dict[str, Column], int, dict[str, Any]] | None:
+    """Well-formed input, decoded a batch of events at a time straight from the bytes: the raw
+    columns (compact, as the C scanner holds them: see :func:`_joined`), their length and the
+    header; None (the caller's whole-file path decides) for anything else: invalid UTF-8,
+    damage, begin/end pairs (a pair may span two batches), no events, not a Kineto trace.
+
+    The events array is cut at a comma between a closing and an opening brace, found by a
+    regular expression, never by a Python object per event. A cut is only trusted because
+    both batches beside it decode: a batch that starts at an event boundary and ends inside a
+    string or a nested value cannot decode once a ``]`` is appended, so every accepted cut
+    lies between two events. With ``release``, each batch's pages are handed back once it is
+    read, so the input is never resident whole beside the columns.
+    """
+    try:
+        start, stop, header = _events_span(data)
+        pieces: dict[str, list[tuple[int, Piece]]] = {}
+        rows = 0
+        for events in _event_batches(data, start, stop, release):
+            if any(e.ph in ("B", "E") for e in events):
+                return None
+            table = columns_of(events)
+            for name, column in zip(table.column_names, table.columns):
+                pieces.setdefault(name, []).append((len(events), _compact(name, column, rows)))
+            rows += len(events)
+    except (_GiveUp, msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return None
+    if not rows:
+        return None
+    return {name: _joined(name, parts, rows) for name, parts in pieces.items()}, rows, header
+
+
+def _events_span(data: bytes | mmap.mmap) -> tuple[int, int, dict[str, Any]]:
+    """(the first byte inside the events array, its closing bracket, the header values)."""
+    first = re.compile(rb"\S").search(data)
+    if first is None:
+        raise _GiveUp
+    if data[first.start():first.start() + 1] == b"[":  # a bare array of events
+        stop = data.rfind(b"]")
+        if stop < 0 or data[stop + 1:].strip():
+            raise _GiveUp
+        return first.start() + 1, stop, {}
+    opening = _EVENTS_KEY.search(data)
+    if opening is None:
+        raise _GiveUp
+    head = data[:opening.end()]
+    stop = len(data)
+    for _ in range(_CUT_TRIES):  # the array's closing bracket: the last one the header accepts
+        stop = data.rfind(b"]", opening.end(), stop)
+        if stop < 0:
+            raise _GiveUp
+        try:
+            trace = msgspec.json.decode(head + data[stop:], type=_Header)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        if trace.nodes is not None:
+            raise _GiveUp  # an Execution Trace
+        return opening.end(), stop, {
+            "distributedInfo": trace.distributedInfo,
+            "deviceProperties": trace.deviceProperties,
+            "baseTimeNanoseconds": trace.baseTimeNanoseconds, "host_name": trace.host_name}
+    raise _GiveUp
+
+
+def _event_batches(data: bytes | mmap.mmap, start: int, stop: int,
+                   release: bool) -> Iterator[list[Event]]:
+    """The events in ``data[start:stop]`` (inside the array's brackets), about
+    ``STREAM_BYTES`` of them at a time."""
+    handed_back = start - start % mmap.PAGESIZE
+    while start < stop:
+        aim, tries = start + STREAM_BYTES, 0
+        while True:
+            found = _EVENT_END.search(data, aim, stop) if aim < stop else None
+            cut = stop if found is None else found.start(1)
+            batch = data[start:cut]
+            if not valid_utf8(batch):
+                raise _GiveUp  # the caller repairs the whole input first
+            try:
+                events = msgspec.json.decode(b"[" + batch + b"]", type=list[Event])
+                break
+            except msgspec.DecodeError:
+                tries += 1
+                if cut == stop or tries == _CUT_TRIES:
+                    raise
+                aim = cut + 1
+        yield events
+        start = cut + 1
+        if release:  # the pages before the next batch are read: give them back
+            upto = start - start % mmap.PAGESIZE
+            if upto > handed_back:
+                data.madvise(mmap.MADV_DONTNEED, handed_back, upto - handed_back)
+                handed_back = upto
+
+
+#: One batch's column: an array, (row, value) pairs for few values, or None for none.
+Piece = pa.Array | Sparse | SparseText | None
+
+
+def _is_rare(values: int, rows: int) -> bool:
+    """Few enough values (at most 1 row in 8) to hold as (row, value) pairs, as the scanner
+    does: a dense int64 column costs 8 bytes a row, the pairs 12 bytes a value."""
+    return values * 8 <= rows
+
+
+def _compact(name: str, column: pa.ChunkedArray, first_row: int) -> Piece:
+    """One batch's column as the scanner would hold it: None without a value (most
+    per-collective and memory columns), (row, value) pairs for few values, repeating text
+    dictionary-encoded. ``first_row``: the batch's first row in the whole column."""
+    array = column.combine_chunks()
+    values = len(array) - array.null_count
+    if not values:
+        return None
+    if name in REPEATING_TEXT:
+        array = array.dictionary_encode()
+        return SparseText.of(array, first_row) if _is_rare(values, len(array)) else array
+    if pa.types.is_integer(array.type) and _is_rare(values, len(array)):
+        return Sparse.of(array, first_row)
+    return array
+
+
+def _joined(name: str, parts: list[tuple[int, Piece]], rows: int) -> Column:
+    """A column's batches joined: None when no batch had a value; (row, value) pairs when few
+    rows have one (integers, repeating text); else one chunk per batch (nulls where a batch
+    had no value; the caller unifies the dictionaries of text)."""
+    given = [piece for _, piece in parts if piece is not None]
+    if not given:
+        return None
+    values = sum(len(p.rows) if isinstance(p, (Sparse, SparseText)) else len(p) - p.null_count
+                 for p in given)
+    text = name in REPEATING_TEXT
+    if _is_rare(values, rows) and (text or isinstance(given[0], Sparse)
+                                   or pa.types.is_integer(given[0].type)):
+        offsets = np.cumsum([0] + [n for n, _ in parts])
+        as_pairs = [p if isinstance(p, (Sparse, SparseText)) else
+                    (SparseText if text else Sparse).of(p, int(offsets[i]))
+                    for i, (_, p) in enumerate(parts) if p is not None]
+        return (SparseText if text else Sparse).concat(as_pairs)
+    typ = pa.dictionary(pa.int32(), pa.string()) if text else next(
+        p.type for p in given if isinstance(p, pa.Array))
+    chunks, first = [], 0
+    for n, piece in parts:
+        chunks.append(pa.nulls(n, typ) if piece is None else
+                      piece.dense(first, first + n) if isinstance(piece, (Sparse, SparseText))
+                      else piece)
+        first += n
+    return pa.chunked_array(chunks, typ)
