@@ -48,3 +48,22 @@ def test_host_table_answers_like_the_events(path: Path | str, tmp_path: Path) ->
     g = gaps(gpu, ev)
     assert gaps(gpu, host).equals(g)
     assert largest_gaps(g, host).equals(largest_gaps(g, ev))
+
+
+def test_other_accelerators_runtime_calls_become_launches() -> None:
+    """Rows of kind ``other`` stay only when their category (any case) names another
+    accelerator's runtime; they read as ``cuda_runtime``, in their place among the rows."""
+    import polars as pl
+
+    ev = pl.DataFrame(
+        {"rank": [0] * 5, "kind": ["cpu_op", "other", "other", "kernel", "cuda_runtime"],
+         "name": list("abcde"), "pid": [1] * 5, "tid": [1] * 5, "ts_ns": [1, 2, 3, 4, 5],
+         "dur_ns": [1] * 5, "correlation": [None, 7, None, 7, 8], "external_id": [None] * 5,
+         "category": ["cpu_op", "MTIA_Runtime", "weird", "kernel", "cuda_runtime"]},
+        schema_overrides={"kind": pl.Categorical, "category": pl.Categorical,
+                          "external_id": pl.Int64})
+    host = host_events(ev)
+    assert host.select("name", pl.col("kind").cast(pl.String)).rows() == [
+        ("a", "cpu_op"), ("b", "cuda_runtime"), ("e", "cuda_runtime")]
+    assert host_events(ev.filter(pl.col("kind") != "other")).get_column("name").to_list() == [
+        "a", "e"]

@@ -94,12 +94,26 @@ def local_pool(max_workers: int | None = None) -> ProcessPoolExecutor:
     Linux; spawned workers elsewhere. Never fork this process: see the module docstring. The
     fork server runs no Polars query, so it has no thread pool to copy; a spawned worker
     paid ~0.35 CPU s of imports on its own (docs/performance.md, log 22)."""
+    return ProcessPoolExecutor(max_workers=max_workers or cores(), mp_context=_pool_context())
+
+
+def warm_local_pool() -> None:
+    """Start the fork server of :func:`local_pool` now, without waiting for it: its imports
+    (~0.35 s on one core) then run while this process does other work (hashing the inputs)
+    instead of after it. Nothing to do where workers are spawned."""
+    if sys.platform.startswith("linux"):
+        from multiprocessing import forkserver
+
+        _pool_context()
+        forkserver.ensure_running()
+
+
+def _pool_context() -> Any:
     if sys.platform.startswith("linux"):
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(_PRELOAD)
-    else:
-        context = multiprocessing.get_context("spawn")
-    return ProcessPoolExecutor(max_workers=max_workers or cores(), mp_context=context)
+        return context
+    return multiprocessing.get_context("spawn")
 
 
 def _import_distributed() -> Any:

@@ -149,12 +149,13 @@ def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
             "the file was parsed again")
 
 
-def cached_result(path: str, cache_dir: str | None, options: dict[str, Any]) \
-        -> tuple[FileResult | None, str | None, str | None]:
+def cached_result(path: str, cache_dir: str | None, options: dict[str, Any],
+                  content: str | None = None) -> tuple[FileResult | None, str | None, str | None]:
     """(the cached result of a file or None, its content id (None when it cannot be read),
-    a warning when a damaged cache entry was discarded)."""
+    a warning when a damaged cache entry was discarded). ``content``: the content id when
+    known already."""
     try:
-        found = _cache_lookup(path, cache_dir, options)
+        found = _cache_lookup(path, cache_dir, options, content)
     except (OSError, TraceviewError):
         return None, None, None
     return found[0], found[1], found[5]
@@ -242,6 +243,22 @@ def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any],
 IN_PROCESS_BYTES = 64 << 20
 
 
+def _in_process(misses: list[Path]) -> bool:
+    """Whether to parse ``misses`` in this process: starting worker processes costs ~0.5 s,
+    and small inputs parse faster than that here."""
+    return len(misses) <= 1 or _estimated_bytes(misses) < IN_PROCESS_BYTES
+
+
+def _remembered_id(path: Path, cache: str | None) -> str | None:
+    """The file's content id if the cache remembers it as it is on disk (no hashing)."""
+    if cache is None:
+        return None
+    try:
+        return store.remembered_content_id(path, Path(cache))
+    except OSError:
+        return None  # unreadable: its parse says so
+
+
 def _estimated_bytes(paths: list[Path]) -> int:
     return sum(p.stat().st_size * (15 if p.name.endswith(".gz") else 1) for p in paths)
 
@@ -286,8 +303,16 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     files, ignored = discover_with_ignored(paths)
     options = dict(options or {})
     cache = str(cache_dir) if cache_dir is not None else None
+    remembered = {f: _remembered_id(f, cache) for f in files}
+    if executor is None and not _in_process([f for f in files if remembered[f] is None]):
+        # files never seen: most likely parsed by the pool, whose fork server imports
+        # while this process hashes them
+        from traceview.executors import warm_local_pool
+
+        warm_local_pool()
     # Cache hits are answered here: starting workers to find them would cost more than reading.
-    looked = {f: cached_result(str(f), cache, options) for f in files} if cache else {}
+    looked = {f: cached_result(str(f), cache, options, remembered[f]) for f in files} \
+        if cache else {}
     hits = {f: hit for f, (hit, _, _) in looked.items()}
     ids = {f: cid for f, (_, cid, _) in looked.items()}  # hashed once, here
     healed = {f: note for f, (_, _, note) in looked.items() if note}
@@ -295,8 +320,7 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     _notice_slow_path(misses)
     if not misses:
         parsed = []
-    elif executor is None and (len(misses) <= 1 or _estimated_bytes(misses) < IN_PROCESS_BYTES):
-        # Starting worker processes costs ~1 s; small inputs parse faster than that in-process.
+    elif executor is None and _in_process(misses):
         parsed = [_safe_ingest(str(f), cache, options, ids.get(f)) for f in misses]
     else:
         parsed = _ingest_parallel(misses, cache, options, progress, executor, ids)

@@ -153,18 +153,11 @@ def known_content_id(path: Path, cache_dir: Path | None) -> str:
         return content_id(path)
     import time
 
-    import xxhash
-
-    st = path.stat()
-    ident = f"{path.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|" \
-            f"{st.st_ctime_ns}"
-    memo = Path(cache_dir) / "ids" / f"{xxhash.xxh3_128_hexdigest(ident.encode())}.txt"
-    try:
-        known = memo.read_text().strip()
-        if len(known) == 32:
-            return known
-    except OSError:
-        pass
+    st = path.stat()  # before hashing: a file changed meanwhile is remembered under the old
+    memo = _content_id_memo(path, cache_dir, st)  # identity, which no longer matches
+    known = _remembered(memo)
+    if known is not None:
+        return known
     found = content_id(path)
     if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:
         try:
@@ -172,6 +165,29 @@ def known_content_id(path: Path, cache_dir: Path | None) -> str:
         except OSError:
             pass  # a read-only cache folder: hash next time
     return found
+
+
+def remembered_content_id(path: Path, cache_dir: Path) -> str | None:
+    """The content id :func:`known_content_id` remembered for the file as it is on disk, or
+    None (never hashed, or changed since): one stat and one small read, no hashing."""
+    return _remembered(_content_id_memo(path, cache_dir, path.stat()))
+
+
+def _remembered(memo: Path) -> str | None:
+    try:
+        known = memo.read_text().strip()
+    except OSError:
+        return None
+    return known if len(known) == 32 else None
+
+
+def _content_id_memo(path: Path, cache_dir: Path, st: os.stat_result) -> Path:
+    """Where the content id of the file with identity ``st`` on disk is remembered."""
+    import xxhash
+
+    ident = f"{path.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|" \
+            f"{st.st_ctime_ns}"
+    return Path(cache_dir) / "ids" / f"{xxhash.xxh3_128_hexdigest(ident.encode())}.txt"
 
 
 def cache_key(content: str, parser_version: int, options: dict[str, Any]) -> str:
