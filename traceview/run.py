@@ -416,16 +416,21 @@ class Run:
         worst straggler. Main table ``ranks``."""
         from traceview.analyses.summary import summary
 
-        with ThreadPoolExecutor(2) as beside:  # the straggler analysis reads other rows
+        # Independent parts run side by side (mostly in Polars, which leaves the GIL; the
+        # first command on a trace set waits for all of them): the straggler analysis reads
+        # other rows; the GPU rows are classified while the host rows are read; then the
+        # overlap and the launch lookup behind the warnings run beside the gaps.
+        with ThreadPoolExecutor(3) as beside:
             straggler = beside.submit(self._worst_straggler)
-            # the GPU rows are classified while the host rows are read (both mostly in
-            # Polars, which leaves the GIL: on a cold first command ~0.1 s of 1.3 s)
             gpu = beside.submit(lambda: self.gpu)
             _ = self.host  # the steps and the gaps come from it
             steps = self.steps
             gpu.result()
-            df = summary(self.overlap_rows, steps, self.gap_rows(), self.ranks_table)
-            straggler = straggler.result()
+            overlap = beside.submit(lambda: self.overlap_rows)
+            unlaunched = beside.submit(lambda: self.unlaunched)
+            gaps = self.gap_rows()
+            df = summary(overlap.result(), steps, gaps, self.ranks_table)
+            straggler, _ = straggler.result(), unlaunched.result()
         uses = self._gpu_and_alignment
         return self._result("summary", {"window": self.window_info, "ranks": df,
                                         "worst_straggler": straggler}, main="ranks", uses=uses)
