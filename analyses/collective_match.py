@@ -44,6 +44,8 @@ Two steps, both pure functions over tables:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -103,11 +105,14 @@ def _text(col: str) -> pl.Expr:
     return pl.col(col).cast(pl.String)
 
 
-def comm_events(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
+                ranks: Sequence[int] | None = None) -> pl.DataFrame:
     """One row per collective call per rank (see the module docstring for the selection).
 
     Columns: ``COMM_SCHEMA``. ``side`` is ``gpu`` or ``cpu``; ``group`` is the process group
     name when known, else its rank list, else ``stream <id>`` (GPU) or ``default`` (CPU).
+    ``ranks``: the ranks with events, when the caller knows them (else they are read: a scan
+    of every row's rank).
     """
     lf = events.lazy()
     name = _text("name")
@@ -139,7 +144,8 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
         )
         .collect()
     )
-    cpu_ranks = ranks_present(events).get_column("rank").cast(pl.Int32)
+    cpu_ranks = (pl.Series("rank", list(ranks), dtype=pl.Int32) if ranks is not None else
+                 ranks_present(events).get_column("rank").cast(pl.Int32))
     gpu_ranks = gpu.get_column("rank").unique()
     cpu_only = cpu_ranks.filter(~cpu_ranks.is_in(gpu_ranks.implode()))
     if cpu_only.len() == 0:

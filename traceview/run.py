@@ -240,7 +240,8 @@ class Run:
         """The window's collective calls paired across ranks."""
         from traceview.analyses.collective_match import comm_events, match_collectives
 
-        return match_collectives(comm_events(self.events), ranks=self.traceset.ranks,
+        return match_collectives(comm_events(self.events, ranks=self.ranks_present),
+                                 ranks=self.traceset.ranks,
                                  tolerance_ns=self._tolerance_ns)
 
     @cached_property
