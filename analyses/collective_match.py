@@ -45,7 +45,6 @@ Two steps, both pure functions over tables:
 from __future__ import annotations
 
 from collections.abc import Sequence
-
 from dataclasses import dataclass, field
 
 import polars as pl
