@@ -317,6 +317,50 @@ def test_the_stream_cuts_only_between_events(tmp_path, monkeypatch, gzipped, bat
     assert slow.events.column("name").to_pylist()[3] == 'op3 }, {"ph": "X"}, ]'
 
 
+@pytest.mark.parametrize("batch_bytes", [1, 300, 4 << 20])
+def test_the_stream_finds_the_end_of_the_events_array(tmp_path, monkeypatch, batch_bytes):
+    """Newer PyTorch writes ``deviceProperties`` after the events, MTIA traces log arrays:
+    the tail holds brackets and ``}, {`` too. The array ends where a batch decodes to a
+    complete list with more after it; the header values after it are read."""
+    from traceview.parsers.kineto import _stream, _tolerant
+
+    events = json.dumps(_tricky_events())
+    text = ('{"schemaVersion": 1, "distributedInfo": {"rank": 2, "world_size": 4}, '
+            f'"traceEvents": {events}, "deviceProperties": [{{"id": 0, "name": "H100"}}, '
+            '{"id": 1, "name": "H100"}], "WARNING": ["a }, { b ] c"], "traceName": "x]", '
+            '"baseTimeNanoseconds": 1000000000}')
+    path = write_trace(tmp_path / "trace.json", text=text)
+    fast = kineto.parse(path)
+    monkeypatch.setattr(kineto, "_kineto_scan", None)
+    monkeypatch.setattr(_stream, "STREAM_BYTES", batch_bytes)
+    monkeypatch.setattr(_stream, "_CUT_TRIES", 64)
+
+    def whole_file(*_args):
+        raise AssertionError("the stream gave up on well-formed input")
+
+    monkeypatch.setattr(_tolerant, "_decode", whole_file)
+    slow = kineto.parse(path)
+    assert slow.events.equals(fast.events) and slow.ranks == fast.ranks
+    assert slow.ranks[0].rank == 2 and slow.events.column("ts_ns")[0].as_py() == 1_000_010_000
+
+
+def test_the_pure_path_never_imports_pandas():
+    """``pa.array`` on a Python list imports pandas (0.2 s, ~60 MB); the pure path builds its
+    columns without it."""
+    import os
+    import subprocess
+    import sys
+
+    path = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "data" /
+                   "gloo_ddp_2r").glob("*.json.gz"))[0]
+    code = ("import sys; from traceview.parsers.kineto import parse; "
+            f"parse({str(path)!r}); print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "TRACEVIEW_PURE_PYTHON": "1"},
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_the_stream_leaves_damage_to_the_whole_file_path(tmp_path, monkeypatch):
     """A file cut short decodes until the damage; the stream then gives up and the whole-file
     path keeps every complete event and says the input is truncated."""

@@ -69,7 +69,7 @@ class SparseText:
     def concat(cls, parts: list[SparseText]) -> SparseText:
         """Pieces of one column, in row order, each with its own dictionary: one dictionary
         for all of them (few values: the texts are gathered and encoded again)."""
-        texts = pa.concat_arrays([p.dictionary.take(pa.array(p.codes)) for p in parts])
+        texts = pa.concat_arrays([p.dictionary.take(_int32s(p.codes)) for p in parts])
         encoded = texts.dictionary_encode()
         return cls(np.concatenate([p.rows for p in parts]),
                    series_of(encoded.indices).to_numpy().astype(np.int32), encoded.dictionary)
@@ -77,6 +77,12 @@ class SparseText:
     def dense(self, start: int, stop: int) -> pa.DictionaryArray:
         indices = _spread(self.rows, self.codes, start, stop, pa.int32())
         return pa.DictionaryArray.from_arrays(indices, self.dictionary)
+
+
+def _int32s(values: np.ndarray) -> pa.Array:
+    """An int32 array over a numpy array's buffer (``pa.array`` would import pandas)."""
+    values = values.astype(np.int32, copy=False)
+    return pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values)])
 
 
 def _spread(rows: np.ndarray, values: np.ndarray, start: int, stop: int,

@@ -71,20 +71,24 @@ def read_streamed(data: bytes | mmap.mmap, release: bool
     regular expression, never by a Python object per event. A cut is only trusted because
     both batches beside it decode: a batch that starts at an event boundary and ends inside a
     string or a nested value cannot decode once a ``]`` is appended, so every accepted cut
-    lies between two events. With ``release``, each batch's pages are handed back once it is
-    read, so the input is never resident whole beside the columns.
+    lies between two events. Where the array ends is found the same way: the batch holding
+    its closing bracket decodes to a complete list with more after it (the header's tail may
+    hold arrays and objects too: ``deviceProperties``, logs). With ``release``, each batch's
+    pages are handed back once it is read, so the input is never resident whole beside the
+    columns.
     """
     try:
-        start, stop, header = _events_span(data)
+        start, head = _events_start(data)
         pieces: dict[str, list[tuple[int, Piece]]] = {}
-        rows = 0
-        for events in _event_batches(data, start, stop, release):
+        rows, stop = 0, None
+        for events, stop in _event_batches(data, start, release):
             if any(e.ph in ("B", "E") for e in events):
                 return None
             table = columns_of(events)
             for name, column in zip(table.column_names, table.columns):
                 pieces.setdefault(name, []).append((len(events), _compact(name, column, rows)))
             rows += len(events)
+        header = _header(data, head, stop)
     except (_GiveUp, msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return None
     if not rows:
@@ -92,66 +96,90 @@ def read_streamed(data: bytes | mmap.mmap, release: bool
     return {name: _joined(name, parts, rows) for name, parts in pieces.items()}, rows, header
 
 
-def _events_span(data: bytes | mmap.mmap) -> tuple[int, int, dict[str, Any]]:
-    """(the first byte inside the events array, its closing bracket, the header values)."""
+def _events_start(data: bytes | mmap.mmap) -> tuple[int, bytes | None]:
+    """(the first byte inside the events array, the bytes before it up to its ``[`` for an
+    object trace; None for a bare array of events)."""
     first = re.compile(rb"\S").search(data)
     if first is None:
         raise _GiveUp
-    if data[first.start():first.start() + 1] == b"[":  # a bare array of events
-        stop = data.rfind(b"]")
-        if stop < 0 or data[stop + 1:].strip():
-            raise _GiveUp
-        return first.start() + 1, stop, {}
+    if data[first.start():first.start() + 1] == b"[":
+        return first.start() + 1, None
     opening = _EVENTS_KEY.search(data)
     if opening is None:
         raise _GiveUp
-    head = data[:opening.end()]
-    stop = len(data)
-    for _ in range(_CUT_TRIES):  # the array's closing bracket: the last one the header accepts
-        stop = data.rfind(b"]", opening.end(), stop)
-        if stop < 0:
+    return opening.end(), data[:opening.end()]  # a copy: the map's pages may be handed back
+
+
+def _header(data: bytes | mmap.mmap, head: bytes | None, stop: int | None) -> dict[str, Any]:
+    """The top-level values around the events array (its closing bracket at ``stop``),
+    decoded with the array left empty; checks that nothing but them is there."""
+    if stop is None:
+        raise _GiveUp  # the array never closed
+    if head is None:
+        if data[stop + 1:].strip():
             raise _GiveUp
-        try:
-            trace = msgspec.json.decode(head + data[stop:], type=_Header)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue
-        if trace.nodes is not None:
-            raise _GiveUp  # an Execution Trace
-        return opening.end(), stop, {
-            "distributedInfo": trace.distributedInfo,
-            "deviceProperties": trace.deviceProperties,
+        return {}
+    trace = msgspec.json.decode(head + data[stop:], type=_Header)
+    if trace.nodes is not None:
+        raise _GiveUp  # an Execution Trace
+    return {"distributedInfo": trace.distributedInfo, "deviceProperties": trace.deviceProperties,
             "baseTimeNanoseconds": trace.baseTimeNanoseconds, "host_name": trace.host_name}
-    raise _GiveUp
 
 
-def _event_batches(data: bytes | mmap.mmap, start: int, stop: int,
-                   release: bool) -> Iterator[list[Event]]:
-    """The events in ``data[start:stop]`` (inside the array's brackets), about
-    ``STREAM_BYTES`` of them at a time."""
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+
+
+def _event_batches(data: bytes | mmap.mmap, start: int,
+                   release: bool) -> Iterator[tuple[list[Event], int | None]]:
+    """The events from ``data[start]`` (just inside the array's ``[``) on, about
+    ``STREAM_BYTES`` of them at a time, each batch with the array's closing bracket when it
+    holds the last event (else None)."""
     handed_back = start - start % mmap.PAGESIZE
-    while start < stop:
+    size = len(data)
+    while True:
         aim, tries = start + STREAM_BYTES, 0
         while True:
-            found = _EVENT_END.search(data, aim, stop) if aim < stop else None
-            cut = stop if found is None else found.start(1)
-            batch = data[start:cut]
+            found = _EVENT_END.search(data, aim) if aim < size else None
+            cut = size if found is None else found.start(1)
+            batch = b"[" + data[start:cut] + b"]"
             if not valid_utf8(batch):
                 raise _GiveUp  # the caller repairs the whole input first
             try:
-                events = msgspec.json.decode(b"[" + batch + b"]", type=list[Event])
+                events = msgspec.json.decode(batch, type=list[Event])
                 break
-            except msgspec.DecodeError:
+            except msgspec.DecodeError as exc:
+                last = _last_batch(batch, exc)
+                if last is not None:
+                    events, closed = last
+                    stop = start + closed - 1  # batch[i] is data[start + i - 1]
+                    if data[stop:stop + 1] != b"]":
+                        raise _GiveUp from None
+                    yield events, stop
+                    return
                 tries += 1
-                if cut == stop or tries == _CUT_TRIES:
+                if cut == size or tries == _CUT_TRIES:
                     raise
                 aim = cut + 1
-        yield events
+        if cut == size:
+            raise _GiveUp  # the whole rest decoded as events: no closing bracket
+        yield events, None
         start = cut + 1
         if release:  # the pages before the next batch are read: give them back
             upto = start - start % mmap.PAGESIZE
             if upto > handed_back:
                 data.madvise(mmap.MADV_DONTNEED, handed_back, upto - handed_back)
                 handed_back = upto
+
+
+def _last_batch(batch: bytes, exc: msgspec.DecodeError) -> tuple[list[Event], int] | None:
+    """When ``batch`` (``[`` + events...) holds the array's end, its events and the index of
+    the closing bracket in it: msgspec read a complete list and met more after it (its
+    message gives the byte after the first trailing one). None for any other failure."""
+    found = _TRAILING.search(str(exc))
+    if found is None:
+        return None
+    complete = batch[:int(found.group(1)) - 1].rstrip()
+    return msgspec.json.decode(complete, type=list[Event]), len(complete) - 1
 
 
 #: One batch's column: an array, (row, value) pairs for few values, or None for none.
