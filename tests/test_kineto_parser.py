@@ -293,16 +293,11 @@ def _tricky_events() -> list[dict]:
             for i in range(40)]
 
 
-@pytest.mark.parametrize("gzipped", [False, True])
-@pytest.mark.parametrize("batch_bytes", [1, 300])
-def test_the_stream_cuts_only_between_events(tmp_path, monkeypatch, gzipped, batch_bytes):
-    """The stream cuts the events array where ``}`` and ``,`` meet; a cut inside a name or
-    inside nested args must not decode, so the batch grows to the next candidate and the
-    table is the scanner's, from a memory map (pages handed back) or an inflated gzip."""
+def _scanned_and_streamed(path: Path, monkeypatch, batch_bytes: int):
+    """``path`` parsed by the C scanner, then by the pure path's stream in batches of about
+    ``batch_bytes`` (failing if it gave up and left the file to the whole-file reader)."""
     from traceview.parsers.kineto import _stream, _tolerant
 
-    path = write_trace(tmp_path / f"trace.json{'.gz' if gzipped else ''}", _tricky_events(),
-                       traceName="x]", distributedInfo={"rank": 3})
     fast = kineto.parse(path)
     monkeypatch.setattr(kineto, "_kineto_scan", None)
     monkeypatch.setattr(_stream, "STREAM_BYTES", batch_bytes)
@@ -312,7 +307,18 @@ def test_the_stream_cuts_only_between_events(tmp_path, monkeypatch, gzipped, bat
         raise AssertionError("the stream gave up on well-formed input")
 
     monkeypatch.setattr(_tolerant, "_decode", whole_file)
-    slow = kineto.parse(path)
+    return fast, kineto.parse(path)
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+@pytest.mark.parametrize("batch_bytes", [1, 300])
+def test_the_stream_cuts_only_between_events(tmp_path, monkeypatch, gzipped, batch_bytes):
+    """The stream cuts the events array where ``}`` and ``,`` meet; a cut inside a name or
+    inside nested args must not decode, so the batch grows to the next candidate and the
+    table is the scanner's, from a memory map (pages handed back) or an inflated gzip."""
+    path = write_trace(tmp_path / f"trace.json{'.gz' if gzipped else ''}", _tricky_events(),
+                       traceName="x]", distributedInfo={"rank": 3})
+    fast, slow = _scanned_and_streamed(path, monkeypatch, batch_bytes)
     assert slow.events.equals(fast.events) and slow.ranks == fast.ranks
     assert slow.events.column("name").to_pylist()[3] == 'op3 }, {"ph": "X"}, ]'
 
@@ -322,24 +328,13 @@ def test_the_stream_finds_the_end_of_the_events_array(tmp_path, monkeypatch, bat
     """Newer PyTorch writes ``deviceProperties`` after the events, MTIA traces log arrays:
     the tail holds brackets and ``}, {`` too. The array ends where a batch decodes to a
     complete list with more after it; the header values after it are read."""
-    from traceview.parsers.kineto import _stream, _tolerant
-
     events = json.dumps(_tricky_events())
     text = ('{"schemaVersion": 1, "distributedInfo": {"rank": 2, "world_size": 4}, '
             f'"traceEvents": {events}, "deviceProperties": [{{"id": 0, "name": "H100"}}, '
             '{"id": 1, "name": "H100"}], "WARNING": ["a }, { b ] c"], "traceName": "x]", '
             '"baseTimeNanoseconds": 1000000000}')
     path = write_trace(tmp_path / "trace.json", text=text)
-    fast = kineto.parse(path)
-    monkeypatch.setattr(kineto, "_kineto_scan", None)
-    monkeypatch.setattr(_stream, "STREAM_BYTES", batch_bytes)
-    monkeypatch.setattr(_stream, "_CUT_TRIES", 64)
-
-    def whole_file(*_args):
-        raise AssertionError("the stream gave up on well-formed input")
-
-    monkeypatch.setattr(_tolerant, "_decode", whole_file)
-    slow = kineto.parse(path)
+    fast, slow = _scanned_and_streamed(path, monkeypatch, batch_bytes)
     assert slow.events.equals(fast.events) and slow.ranks == fast.ranks
     assert slow.ranks[0].rank == 2 and slow.events.column("ts_ns")[0].as_py() == 1_000_010_000
 
