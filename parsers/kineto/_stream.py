@@ -34,6 +34,8 @@ STREAM_BYTES = 4 << 20
 #: begin (group 1: the comma between them).
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _EVENT_END = re.compile(rb"\}\s*(,)\s*\{")
+#: msgspec's word for a complete value with more after it (and the byte after the first extra)
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 
 
 #: Cuts tried in a row before the stream gives up on a batch: a cut that lands inside a string
@@ -124,9 +126,6 @@ def _header(data: bytes | mmap.mmap, head: bytes | None, stop: int | None) -> di
         raise _GiveUp  # an Execution Trace
     return {"distributedInfo": trace.distributedInfo, "deviceProperties": trace.deviceProperties,
             "baseTimeNanoseconds": trace.baseTimeNanoseconds, "host_name": trace.host_name}
-
-
-_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 
 
 def _event_batches(data: bytes | mmap.mmap, start: int,
