@@ -38,6 +38,9 @@ _EVENT_END = re.compile(rb"\}\s*(,)\s*\{")
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 
 
+#: Whether this platform's memory maps can hand pages back (``madvise``: not on Windows).
+_CAN_HAND_BACK = hasattr(mmap.mmap, "madvise") and hasattr(mmap, "MADV_DONTNEED")
+
 #: Cuts tried in a row before the stream gives up on a batch: a cut that lands inside a string
 #: or a nested value fails to decode and the batch grows to the next candidate.
 _CUT_TRIES = 8
@@ -134,6 +137,7 @@ def _event_batches(data: bytes | mmap.mmap, start: int,
     ``STREAM_BYTES`` of them at a time, each batch with the array's closing bracket when it
     holds the last event (else None)."""
     handed_back = start - start % mmap.PAGESIZE
+    release = release and _CAN_HAND_BACK
     size = len(data)
     while True:
         aim, tries = start + STREAM_BYTES, 0
