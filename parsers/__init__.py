@@ -18,13 +18,14 @@ from traceview.parsers._files import (
     PARSER_VERSIONS,
     TRACE_SUFFIXES,
     detect_format,
+    family,
     is_trace_name,
     rank_from_file_name,
 )
 from traceview.parsers._result import EventBatches, ParsedFile, RankInfo
 
 __all__ = ["PARSER_VERSIONS", "TRACE_SUFFIXES", "EventBatches", "ParsedFile", "RankInfo",
-           "detect_format", "is_trace_name", "parse", "parse_batched", "rank_from_file_name"]
+           "detect_format", "family", "is_trace_name", "parse", "parse_batched", "rank_from_file_name"]
 
 
 def parse(path: Path, **options: object) -> ParsedFile:

@@ -17,6 +17,12 @@ from pathlib import Path
 PARSER_VERSIONS: dict[str, int] = {"kineto": 4, "nsys": 2}
 
 
+def family(fmt: str) -> str:
+    """The parser family of a format (``detect_format``): ``nsys`` or ``kineto``, the key
+    of ``PARSER_VERSIONS``."""
+    return "nsys" if fmt.startswith("nsys") else "kineto"
+
+
 def detect_format(path: Path) -> str:
     """``kineto-json``, ``kineto-json-gz``, ``nsys-sqlite`` or ``nsys-rep``, by content first."""
     with open(path, "rb") as fh:

@@ -25,7 +25,8 @@ from traceview.errors import UnreadableTraceError, UsageError
 from traceview.outputs import (
     check_folder_target, refuse_input_overlap, remove_stale_temporaries,
 )
-from traceview.ingest import IngestResult, ingest, rank_info_rows, select_window
+from traceview.ingest import IngestResult, ingest
+from traceview.placement import rank_info_rows, select_window
 from traceview.windows import WindowChoice
 
 #: The ``windows`` table: which file holds which profiling window of which rank.
