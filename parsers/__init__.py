@@ -30,8 +30,7 @@ __all__ = ["PARSER_VERSIONS", "TRACE_SUFFIXES", "EventBatches", "ParsedFile", "R
 
 def parse(path: Path, **options: object) -> ParsedFile:
     """Parse one file of any supported format."""
-    fmt = detect_format(path)
-    if fmt.startswith("nsys"):
+    if family(detect_format(path)) == "nsys":
         from traceview.parsers import nsys
 
         return nsys.parse(path, **options)
@@ -43,7 +42,7 @@ def parse(path: Path, **options: object) -> ParsedFile:
 def parse_batched(path: Path, **options: object) -> ParsedFile:
     """Like :func:`parse`, but formats that can build their events in batches (Kineto JSON)
     return :class:`EventBatches`; the others return their table."""
-    if detect_format(path).startswith("nsys"):
+    if family(detect_format(path)) == "nsys":
         return parse(path, **options)
     from traceview.parsers import kineto
 
