@@ -46,11 +46,8 @@ import polars as pl
 if TYPE_CHECKING:
     import numpy as np
 
-from traceview.analyses.collective_match import (
-    BLOCKING,
-    P2P,
-    MatchResult,
-)
+import numpy as np
+
 from traceview.analyses.align_error import (  # noqa: F401  (re-exported: one import for users)
     DRIFT_MIN_ANCHORS,
     QUALITIES,
@@ -60,6 +57,11 @@ from traceview.analyses.align_error import (  # noqa: F401  (re-exported: one im
     calibrated_uncertainty,
     clock_error,
     clock_errors,
+)
+from traceview.analyses.collective_match import (
+    BLOCKING,
+    P2P,
+    MatchResult,
 )
 from traceview.errors import UsageError
 from traceview.selection import ALIGN_METHODS
@@ -233,7 +235,6 @@ def _alternate(x: pl.DataFrame, ref_clock: str, iters: int = 100) -> tuple[dict[
     Runs on an (instance x rank) matrix with NaN where a rank missed an instance; the loop is
     over iterations and clocks, never over events.
     """
-    import numpy as np  # here, not at the top: the CLI loads this module for every command
     wide = x.pivot(on="rank", index="instance", values="x", aggregate_function="first")
     inst = wide.get_column("instance")
     rank_cols = [c for c in wide.columns if c != "instance"]
@@ -268,8 +269,6 @@ def _nanmedian_rows(mat: np.ndarray) -> np.ndarray:
     >>> _nanmedian_rows(np.array([[3.0, np.nan, 1.0], [np.nan] * 3, [4.0, 1.0, 2.0]])).tolist()
     [2.0, nan, 2.0]
     """
-    import numpy as np
-
     ordered = np.sort(mat, axis=1)  # NaN last
     n = (~np.isnan(mat)).sum(axis=1)
     lo = np.take_along_axis(ordered, np.maximum(n - 1, 0)[:, None] // 2, axis=1)[:, 0]
@@ -375,7 +374,6 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
 def _fit_drift(a: pl.DataFrame, off: dict[str, float], big_e: pl.DataFrame, t0: float,
                ref_clock: str) -> dict[str, float]:
     """Per-clock slope of the end residuals against time; 0 unless significant."""
-    import numpy as np
     t = a.with_columns(o=pl.col("clock").replace_strict(off, return_dtype=pl.Float64)).join(
         big_e, on="instance").with_columns(y=pl.col("x") - pl.col("o") - pl.col("E"),
                                            u=pl.col("E") - t0)

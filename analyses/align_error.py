@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 #: ``quality`` values, best first (rule in ``docs/metrics.md``, section *Alignment*).
@@ -79,7 +80,6 @@ def clock_errors(a: pl.DataFrame, ref_clock: str, t0: float) -> dict[str, ClockE
 def clock_error(d, t, kinds: list[str], resid=None) -> ClockError:
     """:class:`ClockError` from completion differences ``d`` to the reference (time order),
     their times ``t`` and collective names ``kinds``."""
-    import numpy as np
     d = np.asarray(d, dtype=float)
     t = np.asarray(t, dtype=float)
     n = len(d)
@@ -115,7 +115,6 @@ def _t_over_z(dof: float) -> float:
 def _effective_anchors(d, med: float, spread: float) -> float:
     """Anchors close in time share noise (one slow step delays every exit in it): the
     variance of a mean of AR(1) noise is that of n (1 - rho) / (1 + rho) independent ones."""
-    import numpy as np
     n = len(d)
     if n < 4 or spread <= 0:
         return float(n)
@@ -132,7 +131,6 @@ def _disagreement(d, t, kinds: list[str], med: float, spread: float) -> tuple[fl
     standard error. Groups: each collective kind, the first and second half in time. A bias
     that one kind of anchor has (a barrier exits in a fixed rank order, an all-reduce does
     not) or that changes in time (drift, a clock step) shows here; residuals cannot see it."""
-    import numpy as np
     kinds_arr = np.asarray(kinds, dtype=object)
     groups = [(f"{k} anchors", kinds_arr == k) for k in sorted(set(kinds))] if len(
         set(kinds)) > 1 else []
@@ -154,7 +152,6 @@ def _disagreement(d, t, kinds: list[str], med: float, spread: float) -> tuple[fl
 def _drift_term(d, t, med: float, spread: float, inflate: float) -> float:
     """Standard error of a line through ``d`` against time times half the span: how far the
     offset may be off at the ends of the trace because drift is (or is not) corrected."""
-    import numpy as np
     if len(d) < DRIFT_MIN_ANCHORS:
         return 0.0
     keep = np.abs(d - med) <= max(4 * spread, 1.0)

@@ -51,6 +51,7 @@ import polars as pl
 
 from traceview.analyses.classify import DEFAULT_PATTERNS
 from traceview.analyses.names import matching, per_name
+from traceview.analyses.process_groups import recover_groups
 from traceview.analyses.window import ranks_present
 from traceview.naming import collective_from_text, dtype_bytes
 
@@ -294,8 +295,6 @@ def match_collectives(
                            pl.DataFrame(schema=PROBLEM_SCHEMA), pl.DataFrame(schema=GROUP_SCHEMA))
     problems: list[pl.DataFrame] = []
     if ranks is not None:
-        from traceview.analyses.process_groups import recover_groups
-
         comm, found = recover_groups(comm, ranks,
                                      floor_ns=tolerance_ns or TOLERANCE_FLOOR_NS)
         problems.append(pl.DataFrame(found, schema=PROBLEM_SCHEMA))

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from traceview.analyses.align import apply_offsets
+
 from .intervals import clip, complement, flag_overlapping, sweep, union, windowed_sweep
 from .names import per_name
 from .window import STEP_PATTERN
@@ -421,7 +423,6 @@ def _aligned(frame: pl.DataFrame, offsets: pl.DataFrame | None) -> pl.DataFrame:
     """``frame`` with ``ts_ns`` on the aligned timeline (durations kept)."""
     if offsets is None or offsets.height == 0 or frame.height == 0:
         return frame
-    from .align import apply_offsets
 
     return apply_offsets(frame, offsets).with_columns(ts_ns="ts_aligned_ns").drop(
         "ts_aligned_ns").collect()

@@ -36,9 +36,9 @@ from typing import Any
 import polars as pl
 
 from .critical_path import CriticalPath
-from .path_summary import path_categories, path_steps, stretch_own
 from .flops import PEAK_TABLE, Peak, peak_tflops
 from .intervals import clip
+from .path_summary import path_categories, path_steps, stretch_own
 
 #: Gain thresholds, as a share of the median step time: ``high`` and ``medium`` severity;
 #: below ``KEEP`` a finding is left out (noise, not worth a line on the to-do list).

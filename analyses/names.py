@@ -15,6 +15,8 @@ and joined back by the (dictionary-encoded) name. Both helpers stay lazy.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -56,8 +58,6 @@ def short_name(name: str | None, width: int = 60) -> str:
     >>> short_name("Memcpy HtoD (Pageable -> Device)")
     'Memcpy HtoD (Pageable -> Device)'
     """
-    import re
-
     s = "" if name is None else str(name).strip()
     signature = re.sub(r"^(?:void|static|__global__)\s+", "", s)
     signature = signature.replace("(anonymous namespace)::", "")

@@ -25,7 +25,13 @@ from traceview.errors import UsageError
 
 from .classify import DEFAULT_PATTERNS, ClassifyPatterns, gpu_events, gpu_rows
 from .intervals import (
-    clip, has_bit, mask_lengths, sweep, union, windowed_mask_lengths, windows_disjoint,
+    clip,
+    has_bit,
+    mask_lengths,
+    sweep,
+    union,
+    windowed_mask_lengths,
+    windows_disjoint,
 )
 from .window import STEP_PATTERN, gpu_step_windows, gpu_trace_windows, with_gpu_steps
 

@@ -10,7 +10,7 @@ add up, and GPU idle time at a step boundary (data loading, optimizer on the hos
 to the step that ends there.
 
 A rank may have several profiling windows, one file each (a schedule with ``repeat``:
-``traceview.windows``). The time between two of them is not data (the profiler was off): the
+``traceview.store.windows``). The time between two of them is not data (the profiler was off): the
 last step of a window ends with its own GPU work, and the whole-trace window's length
 (``window_ns``) is the sum of the windows' spans.
 

@@ -5,7 +5,7 @@
 1. Writes ``--ranks`` synthetic GPU ranks (``fixtures.synthetic``, NCCL all-reduces and
    all-gathers, clock offsets) into ``benchmarks/out/dask-<ranks>/`` (kept for reruns).
 2. Per-rank costs in this process (a sample of 8 ranks): parse + cache write, and the per-rank
-   summary (``traceview.per_rank.summarise``); summary bytes and collective rows per rank.
+   summary (``traceview.run.per_rank.summarise``); summary bytes and collective rows per rank.
 3. A ``LocalCluster`` (``--workers`` processes, one thread each): cluster start, ingest map
    (workers write their Parquet), per-rank summary map, then the driver-only cross-rank steps
    (matching, alignment, collectives, stragglers), with the driver's RSS before and after.
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     import polars as pl
 
     import traceview
-    from traceview.ingest import ingest_file
-    from traceview.per_rank import cross_rank, map_ranks, summarise
+    from traceview.store.ingest import ingest_file
+    from traceview.run.per_rank import cross_rank, map_ranks, summarise
 
     t = time.perf_counter()
     data = _generate(args.out / f"dask-{args.ranks}", args.ranks, args.steps)

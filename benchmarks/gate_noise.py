@@ -72,7 +72,7 @@ def measure(folder: Path, noise_k: float | None, alpha: float | None,
             sizes: list[int], min_effect: float | None = None) -> dict:
     """The rates per baseline size (see the module docstring)."""
     import traceview
-    from traceview import gate
+    from traceview.outputs import gate
 
     same, slow = _runs(folder, "same"), _runs(folder, "slow")
     if len(same) < max(sizes) + 1:

@@ -6,7 +6,7 @@ Writes a snapshot of a simulated allocator history (``tests/snapshot_helpers``) 
 ``--frames`` stack frames per entry and block, then times, fastest of ``--repeat``:
 
 * ``pickle.loads`` of the file (the standard, unsafe reader: the floor);
-* ``traceview.memory.memory_result(None, [file])``: the restricted read, the tables, the
+* ``traceview.run.memory.memory_result(None, [file])``: the restricted read, the tables, the
   replay, the top stacks.
 
 Target (a ratio, never a timed unit test): the whole ``memory`` answer within 3x the bare
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=30)
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
-    from traceview.memory import memory_result
+    from traceview.run.memory import memory_result
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rank-0.snapshot.pickle"

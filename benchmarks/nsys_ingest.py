@@ -96,15 +96,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: (module, function) pairs that ``--stages`` times.
-STAGES = (("traceview.store", "known_content_id"),
+STAGES = (("traceview.store.parquet", "known_content_id"),
           ("traceview.parsers.nsys._parse", "open_export"),
           ("traceview.parsers.nsys._parse", "string_table"),
           ("traceview.parsers.nsys._db", "adbc_parts"),
           ("traceview.parsers.nsys._tables", "kernels"),
           ("traceview.parsers.nsys._parse", "_processes"),
           ("traceview.parsers.nsys._arrow", "in_time_order"),
-          ("traceview.parsers.nsys._parse", "_parse_export"), ("traceview.ingest", "with_steps"),
-          ("traceview.store", "write_events"))
+          ("traceview.parsers.nsys._parse", "_parse_export"), ("traceview.store.ingest", "with_steps"),
+          ("traceview.store.parquet", "write_events"))
 
 
 def _time_stages() -> None:

@@ -84,9 +84,9 @@ def _warm_imports() -> None:
     import xxhash  # noqa: F401
 
     import traceview.cli  # noqa: F401
-    import traceview.ingest  # noqa: F401
-    import traceview.steps  # noqa: F401
-    import traceview.traceset  # noqa: F401
+    import traceview.store.ingest  # noqa: F401
+    import traceview.store.steps  # noqa: F401
+    import traceview.store.traceset  # noqa: F401
     from traceview.parsers import kineto, nsys  # noqa: F401
 
 
@@ -175,9 +175,9 @@ def op_ingest(a: dict[str, Any]) -> dict[str, Any]:
         ts = traceview.open(a["paths"], cache_dir=cache)
         workers = None
     else:
-        from traceview.executors import local_pool
-        from traceview.ingest import discover, ingest, worker_count
-        from traceview.traceset import _from_ingest
+        from traceview.store.executors import local_pool
+        from traceview.store.ingest import discover, ingest, worker_count
+        from traceview.store.traceset import _from_ingest
 
         files = discover(a["paths"])
         budget = a.get("memory_budget_mb")
@@ -227,9 +227,9 @@ def op_analysis(a: dict[str, Any]) -> dict[str, Any]:
 
     import traceview.analyses
     import traceview.analyses.align  # noqa: F401
-    import traceview.derived  # noqa: F401
-    import traceview.remote_store  # noqa: F401
-    import traceview.run  # noqa: F401 - the Run (and its Result) every command asks
+    import traceview.store.derived  # noqa: F401
+    import traceview.store.remote  # noqa: F401
+    import traceview.run.run  # noqa: F401 - the Run (and its Result) every command asks
     from traceview.cli import main, module_of
 
     module_of(a["command"])

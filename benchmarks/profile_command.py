@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     import polars  # noqa: F401  (warm, like benchmarks/ops.py)
 
     import traceview.cli
-    import traceview.traceset  # noqa: F401
+    import traceview.store.traceset  # noqa: F401
 
     profiler = cProfile.Profile(timer=time.process_time)
     wall, cpu = time.perf_counter(), time.process_time()

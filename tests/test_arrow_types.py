@@ -82,7 +82,7 @@ def test_kineto_ingest_imports_neither_pyarrow_compute_nor_pandas(tmp_path):
     code = (
         "import sys\n"
         "import polars, pyarrow.parquet, xxhash\n"
-        "import traceview, traceview.ingest, traceview.steps, traceview.traceset\n"
+        "import traceview, traceview.store.ingest, traceview.store.steps, traceview.store.traceset\n"
         "from traceview.parsers import kineto\n"
         "before = {m for m in ('pyarrow.compute', 'pandas') if m in sys.modules}\n"
         f"ts = traceview.open([{str(trace)!r}], cache_dir={str(tmp_path / 'cache')!r})\n"

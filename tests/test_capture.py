@@ -14,8 +14,8 @@ import pytest
 
 import traceview
 from tests.conftest import needs_torch
-from traceview.capture_nsys import export_command, nsys_command, split_torchrun
-from traceview.capture_sync import identity, trace_file_name
+from traceview.capture.nsys import export_command, nsys_command, split_torchrun
+from traceview.capture.sync_probe import identity, trace_file_name
 from traceview.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,8 +24,8 @@ PY = sys.executable
 
 # ----------------------------------------------------------------------------- light import
 def test_import_traceview_and_cli_never_import_torch():
-    code = ("import sys, traceview, traceview.capture, traceview.capture_nsys, "
-            "traceview.validate, traceview.cli.capture, traceview.cli; "
+    code = ("import sys, traceview, traceview.capture, traceview.capture.nsys, "
+            "traceview.capture.validate, traceview.cli.capture, traceview.cli; "
             "traceview.cli.build_parser(); print('torch' in sys.modules)")
     out = subprocess.run([PY, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

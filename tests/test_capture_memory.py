@@ -10,7 +10,7 @@ import pytest
 
 import traceview
 from traceview.cli import main
-from traceview.memory import memory_result
+from traceview.run.memory import memory_result
 
 torch = pytest.importorskip("torch")
 

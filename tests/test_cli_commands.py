@@ -15,7 +15,7 @@ import pytest
 import traceview
 from traceview import cli
 from traceview.cli._render import cut, duration, ms, pct, short, table
-from traceview.run import ANALYSES
+from traceview.run.run import ANALYSES
 
 from tests.conftest import FIXTURES
 
@@ -107,7 +107,7 @@ def test_csv_and_json_are_one_choice(command, capsys):
 
 def test_csv_of_a_frame_with_a_list_column(capsys):
     from traceview.cli._render import emit_result
-    from traceview.result import Result
+    from traceview.run.result import Result
 
     res = Result("demo", {"rows": pl.DataFrame({"rank": [0], "ops": [["a", "b"]]})}, "rows")
     assert emit_result(res, argparse.Namespace(json=False, csv=True))

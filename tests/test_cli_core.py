@@ -90,7 +90,7 @@ def test_parallel_ingest_in_worker_processes(tmp_path):
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
 
-    from traceview.ingest import ingest
+    from traceview.store.ingest import ingest
 
     for r in range(3):
         _trace(tmp_path, f"rank-{r}.json", rank=r, n=r + 1)
@@ -238,7 +238,7 @@ def test_content_id_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
     import time
 
     import traceview
-    from traceview import store
+    from traceview.store import parquet as store
 
     cache = tmp_path / "cache"
     path = _trace(tmp_path, "rank-0.json", rank=0, n=3)

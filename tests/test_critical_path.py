@@ -28,7 +28,7 @@ import traceview
 
 from gpu_trace_helpers import frame, kernel, launch, row, step
 from traceview.analyses.critical_path import candidates, walk
-from traceview.run import Run
+from traceview.run.run import Run
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"

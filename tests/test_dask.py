@@ -15,7 +15,7 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 import traceview  # noqa: E402
-from traceview.executors import (  # noqa: E402
+from traceview.store.executors import (  # noqa: E402
     ExecutorSpec,
     TaskFailure,
     is_dask,
@@ -23,8 +23,8 @@ from traceview.executors import (  # noqa: E402
     open_executor,
     run_tasks,
 )
-from traceview.ingest import ingest  # noqa: E402
-from traceview.per_rank import analyse  # noqa: E402
+from traceview.store.ingest import ingest  # noqa: E402
+from traceview.run.per_rank import analyse  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 GLOO = REPO / "fixtures" / "data" / "gloo_ddp_2r"
@@ -128,8 +128,8 @@ def test_dask_retries(dask_ex, tmp_path) -> None:
 
 
 def test_dask_failing_file_reported_by_file(dask_ex, tmp_path) -> None:
-    from traceview import store
-    from traceview.ingest import parser_version
+    from traceview.store import parquet as store
+    from traceview.store.ingest import parser_version
     from traceview.parsers import detect_format
 
     files = sorted(GLOO.glob("*.json.gz"))

@@ -1,4 +1,4 @@
-"""Classified GPU rows kept in the cache folder (traceview/derived.py): read back exactly, keyed
+"""Classified GPU rows kept in the cache folder (traceview/store/derived.py): read back exactly, keyed
 by everything they depend on, never used where the key cannot name the inputs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview import derived
+from traceview.store import derived
 from traceview.analyses.overlap import prepared_gpu
 from traceview.cli import main
 

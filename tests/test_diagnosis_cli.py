@@ -13,7 +13,7 @@ import pytest
 import traceview
 from tests.test_perfetto import check_structure
 from traceview.cli import main
-from traceview.perfetto import export
+from traceview.outputs.perfetto import export
 
 SLOW = str(Path(__file__).resolve().parents[1] / "fixtures" / "data" / "gloo_ddp_2r_slow1")
 
@@ -90,7 +90,7 @@ def test_perfetto_overlay_is_the_same_path(cache) -> None:
 
 
 def test_report_has_the_critical_path_section(cache) -> None:
-    from traceview.report import gather, write_html
+    from traceview.outputs.report import gather, write_html
 
     buf = io.StringIO()
     write_html(gather(traceview.open(SLOW, cache_dir=cache)), buf)

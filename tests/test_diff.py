@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceview.cli import main
-from traceview.diff import diff, mann_whitney_u
+from traceview.outputs.diff import diff, mann_whitney_u
 from traceview.schema import events_frame
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data"

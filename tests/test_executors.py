@@ -13,12 +13,12 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview import store
+from traceview.store import parquet as store
 from traceview.errors import UsageError
-from traceview.executors import ExecutorSpec, TaskFailure, local_pool, open_executor, run_tasks
-from traceview.ingest import ingest, parser_version
+from traceview.store.executors import ExecutorSpec, TaskFailure, local_pool, open_executor, run_tasks
+from traceview.store.ingest import ingest, parser_version
 from traceview.parsers import detect_format
-from traceview.per_rank import cross_rank, summarise
+from traceview.run.per_rank import cross_rank, summarise
 from traceview.schema import events_frame
 
 REPO = Path(__file__).resolve().parents[1]
@@ -305,7 +305,7 @@ def _traces(draw) -> pl.DataFrame:
 @settings(max_examples=25, deadline=None)
 @given(_traces())
 def test_per_rank_equals_whole_frame(ev: pl.DataFrame) -> None:
-    from traceview.run import Run
+    from traceview.run.run import Run
 
     whole = Run.from_events(ev)  # every table on the whole frame, wired as the CLI does
     ranks = sorted(ev.get_column("rank").unique().to_list())

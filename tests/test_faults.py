@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
-from traceview import outputs
+from traceview.store import safe_write
 from traceview.cli import main
 
 GLOO = FIXTURES / "data" / "gloo_ddp_2r"
@@ -172,7 +172,7 @@ def test_a_killed_writers_temporary_is_removed_by_the_next_write(tmp_path):
     alive = tmp_path / f".events.parquet.{os.getppid()}.efgh5678.tmp"  # a live writer's
     dead.write_text("half")
     alive.write_text("being written")
-    outputs.write_text(tmp_path / "events.parquet", "whole")
+    safe_write.write_text(tmp_path / "events.parquet", "whole")
     assert not dead.exists() and alive.exists()
     assert (tmp_path / "events.parquet").read_text() == "whole"
 
@@ -299,7 +299,7 @@ def test_version_names_the_kineto_parser_path(capsys, monkeypatch):
 
 
 def test_a_large_ingest_on_the_pure_path_says_so_once(capsys, monkeypatch, tmp_path):
-    from traceview import ingest
+    from traceview.store import ingest
     from traceview.parsers.kineto import _parse
 
     monkeypatch.setattr(_parse, "_kineto_scan", None)

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from tests.test_report_trace import two_rank_trace
-from traceview import gate
+from traceview.outputs import gate
 from traceview.cli import main
 from traceview.errors import UsageError
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from traceview import gate
+from traceview.outputs import gate
 from traceview.cli import main
-from traceview.diff import diff_tables, mann_whitney_u, run_tables
+from traceview.outputs.diff import diff_tables, mann_whitney_u, run_tables
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 MS = 1_000_000.0

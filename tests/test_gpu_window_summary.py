@@ -14,7 +14,7 @@ from traceview.analyses.summary import summary
 from traceview.analyses.window import (
     Window, gpu_step_windows, ranks_present, select, step_spans,
 )
-from traceview.run import Run
+from traceview.run.run import Run
 
 
 def _rank0(df: pl.DataFrame) -> dict:
@@ -83,7 +83,8 @@ def test_worst_straggler_states_a_reason() -> None:
 
 
 def test_run_computes_ranks_present_once(monkeypatch) -> None:
-    from traceview.analyses import window
+    from traceview.analyses import collective_match, flops, memory, window
+    from traceview.run import run as run_module
 
     ev = pl.concat([two_step_trace(), two_step_trace().with_columns(rank=pl.lit(3, pl.Int32))],
                    how="vertical_relaxed")
@@ -95,7 +96,9 @@ def test_run_computes_ranks_present_once(monkeypatch) -> None:
         calls.append(events)
         return uncounted(events)
 
-    monkeypatch.setattr(window, "ranks_present", counted)
+    # every module that calls it by name (imports are at module level) counts
+    for module in (window, run_module, collective_match, flops, memory):
+        monkeypatch.setattr(module, "ranks_present", counted)
     run = Run.from_events(ev)
     assert run.ranks_present == want
     assert run.ranks_table.get_column("rank").to_list() == want

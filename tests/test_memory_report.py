@@ -11,7 +11,7 @@ import pytest
 
 import traceview
 from test_memory_traces import gpu_totals_trace
-from traceview.report import gather, render_body, write_html
+from traceview.outputs.report import gather, render_body, write_html
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 

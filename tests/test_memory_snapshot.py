@@ -16,7 +16,7 @@ import pytest
 from snapshot_helpers import forward_replay, hand_snapshot, simulated_snapshot, write
 from traceview.cli import main
 from traceview.errors import UnreadableTraceError
-from traceview.memory import memory_result
+from traceview.run.memory import memory_result
 from traceview.parsers import torch_snapshot
 
 

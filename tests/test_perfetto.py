@@ -12,7 +12,7 @@ import pytest
 
 from tests.test_report_trace import EVIL, NCCL, two_rank_trace
 from traceview.cli import main
-from traceview.perfetto import export
+from traceview.outputs.perfetto import export
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 SHIFT = 5_000_000_000  # rank 1's clock runs 5 s ahead

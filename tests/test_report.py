@@ -10,7 +10,7 @@ import pytest
 
 from tests.test_report_trace import EVIL, EVIL_OP, two_rank_trace
 from traceview.cli import main
-from traceview.report import gather, write_html
+from traceview.outputs.report import gather, write_html
 
 pytest.importorskip("plotly")
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.page_probe import chromium, instrumented, launch, probe, status
 from tests.test_report_trace import EVIL, EVIL_OP, two_rank_trace
-from traceview.report import gather, write_html
+from traceview.outputs.report import gather, write_html
 
 pytest.importorskip("plotly")
 

@@ -1,4 +1,4 @@
-"""Which profiler step each event belongs to (traceview/steps.py), worked out by hand."""
+"""Which profiler step each event belongs to (traceview/store/steps.py), worked out by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from traceview.schema import events_frame
-from traceview.steps import StepsOfRows, step_of_events
+from traceview.store.steps import StepsOfRows, step_of_events
 
 
 def _event(kind: str, name: str, ts: int, dur: int, rank: int = 0,

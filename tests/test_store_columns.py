@@ -7,7 +7,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from traceview import schema, store
+from traceview import schema
+from traceview.store import parquet as store
 
 
 def _events() -> pl.DataFrame:
@@ -46,7 +47,7 @@ def test_kineto_cache_files_leave_out_the_columns_a_trace_never_has(tmp_path: Pa
     labels, memory or FLOP counters here) and leaves them out; derived columns stay."""
     import json
 
-    from traceview.ingest import ingest_file
+    from traceview.store.ingest import ingest_file
 
     trace = tmp_path / "rank-0.json"
     trace.write_text(json.dumps({"traceEvents": [

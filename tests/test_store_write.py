@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import traceview
-from traceview import store, traceset
+from traceview.store import parquet as store
+from traceview.store import traceset
 from traceview.cli import main
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data"

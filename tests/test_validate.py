@@ -14,7 +14,7 @@ import pytest
 from fixtures.clock_shift import inject_clock_offsets, read_trace, write_trace
 from traceview.cli import main
 from traceview.schema import events_frame
-from traceview.validate import check_events, check_files, files_frame, validate
+from traceview.capture.validate import check_events, check_files, files_frame, validate
 
 GOOD = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "gloo_ddp_2r"
 R0 = "rank-0.gloo_ddp.pt.trace.json.gz"

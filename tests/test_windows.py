@@ -1,4 +1,4 @@
-"""Several profiling windows per rank (traceview/windows.py) on real and hand-made traces.
+"""Several profiling windows per rank (traceview/store/windows.py) on real and hand-made traces.
 
 ``fixtures/data/gloo_windows_2r``: a real 2-rank gloo run under ``schedule(wait=0, warmup=1,
 active=2, repeat=3)`` with ``tensorboard_trace_handler``'s names (``<host>_<pid>.<time>``):

@@ -13,27 +13,34 @@ True
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
 
 from traceview.errors import (  # noqa: E402
-    CheckFailed, RankConflictError, TraceviewError, UnreadableTraceError, UsageError,
+    CheckFailed,
+    RankConflictError,
+    TraceviewError,
+    UnreadableTraceError,
+    UsageError,
 )
 
 #: Public names loaded on first use, so `import traceview` stays light (no Polars import until
-#: a trace set is opened): name -> module.
+#: a trace set is opened): name -> module. A name that is its module's own last part is that
+#: module (``from traceview import plots``: the notebook figures).
 _LAZY: dict[str, str] = {
-    "open": "traceview.run",
-    "Run": "traceview.run",
-    "RunOptions": "traceview.run",
-    "ANALYSES": "traceview.run",
-    "Result": "traceview.result",
-    "TraceSet": "traceview.traceset",
+    "open": "traceview.run.run",
+    "Run": "traceview.run.run",
+    "RunOptions": "traceview.run.run",
+    "ANALYSES": "traceview.run.run",
+    "Result": "traceview.run.result",
+    "TraceSet": "traceview.store.traceset",
+    "plots": "traceview.outputs.plots",
 }
 
 __all__ = ["ANALYSES", "CheckFailed", "RankConflictError", "Result", "Run", "RunOptions",
-           "TraceSet", "TraceviewError", "UnreadableTraceError", "UsageError", "open",
+           "TraceSet", "TraceviewError", "UnreadableTraceError", "UsageError", "open", "plots",
            "__version__"]
 
 
@@ -41,9 +48,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'traceview' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+    loaded = importlib.import_module(module)
+    return loaded if module.rpartition(".")[2] == name else getattr(loaded, name)
 
 
 def __dir__() -> list[str]:  # tab completion lists the lazy names too

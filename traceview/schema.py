@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+import polars as pl
 import pyarrow as pa
 
 #: Bump when a column is added, removed or changes meaning. Stored in Parquet metadata; a cache
@@ -243,8 +244,6 @@ EVENT_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in EVENT_COLUMNS)
 
 def polars_schema(columns: tuple[Column, ...] = EVENT_COLUMNS):  # -> pl.Schema
     """The Polars schema of a column declaration (dictionary strings become Categorical)."""
-    import polars as pl
-
     # Table.from_batches, not Schema.empty_table(): the latter imports pandas (~0.7 s).
     empty = pl.from_arrow(pa.Table.from_batches([], schema=arrow_schema(columns)))
     return empty.schema
@@ -252,8 +251,6 @@ def polars_schema(columns: tuple[Column, ...] = EVENT_COLUMNS):  # -> pl.Schema
 
 def empty_events():  # -> pl.DataFrame
     """An events frame with no rows and every column typed."""
-    import polars as pl
-
     return pl.from_arrow(pa.Table.from_batches([], schema=EVENTS_ARROW))
 
 
@@ -266,8 +263,6 @@ def events_frame(rows: list[dict]):  # -> pl.DataFrame
     ...                "name": "k", "ts_ns": 10, "dur_ns": 5}]).select("ts_ns", "dur_ns").row(0)
     (10, 5)
     """
-    import polars as pl
-
     columns = {c.name: [row.get(c.name) for row in rows] for c in EVENT_COLUMNS}
     table = pa.table(
         {c.name: pa.array(columns[c.name], type=_plain(c.type)) for c in EVENT_COLUMNS}

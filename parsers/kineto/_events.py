@@ -19,7 +19,6 @@ import pyarrow as pa
 
 from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS
 
-
 _NULL = msgspec.Raw(b"null")
 
 

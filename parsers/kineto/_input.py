@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import traceview.parsers.kineto._scan as _scan
 from traceview.errors import UnreadableTraceError
 
 try:  # ISA-L inflates 2-3x faster than zlib; fall back to the standard library.
@@ -94,8 +95,6 @@ class _InflatingMap:
     multi-member stream."""
 
     def __init__(self, path: Path, size: int, chunk: int) -> None:
-        from traceview.parsers.kineto import _scan
-
         self._scan = _scan  # publish() and the producer's states
         self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
         self.progress = mmap.mmap(-1, 16)  # page-aligned, as the atomic counters need

@@ -9,7 +9,6 @@ into one table.
 from __future__ import annotations
 
 import os
-
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,13 +18,13 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from traceview.parsers import EventBatches, ParsedFile
+from traceview.parsers._result import EventBatches, ParsedFile
 from traceview.parsers.kineto._arrow_types import series_of, strings
 from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
+from traceview.parsers.kineto._events import REPEATING_TEXT, as_int
 from traceview.parsers.kineto._input import Input, open_input, read_bytes
 from traceview.parsers.kineto._ranks import rank_info
 from traceview.parsers.kineto._rows import batch, empty_columns, key_frame, text_facts
-from traceview.parsers.kineto._events import REPEATING_TEXT, as_int
 from traceview.parsers.kineto._stream import Column
 from traceview.parsers.kineto._tolerant import read_events
 from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS
@@ -35,7 +34,7 @@ from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS
 PURE_PYTHON_ENV = "TRACEVIEW_PURE_PYTHON"
 
 try:  # the C fast path (_scan.c); without it (no compiler at install) the tolerant path does all
-    from traceview.parsers.kineto import _scan as _kineto_scan
+    import traceview.parsers.kineto._scan as _kineto_scan
     _SCAN_MISSING = ""
 except ImportError as exc:  # pragma: no cover - exercised by setting the module to None in tests
     _kineto_scan = None

@@ -7,7 +7,8 @@ from typing import Any
 
 import msgspec
 
-from traceview.parsers import RankInfo, rank_from_file_name
+from traceview.parsers._files import rank_from_file_name
+from traceview.parsers._result import RankInfo
 from traceview.parsers.kineto._events import as_int
 
 

@@ -23,7 +23,6 @@ import pyarrow as pa
 from traceview.parsers.kineto._columns import Sparse, SparseText
 from traceview.parsers.kineto._events import REPEATING_TEXT, Event, columns_of, valid_utf8
 
-
 #: Bytes of the events array turned into Python objects at a time on the streamed path. The
 #: objects of a whole trace took ~8x the file in memory (a 63 MB trace peaked at 581 MB); a
 #: batch of 4 MB (~16 k events) is a few MB of them.

@@ -29,8 +29,19 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
+from traceview._dependencies import available, lazy_module
 from traceview.errors import UnreadableTraceError
+
+# Loaded when an export is opened: a Kineto-only run never pays for them. ADBC is optional
+# (without it tables are read through sqlite3); SQLAlchemy is a dependency.
+sqlalchemy = lazy_module("sqlalchemy", submodules=("sqlalchemy.pool",),
+                         missing="reading nsys exports needs SQLAlchemy: pip install sqlalchemy")
+adbc_driver_sqlite = lazy_module("adbc_driver_sqlite", missing="use_adbc=True needs ADBC's "
+                                 "SQLite driver: pip install adbc-driver-sqlite")
+adbc_driver_manager = lazy_module("adbc_driver_manager", missing="use_adbc=True needs ADBC: "
+                                  "pip install adbc-driver-manager")
 
 #: Rows per chunk when reading through the Python SQLite driver.
 CHUNK_ROWS = 131_072
@@ -116,9 +127,6 @@ def open_export(path: Path, *, use_adbc: bool | None = None) -> Export:
     Raises :class:`UnreadableTraceError` naming the file when it is not SQLite or not an nsys
     export. ``use_adbc``: None = when installed, False = never, True = required.
     """
-    from sqlalchemy import create_engine
-    from sqlalchemy.pool import NullPool
-
     uri = ro_uri(path)
 
     def connect() -> sqlite3.Connection:
@@ -128,7 +136,8 @@ def open_export(path: Path, *, use_adbc: bool | None = None) -> Export:
 
     # SQLAlchemy owns the connection (the project's database layer; its engine is how other
     # tools reach the export too); the bulk tables bypass it through ADBC, below.
-    engine = create_engine("sqlite+pysqlite://", creator=connect, poolclass=NullPool)
+    engine = sqlalchemy.create_engine("sqlite+pysqlite://", creator=connect,
+                                      poolclass=sqlalchemy.pool.NullPool)
     try:
         proxy = engine.raw_connection()
     except Exception as exc:  # sqlite3.Error: a missing file or folder, no permission
@@ -165,11 +174,7 @@ def open_export(path: Path, *, use_adbc: bool | None = None) -> Export:
 def _adbc_database(uri: str, *, required: bool) -> Any:
     # The low-level API, not adbc_driver_manager.dbapi: the DB-API module imports
     # pyarrow.dataset and pandas (~0.5 s), which nothing here uses.
-    try:
-        import adbc_driver_sqlite
-    except ImportError:
-        if required:
-            raise
+    if not required and not available("adbc_driver_sqlite"):
         return None
     return adbc_driver_sqlite.connect(uri)
 
@@ -290,9 +295,6 @@ def _adbc_frame(database: Any, sql: str, rows: int,
                 schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """One query (of at most ``rows`` rows) through its own ADBC connection, so several can run
     at once."""
-    import adbc_driver_manager
-    import pyarrow as pa
-
     text = pl.String in schema.values()
     # One batch per range: ADBC types each column from the first batch (text whose first rows
     # are NULL would be typed int64 and fail at its first value), and one batch is one chunk

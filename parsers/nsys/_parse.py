@@ -16,11 +16,15 @@ import orjson
 import polars as pl
 
 from traceview import schema
+from traceview._dependencies import lazy_module, loaded
 from traceview.errors import UnreadableTraceError
-from traceview.parsers import ParsedFile, RankInfo
+from traceview.parsers._result import ParsedFile, RankInfo
 from traceview.parsers.nsys import _arrow, _nccl, _ranks, _read_ahead
 from traceview.parsers.nsys import _tables as tables
 from traceview.parsers.nsys._db import Export, count_rows, open_export, query_rows, string_table
+
+#: The first cast to Arrow types in a process imports it (~0.05 s); see _parse_export.
+pyarrow_compute = lazy_module("pyarrow.compute", missing="pyarrow.compute is missing: reinstall pyarrow")
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 #: A process with rows of these kinds uses a GPU (a GPU process, in _ranks' terms).
@@ -111,7 +115,7 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     # the hand-over to Arrow casts (schema.conform), and the first cast of a process imports
     # pyarrow.compute (~0.05 s): imported now, it overlaps the kernel read ahead, which this
     # thread would otherwise wait for (0.4-0.6 s for 2 M kernels)
-    import pyarrow.compute  # noqa: F401
+    loaded(pyarrow_compute)
 
     staged: list[pl.DataFrame] = []
     input_events = 0

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceview.parsers import rank_from_file_name
+from traceview.parsers._files import rank_from_file_name
 
 _ENV_RANK = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID",
              "MV2_COMM_WORLD_RANK")

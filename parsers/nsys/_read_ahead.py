@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
+from traceview._dependencies import available
 from traceview.parsers.nsys import _db
 
 #: Smaller exports are not read ahead: their kernel read is too short to hide much of the
@@ -57,9 +59,7 @@ class ReadAhead:
 def start(path: Path, table: str, query: Query) -> ReadAhead | None:
     """Start reading ``table`` of ``path`` ahead, when ADBC is installed and the export is of
     :data:`MIN_BYTES` or more."""
-    try:
-        import adbc_driver_sqlite  # noqa: F401
-    except ImportError:
+    if not available("adbc_driver_sqlite"):
         return None
     if path.stat().st_size < MIN_BYTES:
         return None
@@ -67,10 +67,8 @@ def start(path: Path, table: str, query: Query) -> ReadAhead | None:
 
 
 def _read(path: Path, table: str, query: Query) -> _Read | None:
-    import adbc_driver_sqlite
-
     try:
-        database = adbc_driver_sqlite.connect(_db.ro_uri(path))
+        database = _db.adbc_driver_sqlite.connect(_db.ro_uri(path))
     except Exception:  # noqa: BLE001 - not readable as SQLite: the parser says why
         return None
     try:
@@ -93,12 +91,9 @@ def _read(path: Path, table: str, query: Query) -> _Read | None:
 
 def _values(database: Any, sql: str) -> list[Any]:
     """The first column of a small query's result."""
-    import adbc_driver_manager
-    import pyarrow as pa
-
-    conn = adbc_driver_manager.AdbcConnection(database)
+    conn = _db.adbc_driver_manager.AdbcConnection(database)
     try:
-        statement = adbc_driver_manager.AdbcStatement(conn)
+        statement = _db.adbc_driver_manager.AdbcStatement(conn)
         try:
             statement.set_sql_query(sql)
             stream, _ = statement.execute_query()

@@ -1,4 +1,5 @@
-"""The ``traceview`` command: one table of subcommands, one module per group of them.
+"""The cli room: the ``traceview`` command, one table of subcommands and one module per group
+of them; it may import every other room, and nothing imports it but ``__main__``.
 
 ``COMMANDS`` names each subcommand, the module under ``traceview.cli`` that adds its options
 (``configure(parser, command)``, which also sets ``run=function(args) -> int``) and its help
@@ -16,7 +17,11 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from traceview import __version__
+from traceview._dependencies import lazy_module
 from traceview.errors import TraceviewError
+
+#: Asked only by ``--version``: every other command would pay for the parser's imports.
+kineto = lazy_module("traceview.parsers.kineto")
 
 
 class Command(NamedTuple):
@@ -75,11 +80,9 @@ class _Version(argparse.Action):
 
 
 def version_text() -> str:
-    from traceview.parsers.kineto import SCANNER_FIX, parser_path
-
-    path, why = parser_path()
+    path, why = kineto.parser_path()
     return (f"traceview {__version__} (Kineto parser: {path}"
-            + (f": {why}; {SCANNER_FIX})" if why else ")"))
+            + (f": {why}; {kineto.SCANNER_FIX})" if why else ")"))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,6 +100,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     named = _command_name(argv)
+    if named not in COMMANDS and argv is not None and "--version" in argv:
+        return parser  # the version is all it will print: no command's imports
     for command in [named] if named in COMMANDS else COMMANDS:
         module_of(command).configure(sub.add_parser(command, help=COMMANDS[command].help),
                                      command)

@@ -11,8 +11,11 @@ import argparse
 import sys
 
 from traceview.errors import UsageError
+from traceview.run.run import Run, RunOptions
 from traceview.selection import ALIGN_METHODS
-from traceview.windows import parse_window
+from traceview.store import traceset
+from traceview.store.executors import ExecutorSpec
+from traceview.store.windows import parse_window
 
 
 def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True,
@@ -45,7 +48,7 @@ def parse_options(args: argparse.Namespace) -> dict[str, object]:
 
 
 def add_profiling_window_arg(parser: argparse.ArgumentParser) -> None:
-    """--window N|last: one profiling window of each rank (``traceview.windows``)."""
+    """--window N|last: one profiling window of each rank (``traceview.store.windows``)."""
     parser.add_argument("--window", metavar="N|last", default=None,
                         help="analyse one profiling window of each rank (a schedule with "
                              "repeat writes one file per window): its number from 0, or "
@@ -116,7 +119,6 @@ def executor_spec(args: argparse.Namespace):  # -> ExecutorSpec | None
     scheduler = getattr(args, "scheduler", None)
     if kind is None and scheduler is None:
         return None
-    from traceview.executors import ExecutorSpec
 
     return ExecutorSpec(kind or "dask", scheduler=scheduler,
                         retries=getattr(args, "retries", 2))
@@ -124,8 +126,6 @@ def executor_spec(args: argparse.Namespace):  # -> ExecutorSpec | None
 
 def open_traceset(args: argparse.Namespace):  # -> TraceSet
     """Open the command's inputs with the shared options."""
-    from traceview import traceset
-
     return traceset.open(
         args.paths,
         skip_bad=getattr(args, "skip_bad", False),
@@ -139,11 +139,9 @@ def open_traceset(args: argparse.Namespace):  # -> TraceSet
     )
 
 
-def open_run(args: argparse.Namespace):  # -> traceview.run.Run
+def open_run(args: argparse.Namespace):  # -> traceview.run.run.Run
     """The Run the command's inputs, window and alignment options describe. A bad option
     fails before any file is read."""
-    from traceview.run import Run, RunOptions
-
     options = RunOptions(
         ranks=getattr(args, "ranks", None), steps=getattr(args, "steps", None),
         time=getattr(args, "time", None), skip_warmup=getattr(args, "skip_warmup", 0),

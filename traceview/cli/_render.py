@@ -3,7 +3,7 @@
 Text is for people: numbers are pre-formatted by the command with the helpers here (``ms``,
 ``us``, ``pct``, ``duration``), a missing value shows as ``-`` and a long name is cut with
 ``…`` so a table stays one screen wide. ``--json`` and ``--csv`` are for programs and come
-from the :class:`~traceview.result.Result` untouched.
+from the :class:`~traceview.run.result.Result` untouched.
 
 >>> print(table(["rank", "name", "total_ms"], [[0, "ncclAllReduce", ms(1_500_000)],
 ...                                            [1, None, None]], left={"name"}))
@@ -19,6 +19,8 @@ import sys
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+from traceview.analyses.spread import MANY_RANKS, distribution, outliers
+from traceview.run.result import json_bytes
 
 #: A text cell longer than this is cut (kernel names can run to thousands of characters).
 MAX_WIDTH = 60
@@ -89,7 +91,7 @@ def warn(message: str) -> None:
 
 
 def emit_result(result: Any, args: argparse.Namespace) -> bool:
-    """Print ``result`` (a :class:`~traceview.result.Result`) as ``--json`` or ``--csv``
+    """Print ``result`` (a :class:`~traceview.run.result.Result`) as ``--json`` or ``--csv``
     when asked (True), after its warnings on stderr; False when the command should render
     its text."""
     for warning in result.warnings:
@@ -105,8 +107,6 @@ def emit_result(result: Any, args: argparse.Namespace) -> bool:
 
 def dumps(obj: Any) -> str:
     """JSON text for the ``--json`` of commands without a Result (``result.json_bytes``)."""
-    from traceview.result import json_bytes
-
     return json_bytes(obj).decode()
 
 
@@ -122,8 +122,6 @@ MAX_ROWS = 64
 def is_many(df: Any, args: argparse.Namespace) -> bool:
     """True when ``df`` (a table with a ``rank`` column) is too long to print whole: more
     than ``analyses.spread.MANY_RANKS`` ranks or ``MAX_ROWS`` rows, and no ``--all``."""
-    from traceview.analyses.spread import MANY_RANKS
-
     if getattr(args, "all", False) or df.height == 0:
         return False
     return df.get_column("rank").n_unique() > MANY_RANKS or df.height > MAX_ROWS
@@ -133,8 +131,6 @@ def spread(df: Any, metrics: Sequence[tuple[str, str, Any]], what: str = "ranks"
     """The distribution of each metric over the rows of ``df`` (``metrics``: column, name,
     formatter): median, p90, max, the rank holding the max, the outlier ranks
     (``analyses.spread.distribution``)."""
-    from traceview.analyses.spread import distribution
-
     d = distribution(df, [c for c, _, _ in metrics])
     fmt = {c: (name, f) for c, name, f in metrics}
     rows = [[fmt[r["metric"]][0], fmt[r["metric"]][1](r["median"]),
@@ -148,8 +144,6 @@ def spread(df: Any, metrics: Sequence[tuple[str, str, Any]], what: str = "ranks"
 
 def outlier_ranks(df: Any, columns: Sequence[str]) -> list[int]:
     """The ranks that are outliers in any of ``columns``, furthest first per column."""
-    from traceview.analyses.spread import outliers
-
     out: list[int] = []
     for col in columns:
         out += [r for r in outliers(df, col)["rank"].to_list() if r not in out]

@@ -23,9 +23,15 @@ from typing import Any
 
 import polars as pl
 
+import traceview
+from traceview.capture import RUN_FILE
+from traceview.capture.nsys import NOT_INSTALLED, export_command, find_nsys, nsys_command
+from traceview.capture.validate import Problem, files_frame, validate
 from traceview.cli._options import add_json_arg
 from traceview.cli._render import emit_json, warn
 from traceview.errors import TraceviewError, UnreadableTraceError, UsageError
+from traceview.schema import empty_events
+from traceview.store.ingest import discover
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -79,9 +85,6 @@ def load_run(paths: list[Path], *, cache: bool = True, cache_dir: str | None = N
     One file at a time so that two files claiming one rank, or an unreadable file, become
     problems to report rather than an error that stops the check.
     """
-    import traceview
-    from traceview.validate import files_frame
-
     frames: list[pl.DataFrame] = []
     rows: list[dict[str, Any]] = []
     said: set[str] = set()
@@ -104,16 +107,12 @@ def load_run(paths: list[Path], *, cache: bool = True, cache_dir: str | None = N
         frames.append(ts.events.with_columns(pl.lit(file_id, pl.Int32).alias("file_id"))
                       .collect())
     if not frames:
-        from traceview.schema import empty_events
-
         return empty_events().lazy(), files_frame(rows)
     return pl.concat(frames, how="vertical").lazy(), files_frame(rows)
 
 
 def read_run_info(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     """run.json as a dict (None when absent) and a problem text when it is unreadable."""
-    from traceview.capture import RUN_FILE
-
     path = run_dir / RUN_FILE
     if not path.is_file():
         return None, None
@@ -127,8 +126,6 @@ def read_run_info(run_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
 def validate_paths(run_dir: Path, paths: list[Path], *, cache: bool = True,
                    cache_dir: str | None = None) -> tuple[dict[str, Any], int]:
     """The validate report and its exit code for these trace files of ``run_dir``."""
-    from traceview.validate import Problem, validate
-
     events, files = load_run(paths, cache=cache, cache_dir=cache_dir)
     if files.filter(pl.col("error").is_null()).height == 0:
         errors = "; ".join(files.get_column("error").to_list())
@@ -152,8 +149,6 @@ def validate_paths(run_dir: Path, paths: list[Path], *, cache: bool = True,
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from traceview.ingest import discover
-
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise UnreadableTraceError(run_dir, "not a directory")
@@ -183,8 +178,6 @@ def _print_report(report: dict[str, Any]) -> None:
 
 # ----------------------------------------------------------------------------- capture nsys
 def run_capture_nsys(args: argparse.Namespace) -> int:
-    from traceview.capture_nsys import NOT_INSTALLED, export_command, find_nsys, nsys_command
-
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]

@@ -8,13 +8,20 @@ from typing import Any
 import orjson
 import polars as pl
 
+from traceview.analyses.classify import gpu_events
+from traceview.analyses.launches import unlaunched_gpu
+from traceview.analyses.spread import MANY_RANKS
 from traceview.cli._options import (
-    add_all_arg, add_include_osrt_arg, add_input_args, add_json_arg, add_profiling_window_arg,
+    add_all_arg,
+    add_include_osrt_arg,
+    add_input_args,
+    add_json_arg,
+    add_profiling_window_arg,
     open_traceset,
 )
 from traceview.cli._render import emit_json, warn
 from traceview.errors import UsageError
-from traceview.outputs import check_folder_target, refuse_input_overlap
+from traceview.store.safe_write import check_folder_target, refuse_input_overlap
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -45,7 +52,7 @@ def _sql_options(p: argparse.ArgumentParser) -> None:
 
 def info_report(ts: Any) -> dict[str, Any]:
     """The ``info --json`` contract: totals and per rank input/stored/dropped/kinds, and the
-    rank's profiling windows (``traceview.windows``)."""
+    rank's profiling windows (``traceview.store.windows``)."""
     kinds = (ts.events.group_by("rank", "kind").agg(pl.len().alias("n"))
              .collect().with_columns(pl.col("kind").cast(pl.String)))
     unlaunched = _unlaunched_by_rank(ts)
@@ -95,9 +102,6 @@ def info_report(ts: Any) -> dict[str, Any]:
 
 def _unlaunched_by_rank(ts: Any) -> dict[int, int]:
     """Rank -> GPU events whose launch is not in the trace (``launches.unlaunched_gpu``)."""
-    from traceview.analyses.classify import gpu_events
-    from traceview.analyses.launches import unlaunched_gpu
-
     events = ts.analysis_events()
     gpu = gpu_events(events).select("rank", "correlation").collect()
     if gpu.height == 0:
@@ -109,7 +113,6 @@ def _unlaunched_by_rank(ts: Any) -> dict[int, int]:
 def _print_info(report: dict[str, Any], every: bool = False) -> None:
     print(f"{len(report['ranks'])} ranks, {report['files']} files, "
           f"{report['stored_events']:,} events stored of {report['input_events']:,} read")
-    from traceview.analyses.spread import MANY_RANKS
 
     ranks = report["ranks"]
     if not every and len(ranks) > MANY_RANKS:

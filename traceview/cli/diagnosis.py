@@ -18,7 +18,11 @@ from __future__ import annotations
 import argparse
 
 from traceview.cli._options import (
-    add_align_arg, add_input_args, add_json_arg, add_window_args, open_run,
+    add_align_arg,
+    add_input_args,
+    add_json_arg,
+    add_window_args,
+    open_run,
 )
 from traceview.cli._render import emit_result, ms, pct, short, table
 

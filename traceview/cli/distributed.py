@@ -18,10 +18,23 @@ import argparse
 import polars as pl
 
 from traceview.cli._options import (
-    add_align_arg, add_all_arg, add_input_args, add_json_arg, add_window_args, open_run,
+    add_align_arg,
+    add_all_arg,
+    add_input_args,
+    add_json_arg,
+    add_window_args,
+    open_run,
 )
 from traceview.cli._render import (
-    emit_result, fixed, is_many, ms, not_shown, outlier_ranks, spread, table, us,
+    emit_result,
+    fixed,
+    is_many,
+    ms,
+    not_shown,
+    outlier_ranks,
+    spread,
+    table,
+    us,
 )
 
 

@@ -4,7 +4,7 @@ PATHs are traces (Kineto JSON recorded with ``profile_memory=True``, nsys export
 memory usage) and CUDA caching-allocator snapshots (``.pickle`` files from
 ``torch.cuda.memory._dump_snapshot``), in any mix. Snapshots are read as untrusted input: a
 pickle that asks for anything but plain data is refused (exit 2) before it runs. Every number
-comes from ``Run.memory`` (``traceview.memory``).
+comes from ``Run.memory`` (``traceview.run.memory``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,16 @@ import argparse
 from pathlib import Path
 
 from traceview.cli._options import (
-    add_align_arg, add_input_args, add_json_arg, add_window_args, open_run,
+    add_align_arg,
+    add_input_args,
+    add_json_arg,
+    add_window_args,
+    open_run,
 )
 from traceview.cli._render import emit_result, pct, short, table
+from traceview.parsers import is_trace_name
+from traceview.parsers.torch_snapshot import is_snapshot_path
+from traceview.run.memory import memory_result
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -33,9 +40,6 @@ def split_inputs(paths: list[str]) -> tuple[list[str], list[str]]:
     """(traces, snapshots): a ``.pickle`` / ``.pkl`` file is a snapshot; a folder gives its
     snapshots (one level, as its traces) and stays a trace input when it holds traces (a
     ``traceview.capture`` run directory holds both)."""
-    from traceview.parsers import is_trace_name
-    from traceview.parsers.torch_snapshot import is_snapshot_path
-
     traces: list[str] = []
     snaps: list[str] = []
     for raw in paths:
@@ -58,7 +62,6 @@ def memory_of(args: argparse.Namespace):  # -> Result
     if traces:
         args.paths = traces
         return open_run(args).memory(snapshots=snaps, top=args.top)
-    from traceview.memory import memory_result
 
     return memory_result(None, snaps, top=args.top)
 

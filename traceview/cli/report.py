@@ -27,11 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from traceview.cli._options import (
-    add_include_osrt_arg, add_input_args, add_json_arg, add_window_args, open_run,
+    add_include_osrt_arg,
+    add_input_args,
+    add_json_arg,
+    add_window_args,
+    open_run,
 )
 from traceview.cli._render import dumps, emit_json, ms, short, table, warn
 from traceview.errors import UsageError
-from traceview.outputs import check_file_target, refuse_input_overlap, write_text
+from traceview.outputs import gate
+from traceview.outputs.diff import diff_tables, run_tables
+from traceview.outputs.perfetto import export
+from traceview.outputs.report import gather, write_html
+from traceview.store.safe_write import check_file_target, refuse_input_overlap, write_text
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -141,8 +149,6 @@ def _output(args: argparse.Namespace, path: str, option: str = "-o") -> str:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from traceview.report import gather, write_html
-
     _output(args, args.output)
     run = _open(args)
     title = args.title or "traceview report: " + ", ".join(Path(p).name for p in args.paths)
@@ -166,8 +172,6 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from traceview.diff import diff_tables, run_tables
-
     base = _open(args, [args.base])
     test = _open(args, [args.test])
     res = diff_tables(run_tables(base), run_tables(test), alpha=args.alpha, top=args.top)
@@ -216,8 +220,6 @@ def _baseline_runs(args: argparse.Namespace) -> list[list[str]]:
 
 
 def run_baseline(args: argparse.Namespace) -> int:
-    from traceview import gate
-
     tolerances = gate.parse_tolerances(args.tolerance)
     _output(args, args.output)
     measured, inputs, notes = [], [], []
@@ -247,8 +249,6 @@ def run_baseline(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from traceview import gate
-
     tolerances = gate.parse_tolerances(args.tolerance)
     if args.junit:
         _output(args, args.junit, "--junit")
@@ -284,8 +284,6 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from traceview.perfetto import export
-
     _output(args, args.output)
     buf = io.StringIO()
     run = _open(args)

@@ -15,11 +15,22 @@ from typing import Any
 import polars as pl
 
 from traceview.cli._options import (
-    add_all_arg, add_input_args, add_json_arg, executor_spec, open_traceset,
+    add_all_arg,
+    add_input_args,
+    add_json_arg,
+    executor_spec,
+    open_traceset,
 )
 from traceview.cli._render import (
-    emit_json, is_many, ms, not_shown, outlier_ranks, spread, warn,
+    emit_json,
+    is_many,
+    ms,
+    not_shown,
+    outlier_ranks,
+    spread,
+    warn,
 )
+from traceview.run.per_rank import analyse
 from traceview.selection import parse_ranks, require_known_ranks
 
 
@@ -40,8 +51,6 @@ def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def run_analyse(args: argparse.Namespace) -> int:
-    from traceview.per_rank import analyse
-
     ts = open_traceset(args)
     for warning in ts.warnings:
         warn(warning)

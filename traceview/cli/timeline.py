@@ -12,11 +12,28 @@ import argparse
 
 import polars as pl
 
+from traceview.analyses.names import short_name
 from traceview.cli._options import (
-    add_align_arg, add_all_arg, add_input_args, add_json_arg, add_window_args, open_run,
+    add_align_arg,
+    add_all_arg,
+    add_input_args,
+    add_json_arg,
+    add_window_args,
+    open_run,
 )
 from traceview.cli._render import (
-    duration, emit_result, fixed, is_many, ms, not_shown, outlier_ranks, pct, short, spread, table, us,
+    duration,
+    emit_result,
+    fixed,
+    is_many,
+    ms,
+    not_shown,
+    outlier_ranks,
+    pct,
+    short,
+    spread,
+    table,
+    us,
 )
 
 
@@ -173,8 +190,6 @@ def run_breakdown(args: argparse.Namespace) -> int:
     if shown.height < steps.height:
         print(not_shown(shown.height, steps.height, "breakdown"))
     if is_many(kernels, args):
-        from traceview.analyses.names import short_name
-
         across = result["kernels_across_ranks"]
         print(f"\nTop {args.top} GPU kernels by total time over all ranks")
         print(table(["ranks", "class", "count", "total_ms", "rank_median_ms", "rank_max_ms",

@@ -19,7 +19,7 @@ each shared table once, on first use, and hands it to every analysis that names 
   and the alignment said).
 
 Every analysis command NAME is a method ``run.NAME(**options)`` returning a
-:class:`~traceview.result.Result` whose ``to_dict()`` is ``traceview NAME PATH --json``:
+:class:`~traceview.run.result.Result` whose ``to_dict()`` is ``traceview NAME PATH --json``:
 the CLI is ``run.NAME`` and a renderer, so the two cannot disagree. Clock alignment applies
 by default (``align="auto"``), in Python as on the command line.
 
@@ -31,18 +31,68 @@ by default (``align="auto"``), in Python as on the command line.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
+from html import escape
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from traceview import selection
-from traceview.result import Result
-from traceview.run_options import RunOptions
-from traceview.traceset import TraceSet
+from traceview.analyses.align import alignment_warnings, estimate_offsets
+from traceview.analyses.breakdown import (
+    kernels_across_ranks,
+    launch_delay_rows,
+    launch_delay_summary,
+    step_breakdown,
+    top_cpu_ops,
+    top_kernels,
+    with_self_time,
+)
+from traceview.analyses.collective_match import comm_events, match_collectives
+from traceview.analyses.collectives import (
+    alpha_beta,
+    collective_ranks,
+    collective_summary,
+    instances,
+)
+from traceview.analyses.critical_path import critical_path
+from traceview.analyses.diagnose import ModelSize, diagnose
+from traceview.analyses.flops import achieved_flops
+from traceview.analyses.gaps import (
+    GapOptions,
+    gap_causes,
+    gap_histogram,
+    gaps,
+    largest_gaps,
+    no_gpu_ranks,
+)
+from traceview.analyses.host import host_events
+from traceview.analyses.launches import unlaunched_gpu
+from traceview.analyses.memory import memory_levels
+from traceview.analyses.nccl import log_calls, log_choices
+from traceview.analyses.overlap import overlap, prepared_gpu
+from traceview.analyses.path_summary import (
+    path_categories,
+    path_ranks,
+    path_steps,
+    path_top_ops,
+    path_warnings,
+)
+from traceview.analyses.stragglers import stragglers
+from traceview.analyses.summary import summary
+from traceview.analyses.window import Window, ranks_present, select, step_spans
+from traceview.errors import UsageError
+from traceview.parsers import nccl_log
+from traceview.run.memory import memory_result
+from traceview.run.options import RunOptions
+from traceview.run.result import Result
+from traceview.store import traceset
+from traceview.store.derived import cached_gpu
+from traceview.store.traceset import TraceSet
 
 __all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
 
@@ -52,7 +102,7 @@ ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align",
 
 
 class Run:
-    """One window of one :class:`~traceview.traceset.TraceSet` (see the module docstring)."""
+    """One window of one :class:`~traceview.store.traceset.TraceSet` (see the module docstring)."""
 
     def __init__(self, traceset: TraceSet, options: RunOptions = RunOptions()) -> None:
         self.traceset = traceset
@@ -94,7 +144,6 @@ class Run:
         known = self.ranks_with_events()  # from the files' footers: no event read
         if known is not None:
             return known
-        from traceview.analyses.window import ranks_present
 
         return ranks_present(self._analysis_events).get_column("rank").to_list()
 
@@ -112,15 +161,12 @@ class Run:
         if known is not None:
             wanted = self.window.ranks
             return known if wanted is None else [r for r in known if r in set(wanted)]
-        from traceview.analyses.window import ranks_present
 
         return ranks_present(self._rank_events).get_column("rank").to_list()
 
     @property
     def events(self) -> pl.LazyFrame:
         """The window's events with every column of ``traceview.schema``."""
-        from traceview.analyses.window import select
-
         self._check_ranks_exist()
         if not self.whole_ranks:
             self._analysis_events  # noqa: B018 - collected once; raises for an empty window
@@ -129,8 +175,6 @@ class Run:
     @cached_property
     def _rank_events(self) -> pl.LazyFrame:
         """The window's ranks, every step: clock alignment reads the ranks' whole traces."""
-        from traceview.analyses.window import Window, select
-
         self._check_ranks_exist()
         return select(self.traceset.analysis_events(), Window(ranks=self.window.ranks))
 
@@ -149,7 +193,6 @@ class Run:
             end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max()).collect().row(0)
         if whole[2] is None:
             return  # no event at all: the analyses say so themselves
-        from traceview.errors import UsageError
 
         asked = ", ".join(f"{name} {value}" for name, value in (
             ("--steps", selection.describe_steps(self.window.steps)),
@@ -164,8 +207,6 @@ class Run:
     def _rank_comm_source(self) -> pl.LazyFrame:
         """The window's ranks, every step, with ``args_json``: collective matching reads the
         recorded shapes of the few backend work items that carry no message size (gloo)."""
-        from traceview.analyses.window import Window, select
-
         return select(self.traceset.events, Window(ranks=self.window.ranks))
 
     @cached_property
@@ -177,7 +218,6 @@ class Run:
         it is collected once rather than in every query."""
         if self.whole_ranks:
             return self._rank_events
-        from traceview.analyses.window import select
 
         self._check_ranks_exist()
         selected = select(self.traceset.analysis_events(), self.window).collect()
@@ -199,9 +239,6 @@ class Run:
     def _classified_gpu(self) -> pl.DataFrame:
         """Every classified GPU row; for a window of whole ranks, kept in the cache folder
         under a key that names the classification rules."""
-        from traceview.analyses.overlap import prepared_gpu
-        from traceview.derived import cached_gpu
-
         patterns = self.options.classify_patterns()
         return cached_gpu(self.traceset, self.window.ranks,
                           lambda: prepared_gpu(self._analysis_events, patterns=patterns),
@@ -211,8 +248,6 @@ class Run:
     @cached_property
     def unlaunched(self) -> pl.DataFrame:
         """GPU rows whose launch is not in the trace (queued before the profiler started)."""
-        from traceview.analyses.launches import unlaunched_gpu
-
         # The launches from the host rows when a command read them; else from the lazy scan,
         # which reads only the runtime calls' rank and correlation (overlap needs no host row).
         return unlaunched_gpu(self._classified_gpu,
@@ -221,15 +256,11 @@ class Run:
     @cached_property
     def host(self) -> pl.DataFrame:
         """Host rows the GPU analyses look up (``analyses.host.host_events``)."""
-        from traceview.analyses.host import host_events
-
         return host_events(self._analysis_events)
 
     @cached_property
     def steps(self) -> pl.DataFrame:
         """Host step ranges: ``rank, step, step_start_ns, step_end_ns, step_time_ns``."""
-        from traceview.analyses.window import step_spans
-
         # From the host rows when a command already read them; else from the events, whose
         # lazy scan reads only the step markers' four columns (the straggler and alignment
         # commands need no other host row, and the whole table costs them ~40% more).
@@ -238,8 +269,6 @@ class Run:
     @cached_property
     def match(self) -> Any:  # MatchResult
         """The window's collective calls paired across ranks."""
-        from traceview.analyses.collective_match import comm_events, match_collectives
-
         return match_collectives(comm_events(self.events, ranks=self.ranks_present),
                                  ranks=self.traceset.ranks,
                                  tolerance_ns=self._tolerance_ns)
@@ -248,9 +277,6 @@ class Run:
     def offsets(self) -> pl.DataFrame:
         """Per-rank clock offsets (``traceview.analyses.align.OFFSETS_SCHEMA``), estimated from the
         ranks' whole traces: a window of steps has fewer anchors but the same clocks."""
-        from traceview.analyses.align import estimate_offsets
-        from traceview.analyses.collective_match import comm_events, match_collectives
-
         whole = self.match if self.whole_ranks else match_collectives(
             comm_events(self._rank_comm_source), ranks=self.traceset.ranks,
             tolerance_ns=self._tolerance_ns)
@@ -261,28 +287,20 @@ class Run:
     @cached_property
     def collective_ranks(self) -> pl.DataFrame:
         """One row per (collective instance, rank) on the aligned timeline."""
-        from traceview.analyses.collectives import collective_ranks
-
         return collective_ranks(self.match, offsets=self.offsets)
 
     @cached_property
     def overlap_rows(self) -> pl.DataFrame:
         """Whole-trace overlap per (rank, device) (``analyses.overlap.overlap``)."""
-        from traceview.analyses.overlap import overlap
-
         return overlap(self.gpu, self.ranks_table)
 
     @cached_property
     def _stragglers(self) -> pl.DataFrame:
-        from traceview.analyses.stragglers import stragglers
-
         return stragglers(self.collective_ranks, self.steps, self.ranks_table)
 
     def gap_rows(self, *, per_stream: bool = False,
                  launch_overhead: str | int = "10us") -> pl.DataFrame:
         """Every GPU idle gap with its cause (``analyses.gaps.gaps``), once per option set."""
-        from traceview.analyses.gaps import GapOptions, gaps
-
         key = (per_stream, selection.parse_duration(launch_overhead))
         if key not in self._gaps:
             with ThreadPoolExecutor(1) as beside:  # the host rows beside the GPU rows
@@ -320,8 +338,6 @@ class Run:
         if "gpu" in tables and self.unlaunched.height:
             out.append(_unlaunched_warning(self.unlaunched, self.options.exclude_unlaunched))
         if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
-            from traceview.analyses.align import alignment_warnings
-
             out += _capped([*(f"alignment: rank {r}: {note}" for r, note in self.offsets.filter(
                 pl.col("method") == "none").select("rank", "note").rows()),
                 *alignment_warnings(self.offsets)])
@@ -351,8 +367,6 @@ class Run:
     def gaps(self, *, per_stream: bool = False, top: int = 10,
              launch_overhead: str | int = "10us") -> Result:
         """GPU idle gaps per device (or stream) with their causes; main table ``causes``."""
-        from traceview.analyses.gaps import gap_causes, gap_histogram, largest_gaps, no_gpu_ranks
-
         g = self.gap_rows(per_stream=per_stream, launch_overhead=launch_overhead)
         by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
         return self._result("gaps", {
@@ -371,8 +385,6 @@ class Run:
 
     def overlap(self, *, per_step: bool = False) -> Result:
         """Compute/communication overlap per rank and device (and step); main table ``rows``."""
-        from traceview.analyses.overlap import overlap
-
         if not per_step:
             return self._result("overlap", {"window": self.window_info,
                                             "rows": self.overlap_rows}, main="rows",
@@ -391,11 +403,6 @@ class Run:
         """Per-step GPU time, top kernels (per rank and over all ranks) and CPU ops, launch
         delays, achieved FLOP/s and MFU per step when the trace carries FLOP counts (``flops``,
         else None); main table ``steps``."""
-        from traceview.analyses.breakdown import (
-            kernels_across_ranks, launch_delay_rows, launch_delay_summary, step_breakdown,
-            top_cpu_ops, top_kernels, with_self_time,
-        )
-
         host = self.host  # read first: the steps and the launches come from it too
         with ThreadPoolExecutor(1) as beside:  # the host side beside the GPU side
             ops = beside.submit(with_self_time, host)  # shared by both rankings
@@ -415,8 +422,6 @@ class Run:
     def summary(self) -> Result:
         """One row per rank: steps, step time, compute, comm, idle, top gap cause; and the
         worst straggler. Main table ``ranks``."""
-        from traceview.analyses.summary import summary
-
         # Independent parts run side by side (mostly in Polars, which leaves the GIL; the
         # first command on a trace set waits for all of them): the straggler analysis reads
         # other rows; the GPU rows are classified while the host rows are read; then the
@@ -450,8 +455,6 @@ class Run:
         """Collectives matched across ranks: skew, wait, bandwidth, tails, alpha-beta fits;
         with ``nccl_logs``, also the logs' algorithm and protocol choices (``nccl_choices``)
         and calls (``nccl_calls``); main table ``instances``."""
-        from traceview.analyses.collectives import alpha_beta, collective_summary, instances
-
         per = self.collective_ranks
         inst = instances(per)
         logged = self.nccl_log_view(nccl_logs) if nccl_logs else {}
@@ -467,10 +470,6 @@ class Run:
         """NCCL debug logs' view of the run: ``choices`` (algorithm and protocol per
         collective and message size, ``analyses.nccl.log_choices``) and ``calls``
         (``analyses.nccl.log_calls``). An unreadable log is one error naming it."""
-        from traceview.analyses.nccl import log_calls, log_choices
-        from traceview.errors import UsageError
-        from traceview.parsers import nccl_log
-
         for path in paths:
             if not Path(path).is_file():
                 raise UsageError(f"{path}: NCCL log not found (--nccl-log)")
@@ -491,24 +490,18 @@ class Run:
     def memory_levels(self) -> pl.DataFrame:
         """Every allocator event with the bytes allocated (and reserved) after it, per rank and
         device (``analyses.memory.memory_levels``): the memory timeline."""
-        from traceview.analyses.memory import memory_levels
-
         return memory_levels(self.events.filter(pl.col("kind") == "memory"))
 
     def memory(self, *, snapshots: Sequence[str | Path] = (), top: int = 10) -> Result:
         """Peak memory per rank and device from the allocator events, growth across steps,
         pressure; with ``snapshots`` (``_dump_snapshot`` pickles) their replayed peaks, top
-        stacks and OOMs too. Main table ``devices`` (``traceview.memory``)."""
-        from traceview.memory import memory_result
-
+        stacks and OOMs too. Main table ``devices`` (``traceview.run.memory``)."""
         return memory_result(self, snapshots, top=top)
 
     @cached_property
     def path(self) -> Any:  # analyses.critical_path.CriticalPath
         """The critical path across ranks (``analyses.critical_path``), on the aligned
         timeline: its segments (the walk), its pieces with category and step, the steps."""
-        from traceview.analyses.critical_path import critical_path
-
         many = len(self.ranks_present) > 1
         _ = self.host  # read first: the steps come from it too
         return critical_path(self._path_collectives, self.steps, self.gpu, self.host,
@@ -546,8 +539,6 @@ class Run:
     def _path_notes(self) -> tuple[str, ...]:
         """What the critical path could not follow (``path_summary.path_warnings``): both
         ``critical_path`` and ``diagnose`` answer with it."""
-        from traceview.analyses.path_summary import path_warnings
-
         return tuple(path_warnings(self.path, self._path_collectives, **self._world))
 
     @property
@@ -566,10 +557,6 @@ class Run:
     def critical_path(self, *, top: int = 10) -> Result:
         """The cross-rank critical path: per step ``path_ns`` against ``step_ns``, each rank's
         ``share``, the categories and the top ops on it; main table ``steps``."""
-        from traceview.analyses.path_summary import (
-            path_categories, path_ranks, path_steps, path_top_ops,
-        )
-
         path = self.path
         return self._path_result("critical_path", {
             "ranks": path_ranks(path, self.ranks_table), "steps": path_steps(path),
@@ -580,8 +567,6 @@ class Run:
         """Findings ranked by the time each fix would save per step (``analyses.diagnose``);
         ``model``: :class:`~traceview.analyses.diagnose.ModelSize` fields (params,
         tokens_per_step, flops_per_step, peak_tflops, dtype). Main table ``findings``."""
-        from traceview.analyses.diagnose import ModelSize, diagnose
-
         notes = []
         verdicts = None
         if len(self.ranks_present) > 1:
@@ -603,8 +588,6 @@ class Run:
         when the window's host ops carry FLOP counts (``with_flops=True``) or the model's
         FLOPs per step are given; None otherwise. The peak is the first device's of the
         ranks table for ``dtype``, unless ``peak`` (TFLOP/s) is given."""
-        from traceview.analyses.flops import achieved_flops
-
         events = self._analysis_events
         if model_flops_per_step is None and not events.filter(
                 pl.col("flops").is_not_null()).select(pl.len()).collect().item():
@@ -614,8 +597,6 @@ class Run:
 
     def _device_name(self) -> str | None:
         """The first GPU's name in the ranks table (the files' ``deviceProperties``)."""
-        import json
-
         if "devices" not in self.ranks.columns:
             return None
         for text in self.ranks.get_column("devices").drop_nulls().to_list():
@@ -633,7 +614,6 @@ class Run:
         # ``align`` reports the problems of the matching the offsets came from.
         if self.whole_ranks:
             return self.match.problems
-        from traceview.analyses.collective_match import comm_events, match_collectives
 
         return match_collectives(comm_events(self._rank_comm_source), ranks=self.traceset.ranks,
                                  tolerance_ns=self._tolerance_ns).problems
@@ -678,7 +658,7 @@ class Run:
 
     @property
     def windows(self) -> pl.DataFrame:
-        """``rank, window, file_id``: each rank's profiling windows (``traceview.windows``)."""
+        """``rank, window, file_id``: each rank's profiling windows (``traceview.store.windows``)."""
         return self.traceset.windows
 
     def window_spans(self) -> pl.DataFrame:
@@ -704,8 +684,6 @@ class Run:
 
     def analysis_events(self) -> pl.LazyFrame:
         """The window's events without ``args_json`` (see ``TraceSet.analysis_events``)."""
-        from traceview.analyses.window import select
-
         return select(self.traceset.analysis_events(), self.window)
 
     def kernels(self) -> pl.LazyFrame:
@@ -734,8 +712,6 @@ class Run:
         return f"<Run {len(self.ranks_present)} ranks{where} of {self.traceset!r}>"
 
     def _repr_html_(self) -> str:
-        from html import escape
-
         return f"<p>{escape(repr(self))}</p>" + self.traceset._repr_html_()
 
 
@@ -775,10 +751,8 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
 
     The window, alignment and classification keywords are :class:`RunOptions`; the others
     (``skip_bad``, ``rank_map``, ``cache``, ``cache_dir``, ``progress``, ``executor``,
-    ``scheduler``, ``options``) are how the files are read (:func:`traceview.traceset.open`).
+    ``scheduler``, ``options``) are how the files are read (:func:`traceview.store.traceset.open`).
     """
-    from traceview import traceset
-
     options = RunOptions(ranks=ranks, steps=steps, time=time, skip_warmup=skip_warmup,
                          align=align, reference_rank=reference_rank, tolerance_us=tolerance_us,
                          exclude_unlaunched=exclude_unlaunched,

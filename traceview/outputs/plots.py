@@ -16,6 +16,8 @@ from typing import Any
 
 import polars as pl
 
+from traceview._dependencies import lazy_module
+from traceview.analyses.names import short_name
 from traceview.analyses.spread import MANY_RANKS
 from traceview.errors import TraceviewError
 
@@ -41,13 +43,11 @@ class PlotsUnavailable(TraceviewError):
     """plotly is not installed."""
 
 
-def _go() -> Any:
-    try:
-        import plotly.graph_objects as go
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise PlotsUnavailable("plots need plotly: pip install plotly (in a traceview "
-                               "checkout: pip install '.[plots]')") from None
-    return go
+#: What to install for the figures (the ``plots`` extra), said when plotly is missing.
+PLOTLY_MISSING = ("plots need plotly: pip install plotly (in a traceview checkout: "
+                  "pip install '.[plots]')")
+
+go = lazy_module("plotly.graph_objects", error=PlotsUnavailable, missing=PLOTLY_MISSING)
 
 
 def label(text: Any) -> str:
@@ -68,7 +68,6 @@ def _layout(fig: Any, title: str, **kw: Any) -> Any:
 
 def empty(title: str, reason: str) -> Any:
     """A figure that says why there is nothing to plot."""
-    go = _go()
     fig = go.Figure()
     fig.add_annotation(text=label(reason), showarrow=False, x=0.5, y=0.5, xref="paper",
                        yref="paper")
@@ -83,7 +82,6 @@ def step_timeline(spans: pl.DataFrame, *, title: str = "Steps per rank (aligned 
     ``spans``: ``rank, step, start_ms, dur_ms`` (the report derives them from
     ``analyses.window.step_spans`` on the aligned clock, relative to the earliest step start).
     """
-    go = _go()
     if spans.height == 0:
         return empty(title, "no ProfilerStep ranges in these traces")
     fig = go.Figure()
@@ -107,7 +105,6 @@ def time_breakdown(breakdown: pl.DataFrame, *,
     ``breakdown``: ``analyses.breakdown.step_breakdown`` rows (one bar per rank, device, step;
     the whole-trace row, step null, is used when a rank has no steps).
     """
-    go = _go()
     rows = breakdown.filter(pl.col("window_ns").is_not_null())
     if rows.height == 0:
         return empty(title, "no GPU events: compute / communication / idle need GPU kernels")
@@ -136,7 +133,6 @@ def skew_heatmap(lateness: pl.DataFrame, *,
     order the instances should appear. Past ``MAX_COLUMNS`` instances, consecutive ones are
     binned and a cell shows the rank's largest lateness in the bin.
     """
-    go = _go()
     if lateness.height == 0:
         return empty(title, "no collective was matched across ranks")
     order = lateness["instance_label"].unique(maintain_order=True).to_list()
@@ -171,7 +167,6 @@ def straggler_bars(ranking: pl.DataFrame, *, title: str = "Imposed wait per rank
     """``analyses.stragglers.stragglers`` rows: imposed wait per rank, flagged ranks marked.
     Past ``MANY_RANKS`` ranks, the ``most`` ranks with the largest imposed wait (and every
     flagged one) are shown."""
-    go = _go()
     if ranking.height == 0:
         return empty(title, "no ranks")
     r = ranking.sort("rank")
@@ -191,7 +186,6 @@ def straggler_bars(ranking: pl.DataFrame, *, title: str = "Imposed wait per rank
 
 def gap_causes(causes: pl.DataFrame, *, title: str = "GPU idle gaps by cause") -> Any:
     """``analyses.gaps.gap_causes(..., by=["rank"])`` rows: stacked idle time per cause."""
-    go = _go()
     if causes.height == 0:
         return empty(title, "no GPU idle gaps (or no GPU events)")
     fig = go.Figure()
@@ -212,9 +206,6 @@ def top_items(top: pl.DataFrame, *, value: str = "total_ns", name: str = "name",
     (several ranks' rows are summed per name). The label is the short name
     (``analyses.names.short_name``), the hover the full one.
     """
-    from traceview.analyses.names import short_name
-
-    go = _go()
     if top.height == 0:
         return empty(title, "nothing to rank")
     if "rank" in top.columns and top["rank"].n_unique() > 1:  # per-rank rows: one bar a name
@@ -231,8 +222,7 @@ def top_items(top: pl.DataFrame, *, value: str = "total_ns", name: str = "name",
 
 def diff_bars(contributors: pl.DataFrame, *,
               title: str = "Top contributors to the change (per rank and step)") -> Any:
-    """``traceview.diff`` contributors: ``kind, name, delta_ns`` bars (positive = slower)."""
-    go = _go()
+    """``traceview.outputs.diff`` contributors: ``kind, name, delta_ns`` bars (positive = slower)."""
     if contributors.height == 0:
         return empty(title, "no change to attribute")
     fig = go.Figure(go.Bar(
@@ -253,7 +243,6 @@ def memory_timeline(points: pl.DataFrame, peaks: pl.DataFrame, *,
     allocator event); ``peaks``: the ``memory`` result's trace rows (``rank, device,
     peak_allocated_bytes, peak_time_ns, peak_op, basis``) with ``peak_ms`` on the same axis.
     """
-    go = _go()
     if points.height == 0:
         return empty(title, "no allocator events (record with profile_memory=True)")
     fig = go.Figure()
@@ -297,7 +286,6 @@ def _rank_yaxis(fig: Any, ranks: list[int]) -> None:
 def _mark_largest(fig: Any, z: list[list[Any]], x: list[Any], y: list[Any], what: str) -> None:
     """Circle a heatmap's largest cell, so the worst rank and step (or collective) is found at
     a glance however many cells there are."""
-    go = _go()
     best = max(((v, i, j) for i, row in enumerate(z) for j, v in enumerate(row)
                 if v is not None), default=None)
     if best is None:
@@ -319,7 +307,6 @@ def rank_step_heatmap(spans: pl.DataFrame, *,
     """Rank x step heatmap of the step time. ``spans``: ``rank, step, dur_ms``. Past
     ``MAX_COLUMNS`` steps, consecutive steps are binned and a cell shows the bin's slowest
     step, so the worst steps stay visible."""
-    go = _go()
     if spans.height == 0:
         return empty(title, "no ProfilerStep ranges in these traces")
     lo = spans["step"].min()
@@ -348,7 +335,6 @@ def step_series(binned: pl.DataFrame, worst: pl.DataFrame, *,
     """Per-step series: the median and the slowest rank-step of each bin of steps
     (``analyses.spread.binned_steps`` rows, values in ms), and the ``worst`` steps (``step,
     ms, rank``) marked one by one."""
-    go = _go()
     if binned.height == 0:
         return empty(title, "no ProfilerStep ranges in these traces")
     x = binned["first_step"].to_list()
@@ -376,7 +362,6 @@ def part_boxes(per_rank: pl.DataFrame, *,
     """One box per GPU time part over the ranks (``rank`` and the ``PART_COLOURS`` columns,
     ns per step): the median, quartiles and whiskers of the many, each outlier rank a point
     named on hover."""
-    go = _go()
     parts = [c for c in PART_COLOURS if c in per_rank.columns]
     if per_rank.height == 0 or not parts:
         return empty(title, "no GPU events: compute / communication / idle need GPU kernels")
@@ -392,7 +377,6 @@ def part_boxes(per_rank: pl.DataFrame, *,
 
 def rank_bars(per_rank: pl.DataFrame, *, title: str = "GPU time per rank (ms per step)") -> Any:
     """Stacked parts per rank (``rank`` and the ``PART_COLOURS`` columns, ns per step)."""
-    go = _go()
     parts = [c for c in PART_COLOURS if c in per_rank.columns]
     if per_rank.height == 0 or not parts:
         return empty(title, "no GPU events: compute / communication / idle need GPU kernels")
@@ -409,7 +393,6 @@ def cause_totals(causes: pl.DataFrame, *,
                  title: str = "GPU idle gaps by cause, all ranks (ms)") -> Any:
     """``analyses.gaps.gap_causes(..., by=["rank"])`` rows summed over the ranks: one bar
     per cause, the hover naming the rank with the most of it."""
-    go = _go()
     if causes.height == 0:
         return empty(title, "no GPU idle gaps (or no GPU events)")
     per = (causes.sort("total_gap_ns", "rank", descending=[True, False])

@@ -30,6 +30,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from traceview.analyses.breakdown import step_breakdown, top_cpu_ops, top_kernels, with_self_time
+from traceview.run.run import as_run
+
 Frame = pl.LazyFrame | pl.DataFrame
 
 #: Exact Mann–Whitney distribution up to this many samples per side (and no ties).
@@ -161,9 +164,6 @@ def run_tables(source: Any) -> RunTables:
     """Per-step samples and per-rank-step totals of one run (``source``: a Run, or events in
     memory). Collective waits are on the aligned timeline, as every other command reports
     them."""
-    from traceview.analyses.breakdown import step_breakdown, top_cpu_ops, top_kernels, with_self_time
-    from traceview.run import as_run
-
     run = as_run(source)
     spans = run.steps
     n_ranks = len(run.ranks_present)

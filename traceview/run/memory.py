@@ -23,7 +23,18 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceview.result import Result
+from traceview.analyses.memory import device_peaks, growth, step_start_levels, with_pressure
+from traceview.analyses.memory_snapshot import (
+    block_lifetimes,
+    oom_events,
+    replay,
+    segment_table,
+    snapshot_peaks,
+    snapshot_state,
+    top_stacks_at_peak,
+)
+from traceview.parsers import torch_snapshot
+from traceview.run.result import Result
 
 #: The contract's columns, first and in this order; the others follow.
 CONTRACT = ("rank", "device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_time_ns",
@@ -43,7 +54,7 @@ DEVICE_COLUMNS: dict[str, pl.DataType] = {
 
 def memory_result(run: Any | None, snapshots: Sequence[str | Path] = (), *,
                   top: int = 10) -> Result:
-    """The ``memory`` answer for ``run``'s traces (a :class:`~traceview.run.Run`, or None)
+    """The ``memory`` answer for ``run``'s traces (a :class:`~traceview.run.run.Run`, or None)
     and the allocator ``snapshots`` (pickle paths)."""
     warnings: list[str] = []
     parts, steps = [], _empty_steps()
@@ -69,8 +80,6 @@ def memory_result(run: Any | None, snapshots: Sequence[str | Path] = (), *,
 # --------------------------------------------------------------------------- traces
 
 def _trace_part(run: Any) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
-    from traceview.analyses.memory import device_peaks, growth, step_start_levels
-
     levels = run.memory_levels
     peaks = device_peaks(levels, run.host, device_memory_table(run.ranks))
     steps = step_start_levels(levels, run.steps)
@@ -102,13 +111,6 @@ def device_memory_table(ranks: pl.DataFrame) -> pl.DataFrame:
 
 def _snapshot_part(paths: Sequence[str | Path], *, top: int) -> tuple[
         pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, list[dict[str, Any]], list[str]]:
-    from traceview.analyses.memory import with_pressure
-    from traceview.analyses.memory_snapshot import (
-        block_lifetimes, oom_events, replay, segment_table, snapshot_peaks, snapshot_state,
-        top_stacks_at_peak,
-    )
-    from traceview.parsers import torch_snapshot
-
     snaps = [torch_snapshot.read(p) for p in paths]
     notes = [w for s in snaps for w in s.warnings]
     ranks = _snapshot_ranks(snaps, notes)

@@ -18,10 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any
 
 import orjson
 import polars as pl
+import pyarrow as pa
+
+from traceview._dependencies import lazy_module
+
+pd = lazy_module("pandas", missing="to_pandas needs pandas: pip install pandas")
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,6 @@ class Result:
         return f"<Result {self.command}: {main.height} rows in {self.main!r}{more}>\n{main}"
 
     def _repr_html_(self) -> str:
-        from html import escape
-
         head = f"<p><b>{escape(self.command)}</b>: <code>{escape(self.main)}</code></p>"
         warns = "".join(f"<p>warning: {escape(w)}</p>" for w in self.warnings)
         return head + warns + self.table()._repr_html_()
@@ -109,9 +113,6 @@ def _plain(obj: Any) -> Any:
 
 def to_pandas(df: pl.DataFrame) -> Any:
     """``df`` in pandas with pandas' nullable dtypes for integers and booleans."""
-    import pandas as pd
-    import pyarrow as pa
-
     nullable = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
                 pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
                 pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),

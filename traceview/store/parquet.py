@@ -14,17 +14,20 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+import time
 from collections.abc import Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+import xxhash
 
 from traceview import schema
-from traceview.outputs import atomic_write, remove_stale_temporaries
+from traceview.store.safe_write import atomic_write, remove_stale_temporaries
 
 if TYPE_CHECKING:
     import polars as pl
@@ -57,8 +60,6 @@ def default_cache_dir() -> Path:
 def content_id(path: Path) -> str:
     """xxh3-128 of the file's bytes: hashed through a memory map (3x faster than reading
     blocks: no copy), or read in 16 MiB blocks where a file cannot be mapped (empty, a pipe)."""
-    import xxhash
-
     digest = xxhash.xxh3_128()
     with open(path, "rb") as fh:
         try:
@@ -151,7 +152,6 @@ def known_content_id(path: Path, cache_dir: Path | None) -> str:
     last two seconds are never remembered (see ``_SETTLED_NS``)."""
     if cache_dir is None:
         return content_id(path)
-    import time
 
     st = path.stat()  # before hashing: a file changed meanwhile is remembered under the old
     memo = _content_id_memo(path, cache_dir, st)  # identity, which no longer matches
@@ -183,16 +183,12 @@ def _remembered(memo: Path) -> str | None:
 
 def _content_id_memo(path: Path, cache_dir: Path, st: os.stat_result) -> Path:
     """Where the content id of the file with identity ``st`` on disk is remembered."""
-    import xxhash
-
     ident = f"{path.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|" \
             f"{st.st_ctime_ns}"
     return Path(cache_dir) / "ids" / f"{xxhash.xxh3_128_hexdigest(ident.encode())}.txt"
 
 
 def cache_key(content: str, parser_version: int, options: dict[str, Any]) -> str:
-    import xxhash
-
     ident = orjson.dumps([content, parser_version, schema.SCHEMA_VERSION, CACHE_VERSION,
                           options], option=orjson.OPT_SORT_KEYS)
     return xxhash.xxh3_128_hexdigest(ident)
@@ -291,8 +287,6 @@ def write_event_batches(batches: Iterable[pa.Table], target: Path, *,
 def scan_events(path: str | Path) -> pl.LazyFrame:
     """An events file as a LazyFrame with every column of the events schema, in schema order;
     columns the file left out (see ``write_events``) are null."""
-    import polars as pl
-
     return pl.scan_parquet(path, schema=schema.polars_schema(), missing_columns="insert")
 
 

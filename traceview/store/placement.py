@@ -3,7 +3,7 @@
 Ranks are resolved across the files of a set: ``distributedInfo``, then the file name, then an
 explicit mapping (``--rank-map``); a single rank-less file, or the rank-less files of one
 process, are rank 0 with a warning. Several files of one rank are its profiling windows when
-their times do not overlap (``traceview.windows``); overlapping ones are an error naming both,
+their times do not overlap (``traceview.store.windows``); overlapping ones are an error naming both,
 and ``--skip-bad`` leaves the damaged one out.
 """
 
@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import orjson
 
 from traceview.errors import RankConflictError
 from traceview.parsers import family, rank_from_file_name
-from traceview.windows import WindowChoice, chosen_windows, file_span, number_windows
-from traceview.windows import process_of_file_name
-
-if TYPE_CHECKING:
-    from traceview.ingest import FileResult, IngestResult
+from traceview.store.ingested import FileResult, IngestResult
+from traceview.store.windows import (
+    WindowChoice,
+    chosen_windows,
+    file_span,
+    number_windows,
+    process_of_file_name,
+)
 
 
 def place(results: list[FileResult], rank_map: dict[str, int],
@@ -93,7 +98,7 @@ def _lookup(mapping: dict[str, int], path: str) -> int | None:
 def resolve_ranks(results: list[FileResult],
                   rank_map: dict[str, int]) -> dict[tuple[int, int | None], int]:
     """Final rank for every (file, parsed rank). Raises on unknown ranks; several files of one
-    rank are told apart (or refused) by ``traceview.windows.number_windows``."""
+    rank are told apart (or refused) by ``traceview.store.windows.number_windows``."""
     rank_of: dict[tuple[int, int | None], int] = {}
     unknown: list[int] = []
     for i, result in enumerate(results):
@@ -145,7 +150,7 @@ def _rank_zero_for_one_process(results: list[FileResult], unknown: list[int],
 
 
 def select_window(result: IngestResult, window: WindowChoice) -> IngestResult:
-    """``result`` with only the files of ``window`` of each rank (``traceview.windows``); the
+    """``result`` with only the files of ``window`` of each rank (``traceview.store.windows``); the
     kept files are indexed from 0 again, their windows keep their numbers. None keeps all."""
     if window is None:
         return result
@@ -163,8 +168,6 @@ def select_window(result: IngestResult, window: WindowChoice) -> IngestResult:
 
 def rank_info_rows(result: IngestResult) -> list[dict[str, Any]]:
     """Rows of the ranks table."""
-    import orjson
-
     rows = []
     first = _first_windows(result)
     for (i, parsed), rank in sorted(result.rank_of.items(), key=lambda kv: kv[1]):

@@ -3,7 +3,7 @@
 Files are parsed in worker processes (bounded by cores and a memory budget); each worker writes
 its file's Parquet into the cache and returns only a small summary, so the driver never holds
 all events. Which rank and profiling window each file's rows belong to is worked out across
-the files by ``traceview.placement``.
+the files by ``traceview.store.placement``.
 """
 
 from __future__ import annotations
@@ -11,15 +11,17 @@ from __future__ import annotations
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass, field
+from contextlib import nullcontext
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 
-from traceview import store
 from traceview.errors import TraceviewError, UnreadableTraceError
 from traceview.parsers import (
     PARSER_VERSIONS,
@@ -28,43 +30,26 @@ from traceview.parsers import (
     detect_format,
     family,
     is_trace_name,
+    kineto,
+    parse_batched,
 )
-from traceview.placement import place, resolve_ranks
+from traceview.store import parquet as store
+from traceview.store.executors import (
+    ExecutorSpec,
+    TaskFailure,
+    local_pool,
+    open_executor,
+    run_tasks,
+    warm_local_pool,
+)
+from traceview.store.ingested import FileResult, IngestResult
+from traceview.store.placement import place, resolve_ranks
+from traceview.store.steps import StepsOfRows, step_of_events
 
 
 def parser_version(fmt: str) -> int:
     """The parser version for a format; part of the cache key."""
     return PARSER_VERSIONS[family(fmt)]
-
-
-@dataclass
-class FileResult:
-    """What a worker returns for one file: where its events are and what it learned."""
-
-    path: str
-    format: str
-    size_bytes: int
-    content_id: str
-    events_path: str
-    ranks: list[dict[str, Any]]
-    input_events: int
-    stored_events: int
-    dropped: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    from_cache: bool = False
-
-
-@dataclass
-class IngestResult:
-    files: list[FileResult]
-    #: final rank for each (file index, rank as parsed) pair
-    rank_of: dict[tuple[int, int | None], int]
-    skipped: list[tuple[str, str]]
-    #: profiling window of each (file index, final rank) pair (``traceview.windows``); a
-    #: pair left out is window 0
-    window_of: dict[tuple[int, int], int] = field(default_factory=dict)
-    #: what reading said about the cache rather than the data (a damaged entry parsed again)
-    notes: list[str] = field(default_factory=list)
 
 
 def discover(paths: Iterable[str | Path]) -> list[Path]:
@@ -159,8 +144,6 @@ def cached_result(path: str, cache_dir: str | None, options: dict[str, Any],
 def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
                 content: str | None = None) -> FileResult:
     """Parse one file into the cache (or find it there). Runs in a worker process."""
-    from traceview.parsers import parse_batched
-
     file_path = Path(path)
     cached, cid, base, meta_path, events_path, _ = _cache_lookup(path, cache_dir, options,
                                                                  content)
@@ -168,10 +151,8 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
         return cached
     parsed = parse_batched(file_path, **options)
     if base is None:
-        import tempfile
-
         events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
-    # the trace set assigns file_id always, and rank to a file of one rank (TraceSet._Part)
+    # the trace set assigns file_id always, and rank to a file of one rank (TraceSet.Part)
     assigned = store.ASSIGNED_COLUMNS if len(parsed.ranks) == 1 else ("file_id",)
     if isinstance(parsed.events, EventBatches):
         store.write_event_batches(batches_with_steps(parsed.events), events_path,
@@ -198,10 +179,6 @@ def with_steps(table: pa.Table) -> pa.Table:
     Only the few key columns go through Polars; the step column is set into the Arrow table,
     so no other column is copied.
     """
-    import polars as pl
-
-    from traceview.steps import step_of_events
-
     keys = pl.from_arrow(table.select(["rank", "kind", "name", "ts_ns", "dur_ns",
                                        "correlation"]))
     return _set_step(table, step_of_events(keys).cast(pl.Int32).to_arrow())
@@ -209,10 +186,8 @@ def with_steps(table: pa.Table) -> pa.Table:
 
 def batches_with_steps(batches: EventBatches) -> Iterator[pa.Table]:
     """The batches of a file with their ``step`` column filled. Steps need the whole file's
-    key columns (which the batches carry); :class:`~traceview.steps.StepsOfRows` works out the
+    key columns (which the batches carry); :class:`~traceview.store.steps.StepsOfRows` works out the
     little that needs all of them first, then each batch's steps as it comes."""
-    from traceview.steps import StepsOfRows
-
     steps = StepsOfRows(batches.step_keys)
     for (start, stop), table in zip(batches.ranges(), batches, strict=True):
         yield _set_step(table, steps.rows(start, stop).to_arrow())
@@ -291,7 +266,7 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
            executor: Executor | Any = None) -> IngestResult:
     """Parse every input (in parallel), then resolve ranks across files.
 
-    ``executor``: an ``Executor``, a :class:`traceview.executors.ExecutorSpec`, ``"local"`` or
+    ``executor``: an ``Executor``, a :class:`traceview.store.executors.ExecutorSpec`, ``"local"`` or
     ``"dask"``; None parses small inputs in this process and large ones in a local pool.
     A task that raises is retried; one that keeps failing is reported like a bad file.
     """
@@ -302,7 +277,6 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     if executor is None and not _in_process([f for f in files if remembered[f] is None]):
         # files never seen: most likely parsed by the pool, whose fork server imports
         # while this process hashes them
-        from traceview.executors import warm_local_pool
 
         warm_local_pool()
     # Cache hits are answered here: starting workers to find them would cost more than reading.
@@ -353,12 +327,11 @@ def _notice_slow_path(misses: list[Path]) -> None:
         return  # an unreadable file: its parse says so
     if size < SLOW_PATH_NOTICE_BYTES:
         return
-    from traceview.parsers.kineto import SCANNER_FIX, parser_path
 
-    path, why = parser_path()
+    path, why = kineto.parser_path()
     if why:
         print(f"traceview: note: parsing {size / 1e6:,.0f} MB of Kineto JSON on the {path} "
-              f"path, 3-4.6x slower than the C scanner: {why}; {SCANNER_FIX}",
+              f"path, 3-4.6x slower than the C scanner: {why}; {kineto.SCANNER_FIX}",
               file=sys.stderr)
 
 
@@ -377,16 +350,6 @@ def _ingest_parallel(files: list[Path], cache: str | None, options: dict[str, An
                      ) -> list[FileResult | tuple[str, str, int]]:
     """Map :func:`_ingest_task` over the files on ``executor``: an ``Executor``, an
     ``ExecutorSpec``, ``"local"``/``"dask"``, or None (own local pool sized by memory)."""
-    from contextlib import nullcontext
-
-    from traceview.executors import (
-        ExecutorSpec,
-        TaskFailure,
-        local_pool,
-        open_executor,
-        run_tasks,
-    )
-
     if isinstance(executor, str):
         executor = ExecutorSpec(executor)
     retries = executor.retries if isinstance(executor, ExecutorSpec) else 2

@@ -5,7 +5,7 @@ Input: ``files``, one row per trace file (``file_id``, ``path``, ``rank``, ``ran
 file was read)), and the ``events`` of the readable files (schema of :mod:`traceview.schema`,
 ``file_id`` pointing into ``files``). Optionally the ``run.json`` that
 :func:`traceview.capture.profile` writes. :func:`validate_traceset` builds the tables from an
-opened :class:`~traceview.traceset.TraceSet`; ``traceview validate`` opens each file on its own
+opened :class:`~traceview.store.traceset.TraceSet`; ``traceview validate`` opens each file on its own
 so that duplicated ranks and unreadable files are reported instead of stopping the run.
 
 Checks (``Problem.code``):
@@ -13,7 +13,7 @@ Checks (``Problem.code``):
 * ``unreadable_file``, ``truncated_file`` (per file), ``no_rank`` (a file of a multi-file run
   names no rank);
 * ``duplicate_rank`` (two files claim one rank and their times overlap; disjoint ones are
-  the rank's profiling windows: ``traceview.windows``), ``missing_rank`` (a rank of
+  the rank's profiling windows: ``traceview.store.windows``), ``missing_rank`` (a rank of
   ``0 .. world_size - 1`` wrote nothing; the world size comes from run.json, else the largest the
   traces claim), ``unexpected_rank``, ``world_size_mismatch``;
 * ``no_steps`` (no ``ProfilerStep#N`` range on a rank);
@@ -41,7 +41,10 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceview.capture_sync import SYNC_NAME
+from traceview.analyses.align import anchors_from
+from traceview.analyses.collective_match import comm_events, match_collectives
+from traceview.capture.sync_probe import SYNC_NAME
+from traceview.store.steps import step_ranges
 
 FILES_SCHEMA: dict[str, pl.DataType] = {
     "file_id": pl.Int32, "path": pl.String, "rank": pl.Int32, "rank_from": pl.String,
@@ -198,10 +201,6 @@ def rank_windows(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
 
 def check_events(events: pl.LazyFrame | pl.DataFrame) -> list[Problem]:
     """Event-level checks over one file per rank: steps, anchors, overlapping windows."""
-    from traceview.analyses.align import anchors_from
-    from traceview.analyses.collective_match import comm_events, match_collectives
-    from traceview.steps import step_ranges
-
     ev = events.lazy()
     windows = rank_windows(ev)
     ranks = windows.get_column("rank").to_list()
@@ -278,7 +277,7 @@ def validate(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame, *,
 def _profiling_windows(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame,
                        problem: Problem) -> bool:
     """Are the files of a ``duplicate_rank`` problem disjoint in time, so one rank's
-    profiling windows (``traceview.windows``) rather than a conflict?"""
+    profiling windows (``traceview.store.windows``) rather than a conflict?"""
     ids = files.filter(pl.col("path").is_in(problem.files))["file_id"].to_list()
     spans = (events.lazy().filter(pl.col("file_id").is_in(ids)).group_by("file_id")
              .agg(start=pl.col("ts_ns").min(),

@@ -13,6 +13,8 @@ from typing import Any
 
 import polars as pl
 
+from traceview.analyses.names import short_name
+
 #: Rows a table shows before its collapsed section.
 VISIBLE_ROWS = 10
 #: Rows a collapsed section holds at most (the CLI's --csv / --json list every row).
@@ -33,8 +35,6 @@ def pct(v: Any) -> str:
 
 def name_cell(v: Any) -> str:
     """A name cell: the short name, the full one on hover (``title``) when they differ."""
-    from traceview.analyses.names import short_name
-
     text = ", ".join(map(str, v)) if isinstance(v, list) else ("" if v is None else str(v))
     shown = short_name(text)
     title = f' title="{e(text)}"' if shown != text else ""

@@ -9,8 +9,8 @@ Two steps, kept apart (renderers take results and a file object):
 * :func:`write_html` writes one self-contained HTML file: plotly.js is inlined once, nothing is
   fetched when the file is opened, and every name from a trace is HTML-escaped.
 
-The sections themselves are :mod:`traceview.report_sections` (readable at any scale:
-docs/report.md), built from the escaped HTML pieces of :mod:`traceview.report_html`.
+The sections themselves are :mod:`traceview.outputs.report_sections` (readable at any scale:
+docs/report.md), built from the escaped HTML pieces of :mod:`traceview.outputs.report_html`.
 
 >>> import io, traceview                                         # doctest: +SKIP
 >>> data = gather(traceview.open("fixtures/data/gloo_ddp_2r"))  # doctest: +SKIP
@@ -19,60 +19,28 @@ docs/report.md), built from the escaped HTML pieces of :mod:`traceview.report_ht
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import polars as pl
 
 from traceview import __version__
-from traceview import report_html as H
-from traceview.report_sections import render_body
+from traceview._dependencies import lazy_module
+from traceview.analyses.align import apply_offsets
+from traceview.analyses.breakdown import kernels_across_ranks
+from traceview.analyses.collectives import instances
+from traceview.analyses.gaps import gap_causes, largest_gaps
+from traceview.analyses.memory import timeline_points
+from traceview.outputs import report_html as H
+from traceview.outputs.plots import PLOTLY_MISSING, PlotsUnavailable
+from traceview.outputs.report_data import ReportData
+from traceview.outputs.report_sections import render_body
+from traceview.run.run import as_run
+
+plotly_offline = lazy_module("plotly.offline", error=PlotsUnavailable, missing=PLOTLY_MISSING)
 
 Frame = pl.LazyFrame | pl.DataFrame
 
 __all__ = ["ReportData", "gather", "render_body", "write_html"]
-
-
-@dataclass(frozen=True)
-class ReportData:
-    """Result frames behind the report. ``notes[section]`` says why a section is partial."""
-
-    title: str
-    meta: dict[str, Any]
-    summary: pl.DataFrame
-    worst_straggler: dict[str, Any]
-    step_spans: pl.DataFrame
-    breakdown: pl.DataFrame
-    lateness: pl.DataFrame
-    collectives: pl.DataFrame
-    stragglers: pl.DataFrame
-    gap_causes: pl.DataFrame
-    largest_gaps: pl.DataFrame
-    top_kernels: pl.DataFrame
-    top_cpu_ops: pl.DataFrame
-    offsets: pl.DataFrame
-    notes: dict[str, list[str]] = field(default_factory=dict)
-    #: what the inputs and the shared tables said about the data (shown first in the page)
-    warnings: list[str] = field(default_factory=list)
-    #: the top kernels over all ranks (``analyses.breakdown.kernels_across_ranks``)
-    kernel_totals: pl.DataFrame | None = None
-    #: achieved FLOP/s and MFU per rank and step, when the trace carries FLOP counts
-    flops: pl.DataFrame | None = None
-    #: the NCCL debug log's view (``--nccl-log``): ``choices`` and ``calls`` tables
-    nccl: dict[str, pl.DataFrame] | None = None
-    #: the memory timeline (``analyses.memory.timeline_points``) and the trace rows of
-    #: ``run.memory()`` with ``peak_ms`` on the timeline's axis
-    memory_points: pl.DataFrame = field(default_factory=pl.DataFrame)
-    memory_peaks: pl.DataFrame = field(default_factory=pl.DataFrame)
-    #: ``critical-path`` and ``diagnose`` results (``Result`` objects), None when not gathered
-    critical_path: Any = None
-    diagnose: Any = None
-
-    def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><th>{H.e(k)}</th><td>{H.e(v)}</td></tr>"
-                       for k, v in self.meta.items())
-        return (f"<p><b>{H.e(self.title)}</b></p><table>{rows}</table>"
-                + self.summary._repr_html_())
 
 
 def gather(source: Any, *, title: str = "traceview report", top: int = 10,
@@ -80,12 +48,6 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
     """The report's tables, all from one Run (``source``: a Run, or events in memory with
     ``RunOptions`` such as ``align=`` and ``ranks=`` for their ranks table; ``nccl_logs``:
     NCCL debug log files whose algorithm and protocol choices the report shows)."""
-    from traceview.analyses.align import apply_offsets
-    from traceview.analyses.breakdown import kernels_across_ranks
-    from traceview.analyses.collectives import instances
-    from traceview.analyses.gaps import gap_causes, largest_gaps
-    from traceview.run import as_run
-
     run = as_run(source, **run_options)
     notes: dict[str, list[str]] = {}
     n_ranks = len(run.ranks_present)
@@ -186,8 +148,6 @@ def _memory(run: Any, notes: dict[str, list[str]]) -> tuple[pl.DataFrame, pl.Dat
                                                              list[str]]:
     """The memory section's timeline points and peaks (``run.memory()``), and the warnings
     that answer adds to the run's (none for traces without allocator events: no section)."""
-    from traceview.analyses.memory import timeline_points
-
     res = run.memory()
     peaks = res["devices"].filter(pl.col("source") == "trace")
     levels = run.memory_levels
@@ -231,10 +191,7 @@ summary{cursor:pointer;color:#1a5fb4}
 
 def write_html(data: ReportData, fp: TextIO) -> int:
     """Write the self-contained report to ``fp``; returns the number of figures."""
-    from traceview.plots import _go
-
-    _go()  # fail early with the install hint when plotly is missing
-    from plotly.offline import get_plotlyjs
+    get_plotlyjs = plotly_offline.get_plotlyjs  # plotly missing: the install hint, before writing
 
     body, count = render_body(data)
     fp.write('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -27,7 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from traceview.errors import RankConflictError, UsageError
+from traceview.store import parquet as store
 
 #: ``--window`` value: a window number (from 0) or ``"last"``; None selects every window.
 WindowChoice = int | str | None
@@ -49,10 +52,6 @@ class FileSpan:
 
 def file_span(events_path: str | Path) -> FileSpan:
     """First start, last end, first and last step of an events file (three columns read)."""
-    import polars as pl
-
-    from traceview import store
-
     row = store.scan_events(events_path).select(
         pl.col("ts_ns").min().alias("start_ns"),
         (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max().alias("end_ns"),

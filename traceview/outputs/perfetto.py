@@ -21,9 +21,12 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
+import orjson
 import polars as pl
 
 from traceview import __version__
+from traceview.analyses.align import apply_offsets
+from traceview.run.run import as_run
 from traceview.schema import GPU_STREAM_KINDS
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -64,8 +67,6 @@ def trace_lines(
     ``analyses.gaps.gaps`` rows; ``waits``: ``analyses.collectives.collective_ranks`` rows
     (already on the aligned clock); ``straggler_ranks``: rank -> label for flagged ranks.
     """
-    from traceview.analyses.align import apply_offsets
-
     kind = pl.col("kind").cast(pl.String)
     lf = events.lazy().filter(~kind.is_in(_SKIP_KINDS))
     if offsets is not None and offsets.height:
@@ -183,8 +184,6 @@ def _path_lines(pieces: pl.DataFrame, origin: int) -> list[pl.DataFrame]:
 def write_trace(lines: list[str], origin_ns: int, fp: TextIO, *,
                 extra: dict[str, Any] | None = None) -> int:
     """Write the Chrome-trace object; returns the number of events written."""
-    import orjson
-
     other = {"traceview_version": __version__, "traceview_origin_ns": origin_ns,
              "time": "aligned clock, ts in us since traceview_origin_ns", **(extra or {})}
     fp.write('{"displayTimeUnit":"ns","otherData":')
@@ -203,8 +202,6 @@ def export(source: Any, fp: TextIO, *, critical_path: bool = False,
 
     Returns counts: events, gaps, waits, ranks, stragglers, the origin and the alignment.
     """
-    from traceview.run import as_run
-
     run = as_run(source, **run_options)
     ev = run.events.collect()  # every column: the args travel into the merged trace
     offsets = run.offsets

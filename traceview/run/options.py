@@ -16,6 +16,9 @@ from typing import Any
 import polars as pl
 
 from traceview import selection
+from traceview.analyses.classify import with_comm_patterns
+from traceview.analyses.window import Window
+from traceview.errors import UsageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,17 +55,12 @@ class RunOptions:
     def classify_patterns(self) -> Any:  # analyses.classify.ClassifyPatterns
         """The classification rules: the default, plus ``comm_patterns`` and those of
         ``comm_config``; a usage error for an unreadable file or a bad regex."""
-        from traceview.analyses.classify import with_comm_patterns
-
         return with_comm_patterns(_checked_patterns(
             (*self.comm_patterns, *_config_patterns(self.comm_config))))
 
     def window(self) -> Any:  # analyses.window.Window
         """The window these options select; a usage error (before any file is read) when an
         option does not parse."""
-        from traceview.analyses.window import Window
-        from traceview.errors import UsageError
-
         if self.align not in selection.ALIGN_METHODS:
             raise UsageError(f"--align wants one of {', '.join(selection.ALIGN_METHODS)}, "
                              f"got {self.align!r}")
@@ -77,7 +75,6 @@ def _config_patterns(path: str | Path | None) -> tuple[str, ...]:
     """``comm_patterns`` of a TOML file (``comm_patterns = ["^cross_device_reduce_"]``)."""
     if path is None:
         return ()
-    from traceview.errors import UsageError
 
     try:
         import tomllib  # Python 3.11+
@@ -98,8 +95,6 @@ def _config_patterns(path: str | Path | None) -> tuple[str, ...]:
 
 def _checked_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
     """``patterns`` if each is a regex the classification can run; else a usage error."""
-    from traceview.errors import UsageError
-
     for p in patterns:
         try:
             pl.select(pl.lit("").str.contains(p))

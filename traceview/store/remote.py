@@ -1,6 +1,6 @@
 """Store folders on any filesystem: local paths, ``file://``, object stores, fsspec URLs.
 
-A store (see :mod:`traceview.store`) is one zstd Parquet file per rank plus ``ranks.parquet``,
+A store (see :mod:`traceview.store.parquet`) is one zstd Parquet file per rank plus ``ranks.parquet``,
 ``files.parquet`` and the manifest ``traceview-store.json``. Here it may live wherever pyarrow
 or fsspec can write: a shared filesystem (``/lustre/run7`` or ``file:///lustre/run7``), an
 object store (``s3://bucket/run7``, ``gs://...``: pyarrow's own filesystems, or fsspec's when
@@ -15,8 +15,10 @@ manifest: a store without a manifest is incomplete and is not opened.
 
 from __future__ import annotations
 
+import io
 import posixpath
 import uuid
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,16 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from traceview import schema, store
-from traceview.errors import UnreadableTraceError
+from traceview import schema
+from traceview._dependencies import lazy_module
+from traceview.errors import TraceviewError, UnreadableTraceError
+from traceview.store import parquet as store
+from traceview.store.executors import ExecutorSpec, TaskFailure, open_executor, run_tasks
+from traceview.store.parts import Part, part_of
+
+# Loaded when a store lies at a URL pyarrow cannot open itself, or is read from one.
+fsspec = lazy_module("fsspec", missing="this URL needs fsspec: pip install fsspec")
+ds = lazy_module("pyarrow.dataset", missing="reading a remote store needs pyarrow.dataset")
 
 
 def is_url(path: str | Path) -> bool:
@@ -48,10 +58,6 @@ def filesystem(location: str | Path) -> tuple[pafs.FileSystem, str]:
         return pafs.FileSystem.from_uri(url)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
         pass
-    try:
-        import fsspec
-    except ImportError:
-        raise UnreadableTraceError(url, "this URL needs fsspec (pip install fsspec)") from None
     try:
         fs, path = fsspec.core.url_to_fs(url)
     except (ImportError, ValueError) as exc:
@@ -121,9 +127,7 @@ def write_rank_task(parts: list[tuple[str, int, int | None, dict[int, int]]], ra
     ``parts``: ``(parquet path, file_id, single rank or None, parsed -> final rank map)``, as
     in ``TraceSet``. Returns the number of events written.
     """
-    from traceview.traceset import _Part
-
-    frames = [_Part(*p).scan() for p in parts]
+    frames = [Part(*p).scan() for p in parts]
     events = pl.concat(frames, how="vertical").filter(pl.col("rank") == rank).collect()
     fs, base = filesystem(location)
     write_table(schema.conform(events.to_arrow()), fs, posixpath.join(base, rank_file(rank)))
@@ -137,11 +141,6 @@ def write_store(ts: Any, location: str | Path, *, executor: Any = None) -> str:
     Returns the location. A rank whose task keeps failing raises ``TraceviewError`` naming it
     (a store missing a rank would silently change every cross-rank answer).
     """
-    from contextlib import nullcontext
-
-    from traceview.errors import TraceviewError
-    from traceview.executors import ExecutorSpec, TaskFailure, open_executor, run_tasks
-
     target = str(location)
     fs, base = filesystem(target)
     fs.create_dir(base, recursive=True)
@@ -172,8 +171,6 @@ def write_store(ts: Any, location: str | Path, *, executor: Any = None) -> str:
 
 
 def _parquet_bytes(frame: pl.DataFrame) -> bytes:
-    import io
-
     buf = io.BytesIO()
     frame.write_parquet(buf)
     return buf.getvalue()
@@ -183,7 +180,7 @@ def _parquet_bytes(frame: pl.DataFrame) -> bytes:
 
 class _RemotePart:
     """One events file in a store on any filesystem (scanned lazily through pyarrow), read
-    as its ``_Part`` (its manifest entry) says."""
+    as its ``Part`` (its manifest entry) says."""
 
     def __init__(self, location: str, name: str, part: Any) -> None:
         self.location = location
@@ -193,8 +190,6 @@ class _RemotePart:
         self.file_id, self.rank, self.rank_map = part.file_id, part.rank, part.rank_map
 
     def scan(self) -> pl.LazyFrame:
-        import pyarrow.dataset as ds
-
         fs, base = filesystem(self.location)
         path = posixpath.join(base, self.name)
         if isinstance(fs, pafs.LocalFileSystem):
@@ -205,10 +200,10 @@ class _RemotePart:
         return self.part.assign(frame)
 
 
-def open_store(location: str) -> Any:
-    """A TraceSet over a store at a URL (``file://``, ``memory://``, ``s3://`` ...)."""
-    from traceview.traceset import TraceSet
-
+def read_store(location: str) -> tuple[list[_RemotePart], pl.DataFrame, pl.DataFrame,
+                                        pl.DataFrame | None]:
+    """A store at a URL (``file://``, ``memory://``, ``s3://`` ...) as what a TraceSet is made
+    of: its parts, ranks and files tables, and its windows table (None in older stores)."""
     fs, base = filesystem(location)
     manifest_path = posixpath.join(base, store.STORE_MANIFEST)
     if not _exists(fs, manifest_path):
@@ -221,18 +216,16 @@ def open_store(location: str) -> Any:
                                    f"{schema.SCHEMA_VERSION}: ingest the traces again")
     ranks = pl.read_parquet(read_bytes(fs, posixpath.join(base, "ranks.parquet")))
     files = pl.read_parquet(read_bytes(fs, posixpath.join(base, "files.parquet")))
-    from traceview.traceset import _Part, part_of
-
     if "parts" in manifest:
         parts = [_RemotePart(location, e["file"], part_of(e["file"], e))
                  for e in manifest["parts"]]
     else:  # one file per rank, holding all its windows (rows keep their own file_id)
-        parts = [_RemotePart(location, rank_file(r), _Part(rank_file(r), None, r))
+        parts = [_RemotePart(location, rank_file(r), Part(rank_file(r), None, r))
                  for r in ranks["rank"].to_list()]
     windows_path = posixpath.join(base, "windows.parquet")  # absent in older stores
     windows = (pl.read_parquet(read_bytes(fs, windows_path)) if _exists(fs, windows_path)
                else None)
-    return TraceSet(parts, ranks, files, windows=windows)  # type: ignore[arg-type]
+    return parts, ranks, files, windows
 
 
-__all__ = ["filesystem", "is_store", "is_url", "open_store", "write_rank_task", "write_store"]
+__all__ = ["filesystem", "is_store", "is_url", "read_store", "write_rank_task", "write_store"]

@@ -30,18 +30,32 @@ The driver holds ``sum over ranks of (collective calls + steps + devices)`` rows
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
+from traceview.analyses.align import estimate_offsets
 from traceview.analyses.collective_match import (
     COMM_SCHEMA,
     MatchResult,
     comm_events,
     match_collectives,
 )
-from traceview.analyses.window import step_spans
+from traceview.analyses.collectives import collective_ranks, instances
+from traceview.analyses.overlap import overlap, prepared_gpu
+from traceview.analyses.stragglers import stragglers
+from traceview.analyses.window import ranks_present, step_spans
+from traceview.store.executors import (
+    DEFAULT_RETRIES,
+    ExecutorSpec,
+    TaskFailure,
+    open_executor,
+    run_tasks,
+)
+from traceview.store.remote import _RemotePart
+from traceview.store.traceset import Part
 
 STEPS_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "step": pl.Int32, "step_start_ns": pl.Int64, "step_end_ns": pl.Int64,
@@ -85,9 +99,6 @@ class CrossRank:
 
 def summarise(events: pl.LazyFrame | pl.DataFrame) -> RankSummary:
     """The per-rank tables of the module docstring (works on any set of whole ranks)."""
-    from traceview.analyses.overlap import overlap, prepared_gpu
-    from traceview.analyses.window import ranks_present
-
     lf = events.lazy()
     present = ranks_present(lf).with_columns(pl.col("rank").cast(pl.Int32))
     ranks = present.get_column("rank").to_list()
@@ -116,10 +127,6 @@ def cross_rank(
     failed: Sequence[str] = (),
 ) -> CrossRank:
     """Collective matching, alignment, collectives and stragglers from the summaries alone."""
-    from traceview.analyses.align import estimate_offsets
-    from traceview.analyses.collectives import collective_ranks, instances
-    from traceview.analyses.stragglers import stragglers
-
     ranks = sorted({r for s in summaries for r in s.ranks})
     comm = (pl.concat([s.comm for s in summaries]) if summaries
             else pl.DataFrame(schema=COMM_SCHEMA)).sort("rank", "ts_ns")
@@ -145,8 +152,6 @@ def cross_rank(
 # --- mapping over the ranks of a TraceSet -----------------------------------------------------
 
 def _part_spec(part: Any) -> tuple[str, tuple[Any, ...]]:
-    from traceview.remote_store import _RemotePart
-
     if isinstance(part, _RemotePart):
         return "store", (part.location, part.name, part.part.fields())
     return "file", part.fields()
@@ -154,10 +159,7 @@ def _part_spec(part: Any) -> tuple[str, tuple[Any, ...]]:
 
 def summarise_task(specs: list[tuple[str, tuple[Any, ...]]], rank: int) -> RankSummary:
     """Worker task: read one rank's events where they are stored and summarise them."""
-    from traceview.remote_store import _RemotePart
-    from traceview.traceset import _Part
-
-    frames = [(_RemotePart(a[0], a[1], _Part(*a[2])) if kind == "store" else _Part(*a)).scan()
+    frames = [(_RemotePart(a[0], a[1], Part(*a[2])) if kind == "store" else Part(*a)).scan()
               for kind, a in specs]
     events = pl.concat(frames, how="vertical").filter(pl.col("rank") == rank).collect()
     return summarise(events)
@@ -168,11 +170,6 @@ def map_ranks(ts: Any, *, executor: Any = None, ranks: Sequence[int] | None = No
     """:func:`summarise` every rank of ``ts`` on ``executor`` (``ExecutorSpec``, ``Executor``,
     ``"local"``/``"dask"``; None: in this process). Returns the summaries and one line per
     rank whose task kept failing (naming its file)."""
-    from contextlib import nullcontext
-
-    from traceview.executors import DEFAULT_RETRIES, ExecutorSpec, TaskFailure, open_executor
-    from traceview.executors import run_tasks
-
     ts = getattr(ts, "traceset", ts)  # a Run maps the ranks of its trace set
     paths = dict(ts.files.select("file_id", "path").iter_rows())
     wanted = set(ranks) if ranks is not None else None

@@ -1,21 +1,24 @@
-"""The HTML report's sections: each renders one part of a :class:`~traceview.report.ReportData`
+"""The HTML report's sections: each renders one part of a :class:`~traceview.outputs.report_data.ReportData`
 as escaped HTML, scaled to the run (docs/report.md: the spread across ranks and the outlier
 ranks rather than a row per rank, heatmaps past 32 ranks, steps binned past 300, tables capped
 to their top rows, prose only about flagged ranks, a sentence where a figure would be empty).
-:func:`render_body` puts them in order; :mod:`traceview.report` gathers the data and writes the
+:func:`render_body` puts them in order; :mod:`traceview.outputs.report` gathers the data and writes the
 page around them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
-from traceview import report_html as H
+from traceview._dependencies import lazy_module
+from traceview.analyses.spread import binned_steps, distribution
+from traceview.outputs import plots
+from traceview.outputs import report_html as H
+from traceview.outputs.report_data import ReportData
 
-if TYPE_CHECKING:
-    from traceview.report import ReportData
+pio = lazy_module("plotly.io", error=plots.PlotsUnavailable, missing=plots.PLOTLY_MISSING)
 
 _SECTIONS = (("summary", "Run summary"), ("steps", "Steps"),
              ("breakdown", "Compute, exposed communication and idle"),
@@ -44,8 +47,6 @@ class _Figures:
         self.count = 0
 
     def __call__(self, fig: Any) -> str:
-        import plotly.io as pio
-
         self.count += 1
         return pio.to_html(fig, full_html=False, include_plotlyjs=False,
                            div_id=f"tv-plot-{self.count}",
@@ -59,8 +60,6 @@ def _n_ranks(data: ReportData) -> int:
 def _summary(data: ReportData) -> list[str]:
     """The run in one screen: its facts, the worst straggler, the spread across ranks, and
     the ranks worth a look (outliers, flagged) before the others."""
-    from traceview.analyses.spread import distribution
-
     meta = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in data.meta.items())
     w = data.worst_straggler
     worst = (f"<b>Worst straggler: rank {_e(w['rank'])}</b> (imposed wait "
@@ -126,9 +125,6 @@ def _summary(data: ReportData) -> list[str]:
 
 
 def _steps(data: ReportData, fig: _Figures) -> list[str]:
-    from traceview import plots
-    from traceview.analyses.spread import binned_steps
-
     spans = data.step_spans
     out = ['<section id="steps"><h2>Steps</h2>', H.notes(data.notes.get("steps", []))]
     if spans.height == 0:
@@ -152,8 +148,6 @@ def _steps(data: ReportData, fig: _Figures) -> list[str]:
 
 
 def _breakdown(data: ReportData, fig: _Figures) -> list[str]:
-    from traceview import plots
-
     bd = data.breakdown.filter(pl.col("window_ns").is_not_null())
     out = ['<section id="breakdown"><h2>Compute, exposed communication and idle</h2>',
            "<p>Per GPU step window: window = compute + exposed comm + exposed memcpy + "
@@ -188,8 +182,6 @@ def _breakdown(data: ReportData, fig: _Figures) -> list[str]:
 
 def _flops(data: ReportData) -> list[str]:
     """Achieved TFLOP/s and MFU per rank, when the trace carries FLOP counts."""
-    from traceview.analyses.spread import distribution
-
     f = data.flops
     if f is None or f.height == 0:
         return []
@@ -214,8 +206,6 @@ def _flops(data: ReportData) -> list[str]:
 
 
 def _collectives(data: ReportData, fig: _Figures) -> list[str]:
-    from traceview import plots
-
     out = ['<section id="collectives"><h2>Collective skew</h2>',
            "<p>Each cell: how far the rank's arrival at the collective lagged the first rank's, "
            "on the aligned clock.</p>", H.notes(data.notes.get("collectives", [])[:20])]
@@ -259,8 +249,6 @@ def _nccl(data: ReportData) -> list[str]:
 
 
 def _stragglers(data: ReportData, fig: _Figures) -> list[str]:
-    from traceview import plots
-
     s = data.stragglers
     out = ['<section id="stragglers"><h2>Stragglers</h2>']
     if s.height < 2 or "flagged" not in s.columns:
@@ -290,8 +278,6 @@ def _stragglers(data: ReportData, fig: _Figures) -> list[str]:
 
 
 def _gaps(data: ReportData, fig: _Figures) -> list[str]:
-    from traceview import plots
-
     out = ['<section id="gaps"><h2>Gap causes</h2>', H.notes(data.notes.get("gaps", []))]
     causes = data.gap_causes
     if causes.height == 0:
@@ -311,8 +297,6 @@ def _gaps(data: ReportData, fig: _Figures) -> list[str]:
 
 
 def _kernels(data: ReportData, fig: _Figures) -> list[str]:
-    from traceview import plots
-
     out = ['<section id="kernels"><h2>Top kernels</h2>', H.notes(data.notes.get("kernels", []))]
     totals = data.kernel_totals
     if totals is not None and totals.height:
@@ -342,8 +326,6 @@ def _kernels(data: ReportData, fig: _Figures) -> list[str]:
 def _memory_section(data: ReportData, fig: _Figures) -> list[str]:
     """Allocated bytes over time per rank and device, each peak marked, and the peaks; no
     section for traces without allocator events (recorded without profile_memory)."""
-    from traceview import plots
-
     peaks = data.memory_peaks
     if peaks.height == 0:
         return []

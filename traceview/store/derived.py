@@ -23,10 +23,13 @@ from typing import Any
 
 import orjson
 import polars as pl
+import xxhash
 
-from traceview import __version__, store
+from traceview import __version__
 
 #: The version of the classified GPU rows' definition: bump it with any change to what
+from traceview.store import parquet as store
+
 #: ``analyses.overlap.prepared_gpu`` gives (classes, patterns, steps, columns). With the
 #: traceview and Polars versions it names the code in the key, so kept rows are never served
 #: to code that would classify differently.
@@ -78,8 +81,6 @@ def _read_kept(path: Path) -> pl.DataFrame | None:
 def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None,
          patterns: Any = None) -> str | None:
     """The hash naming the derived rows, or None when the inputs cannot be named safely."""
-    import xxhash
-
     if cache_dir is None:
         return None
     folder = Path(cache_dir).resolve()

@@ -18,7 +18,7 @@ a task that keeps failing comes back as a :class:`TaskFailure` naming the error,
 never takes the others down. With a pool this module owns, a pool broken by a dead worker
 process is replaced before the retry.
 
->>> from traceview.executors import ExecutorSpec, open_executor, run_tasks
+>>> from traceview.store.executors import ExecutorSpec, open_executor, run_tasks
 >>> with open_executor(ExecutorSpec("local", max_workers=1)) as ex:      # doctest: +SKIP
 ...     run_tasks(ex, abs, [(-1,), (2,)])
 [1, 2]
@@ -30,12 +30,14 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing import forkserver
 from typing import Any
 
+from traceview._dependencies import lazy_module
 from traceview.errors import UsageError
 
 KINDS: tuple[str, ...] = ("local", "dask")
@@ -86,7 +88,7 @@ def cores() -> int:
 
 
 #: What the fork server imports once for all its workers (see ``local_pool``).
-_PRELOAD = ["traceview.ingest", "traceview.parsers.kineto", "traceview.steps", "pyarrow.parquet"]
+_PRELOAD = ["traceview.store.ingest", "traceview.parsers.kineto", "traceview.store.steps", "pyarrow.parquet"]
 
 
 def local_pool(max_workers: int | None = None) -> ProcessPoolExecutor:
@@ -102,8 +104,6 @@ def warm_local_pool() -> None:
     (~0.35 s on one core) then run while this process does other work (hashing the inputs)
     instead of after it. Nothing to do where workers are spawned."""
     if sys.platform.startswith("linux"):
-        from multiprocessing import forkserver
-
         _pool_context()
         forkserver.ensure_running()
 
@@ -116,13 +116,8 @@ def _pool_context() -> Any:
     return multiprocessing.get_context("spawn")
 
 
-def _import_distributed() -> Any:
-    try:
-        import distributed
-    except ImportError:
-        raise UsageError("--executor dask needs Dask: pip install 'dask[distributed]' (in a "
-                         "traceview checkout: pip install '.[dask]')") from None
-    return distributed
+distributed = lazy_module("distributed", missing="--executor dask needs Dask: pip install "
+                          "'dask[distributed]' (in a traceview checkout: pip install '.[dask]')")
 
 
 @contextmanager
@@ -137,7 +132,6 @@ def open_executor(spec: ExecutorSpec | str = "local") -> Iterator[Executor]:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         return
-    distributed = _import_distributed()
     cluster = None
     if spec.scheduler:
         client = distributed.Client(spec.scheduler)
@@ -184,8 +178,6 @@ def run_tasks(
     ``replace_pool()`` gives a fresh one for the remaining attempts; without it the remaining
     tasks fail with the pool's error.
     """
-    from concurrent.futures import FIRST_COMPLETED, wait
-
     results: list[Any] = [None] * len(tasks)
     attempts = [0] * len(tasks)
     pending: dict[Future, int] = {}

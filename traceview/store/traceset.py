@@ -13,55 +13,31 @@ import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 import polars as pl
 
-from traceview import schema, store
+from traceview import schema
 from traceview.errors import UnreadableTraceError, UsageError
-from traceview.outputs import (
-    check_folder_target, refuse_input_overlap, remove_stale_temporaries,
+from traceview.store import parquet as store
+from traceview.store import remote as remote_store
+from traceview.store.executors import ExecutorSpec
+from traceview.store.ingest import ingest
+from traceview.store.ingested import IngestResult
+from traceview.store.parts import Part, part_entry, part_of
+from traceview.store.placement import rank_info_rows, select_window
+from traceview.store.safe_write import (
+    check_folder_target,
+    process_alive,
+    refuse_input_overlap,
+    remove_stale_temporaries,
 )
-from traceview.ingest import IngestResult, ingest
-from traceview.placement import rank_info_rows, select_window
-from traceview.windows import WindowChoice
+from traceview.store.windows import WindowChoice, chosen_windows
 
 #: The ``windows`` table: which file holds which profiling window of which rank.
 WINDOW_SCHEMA = {"rank": pl.Int32, "window": pl.Int32, "file_id": pl.Int32}
-
-
-@dataclass
-class _Part:
-    """One Parquet file of events and how its rank column maps to final ranks."""
-
-    path: str
-    file_id: int | None  # None: a store's rank file, whose rows keep their own file_id
-    rank: int | None  # the file's single rank, or None when its rank column is kept/mapped
-    rank_map: dict[int, int] = field(default_factory=dict)
-    #: keep only the rows of these files (a store's rank file read for one window); None: all
-    only_files: tuple[int, ...] | None = None
-
-    def fields(self) -> tuple[Any, ...]:
-        """What rebuilds this part in a worker process: ``_Part(*part.fields())``."""
-        return (self.path, self.file_id, self.rank, self.rank_map, self.only_files)
-
-    def scan(self) -> pl.LazyFrame:
-        return self.assign(store.scan_events(self.path))
-
-    def assign(self, frame: pl.LazyFrame) -> pl.LazyFrame:
-        """The file's rows (``frame``, every events column) with their final rank and
-        file_id, and only the rows of ``only_files`` when it is set."""
-        if self.only_files is not None:
-            frame = frame.filter(pl.col("file_id").is_in(list(self.only_files)))
-        rank = (pl.lit(self.rank, dtype=pl.Int32) if self.rank is not None else
-                pl.col("rank").replace_strict(self.rank_map, default=pl.col("rank"),
-                                              return_dtype=pl.Int32))
-        file_id = (pl.col("file_id") if self.file_id is None else
-                   pl.lit(self.file_id, dtype=pl.Int32))
-        return frame.with_columns(rank.alias("rank"), file_id.alias("file_id"))
 
 
 #: Drop reasons that are not damage (an E merged into its B event, NVTX naming rows, a launcher
@@ -73,14 +49,14 @@ _DROPS_WITHOUT_WARNING = frozenset({"end_merged_into_begin", "nvtx_not_an_event"
 class TraceSet:
     """The events of one run (all ranks, long form) with its ranks and files tables."""
 
-    def __init__(self, parts: list[_Part], ranks: pl.DataFrame, files: pl.DataFrame,
+    def __init__(self, parts: list[Part], ranks: pl.DataFrame, files: pl.DataFrame,
                  skipped: Sequence[tuple[str, str]] = (),
                  windows: pl.DataFrame | None = None) -> None:
         self._parts = parts
         self.ranks = ranks
         self.files = files
         #: ``rank, window, file_id``: the profiling windows of each rank and their files
-        #: (``traceview.windows``); one window (0) per rank unless a rank has several files
+        #: (``traceview.store.windows``); one window (0) per rank unless a rank has several files
         self.windows = (windows if windows is not None else
                         ranks.select("rank", pl.lit(0).alias("window"), "file_id")
                         ).cast(WINDOW_SCHEMA).sort("rank", "window")
@@ -89,10 +65,10 @@ class TraceSet:
         #: cache folder, a damaged cache entry parsed again): ``warnings`` lists them first,
         #: ``data_warnings`` leaves them out (they are no damage of the input)
         self.notes: list[str] = []
-        #: where per-rank work runs (``traceview.executors.ExecutorSpec``/``Executor``), or None
+        #: where per-rank work runs (``traceview.store.executors.ExecutorSpec``/``Executor``), or None
         self.executor: Any = None
         #: the cache folder the events files live in (results derived from them may be kept
-        #: there too: ``traceview.derived``); None for a store, a URL or ``cache=False``
+        #: there too: ``traceview.store.derived``); None for a store, a URL or ``cache=False``
         self.cache_dir: str | Path | None = None
         self._frame: pl.LazyFrame | None = None  # events held in memory (``from_frame``)
 
@@ -130,7 +106,7 @@ class TraceSet:
         """The ranks with at least one event, from the row counts in the files' footers (no
         event is read); None when a file holds several ranks or is not a local file (then
         only its events can tell)."""
-        if self._frame is not None or not all(type(p) is _Part and p.rank is not None
+        if self._frame is not None or not all(type(p) is Part and p.rank is not None
                                               for p in self._parts):
             return None
         return sorted({p.rank for p in self._parts if store.row_count(p.path) > 0})
@@ -209,12 +185,10 @@ class TraceSet:
         store costs about what reading the cache does. ``out_dir`` may be a URL (``file://``,
         ``s3://``, ``memory://`` ...); then, or when this TraceSet was opened with an
         executor, the workers write one file per rank
-        (:func:`traceview.remote_store.write_store`).
+        (:func:`traceview.store.remote.write_store`).
         """
-        from traceview import remote_store
-
         if remote_store.is_url(out_dir) or self.executor is not None \
-                or not all(type(p) is _Part for p in self._parts):
+                or not all(type(p) is Part for p in self._parts):
             return remote_store.write_store(self, out_dir, executor=self.executor)
         out = check_folder_target(out_dir)
         # Never over what is read: the input files, nor a store's own rank files.
@@ -231,7 +205,7 @@ class TraceSet:
         store.write_json({"traceview_store": store.CACHE_VERSION,
                           "schema_version": schema.SCHEMA_VERSION,
                           "ranks": self.ranks["rank"].to_list(),
-                          "parts": [_part_entry(p, n) for p, n in zip(self._parts, names)],
+                          "parts": [part_entry(p, n) for p, n in zip(self._parts, names)],
                           "files": {n: store.events_record(out / n) for n in names}},
                          out / store.STORE_MANIFEST)
         return out
@@ -253,7 +227,7 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
          scheduler: str | None = None, window: WindowChoice = None) -> TraceSet:
     """Open trace files, folders of traces, or a store (folder or URL) written by ``ingest -o``.
 
-    ``window``: one profiling window of each rank (``traceview.windows``): its number, from
+    ``window``: one profiling window of each rank (``traceview.store.windows``): its number, from
     0, or ``"last"``; None (default) keeps every window. Out of range: ``UsageError``.
 
     ``executor``: where files are parsed: ``"local"`` (local processes), ``"dask"`` (with
@@ -265,16 +239,14 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
     if not items:
         raise UsageError("no input paths")
     if isinstance(executor, str) or scheduler:
-        from traceview.executors import ExecutorSpec
-
         executor = ExecutorSpec(executor or "dask", scheduler=scheduler)
-    from traceview import remote_store
 
     urls = [p for p in items if remote_store.is_url(p)]
     if urls:
         if len(items) > 1 or not remote_store.is_store(urls[0]):
             raise UsageError("a URL input must be a traceview store, and the only input")
-        return _only_window(remote_store.open_store(urls[0]), window)
+        parts, ranks, files, windows = remote_store.read_store(urls[0])
+        return _only_window(TraceSet(parts, ranks, files, windows=windows), window)
     stores = [Path(p) for p in items if store.is_store(Path(p))]
     if stores:
         if len(items) > 1:
@@ -326,8 +298,6 @@ def _temporary_cache_dir() -> str:
     files after ``open`` returns, possibly after the TraceSet is gone
     (``open(p, cache=False).events.collect()``). Folders of earlier processes that were killed
     (their process id is in the name and no longer runs) are removed first."""
-    from traceview.outputs import process_alive
-
     prefix = "traceview-"
     for old in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
         pid = old.name[len(prefix):].split("-", 1)[0]
@@ -344,7 +314,7 @@ def _from_ingest(result: IngestResult) -> TraceSet:
         mapping = {parsed if parsed is not None else 0: final
                    for (fi, parsed), final in result.rank_of.items() if fi == i}
         single = next(iter(mapping.values())) if len(file.ranks) == 1 else None
-        parts.append(_Part(file.events_path, i, single, mapping))
+        parts.append(Part(file.events_path, i, single, mapping))
     ranks = pl.DataFrame(rank_info_rows(result), schema=schema.polars_schema(schema.RANK_COLUMNS))
     files = pl.DataFrame([{
         "file_id": i, "path": f.path, "format": f.format, "size_bytes": f.size_bytes,
@@ -359,27 +329,12 @@ def _from_ingest(result: IngestResult) -> TraceSet:
     return TraceSet(parts, ranks.sort("rank"), files, result.skipped, windows)
 
 
-def _store_file_names(parts: Sequence[_Part]) -> list[str]:
+def _store_file_names(parts: Sequence[Part]) -> list[str]:
     """A store's name for each events file: ``rank-NNNNN.parquet`` for a rank's only file,
     else ``file-NNNNN.parquet`` (a file of several ranks, or one of a rank's windows)."""
     per_rank = Counter(p.rank for p in parts)
     return [f"rank-{p.rank:05d}.parquet" if p.rank is not None and per_rank[p.rank] == 1
             else f"file-{i:05d}.parquet" for i, p in enumerate(parts)]
-
-
-def _part_entry(part: _Part, name: str) -> dict[str, Any]:
-    """A store manifest's record of one events file: what ``_Part`` needs to read it."""
-    return {"file": name, "file_id": part.file_id, "rank": part.rank,
-            "rank_map": {str(k): v for k, v in part.rank_map.items()},
-            "only_files": None if part.only_files is None else list(part.only_files)}
-
-
-def part_of(path: str, entry: dict[str, Any]) -> _Part:
-    """The ``_Part`` of a store manifest's entry, its file at ``path``."""
-    only = entry.get("only_files")
-    return _Part(path, entry.get("file_id"), entry.get("rank"),
-                 {int(k): v for k, v in (entry.get("rank_map") or {}).items()},
-                 None if only is None else tuple(only))
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -420,7 +375,7 @@ def _open_store(folder: Path) -> TraceSet:
     else:
         # written one file per rank (by the workers, or before stores listed their files):
         # a rank file holds all the rank's windows, each row with its own file_id
-        parts = [_Part(str(folder / f"rank-{r:05d}.parquet"), None, r)
+        parts = [Part(str(folder / f"rank-{r:05d}.parquet"), None, r)
                  for r in ranks["rank"].to_list()]
     recorded = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
     for part in parts:
@@ -471,9 +426,8 @@ def _only_window(ts: TraceSet, window: WindowChoice) -> TraceSet:
     """A store's TraceSet restricted to one profiling window of each rank (None: all)."""
     if window is None:
         return ts
-    from traceview.windows import chosen_windows
 
-    if not all(type(p) is _Part for p in ts._parts):
+    if not all(type(p) is Part for p in ts._parts):
         raise UsageError("--window on a store at a URL: copy the store to a folder first, or "
                          "open the trace files")
     window_of = {(fid, rank): n for rank, n, fid in ts.windows.iter_rows()}
@@ -483,7 +437,7 @@ def _only_window(ts: TraceSet, window: WindowChoice) -> TraceSet:
     files = tuple(kept["file_id"].to_list())
     # a file of the set is kept or not; a rank file of an older store keeps the chosen rows
     ts._parts = [p if p.file_id is not None else
-                 _Part(p.path, p.file_id, p.rank, p.rank_map, files)
+                 Part(p.path, p.file_id, p.rank, p.rank_map, files)
                  for p in ts._parts if p.file_id is None or p.file_id in files]
     ts.windows = kept
     ts.files = ts.files.filter(pl.col("file_id").is_in(files))

@@ -40,9 +40,12 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import polars as pl
 
 from traceview.errors import TraceviewError, UsageError
+from traceview.outputs.diff import mann_whitney_u, run_tables
+from traceview.run.run import as_run
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -131,8 +134,6 @@ def extract_metrics(source: Any, **run_options: Any
 
 def measure(source: Any, **run_options: Any) -> RunMetrics:
     """:func:`extract_metrics` plus the per-step samples and the Run's warnings."""
-    from traceview.run import as_run
-
     run = as_run(source, **run_options)
     values, notes, samples = _metrics_and_samples(run)
     # the data's warnings: a cache parsed again or not writable is no damage of the input
@@ -165,8 +166,6 @@ def _collective_wait_samples(per: pl.DataFrame, steps: pl.DataFrame) -> dict[str
 
 def _metrics_and_samples(run: Any) -> tuple[dict[str, float | None], dict[str, str],
                                             dict[str, list[int]]]:
-    from traceview.diff import run_tables
-
     tables = run_tables(run)
     s = tables.samples
     notes: dict[str, str] = {}
@@ -289,8 +288,6 @@ def _baseline_entry(name: str, runs: list[RunMetrics]) -> dict[str, Any]:
 
 def read_baseline(text: str | bytes, *, source: str = "baseline") -> dict[str, Any]:
     """Parse and validate a baseline document (``BaselineError`` when it is not one)."""
-    import orjson
-
     try:
         doc = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -412,8 +409,6 @@ def steps_slower(now_samples: list[float], base_samples: list[float], alpha: flo
     the method, and whether the test can decide: False when a side has no samples, or when
     even the most extreme outcome could not reach ``alpha`` (4 steps against 4 give at best
     p = 0.014): a test that cannot say "slower" must not veto."""
-    from traceview.diff import mann_whitney_u
-
     if not now_samples or not base_samples:
         return None, None, False
     res = mann_whitney_u(now_samples, base_samples, alternative="greater")

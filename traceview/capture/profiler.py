@@ -12,7 +12,7 @@ What it adds to a bare ``torch.profiler.profile``:
   ``rank-<R>.<host>.<pid>.pt.trace.json.gz`` (``.w<K>`` before ``.pt`` when ``repeat != 1``,
   one file per active window). The rank comes from ``torch.distributed`` when it is initialised,
   else from ``RANK`` / ``LOCAL_RANK``, else 0.
-* **A clock-sync probe** (:func:`traceview.capture_sync.sync_probe`) at the start and the end of
+* **A clock-sync probe** (:func:`traceview.capture.sync_probe.sync_probe`) at the start and the end of
   every active window: a few barriers, each inside a ``traceview::sync`` span. They are
   blocking collectives on every rank, so the alignment finds anchors even in a run without
   collectives of its own. Skipped (harmlessly) when torch.distributed is not initialised, and
@@ -42,8 +42,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from traceview.capture_sync import DEFAULT_ROUNDS, SYNC_NAME, Identity, identity, sync_probe
-from traceview.capture_sync import trace_file_name as _file_name
+from traceview._dependencies import lazy_module, loaded
+from traceview.capture.sync_probe import DEFAULT_ROUNDS, SYNC_NAME, Identity, identity, sync_probe
+from traceview.capture.sync_probe import trace_file_name as _file_name
 from traceview.errors import TraceviewError
 
 RUN_FILE = "run.json"
@@ -61,17 +62,15 @@ class CaptureUnavailable(TraceviewError):
     """torch (the ``capture`` extra) is not installed."""
 
 
+torch = lazy_module("torch", submodules=("torch.distributed", "torch.profiler"),
+                    error=CaptureUnavailable,
+                    missing="traceview.capture needs torch: install it with pip install torch "
+                            "(in a traceview checkout: pip install '.[capture]')")
+
+
 def import_torch() -> Any:
-    """``import torch`` with a message naming the extra to install when it is missing."""
-    try:
-        import torch
-        import torch.distributed
-        import torch.profiler
-    except ImportError as exc:
-        raise CaptureUnavailable(
-            f"traceview.capture needs torch ({exc}); install it with "
-            "pip install torch (in a traceview checkout: pip install '.[capture]')") from None
-    return torch
+    """torch, imported now, with a message naming the extra to install when it is missing."""
+    return loaded(torch)
 
 
 class Capture:
@@ -99,15 +98,11 @@ class Capture:
 
     # -- schedule bookkeeping -------------------------------------------------------------
     def _recording(self) -> bool:
-        from torch.profiler import ProfilerAction
-
-        return self.profiler.current_action in (ProfilerAction.RECORD,
-                                                ProfilerAction.RECORD_AND_SAVE)
+        action = self._torch.profiler.ProfilerAction
+        return self.profiler.current_action in (action.RECORD, action.RECORD_AND_SAVE)
 
     def _last_of_window(self) -> bool:
-        from torch.profiler import ProfilerAction
-
-        return self.profiler.current_action == ProfilerAction.RECORD_AND_SAVE
+        return self.profiler.current_action == self._torch.profiler.ProfilerAction.RECORD_AND_SAVE
 
     def _probe(self, where: str) -> None:
         if not self._sync:
@@ -234,16 +229,13 @@ def profile(out_dir: str | os.PathLike[str], *, wait: int = 1, warmup: int = 1, 
         raise TraceviewError(f"bad schedule: wait={wait} warmup={warmup} active={active} "
                              f"repeat={repeat} skip_first={skip_first}")
     torch = import_torch()
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-    from torch.profiler import schedule as torch_schedule
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ident = identity(torch.distributed)
     if activities is None:
-        activities = [ProfilerActivity.CPU] + (
-            [ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        activity = torch.profiler.ProfilerActivity
+        activities = [activity.CPU] + ([activity.CUDA] if torch.cuda.is_available() else [])
     sched = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat,
              "skip_first": skip_first}
     record_memory = memory and torch.cuda.is_available()
@@ -271,7 +263,8 @@ def profile(out_dir: str | os.PathLike[str], *, wait: int = 1, warmup: int = 1, 
         assert handle is not None
         handle._trace_ready(prof)
 
-    prof = torch_profile(activities=list(activities), schedule=torch_schedule(**sched),
+    prof = torch.profiler.profile(activities=list(activities),
+                                  schedule=torch.profiler.schedule(**sched),
                          on_trace_ready=on_ready, record_shapes=record_shapes,
                          profile_memory=profile_memory, with_stack=with_stack,
                          with_flops=with_flops)

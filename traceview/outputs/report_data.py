@@ -1,0 +1,53 @@
+"""The report's data: the result frames behind each section, gathered from one Run by
+:func:`traceview.outputs.report.gather` and rendered by :mod:`traceview.outputs.report_sections`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from traceview.outputs import report_html as H
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Result frames behind the report. ``notes[section]`` says why a section is partial."""
+
+    title: str
+    meta: dict[str, Any]
+    summary: pl.DataFrame
+    worst_straggler: dict[str, Any]
+    step_spans: pl.DataFrame
+    breakdown: pl.DataFrame
+    lateness: pl.DataFrame
+    collectives: pl.DataFrame
+    stragglers: pl.DataFrame
+    gap_causes: pl.DataFrame
+    largest_gaps: pl.DataFrame
+    top_kernels: pl.DataFrame
+    top_cpu_ops: pl.DataFrame
+    offsets: pl.DataFrame
+    notes: dict[str, list[str]] = field(default_factory=dict)
+    #: what the inputs and the shared tables said about the data (shown first in the page)
+    warnings: list[str] = field(default_factory=list)
+    #: the top kernels over all ranks (``analyses.breakdown.kernels_across_ranks``)
+    kernel_totals: pl.DataFrame | None = None
+    #: achieved FLOP/s and MFU per rank and step, when the trace carries FLOP counts
+    flops: pl.DataFrame | None = None
+    #: the NCCL debug log's view (``--nccl-log``): ``choices`` and ``calls`` tables
+    nccl: dict[str, pl.DataFrame] | None = None
+    #: the memory timeline (``analyses.memory.timeline_points``) and the trace rows of
+    #: ``run.memory()`` with ``peak_ms`` on the timeline's axis
+    memory_points: pl.DataFrame = field(default_factory=pl.DataFrame)
+    memory_peaks: pl.DataFrame = field(default_factory=pl.DataFrame)
+    #: ``critical-path`` and ``diagnose`` results (``Result`` objects), None when not gathered
+    critical_path: Any = None
+    diagnose: Any = None
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><th>{H.e(k)}</th><td>{H.e(v)}</td></tr>"
+                       for k, v in self.meta.items())
+        return (f"<p><b>{H.e(self.title)}</b></p><table>{rows}</table>"
+                + self.summary._repr_html_())

@@ -1,0 +1,37 @@
+"""What ingest learns of each file and of the whole input: the records handed from ingest to
+placement (which rank and window each file's rows belong to) and on to the TraceSet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class FileResult:
+    """What a worker returns for one file: where its events are and what it learned."""
+
+    path: str
+    format: str
+    size_bytes: int
+    content_id: str
+    events_path: str
+    ranks: list[dict[str, Any]]
+    input_events: int
+    stored_events: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    from_cache: bool = False
+
+
+@dataclass
+class IngestResult:
+    files: list[FileResult]
+    #: final rank for each (file index, rank as parsed) pair
+    rank_of: dict[tuple[int, int | None], int]
+    skipped: list[tuple[str, str]]
+    #: profiling window of each (file index, final rank) pair (``traceview.store.windows``); a
+    #: pair left out is window 0
+    window_of: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: what reading said about the cache rather than the data (a damaged entry parsed again)
+    notes: list[str] = field(default_factory=list)
