@@ -178,10 +178,12 @@ def _row(f: dict[str, Any]) -> dict[str, Any]:
 def _with_severity(f: dict[str, Any]) -> dict[str, Any]:
     share = f["gain_share"] or 0.0
     level = "high" if share >= HIGH else "medium" if share >= MEDIUM else "low"
-    cap = f.pop("max_severity", None)
+    cap, least = f.pop("max_severity", None), f.pop("min_severity", None)
     order = ["low", "medium", "high"]
     if cap is not None and order.index(level) > order.index(cap):
         level = cap
+    if least is not None and order.index(level) < order.index(least):
+        level = least
     f.pop("keep", None)
     return {**f, "severity": level}
 
@@ -190,36 +192,46 @@ def _with_severity(f: dict[str, Any]) -> dict[str, Any]:
 
 def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame | None,
                 n_steps: int, step_ns: int | None) -> list[dict[str, Any]]:
-    """One finding per rank the path jumps to: its lateness at those jumps, per step. High
-    severity only for a rank the straggler analysis flags (``analyses.stragglers``: a
-    persistent, significant, dominant lead): a balanced run's noise stays low."""
-    jumps = path.segments.filter(pl.col("kind") == "transfer")
-    if jumps.height == 0 or rows.height == 0:
+    """The straggler finding, severity high, for the rank the straggler analysis flags
+    (``analyses.stragglers`` on the dependency graph), and for no other rank: one answer
+    everywhere (an unsure lead stays in ``stragglers``, with its low confidence). Its gain is
+    what the path's jumps to it would lose were it as fast as the median rank; where the path
+    does not jump to it, the wait its own time caused per step."""
+    named = [] if verdicts is None else verdicts.filter(pl.col("flagged")).to_dicts()
+    if not named:
         return []
+    jumps = path.segments.filter(pl.col("kind") == "transfer")
     late = rows.group_by("instance").agg(
         last_rank=pl.col("last_rank").first(),
         lateness_ns=pl.col("arrival_ns").max() - pl.col("arrival_ns").sort(descending=True)
-        .get(1, null_on_oob=True).fill_null(pl.col("arrival_ns").max()))
+        .get(1, null_on_oob=True).fill_null(pl.col("arrival_ns").max())) \
+        if rows.height else pl.DataFrame(schema={"instance": pl.String, "last_rank": pl.Int32,
+                                                 "lateness_ns": pl.Int64})
     on_path = jumps.join(late, on="instance").filter(pl.col("to_rank") == pl.col("last_rank"))
-    if on_path.height == 0:
-        return []
-    per_rank = on_path.join(jump_gains(path, rows), on="instance", how="left").group_by(
-        "to_rank").agg(jumps=pl.len(), late_ns=pl.col("lateness_ns").sum(),
-                       gain_ns=pl.col("gain_ns").fill_null(0).sum()).rename({"to_rank": "rank"})
+    per_rank = {r["rank"]: r for r in on_path.join(
+        jump_gains(path, rows), on="instance", how="left").group_by("to_rank").agg(
+        jumps=pl.len(), late_ns=pl.col("lateness_ns").sum(),
+        gain_ns=pl.col("gain_ns").fill_null(0).sum()).rename({"to_rank": "rank"}).to_dicts()} \
+        if on_path.height else {}
     share = _rank_shares(path)
-    flagged = {} if verdicts is None else {
-        r["rank"]: r for r in verdicts.iter_rows(named=True)}
     out = []
-    for r in per_rank.sort("gain_ns", "rank", descending=[True, False]).iter_rows(named=True):
-        rank, gain = r["rank"], int(r["gain_ns"]) // n_steps
-        verdict = flagged.get(rank, {})
-        is_flagged = bool(verdict.get("flagged"))
+    for verdict in named:
+        rank = verdict["rank"]
+        hops = per_rank.get(rank, {"jumps": 0, "late_ns": 0, "gain_ns": 0})
+        gain = int(hops["gain_ns"]) // n_steps or int(verdict.get("caused_wait_per_step_ns") or 0)
         top = _top_op(path, rank)
         evidence = [
-            _ev("lateness_on_path_ns_per_step", int(r["late_ns"]) // n_steps, "ns"),
-            _ev("jumps_to_rank_per_step", r["jumps"] / n_steps, "count"),
+            _ev("lateness_on_path_ns_per_step", int(hops["late_ns"]) // n_steps, "ns"),
+            _ev("jumps_to_rank_per_step", hops["jumps"] / n_steps, "count"),
             _ev("path_share", share.get(rank), "ratio"),
-            _ev("flagged_by_stragglers", float(is_flagged), "bool"),
+            _ev("flagged_by_stragglers", 1.0, "bool"),
+            _ev("caused_wait_per_step_ns", verdict.get("caused_wait_per_step_ns"), "ns"),
+            _ev("confidence_score", verdict.get("confidence_score"), "ratio",
+                verdict.get("confidence")),
+            _ev("evidence_steps", len(verdict.get("evidence_steps") or []), "count",
+                ", ".join(map(str, verdict.get("evidence_steps") or []))),
+            _ev("evidence_instances", len(verdict.get("evidence_instances") or []), "count",
+                ", ".join(verdict.get("evidence_instances") or [])),
         ]
         if verdict.get("imposed_wait_per_step_ns") is not None:
             evidence.append(_ev("imposed_wait_per_step_ns", verdict["imposed_wait_per_step_ns"],
@@ -230,13 +242,11 @@ def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame |
             evidence.append(_ev("top_op_on_path_ns_per_step", top[1] // n_steps, "ns", top[0]))
         what = f"; most of its path time is in {top[0]}" if top else ""
         out.append({
-            "id": "straggler", "rank": rank, "gain_ns_per_step": gain,
-            "title": (f"Rank {rank} holds the others back: it arrives last at {r['jumps']} "
-                      f"collectives on the path, {_time(gain)} per step{what}"
-                      if is_flagged else
-                      f"Rank {rank} arrives last on the path ({_time(gain)} per step), "
-                      "but is not flagged as a straggler (noise across ranks)"),
-            "evidence": evidence, "max_severity": None if is_flagged else "low",
+            "id": "straggler", "rank": rank, "gain_ns_per_step": gain, "keep": True,
+            "title": (f"Rank {rank} holds the others back: its own time causes "
+                      f"{_time(int(verdict.get('caused_wait_per_step_ns') or 0))} of waiting "
+                      f"per step, {_time(gain)} per step on the path{what}"),
+            "evidence": evidence, "min_severity": "high",
             "recommendation": RECOMMENDATIONS["straggler"].format(rank=rank),
         })
     return out

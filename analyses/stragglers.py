@@ -35,6 +35,7 @@ import math
 import polars as pl
 
 from traceview.analyses.collective_match import P2P
+from traceview.analyses.dependency_graph import culprits, sync_points
 from traceview.analyses.intervals import total_length, union
 
 RESULT_SCHEMA: dict[str, pl.DataType] = {
@@ -47,6 +48,12 @@ RESULT_SCHEMA: dict[str, pl.DataType] = {
     "median_imposed_wait_per_step_ns": pl.Int64, "steps_last": pl.Int64,
     "steps_compared": pl.Int64, "noise_floor_ns": pl.Int64, "confidence": pl.String,
     "confidence_score": pl.Float64,
+    # culprit, not victim (analyses.dependency_graph): the lateness the rank's own time caused,
+    # wherever it surfaced, and the lateness it only passed on
+    "caused_wait_ns": pl.Int64, "caused_wait_per_step_ns": pl.Int64,
+    "median_caused_wait_per_step_ns": pl.Int64, "culprit_instances": pl.Int64,
+    "inherited_wait_ns": pl.Int64, "steps_culprit": pl.Int64, "verdict": pl.String,
+    "evidence_steps": pl.List(pl.Int64), "evidence_instances": pl.List(pl.String),
 }
 
 #: A lead counts as "clear" when above this many times the run's own arrival noise (the
@@ -58,6 +65,8 @@ MIN_STEP_SHARE = 0.5
 MIN_STEPS_FOR_CONFIDENCE = 4
 
 LATENESS_FLOOR_NS = 50_000
+#: The largest instances a verdict's evidence lists by name.
+EVIDENCE_INSTANCES = 10
 
 
 def stragglers(
@@ -103,24 +112,40 @@ def stragglers(
         late_to_ns=pl.col("arrival_ns").max(),
         first_ns=pl.col("arrival_ns").min(), end_ns=pl.col("end_ns").max(),
     ).with_columns(lateness_ns=pl.col("late_to_ns") - pl.col("late_from_ns"))
-    inst = inst.with_columns(significant=pl.col("lateness_ns") > floor)
+    blame = culprits(sync_points(per)).select("instance", "culprit_rank", "inherited")
+    inst = inst.join(blame, on="instance", how="left").with_columns(
+        pl.col("culprit_rank").fill_null(pl.col("last_rank")),
+        significant=pl.col("lateness_ns") > floor)
     inst = _with_step(inst, steps)
-    per_step = _per_step(inst, ranks_all, floor)
+    per_step = _per_step(inst, ranks_all, floor, by="last_rank").join(
+        _per_step(inst, ranks_all, floor, by="culprit_rank").rename(
+            {"median_imposed_wait_per_step_ns": "median_caused_wait_per_step_ns",
+             "steps_last": "steps_culprit"}).drop("steps_compared"), on="rank")
     n_sig = int(inst.get_column("significant").sum())
     span = int(inst.get_column("end_ns").max() - inst.get_column("first_ns").min())
 
     by_last = inst.group_by("last_rank").agg(
         last_arrivals=pl.len(),
         significant_last_arrivals=pl.col("significant").sum().cast(pl.Int64),
-        names=pl.col("collective").filter(pl.col("significant")).unique().sort(),
+        inherited_wait_ns=pl.col("lateness_ns").filter(
+            pl.col("culprit_rank") != pl.col("last_rank")).sum(),
     ).rename({"last_rank": "rank"})
-    # Imposed wait: lateness intervals of the rank's last arrivals, concurrent ones (DDP buckets
-    # in flight together) counted once.
-    late = union(inst.rename({"last_rank": "rank"}), by=["rank"], start="late_from_ns",
-                 end="late_to_ns")
-    imposed_tbl = total_length(late, by=["rank"], start="late_from_ns", end="late_to_ns",
-                               name="imposed_wait_ns")
-    by_last = by_last.join(imposed_tbl, on="rank", how="left")
+    by_culprit = inst.group_by("culprit_rank").agg(
+        culprit_instances=pl.col("significant").sum().cast(pl.Int64),
+        names=pl.col("collective").filter(pl.col("significant")).unique().sort(),
+        evidence_steps=pl.col("step").filter(pl.col("significant")).unique().sort()
+        .cast(pl.Int64),
+        evidence_instances=pl.col("instance").filter(pl.col("significant"))
+        .sort_by(pl.col("lateness_ns").filter(pl.col("significant")), descending=True)
+        .head(EVIDENCE_INSTANCES),
+    ).rename({"culprit_rank": "rank"})
+    # Imposed wait: lateness intervals of the rank's last arrivals; caused wait: of the
+    # instances whose lateness its own time caused. Concurrent ones (DDP buckets in flight
+    # together, a TP wait and the DP wait it causes) are counted once.
+    by_last = by_last.join(_wait_union(inst, "last_rank", "imposed_wait_ns"), on="rank",
+                           how="left")
+    by_culprit = by_culprit.join(_wait_union(inst, "culprit_rank", "caused_wait_ns"), on="rank",
+                                 how="left")
     before = (
         per.sort("rank", "arrival_ns")
         .with_columns(prev_end=pl.col("end_ns").shift(1).over("rank"))
@@ -133,66 +158,109 @@ def stragglers(
         pl.DataFrame({"rank": ranks_all}, schema={"rank": pl.Int32})
         .join(before, on="rank", how="left")
         .join(by_last, on="rank", how="left")
+        .join(by_culprit, on="rank", how="left")
         .join(step_by_rank, on="rank", how="left")
         .join(per_step, on="rank", how="left")
         .with_columns(
             pl.col("last_arrivals", "significant_last_arrivals", "imposed_wait_ns",
-                   "instances", "wait_suffered_ns", "compute_before_ns").fill_null(0)
-            .cast(pl.Int64))
+                   "instances", "wait_suffered_ns", "compute_before_ns", "caused_wait_ns",
+                   "culprit_instances", "inherited_wait_ns").fill_null(0).cast(pl.Int64),
+            pl.col("evidence_steps").fill_null([]), pl.col("evidence_instances").fill_null([]))
     )
     med_before = rows.filter(pl.col("instances") > 0).get_column("compute_before_ns").median()
     imposed_col = rows.get_column("imposed_wait_ns")
+    caused_col = rows.get_column("caused_wait_ns")
     rows = rows.with_columns(
         compute_ratio=_ratio(rows.get_column("compute_before_ns"), med_before)
         if med_before else None,
         step_ratio=_ratio(rows.get_column("step_time_ns"), median_step) if median_step else None,
         imposed_wait_per_step_ns=(pl.col("imposed_wait_ns") // n_steps) if n_steps
         else pl.col("imposed_wait_ns"),
-        effect=_ratio(_ratio(imposed_col, n_steps), median_step) if n_steps and median_step
-        else (_ratio(imposed_col, span) if span > 0 else pl.lit(0.0)),
+        caused_wait_per_step_ns=(pl.col("caused_wait_ns") // n_steps) if n_steps
+        else pl.col("caused_wait_ns"),
+        effect=_ratio(_ratio(caused_col, n_steps), median_step) if n_steps and median_step
+        else (_ratio(caused_col, span) if span > 0 else pl.lit(0.0)),
         significant_instances=pl.lit(n_sig, pl.Int64),
         noise_floor_ns=pl.lit(floor, pl.Int64),
     )
-    imposed = dict(rows.select("rank", "imposed_wait_ns").rows())
-    total_imposed = sum(imposed.values())
-    typical = dict(rows.select("rank", "median_imposed_wait_per_step_ns").rows())
+    del imposed_col
+    caused = dict(rows.select("rank", "caused_wait_ns").rows())
+    total_caused = sum(caused.values())
+    typical = dict(rows.select("rank", "median_caused_wait_per_step_ns").rows())
     out = []
     for row in rows.iter_rows(named=True):
         r = row["rank"]
-        others = sorted(v for q, v in imposed.items() if q != r)
-        other_med = others[len(others) // 2] if len(others) % 2 else (
-            (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2 if others else 0)
-        k = row["significant_last_arrivals"]
+        other_med = _median([v for q, v in caused.items() if q != r])
+        k = row["culprit_instances"]
         checks = {
             # Persistent by count, or by weight: noise makes near-ties (e.g. a barrier right
-            # after an all-reduce) fall either way, so a rank that holds >= min_share of all the
-            # imposed wait over >= min_instances clear instances is persistent too.
+            # after an all-reduce) fall either way, so a rank that causes >= min_share of all
+            # the wait over >= min_instances clear instances is persistent too.
             "persistent": n_sig > 0 and k >= min_instances and (
-                k / n_sig >= min_share or (total_imposed > 0
-                                           and row["imposed_wait_ns"] / total_imposed
+                k / n_sig >= min_share or (total_caused > 0
+                                           and row["caused_wait_ns"] / total_caused
                                            >= min_share)),
             "effect": row["effect"] is not None and row["effect"] >= min_effect,
-            "dominant": row["imposed_wait_ns"] > 0
-            and row["imposed_wait_ns"] >= dominance * other_med,
+            "dominant": row["caused_wait_ns"] > 0
+            and row["caused_wait_ns"] >= dominance * other_med,
             # Noise makes a few steps' waits huge for anyone: the verdict rests on the typical
-            # step (median) and on being last in most steps, not on a sum.
+            # step (median) and on causing the wait in most steps, not on a sum.
             "consistent": row["steps_compared"] > 0
-            and row["steps_last"] >= MIN_STEP_SHARE * row["steps_compared"]
-            and row["median_imposed_wait_per_step_ns"] > floor
-            and row["median_imposed_wait_per_step_ns"]
+            and row["steps_culprit"] >= MIN_STEP_SHARE * row["steps_compared"]
+            and row["median_caused_wait_per_step_ns"] > floor
+            and row["median_caused_wait_per_step_ns"]
             >= dominance * _median([v for q, v in typical.items() if q != r]),
         }
         flagged = row["instances"] > 0 and all(checks.values())
         names = row.pop("names") or []
         row["flagged"] = flagged
         row["confidence_score"], row["confidence"] = _confidence(
-            flagged, row["steps_last"], row["steps_compared"], len(ranks_all))
+            flagged, row["steps_culprit"], row["steps_compared"], len(ranks_all))
         row["explanation"] = _explain(row, flagged, checks, names, n_sig, floor, median_step,
                                       n_steps, min_effect, min_share, unc)
         out.append(row)
-    return (pl.DataFrame(out).select(list(RESULT_SCHEMA)).cast(RESULT_SCHEMA)
-            .sort(["median_imposed_wait_per_step_ns", "imposed_wait_ns", "rank"],
-                  descending=[True, True, False]))
+    result = pl.DataFrame(out).select([c for c in RESULT_SCHEMA if c != "verdict"]).with_columns(
+        verdict=pl.lit("not a straggler")).cast(RESULT_SCHEMA).sort(
+        ["median_caused_wait_per_step_ns", "caused_wait_ns", "imposed_wait_ns", "rank"],
+        descending=[True, True, True, False])
+    return _with_verdicts(result, floor)
+
+
+def _wait_union(inst: pl.DataFrame, by: str, name: str) -> pl.DataFrame:
+    """Per rank of column ``by``: the total length of its instances' lateness intervals,
+    overlapping ones once."""
+    late = union(inst.select(pl.col(by).alias("rank"), "late_from_ns", "late_to_ns"),
+                 by=["rank"], start="late_from_ns", end="late_to_ns")
+    return total_length(late, by=["rank"], start="late_from_ns", end="late_to_ns", name=name)
+
+
+def _with_verdicts(rows: pl.DataFrame, floor: int) -> pl.DataFrame:
+    """``verdict`` per rank: ``straggler`` (flagged); ``unsure`` for the leading unflagged rank
+    when it causes the wait in at least half the steps, more consistently than chance would
+    (confidence score >= 0.9), with a typical caused wait above half the noise floor, but not
+    clearly enough to flag (its confidence is then low, never a confident "not a
+    straggler"); ``not a straggler`` otherwise."""
+    if rows.height == 0:
+        return rows
+    flagged = rows.get_column("flagged")
+    lead = rows.row(0, named=True)  # sorted: the largest typical caused wait first
+    # the lead is consistent beyond chance (binomial score >= 0.9) and its typical step stands
+    # out of the noise at least half-way, yet the flag's checks did not all hold
+    suspicious = (not flagged.any() and lead["instances"] > 0 and lead["steps_compared"] > 0
+                  and 2 * lead["median_caused_wait_per_step_ns"] > floor
+                  and lead["steps_culprit"] >= MIN_STEP_SHARE * lead["steps_compared"]
+                  and (lead["confidence_score"] or 0) >= 0.9)
+    verdict = pl.when(pl.col("flagged")).then(pl.lit("straggler")).otherwise(
+        pl.lit("not a straggler"))
+    if suspicious:
+        is_lead = pl.col("rank") == lead["rank"]
+        return rows.with_columns(
+            verdict=pl.when(is_lead).then(pl.lit("unsure")).otherwise(verdict),
+            confidence=pl.when(is_lead).then(pl.lit("low")).otherwise(pl.col("confidence")),
+            explanation=pl.when(is_lead).then(
+                pl.lit("UNSURE: leads the others but not clearly above the run's noise; ")
+                + pl.col("explanation")).otherwise(pl.col("explanation")))
+    return rows.with_columns(verdict=verdict)
 
 
 def _median(values: list[int]) -> float:
@@ -214,11 +282,14 @@ def _with_step(inst: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
                                            ).with_columns(pl.col("step").fill_null(-1))
 
 
-def _per_step(inst: pl.DataFrame, ranks: list[int], floor: int) -> pl.DataFrame:
-    """Per rank: its imposed wait in each step (lateness intervals of its last arrivals,
-    concurrent ones once), the median over all steps compared (zeros included), and the
-    number of steps in which that wait is above the noise floor."""
-    late = union(inst.rename({"last_rank": "rank"}), by=["rank", "step"],
+def _per_step(inst: pl.DataFrame, ranks: list[int], floor: int, *,
+              by: str = "last_rank") -> pl.DataFrame:
+    """Per rank of column ``by`` (the last arriver, or the culprit): its wait in each step
+    (lateness intervals of its instances, concurrent ones once), the median over all steps
+    compared (zeros included), and the number of steps in which that wait is above the
+    noise floor."""
+    late = union(inst.select(pl.col(by).alias("rank"), "step", "late_from_ns", "late_to_ns"),
+                 by=["rank", "step"],
                  start="late_from_ns", end="late_to_ns")
     waits = total_length(late, by=["rank", "step"], start="late_from_ns", end="late_to_ns",
                          name="wait")
@@ -283,7 +354,13 @@ def _explain(row: dict, flagged: bool, checks: dict, names: list[str], n_sig: in
     held = (f"held the others {_ms(per_step)} per step" if n_steps
             else f"held the others {_ms(row['imposed_wait_ns'])} in total")
     parts = [f"rank {r} arrived last at {k} of {n} {what} instances with a clear last "
-             f"arrival (lead > {_ms(floor)})", held]
+             f"arrival (lead > {_ms(floor)})",
+             f"its own time caused the lead at {row['culprit_instances']} instances"
+             + (f" (the others' lateness it passed on, {_ms(row['inherited_wait_ns'])}, was "
+                f"caused by another rank)" if row["inherited_wait_ns"] else ""),
+             (f"caused {_ms(row['caused_wait_per_step_ns'])} of waiting per step" if n_steps
+              else f"caused {_ms(row['caused_wait_ns'])} of waiting in total")
+             + f"; {held}"]
     if median_step:
         parts[-1] += f" ({100 * row['effect']:.0f}% of the median step time)"
     if row["compute_ratio"] is not None and math.isfinite(row["compute_ratio"]):
@@ -292,24 +369,27 @@ def _explain(row: dict, flagged: bool, checks: dict, names: list[str], n_sig: in
     if row["step_ratio"] is not None:
         parts.append(f"its step time is {row['step_ratio']:.2f}x the median (synchronous "
                      f"collectives equalise step times)")
-    parts.append(f"last by more than the noise floor ({_ms(floor)}) in {row['steps_last']} of "
-                 f"{row['steps_compared']} steps, typical step "
-                 f"{_ms(row['median_imposed_wait_per_step_ns'])}")
+    parts.append(f"caused a wait above the noise floor ({_ms(floor)}) in "
+                 f"{row['steps_culprit']} of {row['steps_compared']} steps, typical step "
+                 f"{_ms(row['median_caused_wait_per_step_ns'])}")
+    if row["evidence_steps"]:
+        parts.append("evidence: steps " + ", ".join(map(str, row["evidence_steps"][:12]))
+                     + "; instances " + ", ".join(row["evidence_instances"][:5]))
     text = "; ".join(parts)
     if flagged:
         return "STRAGGLER: " + text
     why = []
     if not checks["persistent"]:
-        why.append(f"not persistently last (needs >= {min_share:.0%} of clear last arrivals "
-                   "or of all imposed wait)")
+        why.append(f"its own time did not persistently cause the lead (needs >= "
+                   f"{min_share:.0%} of clear last arrivals or of all caused wait)")
     if not checks["effect"]:
         why.append(f"effect below {min_effect:.0%} of step time")
     if not checks["dominant"]:
-        why.append("imposes no more wait than the others")
+        why.append("causes no more wait than the others")
     if not checks["consistent"]:
-        why.append(f"not last with a clear lead in most steps ({row['steps_last']} of "
-                   f"{row['steps_compared']}; typical step {_ms(row['median_imposed_wait_per_step_ns'])}"
-                   f" vs noise floor {_ms(floor)})")
+        why.append(f"did not cause a clear wait in most steps ({row['steps_culprit']} of "
+                   f"{row['steps_compared']}; typical step "
+                   f"{_ms(row['median_caused_wait_per_step_ns'])} vs noise floor {_ms(floor)})")
     if unc and n_sig == 0:
         why.append(f"arrival order within alignment uncertainty ({_ms(unc)})")
     return "not flagged: " + ", ".join(why) + ". " + text
@@ -322,6 +402,10 @@ def _empty_rows(ranks: list[int], reason: str) -> pl.DataFrame:
              "compute_ratio": None, "step_time_ns": None, "step_ratio": None, "steps": None,
              "effect": None, "explanation": f"not flagged: {reason}",
              "median_imposed_wait_per_step_ns": 0, "steps_last": 0, "steps_compared": 0,
-             "noise_floor_ns": None, "confidence": "low", "confidence_score": None}
+             "noise_floor_ns": None, "confidence": "low", "confidence_score": None,
+             "caused_wait_ns": 0, "caused_wait_per_step_ns": 0,
+             "median_caused_wait_per_step_ns": 0, "culprit_instances": 0,
+             "inherited_wait_ns": 0, "steps_culprit": 0, "verdict": "unsure",
+             "evidence_steps": [], "evidence_instances": []}
             for r in ranks]
     return pl.DataFrame(rows, schema=RESULT_SCHEMA)

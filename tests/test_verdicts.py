@@ -128,7 +128,7 @@ def test_consistent_lead_beats_one_huge_outlier() -> None:
     assert (top["steps_last"], top["steps_compared"]) == (7, 8)
     r0 = res.filter(pl.col("rank") == 0).row(0, named=True)
     assert r0["imposed_wait_ns"] == 35 * MS and not r0["flagged"]
-    assert "not last with a clear lead in most steps (1 of 8" in r0["explanation"]
+    assert "did not cause a clear wait in most steps (1 of 8" in r0["explanation"]
 
 
 def test_noise_floor_from_the_run_flags_nobody_on_a_noisy_balanced_run() -> None:

@@ -638,10 +638,17 @@ class Run:
             return {"rank": None, "reason": "straggler analysis returned no ranks"}
         flagged = res.filter(pl.col("flagged"))
         if flagged.height == 0:
+            unsure = res.filter(pl.col("verdict") == "unsure")
+            if unsure.height:
+                lead = unsure.row(0, named=True)
+                return {"rank": None, "unsure_rank": lead["rank"], "confidence": "low",
+                        "reason": f"unsure: rank {lead['rank']} leads, but not clearly above "
+                                  "the run's noise", "explanation": lead["explanation"]}
             return {"rank": None, "reason": "no rank flagged as a straggler"}
-        row = flagged.sort("imposed_wait_ns", descending=True).row(0, named=True)
+        row = flagged.sort("caused_wait_ns", descending=True).row(0, named=True)
         return {"rank": row["rank"], "imposed_wait_ns": row.get("imposed_wait_ns"),
-                "flagged": True, "explanation": row.get("explanation")}
+                "caused_wait_ns": row.get("caused_wait_ns"), "flagged": True,
+                "confidence": row.get("confidence"), "explanation": row.get("explanation")}
 
     # --- the trace set, as a notebook uses it ------------------------------------------------
 
