@@ -61,6 +61,9 @@ RESULT_SCHEMA: dict[str, pl.DataType] = {
 NOISE_MULTIPLE = 3.0
 #: A straggler is last, by a clear lead, in at least this share of the steps compared.
 MIN_STEP_SHARE = 0.5
+#: A flag needs a consistency score (``_consistency``) of at least this: the lead recurs in
+#: more steps than chance would make it, at the 10% level.
+SURE_SCORE = 0.9
 #: Verdicts resting on fewer steps than this are low confidence.
 MIN_STEPS_FOR_CONFIDENCE = 4
 
@@ -211,19 +214,26 @@ def stragglers(
             and row["median_caused_wait_per_step_ns"]
             >= dominance * _median([v for q, v in typical.items() if q != r]),
         }
+        score = _consistency(row["steps_culprit"], row["steps_compared"], len(ranks_all))
+        # a flag needs the lead to recur more often than chance would make it (a balanced run
+        # on a busy machine still has one rank last in most of a few steps)
+        checks["beyond_chance"] = score is not None and score >= SURE_SCORE
         flagged = row["instances"] > 0 and all(checks.values())
         names = row.pop("names") or []
         row["flagged"] = flagged
-        row["confidence_score"], row["confidence"] = _confidence(
-            flagged, row["steps_culprit"], row["steps_compared"], len(ranks_all))
+        row["confidence_score"], row["confidence"] = score, _confidence(
+            flagged, score, row["steps_compared"])
+        # big enough to flag, but the evidence falls short: the verdict is "unsure"
+        row["_size"] = checks["effect"] and checks["dominant"] \
+            and row["median_caused_wait_per_step_ns"] > floor
         row["explanation"] = _explain(row, flagged, checks, names, n_sig, floor, median_step,
                                       n_steps, min_effect, min_share, unc)
         out.append(row)
-    result = pl.DataFrame(out).select([c for c in RESULT_SCHEMA if c != "verdict"]).with_columns(
-        verdict=pl.lit("not a straggler")).cast(RESULT_SCHEMA).sort(
+    result = pl.DataFrame(out).select([*[c for c in RESULT_SCHEMA if c != "verdict"], "_size"]) \
+        .with_columns(verdict=pl.lit("not a straggler")).cast(RESULT_SCHEMA).sort(
         ["median_caused_wait_per_step_ns", "caused_wait_ns", "imposed_wait_ns", "rank"],
         descending=[True, True, True, False])
-    return _with_verdicts(result, floor)
+    return _with_verdicts(result, floor).select(list(RESULT_SCHEMA))
 
 
 def _wait_union(inst: pl.DataFrame, by: str, name: str) -> pl.DataFrame:
@@ -236,20 +246,23 @@ def _wait_union(inst: pl.DataFrame, by: str, name: str) -> pl.DataFrame:
 
 def _with_verdicts(rows: pl.DataFrame, floor: int) -> pl.DataFrame:
     """``verdict`` per rank: ``straggler`` (flagged); ``unsure`` for the leading unflagged rank
-    when it causes the wait in at least half the steps, more consistently than chance would
-    (confidence score >= 0.9), with a typical caused wait above half the noise floor, but not
-    clearly enough to flag (its confidence is then low, never a confident "not a
-    straggler"); ``not a straggler`` otherwise."""
+    when either its caused wait is big enough to flag (effect, dominance, typical step above
+    the noise floor) but the evidence falls short (too few instances or steps, or a lead not
+    beyond chance), or its lead recurs beyond chance (score >= SURE_SCORE in at least half
+    the steps) with a typical caused wait above half the noise floor, but too small to flag.
+    Its confidence is then low, never a confident "not a straggler". ``not a straggler``
+    otherwise."""
     if rows.height == 0:
         return rows
     flagged = rows.get_column("flagged")
     lead = rows.row(0, named=True)  # sorted: the largest typical caused wait first
     # the lead is consistent beyond chance (binomial score >= 0.9) and its typical step stands
     # out of the noise at least half-way, yet the flag's checks did not all hold
+    recurring = (2 * lead["median_caused_wait_per_step_ns"] > floor
+                 and lead["steps_culprit"] >= MIN_STEP_SHARE * lead["steps_compared"]
+                 and (lead["confidence_score"] or 0) >= SURE_SCORE)
     suspicious = (not flagged.any() and lead["instances"] > 0 and lead["steps_compared"] > 0
-                  and 2 * lead["median_caused_wait_per_step_ns"] > floor
-                  and lead["steps_culprit"] >= MIN_STEP_SHARE * lead["steps_compared"]
-                  and (lead["confidence_score"] or 0) >= 0.9)
+                  and lead["caused_wait_ns"] > 0 and (lead["_size"] or recurring))
     verdict = pl.when(pl.col("flagged")).then(pl.lit("straggler")).otherwise(
         pl.lit("not a straggler"))
     if suspicious:
@@ -312,21 +325,25 @@ def _binomial_tail(k: int, n: int, p: float) -> float:
                  + (n - i) * log_q) for i in range(k, n + 1)))
 
 
-def _confidence(flagged: bool, k: int, n: int, ranks: int) -> tuple[float | None, str]:
-    """How sure the verdict is. The score is one minus the chance of a rank being last in
-    ``k`` or more of ``n`` steps if every rank were equally likely to be last (binomial
-    tail, p = 1/ranks): near 1 when the lead is too consistent to be chance. ``high``:
-    score >= 0.99 for a flag (for no flag: nothing suspicious, score < 0.9); ``medium``:
-    0.9 <= score < 0.99 either way; ``low``: fewer than MIN_STEPS_FOR_CONFIDENCE steps."""
+def _consistency(k: int, n: int, ranks: int) -> float | None:
+    """One minus the chance of a rank causing the wait in ``k`` or more of ``n`` steps if
+    every rank were equally likely to (binomial tail, p = 1/ranks): near 1 when the lead is
+    too consistent to be chance. None without steps or ranks to compare."""
     if n == 0 or ranks < 2:
-        return None, "low"
-    tail = _binomial_tail(k, n, 1.0 / ranks)
-    score = round(1.0 - tail, 4)
-    if n < MIN_STEPS_FOR_CONFIDENCE:
-        return score, "low"
+        return None
+    return round(1.0 - _binomial_tail(k, n, 1.0 / ranks), 4)
+
+
+def _confidence(flagged: bool, score: float | None, n: int) -> str:
+    """How sure the verdict is, from the consistency score: a flag is ``high`` from 0.99,
+    ``medium`` from SURE_SCORE (below, nothing is flagged); no flag is ``high`` below 0.75 (no
+    rank's lead recurs), ``medium`` below SURE_SCORE, ``low`` above (a recurring lead that
+    is too small to flag). ``low`` with fewer than MIN_STEPS_FOR_CONFIDENCE steps."""
+    if score is None or n < MIN_STEPS_FOR_CONFIDENCE:
+        return "low"
     if flagged:
-        return score, "high" if score >= 0.99 else "medium" if score >= 0.9 else "low"
-    return score, "high" if score < 0.9 else "medium"
+        return "high" if score >= 0.99 else "medium"
+    return "high" if score < 0.75 else "medium" if score < SURE_SCORE else "low"
 
 
 def _ratio(values: pl.Series, denominator: float) -> pl.Series:
@@ -390,6 +407,10 @@ def _explain(row: dict, flagged: bool, checks: dict, names: list[str], n_sig: in
         why.append(f"did not cause a clear wait in most steps ({row['steps_culprit']} of "
                    f"{row['steps_compared']}; typical step "
                    f"{_ms(row['median_caused_wait_per_step_ns'])} vs noise floor {_ms(floor)})")
+    if not checks["beyond_chance"]:
+        why.append(f"its lead recurs in {row['steps_culprit']} of {row['steps_compared']} "
+                   f"steps, which chance alone would give {100 * (1 - (row['confidence_score'] or 0)):.0f}"
+                   "% of the time")
     if unc and n_sig == 0:
         why.append(f"arrival order within alignment uncertainty ({_ms(unc)})")
     return "not flagged: " + ", ".join(why) + ". " + text

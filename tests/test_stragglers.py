@@ -176,7 +176,8 @@ def test_cli_stragglers_json_sorted(capsys: pytest.CaptureFixture[str]) -> None:
 def test_confidence_of_a_long_run_does_not_overflow() -> None:
     """2,000 steps give thousands of instances: comb(n, i) passes a float's range, the
     log-space tail does not (last in 5,000 of 6,000 with 8 ranks is no chance)."""
-    from traceview.analyses.stragglers import _binomial_tail, _confidence
+    from traceview.analyses.stragglers import _binomial_tail, _confidence, _consistency
 
     assert _binomial_tail(3, 5, 0.5) == pytest.approx(0.5)  # (10 + 5 + 1) / 32
-    assert _confidence(True, 5000, 6000, 8) == (1.0, "high")
+    assert _consistency(5000, 6000, 8) == 1.0
+    assert _confidence(True, 1.0, 6000) == "high"
