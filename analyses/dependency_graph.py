@@ -40,33 +40,61 @@ from __future__ import annotations
 import polars as pl
 
 SYNC_SCHEMA: dict[str, pl.DataType] = {
-    "instance": pl.String, "group": pl.String, "rank": pl.Int32, "arrival_ns": pl.Int64,
+    "instance": pl.String, "group": pl.String, "collective": pl.String, "can_wait": pl.Boolean,
+    "role": pl.String, "rank": pl.Int32, "arrival_ns": pl.Int64,
     "end_ns": pl.Int64, "last_arrival_ns": pl.Int64, "last_rank": pl.Int32,
     "wait_ns": pl.Int64, "transfer_ns": pl.Int64, "prev_instance": pl.String,
     "prev_end_ns": pl.Int64, "own_ns": pl.Int64,
 }
 CULPRIT_SCHEMA: dict[str, pl.DataType] = {
-    "instance": pl.String, "group": pl.String, "last_rank": pl.Int32,
+    "instance": pl.String, "group": pl.String, "collective": pl.String,
+    "first_ns": pl.Int64, "end_ns": pl.Int64, "last_rank": pl.Int32,
     "second_rank": pl.Int32, "late_from_ns": pl.Int64, "late_to_ns": pl.Int64,
-    "lateness_ns": pl.Int64, "own_excess_ns": pl.Int64, "culprit_rank": pl.Int32,
+    "lateness_ns": pl.Int64, "own_excess_ns": pl.Int64, "culprit_rank": pl.Int32,  # null: nobody
     "inherited": pl.Boolean, "via": pl.String,
 }
 
 
-def sync_points(collective_rows: pl.DataFrame) -> pl.DataFrame:
+def sync_points(collective_rows: pl.DataFrame,
+                p2p_rows: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per (instance, rank) with ``SYNC_SCHEMA``: arrival, release, the wait and
     transfer of the cross-rank edge, and the program-order edge (``prev_instance``, its end,
-    and the rank's own time since it)."""
-    if collective_rows.height == 0:
+    and the rank's own time since it).
+
+    ``p2p_rows``: :func:`~traceview.analyses.p2p.p2p_sync_rows`, point-to-point pairs as
+    instances of two: the receiver's release depends on the send's arrival, and a send never
+    waits for its receiver (``can_wait`` false)."""
+    def columns(frame: pl.DataFrame) -> list[pl.Expr]:
+        kind = pl.col("collective") if "collective" in frame.columns else pl.lit(None)
+        return [pl.col("instance").cast(pl.String), pl.col("group").cast(pl.String),
+                kind.cast(pl.String).alias("collective"), pl.col("rank").cast(pl.Int32),
+                pl.col("arrival_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64)]
+
+    parts = [collective_rows.select(*columns(collective_rows), can_wait=pl.lit(True),
+                                    role=pl.lit(None, pl.String))] \
+        if collective_rows.height else []
+    if p2p_rows is not None and p2p_rows.height:
+        # a send's role: its direction (down to a higher rank, as a pipeline's forward
+        # pass; up, as its backward): the stretch other senders of that role take is what
+        # its own stretch is compared with (its receiver does other work meanwhile)
+        direction = pl.when(pl.col("instance").str.extract(r"p2p (\d+)->", 1).cast(pl.Int64)
+                            < pl.col("instance").str.extract(r"->(\d+)#", 1).cast(pl.Int64)) \
+            .then(pl.lit("send down")).otherwise(pl.lit("send up"))
+        parts.append(p2p_rows.select(
+            *columns(p2p_rows), can_wait=pl.col("collective") != "send",
+            role=pl.when(pl.col("collective") == "send").then(direction)))
+    if not parts:
         return pl.DataFrame(schema=SYNC_SCHEMA)
-    rows = collective_rows.select(
-        pl.col("instance").cast(pl.String), pl.col("group").cast(pl.String),
-        pl.col("rank").cast(pl.Int32), pl.col("arrival_ns").cast(pl.Int64),
-        pl.col("end_ns").cast(pl.Int64))
+    rows = pl.concat(parts)
     over = "instance"
+    # what a member waits for: the latest arrival among the others it depends on (all of them
+    # at a collective; the sender, at a recv), itself when it arrives last
     rows = rows.with_columns(
-        last_arrival_ns=pl.col("arrival_ns").max().over(over),
-        last_rank=pl.col("rank").sort_by("arrival_ns", "rank").last().over(over))
+        last_arrival_ns=pl.when(pl.col("can_wait")).then(pl.col("arrival_ns").max().over(over))
+        .otherwise(pl.col("arrival_ns")),
+        last_rank=pl.when(pl.col("can_wait")).then(
+            pl.col("rank").sort_by("arrival_ns", "rank").last().over(over))
+        .otherwise(pl.col("rank")))
     rows = rows.with_columns(wait_ns=pl.col("last_arrival_ns") - pl.col("arrival_ns"),
                              transfer_ns=pl.col("end_ns") - pl.col("last_arrival_ns"))
     # The release that gated each arrival: the rank's latest end at or before it (its calls
@@ -95,28 +123,44 @@ def culprits(sync: pl.DataFrame) -> pl.DataFrame:
     ``via``: the instance it was inherited from)."""
     if sync.height == 0:
         return pl.DataFrame(schema=CULPRIT_SCHEMA)
+    # the second: the latest arrival among the others that can wait (a send cannot)
+    rest = pl.col("can_wait").slice(1)
     ranked = sync.sort("arrival_ns", "rank", descending=[True, True]).group_by(
         "instance", maintain_order=True).agg(
-        pl.col("group").first(), last_rank=pl.col("rank").first(),
-        second_rank=pl.col("rank").get(1, null_on_oob=True),
+        pl.col("group").first(), pl.col("collective").first(),
+        first_ns=pl.col("arrival_ns").min(), end_ns=pl.col("end_ns").max(),
+        last_rank=pl.col("rank").first(),
+        second_rank=pl.col("rank").slice(1).filter(rest).first(),
         late_to_ns=pl.col("arrival_ns").first(),
-        late_from_ns=pl.col("arrival_ns").get(1, null_on_oob=True),
+        late_from_ns=pl.col("arrival_ns").slice(1).filter(rest).first(),
+        second_end=pl.col("end_ns").slice(1).filter(rest).first(),
         last_own=pl.col("own_ns").first(),
-        second_own=pl.col("own_ns").get(1, null_on_oob=True),
-        last_prev=pl.col("prev_instance").first(),
+        second_own=pl.col("own_ns").slice(1).filter(rest).first(),
+        last_prev=pl.col("prev_instance").first(), last_role=pl.col("role").first(),
         n=pl.len()).filter(pl.col("n") >= 2).sort("late_to_ns", "instance")
+    # a send's own stretch is compared with the typical stretch of its role's senders
+    typical = sync.filter(pl.col("role").is_not_null()).group_by("role").agg(
+        role_own=pl.col("own_ns").median().round(0).cast(pl.Int64))
+    ranked = ranked.join(typical, left_on="last_role", right_on="role", how="left")
+    # nobody waits where no other member can (a recv posted after its send arrived): lateness
+    # zero; a waiting member's wait ends at its own release at the latest
     ranked = ranked.with_columns(
+        late_from_ns=pl.col("late_from_ns").fill_null(pl.col("late_to_ns")),
+        late_to_ns=pl.min_horizontal("late_to_ns", pl.col("second_end").fill_null(
+            pl.col("late_to_ns")))).with_columns(
+        late_to_ns=pl.max_horizontal("late_to_ns", "late_from_ns")).with_columns(
         lateness_ns=pl.col("late_to_ns") - pl.col("late_from_ns"),
-        own_excess_ns=pl.col("last_own") - pl.col("second_own"))
-    culprit: dict[str, int] = {}
+        own_excess_ns=pl.col("last_own") - pl.coalesce("role_own", "second_own"))
+    culprit: dict[str, int | None] = {}
     out_culprit, out_inherited, out_via = [], [], []
     for inst, last, lateness, excess, prev in ranked.select(
             "instance", "last_rank", "lateness_ns", "own_excess_ns", "last_prev").iter_rows():
         # Own when the last arriver's own stretch explains at least half of its lead (or
-        # nothing can be compared: its first sync point, or a lead of zero).
-        own = prev is None or excess is None or lateness <= 0 or 2 * excess >= lateness \
-            or prev not in culprit
-        who = last if own else culprit[prev]
+        # nothing can be compared: its first sync point, or a lead of zero). Inherited
+        # otherwise, from the culprit of the sync point that released it late; where that
+        # has none, nobody's own time made the wait: it is structural (a pipeline's bubble).
+        own = excess is None or lateness <= 0 or 2 * excess >= lateness
+        who = last if own else culprit.get(prev) if prev is not None else None
         culprit[inst] = who
         out_culprit.append(who)
         out_inherited.append(not own)

@@ -77,6 +77,7 @@ def stragglers(
     host_steps: pl.DataFrame,
     ranks: pl.DataFrame,
     *,
+    p2p_rows: pl.DataFrame | None = None,
     min_effect: float = 0.05,
     min_share: float = 0.75,
     min_instances: int = 3,
@@ -86,9 +87,14 @@ def stragglers(
 
     ``collective_rows``: :func:`~traceview.analyses.collectives.collective_ranks` on the
     aligned timeline (raw clocks are only right when all ranks share one clock);
-    ``host_steps``: :func:`~traceview.analyses.window.step_spans`.
+    ``host_steps``: :func:`~traceview.analyses.window.step_spans`; ``p2p_rows``:
+    :func:`~traceview.analyses.p2p.p2p_sync_rows` (aligned), the send/recv pairs, through
+    which a receiver waits for its sender.
     """
     per = collective_rows.filter(~pl.col("collective").is_in(list(P2P)))
+    if p2p_rows is not None and p2p_rows.height and per.height == 0:
+        per = p2p_rows.with_columns(uncertainty_ns=pl.lit(0, pl.Int64),
+                                    wait_ns=pl.col("last_arrival_ns") - pl.col("arrival_ns"))
     steps = host_steps
     ranks_all = ranks.get_column("rank").cast(pl.Int32).to_list()
     if per.height == 0:
@@ -108,16 +114,10 @@ def stragglers(
                 int(0.01 * median_step) if median_step else 0,
                 int(NOISE_MULTIPLE * spread) if spread else 0)
 
-    inst = per.group_by("instance").agg(
-        last_rank=pl.col("last_rank").first(),
-        collective=pl.col("collective").first(),
-        late_from_ns=pl.col("arrival_ns").sort(descending=True).get(1),
-        late_to_ns=pl.col("arrival_ns").max(),
-        first_ns=pl.col("arrival_ns").min(), end_ns=pl.col("end_ns").max(),
-    ).with_columns(lateness_ns=pl.col("late_to_ns") - pl.col("late_from_ns"))
-    blame = culprits(sync_points(per)).select("instance", "culprit_rank", "inherited")
-    inst = inst.join(blame, on="instance", how="left").with_columns(
-        pl.col("culprit_rank").fill_null(pl.col("last_rank")),
+    # one row per instance (collectives and send/recv pairs) from the dependency graph: its
+    # last arriver's lead over the others that waited, and whose own time caused it
+    collectives_only = per.filter(~pl.col("collective").is_in(list(P2P)))
+    inst = culprits(sync_points(collectives_only, p2p_rows)).with_columns(
         significant=pl.col("lateness_ns") > floor)
     inst = _with_step(inst, steps)
     per_step = _per_step(inst, ranks_all, floor, by="last_rank").join(
@@ -131,9 +131,10 @@ def stragglers(
         last_arrivals=pl.len(),
         significant_last_arrivals=pl.col("significant").sum().cast(pl.Int64),
         inherited_wait_ns=pl.col("lateness_ns").filter(
-            pl.col("culprit_rank") != pl.col("last_rank")).sum(),
+            pl.col("culprit_rank").is_null() | (pl.col("culprit_rank") != pl.col("last_rank")))
+        .sum(),
     ).rename({"last_rank": "rank"})
-    by_culprit = inst.group_by("culprit_rank").agg(
+    by_culprit = inst.filter(pl.col("culprit_rank").is_not_null()).group_by("culprit_rank").agg(
         culprit_instances=pl.col("significant").sum().cast(pl.Int64),
         names=pl.col("collective").filter(pl.col("significant")).unique().sort(),
         evidence_steps=pl.col("step").filter(pl.col("significant")).unique().sort()

@@ -42,7 +42,7 @@ from typing import Any
 import polars as pl
 
 from traceview import selection
-from traceview.analyses.align import alignment_warnings, estimate_offsets
+from traceview.analyses.align import alignment_warnings, apply_offsets, estimate_offsets
 from traceview.analyses.breakdown import (
     kernels_across_ranks,
     launch_delay_rows,
@@ -75,6 +75,7 @@ from traceview.analyses.launches import unlaunched_gpu
 from traceview.analyses.memory import memory_levels
 from traceview.analyses.nccl import log_calls, log_choices
 from traceview.analyses.overlap import overlap, prepared_gpu
+from traceview.analyses.p2p import p2p_calls, p2p_sync_rows, pair_p2p
 from traceview.analyses.path_summary import (
     path_categories,
     path_ranks,
@@ -295,8 +296,24 @@ class Run:
         return overlap(self.gpu, self.ranks_table)
 
     @cached_property
+    def p2p(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Point-to-point pairs on the aligned timeline and the calls left unpaired
+        (``analyses.p2p.pair_p2p``): every send matched to its recv."""
+        calls = p2p_calls(self.events)
+        if calls.height and len(self.ranks_present) > 1:
+            calls = apply_offsets(calls, self.offsets).collect().with_columns(
+                end_ns=pl.col("ts_aligned_ns") + pl.col("end_ns") - pl.col("ts_ns"),
+                ts_ns="ts_aligned_ns").drop("ts_aligned_ns")
+        return pair_p2p(calls)
+
+    @cached_property
+    def _p2p_rows(self) -> pl.DataFrame:
+        return p2p_sync_rows(self.p2p[0])
+
+    @cached_property
     def _stragglers(self) -> pl.DataFrame:
-        return stragglers(self.collective_ranks, self.steps, self.ranks_table)
+        return stragglers(self.collective_ranks, self.steps, self.ranks_table,
+                          p2p_rows=self._p2p_rows)
 
     def gap_rows(self, *, per_stream: bool = False,
                  launch_overhead: str | int = "10us") -> pl.DataFrame:
@@ -335,6 +352,11 @@ class Run:
             out += _capped([f"collectives: group {g}{'' if r is None else f' rank {r}'}: "
                             f"{p}: {d}" for g, r, p, d in self.match.problems.select(
                                 "group", "rank", "problem", "detail").rows()])
+        if "p2p" in tables and self.p2p[1].height:
+            out += _capped([f"send/recv: rank {r}: {n} {op} call(s) {'to' if op == 'send' else 'from'}"
+                            f" rank {peer} (tag {tag}) without a matching "
+                            f"{'recv' if op == 'send' else 'send'}"
+                            for r, op, peer, tag, n in self.p2p[1].rows()])
         if "gpu" in tables and self.unlaunched.height:
             out.append(_unlaunched_warning(self.unlaunched, self.options.exclude_unlaunched))
         if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
@@ -484,7 +506,7 @@ class Run:
         imposed wait first."""
         return self._result("stragglers", {"ranks": self._stragglers,
                                            "alignment": self._alignment_summary()},
-                            main="ranks", uses=("match", "offsets"))
+                            main="ranks", uses=("match", "offsets", "p2p"))
 
     @cached_property
     def memory_levels(self) -> pl.DataFrame:
