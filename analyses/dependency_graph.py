@@ -15,12 +15,13 @@ it was ready) and *release* (when its call ended). Two kinds of edge:
   arrival.
 
 **Culprit, not victim.** At each instance the last arriver ``L`` leads the second-last ``S``
-by ``lateness_ns``. That lead is ``L``'s *own* when ``L``'s own stretch is longer than ``S``'s
-by at least half of it; otherwise ``L`` was released late at its previous sync point and only
-passes the wait on, and the instance's culprit is that sync point's culprit (followed back
-through any number of instances and groups). So the tensor-parallel partner of a slow rank,
-late at the data-parallel all-reduce only because it waited for the slow rank, is a victim:
-the culprit of its lateness is the slow rank.
+by ``lateness_ns``. The lead is followed back along ``L``'s own timeline: the *excess* of each
+own stretch (over what the others take for the same stretch) is ``L``'s own; each wait at an
+earlier sync point passes on to that point's causes, in their proportions, through any
+number of instances and groups; what is left when the timeline runs out is nobody's (a
+structural wait, such as a pipeline's bubble). The culprit is the rank with at least half of
+the lead. So the tensor-parallel partner of a slow rank, late at the data-parallel all-reduce
+only because it waited for the slow rank, is a victim: the culprit is the slow rank.
 
 The loop runs once per instance (in order of last arrival), never per event.
 
@@ -82,7 +83,8 @@ def sync_points(collective_rows: pl.DataFrame,
             .then(pl.lit("send down")).otherwise(pl.lit("send up"))
         parts.append(p2p_rows.select(
             *columns(p2p_rows), can_wait=pl.col("collective") != "send",
-            role=pl.when(pl.col("collective") == "send").then(direction)))
+            role=pl.when(pl.col("collective") == "send").then(direction)
+            .otherwise(direction.str.replace("send", "recv"))))
     if not parts:
         return pl.DataFrame(schema=SYNC_SCHEMA)
     rows = pl.concat(parts)
@@ -118,14 +120,16 @@ def sync_points(collective_rows: pl.DataFrame,
 def culprits(sync: pl.DataFrame) -> pl.DataFrame:
     """One row per instance of two or more ranks (``CULPRIT_SCHEMA``), in order of last
     arrival: its last and second-last arrivers, the lead between them (``lateness_ns``), the
-    last arriver's own excess over the second-last's (``own_excess_ns``), and the rank whose
-    own time caused the lead (``culprit_rank``; ``inherited``: passed on by the last arriver,
-    ``via``: the instance it was inherited from)."""
+    last arriver's own excess (``own_excess_ns``), and the rank whose own time caused most of
+    the lead (``culprit_rank``, null when nobody's own time caused half of it: a structural
+    wait such as a pipeline's bubble; ``inherited``: the last arriver only passed it on,
+    ``via``: the instance it came through)."""
     if sync.height == 0:
         return pl.DataFrame(schema=CULPRIT_SCHEMA)
+    rows = _with_excess(sync)
     # the second: the latest arrival among the others that can wait (a send cannot)
     rest = pl.col("can_wait").slice(1)
-    ranked = sync.sort("arrival_ns", "rank", descending=[True, True]).group_by(
+    ranked = rows.sort("arrival_ns", "rank", descending=[True, True]).group_by(
         "instance", maintain_order=True).agg(
         pl.col("group").first(), pl.col("collective").first(),
         first_ns=pl.col("arrival_ns").min(), end_ns=pl.col("end_ns").max(),
@@ -134,14 +138,8 @@ def culprits(sync: pl.DataFrame) -> pl.DataFrame:
         late_to_ns=pl.col("arrival_ns").first(),
         late_from_ns=pl.col("arrival_ns").slice(1).filter(rest).first(),
         second_end=pl.col("end_ns").slice(1).filter(rest).first(),
-        last_own=pl.col("own_ns").first(),
-        second_own=pl.col("own_ns").slice(1).filter(rest).first(),
-        last_prev=pl.col("prev_instance").first(), last_role=pl.col("role").first(),
+        own_excess_ns=pl.col("excess_ns").first(),
         n=pl.len()).filter(pl.col("n") >= 2).sort("late_to_ns", "instance")
-    # a send's own stretch is compared with the typical stretch of its role's senders
-    typical = sync.filter(pl.col("role").is_not_null()).group_by("role").agg(
-        role_own=pl.col("own_ns").median().round(0).cast(pl.Int64))
-    ranked = ranked.join(typical, left_on="last_role", right_on="role", how="left")
     # nobody waits where no other member can (a recv posted after its send arrived): lateness
     # zero; a waiting member's wait ends at its own release at the latest
     ranked = ranked.with_columns(
@@ -149,27 +147,78 @@ def culprits(sync: pl.DataFrame) -> pl.DataFrame:
         late_to_ns=pl.min_horizontal("late_to_ns", pl.col("second_end").fill_null(
             pl.col("late_to_ns")))).with_columns(
         late_to_ns=pl.max_horizontal("late_to_ns", "late_from_ns")).with_columns(
-        lateness_ns=pl.col("late_to_ns") - pl.col("late_from_ns"),
-        own_excess_ns=pl.col("last_own") - pl.coalesce("role_own", "second_own"))
-    culprit: dict[str, int | None] = {}
+        lateness_ns=pl.col("late_to_ns") - pl.col("late_from_ns"))
+    node = {(i, r): (prev, excess, wait) for i, r, prev, excess, wait in rows.select(
+        "instance", "rank", "prev_instance", "excess_ns", "held_ns").iter_rows()}
+    blame: dict[str, dict[int, float]] = {}
     out_culprit, out_inherited, out_via = [], [], []
-    for inst, last, lateness, excess, prev in ranked.select(
-            "instance", "last_rank", "lateness_ns", "own_excess_ns", "last_prev").iter_rows():
-        # Own when the last arriver's own stretch explains at least half of its lead (or
-        # nothing can be compared: its first sync point, or a lead of zero). Inherited
-        # otherwise, from the culprit of the sync point that released it late; where that
-        # has none, nobody's own time made the wait: it is structural (a pipeline's bubble).
-        own = excess is None or lateness <= 0 or 2 * excess >= lateness
-        who = last if own else culprit.get(prev) if prev is not None else None
-        culprit[inst] = who
+    for inst, last, lateness in ranked.select("instance", "last_rank", "lateness_ns") \
+            .iter_rows():
+        shares = _blame(inst, last, lateness, node, blame)
+        blame[inst] = shares
+        who = max(shares, key=lambda r: (shares[r], -r)) if shares else None
+        if who is not None and 2 * shares[who] < lateness:
+            who = None  # nobody's own time made most of it
         out_culprit.append(who)
-        out_inherited.append(not own)
-        out_via.append(None if own else prev)
+        out_inherited.append(who != last)
+        out_via.append(None if who == last else node[(inst, last)][0])
     return ranked.with_columns(
         culprit_rank=pl.Series(out_culprit, dtype=pl.Int32),
         inherited=pl.Series(out_inherited, dtype=pl.Boolean),
         via=pl.Series(out_via, dtype=pl.String)).select(list(CULPRIT_SCHEMA)) \
         .cast(CULPRIT_SCHEMA)
+
+
+#: How far back a lead is followed along the last arriver's timeline (sync points).
+MAX_HOPS = 64
+
+
+def _blame(inst: str, last: int, lateness: int, node: dict, blame: dict) -> dict[int, float]:
+    """Who caused ``lateness`` at ``inst``: walking back along the last arriver's own timeline,
+    each own stretch's excess is its own, each wait at an earlier sync point is passed to
+    that point's causes (in their proportions), until the lead is used up; what is left was
+    nobody's (structural). The last arriver's first sync point, with nothing to compare its
+    own time with, keeps the rest of the lead."""
+    shares: dict[int, float] = {}
+    left = float(lateness)
+    at = inst
+    for hop in range(MAX_HOPS):
+        if left <= 0:
+            break
+        prev, excess, _ = node[(at, last)]
+        own = left if excess is None and hop == 0 and prev is None else max(excess or 0, 0)
+        take = min(left, own)
+        if take > 0:
+            shares[last] = shares.get(last, 0.0) + take
+            left -= take
+        if left <= 0 or prev is None or (prev, last) not in node:
+            break
+        waited = min(left, max(node[(prev, last)][2] or 0, 0))
+        causes = blame.get(prev) or {}
+        total = sum(causes.values())
+        if waited > 0 and total > 0:
+            for rank, part in causes.items():
+                shares[rank] = shares.get(rank, 0.0) + waited * part / total
+        left -= waited
+        at = prev
+    return shares
+
+
+def _with_excess(sync: pl.DataFrame) -> pl.DataFrame:
+    """``sync`` with ``excess_ns``, each own stretch against what others take for the same
+    stretch: at a collective, the mean of the other members' own time; for a send or recv,
+    the median of its role's (direction and side) over the window, since its partner does
+    other work meanwhile; and ``held_ns``: how long the call waited for others (its wait, up
+    to its own end)."""
+    n = pl.col("own_ns").count().over("instance")
+    others = (pl.col("own_ns").sum().over("instance") - pl.col("own_ns")) / (n - 1)
+    typical = pl.col("own_ns").median().over("role")
+    return sync.with_columns(
+        excess_ns=(pl.col("own_ns") - pl.when(pl.col("role").is_not_null()).then(typical)
+                   .otherwise(pl.when(n > 1).then(others))).round(0).cast(pl.Int64),
+        held_ns=pl.when(pl.col("can_wait")).then(
+            (pl.min_horizontal("last_arrival_ns", "end_ns") - pl.col("arrival_ns")).clip(0))
+        .otherwise(0))
 
 
 __all__ = ["CULPRIT_SCHEMA", "SYNC_SCHEMA", "culprits", "sync_points"]
