@@ -541,15 +541,23 @@ class Run:
 
     @cached_property
     def _path_collectives(self) -> pl.DataFrame:
-        """The matched collectives the path can jump through: a dispatcher op that only
-        enqueues work (an asynchronous backend's, without its kernels) arrives nowhere."""
+        """The sync points the path can jump through: the matched collectives (a dispatcher
+        op that only enqueues work, an asynchronous backend's without its kernels, arrives
+        nowhere) and the receiving side of every send/recv pair (a send waits for nobody)."""
         if len(self.ranks_present) < 2:
             return self._no_collectives
         enqueued = self.match.instances.filter(pl.col("enqueue_only")).select(
             "instance", pl.col("rank").cast(pl.Int32))
         rows = self.collective_ranks
-        return rows if enqueued.height == 0 else rows.join(
-            enqueued, on=["instance", "rank"], how="anti")
+        if enqueued.height:
+            rows = rows.join(enqueued, on=["instance", "rank"], how="anti")
+        received = self._p2p_rows.filter(pl.col("collective") == "recv")
+        if received.height == 0:
+            return rows
+        return pl.concat([rows, received.select(
+            "instance", "group", "collective", "name", pl.col("rank").cast(pl.Int32),
+            "arrival_ns", "end_ns", "last_arrival_ns", pl.col("last_rank").cast(pl.Int32),
+            uncertainty_ns=pl.lit(0, pl.Int64))], how="diagonal_relaxed")
 
     @property
     def _no_collectives(self) -> pl.DataFrame:
