@@ -78,6 +78,7 @@ def stragglers(
     ranks: pl.DataFrame,
     *,
     p2p_rows: pl.DataFrame | None = None,
+    graph: pl.DataFrame | None = None,
     min_effect: float = 0.05,
     min_share: float = 0.75,
     min_instances: int = 3,
@@ -89,7 +90,9 @@ def stragglers(
     aligned timeline (raw clocks are only right when all ranks share one clock);
     ``host_steps``: :func:`~traceview.analyses.window.step_spans`; ``p2p_rows``:
     :func:`~traceview.analyses.p2p.p2p_sync_rows` (aligned), the send/recv pairs, through
-    which a receiver waits for its sender.
+    which a receiver waits for its sender; ``graph``: the dependency graph's culprits
+    (:func:`~traceview.analyses.dependency_graph.culprits` of these rows) when the caller has
+    built it already (the Run shares one), else built here.
     """
     per = collective_rows.filter(~pl.col("collective").is_in(list(P2P)))
     if p2p_rows is not None and p2p_rows.height and per.height == 0:
@@ -116,8 +119,10 @@ def stragglers(
 
     # one row per instance (collectives and send/recv pairs) from the dependency graph: its
     # last arriver's lead over the others that waited, and whose own time caused it
-    collectives_only = per.filter(~pl.col("collective").is_in(list(P2P)))
-    inst = culprits(sync_points(collectives_only, p2p_rows)).with_columns(
+    if graph is None:
+        graph = culprits(sync_points(per.filter(~pl.col("collective").is_in(list(P2P))),
+                                     p2p_rows))
+    inst = graph.with_columns(
         significant=pl.col("lateness_ns") > floor)
     inst = _with_step(inst, steps)
     per_step = _per_step(inst, ranks_all, floor, by="last_rank").join(

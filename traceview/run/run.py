@@ -60,6 +60,7 @@ from traceview.analyses.collectives import (
     instances,
 )
 from traceview.analyses.critical_path import critical_path
+from traceview.analyses.dependency_graph import culprits, sync_points
 from traceview.analyses.diagnose import ModelSize, diagnose
 from traceview.analyses.flops import achieved_flops
 from traceview.analyses.gaps import (
@@ -311,9 +312,24 @@ class Run:
         return p2p_sync_rows(self.p2p[0])
 
     @cached_property
+    def sync_points(self) -> pl.DataFrame:
+        """The dependency graph's nodes and edges (``analyses.dependency_graph``): one row per
+        (collective instance or send/recv pair, rank), aligned, with its wait, transfer and
+        the release that gated it."""
+        return sync_points(self.collective_ranks.filter(~pl.col("collective").is_in(["send", "recv"])),
+                           self._p2p_rows)
+
+    @cached_property
+    def culprits(self) -> pl.DataFrame:
+        """Per instance of the dependency graph: who waited, and whose own time caused it;
+        every cross-rank verdict (stragglers, summary's worst, diagnose, the report) reads
+        it."""
+        return culprits(self.sync_points)
+
+    @cached_property
     def _stragglers(self) -> pl.DataFrame:
         return stragglers(self.collective_ranks, self.steps, self.ranks_table,
-                          p2p_rows=self._p2p_rows)
+                          p2p_rows=self._p2p_rows, graph=self.culprits)
 
     def gap_rows(self, *, per_stream: bool = False,
                  launch_overhead: str | int = "10us") -> pl.DataFrame:
