@@ -62,8 +62,9 @@ def _summary(data: ReportData) -> list[str]:
     the ranks worth a look (outliers, flagged) before the others."""
     meta = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in data.meta.items())
     w = data.worst_straggler
-    worst = (f"<b>Worst straggler: rank {_e(w['rank'])}</b> (imposed wait "
-             f"{_ms(w.get('imposed_wait_ns'))} ms)" if w.get("rank") is not None else
+    worst = (f"<b>Worst straggler: rank {_e(w['rank'])}</b> (its own time caused "
+             f"{_ms(w.get('caused_wait_ns', w.get('imposed_wait_ns')))} ms of waiting; "
+             f"confidence {_e(w.get('confidence'))})" if w.get("rank") is not None else
              f"<b>Worst straggler:</b> none ({_e(w.get('reason'))})")
     out = ['<section id="summary"><h2>Run summary</h2>', f"<table>{meta}</table>",
            f"<p>{worst}</p>"]
