@@ -62,6 +62,12 @@ def p2p_calls(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     if "args_json" not in lf.collect_schema().names():
         return pl.DataFrame(schema=CALL_SCHEMA)
     name = pl.col("name").cast(pl.String)
+    # the names first (one column): most runs have no send/recv, and args_json, most of a
+    # trace's bytes, is then never read
+    present = lf.select(name.unique()).filter(
+        name.is_in([*_DISPATCH, "record_param_comms"])).collect()
+    if present.height == 0:
+        return pl.DataFrame(schema=CALL_SCHEMA)
     host = lf.filter(pl.col("kind").cast(pl.String).is_in(["cpu_op", "user_annotation"])
                      & pl.col("dur_ns").is_not_null())
     args = pl.col("args_json").cast(pl.String)
