@@ -143,7 +143,10 @@ CALL_FIXES: dict[str, str] = {
         "them every N steps."),
     "runtime": (
         "Move {name} out of the step: create streams, events, handles and modules once, query "
-        "device attributes once; per-step runtime calls should be launches and copies only."),
+        "device attributes once; per-step runtime calls should be launches and copies only. "
+        "A process's first CUDA call also creates its context (seconds): where the trace "
+        "holds start-up, profile later steps (--skip-warmup N, or a profiler schedule with "
+        "wait and warmup steps)."),
 }
 
 #: Kernel families (the first pattern that matches a kernel's name), each with its fix.
@@ -159,6 +162,11 @@ KERNEL_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
     ("embedding", "Embedding", r"(?i)embedding|fbgemm|tbe_",
      "Embedding lookups: fused table-batched kernels (FBGEMM TBE), deduplicated and sorted "
      "indices, row-wise optimisers fused into backward."),
+    ("reduction", "Normalisation and reduction",
+     r"(?i)norm|\bbn_|_bn_|softmax|reduce|reduction|welford|triton_red|triton_per|cub::"
+     r"|argmax|topk|sort",
+     "Memory-bound reductions (norms, softmax, sums): fuse them with their neighbours "
+     "(torch.compile), use fused implementations (fused LayerNorm/RMSNorm, fused optimisers)."),
     ("convolution", "Convolution", r"(?i)conv|cudnn|winograd|dgrad|wgrad|fprop|miopen",
      "Convolutions: torch.backends.cudnn.benchmark = True, channels_last memory format, "
      "bf16/fp16 autocast."),
@@ -168,13 +176,10 @@ KERNEL_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
      "True), dimensions that are multiples of 8 (16 for fp8), more work per kernel (larger "
      "batch); compare the achieved FLOP/s with the peak (diagnose --params and "
      "--tokens-per-step give MFU)."),
-    ("reduction", "Normalisation and reduction",
-     r"(?i)norm|softmax|reduce|reduction|welford|triton_red|triton_per|cub::|argmax|topk|sort",
-     "Memory-bound reductions (norms, softmax, sums): fuse them with their neighbours "
-     "(torch.compile), use fused implementations (fused LayerNorm/RMSNorm, fused optimisers)."),
     ("elementwise", "Elementwise",
      r"(?i)elementwise|vectorized|unrolled|pointwise|triton_poi|triton_|fill|copy_kernel"
-     r"|catarray|index|gather|scatter|multi_tensor_apply|foreach",
+     r"|catarray|index|gather|scatter|multi_tensor_apply|foreach|transpose|permute"
+     r"|nchwtonhwc|nhwctonchw",
      "Memory-bound elementwise kernels: fuse them (torch.compile), use foreach/fused "
      "optimisers (fused=True), avoid extra casts and copies."),
     ("other", "Other", r".",

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .intervals import overlapping, union
+from .intervals import flag_overlapping, overlapping, union
 from .launches import RUNTIME_KINDS, launch_table, with_launches
 from .names import matching
 from .overlap import NOTE_NO_GPU
@@ -187,14 +187,23 @@ def _covered(g: pl.DataFrame, intervals: pl.DataFrame, column: str) -> pl.DataFr
 
     The intervals are merged per rank, each with the covered time before it; the covered time
     up to t is then that of the last merged interval starting at or before t plus its part
-    before t, found with an as-of join: covered = up_to(gap end) - up_to(gap start).
+    before t, found with an as-of join: covered = up_to(gap end) - up_to(gap start). Only the
+    gaps some interval overlaps (one as-of join finds them) are measured: most gaps of a
+    large trace touch no synchronisation, copy or DataLoader op.
     """
     merged = union(
         intervals.select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")),
         by=["rank"],
     )
+    zeros = pl.repeat(0, g.height, dtype=pl.Int64, eager=True)
     if merged.height == 0:  # nothing to cover (often: no data loader, few syncs)
-        return g.with_columns(pl.lit(0, pl.Int64).alias(column))
+        return g.with_columns(zeros.alias(column))
+    hits = flag_overlapping(g.select("rank", "gap_start_ns", "gap_end_ns"), merged, "_hit",
+                            by=["rank"], start="gap_start_ns",
+                            end="gap_end_ns").get_column("_hit").arg_true()
+    if hits.len() == 0:
+        return g.with_columns(zeros.alias(column))
+    touched = g.select("rank", "gap_start_ns", "gap_end_ns").gather(hits)
     right = (merged.sort("rank", "ts_ns")
              .with_columns(_len=pl.col("end_ns") - pl.col("ts_ns"))
              .with_columns(_before=pl.col("_len").cum_sum().over("rank") - pl.col("_len"))
@@ -202,14 +211,15 @@ def _covered(g: pl.DataFrame, intervals: pl.DataFrame, column: str) -> pl.DataFr
              .sort("ts_ns"))
 
     def up_to(at: str) -> pl.Series:
-        left = g.select("rank", at).with_row_index("_row").sort(at)
+        left = touched.select("rank", at).with_row_index("_row").sort(at)
         hit = left.join_asof(right, left_on=at, right_on="ts_ns", by="rank",
                              strategy="backward", check_sortedness=False)
         value = (pl.col("_before") + pl.min_horizontal(pl.col(at), "end_ns")
                  - pl.col("ts_ns")).fill_null(0)
         return hit.sort("_row").select(value).to_series()
 
-    return g.with_columns((up_to("gap_end_ns") - up_to("gap_start_ns")).alias(column))
+    return g.with_columns(zeros.scatter(hits, up_to("gap_end_ns") - up_to("gap_start_ns"))
+                          .alias(column))
 
 
 def gap_causes(gap_frame: pl.DataFrame, *, by: Sequence[str] = ("rank", "device")) -> pl.DataFrame:

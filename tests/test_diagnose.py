@@ -319,3 +319,41 @@ def test_a_balanced_path_says_between_what() -> None:
     assert bound["bound"] == "balanced"
     assert _bound_finding(bound)["title"].startswith(
         "The run is balanced between compute (49%) and host (43%)")
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    ("void cudnn::bn_bw_1C11_kernel_new<float>", "reduction"),
+    ("void at::native::batch_norm_collect_statistics_kernel<float>", "reduction"),
+    ("cunn_SoftMaxForward<8, c10::BFloat16>", "reduction"),
+    ("void cudnn::detail::implicit_convolve_sgemm<float>", "convolution"),
+    ("dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>", "convolution"),
+    ("volta_sgemm_64x64_tn", "gemm"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "gemm"),
+    ("flash_fwd_kernel<Flash_fwd_kernel_traits>", "attention"),
+    ("void fbgemm_gpu::split_embedding_codegen_forward_kernel", "embedding"),
+    ("void at::native::vectorized_elementwise_kernel<4, AddFunctor>", "elementwise"),
+    ("void nchwToNhwcKernel<float>", "elementwise"),
+    ("Memcpy DtoD (Device -> Device)", "copy"),
+    ("clover::par_ranged2d_kernel<PdV_kernel>", "other"),
+])
+def test_kernel_families_by_name(name: str, family: str) -> None:
+    from traceview.analyses.diagnose import KERNEL_FAMILIES, _family
+
+    assert _family(name, tuple((k, p) for k, _, p, _ in KERNEL_FAMILIES)) == family
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    ("cudaMalloc", "allocation"), ("cudaFree", "allocation"), ("cudaHostAlloc", "allocation"),
+    ("cuMemAlloc_v2", "allocation"), ("hipMalloc", "allocation"),
+    ("cudaMemcpyAsync", "copy"), ("cudaMemcpy", "copy"), ("hipMemcpyWithStream", "copy"),
+    ("cudaStreamSynchronize", "sync"), ("cudaDeviceSynchronize", "sync"),
+    ("hipEventSynchronize", "sync"), ("cuStreamSynchronize", "sync"),
+    ("cudaLaunchKernel", "launch"), ("cudaGraphLaunch", "launch"),
+    ("hipExtModuleLaunchKernel", "launch"), ("cuLaunchKernel", "launch"),
+    ("cudaDeviceGetStreamPriorityRange", "runtime"), ("cudaEventQuery", "runtime"),
+    ("aten::empty", None), ("prep.py(10): normalize", None),
+])
+def test_runtime_call_families(name: str, family: str | None) -> None:
+    from traceview.analyses.diagnose import _family
+
+    assert _family(name) == family
