@@ -1,4 +1,4 @@
-"""What to fix first: findings ranked by the time each fix would save per step.
+"""What to fix first: findings ranked by the path time each addresses.
 
 Every gain is a "what if" on the critical path (:mod:`traceview.analyses.critical_path`),
 per step of the path (definitions and a worked example: ``docs/metrics.md``, *Diagnose*):
@@ -14,22 +14,33 @@ per step of the path (definitions and a worked example: ``docs/metrics.md``, *Di
   evidence) hides most of its cost;
 * ``exposed_communication``: communication on the path (transfer and wait) fully hidden
   under compute;
-* ``data_loading``, ``host_sync``, ``launch_bound``: the path's time in GPU gaps of one cause
-  removed (``analyses.gaps``: data_loading; sync; host and launch_overhead, with the path's
-  launch/host time where the GPU is idle), plus, for data loading, the path's time in
-  DataLoader ops on CPU-only ranks;
+* the host's time on the path of a GPU rank (the GPU idle; ``path_summary.host_time``), by
+  what the host runs there: ``runtime_call`` (one per named runtime call: allocations such
+  as cudaMalloc, copies such as cudaMemcpyAsync, any other runtime call but launches and
+  synchronisations), ``host_sync`` (synchronisation calls; other host time and idle time in
+  GPU gaps caused by a sync or a blocking copy), ``launch_bound`` (launch calls and
+  framework ops, idle time, in GPU gaps caused by the host or launch overhead and outside
+  every gap), ``host_work`` (Python functions there), ``data_loading`` (DataLoader ops; time
+  in data-loading gaps; DataLoader time on CPU-only ranks); the gain is that time removed;
 * ``pageable_copy``: host-to-device copies from pageable memory on the path, at half their
   time (pinned copies run at about twice the bandwidth, and can overlap compute);
-* ``bound`` and ``mfu``: what the path is made of, and the model FLOPs utilisation when the
-  model size is given; information, no gain.
+* ``kernels`` (one per kernel family holding ``KERNEL_SHARE`` of the path or more: matrix
+  multiplies, attention, convolutions, ...): what the compute is made of; no gain (how much
+  faster the kernels can run is not in the trace);
+* ``bound`` and ``mfu``: what the path is made of (``overlap.bound_of``, the one rule of
+  every output), and the model FLOPs utilisation when the model size is given (an MFU above
+  100% is refused, with a warning naming the likely wrong input); information, no gain.
 
-Each gain is one change made alone: gains do not add up (fixing the straggler can expose
+Order: the findings whose gain is at least ``MEDIUM`` of the step, largest first; then the
+kernel families, largest path time first; then the smaller gains; information last. Each
+gain is one change made alone: gains do not add up (fixing the straggler can expose
 communication that was hidden behind its lateness).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,12 +48,16 @@ import polars as pl
 
 from .critical_path import CriticalPath
 from .flops import PEAK_TABLE, Peak, peak_tflops
-from .intervals import clip
-from .path_summary import path_categories, path_steps, stretch_own
+from .names import short_name
+from .overlap import bound_of
+from .path_summary import host_time, path_categories, path_steps, stretch_own
 
 #: Gain thresholds, as a share of the median step time: ``high`` and ``medium`` severity;
 #: below ``KEEP`` a finding is left out (noise, not worth a line on the to-do list).
 HIGH, MEDIUM, KEEP = 0.10, 0.03, 0.01
+
+#: A kernel family gets a finding from this share of the path on.
+KERNEL_SHARE = 0.10
 
 FINDING_SCHEMA: dict[str, pl.DataType] = {
     "id": pl.String, "title": pl.String, "severity": pl.String, "rank": pl.Int32,
@@ -50,6 +65,9 @@ FINDING_SCHEMA: dict[str, pl.DataType] = {
     "evidence": pl.List(pl.Struct({"metric": pl.String, "value": pl.Float64,
                                    "unit": pl.String, "text": pl.String})),
     "recommendation": pl.String,
+    # added fields (the ones above are the contract as first published)
+    "confidence": pl.String, "path_ns_per_step": pl.Int64, "path_share": pl.Float64,
+    "name": pl.String,
 }
 
 RECOMMENDATIONS: dict[str, str] = {
@@ -76,6 +94,12 @@ RECOMMENDATIONS: dict[str, str] = {
         "The GPU waits for kernel launches: capture the step with CUDA graphs "
         "(torch.compile(mode='reduce-overhead') or torch.cuda.graphs), fuse small kernels "
         "with torch.compile, or give each kernel more work (larger batch)."),
+    "host_work": (
+        "The GPU waits while the host runs Python code that launches no GPU work (input "
+        "preprocessing, decoding, numpy, logging, tensor bookkeeping): move it out of the "
+        "step (DataLoader workers with num_workers>0, preprocessing ahead of time or on the "
+        "GPU), vectorise it, or overlap it with GPU work (prefetch the next batch while this "
+        "one runs); Python in the model's own step goes with CUDA graphs or torch.compile."),
     "pageable_copy": (
         "Copy from pinned memory: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
         ".to(device, non_blocking=True)."),
@@ -85,6 +109,83 @@ RECOMMENDATIONS: dict[str, str] = {
         "matrices per kernel, torch.compile; check the top kernels with `traceview "
         "breakdown`."),
 }
+
+#: Runtime calls by family (the first pattern that matches): what the host waits for in them.
+RUNTIME_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("sync", r"(?i)^(cuda|hip)(Device|Stream|Event|Ctx)Synchroni[sz]e$"
+             r"|^cu(Ctx|Stream|Event)Synchronize"),
+    ("allocation", r"(?i)^(cuda|hip)(Malloc|Free|HostAlloc|HostRegister|HostUnregister)"
+                   r"|^cuMem(Alloc|Free|HostAlloc|HostRegister|Create|Release|Map|Unmap"
+                   r"|AddressReserve|AddressFree|SetAccess)"),
+    ("copy", r"(?i)^(cuda|hip)Memcpy|^cuMemcpy"),
+    ("launch", r"(?i)^(cuda|hip)(LaunchKernel|LaunchCooperativeKernel|LaunchKernelExC"
+               r"|GraphLaunch|ExtLaunchKernel|ModuleLaunchKernel|ExtModuleLaunchKernel)"
+               r"|^cu(LaunchKernel|LaunchCooperativeKernel|LaunchKernelEx|GraphLaunch)"),
+    ("runtime", r"^(cuda|hip|cu|hsa)[A-Z]\w*$"),
+)
+
+#: A Python function as the profiler names it (``with_stack`` / ``python_function`` rows).
+PYTHON_PATTERN = r"\.py\(\d+\): |^<built-in |^nn\.Module: "
+
+CALL_FIXES: dict[str, str] = {
+    "allocation": (
+        "Allocate outside the loop: let PyTorch's caching allocator keep its memory (no "
+        "torch.cuda.empty_cache() in the step; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+        "against fragmentation), reuse preallocated buffers and pinned staging buffers; in "
+        "CUDA code allocate once up front, or from a stream-ordered pool (cudaMallocAsync, "
+        "cudaMemPool), instead of cudaMalloc/cudaFree each iteration."),
+    "copy": (
+        "A copy call holds the host: a copy to or from pageable memory is synchronous, "
+        "cudaMemcpyAsync included, and a device-to-host read waits for all the GPU work queued "
+        "before it. Pin the host buffers (tensor.pin_memory(), DataLoader(pin_memory=True)) "
+        "and copy with .to(device, non_blocking=True); keep the values the loop reads on the "
+        "GPU (.item(), .cpu(), .tolist(), split sizes, Python branches on GPU values) or read "
+        "them every N steps."),
+    "runtime": (
+        "Move {name} out of the step: create streams, events, handles and modules once, query "
+        "device attributes once; per-step runtime calls should be launches and copies only. "
+        "A process's first CUDA call also creates its context (seconds): where the trace "
+        "holds start-up, profile later steps (--skip-warmup N, or a profiler schedule with "
+        "wait and warmup steps)."),
+}
+
+#: Kernel families (the first pattern that matches a kernel's name), each with its fix.
+KERNEL_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
+    ("copy", "GPU copies", r"^Memcpy|^Memset",
+     "Copy less: avoid needless .contiguous(), .clone(), dtype casts and torch.cat in the step; "
+     "copy from pinned memory with non_blocking=True on a side stream so copies overlap "
+     "compute."),
+    ("attention", "Attention", r"(?i)flash|fmha|attention|attn|sdpa|mha_|_mha",
+     "Use fused attention: torch.nn.functional.scaled_dot_product_attention (flash or "
+     "memory-efficient backend) or FlashAttention, in bf16/fp16, with sequence lengths that "
+     "are multiples of 64."),
+    ("embedding", "Embedding", r"(?i)embedding|fbgemm|tbe_",
+     "Embedding lookups: fused table-batched kernels (FBGEMM TBE), deduplicated and sorted "
+     "indices, row-wise optimisers fused into backward."),
+    ("reduction", "Normalisation and reduction",
+     r"(?i)norm|\bbn_|_bn_|softmax|reduce|reduction|welford|triton_red|triton_per|cub::"
+     r"|argmax|topk|sort",
+     "Memory-bound reductions (norms, softmax, sums): fuse them with their neighbours "
+     "(torch.compile), use fused implementations (fused LayerNorm/RMSNorm, fused optimisers)."),
+    ("convolution", "Convolution", r"(?i)conv|cudnn|winograd|dgrad|wgrad|fprop|miopen",
+     "Convolutions: torch.backends.cudnn.benchmark = True, channels_last memory format, "
+     "bf16/fp16 autocast."),
+    ("gemm", "Matrix-multiply", r"(?i)gemm|cublas|cutlass|matmul|xmma|nvjet|hipblas|rocblas"
+                                r"|wmma|tensorop|\bbmm|addmm",
+     "Matrix multiplies: bf16/fp16 autocast or TF32 (torch.backends.cuda.matmul.allow_tf32 = "
+     "True), dimensions that are multiples of 8 (16 for fp8), more work per kernel (larger "
+     "batch); compare the achieved FLOP/s with the peak (diagnose --params and "
+     "--tokens-per-step give MFU)."),
+    ("elementwise", "Elementwise",
+     r"(?i)elementwise|vectorized|unrolled|pointwise|triton_poi|triton_|fill|copy_kernel"
+     r"|catarray|index|gather|scatter|multi_tensor_apply|foreach|transpose|permute"
+     r"|nchwtonhwc|nhwctonchw",
+     "Memory-bound elementwise kernels: fuse them (torch.compile), use foreach/fused "
+     "optimisers (fused=True), avoid extra casts and copies."),
+    ("other", "Other", r".",
+     "Look at the top kernels with Nsight Compute (ncu): occupancy, memory throughput, "
+     "tensor-core use."),
+)
 
 
 @dataclass(frozen=True)
@@ -118,36 +219,76 @@ class ModelSize:
 
 def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
              stragglers: pl.DataFrame | None = None, gaps: pl.DataFrame | None = None,
-             gpu_ranks: tuple[int, ...] = (), devices: pl.DataFrame | None = None, model: ModelSize = ModelSize(),
+             gpu_ranks: tuple[int, ...] = (), devices: pl.DataFrame | None = None,
+             model: ModelSize = ModelSize(), host: pl.DataFrame | None = None,
              table: tuple[Peak, ...] = PEAK_TABLE) -> dict[str, Any]:
-    """``findings`` (``FINDING_SCHEMA``, largest gain first, information last), ``bound``,
-    ``mfu`` and ``step_ns``: the mean step time the gains are shares of.
+    """``findings`` (``FINDING_SCHEMA``, in the module docstring's order, information last),
+    ``bound``, ``mfu``, ``step_ns`` (the mean step time the gains are shares of) and
+    ``notes`` (warnings: a refused MFU).
 
     ``collective_rows``: ``collectives.collective_ranks`` (aligned); ``stragglers``:
     ``stragglers.stragglers`` (None: one rank); ``gaps``: ``gaps.gaps`` per device (None:
-    no GPU) on ``gpu_ranks``, the ranks with GPU work; ``devices``: the ranks table (``rank``, ``devices`` as JSON text)."""
+    no GPU) on ``gpu_ranks``, the ranks with GPU work; ``devices``: the ranks table (``rank``,
+    ``devices`` as JSON text, ``world_size``); ``host``: ``host.host_events`` rows (on each
+    rank's clock), to tell Python functions that launch GPU work from those that do not
+    (None: none does)."""
     steps = path_steps(path)
     n_steps = max(steps.height, 1)
     step_ns = _mean_step(steps)
     cats = path_categories(path)
+    total = sum(v["path_ns"] for v in cats.values())
     found: list[dict[str, Any]] = []
     found += _stragglers(path, collective_rows, stragglers, n_steps, step_ns)
     found.append(_exposed_comm(path, cats, n_steps))
-    found += _gap_findings(path, gaps, sorted(gpu_ranks), n_steps)
+    found += _host_findings(path, gaps, sorted(gpu_ranks), n_steps, total, host)
     found.append(_pageable(path, n_steps))
+    found += _kernel_findings(path, sorted(gpu_ranks), n_steps, total)
     found = [f for f in found if f is not None]
+    confidence = _straggler_confidence(stragglers)
     for f in found:
-        f["gain_share"] = f["gain_ns_per_step"] / step_ns if step_ns else None
-    found = [_with_severity(f) for f in found
-             if f.get("keep") or (f["gain_share"] is not None and f["gain_share"] >= KEEP)]
+        gain = f["gain_ns_per_step"]
+        f["gain_share"] = gain / step_ns if step_ns and gain is not None else None
+        f.setdefault("path_ns_per_step", gain)  # a straggler: its excess own time
+        f["path_share"] = f["path_ns_per_step"] * n_steps / total if total else None
+        if f["id"] == "straggler":
+            f.setdefault("confidence", confidence.get(f["rank"], "low"))
+    found = [_with_severity(f) for f in found if f.get("keep") or _kept(f)]
     bound = _bound(cats)
     mfu = _mfu(model, step_ns, devices, table)
     info = [_bound_finding(bound)] if path.pieces.height else []
     if mfu is not None and mfu.get("mfu") is not None:
         info.append(_mfu_finding(mfu, bound))
-    rows = sorted(found, key=lambda f: (-f["gain_ns_per_step"], f["id"], f.get("rank") or 0))
+    notes = [mfu["warning"]] if mfu is not None and mfu.get("warning") else []
+    rows = sorted(found, key=_order)
     findings = pl.DataFrame([_row(f) for f in [*rows, *info]], schema=FINDING_SCHEMA)
-    return {"step_ns": step_ns, "findings": findings, "bound": bound, "mfu": mfu}
+    return {"step_ns": step_ns, "findings": findings, "bound": bound, "mfu": mfu,
+            "notes": notes}
+
+
+def _kept(f: dict[str, Any]) -> bool:
+    """A finding worth a line: its gain is at least ``KEEP`` of the step (a kernel family,
+    without a gain: it holds ``KERNEL_SHARE`` of the path, checked where it is made)."""
+    if f["gain_ns_per_step"] is None:
+        return True
+    return f["gain_share"] is not None and f["gain_share"] >= KEEP
+
+
+def _order(f: dict[str, Any]) -> tuple:
+    """Known gains of at least ``MEDIUM`` of the step first, largest first; then the kernel
+    families (no gain), by path time; then the smaller gains."""
+    gain = f["gain_ns_per_step"]
+    if gain is None:
+        tier, key = 1, f["path_ns_per_step"] or 0
+    else:
+        tier, key = (0 if (f["gain_share"] or 0) >= MEDIUM else 2), gain
+    return tier, -key, f["id"], f.get("rank") or 0, f.get("name") or ""
+
+
+def _straggler_confidence(verdicts: pl.DataFrame | None) -> dict[int, str]:
+    """Each rank's straggler verdict confidence (``stragglers.stragglers``), when given."""
+    if verdicts is None or "confidence" not in verdicts.columns:
+        return {}
+    return {r: c for r, c in verdicts.select("rank", "confidence").iter_rows() if c}
 
 
 def _mean_step(steps: pl.DataFrame) -> int | None:
@@ -176,8 +317,8 @@ def _row(f: dict[str, Any]) -> dict[str, Any]:
 
 
 def _with_severity(f: dict[str, Any]) -> dict[str, Any]:
-    share = f["gain_share"] or 0.0
-    level = "high" if share >= HIGH else "medium" if share >= MEDIUM else "low"
+    share = f["gain_share"] if f["gain_ns_per_step"] is not None else f.get("path_share")
+    level = "high" if (share or 0.0) >= HIGH else "medium" if (share or 0.0) >= MEDIUM else "low"
     cap, least = f.pop("max_severity", None), f.pop("min_severity", None)
     order = ["low", "medium", "high"]
     if cap is not None and order.index(level) > order.index(cap):
@@ -297,70 +438,203 @@ def _exposed_comm(path: CriticalPath, cats: dict[str, dict[str, Any]],
                                         n=pl.len()).sort("ns", descending=True).row(0)
         evidence.append(_ev("top_collective_ns_per_step", top[1] // n_steps, "ns", str(top[0])))
     return {"id": "exposed_communication", "rank": None, "gain_ns_per_step": gain,
+            "confidence": "high",
             "title": f"Communication on the critical path: {_time(gain)} per step not "
                      "hidden under compute",
             "evidence": evidence, "recommendation": RECOMMENDATIONS["exposed_communication"]}
 
 
-def _gap_findings(path: CriticalPath, gaps: pl.DataFrame | None, gpu_ranks: list[int],
-                  n_steps: int) -> list[dict[str, Any]]:
-    """Data loading, host syncs and launch-bound time on the path, by the cause of the GPU
-    gap each piece lies in (GPU ranks); data loading on CPU-only ranks from the categories."""
-    p = path.pieces.filter(pl.col("category").is_in(["launch_host", "idle", "data_loading"]))
-    by_cause: dict[str, int] = {}
-    if gpu_ranks:
-        on_gpu = p.filter(pl.col("rank").is_in(gpu_ranks))
-        gaps = gaps if gaps is not None else pl.DataFrame(
-            schema={"rank": pl.Int32, "cause": pl.String, "gap_start_ns": pl.Int64,
-                    "gap_end_ns": pl.Int64})
-        windows = gaps.select(pl.col("rank").cast(pl.Int32), "cause",
-                              window_start_ns="gap_start_ns", window_end_ns="gap_end_ns")
-        # one device per rank: its gaps are disjoint (several: the union would be needed)
-        windows = windows.unique(["rank", "window_start_ns"]).sort("rank", "window_start_ns")
-        inside = clip(on_gpu, windows, by=["rank"], start="start_ns", end="end_ns",
-                      window_keys=["cause"])
-        by_cause = dict(inside.group_by("cause").agg(
-            (pl.col("end_ns") - pl.col("start_ns")).sum()).iter_rows())
-        # outside every gap (before a step's first kernel, say), launch/host time is the
-        # host's and DataLoader time data loading's
-        def length(frame: pl.DataFrame, category: str) -> int:
-            return int(frame.filter(pl.col("category") == category).select(
-                (pl.col("end_ns") - pl.col("start_ns")).sum()).item() or 0)
+def _family(name: str | None,
+            families: tuple[tuple[str, str], ...] = RUNTIME_FAMILIES) -> str | None:
+    """The family of the first pattern of ``families`` matching ``name``."""
+    for family, pattern in families:
+        if name is not None and re.search(pattern, name):
+            return family
+    return None
 
-        for category, cause in (("launch_host", "host"), ("data_loading", "data_loading")):
-            outside = length(on_gpu, category) - length(inside, category)
-            by_cause[cause] = by_cause.get(cause, 0) + max(outside, 0)
-    cpu_loading = int(p.filter(~pl.col("rank").is_in(gpu_ranks)
-                               & (pl.col("category") == "data_loading")).select(
+
+#: Why a GPU gap happened -> the finding its host time goes to (None: the host's own work:
+#: ``launch_bound``, or ``host_work`` for Python). Causes not listed (``between_steps`` for
+#: idle time, ``graph``, ``other``: the GPU waited for something else) go to no finding.
+_BY_CAUSE: dict[str | None, str | None] = {
+    "sync": "host_sync", "blocking_copy": "host_sync", "data_loading": "data_loading",
+    "host": None, "launch_overhead": None, "between_steps": None, None: None}
+
+
+def _topic(category: str, name: str | None, cause: str | None,
+           launching: frozenset[str] = frozenset()) -> tuple[str | None, bool]:
+    """Which finding a stretch of host time on the path goes to, and whether it says so
+    directly (the host is in the named call, DataLoader op or Python function, or runs the
+    ops that launch) rather than through the cause of the GPU gap it lies in. A Python
+    function in ``launching`` launches GPU work: its time is the launches' overhead."""
+    if category == "data_loading":
+        return "data_loading", True
+    if category == "launch_host":
+        family = _family(name)
+        if family == "sync":
+            return "host_sync", True
+        if family in ("allocation", "copy", "runtime"):
+            return "runtime_call", True
+        python = name is not None and re.search(PYTHON_PATTERN, name) is not None
+        own = "host_work" if python and name not in launching else "launch_bound"
+        if cause not in _BY_CAUSE:
+            return None, False
+        topic = _BY_CAUSE[cause] or own
+        return topic, topic == own
+    if cause is None or cause == "between_steps" or cause not in _BY_CAUSE:
+        return None, False  # nothing recorded runs, and the GPU did not wait for the host
+    return _BY_CAUSE[cause] or "launch_bound", False
+
+
+def _confidence(direct: float, total: float) -> str:
+    """``high`` when at least 80% of a finding's time is named on the path (the call, op or
+    kernel runs there), ``medium`` from 50%, else ``low`` (inferred from the GPU gaps'
+    causes)."""
+    share = direct / total if total else 0.0
+    return "high" if share >= 0.8 else "medium" if share >= 0.5 else "low"
+
+
+def launching_functions(host: pl.DataFrame | None, names: list[str]) -> frozenset[str]:
+    """The Python functions of ``names`` that launch GPU work: one of their calls in
+    ``host`` contains a launch call (``RUNTIME_FAMILIES`` ``launch``) on the same thread.
+    Two as-of joins per call: the first launch at or after its start, the last before its
+    end."""
+    if host is None or not names or host.height == 0:
+        return frozenset()
+    timed = host.filter(pl.col("dur_ns").is_not_null()).with_columns(
+        pl.col("name").cast(pl.String), tid=pl.col("tid").cast(pl.Int64).fill_null(-1)
+        if "tid" in host.columns else pl.lit(-1, pl.Int64))
+    launch = dict(RUNTIME_FAMILIES)["launch"]
+    launches = (timed.filter(pl.col("kind").cast(pl.String).is_in(["cuda_runtime",
+                                                                    "cuda_driver"])
+                             & pl.col("name").str.contains(launch))
+                .select("rank", "tid", _t="ts_ns").sort("rank", "tid", "_t")
+                .with_columns(_k=pl.int_range(pl.len()).over("rank", "tid")).sort("_t"))
+    calls = (timed.filter(pl.col("name").is_in(names))
+             .select("rank", "tid", "name", "ts_ns", _end=pl.col("ts_ns") + pl.col("dur_ns")))
+    if launches.height == 0 or calls.height == 0:
+        return frozenset()
+    first = calls.sort("ts_ns").join_asof(launches.rename({"_k": "_k1"}), left_on="ts_ns",
+                                          right_on="_t", by=["rank", "tid"],
+                                          strategy="forward", check_sortedness=False)
+    both = first.drop("_t").sort("_end").join_asof(
+        launches.rename({"_k": "_k2"}), left_on="_end", right_on="_t", by=["rank", "tid"],
+        strategy="backward", allow_exact_matches=False, check_sortedness=False)
+    hit = both.filter(pl.col("_k1").is_not_null() & pl.col("_k2").is_not_null()
+                      & (pl.col("_k2") >= pl.col("_k1")))
+    return frozenset(hit.get_column("name").unique().to_list())
+
+
+def _host_findings(path: CriticalPath, gaps: pl.DataFrame | None, gpu_ranks: list[int],
+                   n_steps: int, total: int,
+                   host: pl.DataFrame | None = None) -> list[dict[str, Any]]:
+    """The host's time on the path of GPU ranks (the GPU idle), by what the host runs there
+    (``_topic``): one finding per named runtime call, host synchronisations, launches,
+    Python work, data loading (with the path's DataLoader time on CPU-only ranks)."""
+    rows = host_time(path, gaps, gpu_ranks) if gpu_ranks else pl.DataFrame(
+        schema={"category": pl.String, "name": pl.String, "cause": pl.String,
+                "path_ns": pl.Int64})
+    python = [n for n in rows.get_column("name").drop_nulls().unique().to_list()
+              if re.search(PYTHON_PATTERN, n)]
+    launching = launching_functions(host, python)
+    per: dict[str, dict[str, Any]] = {}
+    calls: dict[str, dict[str, int]] = {}
+    for category, name, cause, ns in rows.iter_rows():
+        topic, direct = _topic(category, name, cause, launching)
+        if topic is None:
+            continue
+        if topic == "runtime_call":
+            c = calls.setdefault(name, {"ns": 0, "pageable": 0})
+            c["ns"] += ns
+            c["pageable"] += ns if cause == "blocking_copy" else 0
+            continue
+        t = per.setdefault(topic, {"ns": 0, "direct": 0, "names": {}})
+        t["ns"] += ns
+        if direct:
+            t["direct"] += ns
+            t["names"][name] = t["names"].get(name, 0) + ns
+    cpu_loading = int(path.pieces.filter(~pl.col("rank").is_in(gpu_ranks)
+                                         & (pl.col("category") == "data_loading")).select(
         (pl.col("end_ns") - pl.col("start_ns")).sum()).item() or 0)
-    out = []
-    loading = by_cause.get("data_loading", 0) + cpu_loading
-    if loading:
-        out.append({"id": "data_loading", "rank": None, "gain_ns_per_step": loading // n_steps,
-                    "title": f"Input stalls on the critical path: {_time(loading / n_steps)} "
-                             "per step waiting for the DataLoader",
-                    "evidence": [_ev("data_loading_ns_per_step", loading // n_steps, "ns")],
-                    "recommendation": RECOMMENDATIONS["data_loading"]})
-    sync = by_cause.get("sync", 0)
-    if sync:
-        out.append({"id": "host_sync", "rank": None, "gain_ns_per_step": sync // n_steps,
-                    "title": f"Host synchronisations idle the GPU on the path: "
-                             f"{_time(sync / n_steps)} per step",
-                    "evidence": [_ev("sync_gap_ns_per_step", sync // n_steps, "ns")],
-                    "recommendation": RECOMMENDATIONS["host_sync"]})
-    launch = by_cause.get("host", 0) + by_cause.get("launch_overhead", 0)
-    if launch:
-        kernels = path.pieces.filter(pl.col("rank").is_in(gpu_ranks)
-                                     & (pl.col("category") == "compute"))
-        evidence = [_ev("launch_gap_ns_per_step", launch // n_steps, "ns")]
-        if kernels.height:
-            evidence.append(_ev("median_kernel_piece_ns", kernels.select(
-                (pl.col("end_ns") - pl.col("start_ns")).median()).item(), "ns"))
-        out.append({"id": "launch_bound", "rank": None, "gain_ns_per_step": launch // n_steps,
-                    "title": f"The GPU waits for launches on the path: "
-                             f"{_time(launch / n_steps)} per step",
-                    "evidence": evidence, "recommendation": RECOMMENDATIONS["launch_bound"]})
+    if cpu_loading:
+        t = per.setdefault("data_loading", {"ns": 0, "direct": 0, "names": {}})
+        t["ns"] += cpu_loading
+        t["direct"] += cpu_loading
+    out = [_call_finding(name, c, n_steps, total) for name, c in calls.items()]
+    for topic, t in per.items():
+        out.append(_host_finding(topic, t, path, gpu_ranks, n_steps))
     return out
+
+
+def _share_text(ns: float, total: int) -> str:
+    return f"{100 * ns / total:.1f}%" if total else "-"
+
+
+def _call_finding(name: str, c: dict[str, int], n_steps: int, total: int) -> dict[str, Any]:
+    """A runtime call holding path time: allocation, copy, or any other call (not launches,
+    not synchronisations)."""
+    family = _family(name) or "runtime"
+    per_step = c["ns"] // n_steps
+    what = {"allocation": "allocating memory while the GPU idles",
+            "copy": "in copies that hold the host" + (
+                ", to or from pageable memory" if c["pageable"] else ""),
+            }.get(family, "in this runtime call while the GPU idles")
+    evidence = [_ev("call_ns_per_step", per_step, "ns", name),
+                _ev("path_share", c["ns"] / total if total else None, "ratio")]
+    if family == "copy":
+        evidence.append(_ev("in_blocking_copy_gaps_ns_per_step", c["pageable"] // n_steps,
+                            "ns", "GPU gaps where a copy to or from pageable memory held the "
+                                  "host"))
+    return {"id": "runtime_call", "rank": None, "name": name, "gain_ns_per_step": per_step,
+            "confidence": "high",
+            "title": f"{name} holds {_share_text(c['ns'], total)} of the critical path: "
+                     f"{_time(per_step)} per step {what}",
+            "evidence": evidence,
+            "recommendation": CALL_FIXES[family].format(name=name)}
+
+
+def _top(names: dict[str, int]) -> tuple[str, int] | None:
+    if not names:
+        return None
+    name, ns = min(names.items(), key=lambda kv: (-kv[1], kv[0]))
+    return name, ns
+
+
+def _host_finding(topic: str, t: dict[str, Any], path: CriticalPath, gpu_ranks: list[int],
+                  n_steps: int) -> dict[str, Any]:
+    ns, per_step = t["ns"], t["ns"] // n_steps
+    top = _top(t["names"])
+    base = {"id": topic, "rank": None, "gain_ns_per_step": per_step,
+            "confidence": _confidence(t["direct"], ns), "recommendation": RECOMMENDATIONS[topic],
+            "name": top[0] if top else None}
+    top_ev = [_ev("top_op_ns_per_step", top[1] // n_steps, "ns", top[0])] if top else []
+    if topic == "data_loading":
+        return {**base, "title": f"Input stalls on the critical path: {_time(ns / n_steps)} "
+                                 "per step waiting for the DataLoader",
+                "evidence": [_ev("data_loading_ns_per_step", per_step, "ns"), *top_ev]}
+    if topic == "host_sync":
+        mostly = f" (mostly in {top[0]})" if top else ""
+        return {**base, "title": f"Host synchronisations idle the GPU on the path: "
+                                 f"{_time(ns / n_steps)} per step{mostly}",
+                "evidence": [_ev("sync_gap_ns_per_step", per_step, "ns"),
+                             _ev("sync_call_ns_per_step", t["direct"] // n_steps, "ns",
+                                 top[0] if top else None)]}
+    if topic == "host_work":
+        return {**base, "title": f"The GPU waits while the host runs Python that launches "
+                                 f"no GPU work: {_time(ns / n_steps)} per step, mostly in "
+                                 f"{short_name(top[0] if top else None, 60)}",
+                "evidence": [_ev("python_ns_per_step", per_step, "ns"), *top_ev]}
+    kernels = path.pieces.filter(pl.col("rank").is_in(gpu_ranks)
+                                 & (pl.col("category") == "compute"))
+    evidence = [_ev("launch_gap_ns_per_step", per_step, "ns")]
+    if kernels.height:
+        evidence.append(_ev("median_kernel_piece_ns", kernels.select(
+            (pl.col("end_ns") - pl.col("start_ns")).median()).item(), "ns"))
+    evidence += top_ev
+    mostly = f" (mostly in {short_name(top[0], 50)})" if top else ""
+    return {**base, "title": f"The GPU waits for launches on the path: "
+                             f"{_time(ns / n_steps)} per step{mostly}",
+            "evidence": evidence}
 
 
 def _pageable(path: CriticalPath, n_steps: int) -> dict[str, Any] | None:
@@ -369,36 +643,79 @@ def _pageable(path: CriticalPath, n_steps: int) -> dict[str, Any] | None:
         return None
     ns = int(copies.select((pl.col("end_ns") - pl.col("start_ns")).sum()).item())
     return {"id": "pageable_copy", "rank": None, "gain_ns_per_step": ns // 2 // n_steps,
+            "path_ns_per_step": ns // n_steps, "confidence": "medium",
             "title": f"Copies from pageable host memory on the path: {_time(ns / n_steps)} "
                      "per step",
             "evidence": [_ev("pageable_copy_ns_per_step", ns // n_steps, "ns")],
             "recommendation": RECOMMENDATIONS["pageable_copy"]}
 
 
+def _kernel_findings(path: CriticalPath, gpu_ranks: list[int], n_steps: int,
+                     total: int) -> list[dict[str, Any]]:
+    """One finding per kernel family (``KERNEL_FAMILIES``) holding at least ``KERNEL_SHARE``
+    of the path in GPU compute pieces (copies from pageable memory are ``pageable_copy``'s)."""
+    p = path.pieces.filter(pl.col("rank").is_in(gpu_ranks) & (pl.col("category") == "compute")
+                           & ~pl.col("name").str.contains("(?i)pageable"))
+    if p.height == 0 or not total:
+        return []
+    per_name = p.group_by("name").agg(ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+    families = [(key, label, pattern, fix) for key, label, pattern, fix in KERNEL_FAMILIES]
+    found: dict[str, dict[str, Any]] = {}
+    for name, ns in per_name.iter_rows():
+        key = _family(name, tuple((k, pat) for k, _, pat, _ in families)) or "other"
+        f = found.setdefault(key, {"ns": 0, "names": {}})
+        f["ns"] += ns
+        f["names"][name] = ns
+    out = []
+    for key, label, _, fix in families:
+        f = found.get(key)
+        if f is None or f["ns"] / total < KERNEL_SHARE:
+            continue
+        per_step = f["ns"] // n_steps
+        top = _top(f["names"])
+        assert top is not None
+        out.append({
+            "id": "kernels", "rank": None, "name": key, "gain_ns_per_step": None,
+            "path_ns_per_step": per_step, "confidence": "high",
+            "title": f"{label} kernels hold {_share_text(f['ns'], total)} of the critical "
+                     f"path: {_time(per_step)} per step (top: {short_name(top[0], 50)})",
+            "evidence": [_ev("kernels_ns_per_step", per_step, "ns"),
+                         _ev("path_share", f["ns"] / total, "ratio"),
+                         _ev("top_kernel_ns_per_step", top[1] // n_steps, "ns", top[0]),
+                         _ev("kernel_names", len(f["names"]), "count")],
+            "max_severity": "medium", "recommendation": fix})
+    return out
+
+
 # --- what the run is bound by, and MFU --------------------------------------------------------
 
 def _bound(cats: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Shares of the path: compute, communication (transfer + wait), input (data loading),
-    host (launching), idle; ``bound``: the largest (``idle``: the path is mostly time where
-    nothing recorded runs)."""
+    host (launching), idle; ``bound``: by the one rule of every output
+    (``overlap.bound_of``): the largest share when at least 1.2x the next, else
+    ``balanced`` (``idle``: the path is mostly time where nothing recorded runs)."""
     s = {c: (v["share"] or 0.0) for c, v in cats.items()}
     shares = {"compute": s["compute"],
               "communication": s["communication_transfer"] + s["communication_wait"],
               "input": s["data_loading"], "host": s["launch_host"], "idle": s["idle"]}
-    kinds = ("compute", "communication", "input", "host", "idle")
-    bound = max(kinds, key=lambda k: shares[k]) if any(shares[k] for k in kinds) else None
-    return {"bound": bound, "shares": shares}
+    return {"bound": bound_of(shares), "shares": shares}
+
+
+_KINDS = ("compute", "communication", "input", "host", "idle")
 
 
 def _bound_finding(bound: dict[str, Any]) -> dict[str, Any]:
     sh = bound["shares"]
-    parts = ", ".join(f"{100 * sh[k]:.0f}% {k}" for k in
-                      ("compute", "communication", "input", "host", "idle"))
+    parts = ", ".join(f"{100 * sh[k]:.0f}% {k}" for k in _KINDS)
+    two = sorted(_KINDS, key=lambda k: (-sh[k], _KINDS.index(k)))[:2]
     what = ("mostly idle: nothing recorded runs there (untraced work, or time outside the "
-            "profiler)" if bound["bound"] == "idle" else f"{bound['bound']}-bound"
-            if bound["bound"] else "not bound by any category")
+            "profiler)" if bound["bound"] == "idle" else
+            f"balanced between {two[0]} ({100 * sh[two[0]]:.0f}%) and {two[1]} "
+            f"({100 * sh[two[1]]:.0f}%)" if bound["bound"] == "balanced" else
+            f"{bound['bound']}-bound" if bound["bound"] else "not bound by any category")
     return {"id": "bound", "rank": None, "gain_ns_per_step": None, "gain_share": None,
-            "severity": "info", "title": f"The run is {what}: the critical path is {parts}",
+            "severity": "info", "confidence": "high",
+            "title": f"The run is {what}: the critical path is {parts}",
             "evidence": [_ev(f"{k}_share", v, "ratio") for k, v in sh.items()],
             "recommendation": RECOMMENDATIONS["bound"]}
 
@@ -413,30 +730,89 @@ def _device_name(devices: pl.DataFrame | None) -> str | None:
     return None
 
 
+def _devices(devices: pl.DataFrame | None) -> tuple[int, str]:
+    """How many devices the job's FLOPs run on: its world size where the files record it
+    (the FLOPs per step are all ranks' together, and a trace may hold only some ranks),
+    else the ranks in the trace; and where the number comes from."""
+    present = devices.height if devices is not None and devices.height else 1
+    if devices is not None and "world_size" in devices.columns:
+        world = devices.get_column("world_size").drop_nulls().max()
+        if world is not None and int(world) > present:  # type: ignore[arg-type]
+            return int(world), "world_size"  # type: ignore[arg-type]
+    return present, "ranks"
+
+
 def _mfu(model: ModelSize, step_ns: int | None, devices: pl.DataFrame | None,
          table: tuple[Peak, ...]) -> dict[str, Any] | None:
-    """MFU = model FLOPs per step / (step time x devices x peak FLOP/s of one device)."""
+    """MFU = model FLOPs per step / (step time x devices x peak FLOP/s of one device); above
+    1 it is refused (null) with a ``warning`` naming the likely wrong input."""
     flops = model.flops()
     if flops is None:
         return None
     device = model.device or _device_name(devices)
-    n = devices.height if devices is not None and devices.height else 1
+    n, n_source = _devices(devices)
     found = peak_tflops(device, model.dtype, table=table) if model.peak_tflops is None else None
     peak = model.peak_tflops if model.peak_tflops is not None else (found.tflops if found
                                                                    else None)
     achieved = flops / (step_ns / 1e9) / n / 1e12 if step_ns else None
     note = None if peak is not None else (
         f"no peak for device {device!r} and dtype {model.dtype!r}: pass --peak-tflops")
-    return {"flops_per_step": flops, "step_ns": step_ns, "devices": n, "device": device,
-            "dtype": model.dtype, "achieved_tflops_per_device": achieved, "peak_tflops": peak,
-            "peak_source": "user" if model.peak_tflops is not None else (
-                found.source if found else None),
-            "mfu": achieved / peak if achieved is not None and peak else None, "note": note}
+    mfu = achieved / peak if achieved is not None and peak else None
+    out = {"flops_per_step": flops, "step_ns": step_ns, "devices": n, "device": device,
+           "dtype": model.dtype, "achieved_tflops_per_device": achieved, "peak_tflops": peak,
+           "peak_source": "user" if model.peak_tflops is not None else (
+               found.source if found else None),
+           "mfu": mfu, "note": note, "devices_source": n_source, "refused": False,
+           "computed_mfu": mfu, "warning": None}
+    if mfu is not None and mfu > 1.0:
+        out.update(mfu=None, refused=True, warning=_impossible_mfu(model, out, table))
+        out["note"] = out["warning"]
+    return out
+
+
+def _impossible_mfu(model: ModelSize, m: dict[str, Any], table: tuple[Peak, ...]) -> str:
+    """Why an MFU above 100% cannot be, and the input most likely wrong: a peak below the
+    device's (``--peak-tflops``, or ``--dtype`` of a slower precision than the run's), else
+    the FLOPs per step (``--tokens-per-step`` with ``--params``, or ``--flops-per-step``),
+    with the most the step could have done."""
+    step_s = m["step_ns"] / 1e9
+    ceiling = step_s * m["devices"] * m["peak_tflops"] * 1e12  # FLOPs at 100%
+    head = (f"MFU refused: {m['flops_per_step']:.3g} FLOP per step in {1e3 * step_s:.3f} ms "
+            f"on {m['devices']} device(s) ({m['devices_source']}) of {m['peak_tflops']:g} "
+            f"TFLOP/s would be {100 * m['computed_mfu']:.1f}% of the peak; a step can do at "
+            f"most {ceiling:.3g} FLOP. ")
+    device = m["device"]
+    if model.peak_tflops is not None:
+        listed = peak_tflops(device, model.dtype, table=table)
+        if listed is not None and listed.tflops > model.peak_tflops:
+            return head + (f"The likely wrong input is --peak-tflops {model.peak_tflops:g}: "
+                           f"{device} does {listed.tflops:g} TFLOP/s in {model.dtype}.")
+        return head + (f"The likely wrong input is --peak-tflops {model.peak_tflops:g}, or the "
+                       "FLOPs per step.")
+    if model.dtype.lower() in ("fp32", "tf32", "fp64"):  # a slow precision's peak
+        peak = peak_tflops(device, "bf16", table=table)
+        if peak is not None and m["flops_per_step"] <= ceiling * peak.tflops / m["peak_tflops"]:
+            d = "bf16"
+            return head + (f"The likely wrong input is --dtype {model.dtype}: its peak "
+                           f"({m['peak_tflops']:g} TFLOP/s) is below the {d} one "
+                           f"({peak.tflops:g}); pass the precision the model's matmuls run in.")
+    if model.flops_per_step is not None:
+        return head + ("The likely wrong input is --flops-per-step: give the FLOPs of one "
+                       "traced step (ProfilerStep), all ranks together.")
+    per_token = model.flops() / model.tokens_per_step  # type: ignore[operator]
+    most = ceiling / per_token
+    return head + (f"The likely wrong input is --tokens-per-step {model.tokens_per_step:g} "
+                   f"(at most {most:.3g} here: the tokens of one traced step, all ranks "
+                   "together, not of an optimizer step with gradient accumulation or of "
+                   f"several steps), or --params {model.params:g} (the parameters each "
+                   "token goes through: a mixture of experts' active ones, embeddings "
+                   "excluded).")
 
 
 def _mfu_finding(mfu: dict[str, Any], bound: dict[str, Any]) -> dict[str, Any]:
     return {"id": "mfu", "rank": None, "gain_ns_per_step": None, "gain_share": None,
-            "severity": "info",
+            "severity": "info", "confidence": "medium" if mfu["peak_source"] != "user"
+            else "high",
             "title": f"MFU {100 * mfu['mfu']:.1f}%: {mfu['achieved_tflops_per_device']:.1f} of "
                      f"{mfu['peak_tflops']:.1f} TFLOP/s per device ({mfu['device'] or 'device'}, "
                      f"{mfu['dtype']})",
@@ -444,6 +820,7 @@ def _mfu_finding(mfu: dict[str, Any], bound: dict[str, Any]) -> dict[str, Any]:
                          _ev("achieved_tflops_per_device", mfu["achieved_tflops_per_device"],
                              "TFLOP/s"),
                          _ev("peak_tflops", mfu["peak_tflops"], "TFLOP/s", mfu["peak_source"]),
-                         _ev("flops_per_step", mfu["flops_per_step"], "FLOP")],
+                         _ev("flops_per_step", mfu["flops_per_step"], "FLOP"),
+                         _ev("devices", mfu["devices"], "count", mfu["devices_source"])],
             "recommendation": RECOMMENDATIONS["mfu"] if bound["bound"] == "compute" else
             RECOMMENDATIONS["bound"]}

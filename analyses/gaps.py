@@ -1,17 +1,28 @@
 """GPU idle gaps and their causes.
 
 Per device: the busy union across all streams, and the gaps between busy intervals. Per
-stream: the same on one stream. Each gap gets one cause, the first that applies in this order:
+stream: the same on one stream. Each gap gets one cause. First, what held the host: of
 
-1. ``sync``: a host synchronisation (kind ``sync``, or a runtime call matching
-   ``GapOptions.sync_pattern``: cudaDeviceSynchronize, cudaStreamSynchronize,
-   cudaEventSynchronize, blocking cudaMemcpy, their HIP twins) overlaps the gap;
-2. ``data_loading``: a host op matching ``GapOptions.dataloader_pattern`` overlaps the gap;
-3. ``between_steps``: the GPU work before and after the gap was launched in different steps;
-4. ``host``: the runtime call that launched the work after the gap began at or after the gap
+* ``sync``: a host synchronisation (kind ``sync``, or a runtime call matching
+  ``GapOptions.sync_pattern``: cudaDeviceSynchronize, cudaStreamSynchronize,
+  cudaEventSynchronize, blocking cudaMemcpy, their HIP twins),
+* ``blocking_copy``: a runtime copy call (``GapOptions.copy_pattern``: cudaMemcpyAsync and
+  the other cudaMemcpy*/hipMemcpy*/cuMemcpy* calls) whose GPU copy moves data to or from
+  pageable host memory (its name matches ``GapOptions.pageable_pattern``, as in ``Memcpy DtoH
+  (Device -> Pageable)``): such a copy holds the host, whatever its name says, until the GPU
+  has reached it (device to pageable) or staged it (pageable to device),
+* ``data_loading``: a host op matching ``GapOptions.dataloader_pattern``,
+
+the one covering most of the gap (ties in that order). Else the first that applies:
+
+1. ``between_steps``: the GPU work before and after the gap was launched in different steps;
+2. ``host``: the runtime call that launched the work after the gap began at or after the gap
    began (the GPU had nothing queued: waiting on the host);
-5. ``launch_overhead``: the gap is shorter than ``GapOptions.launch_overhead_ns``;
-6. ``other``: anything else (cross-stream waits, work without a matching launch, ...).
+3. ``launch_overhead``: the gap is shorter than ``GapOptions.launch_overhead_ns``;
+4. ``graph``: the work after the gap is a node of a CUDA/HIP graph launched before the gap
+   (its launch matches ``GapOptions.graph_pattern``): the GPU had the graph and ran its nodes
+   as the graph's own dependencies allowed (event waits, nodes on other streams, host nodes);
+5. ``other``: anything else (cross-stream waits, work without a matching launch, ...).
 
 Definitions with a worked example: docs/metrics.md, section "GPU time: gaps".
 """
@@ -32,7 +43,8 @@ from .window import file_of
 Frame = pl.LazyFrame | pl.DataFrame
 
 CAUSES: tuple[str, ...] = (
-    "sync", "data_loading", "between_steps", "host", "launch_overhead", "other",
+    "sync", "blocking_copy", "data_loading", "between_steps", "host", "launch_overhead",
+    "graph", "other",
 )
 
 #: Histogram bucket edges (ns): <1 µs, 1-10 µs, 10-100 µs, 0.1-1 ms, 1-10 ms, 10-100 ms, >=100 ms.
@@ -50,6 +62,9 @@ class GapOptions:
     dataloader_pattern: str = (
         r"(?i)dataloader|_MultiProcessingDataLoaderIter|_SingleProcessDataLoaderIter"
     )
+    copy_pattern: str = r"(?i)^(cuda|hip)Memcpy|^cuMemcpy"
+    pageable_pattern: str = r"(?i)pageable"
+    graph_pattern: str = r"(?i)^(cuda|hip)GraphLaunch|^cuGraphLaunch"
 
 
 DEFAULT_OPTIONS = GapOptions()
@@ -65,7 +80,8 @@ def gaps(
     """Every idle gap per (rank, device) -- or per (rank, device, stream) -- with its cause.
 
     Columns: rank, device, [stream,] gap_start_ns, gap_end_ns, gap_ns, cause, prev_name,
-    next_name, prev_step, next_step, next_correlation, launch_ts_ns. The names are Categorical,
+    next_name, prev_step, next_step, next_correlation, launch_ts_ns, launch_name (the runtime
+    call that launched the work after the gap). The names are Categorical,
     as the store's ``name`` (a large trace has as many gaps as kernels: turning every name into
     text cost more than finding the gaps). Gaps are strictly positive; touching or overlapping
     GPU work leaves no gap. ``gpu``: ``prepared_gpu`` rows; ``host``: ``host_events`` rows
@@ -73,31 +89,60 @@ def gaps(
     """
     by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
     g = _between(gpu, by)
-    g = with_launches(g, launch_table(host, launch_ts_ns=pl.col("ts_ns").min()),
+    g = with_launches(g, launch_table(host, launch_ts_ns=pl.col("ts_ns").min(),
+                                      launch_name=pl.col("name").first()),
                       correlation="next_correlation")
     kind = pl.col("kind")
     timed = host.lazy().filter(pl.col("dur_ns").is_not_null())
+    runtime = timed.filter(kind.is_in(RUNTIME_KINDS))
     syncs = pl.concat([
         timed.filter(kind == "sync").select("rank", "ts_ns", "dur_ns"),
-        matching(timed.filter(kind.is_in(RUNTIME_KINDS)), options.sync_pattern)
-        .select("rank", "ts_ns", "dur_ns")]).collect()
+        matching(runtime, options.sync_pattern).select("rank", "ts_ns", "dur_ns")]).collect()
     loaders = matching(timed.filter(kind.is_in(["cpu_op", "user_annotation", "python_function"])),
                        options.dataloader_pattern).select("rank", "ts_ns", "dur_ns").collect()
-    g = _flag_overlap(g, syncs, "_sync")
-    g = _flag_overlap(g, loaders, "_loader")
+    held = {"sync": syncs, "blocking_copy": blocking_copies(gpu, host, options=options),
+            "data_loading": loaders}
+    for name, intervals in held.items():
+        g = _covered(g, intervals, f"_{name}")
+    covered = [pl.col(f"_{name}") for name in held]
+    most = pl.max_horizontal(covered)
+    holder = pl.lit(None, pl.String)
+    for name in reversed(held):  # the first of the largest wins
+        holder = pl.when(pl.col(f"_{name}") == most).then(pl.lit(name)).otherwise(holder)
+    graph = pl.col("launch_name").cast(pl.String).str.contains(options.graph_pattern)
     cause = (
-        pl.when(pl.col("_sync")).then(pl.lit("sync"))
-        .when(pl.col("_loader")).then(pl.lit("data_loading"))
+        pl.when(most > 0).then(holder)
         .when(pl.col("prev_step").is_not_null() & pl.col("next_step").is_not_null()
               & (pl.col("prev_step") != pl.col("next_step"))).then(pl.lit("between_steps"))
         .when(pl.col("launch_ts_ns") >= pl.col("gap_start_ns")).then(pl.lit("host"))
         .when(pl.col("gap_ns") < options.launch_overhead_ns).then(pl.lit("launch_overhead"))
+        .when(graph.fill_null(False)).then(pl.lit("graph"))
         .otherwise(pl.lit("other"))
     )
     cols = [*by, "gap_start_ns", "gap_end_ns", "gap_ns", "cause", "prev_name", "next_name",
-            "prev_step", "next_step", "next_correlation", "launch_ts_ns"]
+            "prev_step", "next_step", "next_correlation", "launch_ts_ns", "launch_name"]
     return g.with_columns(cause=cause).select(cols).sort([*by, "gap_start_ns"],
                                                          maintain_order=True)
+
+
+def blocking_copies(gpu: pl.DataFrame, host: pl.DataFrame, *,
+                    options: GapOptions = DEFAULT_OPTIONS) -> pl.DataFrame:
+    """``rank, ts_ns, dur_ns, correlation``: the runtime copy calls of ``host`` that hold the
+    host until the GPU copies (cause ``blocking_copy``): a call matching
+    ``options.copy_pattern`` whose GPU copy in ``gpu`` (same rank and correlation) moves data
+    to or from pageable host memory (its name matches ``options.pageable_pattern``).
+
+    CUDA's rule (the runtime API's "API synchronization behavior"): a copy between device and
+    pageable host memory is synchronous with the host, ``Async`` or not; a copy from device to
+    pageable memory returns only once it has completed, after the work queued before it."""
+    pageable = matching(gpu.lazy().filter(pl.col("correlation").is_not_null()),
+                        options.pageable_pattern).select("rank", "correlation").unique()
+    calls = matching(host.lazy().filter(pl.col("kind").is_in(RUNTIME_KINDS)
+                                        & pl.col("dur_ns").is_not_null()
+                                        & pl.col("correlation").is_not_null()),
+                     options.copy_pattern)
+    return (calls.join(pageable, on=["rank", "correlation"], how="semi", maintain_order="left")
+            .select("rank", "ts_ns", "dur_ns", "correlation").collect())
 
 
 def _between(gpu: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -137,20 +182,44 @@ def _gaps_of_group(rows: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     )
 
 
-def _flag_overlap(g: pl.DataFrame, intervals: pl.DataFrame, flag: str) -> pl.DataFrame:
-    """Add boolean ``flag``: does any of ``intervals`` (same rank) overlap the gap?
+def _covered(g: pl.DataFrame, intervals: pl.DataFrame, column: str) -> pl.DataFrame:
+    """Add ``column``: how much of each gap ``intervals`` (same rank) cover.
 
-    The intervals are merged per rank; the last merged interval starting before the gap's end
-    is the only candidate (earlier ones end before it starts), found with an as-of join.
+    The intervals are merged per rank, each with the covered time before it; the covered time
+    up to t is then that of the last merged interval starting at or before t plus its part
+    before t, found with an as-of join: covered = up_to(gap end) - up_to(gap start). Only the
+    gaps some interval overlaps (one as-of join finds them) are measured: most gaps of a
+    large trace touch no synchronisation, copy or DataLoader op.
     """
     merged = union(
         intervals.select("rank", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")),
         by=["rank"],
     )
-    if merged.height == 0:  # nothing to overlap (often: no data loader, few syncs)
-        return g.with_columns(pl.lit(False).alias(flag))
-    return flag_overlapping(g, merged, flag, by=["rank"], start="gap_start_ns",
-                            end="gap_end_ns")
+    zeros = pl.repeat(0, g.height, dtype=pl.Int64, eager=True)
+    if merged.height == 0:  # nothing to cover (often: no data loader, few syncs)
+        return g.with_columns(zeros.alias(column))
+    hits = flag_overlapping(g.select("rank", "gap_start_ns", "gap_end_ns"), merged, "_hit",
+                            by=["rank"], start="gap_start_ns",
+                            end="gap_end_ns").get_column("_hit").arg_true()
+    if hits.len() == 0:
+        return g.with_columns(zeros.alias(column))
+    touched = g.select("rank", "gap_start_ns", "gap_end_ns").gather(hits)
+    right = (merged.sort("rank", "ts_ns")
+             .with_columns(_len=pl.col("end_ns") - pl.col("ts_ns"))
+             .with_columns(_before=pl.col("_len").cum_sum().over("rank") - pl.col("_len"))
+             .select(pl.col("rank").cast(g.schema["rank"]), "ts_ns", "end_ns", "_before")
+             .sort("ts_ns"))
+
+    def up_to(at: str) -> pl.Series:
+        left = touched.select("rank", at).with_row_index("_row").sort(at)
+        hit = left.join_asof(right, left_on=at, right_on="ts_ns", by="rank",
+                             strategy="backward", check_sortedness=False)
+        value = (pl.col("_before") + pl.min_horizontal(pl.col(at), "end_ns")
+                 - pl.col("ts_ns")).fill_null(0)
+        return hit.sort("_row").select(value).to_series()
+
+    return g.with_columns(zeros.scatter(hits, up_to("gap_end_ns") - up_to("gap_start_ns"))
+                          .alias(column))
 
 
 def gap_causes(gap_frame: pl.DataFrame, *, by: Sequence[str] = ("rank", "device")) -> pl.DataFrame:

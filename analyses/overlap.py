@@ -8,8 +8,12 @@ With C = ∪ compute kernels, M = ∪ communication kernels (merged across strea
 * ``overlap_efficiency`` = (compute + comm − busy) / (compute + comm − max(compute, comm))
   with busy = |C ∪ M|; equals overlap / min(compute, comm); null when either is 0,
 * ``memcpy_ns`` = |∪ memcpy|, ``exposed_memcpy_ns`` = |∪ memcpy \\ (C ∪ M)|,
-* ``bound``: ``comm-bound`` if comm > ratio × compute, ``compute-bound`` if compute > ratio ×
-  comm, else ``balanced`` (ratio 1.2 by default); null when both are 0.
+* ``bound`` (:func:`bound_of`, the one rule of every output that names a bound): of the
+  window's shares, compute = |C|, communication = |M \\ C|, copy = |(Y ∪ S) \\ (C ∪ M)| and
+  idle = window − busy (they add up to the window), the largest, when it is at least ratio
+  (1.2) × the next one, else ``balanced``; spelled ``compute-bound``, ``comm-bound``,
+  ``copy-bound``, ``idle``, ``balanced``; ``bound_share`` is the largest share. Null for an
+  empty window.
 
 The same sweep gives the time accounting the breakdown uses (``accounting``). Definitions with
 worked examples: docs/metrics.md, section "GPU time: overlap".
@@ -17,7 +21,7 @@ worked examples: docs/metrics.md, section "GPU time: overlap".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 
@@ -123,6 +127,67 @@ def _window_length(windows: pl.DataFrame) -> pl.Expr:
     return pl.col("window_end_ns") - pl.col("window_start_ns")
 
 
+#: What a window (or the critical path) can be bound by, in the order ties are broken.
+BOUND_KINDS: tuple[str, ...] = ("compute", "communication", "copy", "input", "host", "idle")
+
+#: ``overlap``'s and ``summary``'s spelling of a bound (``diagnose`` says the kind itself).
+BOUND_LABELS: dict[str, str] = {"compute": "compute-bound", "communication": "comm-bound",
+                                "copy": "copy-bound", "input": "input-bound",
+                                "host": "host-bound", "idle": "idle", "balanced": "balanced"}
+
+
+def bound_expr(shares: Mapping[str, pl.Expr], *, ratio: float = 1.2) -> pl.Expr:
+    """The bound of a window from the shares of its time (``shares``: a ``BOUND_KINDS`` kind
+    -> share expression): the kind with the largest share, when it is at least ``ratio``
+    times the next largest; ``balanced`` when the two are closer; null when no share is
+    positive. Ties go to the kind first in ``BOUND_KINDS``."""
+    kinds = [k for k in BOUND_KINDS if k in shares]
+    cols = [shares[k].cast(pl.Float64).fill_null(0.0) for k in kinds]
+    top = pl.max_horizontal(cols)
+    second = pl.concat_list(cols).list.sort(descending=True).list.get(1, null_on_oob=True) \
+        .fill_null(0.0) if len(cols) > 1 else pl.lit(0.0)
+    largest = pl.lit(None, pl.String)
+    for k, c in reversed(list(zip(kinds, cols))):  # the first of the largest wins
+        largest = pl.when(c == top).then(pl.lit(k)).otherwise(largest)
+    return (pl.when(top.is_null() | (top <= 0)).then(pl.lit(None, pl.String))
+            # shares are ratios of integers: "at least ratio times" up to their rounding
+            .when(top >= ratio * second * (1 - 1e-12)).then(largest)
+            .otherwise(pl.lit("balanced")))
+
+
+def bound_of(shares: Mapping[str, float | None], *, ratio: float = 1.2) -> str | None:
+    """:func:`bound_expr` on one set of shares (``diagnose``'s critical path)."""
+    if not shares:
+        return None
+    row = pl.DataFrame({k: [None if v is None else float(v)] for k, v in shares.items()},
+                       schema={k: pl.Float64 for k in shares})
+    return row.select(bound_expr({k: pl.col(k) for k in shares}, ratio=ratio)).item()
+
+
+def window_shares() -> dict[str, pl.Expr]:
+    """The shares of a window's time the GPU bound is read from, over the ``accounting``
+    columns: compute, exposed communication, exposed copies (memcpy and memset), idle; they
+    add up to 1. Null for an empty window."""
+    window = pl.col("window_ns")
+
+    def share(ns: pl.Expr) -> pl.Expr:
+        return pl.when(window > 0).then(ns / window).otherwise(None)
+
+    return {"compute": share(pl.col("compute_ns")),
+            "communication": share(pl.col("exposed_comm_ns")),
+            "copy": share(pl.col("exposed_memcpy_ns") + pl.col("exposed_memset_ns")),
+            "idle": share(pl.col("idle_ns"))}
+
+
+def bound_columns(bound_ratio: float = 1.2) -> list[pl.Expr]:
+    """``bound`` (``BOUND_LABELS`` spelling) and ``bound_share`` (the largest share) of
+    windows with the ``accounting`` columns."""
+    shares = window_shares()
+    return [bound_expr(shares, ratio=bound_ratio).replace_strict(
+                BOUND_LABELS, default=None, return_dtype=pl.String).alias("bound"),
+            pl.max_horizontal(list(shares.values())).alias("bound_share")]
+
+
 def overlap_columns(bound_ratio: float = 1.2) -> list[pl.Expr]:
     """Derived overlap metrics from the ``accounting`` columns."""
     compute, comm = pl.col("compute_ns"), pl.col("comm_ns")
@@ -132,10 +197,7 @@ def overlap_columns(bound_ratio: float = 1.2) -> list[pl.Expr]:
         .alias("hidden_fraction"),
         pl.when(denom > 0).then((compute + comm - pl.col("compute_or_comm_ns")) / denom)
         .otherwise(None).alias("overlap_efficiency"),
-        pl.when((compute == 0) & (comm == 0)).then(None)
-        .when(comm > bound_ratio * compute).then(pl.lit("comm-bound"))
-        .when(compute > bound_ratio * comm).then(pl.lit("compute-bound"))
-        .otherwise(pl.lit("balanced")).alias("bound"),
+        *bound_columns(bound_ratio),
     ]
 
 
@@ -190,7 +252,7 @@ def overlap(
     Columns: rank, device, step (null for whole-trace rows), window_start_ns, window_end_ns,
     window_ns, compute_ns, comm_ns, overlap_ns, exposed_comm_ns, busy_ns, idle_ns, memcpy_ns,
     exposed_memcpy_ns, memset_ns, exposed_memset_ns, hidden_fraction, overlap_efficiency,
-    bound, note. Every rank of ``ranks`` gets at least one row; a rank without GPU events gets
+    bound, note, bound_share. Every rank of ``ranks`` gets at least one row; a rank without GPU events gets
     nulls and a note. With ``per_step`` and no steps, the whole-trace row is returned with a
     note.
 
@@ -236,7 +298,7 @@ _OVERLAP_COLUMNS = [
     "rank", "device", "step", "window_start_ns", "window_end_ns", "window_ns", "compute_ns",
     "comm_ns", "overlap_ns", "exposed_comm_ns", "busy_ns", "idle_ns", "memcpy_ns",
     "exposed_memcpy_ns", "memset_ns", "exposed_memset_ns", "hidden_fraction",
-    "overlap_efficiency", "bound", "note",
+    "overlap_efficiency", "bound", "note", "bound_share",
 ]
 
 

@@ -6,6 +6,8 @@ section *Critical path*.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import polars as pl
 
 from .critical_path import CATEGORIES, CriticalPath
@@ -77,6 +79,41 @@ def path_top_ops(path: CriticalPath, *, n: int = 10) -> pl.DataFrame:
                           share=pl.col("path_ns") / total if total else None)
             .sort("path_ns", "name", descending=[True, False]).head(n)
             .select("name", "category", "ranks", "path_ns", "per_step_ns", "share"))
+
+
+#: The path's categories where a GPU rank's GPU is idle: the host's time, or nothing recorded.
+HOST_CATEGORIES: tuple[str, ...] = ("launch_host", "data_loading", "idle")
+
+
+def host_time(path: CriticalPath, gaps: pl.DataFrame | None,
+              gpu_ranks: Sequence[int]) -> pl.DataFrame:
+    """The path's time on GPU ranks while their GPU is idle (``HOST_CATEGORIES``), by what
+    runs there and why the GPU waits: ``category, name, cause, path_ns``. ``name``: the
+    piece's op (the innermost host op, ``(idle)``); ``cause``: that of the GPU gap the time
+    lies in (``gaps.gaps`` rows per device; null outside every gap: before a step's first
+    kernel, after its last). Largest first."""
+    p = path.pieces.filter(pl.col("category").is_in(HOST_CATEGORIES)
+                           & pl.col("rank").is_in(list(gpu_ranks)))
+    length = (pl.col("end_ns") - pl.col("start_ns")).sum()
+    keys = ["category", "name"]
+    if gaps is None:
+        gaps = pl.DataFrame(schema={"rank": pl.Int32, "cause": pl.String,
+                                    "gap_start_ns": pl.Int64, "gap_end_ns": pl.Int64})
+    windows = gaps.select(pl.col("rank").cast(pl.Int32), pl.col("cause").cast(pl.String),
+                          window_start_ns="gap_start_ns", window_end_ns="gap_end_ns")
+    # one device per rank: its gaps are disjoint (several: the union would be needed)
+    windows = windows.unique(["rank", "window_start_ns"]).sort("rank", "window_start_ns")
+    inside = clip(p, windows, by=["rank"], start="start_ns", end="end_ns",
+                  window_keys=["cause"]).group_by(*keys, "cause").agg(path_ns=length)
+    outside = (p.group_by(keys).agg(_all=length)
+               .join(inside.group_by(keys).agg(_in=pl.col("path_ns").sum()), on=keys,
+                     how="left", nulls_equal=True)
+               .select(*keys, cause=pl.lit(None, pl.String),
+                       path_ns=pl.col("_all") - pl.col("_in").fill_null(0))
+               .filter(pl.col("path_ns") > 0))
+    return pl.concat([inside.select(*keys, "cause", pl.col("path_ns").cast(pl.Int64)),
+                      outside.select(*keys, "cause", pl.col("path_ns").cast(pl.Int64))]) \
+        .sort("path_ns", "category", "name", descending=[True, False, False], nulls_last=True)
 
 
 def stretch_own(path: CriticalPath, collective_rows: pl.DataFrame) -> pl.DataFrame:

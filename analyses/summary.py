@@ -4,7 +4,8 @@ Per rank (devices of a rank summed; a Kineto rank normally drives one device):
 steps, step_time_ns_p50 (median host ``ProfilerStep`` duration), compute_ns, comm_ns,
 overlap_ns, exposed_comm_ns, hidden_fraction = overlap / comm, busy_ns, span_ns, idle_ns,
 idle_fraction = idle / span (whole trace, as in ``overlap`` and ``breakdown``), the biggest gap
-cause and its time. (``traceview summary``'s worst straggler is the stragglers analysis' answer,
+cause and its time, and ``bound`` / ``bound_share``: the rank's GPU bound by the one rule of
+``overlap.bound_of`` over those sums. (``traceview summary``'s worst straggler is the stragglers analysis' answer,
 taken by the Run from the same aligned table as ``traceview stragglers``.)
 """
 
@@ -13,12 +14,12 @@ from __future__ import annotations
 import polars as pl
 
 from .gaps import gap_causes
-from .overlap import NOTE_NO_GPU
+from .overlap import NOTE_NO_GPU, bound_columns
 
 SUMMARY_COLUMNS = [
     "rank", "steps", "step_time_ns_p50", "compute_ns", "comm_ns", "overlap_ns",
     "exposed_comm_ns", "hidden_fraction", "idle_fraction", "busy_ns", "span_ns", "idle_ns",
-    "devices", "top_gap_cause", "top_gap_cause_ns", "note",
+    "devices", "top_gap_cause", "top_gap_cause_ns", "note", "bound", "bound_share",
 ]
 
 
@@ -32,7 +33,8 @@ def summary(
     ``overlap`` rows, the host step ranges (``step_spans``) and the gaps (``gaps``)."""
     ov = overlap_rows.filter(pl.col("step").is_null())
     sums = [pl.col(c).sum() for c in ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns",
-                                      "busy_ns", "idle_ns")]
+                                      "exposed_memcpy_ns", "exposed_memset_ns", "busy_ns",
+                                      "idle_ns")]
     per_rank = (
         ov.filter(pl.col("device").is_not_null() | pl.col("compute_ns").is_not_null())
         .group_by("rank")
@@ -43,6 +45,9 @@ def summary(
             idle_fraction=pl.when(pl.col("span_ns") > 0)
             .then(pl.col("idle_ns") / pl.col("span_ns")).otherwise(None),
         )
+        # the shares of the rank's span, as overlap's of a window
+        .with_columns(window_ns=pl.col("span_ns")).with_columns(bound_columns())
+        .drop("window_ns")
     )
     steps = host_steps.group_by("rank").agg(
         steps=pl.len().cast(pl.Int64),

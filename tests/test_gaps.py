@@ -129,3 +129,56 @@ def test_work_on_either_side_of_each_gap_per_group() -> None:
         (0, 100, 150, "long", 1, "after0", 2, 5),
         (1, 50, 70, "b", 4, None, None, None),
     ]
+
+
+def test_blocking_copy_graph_and_the_largest_holder_by_hand() -> None:
+    """Rank 0, device 0 (ns); every gap is 20 µs or more (none is launch overhead).
+
+      k1 [0,1000)           launched at 0
+      k3 [30000,31000)      launched at 500 (queued)
+      cudaMemcpyAsync [1200,31050) on the host, its copy "Memcpy DtoH (Device -> Pageable)"
+                            [31000,31050) after k3 (correlation 2): the host waits in it
+                            -> gap [1000,30000): blocking_copy (the call covers [1200,30000))
+      cudaMemcpyAsync [60000,61000), copy "Memcpy HtoD (Pinned -> Device)" [61000,61100):
+                            -> gap [31050,61000): a pinned copy holds nothing, the copy was
+                            queued at 60000 (before the gap ended, after it began): host
+      k5 [90000,91000)      launched at 600 -> gap [61100,90000): queued, launched by
+                            cudaLaunchKernel, nothing holds the host: other
+      k6 [120000,121000)    a node of a graph launched at 700 (cudaGraphLaunch) -> gap
+                            [91000,120000): graph
+      cudaStreamSynchronize [125000,135000) and a DataLoader op [130000,170000)
+      k7 [180000,181000)    launched at 800 -> gap [121000,180000): the sync covers 10 µs of
+                            it, the DataLoader 40 µs: data_loading
+      cudaDeviceSynchronize [190000,200000), DataLoader [200000,210000)
+      k8 [220000,221000)    launched at 900 -> gap [181000,220000): both cover 10 µs, the tie
+                            goes to sync
+    """
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    ev = frame([
+        launch(0, 5, 1), kernel("k1", 0, 1000, corr=1),
+        launch(1200, 29850, 2, name="cudaMemcpyAsync"),
+        row("memcpy", "Memcpy DtoH (Device -> Pageable)", 31000, 50, correlation=2),
+        launch(500, 5, 3), kernel("k3", 30000, 1000, corr=3),
+        launch(60000, 1000, 4, name="cudaMemcpyAsync"),
+        row("memcpy", "Memcpy HtoD (Pinned -> Device)", 61000, 100, correlation=4),
+        launch(600, 5, 5), kernel("k5", 90000, 1000, corr=5),
+        launch(700, 5, 6, name="cudaGraphLaunch"), kernel("k6", 120000, 1000, corr=6),
+        launch(125000, 10000, 90, name="cudaStreamSynchronize"),
+        row("cpu_op", loader, 130000, 40000, pid=1, tid=1),
+        launch(800, 5, 7), kernel("k7", 180000, 1000, corr=7),
+        launch(190000, 10000, 91, name="cudaDeviceSynchronize"),
+        row("cpu_op", loader, 200000, 10000, pid=1, tid=1),
+        launch(900, 5, 8), kernel("k8", 220000, 1000, corr=8),
+    ])
+    g = _gaps(ev)
+    assert g.select("gap_start_ns", "gap_end_ns", "cause").rows() == [
+        (1000, 30000, "blocking_copy"),
+        (31050, 61000, "host"),
+        (61100, 90000, "other"),
+        (91000, 120000, "graph"),
+        (121000, 180000, "data_loading"),
+        (181000, 220000, "sync"),
+    ]
+    assert g.row(3, named=True)["launch_name"] == "cudaGraphLaunch"
+    causes = gap_causes(g)
+    assert causes.filter(pl.col("cause") == "blocking_copy")["total_gap_ns"].item() == 29_000

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_trace_helpers import frame, kernel, two_step_trace
+from gpu_trace_helpers import frame, kernel, row, two_step_trace
 from traceview.analyses.overlap import NOTE_NO_GPU, NOTE_NO_STEPS, overlap, prepared_gpu
 from traceview.analyses.window import ranks_present
 
@@ -106,3 +106,57 @@ def test_invariants(ks) -> None:
                 assert 0 <= r["hidden_fraction"] <= 1
             if r["overlap_efficiency"] is not None:
                 assert 0 <= r["overlap_efficiency"] <= 1 + 1e-12
+
+
+def test_bound_is_the_largest_share_and_idle_is_a_bound() -> None:
+    """One rule (``bound_of``) from the shares of the window, which add up to it.
+
+    * sgemm [0,10) and [90,100): window 100, compute 20, idle 80 -> ``idle`` (0.8 >= 1.2 x 0.2);
+    * NCCL [0,50), sgemm [50,60) and [99,100): comm 50, compute 11, idle 39 -> ``comm-bound``
+      (0.5 >= 1.2 x 0.39);
+    * sgemm [0,40) and [99,100), copy [40,60): compute 41, copy 20, idle 39 -> ``balanced``
+      (41 < 1.2 x 39); sgemm [0,40), copy [40,100): copy 60 -> ``copy-bound``.
+    """
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    idle = _get(_overlap(frame([kernel("sgemm", 0, 10), kernel("sgemm", 90, 10)])), rank=0)
+    assert (idle["bound"], idle["bound_share"]) == ("idle", pytest.approx(0.8))
+    comm = _get(_overlap(frame([kernel(nccl, 0, 50, stream=20), kernel("sgemm", 50, 10),
+                                kernel("sgemm", 99, 1)])), rank=0)
+    assert comm["bound"] == "comm-bound"
+    copy = "Memcpy HtoD (Pinned -> Device)"
+    even = _get(_overlap(frame([kernel("sgemm", 0, 40), row("memcpy", copy, 40, 20),
+                                kernel("sgemm", 99, 1)])), rank=0)
+    assert even["bound"] == "balanced"
+    copied = _get(_overlap(frame([kernel("sgemm", 0, 40), row("memcpy", copy, 40, 60)])),
+                  rank=0)
+    assert (copied["bound"], copied["bound_share"]) == ("copy-bound", pytest.approx(0.6))
+
+
+def test_bound_of_ties_and_empty() -> None:
+    from traceview.analyses.overlap import bound_of
+
+    assert bound_of({"compute": 0.49, "host": 0.43, "idle": 0.08}) == "balanced"
+    assert bound_of({"compute": 0.13, "host": 0.86}) == "host"
+    assert bound_of({"compute": 0.0, "idle": 0.0}) is None
+    assert bound_of({"communication": 0.5, "compute": 0.5}) == "balanced"
+    assert bound_of({"idle": 0.6, "compute": 0.4}, ratio=2.0) == "balanced"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 50), st.sampled_from(
+    ["sgemm", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "Memcpy"])), min_size=1, max_size=12))
+def test_bound_agrees_with_the_shares(spec) -> None:
+    """On random traces the bound names the largest of compute, exposed comm, exposed copy and
+    idle (they add up to the window), or says balanced when the next is within 1.2x."""
+    rows = [row("memcpy", "Memcpy DtoD (Device -> Device)", t, d) if n == "Memcpy"
+            else kernel(n, t, d, stream=20 if n.startswith("nccl") else 7) for t, d, n in spec]
+    r = _get(_overlap(frame(rows)), rank=0)
+    parts = {"compute-bound": r["compute_ns"], "comm-bound": r["exposed_comm_ns"],
+             "copy-bound": r["exposed_memcpy_ns"] + r["exposed_memset_ns"], "idle": r["idle_ns"]}
+    assert sum(parts.values()) == r["window_ns"]
+    ranked = sorted(parts.values(), reverse=True)
+    if ranked[0] >= 1.2 * ranked[1]:
+        assert parts[r["bound"]] == ranked[0]
+    else:
+        assert r["bound"] == "balanced"
+    assert r["bound_share"] == pytest.approx(ranked[0] / r["window_ns"])

@@ -9,8 +9,11 @@
   "warnings"}``;
 * ``diagnose``: ``{"window", "step_ns", "findings": [{"id", "title", "severity", "rank",
   "gain_ns_per_step", "gain_share", "evidence": [{"metric", "value", "unit", "text"}],
-  "recommendation"}], "bound": {"bound", "shares"}, "mfu": {...} | null, "warnings"}``,
-  findings largest gain first, information (``severity`` ``info``) last.
+  "recommendation", "confidence", "path_ns_per_step", "path_share", "name"}], "bound":
+  {"bound", "shares"}, "mfu": {...} | null, "warnings"}``, findings in
+  ``analyses.diagnose``'s order (gains of 3% of the step or more, kernel families, smaller
+  gains), information (``severity`` ``info``) last; a refused MFU (above 100%) is null with
+  ``refused`` true and its reason in ``warnings``.
 """
 
 from __future__ import annotations
@@ -123,15 +126,18 @@ def run_diagnose(args: argparse.Namespace) -> int:
     print(f"to do, biggest gain first (step {ms(step)} ms):" if todo.height else
           "nothing to fix found on the critical path")
     for i, f in enumerate(todo.iter_rows(named=True), 1):
-        print(f"{i}. [{f['severity']}] save ~{ms(f['gain_ns_per_step'])} ms/step "
-              f"({pct(f['gain_share'])}): {f['title']}")
+        gain = (f"save ~{ms(f['gain_ns_per_step'])} ms/step ({pct(f['gain_share'])})"
+                if f["gain_ns_per_step"] is not None else
+                f"{ms(f['path_ns_per_step'])} ms/step on the path ({pct(f['path_share'])}), "
+                "gain unknown")
+        print(f"{i}. [{f['severity']}] {gain}: {f['title']}")
         print(f"   fix: {f['recommendation']}")
-        print(f"   evidence: {_evidence(f['evidence'])}")
+        print(f"   evidence: {_evidence(f['evidence'])}; confidence: {f['confidence']}")
     for f in findings.filter(findings["severity"] == "info").iter_rows(named=True):
         print(f"note: {f['title']}")
     mfu = result["mfu"]
-    if mfu is not None and mfu.get("note"):
-        print(f"note: MFU: {mfu['note']}")
+    if mfu is not None and mfu.get("note") and not mfu.get("refused"):
+        print(f"note: MFU: {mfu['note']}")  # a refused MFU is a warning (stderr)
     return 0
 
 

@@ -153,11 +153,18 @@ def run_overlap(args: argparse.Namespace) -> int:
           ms(r["compute_ns"]), ms(r["comm_ns"]), ms(r["overlap_ns"]),
           ms(r["exposed_comm_ns"]), pct(r["hidden_fraction"]),
           pct(r["overlap_efficiency"]), ms(r["exposed_memcpy_ns"]), ms(r["idle_ns"]),
-          r["bound"] or "-"] for r in df.iter_rows(named=True)]))
+          _bound_cell(r)] for r in df.iter_rows(named=True)]))
     if df.height < all_rows.height:
         print(not_shown(df.height, all_rows.height, "overlap"))
     _print_capped(_notes(all_rows), args, "overlap")
     return 0
+
+
+def _bound_cell(r: dict) -> str:
+    """A row's bound with the share it rests on: ``idle 86%``, ``compute-bound 60%``."""
+    if r.get("bound") is None:
+        return "-"
+    return f"{r['bound']} {pct(r.get('bound_share'))}"
 
 
 def run_breakdown(args: argparse.Namespace) -> int:
@@ -267,10 +274,10 @@ def run_summary(args: argparse.Namespace) -> int:
         print(f"\nOutlier ranks and the worst straggler ({rows.height}):")
     print(table(
         ["rank", "steps", "step_p50_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "hidden",
-         "idle", "top gap cause"],
+         "idle", "bound", "top gap cause"],
         [[r["rank"], r["steps"], ms(r["step_time_ns_p50"]), ms(r["compute_ns"]),
           ms(r["comm_ns"]), ms(r["exposed_comm_ns"]), pct(r["hidden_fraction"]),
-          pct(r["idle_fraction"]),
+          pct(r["idle_fraction"]), _bound_cell(r),
           "-" if r["top_gap_cause"] is None else
           f"{r['top_gap_cause']} ({ms(r['top_gap_cause_ns'])} ms)"]
          for r in rows.iter_rows(named=True)]))

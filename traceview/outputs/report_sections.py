@@ -352,7 +352,7 @@ def _memory_section(data: ReportData, fig: _Figures) -> list[str]:
 
 def _critical_path_section(data: ReportData) -> list[str]:
     """The cross-rank critical path (each rank's share, the categories, the top ops) and the
-    to-do list of ``diagnose``, biggest gain first."""
+    to-do list of ``diagnose``, in its order."""
     cp, dx = data.critical_path, data.diagnose
     if cp is None or dx is None:
         failed = data.notes.get("critical-path", [])
@@ -368,7 +368,9 @@ def _critical_path_section(data: ReportData) -> list[str]:
             "lose per step.</p>", H.notes(info),
             table(todo, [("severity", "severity", "text"),
                          ("gain_ns_per_step", "gain (ms/step)", "ms"),
-                         ("gain_share", "of the step", "pct"), ("title", "finding", "name"),
+                         ("gain_share", "of the step", "pct"),
+                         ("path_ns_per_step", "on the path (ms/step)", "ms"),
+                         ("title", "finding", "name"), ("confidence", "confidence", "text"),
                          ("recommendation", "what to do", "name")]),
             table(cp["ranks"].filter(pl.col("path_ns") > 0), [
                 ("rank", "rank", "text"), ("path_ns", "path (ms)", "ms"),

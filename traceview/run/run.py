@@ -625,7 +625,9 @@ class Run:
                          stragglers=verdicts,
                          gaps=self.gap_rows() if self.gpu.height else None,
                          gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
-                         devices=self.ranks, model=ModelSize(**model))
+                         devices=self.ranks, model=ModelSize(**model),
+                         host=self.host if self.gpu.height else None)
+        notes += found.pop("notes")  # a refused MFU
         return self._path_result("diagnose", found, main="findings", notes=notes)
 
     def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
