@@ -177,6 +177,19 @@ def test_the_timeline_marks_the_bubbles() -> None:
         ("bubble", 1150, 1360), ("collective", 1360, 1370)]
 
 
+def test_diagnose_names_the_bottleneck_stage() -> None:
+    findings = pipeline_run().diagnose()["findings"]
+    found = findings.filter(pl.col("id").str.contains("pipeline_bottleneck"))
+    assert found.select("rank", "gain_ns_per_step").rows() == [(1, 100 * US)]
+    assert "stage 1 (rank 1)" in found.get_column("title")[0]
+    # ranked with the others by gain
+    gains = findings.filter(pl.col("gain_ns_per_step").is_not_null()) \
+        .get_column("gain_ns_per_step").to_list()
+    assert gains == sorted(gains, reverse=True)
+    assert pipeline_run(slow=False).diagnose()["findings"].filter(
+        pl.col("id") == "pipeline_bottleneck").height == 0
+
+
 # --- the stages and the schedule from pairs alone ------------------------------------------
 
 def pairs(rows: list[tuple[int, int, int, int]]) -> pl.DataFrame:

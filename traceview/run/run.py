@@ -641,11 +641,18 @@ class Run:
             except Exception as exc:  # a partial answer with the reason, never a traceback
                 notes.append(f"diagnose: straggler analysis failed ({type(exc).__name__}: "
                              f"{exc}): no straggler is rated high")
+        staged = None
+        if len(self.ranks_present) > 1 and self.p2p[0].height:
+            try:
+                staged = self._pipeline
+            except Exception as exc:  # a partial answer with the reason, never a traceback
+                notes.append(f"diagnose: pipeline analysis failed ({type(exc).__name__}: "
+                             f"{exc}): no pipeline finding")
         found = diagnose(self.path, collective_rows=self._path_collectives,
                          stragglers=verdicts,
                          gaps=self.gap_rows() if self.gpu.height else None,
                          gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
-                         devices=self.ranks, model=ModelSize(**model))
+                         devices=self.ranks, model=ModelSize(**model), pipeline=staged)
         return self._path_result("diagnose", found, main="findings", notes=notes)
 
     def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
