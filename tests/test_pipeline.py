@@ -190,6 +190,42 @@ def test_diagnose_names_the_bottleneck_stage() -> None:
         pl.col("id") == "pipeline_bottleneck").height == 0
 
 
+def test_the_report_draws_the_stages_and_the_bubble_table() -> None:
+    """A run with send/recv pairs gets a Pipeline section: the schedule against the ideal
+    bubble, the bottleneck, one step's timeline per stage (the bubbles marked) and the
+    bubble table; a run without pairs has no such section."""
+    pytest.importorskip("plotly")
+    from traceview.outputs import plots
+    from traceview.outputs.report import gather, render_body
+
+    data = gather(pipeline_run())
+    body, _ = render_body(data)
+    section = body[body.index('<section id="pipeline">'):]
+    section = section[:section.index("</section>")]
+    assert "GPipe, 3 stages, 2 micro-batches" in section
+    assert "<b>48.8%</b>" in section and "50.0%" in section
+    assert "Bottleneck: stage 1 (rank 1)</b>: 0.100 ms per step" in section
+    assert "Pipeline stages over step 2 (the median step)" in section
+    assert section.count("<tr>") == 1 + 3  # the header and one row a stage
+    assert "<td>1</td><td>1</td><td>1.400</td><td>0.730</td><td>0.620</td>" in section
+    assert '<a href="#pipeline">Pipeline</a>' in body
+    steps = data.pipeline["steps"].filter(pl.col("step") == 1).select(
+        "rank", "stage", start_ms=pl.col("step_start_ns") / 1e6,
+        dur_ms=pl.col("step_ns") / 1e6)
+    segments = data.pipeline["timeline"].filter(pl.col("step") == 1).select(
+        "rank", "stage", "part", start_ms=pl.col("start_ns") / 1e6,
+        dur_ms=(pl.col("end_ns") - pl.col("start_ns")) / 1e6)
+    fig = plots.pipeline_timeline(steps, segments)
+    names = [t.name for t in fig.data]
+    assert names[0] == "own time (compute)" and "bubble (fill / drain wait)" in names
+    bubble = fig.data[names.index("bubble (fill / drain wait)")]
+    first = sorted(zip(bubble.y, bubble.base, bubble.x))[0]
+    assert first[0] == "stage 0 (rank 0)" and first[1:] == pytest.approx((0.2, 0.74))
+    plain = gather(Run.from_events(frame([step(1, 0, 100)]), align="none"))
+    assert plain.pipeline is None
+    assert 'id="pipeline"' not in render_body(plain)[0]
+
+
 # --- the stages and the schedule from pairs alone ------------------------------------------
 
 def pairs(rows: list[tuple[int, int, int, int]]) -> pl.DataFrame:
