@@ -189,9 +189,9 @@ def _chain_or_ring(component: set[int], peers: dict[int, set[int]],
     order, prev = [first, nxt], first
     while len(order) < len(component):
         cur = order[-1]
-        step = next(q for q in peers[cur] if q != prev)
+        after = next(q for q in peers[cur] if q != prev)
         prev = cur
-        order.append(step)
+        order.append(after)
     return order
 
 
