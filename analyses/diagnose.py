@@ -27,6 +27,8 @@ per step of the path (definitions and a worked example: ``docs/metrics.md``, *Di
 * ``kernels`` (one per kernel family holding ``KERNEL_SHARE`` of the path or more: matrix
   multiplies, attention, convolutions, ...): what the compute is made of; no gain (how much
   faster the kernels can run is not in the trace);
+* ``pipeline_bottleneck``: the clear bottleneck stage of a pipeline (``analyses.pipeline``) as
+  fast as the median stage: its compute per step over the median stage's;
 * ``bound`` and ``mfu``: what the path is made of (``overlap.bound_of``, the one rule of
   every output), and the model FLOPs utilisation when the model size is given (an MFU above
   100% is refused, with a warning naming the likely wrong input); information, no gain.
@@ -103,6 +105,10 @@ RECOMMENDATIONS: dict[str, str] = {
     "pageable_copy": (
         "Copy from pinned memory: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
         ".to(device, non_blocking=True)."),
+    "pipeline_bottleneck": (
+        "Rebalance the pipeline: move layers from stage {stage} (rank {rank}) to the stages "
+        "that wait for it, or split its heaviest ops; more micro-batches shrink the bubble but "
+        "not this. Compare its top ops with `traceview breakdown --ranks {rank}`."),
     "bound": "Work on the largest share first; the findings above say how.",
     "mfu": (
         "Low MFU with a compute-bound path: use bf16/fp16 autocast or TF32 matmuls, larger "
@@ -221,7 +227,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
              stragglers: pl.DataFrame | None = None, gaps: pl.DataFrame | None = None,
              gpu_ranks: tuple[int, ...] = (), devices: pl.DataFrame | None = None,
              model: ModelSize = ModelSize(), host: pl.DataFrame | None = None,
-             table: tuple[Peak, ...] = PEAK_TABLE) -> dict[str, Any]:
+             table: tuple[Peak, ...] = PEAK_TABLE,
+             pipeline: dict[str, Any] | None = None) -> dict[str, Any]:
     """``findings`` (``FINDING_SCHEMA``, in the module docstring's order, information last),
     ``bound``, ``mfu``, ``step_ns`` (the mean step time the gains are shares of) and
     ``notes`` (warnings: a refused MFU).
@@ -231,7 +238,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     no GPU) on ``gpu_ranks``, the ranks with GPU work; ``devices``: the ranks table (``rank``,
     ``devices`` as JSON text, ``world_size``); ``host``: ``host.host_events`` rows (on each
     rank's clock), to tell Python functions that launch GPU work from those that do not
-    (None: none does)."""
+    (None: none does); ``pipeline``: ``analyses.pipeline.pipeline`` (None: no send/recv
+    pairs)."""
     steps = path_steps(path)
     n_steps = max(steps.height, 1)
     step_ns = _mean_step(steps)
@@ -242,6 +250,7 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     found.append(_exposed_comm(path, cats, n_steps))
     found += _host_findings(path, gaps, sorted(gpu_ranks), n_steps, total, host)
     found.append(_pageable(path, n_steps))
+    found.append(pipeline_bottleneck(pipeline))
     found += _kernel_findings(path, sorted(gpu_ranks), n_steps, total)
     found = [f for f in found if f is not None]
     confidence = _straggler_confidence(stragglers)
@@ -685,6 +694,37 @@ def _kernel_findings(path: CriticalPath, gpu_ranks: list[int], n_steps: int,
                          _ev("kernel_names", len(f["names"]), "count")],
             "max_severity": "medium", "recommendation": fix})
     return out
+def pipeline_bottleneck(pipeline: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pipeline's clear bottleneck stage (``analyses.pipeline.bottleneck``) as a finding:
+    its gain is its compute per step over the median stage's; None without one."""
+    b = (pipeline or {}).get("bottleneck") or {}
+    if b.get("rank") is None:
+        return None
+    stages = pipeline["stages"]
+    row = stages.filter(pl.col("rank") == b["rank"]).row(0, named=True)
+    gain = int(b["gain_ns_per_step"])
+    sched = pipeline.get("schedule") or {}
+    evidence = [
+        _ev("stage", b["stage"], "index"),
+        _ev("compute_per_step_ns", row["compute_per_step_ns"], "ns"),
+        _ev("median_stage_compute_per_step_ns", row["compute_per_step_ns"] - gain, "ns"),
+        _ev("steps_leading", b.get("steps_leading"), "count",
+            f"of {b.get('steps')} steps it computes the most"),
+        _ev("idle_fraction", row["idle_fraction"], "ratio"),
+        _ev("median_idle_fraction", stages.get_column("idle_fraction").median(), "ratio"),
+        _ev("bubble_fraction", sched.get("bubble_fraction"), "ratio",
+            f"{sched.get('kind')}, ideal " + (f"{sched['ideal_bubble_fraction']:.1%}"
+                                              if sched.get("ideal_bubble_fraction") is not None
+                                              else "unknown")),
+        _ev("step_ns_at_median_speed", b.get("step_ns_at_median_speed"), "ns"),
+    ]
+    return {"id": "pipeline_bottleneck", "rank": b["rank"], "gain_ns_per_step": gain,
+            "title": (f"Pipeline stage {b['stage']} (rank {b['rank']}) is the bottleneck: "
+                      f"{_time(gain)} per step more compute than the median stage, the others "
+                      "wait for it"),
+            "evidence": evidence,
+            "recommendation": RECOMMENDATIONS["pipeline_bottleneck"].format(
+                stage=b["stage"], rank=b["rank"])}
 
 
 # --- what the run is bound by, and MFU --------------------------------------------------------

@@ -42,6 +42,8 @@ COMMANDS: dict[str, Command] = {
     "collectives": Command("distributed",
                            "collectives matched across ranks: skew, wait, bandwidth, tails"),
     "stragglers": Command("distributed", "which rank holds the others back"),
+    "pipeline": Command("distributed", "pipeline stages from send/recv: where each stage's step "
+                                       "goes, the bubble, the schedule, the bottleneck stage"),
     "critical-path": Command("diagnosis", "the critical path across ranks, per step: its "
                                           "ranks, categories and ops"),
     "diagnose": Command("diagnosis", "what to fix first: findings ranked by the time each fix "

@@ -1,4 +1,4 @@
-"""Distributed subcommands: ``align``, ``collectives``, ``stragglers``.
+"""Distributed subcommands: ``align``, ``collectives``, ``stragglers``, ``pipeline``.
 
 ``--json`` outputs are contracts (field names stable; fields may be added):
 
@@ -9,6 +9,10 @@
   "alignment": {...}}``
 * ``stragglers``: ``{"ranks": [{"rank", "flagged", "imposed_wait_ns", "last_arrivals",
   "explanation", ...}], "alignment": {...}}``, sorted by ``imposed_wait_ns``, largest first.
+* ``pipeline``: ``{"stages": [{"rank", "stage", "compute_ns", "bubble_ns", "bubble_fraction",
+  "wait_upstream_ns", "wait_downstream_ns", ...}], "steps": [...], "bottleneck": {"rank",
+  "stage", "gain_ns_per_step", ...}, "schedule": {"kind", "micro_batches",
+  "ideal_bubble_fraction", ...}, "p2p": {"pairs", "unmatched", ...}}``, by stage.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from traceview.cli._render import (
     ms,
     not_shown,
     outlier_ranks,
+    pct,
     spread,
     table,
     us,
@@ -39,7 +44,7 @@ from traceview.cli._render import (
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
-    """``command``'s options on ``p`` (the three share them), and the function it runs."""
+    """``command``'s options on ``p`` (they share them), and the function it runs."""
     add_input_args(p)
     add_json_arg(p, csv=True)
     add_window_args(p)
@@ -49,13 +54,17 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
         p.add_argument("--nccl-log", nargs="+", default=[], metavar="FILE",
                        help="NCCL debug logs (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,COLL,"
                             "TUNING): add the algorithms and protocols NCCL chose")
+    if command == "pipeline":
+        p.add_argument("--timeline", action="store_true",
+                       help="--json/--csv: add each stage's waits, transfers and collectives "
+                            "as timeline segments (field timeline)")
     p.add_argument("--reference-rank", type=int, default=None, metavar="R",
                    help="rank whose clock is the reference (default: lowest)")
     p.add_argument("--tolerance-us", type=float, default=None,
                    help="completion-time tolerance for matching (us); default: learnt per "
                         "group from the run's own residuals")
     p.set_defaults(run={"align": run_align, "collectives": run_collectives,
-                        "stragglers": run_stragglers}[command])
+                        "stragglers": run_stragglers, "pipeline": run_pipeline}[command])
 
 
 def run_align(args: argparse.Namespace) -> int:
@@ -159,3 +168,50 @@ def run_stragglers(args: argparse.Namespace) -> int:
         print(not_shown(rows.height, res.height, "stragglers"))
     return 0
 
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    result = open_run(args).pipeline(timeline=args.timeline)
+    if emit_result(result, args):
+        return 0
+    stages, p2p = result["stages"], result["p2p"]
+    print(f"send/recv: {p2p['pairs']} pairs, {p2p['unmatched']} call(s) unpaired")
+    if stages.height == 0:
+        print("no pipeline stages (the warnings say why)")
+        return 0
+    sched = result["schedule"]
+    ideal, measured = sched["ideal_bubble_fraction"], sched["bubble_fraction"]
+    print(f"schedule: {sched['kind'] or 'unknown'}, {sched['stages']} stages, "
+          f"{sched['micro_batches'] if sched['micro_batches'] is not None else '?'} "
+          f"micro-batches per step; bubble {pct(measured)} measured, {pct(ideal)} ideal "
+          "(p-1)/(m+p-1)")
+    rows = stages
+    if is_many(stages, args):
+        print(spread(stages, [("compute_per_step_ns", "compute per step (ms)", ms),
+                              ("bubble_fraction", "bubble", pct)]))
+        rows = stages.sort("compute_per_step_ns", descending=True).head(10).sort(
+            "pipeline", "stage")
+        print()
+    per_step = [(pl.col(c) / pl.col("steps")).alias(c) for c in (
+        "step_ns", "p2p_transfer_ns", "wait_upstream_ns", "wait_downstream_ns",
+        "collective_ns", "bubble_ns")]
+    shown = rows.with_columns(per_step)
+    print("per stage, ms per step:")
+    print(table(["stage", "rank", "step", "compute", "p2p_transfer", "wait_up", "wait_down",
+                 "collective", "bubble", "bubble_%", "idle_%"],
+                [[r["stage"], r["rank"], ms(r["step_ns"]), ms(r["compute_per_step_ns"]),
+                  ms(r["p2p_transfer_ns"]), ms(r["wait_upstream_ns"]),
+                  ms(r["wait_downstream_ns"]), ms(r["collective_ns"]), ms(r["bubble_ns"]),
+                  pct(r["bubble_fraction"]), pct(r["idle_fraction"])]
+                 for r in shown.iter_rows(named=True)]))
+    if rows.height < stages.height:
+        print(not_shown(rows.height, stages.height, "pipeline"))
+    b = result["bottleneck"]
+    if b["rank"] is not None:
+        print(f"bottleneck: stage {b['stage']} (rank {b['rank']}): "
+              f"{ms(b['gain_ns_per_step'])} ms per step more compute than the median stage; "
+              f"at the median stage's speed a step would take {ms(b['step_ns_at_median_speed'])}"
+              f" ms instead of {ms(b['step_ns'])} ms")
+    else:
+        print(f"bottleneck: none clear ({b['reason']})")
+    return 0

@@ -184,6 +184,49 @@ def straggler_bars(ranking: pl.DataFrame, *, title: str = "Imposed wait per rank
                    height=400)
 
 
+#: Colours of a pipeline stage's timeline parts (``analyses.pipeline.TIMELINE_SCHEMA``).
+PIPELINE_COLOURS: dict[str, str] = {
+    "compute": "#4C78A8", "bubble": "#E45756", "wait_upstream": "#F58518",
+    "wait_downstream": "#ECA82C", "p2p_transfer": "#72B7B2", "collective": "#B279A2",
+}
+_PIPELINE_LABELS = {"compute": "own time (compute)", "bubble": "bubble (fill / drain wait)",
+                    "wait_upstream": "waiting on upstream", "wait_downstream":
+                    "waiting on downstream", "p2p_transfer": "send/recv transfer",
+                    "collective": "collective"}
+
+
+def pipeline_timeline(steps: pl.DataFrame, segments: pl.DataFrame, *,
+                      title: str = "Pipeline stages over one step") -> Any:
+    """One bar per stage over its step(s), the bubbles marked: ``steps`` are
+    ``analyses.pipeline`` per-step rows (``rank, stage, start_ms, dur_ms``), ``segments`` its
+    ``timeline`` rows (``rank, stage, part, start_ms, dur_ms``), on one axis (ms from the
+    earliest step start). What no segment covers is the stage's own time."""
+    if steps.height == 0:
+        return empty(title, "no pipeline stages")
+    fig = go.Figure()
+    order = steps.select("stage", "rank").unique().sort("stage", "rank")
+    names = {(s, r): f"stage {s} (rank {r})" for s, r in order.rows()}
+    fig.add_trace(go.Bar(
+        y=[names[(s, r)] for s, r in zip(steps["stage"], steps["rank"])],
+        x=steps["dur_ms"].to_list(), base=steps["start_ms"].to_list(), orientation="h",
+        name=_PIPELINE_LABELS["compute"], marker_color=PIPELINE_COLOURS["compute"],
+        hovertemplate="%{y}<br>step from %{base:.3f} ms, %{x:.3f} ms<extra></extra>"))
+    for part, colour in PIPELINE_COLOURS.items():
+        g = segments.filter(pl.col("part") == part)
+        if part == "compute" or g.height == 0:
+            continue
+        fig.add_trace(go.Bar(
+            y=[names.get((s, r), f"stage {s} (rank {r})") for s, r in zip(g["stage"], g["rank"])],
+            x=g["dur_ms"].to_list(), base=g["start_ms"].to_list(), orientation="h",
+            name=_PIPELINE_LABELS[part], marker_color=colour,
+            hovertemplate=f"%{{y}}<br>{_PIPELINE_LABELS[part]}<br>from %{{base:.3f}} ms, "
+                          "%{x:.3f} ms<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category", categoryorder="array",
+                     categoryarray=list(names.values()))
+    return _layout(fig, title, xaxis_title="time since the earliest stage's step start (ms)",
+                   barmode="overlay", height=min(MAX_HEIGHT, 160 + 40 * len(names)))
+
+
 def gap_causes(causes: pl.DataFrame, *, title: str = "GPU idle gaps by cause") -> Any:
     """``analyses.gaps.gap_causes(..., by=["rank"])`` rows: stacked idle time per cause."""
     if causes.height == 0:

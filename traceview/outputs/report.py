@@ -3,7 +3,7 @@
 Two steps, kept apart (renderers take results and a file object):
 
 * :func:`gather` asks one Run for the analyses (summary, step breakdown, collectives,
-  stragglers, gaps, top kernels / CPU ops, clock alignment) and returns a :class:`ReportData` of frames, each
+  stragglers, pipeline, gaps, top kernels / CPU ops, clock alignment) and returns a :class:`ReportData` of frames, each
   section with the reason it is partial when the traces cannot give it (CPU-only, no steps,
   one rank, no collectives).
 * :func:`write_html` writes one self-contained HTML file: plotly.js is inlined once, nothing is
@@ -114,6 +114,13 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
         path = todo = None
         notes["critical-path"] = [f"critical path failed: {type(exc).__name__}: {exc}"]
 
+    pipe = None
+    try:  # only for a run with send/recv pairs: no section otherwise
+        if run.p2p[0].height:
+            pipe = run.pipeline(timeline=True)
+    except Exception as exc:
+        notes["pipeline"] = [f"pipeline analysis failed: {type(exc).__name__}: {exc}"]
+
     ranks = run.ranks
     meta = {
         "ranks": n_ranks,
@@ -137,7 +144,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                       kernel_totals=totals, flops=run.flops_per_step(),
                       nccl=run.nccl_log_view(nccl_logs) if nccl_logs else None,
                       memory_points=memory_points, memory_peaks=memory_peaks,
-                      critical_path=path, diagnose=todo)
+                      critical_path=path, diagnose=todo, pipeline=pipe)
 
 
 #: The memory timeline shows at most this many ranks (those with the highest peaks).

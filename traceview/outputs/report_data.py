@@ -45,6 +45,9 @@ class ReportData:
     #: ``critical-path`` and ``diagnose`` results (``Result`` objects), None when not gathered
     critical_path: Any = None
     diagnose: Any = None
+    #: the ``pipeline`` result (``Result``, with its ``timeline``) when the run has send/recv
+    #: pairs, None otherwise
+    pipeline: Any = None
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{H.e(k)}</th><td>{H.e(v)}</td></tr>"

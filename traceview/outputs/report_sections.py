@@ -23,7 +23,7 @@ pio = lazy_module("plotly.io", error=plots.PlotsUnavailable, missing=plots.PLOTL
 _SECTIONS = (("summary", "Run summary"), ("steps", "Steps"),
              ("breakdown", "Compute, exposed communication and idle"),
              ("flops", "FLOPs and MFU"), ("collectives", "Collective skew"),
-             ("nccl", "NCCL log"), ("stragglers", "Stragglers"),
+             ("nccl", "NCCL log"), ("stragglers", "Stragglers"), ("pipeline", "Pipeline"),
              ("critical-path", "Critical path and what to fix"),
              ("gaps", "Gap causes"), ("kernels", "Top kernels"), ("memory", "Memory"))
 
@@ -278,6 +278,75 @@ def _stragglers(data: ReportData, fig: _Figures) -> list[str]:
     return out
 
 
+#: Pipeline stages up to which the report draws the timeline (one bar each).
+_PIPELINE_BARS = 64
+
+
+def _pipeline_section(data: ReportData, fig: _Figures) -> list[str]:
+    """A run with send/recv pairs: the schedule and its bubble against the ideal, the
+    bottleneck stage, one step's timeline per stage with the bubbles marked, and the bubble
+    table (``analyses.pipeline``; docs/metrics.md, Pipeline)."""
+    res, failed = data.pipeline, data.notes.get("pipeline", [])
+    if res is None:
+        return ['<section id="pipeline"><h2>Pipeline</h2>', H.notes(failed),
+                "</section>"] if failed else []
+    out = ['<section id="pipeline"><h2>Pipeline</h2>',
+           H.notes([w.removeprefix("pipeline: ") for w in res.warnings
+                    if w.startswith("pipeline: ")])]
+    stages, sched, b = res["stages"], res["schedule"], res["bottleneck"]
+    if stages.height == 0:
+        return [*out, H.sentence("No pipeline: the send/recv pairs form no chain of stages."),
+                "</section>"]
+    m = sched["micro_batches"]
+    out.append(f"<p>{_e(sched['kind'] or 'Unknown schedule')}, {_e(sched['stages'])} stages, "
+               f"{_e(m if m is not None else '?')} micro-batches per step: the bubble (waits "
+               f"while the pipeline fills and drains) is <b>{H.pct(sched['bubble_fraction'])}"
+               f"</b> of the step time, against {H.pct(sched['ideal_bubble_fraction'])} for "
+               "an ideal one, (p&minus;1)/(m+p&minus;1).</p>")
+    if b["rank"] is not None:
+        out.append(f"<p><b>Bottleneck: stage {_e(b['stage'])} (rank {_e(b['rank'])})</b>: "
+                   f"{_ms(b['gain_ns_per_step'])} ms per step more compute than the median "
+                   f"stage; at the median stage's speed a step would take "
+                   f"{_ms(b['step_ns_at_median_speed'])} ms instead of {_ms(b['step_ns'])} "
+                   "ms.</p>")
+    else:
+        out.append(f"<p>No clear bottleneck stage: {_e(b['reason'])}.</p>")
+    steps, segments = res["steps"], res["timeline"]
+    if steps.height and steps.get_column("step").drop_nulls().len():
+        # the step whose mean time over the stages is the median one
+        means = steps.group_by("step").agg(pl.col("step_ns").mean()).sort("step_ns", "step")
+        shown = means.get_column("step")[(means.height - 1) // 2]
+        steps = steps.filter(pl.col("step") == shown)
+        segments = segments.filter(pl.col("step") == shown)
+        what = f"step {shown} (the median step)"
+    else:
+        what = "the whole window"
+    if steps.height <= _PIPELINE_BARS:
+        origin = steps.get_column("step_start_ns").min()
+        out.append(fig(plots.pipeline_timeline(
+            steps.select("rank", "stage", start_ms=(pl.col("step_start_ns") - origin) / 1e6,
+                         dur_ms=pl.col("step_ns") / 1e6),
+            segments.select("rank", "stage", "part",
+                            start_ms=(pl.col("start_ns") - origin) / 1e6,
+                            dur_ms=(pl.col("end_ns") - pl.col("start_ns")) / 1e6),
+            title=f"Pipeline stages over {what}")))
+    per_step = stages.with_columns(
+        (pl.col(c) / pl.col("steps")).alias(c) for c in (
+            "step_ns", "bubble_ns", "wait_upstream_ns", "wait_downstream_ns",
+            "p2p_transfer_ns", "collective_ns"))
+    out += ["<p>Per stage, per step (the bubble is part of the waits; definitions: "
+            "docs/metrics.md, Pipeline):</p>", table(per_step, [
+                ("stage", "stage", "text"), ("rank", "rank", "text"),
+                ("step_ns", "step (ms)", "ms"), ("compute_per_step_ns", "compute (ms)", "ms"),
+                ("bubble_ns", "bubble (ms)", "ms"), ("bubble_fraction", "bubble", "pct"),
+                ("wait_upstream_ns", "wait on upstream (ms)", "ms"),
+                ("wait_downstream_ns", "wait on downstream (ms)", "ms"),
+                ("p2p_transfer_ns", "send/recv transfer (ms)", "ms"),
+                ("collective_ns", "collectives (ms)", "ms"), ("idle_fraction", "idle", "pct")],
+                every_row="traceview pipeline --csv"), "</section>"]
+    return out
+
+
 def _gaps(data: ReportData, fig: _Figures) -> list[str]:
     out = ['<section id="gaps"><h2>Gap causes</h2>', H.notes(data.notes.get("gaps", []))]
     causes = data.gap_causes
@@ -393,7 +462,8 @@ def render_body(data: ReportData) -> tuple[str, int]:
     shown = {"flops": data.flops is not None and data.flops.height > 0, "nccl": bool(data.nccl),
              "memory": data.memory_peaks.height > 0,
              "critical-path": data.critical_path is not None
-             or bool(data.notes.get("critical-path"))}
+             or bool(data.notes.get("critical-path")),
+             "pipeline": data.pipeline is not None or bool(data.notes.get("pipeline"))}
     out = [f"<h1>{_e(data.title)}</h1>", H.warnings(data.warnings),
            "<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in _SECTIONS
                              if shown.get(k, True)) + "</nav>"]
@@ -404,6 +474,7 @@ def render_body(data: ReportData) -> tuple[str, int]:
     out += _collectives(data, fig)
     out += _nccl(data)
     out += _stragglers(data, fig)
+    out += _pipeline_section(data, fig)
     out += _critical_path_section(data)
     out += _gaps(data, fig)
     out += _kernels(data, fig)

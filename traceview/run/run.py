@@ -84,6 +84,7 @@ from traceview.analyses.path_summary import (
     path_top_ops,
     path_warnings,
 )
+from traceview.analyses.pipeline import pipeline
 from traceview.analyses.stragglers import stragglers
 from traceview.analyses.summary import summary
 from traceview.analyses.window import Window, ranks_present, select, step_spans
@@ -100,7 +101,7 @@ __all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
 
 #: The analysis commands a Run answers, in the order help lists them. Each is a method.
 ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
-                             "stragglers", "memory", "diagnose")
+                             "stragglers", "pipeline", "memory", "diagnose")
 
 
 class Run:
@@ -525,6 +526,41 @@ class Run:
                             main="ranks", uses=("match", "offsets", "p2p"))
 
     @cached_property
+    def _pipeline(self) -> dict[str, Any]:
+        """The pipeline from the send/recv pairs (``analyses.pipeline``), on the aligned
+        timeline: its stages, per stage and step, bottleneck, schedule and notes."""
+        pairs = self.p2p[0]
+        many = len(self.ranks_present) > 1
+        rows = None
+        if many:  # the blocking collectives (a dispatcher op that only enqueues waits nowhere)
+            enqueued = self.match.instances.filter(pl.col("enqueue_only")).select(
+                "instance", pl.col("rank").cast(pl.Int32))
+            rows = self.collective_ranks.join(enqueued, on=["instance", "rank"], how="anti") \
+                if enqueued.height else self.collective_ranks
+        return pipeline(pairs, self.steps, collective_rows=rows,
+                        offsets=self.offsets if many else None)
+
+    def pipeline(self, *, timeline: bool = False) -> Result:
+        """Pipeline parallelism from the send/recv pairs: each rank's stage, where each
+        stage's steps go (compute, exposed transfer, waits on upstream and downstream, the
+        bubble), the schedule against its ideal bubble, and the bottleneck stage with its
+        gain; with ``timeline``, the waits, transfers and collectives as segments (what the
+        report draws). Main table ``stages`` (``analyses.pipeline``)."""
+        found = self._pipeline
+        pairs, unmatched = self.p2p
+        left = dict(unmatched.group_by("op").agg(pl.col("calls").sum()).iter_rows())
+        p2p = {"pairs": pairs.height, "unmatched": int(sum(left.values())),
+               "unmatched_sends": int(left.get("send", 0)),
+               "unmatched_recvs": int(left.get("recv", 0))}
+        res = self._result("pipeline", {
+            "window": self.window_info, "stages": found["stages"], "steps": found["steps"],
+            "bottleneck": found["bottleneck"], "schedule": found["schedule"], "p2p": p2p,
+            **({"timeline": found["timeline"]} if timeline else {})},
+            main="stages", uses=("match", "offsets", "p2p"))
+        return dataclasses.replace(res, warnings=(
+            *res.warnings, *(f"pipeline: {note}" for note in found["notes"])))
+
+    @cached_property
     def memory_levels(self) -> pl.DataFrame:
         """Every allocator event with the bytes allocated (and reserved) after it, per rank and
         device (``analyses.memory.memory_levels``): the memory timeline."""
@@ -621,11 +657,18 @@ class Run:
             except Exception as exc:  # a partial answer with the reason, never a traceback
                 notes.append(f"diagnose: straggler analysis failed ({type(exc).__name__}: "
                              f"{exc}): no straggler is rated high")
+        staged = None
+        if len(self.ranks_present) > 1 and self.p2p[0].height:
+            try:
+                staged = self._pipeline
+            except Exception as exc:  # a partial answer with the reason, never a traceback
+                notes.append(f"diagnose: pipeline analysis failed ({type(exc).__name__}: "
+                             f"{exc}): no pipeline finding")
         found = diagnose(self.path, collective_rows=self._path_collectives,
                          stragglers=verdicts,
                          gaps=self.gap_rows() if self.gpu.height else None,
                          gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
-                         devices=self.ranks, model=ModelSize(**model),
+                         devices=self.ranks, model=ModelSize(**model), pipeline=staged,
                          host=self.host if self.gpu.height else None)
         notes += found.pop("notes")  # a refused MFU
         return self._path_result("diagnose", found, main="findings", notes=notes)
