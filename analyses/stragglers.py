@@ -58,7 +58,7 @@ RESULT_SCHEMA: dict[str, pl.DataType] = {
 
 #: A lead counts as "clear" when above this many times the run's own arrival noise (the
 #: median spread of the non-last ranks' arrivals at an instance).
-NOISE_MULTIPLE = 3.0
+NOISE_MULTIPLE = 1.5
 #: A straggler is last, by a clear lead, in at least this share of the steps compared.
 MIN_STEP_SHARE = 0.5
 #: A flag needs a consistency score (``_consistency``) of at least this: the lead recurs in
