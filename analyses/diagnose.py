@@ -79,6 +79,12 @@ RECOMMENDATIONS: dict[str, str] = {
     "pageable_copy": (
         "Copy from pinned memory: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
         ".to(device, non_blocking=True)."),
+    "alltoall_imbalance": (
+        "Balance the all-to-all: rank {rank} receives {ratio:.2f}x the mean volume, so its "
+        "share of the work (an expert's tokens) takes longest and the others wait for it. "
+        "Strengthen the router's load-balancing loss, cap expert capacity (capacity factor, "
+        "dropping or rerouting overflow tokens), replicate the hot expert or place experts by "
+        "measured load; `traceview alltoall` shows the volumes per rank and step."),
     "bound": "Work on the largest share first; the findings above say how.",
     "mfu": (
         "Low MFU with a compute-bound path: use bf16/fp16 autocast or TF32 matmuls, larger "
@@ -119,13 +125,15 @@ class ModelSize:
 def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
              stragglers: pl.DataFrame | None = None, gaps: pl.DataFrame | None = None,
              gpu_ranks: tuple[int, ...] = (), devices: pl.DataFrame | None = None, model: ModelSize = ModelSize(),
-             table: tuple[Peak, ...] = PEAK_TABLE) -> dict[str, Any]:
+             table: tuple[Peak, ...] = PEAK_TABLE,
+             alltoall: dict[str, Any] | None = None) -> dict[str, Any]:
     """``findings`` (``FINDING_SCHEMA``, largest gain first, information last), ``bound``,
     ``mfu`` and ``step_ns``: the mean step time the gains are shares of.
 
     ``collective_rows``: ``collectives.collective_ranks`` (aligned); ``stragglers``:
     ``stragglers.stragglers`` (None: one rank); ``gaps``: ``gaps.gaps`` per device (None:
-    no GPU) on ``gpu_ranks``, the ranks with GPU work; ``devices``: the ranks table (``rank``, ``devices`` as JSON text)."""
+    no GPU) on ``gpu_ranks``, the ranks with GPU work; ``devices``: the ranks table (``rank``, ``devices`` as JSON text);
+    ``alltoall``: the all-to-all answer (``alltoall.alltoall``), when the run has any."""
     steps = path_steps(path)
     n_steps = max(steps.height, 1)
     step_ns = _mean_step(steps)
@@ -135,6 +143,7 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     found.append(_exposed_comm(path, cats, n_steps))
     found += _gap_findings(path, gaps, sorted(gpu_ranks), n_steps)
     found.append(_pageable(path, n_steps))
+    found.append(_alltoall_imbalance(alltoall, found))
     found = [f for f in found if f is not None]
     for f in found:
         f["gain_share"] = f["gain_ns_per_step"] / step_ns if step_ns else None
@@ -373,6 +382,47 @@ def _pageable(path: CriticalPath, n_steps: int) -> dict[str, Any] | None:
                      "per step",
             "evidence": [_ev("pageable_copy_ns_per_step", ns // n_steps, "ns")],
             "recommendation": RECOMMENDATIONS["pageable_copy"]}
+
+
+def _alltoall_imbalance(alltoall: dict[str, Any] | None,
+                        found: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The all-to-all imbalance finding (``analyses.alltoall``): the hot rank, its receive
+    ratio, and as the gain the step time a balanced assignment of the same total would save
+    (``cost_ns_per_step``). A straggler finding for the same rank stays (its gain is another
+    what-if: the rank as fast as the median one), and says that the rank is the all-to-all's
+    hot rank; its gain joins the evidence here."""
+    if not alltoall or alltoall.get("hot_rank") is None \
+            or not alltoall.get("cost_ns_per_step"):
+        return None
+    rank, ratio = int(alltoall["hot_rank"]), float(alltoall["imbalance"])
+    cost = int(alltoall["cost_ns_per_step"])
+    costs = alltoall.get("costs")
+    lead = int(costs.get_column("lead_ns").sum()) // max(int(alltoall.get("steps") or 1), 1) \
+        if costs is not None and costs.height else None
+    evidence = [_ev("recv_ratio", ratio, "x", "received bytes over the mean, at each "
+                    "step's most uneven exchange"),
+                _ev("cost_ns_per_step", cost, "ns"),
+                _ev("lead_ns_per_step", lead, "ns", "the others' wait for the hot rank after "
+                    "the uneven exchanges"),
+                _ev("cost_share", alltoall.get("cost_share"), "ratio")]
+    straggler = next((f for f in found if f is not None and f.get("id") == "straggler"
+                      and f.get("rank") == rank), None)
+    if straggler is not None:
+        evidence.append(_ev("straggler_gain_ns_per_step", straggler["gain_ns_per_step"], "ns",
+                            "the straggler finding names this rank too"))
+        straggler["title"] += (f"; it is the all-to-all's hot rank ({ratio:.2f}x the mean "
+                               "volume: alltoall_imbalance)")
+        straggler["evidence"] = [*straggler["evidence"],
+                                 _ev("alltoall_recv_ratio", ratio, "x", "alltoall_imbalance")]
+        straggler["recommendation"] = (
+            f"Rank {rank} receives {ratio:.2f}x the mean all-to-all volume: balance the "
+            "routing first (alltoall_imbalance). " + straggler["recommendation"])
+    return {"id": "alltoall_imbalance", "rank": rank, "gain_ns_per_step": cost,
+            "title": f"All-to-all imbalance: rank {rank} receives {ratio:.2f}x the mean "
+                     f"volume; a balanced assignment would save {_time(cost)} per step",
+            "evidence": evidence,
+            "recommendation": RECOMMENDATIONS["alltoall_imbalance"].format(rank=rank,
+                                                                          ratio=ratio)}
 
 
 # --- what the run is bound by, and MFU --------------------------------------------------------

@@ -42,6 +42,8 @@ COMMANDS: dict[str, Command] = {
     "collectives": Command("distributed",
                            "collectives matched across ranks: skew, wait, bandwidth, tails"),
     "stragglers": Command("distributed", "which rank holds the others back"),
+    "alltoall": Command("distributed", "all-to-all volumes per rank, the rank x rank matrix, "
+                                       "the hot rank and the step time its imbalance costs"),
     "critical-path": Command("diagnosis", "the critical path across ranks, per step: its "
                                           "ranks, categories and ops"),
     "diagnose": Command("diagnosis", "what to fix first: findings ranked by the time each fix "
