@@ -266,3 +266,33 @@ def test_cli_text(synthetic_moe, capsys) -> None:
     out = capsys.readouterr().out
     assert "hot rank 2: receives 2.29x the mean" in out
     assert "sender (row) to receiver (column)" in out
+
+
+# ----------------------------------------------------------------------- the report
+def test_report_section(synthetic_moe) -> None:
+    import io
+
+    from traceview.outputs.report import gather, write_html
+
+    path, _ = synthetic_moe
+    page = io.StringIO()
+    write_html(gather(traceview.open(path)), page)
+    html = page.getvalue()
+    section = html[html.index('<section id="alltoall">'):]
+    section = section[:section.index("</section>")]
+    assert "Rank 2 is hot: it receives 2.29x the mean volume" in section
+    assert "ms per step" in section and "Plotly.newPlot" in section
+    assert '<a href="#alltoall">' in html
+
+
+def test_no_report_section_without_all_to_all(moe: Run) -> None:
+    import io
+
+    from traceview.outputs.report import gather, write_html
+
+    page = io.StringIO()
+    write_html(gather(Run.from_events(frame([r for r in moe_rows(1)
+                                             if "alltoall" not in r["name"]
+                                             and "all_to_all" not in r["name"]]),
+                                      align="none")), page)
+    assert 'id="alltoall"' not in page.getvalue()

@@ -45,6 +45,8 @@ class ReportData:
     #: ``critical-path`` and ``diagnose`` results (``Result`` objects), None when not gathered
     critical_path: Any = None
     diagnose: Any = None
+    #: the ``alltoall`` result (a ``Result``), None when the run has no all-to-all
+    alltoall: Any = None
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{H.e(k)}</th><td>{H.e(v)}</td></tr>"

@@ -524,7 +524,7 @@ class Run:
         return {**found, "warnings": [*notes, *more]}
 
     @property
-    def _has_alltoall(self) -> bool:
+    def has_alltoall(self) -> bool:
         """Whether an all-to-all was matched across ranks in the window."""
         inst = self.match.instances
         return bool(inst.height) and bool(
@@ -641,7 +641,7 @@ class Run:
                          gaps=self.gap_rows() if self.gpu.height else None,
                          gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
                          devices=self.ranks, model=ModelSize(**model),
-                         alltoall=self._alltoall if self._has_alltoall else None)
+                         alltoall=self._alltoall if self.has_alltoall else None)
         return self._path_result("diagnose", found, main="findings", notes=notes)
 
     def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
