@@ -230,7 +230,7 @@ def pair_calls(calls: pl.DataFrame, instances: pl.DataFrame) -> tuple[pl.DataFra
              .then(pl.col("members"))
              .otherwise(pl.int_ranges(0, pl.col("_n"), dtype=pl.Int32)))
     paired = paired.with_columns(peers=peers.cast(pl.List(pl.Int32)))
-    guessed = paired.filter((pl.col("pg_ranks").list.len() == 0) & (pl.col("_n") > 0)
+    guessed = paired.filter((pl.col("pg_ranks").list.len().fill_null(0) == 0) & (pl.col("_n") > 0)
                             & (pl.col("_n") != pl.col("members").list.len()))
     if guessed.height:
         warnings.append(f"alltoall: {guessed.height} call(s) have split sizes for more peers "
@@ -373,15 +373,16 @@ def alltoall(matrix: pl.DataFrame, *, sync: pl.DataFrame, steps: pl.DataFrame,
 
     ``matrix``: :func:`alltoall_matrix`; ``sync``: the dependency graph's sync points
     (aligned); ``steps``: :func:`~traceview.analyses.window.step_spans`; ``ranks``: the
-    ranks to report (each rank of the matrix besides). Returns ``ranks`` (``RANK_SCHEMA``),
+    window's ranks, those reported and compared (none: every rank of the matrix). Returns ``ranks`` (``RANK_SCHEMA``),
     ``hot_rank``, ``imbalance``, ``recv_ratio``, ``cost_ns_per_step``, ``step_ns``,
     ``cost_share``, ``steps`` (the number the means are over), ``matrix`` (per step,
     ``STEP_MATRIX_SCHEMA``), ``exchanges`` (``EXCHANGE_SCHEMA``) and ``costs``
     (``COST_SCHEMA``)."""
     step_ns = steps.get_column("step_time_ns").median() if steps.height else None
     step_ns = int(round(step_ns)) if step_ns is not None else None
-    all_ranks = sorted({*map(int, ranks), *matrix.get_column("src").to_list(),
-                        *matrix.get_column("dst").to_list()})
+    # the ranks reported: the window's (a peer outside it is only known from their side)
+    all_ranks = sorted(map(int, ranks)) or sorted({*matrix.get_column("src").to_list(),
+                                                    *matrix.get_column("dst").to_list()})
     if matrix.height == 0:
         table = pl.DataFrame({"rank": all_ranks}, schema={"rank": pl.Int32}).with_columns(
             *(pl.lit(None, t).alias(c) for c, t in RANK_SCHEMA.items() if c != "rank"))
@@ -391,7 +392,7 @@ def alltoall(matrix: pl.DataFrame, *, sync: pl.DataFrame, steps: pl.DataFrame,
                 "matrix": pl.DataFrame(schema=STEP_MATRIX_SCHEMA),
                 "exchanges": pl.DataFrame(schema=EXCHANGE_SCHEMA),
                 "costs": pl.DataFrame(schema=COST_SCHEMA)}
-    vol = _volumes(matrix)
+    vol = _volumes(matrix).filter(pl.col("rank").is_in(all_ranks))
     ex = exchanges(vol)
     n_steps = max(ex.get_column("step").n_unique(), 1)
     # each step's most uneven exchange, by what its ranks received (and by what they sent)

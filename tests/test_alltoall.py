@@ -120,6 +120,17 @@ def test_diagnose_names_the_imbalance(moe: Run) -> None:
     assert found.row(0, named=True)["rank"] == 1
 
 
+def test_a_choice_of_ranks_compares_those_ranks(moe: Run) -> None:
+    """Ranks 0 and 1 of the three: rank 1 receives 192 bytes at the dispatch, rank 0 48:
+    ratio 192 / 120 = 1.6; the split sizes name three peers, taken as global ranks."""
+    res = moe.select(ranks=[0, 1]).alltoall()
+    assert res["ranks"]["rank"].to_list() == [0, 1]
+    assert res["ranks"]["recv_ratio"].to_list() == [0.4, 1.6]
+    assert res["ranks"]["send_bytes"].to_list() == [288, 576]  # its own sends, to all three
+    assert any("choice of ranks" in w for w in res.warnings)
+    assert any("more peers than the ranks present" in w for w in res.warnings)
+
+
 def test_even_split_from_the_shapes() -> None:
     """Without split sizes an all-to-all splits its tensors evenly: 6 tokens to 3 ranks."""
     rows = [r for r in moe_rows(1)]

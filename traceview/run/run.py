@@ -521,6 +521,10 @@ class Run:
             ~pl.col("collective").is_in(list(P2P))), self._p2p_rows) \
             if matrix.height else pl.DataFrame(schema=SYNC_SCHEMA)
         found = alltoall(matrix, sync=sync, steps=self.steps, ranks=self.ranks_present)
+        if self.window.ranks is not None and matrix.height:
+            notes.append("alltoall: the window is a choice of ranks: volumes, ratios and the "
+                         "cost compare those ranks only, and an even split (no split sizes) "
+                         "is taken over them")
         return {**found, "warnings": [*notes, *more]}
 
     @property
