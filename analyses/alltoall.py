@@ -31,7 +31,8 @@ a pure function over tables:
    would lose at the mean volume (the same total, evenly spread), no more than its lead over
    the others (what they waited for it).
 
->>> paired = pl.DataFrame({"rank": [0, 1], "instance": ["a2a#0", "a2a#0"], "step": [1, 1],
+>>> paired = pl.DataFrame({"rank": [0, 1], "instance": ["a2a#0", "a2a#0"],
+...     "instance_group": ["a2a", "a2a"], "step": [1, 1],
 ...     "ts_ns": [0, 5], "peers": [[0, 1], [0, 1]], "send_splits": [[10, 30], [20, 40]],
 ...     "recv_splits": [[10, 20], [30, 40]], "send_bytes": [40, 60], "recv_bytes": [30, 70],
 ...     "source": ["split_sizes", "split_sizes"]})
@@ -56,7 +57,8 @@ CALL_SCHEMA: dict[str, pl.DataType] = {
     "send_bytes": pl.Int64, "recv_bytes": pl.Int64, "source": pl.String,
 }
 MATRIX_SCHEMA: dict[str, pl.DataType] = {
-    "instance": pl.String, "step": pl.Int32, "src": pl.Int32, "dst": pl.Int32,
+    "instance": pl.String, "group": pl.String, "step": pl.Int32, "src": pl.Int32,
+    "dst": pl.Int32,
     "bytes": pl.Int64, "source": pl.String,
 }
 RANK_SCHEMA: dict[str, pl.DataType] = {
@@ -68,7 +70,7 @@ STEP_MATRIX_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int32, "src": pl.Int32, "dst": pl.Int32, "bytes": pl.Int64,
 }
 EXCHANGE_SCHEMA: dict[str, pl.DataType] = {
-    "instance": pl.String, "step": pl.Int32, "ranks": pl.Int32, "bytes": pl.Int64,
+    "instance": pl.String, "group": pl.String, "step": pl.Int32, "ranks": pl.Int32, "bytes": pl.Int64,
     "recv_imbalance": pl.Float64, "send_imbalance": pl.Float64, "max_recv_rank": pl.Int32,
     "max_send_rank": pl.Int32, "source": pl.String,
 }
@@ -202,21 +204,27 @@ def pair_calls(calls: pl.DataFrame, instances: pl.DataFrame) -> tuple[pl.DataFra
     rest_calls = calls.join(by_seq.select("rank", "ts_ns"), on=["rank", "ts_ns"], how="anti")
     rest_inst = inst.join(by_seq.select("instance", "rank"), on=["instance", "rank"],
                           how="anti")
-    parts = [by_seq.select(*calls.columns, "instance", "inst_ts")]
-    n_calls = dict(rest_calls.group_by("rank").len().rows())
-    n_inst = dict(rest_inst.group_by("rank").len().rows())
-    for rank in sorted(set(n_calls) | set(n_inst)):
+    parts = [by_seq.select(*calls.columns, "instance", "inst_ts", inst_group="group")]
+    # the k-th call of a rank with its k-th instance, where a rank has as many of each
+    n_calls = rest_calls.group_by("rank").agg(calls=pl.len())
+    n_inst = rest_inst.group_by("rank").agg(inst=pl.len())
+    counts = n_calls.join(n_inst, on="rank", how="full", coalesce=True).fill_null(0)
+    even = counts.filter(pl.col("calls") == pl.col("inst")).get_column("rank").implode()
+    k = pl.int_range(pl.len()).over("rank").alias("_k")
+    parts.append(
+        rest_calls.filter(pl.col("rank").is_in(even)).sort("rank", "ts_ns").with_columns(k)
+        .join(rest_inst.filter(pl.col("rank").is_in(even)).sort("rank", "inst_ts")
+              .with_columns(k).select("rank", "_k", "instance", "inst_ts", "inst_group"),
+              on=["rank", "_k"])
+        .select(*calls.columns, "instance", "inst_ts", "inst_group"))
+    for rank in counts.filter(pl.col("calls") != pl.col("inst")).get_column("rank").sort():
         mine = rest_calls.filter(pl.col("rank") == rank).sort("ts_ns")
         theirs = rest_inst.filter(pl.col("rank") == rank).sort("inst_ts")
-        if mine.height == theirs.height:
-            parts.append(pl.concat([mine, theirs.select("instance", "inst_ts")],
-                                   how="horizontal"))
-            continue
         paired = theirs.join_asof(mine, left_on="inst_ts", right_on="ts_ns",
                                   strategy="backward", check_sortedness=False) \
             .filter(pl.col("ts_ns").is_not_null()) \
             .unique(["ts_ns"], keep="first", maintain_order=True)
-        parts.append(paired.select(*calls.columns, "instance", "inst_ts"))
+        parts.append(paired.select(*calls.columns, "instance", "inst_ts", "inst_group"))
         warnings.append(f"alltoall: rank {rank}: {mine.height} all-to-all call(s) with sizes "
                         f"and {theirs.height} matched all-to-all(s) (a window that cuts a "
                         f"call off?): {paired.height} paired by time")
@@ -236,7 +244,8 @@ def pair_calls(calls: pl.DataFrame, instances: pl.DataFrame) -> tuple[pl.DataFra
         warnings.append(f"alltoall: {guessed.height} call(s) have split sizes for more peers "
                         "than the ranks present: their peers are taken as global ranks "
                         "0..n-1 (the default group)")
-    return paired.select(*calls.columns, "instance", "peers").sort("rank", "ts_ns"), warnings
+    return paired.select(*calls.columns, "instance", "peers", instance_group="inst_group") \
+        .sort("rank", "ts_ns"), warnings
 
 
 def alltoall_matrix(paired: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -272,6 +281,7 @@ def alltoall_matrix(paired: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
                         f"{first['instance']} {first['src']}->{first['dst']}: sent "
                         f"{first['sent']}, received {first['got']} bytes); the sender's kept")
     facts = paired.group_by("instance").agg(
+        group=pl.col("instance_group").first(),
         step=pl.col("step").drop_nulls().min(), ts_ns=pl.col("ts_ns").min(),
         source=pl.when((pl.col("source") == "split_sizes").any())
         .then(pl.lit("split_sizes")).otherwise(pl.lit("shape")))
@@ -285,8 +295,8 @@ def _volumes(matrix: pl.DataFrame) -> pl.DataFrame:
     included), with the instance's ``step`` and ``ts_ns``."""
     sent = matrix.group_by("instance", rank="src").agg(send=pl.col("bytes").sum())
     got = matrix.group_by("instance", rank="dst").agg(recv=pl.col("bytes").sum())
-    facts = matrix.group_by("instance").agg(pl.col("step").first(), pl.col("ts_ns").min(),
-                                            pl.col("source").first())
+    facts = matrix.group_by("instance").agg(pl.col("group").first(), pl.col("step").first(),
+                                            pl.col("ts_ns").min(), pl.col("source").first())
     return (sent.join(got, on=["instance", "rank"], how="full", coalesce=True)
             .with_columns(pl.col("send", "recv").fill_null(0))
             .join(facts, on="instance").sort("ts_ns", "rank"))
@@ -304,7 +314,8 @@ def exchanges(volumes: pl.DataFrame) -> pl.DataFrame:
     v = volumes.with_columns(recv_ratio=_ratio(pl.col("recv")),
                              send_ratio=_ratio(pl.col("send")))
     return v.sort("ts_ns", "rank").group_by("instance", maintain_order=True).agg(
-        pl.col("step").first(), ranks=pl.len(), bytes=pl.col("send").sum(),
+        pl.col("group").first(), pl.col("step").first(), ranks=pl.len(),
+        bytes=pl.col("send").sum(),
         recv_imbalance=pl.col("recv_ratio").max(), send_imbalance=pl.col("send_ratio").max(),
         max_recv_rank=pl.col("rank").sort_by("recv", "rank", descending=[True, False]).first(),
         max_send_rank=pl.col("rank").sort_by("send", "rank", descending=[True, False]).first(),
@@ -395,25 +406,25 @@ def alltoall(matrix: pl.DataFrame, *, sync: pl.DataFrame, steps: pl.DataFrame,
     vol = _volumes(matrix).filter(pl.col("rank").is_in(all_ranks))
     ex = exchanges(vol)
     n_steps = max(ex.get_column("step").n_unique(), 1)
-    # each step's most uneven exchange, by what its ranks received (and by what they sent)
-    def heaviest(column: str) -> pl.DataFrame:
+    # each step's most uneven exchange of each group, by what its ranks received (and by
+    # what they sent): a rank's ratio is against the mean of its group's ranks
+    def heaviest(column: str, side: str) -> pl.DataFrame:
         pick = ex.sort([column, "instance"], descending=[True, False], nulls_last=True) \
-            .unique("step", keep="first", maintain_order=True).select("instance")
-        return vol.join(pick, on="instance").group_by("rank").agg(
-            pl.col("recv" if column == "recv_imbalance" else "send").sum().alias("v"))
+            .unique(["step", "group"], keep="first", maintain_order=True).select("instance")
+        per = vol.join(pick, on="instance").group_by("group", "rank").agg(
+            v=pl.col(side).sum())
+        mean = pl.col("v").mean().over("group")
+        return per.with_columns(ratio=pl.when(mean > 0).then(pl.col("v") / mean)) \
+            .group_by("rank").agg(pl.col("ratio").max()).with_columns(pl.col("rank")
+                                                                     .cast(pl.Int32))
 
-    recv_at, send_at = heaviest("recv_imbalance"), heaviest("send_imbalance")
-    mean_recv, mean_send = recv_at.get_column("v").mean(), send_at.get_column("v").mean()
+    recv_at = heaviest("recv_imbalance", "recv").rename({"ratio": "recv_ratio"})
+    send_at = heaviest("send_imbalance", "send").rename({"ratio": "send_ratio"})
     totals = vol.group_by("rank").agg(send_bytes=pl.col("send").sum(),
                                       recv_bytes=pl.col("recv").sum(), calls=pl.len())
     table = (pl.DataFrame({"rank": all_ranks}, schema={"rank": pl.Int32})
              .join(totals.with_columns(pl.col("rank").cast(pl.Int32)), on="rank", how="left")
-             .join(recv_at.select(pl.col("rank").cast(pl.Int32),
-                                  recv_ratio=pl.col("v") / mean_recv if mean_recv else None),
-                   on="rank", how="left")
-             .join(send_at.select(pl.col("rank").cast(pl.Int32),
-                                  send_ratio=pl.col("v") / mean_send if mean_send else None),
-                   on="rank", how="left")
+             .join(recv_at, on="rank", how="left").join(send_at, on="rank", how="left")
              .with_columns(pl.col("send_bytes", "recv_bytes", "calls").fill_null(0))
              .with_columns(send_bytes_per_step=pl.col("send_bytes") // n_steps,
                            recv_bytes_per_step=pl.col("recv_bytes") // n_steps))

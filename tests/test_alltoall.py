@@ -31,7 +31,8 @@ import pytest
 
 import traceview
 from gpu_trace_helpers import frame, row, step
-from traceview.analyses.alltoall import alltoall_calls
+from traceview.analyses.alltoall import MATRIX_SCHEMA, alltoall, alltoall_calls
+from traceview.analyses.dependency_graph import SYNC_SCHEMA
 from traceview.cli import main
 from traceview.run.run import Run
 
@@ -129,6 +130,38 @@ def test_a_choice_of_ranks_compares_those_ranks(moe: Run) -> None:
     assert res["ranks"]["send_bytes"].to_list() == [288, 576]  # its own sends, to all three
     assert any("choice of ranks" in w for w in res.warnings)
     assert any("more peers than the ranks present" in w for w in res.warnings)
+
+
+def test_a_call_cut_off_pairs_the_others_by_time() -> None:
+    """Rank 0's first dispatcher op is missing (a window that began inside it): its other
+    calls pair with their instances by time, and the first dispatch's cells come from the
+    other ranks' records (all but rank 0's share to itself, 16 bytes). Received at the
+    dispatches: rank 0 32 + 48, rank 1 2 x 192, rank 2 2 x 48: ratio 384 / (560 / 3)."""
+    rows = moe_rows()
+    first = next(i for i, r in enumerate(rows)
+                 if r["rank"] == 0 and r["name"] == "c10d::alltoall_base_")
+    res = Run.from_events(frame(rows[:first] + rows[first + 1:]), align="none").alltoall()
+    assert any("rank 0: 3 all-to-all call(s) with sizes and 4 matched" in w
+               for w in res.warnings)
+    assert (res["hot_rank"], res["imbalance"]) == (1, pytest.approx(384 / (560 / 3)))
+    assert res["ranks"]["send_bytes"].to_list() == [288 - 16, 576, 288]
+
+
+def test_groups_are_compared_within_themselves() -> None:
+    """Two expert-parallel groups in one step: {0, 1} (rank 0 receives 30 bytes, rank 1 10)
+    and {2, 3} (100 each). Within the groups: ratios 1.5, 0.5, 1.0, 1.0: rank 0 is hot
+    (against the mean of all four, 60 bytes, ranks 2 and 3 would look hot)."""
+    cells = [("a#0", "a", 0, 0, 15), ("a#0", "a", 1, 0, 15), ("a#0", "a", 0, 1, 5),
+             ("a#0", "a", 1, 1, 5), *(("b#0", "b", s, d, 50) for s in (2, 3) for d in (2, 3))]
+    matrix = pl.DataFrame(
+        [(i, g, 1, s, d, b, "split_sizes", 0) for i, g, s, d, b in cells],
+        schema={**MATRIX_SCHEMA, "ts_ns": pl.Int64}, orient="row")
+    res = alltoall(matrix, sync=pl.DataFrame(schema=SYNC_SCHEMA),
+                   steps=pl.DataFrame(schema={"step_time_ns": pl.Int64}))
+    assert res["ranks"]["recv_ratio"].to_list() == [1.5, 0.5, 1.0, 1.0]
+    assert (res["hot_rank"], res["imbalance"]) == (0, 1.5)
+    assert res["exchanges"].select("group", "recv_imbalance").rows() == [("a", 1.5),
+                                                                         ("b", 1.0)]
 
 
 def test_even_split_from_the_shapes() -> None:
