@@ -109,6 +109,12 @@ RECOMMENDATIONS: dict[str, str] = {
         "Rebalance the pipeline: move layers from stage {stage} (rank {rank}) to the stages "
         "that wait for it, or split its heaviest ops; more micro-batches shrink the bubble but "
         "not this. Compare its top ops with `traceview breakdown --ranks {rank}`."),
+    "alltoall_imbalance": (
+        "Balance the all-to-all: rank {rank} receives {ratio:.2f}x the mean volume, so its "
+        "share of the work (an expert's tokens) takes longest and the others wait for it. "
+        "Strengthen the router's load-balancing loss, cap expert capacity (capacity factor, "
+        "dropping or rerouting overflow tokens), replicate the hot expert or place experts by "
+        "measured load; `traceview alltoall` shows the volumes per rank and step."),
     "bound": "Work on the largest share first; the findings above say how.",
     "mfu": (
         "Low MFU with a compute-bound path: use bf16/fp16 autocast or TF32 matmuls, larger "
@@ -228,7 +234,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
              gpu_ranks: tuple[int, ...] = (), devices: pl.DataFrame | None = None,
              model: ModelSize = ModelSize(), host: pl.DataFrame | None = None,
              table: tuple[Peak, ...] = PEAK_TABLE,
-             pipeline: dict[str, Any] | None = None) -> dict[str, Any]:
+             pipeline: dict[str, Any] | None = None,
+             alltoall: dict[str, Any] | None = None) -> dict[str, Any]:
     """``findings`` (``FINDING_SCHEMA``, in the module docstring's order, information last),
     ``bound``, ``mfu``, ``step_ns`` (the mean step time the gains are shares of) and
     ``notes`` (warnings: a refused MFU).
@@ -239,7 +246,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     ``devices`` as JSON text, ``world_size``); ``host``: ``host.host_events`` rows (on each
     rank's clock), to tell Python functions that launch GPU work from those that do not
     (None: none does); ``pipeline``: ``analyses.pipeline.pipeline`` (None: no send/recv
-    pairs)."""
+    pairs); ``alltoall``: the all-to-all answer (``alltoall.alltoall``), when the run has
+    any."""
     steps = path_steps(path)
     n_steps = max(steps.height, 1)
     step_ns = _mean_step(steps)
@@ -252,6 +260,7 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     found.append(_pageable(path, n_steps))
     found.append(pipeline_bottleneck(pipeline))
     found += _kernel_findings(path, sorted(gpu_ranks), n_steps, total)
+    found.append(_alltoall_imbalance(alltoall, found))
     found = [f for f in found if f is not None]
     confidence = _straggler_confidence(stragglers)
     for f in found:
@@ -268,10 +277,26 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     if mfu is not None and mfu.get("mfu") is not None:
         info.append(_mfu_finding(mfu, bound))
     notes = [mfu["warning"]] if mfu is not None and mfu.get("warning") else []
-    rows = sorted(found, key=_order)
+    rows = _cause_first(sorted(found, key=_order))
     findings = pl.DataFrame([_row(f) for f in [*rows, *info]], schema=FINDING_SCHEMA)
     return {"step_ns": step_ns, "findings": findings, "bound": bound, "mfu": mfu,
             "notes": notes}
+
+
+def _cause_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The all-to-all imbalance or pipeline bottleneck that explains a straggler, listed right
+    before that straggler's finding: the same rank, and its cause is what to fix (the
+    straggler's gain, the rank as fast as the median one, is the larger what-if)."""
+    out = list(rows)
+    for i, f in enumerate(rows):
+        if f["id"] != "straggler":
+            continue
+        cause = next((c for c in out if c["id"] in ("alltoall_imbalance", "pipeline_bottleneck")
+                      and c.get("rank") == f["rank"]), None)
+        if cause is not None:
+            out.remove(cause)
+            out.insert(out.index(f), cause)
+    return out
 
 
 def _kept(f: dict[str, Any]) -> bool:
@@ -725,6 +750,47 @@ def pipeline_bottleneck(pipeline: dict[str, Any] | None) -> dict[str, Any] | Non
             "evidence": evidence,
             "recommendation": RECOMMENDATIONS["pipeline_bottleneck"].format(
                 stage=b["stage"], rank=b["rank"])}
+
+
+def _alltoall_imbalance(alltoall: dict[str, Any] | None,
+                        found: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The all-to-all imbalance finding (``analyses.alltoall``): the hot rank, its receive
+    ratio, and as the gain the step time a balanced assignment of the same total would save
+    (``cost_ns_per_step``). A straggler finding for the same rank stays (its gain is another
+    what-if: the rank as fast as the median one), and says that the rank is the all-to-all's
+    hot rank; its gain joins the evidence here."""
+    if not alltoall or alltoall.get("hot_rank") is None \
+            or not alltoall.get("cost_ns_per_step"):
+        return None
+    rank, ratio = int(alltoall["hot_rank"]), float(alltoall["imbalance"])
+    cost = int(alltoall["cost_ns_per_step"])
+    costs = alltoall.get("costs")
+    lead = int(costs.get_column("lead_ns").sum()) // max(int(alltoall.get("steps") or 1), 1) \
+        if costs is not None and costs.height else None
+    evidence = [_ev("recv_ratio", ratio, "x", "received bytes over the mean, at each "
+                    "step's most uneven exchange"),
+                _ev("cost_ns_per_step", cost, "ns"),
+                _ev("lead_ns_per_step", lead, "ns", "the others' wait for the hot rank after "
+                    "the uneven exchanges"),
+                _ev("cost_share", alltoall.get("cost_share"), "ratio")]
+    straggler = next((f for f in found if f is not None and f.get("id") == "straggler"
+                      and f.get("rank") == rank), None)
+    if straggler is not None:
+        evidence.append(_ev("straggler_gain_ns_per_step", straggler["gain_ns_per_step"], "ns",
+                            "the straggler finding names this rank too"))
+        straggler["title"] += (f"; it is the all-to-all's hot rank ({ratio:.2f}x the mean "
+                               "volume: alltoall_imbalance)")
+        straggler["evidence"] = [*straggler["evidence"],
+                                 _ev("alltoall_recv_ratio", ratio, "x", "alltoall_imbalance")]
+        straggler["recommendation"] = (
+            f"Rank {rank} receives {ratio:.2f}x the mean all-to-all volume: balance the "
+            "routing first (alltoall_imbalance). " + straggler["recommendation"])
+    return {"id": "alltoall_imbalance", "rank": rank, "gain_ns_per_step": cost,
+            "title": f"All-to-all imbalance: rank {rank} receives {ratio:.2f}x the mean "
+                     f"volume; a balanced assignment would save {_time(cost)} per step",
+            "evidence": evidence,
+            "recommendation": RECOMMENDATIONS["alltoall_imbalance"].format(rank=rank,
+                                                                          ratio=ratio)}
 
 
 # --- what the run is bound by, and MFU --------------------------------------------------------

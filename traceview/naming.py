@@ -38,6 +38,9 @@ DTYPE_BYTES: dict[str, int] = {
     "char": 1, "int8": 1, "i8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
     "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complexfloat": 8, "complexdouble": 16,
     "uint32": 4, "uint64": 8, "uint16": 2,
+    # the C++ names of the profiler's "Input type" (record_shapes)
+    "long int": 8, "short int": 2, "signed char": 1, "unsigned char": 1, "c10::half": 2,
+    "c10::bfloat16": 2, "c10::complex<float>": 8, "c10::complex<double>": 16,
 }
 
 

@@ -44,6 +44,8 @@ COMMANDS: dict[str, Command] = {
     "stragglers": Command("distributed", "which rank holds the others back"),
     "pipeline": Command("distributed", "pipeline stages from send/recv: where each stage's step "
                                        "goes, the bubble, the schedule, the bottleneck stage"),
+    "alltoall": Command("distributed", "all-to-all volumes per rank, the rank x rank matrix, "
+                                       "the hot rank and the step time its imbalance costs"),
     "critical-path": Command("diagnosis", "the critical path across ranks, per step: its "
                                           "ranks, categories and ops"),
     "diagnose": Command("diagnosis", "what to fix first: findings ranked by the time each fix "

@@ -1,4 +1,4 @@
-"""Distributed subcommands: ``align``, ``collectives``, ``stragglers``, ``pipeline``.
+"""Distributed subcommands: ``align``, ``collectives``, ``stragglers``, ``pipeline``, ``alltoall``.
 
 ``--json`` outputs are contracts (field names stable; fields may be added):
 
@@ -13,6 +13,9 @@
   "wait_upstream_ns", "wait_downstream_ns", ...}], "steps": [...], "bottleneck": {"rank",
   "stage", "gain_ns_per_step", ...}, "schedule": {"kind", "micro_batches",
   "ideal_bubble_fraction", ...}, "p2p": {"pairs", "unmatched", ...}}``, by stage.
+* ``alltoall``: ``{"ranks": [{"rank", "send_bytes", "recv_bytes", ...}], "hot_rank",
+  "imbalance", "cost_ns_per_step", "matrix": [{"step", "src", "dst", "bytes"}], ...,
+  "warnings"}``.
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
                    help="completion-time tolerance for matching (us); default: learnt per "
                         "group from the run's own residuals")
     p.set_defaults(run={"align": run_align, "collectives": run_collectives,
-                        "stragglers": run_stragglers, "pipeline": run_pipeline}[command])
+                        "stragglers": run_stragglers, "pipeline": run_pipeline,
+                        "alltoall": run_alltoall}[command])
 
 
 def run_align(args: argparse.Namespace) -> int:
@@ -214,4 +218,60 @@ def run_pipeline(args: argparse.Namespace) -> int:
               f" ms instead of {ms(b['step_ns'])} ms")
     else:
         print(f"bottleneck: none clear ({b['reason']})")
+
+
+#: The matrix is printed for at most this many ranks (a 16 x 16 table still fits a screen).
+MATRIX_RANKS = 16
+
+
+def _kib(value: float | None) -> str | None:
+    return None if value is None else f"{value / 1024:.1f}"
+
+
+def run_alltoall(args: argparse.Namespace) -> int:
+    result = open_run(args).alltoall()
+    if emit_result(result, args):
+        return 0
+    ranks, matrix = result["ranks"], result["matrix"]
+    exchanges = result["exchanges"]
+    if exchanges.height == 0:
+        print("no all-to-all was matched across ranks")
+        return 0
+    sources = sorted(set(exchanges.get_column("source").to_list()))
+    print(f"{exchanges.height} all-to-all exchange(s) over {result['steps']} step(s); volumes "
+          f"from {' and '.join(s.replace('_', ' ') for s in sources)}")
+    hot = result["hot_rank"]
+    if hot is None:
+        print(f"balanced: the largest received volume is {result['imbalance'] or 1:.2f}x the "
+              "mean (no hot rank)")
+    else:
+        print(f"hot rank {hot}: receives {result['imbalance']:.2f}x the mean volume "
+              "(max / mean, at each step's most uneven exchange)")
+    step = result["step_ns"]
+    share = f" of a {ms(step)} ms step ({100 * result['cost_share']:.1f}%)" \
+        if step and result["cost_share"] is not None else ""
+    print(f"cost: {ms(result['cost_ns_per_step'])} ms per step{share}, against a balanced "
+          "assignment of the same total")
+    rows = ranks
+    if is_many(ranks, args):
+        print(spread(ranks, [("recv_bytes_per_step", "received (KiB/step)", _kib),
+                             ("recv_ratio", "receive ratio", lambda v: fixed(v, 2))]))
+        keep = outlier_ranks(ranks, ["recv_bytes_per_step"])
+        rows = ranks.filter(pl.col("rank").is_in(keep) | pl.col("hot"))
+        print()
+    print(table(["rank", "sent_KiB/step", "received_KiB/step", "recv_ratio", "send_ratio",
+                 "hot"],
+                [[r["rank"], _kib(r["send_bytes_per_step"]), _kib(r["recv_bytes_per_step"]),
+                  fixed(r["recv_ratio"], 2), fixed(r["send_ratio"], 2),
+                  "hot" if r["hot"] else ""] for r in rows.iter_rows(named=True)]))
+    if rows.height < ranks.height:
+        print(not_shown(rows.height, ranks.height, "alltoall"))
+    n = ranks.height
+    if 0 < n <= MATRIX_RANKS and matrix.height:
+        mean = matrix.group_by("src", "dst").agg(pl.col("bytes").sum() / result["steps"])
+        cells = {(s, d): b for s, d, b in mean.rows()}
+        order = ranks.get_column("rank").to_list()
+        print("\nKiB per step, sender (row) to receiver (column):")
+        print(table(["src", *map(str, order)],
+                    [[s, *(_kib(cells.get((s, d))) for d in order)] for s in order]))
     return 0

@@ -162,6 +162,41 @@ def skew_heatmap(lateness: pl.DataFrame, *,
                    f"collective instances in time order, {width} per column")
 
 
+#: An all-to-all heatmap shows at most this many ranks a side; past it consecutive ranks are
+#: binned (a cell sums the bytes between the two bins' ranks).
+MATRIX_SIDE = 64
+
+
+def alltoall_heatmap(matrix: pl.DataFrame, *,
+                     title: str = "All-to-all volume per step, sender to receiver (KiB)") -> Any:
+    """Rank x rank heatmap of the bytes each rank sends each rank per step, the hot cell
+    circled. ``matrix``: ``src, dst, bytes`` (``analyses.alltoall.alltoall``'s matrix summed
+    over steps and divided by them). Past ``MATRIX_SIDE`` ranks, consecutive ranks share a
+    row and a column."""
+    if matrix.height == 0:
+        return empty(title, "no all-to-all was matched across ranks")
+    ranks = sorted({*matrix["src"].to_list(), *matrix["dst"].to_list()})
+    width = _bin_columns(len(ranks), MATRIX_SIDE)
+    index = {r: i // width for i, r in enumerate(ranks)}
+    cells = (matrix.with_columns(row=pl.col("src").replace_strict(index),
+                                 col=pl.col("dst").replace_strict(index))
+             .group_by("row", "col").agg(kib=pl.col("bytes").sum() / 1024))
+    bins = sorted(set(index.values()))
+    value = {(r, c): v for r, c, v in cells.rows()}
+    z = [[value.get((r, c)) for c in bins] for r in bins]
+    names = ([str(ranks[b]) for b in bins] if width == 1 else
+             [f"{ranks[b * width]}-{ranks[min(len(ranks), (b + 1) * width) - 1]}" for b in bins])
+    fig = go.Figure(go.Heatmap(
+        z=z, x=names, y=names, colorscale="Blues", colorbar=dict(title="KiB"),
+        hovertemplate="from rank %{y} to rank %{x}<br>%{z:.1f} KiB per step<extra></extra>"))
+    _mark_largest(fig, z, names, names, "largest", unit="KiB")
+    fig.update_xaxes(type="category", title="receiver")
+    fig.update_yaxes(type="category", autorange="reversed", title="sender")
+    side = min(MAX_HEIGHT, max(360, 140 + 18 * len(bins)))
+    return _layout(fig, title if width == 1 else f"{title}, {width} ranks a row and column",
+                   height=side)
+
+
 def straggler_bars(ranking: pl.DataFrame, *, title: str = "Imposed wait per rank",
                    most: int = 20) -> Any:
     """``analyses.stragglers.stragglers`` rows: imposed wait per rank, flagged ranks marked.
@@ -326,7 +361,8 @@ def _rank_yaxis(fig: Any, ranks: list[int]) -> None:
                      type="category" if len(ranks) <= MANY_RANKS else "linear")
 
 
-def _mark_largest(fig: Any, z: list[list[Any]], x: list[Any], y: list[Any], what: str) -> None:
+def _mark_largest(fig: Any, z: list[list[Any]], x: list[Any], y: list[Any], what: str,
+                  unit: str = "ms") -> None:
     """Circle a heatmap's largest cell, so the worst rank and step (or collective) is found at
     a glance however many cells there are."""
     best = max(((v, i, j) for i, row in enumerate(z) for j, v in enumerate(row)
@@ -337,7 +373,7 @@ def _mark_largest(fig: Any, z: list[list[Any]], x: list[Any], y: list[Any], what
     fig.add_trace(go.Scatter(
         x=[x[j]], y=[y[i]], mode="markers", name=what, showlegend=False,
         marker=dict(symbol="circle-open", size=14, color="#E45756", line=dict(width=2)),
-        hovertemplate=f"{what}: rank %{{y}}, %{{x}}<br>{v:.3f} ms<extra></extra>"))
+        hovertemplate=f"{what}: rank %{{y}}, %{{x}}<br>{v:.3f} {unit}<extra></extra>"))
 
 
 def _bin_columns(n: int, most: int = MAX_COLUMNS) -> int:

@@ -120,6 +120,12 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
             pipe = run.pipeline(timeline=True)
     except Exception as exc:
         notes["pipeline"] = [f"pipeline analysis failed: {type(exc).__name__}: {exc}"]
+    alltoall = None
+    if run.has_alltoall:
+        try:  # a partial report with the reason, never none
+            alltoall = run.alltoall()
+        except Exception as exc:
+            notes["alltoall"] = [f"all-to-all analysis failed: {type(exc).__name__}: {exc}"]
 
     ranks = run.ranks
     meta = {
@@ -144,7 +150,8 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                       kernel_totals=totals, flops=run.flops_per_step(),
                       nccl=run.nccl_log_view(nccl_logs) if nccl_logs else None,
                       memory_points=memory_points, memory_peaks=memory_peaks,
-                      critical_path=path, diagnose=todo, pipeline=pipe)
+                      critical_path=path, diagnose=todo, pipeline=pipe,
+                      alltoall=alltoall)
 
 
 #: The memory timeline shows at most this many ranks (those with the highest peaks).

@@ -48,6 +48,8 @@ class ReportData:
     #: the ``pipeline`` result (``Result``, with its ``timeline``) when the run has send/recv
     #: pairs, None otherwise
     pipeline: Any = None
+    #: the ``alltoall`` result (a ``Result``), None when the run has no all-to-all
+    alltoall: Any = None
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{H.e(k)}</th><td>{H.e(v)}</td></tr>"

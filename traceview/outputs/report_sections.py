@@ -24,6 +24,7 @@ _SECTIONS = (("summary", "Run summary"), ("steps", "Steps"),
              ("breakdown", "Compute, exposed communication and idle"),
              ("flops", "FLOPs and MFU"), ("collectives", "Collective skew"),
              ("nccl", "NCCL log"), ("stragglers", "Stragglers"), ("pipeline", "Pipeline"),
+             ("alltoall", "All-to-all"),
              ("critical-path", "Critical path and what to fix"),
              ("gaps", "Gap causes"), ("kernels", "Top kernels"), ("memory", "Memory"))
 
@@ -347,6 +348,41 @@ def _pipeline_section(data: ReportData, fig: _Figures) -> list[str]:
     return out
 
 
+def _alltoall_section(data: ReportData, fig: _Figures) -> list[str]:
+    """The all-to-all volume heatmap (sender x receiver, per step), the hot rank and the
+    imbalance, and the step time it costs; no section for a run without all-to-alls."""
+    res, failed = data.alltoall, data.notes.get("alltoall", [])
+    if res is None:
+        return ['<section id="alltoall"><h2>All-to-all</h2>', H.notes(failed),
+                "</section>"] if failed else []
+    steps = max(int(res["steps"] or 1), 1)
+    mean = res["matrix"].group_by("src", "dst").agg(pl.col("bytes").sum() / steps)
+    hot, cost, step = res["hot_rank"], res["cost_ns_per_step"], res["step_ns"]
+    if hot is None:
+        verdict = (f"Balanced: the largest volume a rank receives is {res['imbalance'] or 1:.2f}x "
+                   "the mean; no rank is hot.")
+    else:
+        share = f" ({100 * res['cost_share']:.1f}% of the {_ms(step)} ms step)" \
+            if res["cost_share"] is not None else ""
+        verdict = (f"Rank {hot} is hot: it receives {res['imbalance']:.2f}x the mean volume "
+                   f"(max / mean, at each step's most uneven exchange). The imbalance costs "
+                   f"{_ms(cost)} ms per step{share} against a balanced assignment of the same "
+                   "total (docs/metrics.md, All-to-all).")
+    return ['<section id="alltoall"><h2>All-to-all</h2>', H.notes(failed),
+            f"<p><b>{_e(verdict)}</b></p>", fig(plots.alltoall_heatmap(mean)),
+            table(res["ranks"].sort(["hot", "recv_bytes", "rank"],
+                                    descending=[True, True, False]), [
+                ("rank", "rank", "text"), ("send_bytes_per_step", "sent (bytes/step)", "text"),
+                ("recv_bytes_per_step", "received (bytes/step)", "text"),
+                ("recv_ratio", "receive ratio", "f3"), ("send_ratio", "send ratio", "f3")],
+                  every_row="traceview alltoall --csv"),
+            table(res["costs"], [
+                ("step", "step", "text"), ("instance", "exchange", "name"),
+                ("hot_rank", "hot rank", "text"), ("lead_ns", "others wait (ms)", "ms"),
+                ("cost_ns", "cost (ms)", "ms")], every_row="traceview alltoall --json")
+            if res["costs"].height else "", "</section>"]
+
+
 def _gaps(data: ReportData, fig: _Figures) -> list[str]:
     out = ['<section id="gaps"><h2>Gap causes</h2>', H.notes(data.notes.get("gaps", []))]
     causes = data.gap_causes
@@ -461,6 +497,7 @@ def render_body(data: ReportData) -> tuple[str, int]:
     fig = _Figures()
     shown = {"flops": data.flops is not None and data.flops.height > 0, "nccl": bool(data.nccl),
              "memory": data.memory_peaks.height > 0,
+             "alltoall": data.alltoall is not None or bool(data.notes.get("alltoall")),
              "critical-path": data.critical_path is not None
              or bool(data.notes.get("critical-path")),
              "pipeline": data.pipeline is not None or bool(data.notes.get("pipeline"))}
@@ -475,6 +512,9 @@ def render_body(data: ReportData) -> tuple[str, int]:
     out += _nccl(data)
     out += _stragglers(data, fig)
     out += _pipeline_section(data, fig)
+
+
+    out += _alltoall_section(data, fig)
     out += _critical_path_section(data)
     out += _gaps(data, fig)
     out += _kernels(data, fig)

@@ -43,6 +43,7 @@ import polars as pl
 
 from traceview import selection
 from traceview.analyses.align import alignment_warnings, apply_offsets, estimate_offsets
+from traceview.analyses.alltoall import alltoall, alltoall_calls, alltoall_matrix, pair_calls
 from traceview.analyses.breakdown import (
     kernels_across_ranks,
     launch_delay_rows,
@@ -52,7 +53,7 @@ from traceview.analyses.breakdown import (
     top_kernels,
     with_self_time,
 )
-from traceview.analyses.collective_match import comm_events, match_collectives
+from traceview.analyses.collective_match import P2P, comm_events, match_collectives
 from traceview.analyses.collectives import (
     alpha_beta,
     collective_ranks,
@@ -60,7 +61,7 @@ from traceview.analyses.collectives import (
     instances,
 )
 from traceview.analyses.critical_path import critical_path
-from traceview.analyses.dependency_graph import culprits, sync_points
+from traceview.analyses.dependency_graph import SYNC_SCHEMA, culprits, sync_points
 from traceview.analyses.diagnose import ModelSize, diagnose
 from traceview.analyses.flops import achieved_flops
 from traceview.analyses.gaps import (
@@ -101,7 +102,7 @@ __all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
 
 #: The analysis commands a Run answers, in the order help lists them. Each is a method.
 ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
-                             "stragglers", "pipeline", "memory", "diagnose")
+                             "stragglers", "pipeline", "alltoall", "memory", "diagnose")
 
 
 class Run:
@@ -560,6 +561,38 @@ class Run:
         return dataclasses.replace(res, warnings=(
             *res.warnings, *(f"pipeline: {note}" for note in found["notes"])))
 
+    def _alltoall(self) -> dict[str, Any]:
+        """The all-to-all answer (``analyses.alltoall``), with ``warnings``: the window's
+        all-to-all calls with their sizes, paired with the matched instances, on the
+        dependency graph of the aligned timeline."""
+        paired, notes = pair_calls(alltoall_calls(self.events), self.match.instances)
+        matrix, more = alltoall_matrix(paired)
+        sync = sync_points(self.collective_ranks.filter(
+            ~pl.col("collective").is_in(list(P2P))), self._p2p_rows) \
+            if matrix.height else pl.DataFrame(schema=SYNC_SCHEMA)
+        found = alltoall(matrix, sync=sync, steps=self.steps, ranks=self.ranks_present)
+        if self.window.ranks is not None and matrix.height:
+            notes.append("alltoall: the window is a choice of ranks: volumes, ratios and the "
+                         "cost compare those ranks only, and an even split (no split sizes) "
+                         "is taken over them")
+        return {**found, "warnings": [*notes, *more]}
+
+    @property
+    def has_alltoall(self) -> bool:
+        """Whether an all-to-all was matched across ranks in the window."""
+        inst = self.match.instances
+        return bool(inst.height) and bool(
+            inst.get_column("collective").cast(pl.String).eq("all_to_all").any())
+
+    def alltoall(self) -> Result:
+        """All-to-all volumes per rank (from the split sizes, else the tensors' shapes), the
+        rank x rank matrix per step, the hot rank and the imbalance (max / mean received), and
+        the step time the imbalance costs; main table ``ranks``."""
+        found = dict(self._alltoall)
+        notes = found.pop("warnings")
+        res = self._result("alltoall", found, main="ranks", uses=("match", "offsets"))
+        return dataclasses.replace(res, warnings=(*res.warnings, *notes))
+
     @cached_property
     def memory_levels(self) -> pl.DataFrame:
         """Every allocator event with the bytes allocated (and reserved) after it, per rank and
@@ -669,6 +702,7 @@ class Run:
                          gaps=self.gap_rows() if self.gpu.height else None,
                          gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
                          devices=self.ranks, model=ModelSize(**model), pipeline=staged,
+                         alltoall=self._alltoall if self.has_alltoall else None,
                          host=self.host if self.gpu.height else None)
         notes += found.pop("notes")  # a refused MFU
         return self._path_result("diagnose", found, main="findings", notes=notes)
