@@ -318,7 +318,7 @@ class Run:
         """The dependency graph's nodes and edges (``analyses.dependency_graph``): one row per
         (collective instance or send/recv pair, rank), aligned, with its wait, transfer and
         the release that gated it."""
-        return sync_points(self.collective_ranks.filter(~pl.col("collective").is_in(["send", "recv"])),
+        return sync_points(self.collective_ranks.filter(~pl.col("collective").is_in(list(P2P))),
                            self._p2p_rows)
 
     @cached_property
@@ -561,15 +561,14 @@ class Run:
         return dataclasses.replace(res, warnings=(
             *res.warnings, *(f"pipeline: {note}" for note in found["notes"])))
 
+    @cached_property
     def _alltoall(self) -> dict[str, Any]:
         """The all-to-all answer (``analyses.alltoall``), with ``warnings``: the window's
         all-to-all calls with their sizes, paired with the matched instances, on the
         dependency graph of the aligned timeline."""
         paired, notes = pair_calls(alltoall_calls(self.events), self.match.instances)
         matrix, more = alltoall_matrix(paired)
-        sync = sync_points(self.collective_ranks.filter(
-            ~pl.col("collective").is_in(list(P2P))), self._p2p_rows) \
-            if matrix.height else pl.DataFrame(schema=SYNC_SCHEMA)
+        sync = self.sync_points if matrix.height else pl.DataFrame(schema=SYNC_SCHEMA)
         found = alltoall(matrix, sync=sync, steps=self.steps, ranks=self.ranks_present)
         if self.window.ranks is not None and matrix.height:
             notes.append("alltoall: the window is a choice of ranks: volumes, ratios and the "
