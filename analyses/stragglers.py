@@ -177,7 +177,6 @@ def stragglers(
             pl.col("evidence_steps").fill_null([]), pl.col("evidence_instances").fill_null([]))
     )
     med_before = rows.filter(pl.col("instances") > 0).get_column("compute_before_ns").median()
-    imposed_col = rows.get_column("imposed_wait_ns")
     caused_col = rows.get_column("caused_wait_ns")
     rows = rows.with_columns(
         compute_ratio=_ratio(rows.get_column("compute_before_ns"), med_before)
@@ -192,7 +191,6 @@ def stragglers(
         significant_instances=pl.lit(n_sig, pl.Int64),
         noise_floor_ns=pl.lit(floor, pl.Int64),
     )
-    del imposed_col
     caused = dict(rows.select("rank", "caused_wait_ns").rows())
     total_caused = sum(caused.values())
     typical = dict(rows.select("rank", "median_caused_wait_per_step_ns").rows())
