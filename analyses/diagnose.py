@@ -284,18 +284,20 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
 
 
 def _cause_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The all-to-all imbalance or pipeline bottleneck that explains a straggler, listed right
-    before that straggler's finding: the same rank, and its cause is what to fix (the
-    straggler's gain, the rank as fast as the median one, is the larger what-if)."""
+    """The all-to-all imbalance or pipeline bottleneck that explains a straggler and that
+    straggler's finding, together where the earlier of the two ranks, the cause first: the
+    same rank, and its cause is what to fix."""
     out = list(rows)
-    for i, f in enumerate(rows):
+    for f in rows:
         if f["id"] != "straggler":
             continue
         cause = next((c for c in out if c["id"] in ("alltoall_imbalance", "pipeline_bottleneck")
                       and c.get("rank") == f["rank"]), None)
         if cause is not None:
+            at = min(out.index(cause), out.index(f))
             out.remove(cause)
-            out.insert(out.index(f), cause)
+            out.remove(f)
+            out[at:at] = [cause, f]
     return out
 
 
