@@ -10,12 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from traceview._dependencies import lazy_module
 from traceview.errors import UsageError
-from traceview.run.run import Run, RunOptions
 from traceview.selection import ALIGN_METHODS
 from traceview.store import traceset
 from traceview.store.executors import ExecutorSpec
 from traceview.store.windows import parse_window
+
+#: The Run, loaded when a command opens one: `ingest` and `info` need only the trace set, and
+#: the Run's analyses cost them ~0.15 s of imports (benchmarks/startup.py-style measurement on
+#: real corpus files).
+run_module = lazy_module("traceview.run.run")
 
 
 def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True,
@@ -142,7 +147,7 @@ def open_traceset(args: argparse.Namespace):  # -> TraceSet
 def open_run(args: argparse.Namespace):  # -> traceview.run.run.Run
     """The Run the command's inputs, window and alignment options describe. A bad option
     fails before any file is read."""
-    options = RunOptions(
+    options = run_module.RunOptions(
         ranks=getattr(args, "ranks", None), steps=getattr(args, "steps", None),
         time=getattr(args, "time", None), skip_warmup=getattr(args, "skip_warmup", 0),
         align=getattr(args, "align", "auto"),
@@ -152,7 +157,7 @@ def open_run(args: argparse.Namespace):  # -> traceview.run.run.Run
         comm_patterns=tuple(getattr(args, "comm_pattern", None) or ()),
         comm_config=getattr(args, "comm_config", None))
     options.window()
-    return Run(open_traceset(args), options)
+    return run_module.Run(open_traceset(args), options)
 
 
 def add_all_arg(parser: argparse.ArgumentParser) -> None:
