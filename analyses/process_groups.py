@@ -11,13 +11,26 @@ the trace does carry: each rank's ``distributedInfo.pg_config`` (the ranks table
    is a set of disjoint groups of ``pg_config`` that covers exactly those ranks, every group
    with the same count on each of its members (order matching inside it is then possible).
 2. One candidate: the calls get its groups (``group`` = the ``pg_name``).
-3. Several (a TP group and a DP group can both cover all ranks): the one under which the
-   calls of each instance complete together wins. Its score is the median, over its
-   (group, position) instances, of the spread of completion times (raw clocks: only valid
-   when all the ranks share a host, hence a clock). The best must beat the next by
-   ``SEPARATION`` x and exceed nothing the noise floor cannot explain; otherwise the group
-   is **not recovered**: the calls keep group ``unresolved:<signature>`` and a
-   ``group_unknown`` problem says why, so no verdict rests on a guess.
+3. Several (a TP group and a DP group can both cover all ranks) are told apart by time, on
+   raw clocks, so only when all the ranks share a host, hence a clock:
+
+   a. **Causality.** No member of an all_reduce, all_gather, reduce_scatter, all_to_all or
+      barrier can complete before every member has arrived (each needs the others' data;
+      calls that only enqueue GPU work are exempt: they return before the exchange).
+      A layout under which some instance's first completion precedes its last arrival by
+      more than the noise floor is impossible, and is dropped. When every rank is held in
+      step by its other groups, completion times agree under every layout (the next rule
+      cannot decide); arrivals still differ, so this is the rule that decides there.
+   b. **Fit.** Among the layouts left, the one under which each instance behaves as one
+      exchange wins: its members complete together (the completion *spread*) and are
+      released by their own last arrival, one transfer later (the *release delay*, first
+      completion minus last arrival, is small; under a wrong layout all of an instance's
+      members may be waiting for a rank outside it). Score: median spread + median release
+      delay over the layout's (group, position) instances; the best must beat the next by
+      ``SEPARATION`` x, and the next must exceed the noise floor.
+
+   Otherwise the group is **not recovered**: the calls keep group ``unresolved:<signature>``
+   and a ``group_unknown`` problem says why, so no verdict rests on a guess.
 
 >>> import polars as pl
 >>> cfg = '[{"pg_name": "0", "ranks": [0, 1, 2, 3]}, {"pg_name": "1", "ranks": [0, 1]}]'
@@ -33,6 +46,11 @@ import polars as pl
 
 #: The winning candidate's completion spread must be this many times below the runner-up's.
 SEPARATION = 4.0
+
+#: Collectives in which every member needs every other member's data, so none can complete
+#: before the last has arrived (a broadcast root or a small eager send may).
+ALL_WAIT_FOR_ALL = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                              "barrier"})
 
 Group = tuple[str, tuple[int, ...]]
 
@@ -116,19 +134,37 @@ def _choose(calls: pl.DataFrame, fits: list[list[Group]], one_host: bool,
     if not one_host:
         return None, (f"{sig}: fits {len(fits)} group layouts ({'; '.join(map(_label, fits))}) "
                       "and the ranks span hosts, so completion times cannot tell them apart")
-    scores = sorted((_spread(calls, c), i) for i, c in enumerate(fits))
+    timed = [(c, _instances(calls, c)) for c in fits]
+    # A CPU launch of GPU work (enqueue_only) returns before the exchange: no causality there.
+    if (calls.get_column("collective")[0] in ALL_WAIT_FOR_ALL
+            and not calls.get_column("enqueue_only").fill_null(False).any()):
+        possible = [(c, inst) for c, inst in timed
+                    if not (inst.get_column("lag") < -floor_ns).any()]
+        if len(possible) == 1:
+            return possible[0][0], ""
+        timed = possible or timed
+    scores = sorted((_misfit(inst), i) for i, (_, inst) in enumerate(timed))
     (best, i), (second, _) = scores[0], scores[1]
     if second > floor_ns and second >= SEPARATION * max(best, 1):
-        return fits[i], ""
-    return None, (f"{sig}: fits {len(fits)} group layouts ({'; '.join(map(_label, fits))}); "
-                  f"completions agree as well under each (median spread {best} vs {second} ns)")
+        return timed[i][0], ""
+    return None, (f"{sig}: fits {len(timed)} group layouts "
+                  f"({'; '.join(_label(c) for c, _ in timed)}); the calls fit each as well "
+                  f"(median completion spread + release delay {best} vs {second} ns)")
 
 
-def _spread(calls: pl.DataFrame, layout: list[Group]) -> int:
-    """Median completion spread of the (group, position) instances ``layout`` implies."""
+def _misfit(instances: pl.DataFrame) -> int:
+    """Median completion spread + median release delay (a negative one counts as 0) of a
+    layout's instances: both near zero when the layout's groups are the real ones."""
+    return int(instances.get_column("spread").median()
+               + instances.get_column("lag").clip(lower_bound=0).median())
+
+
+def _instances(calls: pl.DataFrame, layout: list[Group]) -> pl.DataFrame:
+    """The (group, position) instances ``layout`` implies, each with its completion
+    ``spread`` and its ``lag`` (first completion minus last arrival)."""
     member = pl.DataFrame([(r, i) for i, (_, rs) in enumerate(layout) for r in rs],
                           schema={"rank": pl.Int32, "g": pl.Int64}, orient="row")
-    inst = (calls.join(member, on="rank").sort("rank", "ts_ns")
+    return (calls.join(member, on="rank").sort("rank", "ts_ns")
             .with_columns(k=pl.int_range(pl.len()).over("rank"))
-            .group_by("g", "k").agg(spread=pl.col("end_ns").max() - pl.col("end_ns").min()))
-    return int(inst.get_column("spread").median())
+            .group_by("g", "k").agg(spread=pl.col("end_ns").max() - pl.col("end_ns").min(),
+                                    lag=pl.col("end_ns").min() - pl.col("ts_ns").max()))

@@ -98,6 +98,36 @@ def test_group_recovered_from_pg_config_and_signature() -> None:
     assert res.filter(pl.col("flagged")).get_column("rank").to_list() == [2]
 
 
+def test_group_recovered_by_causality_when_completions_agree_everywhere() -> None:
+    # Rank 1 loads data slowly: the TP all-reduce (1 KiB) holds every rank in step, so the DP
+    # all-reduces (16 KiB) of all four ranks complete within ~1 ms of each other under every
+    # layout. Per step, DP arrivals (ms after the step start): rank 0 at 57, rank 1 at 56,
+    # ranks 2 and 3 at 16 (they wait for their DP partner). A call ends 0.2 ms after the last
+    # member of its true group arrives, plus r x 0.3 ms of recording jitter:
+    #   rank 0: 57.2   rank 1: 56.5   rank 2: 57.8   rank 3: 57.1
+    # Completion spread per instance: DP {0,2} 0.6, {1,3} 0.6 (median 0.6 ms); world 1.3 ms:
+    # only 2.2x apart, below SEPARATION (4x), so completions cannot decide. Arrivals can:
+    #   world  first end 56.5 - last arrival 57 = -0.5 ms: rank 1 done before rank 0 came;
+    #   TP {0,1} likewise -0.5 ms; DP {0,2} +0.2, {1,3} +0.5: only DP is possible.
+    us = 1_000
+    arrive_dp = {0: 57_000, 1: 56_000, 2: 16_000, 3: 16_000}
+    end_dp = {0: 57_200, 1: 56_500, 2: 57_800, 3: 57_100}
+    arrive_tp = {0: 10_000, 1: 50_000, 2: 10_000, 3: 10_000}
+    end_tp = {0: 51_000, 1: 51_300, 2: 11_600, 3: 11_900}
+    rows = []
+    for s in range(4):
+        t = s * 100 * MS
+        for r in range(4):
+            rows.append(step(r, s, t, 100 * MS))
+            rows.append(gloo(r, t + arrive_tp[r] * us, t + end_tp[r] * us, 1024))
+            rows.append(gloo(r, t + arrive_dp[r] * us, t + end_dp[r] * us, 16384))
+    _, ranks = _tp_dp(1024, 16384, slow=None)
+    m = match_collectives(comm_events(events_frame(rows)), ranks=ranks)
+    assert m.problems.filter(pl.col("problem") == "group_unknown").height == 0
+    groups = {g["group"]: g["ranks"] for g in m.groups.iter_rows(named=True)}
+    assert groups == {"1": [0, 1], "2": [2, 3], "3": [0, 2], "4": [1, 3]}
+
+
 def test_no_confident_verdict_without_group_identity() -> None:
     # Same signature for TP and DP calls and nobody slow: every layout explains the
     # completions equally well, so the group is not recovered: a problem says so, and no
