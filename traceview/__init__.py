@@ -22,6 +22,7 @@ from traceview.errors import (  # noqa: E402
     CheckFailed,
     RankConflictError,
     TraceviewError,
+    TwoRunsError,
     UnreadableTraceError,
     UsageError,
 )
@@ -40,7 +41,7 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = ["ANALYSES", "CheckFailed", "RankConflictError", "Result", "Run", "RunOptions",
-           "TraceSet", "TraceviewError", "UnreadableTraceError", "UsageError", "open", "plots",
+           "TraceSet", "TraceviewError", "TwoRunsError", "UnreadableTraceError", "UsageError", "open", "plots",
            "__version__"]
 
 

@@ -28,6 +28,10 @@ class RankConflictError(TraceviewError):
         self.skippable = skippable
 
 
+class TwoRunsError(RankConflictError):
+    """Files of one rank, or of one job, come from two runs (``traceview.store.runs``)."""
+
+
 class UsageError(TraceviewError):
     """Bad arguments or options."""
 

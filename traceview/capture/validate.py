@@ -13,7 +13,9 @@ Checks (``Problem.code``):
 * ``unreadable_file``, ``truncated_file`` (per file), ``no_rank`` (a file of a multi-file run
   names no rank);
 * ``duplicate_rank`` (two files claim one rank and their times overlap; disjoint ones are
-  the rank's profiling windows: ``traceview.store.windows``), ``missing_rank`` (a rank of
+  the rank's profiling windows: ``traceview.store.windows``), ``mixed_runs`` (disjoint files
+  of one rank that are two runs, not one process's windows: ``traceview.store.runs``, the rule
+  every command applies), ``missing_rank`` (a rank of
   ``0 .. world_size - 1`` wrote nothing; the world size comes from run.json, else the largest the
   traces claim), ``unexpected_rank``, ``world_size_mismatch``;
 * ``no_steps`` (no ``ProfilerStep#N`` range on a rank);
@@ -44,11 +46,15 @@ import polars as pl
 from traceview.analyses.align import anchors_from
 from traceview.analyses.collective_match import comm_events, match_collectives
 from traceview.capture.sync_probe import SYNC_NAME
+from traceview.store.runs import RunIdentity, run_difference
 from traceview.store.steps import step_ranges
+from traceview.store.windows import HOST_KINDS as _HOST_KINDS
 
 FILES_SCHEMA: dict[str, pl.DataType] = {
     "file_id": pl.Int32, "path": pl.String, "rank": pl.Int32, "rank_from": pl.String,
     "world_size": pl.Int32, "warnings": pl.String, "dropped": pl.String, "error": pl.String,
+    # what tells two runs from one process's windows (``traceview.store.runs``); may be null
+    "source": pl.String, "host": pl.String, "backend": pl.String, "pg_config": pl.String,
 }
 
 #: Kinds whose timestamps are not recorded activity (excluded from a rank's time window).
@@ -68,6 +74,9 @@ FIX = {
                       "windows apart in time): remove traces left from "
                       "an earlier run (write each run to a fresh directory) or use "
                       "traceview.capture.profile, whose file names carry rank, host and pid",
+    "mixed_runs": "the directory mixes runs: write each run to its own directory (or pick "
+                  "one with --run-of FILE); traceview.capture.profile names each run's files "
+                  "by rank, host and pid",
     "missing_rank": "every rank must run the profiler, not only rank 0: call "
                     "traceview.capture.profile (or torch.profiler) on all ranks, and check this "
                     "rank's log for a crash before it wrote its trace",
@@ -267,31 +276,56 @@ def _steps_text(steps: set[int]) -> str:
 
 def validate(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame, *,
              run_info: dict[str, Any] | None = None) -> list[Problem]:
-    """All checks: :func:`check_files`, then :func:`check_events` on one file per rank."""
-    problems = [p for p in check_files(files, run_info=run_info)
-                if not (p.code == "duplicate_rank" and _profiling_windows(events, files, p))]
+    """All checks: :func:`check_files`, then :func:`check_events` on one file per rank. A
+    ``duplicate_rank`` whose files are disjoint in time is the rank's profiling windows (no
+    problem), or ``mixed_runs`` when they are not one process's."""
+    problems = []
+    for p in check_files(files, run_info=run_info):
+        if p.code == "duplicate_rank":
+            p = _windows_or_runs(events, files, p)
+        if p is not None:
+            problems.append(p)
     ev = _first_file_per_rank(events.lazy(), files)
     return problems + check_events(ev)
 
 
-def _profiling_windows(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame,
-                       problem: Problem) -> bool:
-    """Are the files of a ``duplicate_rank`` problem disjoint in time, so one rank's
-    profiling windows (``traceview.store.windows``) rather than a conflict?"""
-    ids = files.filter(pl.col("path").is_in(problem.files))["file_id"].to_list()
-    spans = (events.lazy().filter(pl.col("file_id").is_in(ids)).group_by("file_id")
+def _windows_or_runs(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame,
+                     problem: Problem) -> Problem | None:
+    """A ``duplicate_rank`` problem as it stands (times overlap, or a file without events),
+    None (one process's profiling windows), or ``mixed_runs`` naming what differs."""
+    rows = {r["file_id"]: r for r in files.filter(pl.col("path").is_in(problem.files)
+                                                  & (pl.col("rank") == problem.rank)).to_dicts()}
+    host = pl.col("kind").cast(pl.String).is_in(_HOST_KINDS)
+    spans = (events.lazy().filter(pl.col("file_id").is_in(list(rows))).group_by("file_id")
              .agg(start=pl.col("ts_ns").min(),
-                  end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max())
+                  end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max(),
+                  first_step=pl.col("step").min(), last_step=pl.col("step").max(),
+                  pid=pl.col("pid").filter(host).drop_nulls().mode().first())
              .sort("start").collect())
-    if spans.height != len(ids):
-        return False  # a file without events has no place in time
-    return bool((spans["start"].shift(-1) >= spans["end"]).fill_null(True).all())
+    if spans.height != len(rows):
+        return problem  # a file without events has no place in time
+    if not (spans["start"].shift(-1) >= spans["end"]).fill_null(True).all():
+        return problem
+    ids = [RunIdentity(
+        path=rows[s["file_id"]]["path"], source=rows[s["file_id"]]["source"],
+        host=rows[s["file_id"]]["host"], pid=s["pid"],
+        world_size=rows[s["file_id"]]["world_size"], backend=rows[s["file_id"]]["backend"],
+        pg_config=rows[s["file_id"]]["pg_config"], start_ns=s["start"], end_ns=s["end"],
+        first_step=s["first_step"], last_step=s["last_step"]) for s in spans.to_dicts()]
+    for before, after in zip(ids, ids[1:]):
+        why = run_difference(before, after)
+        if why:
+            return _problem("mixed_runs", f"rank {problem.rank}: {before.path} and "
+                            f"{after.path} are two runs ({why})", rank=problem.rank,
+                            file=after.path, files=[before.path, after.path])
+    return None
 
 
 def validate_traceset(ts: Any, *, run_info: dict[str, Any] | None = None) -> list[Problem]:
     """:func:`validate` for an opened TraceSet (whose ranks are already unique)."""
     files = ts.files.select("file_id", "path", "warnings", "dropped").join(
-        ts.ranks.select("file_id", "rank", "rank_from", "world_size"), on="file_id", how="left")
+        ts.ranks.select("file_id", "rank", "rank_from", "world_size", "source", "host",
+                        "backend", "pg_config"), on="file_id", how="left")
     files = files.with_columns(error=pl.lit(None, pl.String)).select(list(FILES_SCHEMA)).cast(
         FILES_SCHEMA)
     return validate(ts.events, files, run_info=run_info)

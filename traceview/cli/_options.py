@@ -33,6 +33,9 @@ def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True,
                         help="skip unreadable files (listed) instead of failing")
     parser.add_argument("--rank-map", metavar="FILE=RANK", action="append", default=[],
                         help="explicit rank for a file (repeatable)")
+    parser.add_argument("--run-of", metavar="FILE", default=None,
+                        help="the inputs mix runs (or jobs): keep the run FILE belongs to, "
+                             "leaving the others out with a warning")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
     parser.add_argument("--cache-dir", metavar="DIR", help="where the Parquet cache lives")
     add_include_osrt_arg(parser)
@@ -141,6 +144,7 @@ def open_traceset(args: argparse.Namespace):  # -> TraceSet
         executor=executor_spec(args),
         window=parse_window(getattr(args, "window", None)),
         options=parse_options(args),
+        run_of=getattr(args, "run_of", None),
     )
 
 

@@ -102,7 +102,8 @@ def load_run(paths: list[Path], *, cache: bool = True, cache_dir: str | None = N
         for r in ts.ranks.iter_rows(named=True):
             rows.append({"file_id": file_id, "path": str(path), "rank": r["rank"],
                          "rank_from": r["rank_from"], "world_size": r["world_size"],
-                         "warnings": f["warnings"], "dropped": f["dropped"]})
+                         "warnings": f["warnings"], "dropped": f["dropped"],
+                         **{k: r.get(k) for k in ("source", "host", "backend", "pg_config")}})
         # collected now: without a cache the TraceSet's temporary directory dies with it
         frames.append(ts.events.with_columns(pl.lit(file_id, pl.Int32).alias("file_id"))
                       .collect())

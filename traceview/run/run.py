@@ -882,7 +882,7 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
 
     The window, alignment and classification keywords are :class:`RunOptions`; the others
     (``skip_bad``, ``rank_map``, ``cache``, ``cache_dir``, ``progress``, ``executor``,
-    ``scheduler``, ``options``) are how the files are read (:func:`traceview.store.traceset.open`).
+    ``scheduler``, ``options``, ``window``, ``run_of``) are how the files are read (:func:`traceview.store.traceset.open`).
     """
     options = RunOptions(ranks=ranks, steps=steps, time=time, skip_warmup=skip_warmup,
                          align=align, reference_rank=reference_rank, tolerance_us=tolerance_us,

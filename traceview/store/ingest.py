@@ -263,8 +263,11 @@ def _available_memory() -> int:
 def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
            skip_bad: bool = False, rank_map: dict[str, int] | None = None,
            options: dict[str, Any] | None = None, progress: bool = False,
-           executor: Executor | Any = None) -> IngestResult:
+           executor: Executor | Any = None, run_of: str | None = None) -> IngestResult:
     """Parse every input (in parallel), then resolve ranks across files.
+
+    ``run_of``: keep only the run this input file belongs to (``--run-of``); the files of
+    other runs are listed in ``skipped`` with the reason (``traceview.store.placement``).
 
     ``executor``: an ``Executor``, a :class:`traceview.store.executors.ExecutorSpec`, ``"local"`` or
     ``"dask"``; None parses small inputs in this process and large ones in a local pool.
@@ -306,7 +309,10 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
             raise _error(outcome)
     if not results:
         raise UnreadableTraceError(", ".join(str(f) for f in files), "no readable trace")
-    rank_of, window_of = place(results, rank_map or {}, skipped if skip_bad else None)
+    left_out: list[tuple[str, str]] = []
+    rank_of, window_of = place(results, rank_map or {}, skipped if skip_bad else None,
+                               run_of=run_of, left_out=left_out)
+    skipped += left_out
     skipped += [(str(p), f"{p}: passed over, not a trace (no traceEvents)") for p in ignored]
     return IngestResult(files=results, rank_of=rank_of, skipped=skipped, window_of=window_of,
                         notes=[f"{f}: {note}" for f, note in healed.items()])

@@ -3,22 +3,33 @@
 Ranks are resolved across the files of a set: ``distributedInfo``, then the file name, then an
 explicit mapping (``--rank-map``); a single rank-less file, or the rank-less files of one
 process, are rank 0 with a warning. Several files of one rank are its profiling windows when
-their times do not overlap (``traceview.store.windows``); overlapping ones are an error naming both,
-and ``--skip-bad`` leaves the damaged one out.
+their times do not overlap and they are one process's (``traceview.store.windows``,
+``traceview.store.runs``); overlapping ones are an error naming both, and ``--skip-bad`` leaves
+the damaged one out. Files of two runs, or of two jobs, are an error naming two of them and what
+differs, unless ``--run-of FILE`` keeps FILE's run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from traceview.errors import RankConflictError
+from traceview.errors import RankConflictError, TwoRunsError, UsageError
 from traceview.parsers import family, rank_from_file_name
 from traceview.store.ingested import FileResult, IngestResult
+from traceview.store.runs import (
+    RunIdentity,
+    job_difference,
+    nearest_run,
+    run_difference,
+    runs_of,
+)
 from traceview.store.windows import (
+    FileSpan,
     WindowChoice,
     chosen_windows,
     file_span,
@@ -28,27 +39,55 @@ from traceview.store.windows import (
 
 
 def place(results: list[FileResult], rank_map: dict[str, int],
-           skipped: list[tuple[str, str]] | None,
+           skipped: list[tuple[str, str]] | None, *, run_of: str | None = None,
+           left_out: list[tuple[str, str]] | None = None,
            ) -> tuple[dict[tuple[int, int | None], int], dict[tuple[int, int], int]]:
     """(rank of every (file, parsed rank), window of every (file, rank)). With ``skipped``
     (``--skip-bad``), files that cannot be placed are left out and listed there: those
     without a rank, and the damaged (or empty) one of two that claim one rank at one time.
-    ``results`` loses them in place."""
+    ``run_of`` (``--run-of FILE``): only the files of FILE's run are kept, the others listed
+    in ``left_out`` with the reason (:func:`keep_run`). Files of two runs or two jobs are
+    otherwise a :class:`TwoRunsError` (``traceview.store.runs``). ``results`` loses the files
+    left out in place."""
+    spans: dict[str, FileSpan] = {}
+
+    def identity_of(i: int, rank_of: dict[tuple[int, int | None], int], rank: int
+                    ) -> RunIdentity:
+        path = results[i].events_path
+        if path not in spans:
+            spans[path] = file_span(path)
+        parsed = next((p for (j, p), r in rank_of.items() if j == i and r == rank), None)
+        return run_identity(results[i], parsed, spans[path])
+
     def windows(rank_of: dict[tuple[int, int | None], int]) -> dict[tuple[int, int], int]:
         return number_windows([r.path for r in results], rank_of,
-                              lambda i: file_span(results[i].events_path),
+                              lambda i, rank: identity_of(i, rank_of, rank),
                               lambda i: _damaged(results[i]))
 
     while True:
         try:
             rank_of = resolve_ranks(results, rank_map)
+            if run_of is not None:
+                why = keep_run(results, rank_of, run_of,
+                               lambda i, rank: identity_of(i, rank_of, rank))
+                if left_out is not None:
+                    left_out += [(results[i].path, text) for i, text in sorted(why.items())]
+                results[:] = [r for i, r in enumerate(results) if i not in why]
+                run_of = None  # chosen: what is left is placed as usual
+                continue
             try:
-                return rank_of, windows(rank_of)
+                window_of = windows(rank_of)
+            except TwoRunsError:
+                raise
             except RankConflictError:
                 by_name = _ranks_from_names(results, rank_of, rank_map)
                 if by_name is None:
                     raise
-                return by_name, windows(by_name)
+                rank_of, window_of = by_name, windows(by_name)
+            check_one_job(results, rank_of)
+            return rank_of, window_of
+        except TwoRunsError:
+            raise  # no damaged file to skip: the caller must choose a run
         except RankConflictError as exc:
             leave = set(exc.skippable)
             if skipped is None or not leave or len(leave) >= len(results):
@@ -57,6 +96,81 @@ def place(results: list[FileResult], rank_map: dict[str, int],
                 results.remove(result)
                 why = str(exc).removeprefix(f"{result.path}: ")
                 skipped.append((result.path, f"{result.path}: cannot be placed ({why})"))
+
+
+def run_identity(result: FileResult, parsed_rank: int | None, span: FileSpan) -> RunIdentity:
+    """What ``result`` (the part of it for ``parsed_rank``) says about its run."""
+    info = next((r for r in result.ranks if r["rank"] == parsed_rank), result.ranks[0])
+    return RunIdentity(
+        path=result.path, source=family(result.format), host=info.get("host"),
+        pid=info.get("pid") if info.get("pid") is not None else span.pid,
+        world_size=info.get("world_size"), backend=info.get("backend"),
+        pg_config=info.get("pg_config"), start_ns=span.start_ns, end_ns=span.end_ns,
+        first_step=span.first_step, last_step=span.last_step)
+
+
+def check_one_job(results: list[FileResult], rank_of: dict[tuple[int, int | None], int]
+                  ) -> None:
+    """Files of different ranks must come from one job: a :class:`TwoRunsError` naming two
+    files that disagree on the world size or backend. Only the header is consulted."""
+    first: RunIdentity | None = None
+    for (i, parsed), rank in sorted(rank_of.items(), key=lambda kv: (kv[1], kv[0][0])):
+        info = next((r for r in results[i].ranks if r["rank"] == parsed), results[i].ranks[0])
+        here = RunIdentity(path=results[i].path, world_size=info.get("world_size"),
+                           backend=info.get("backend"))
+        if first is None:
+            first = here
+            continue
+        why = job_difference(first, here)
+        if why:
+            raise TwoRunsError(f"{first.path} and {here.path} come from two jobs ({why}); "
+                               f"keep one with --run-of FILE, or give each job its own folder")
+
+
+def keep_run(results: list[FileResult], rank_of: dict[tuple[int, int | None], int],
+             run_of: str, identity_of: Callable[[int, int], RunIdentity]) -> dict[int, str]:
+    """The files to leave out so that only ``run_of``'s run remains, each with the reason:
+    of ``run_of``'s rank, the files of its other runs (``runs.runs_of``); of the other ranks,
+    every run but the one of the same job with the most time in common with it
+    (``runs.nearest_run``). A ``UsageError`` when ``run_of`` is not one of the inputs."""
+    ref_index = _index_of(results, run_of)
+    files_of: dict[int, list[int]] = {}
+    for (i, _), rank in rank_of.items():
+        files_of.setdefault(rank, [])
+        if i not in files_of[rank]:
+            files_of[rank].append(i)
+    ref_rank = next(rank for (i, _), rank in rank_of.items() if i == ref_index)
+    index = {results[i].path: i for i in range(len(results))}
+    ref_run = next(run for run in runs_of([identity_of(i, ref_rank)
+                                           for i in files_of[ref_rank]])
+                   if any(f.path == results[ref_index].path for f in run))
+    kept: set[str] = set()
+    why: dict[str, str] = {}
+    for rank, files in files_of.items():
+        runs = runs_of([identity_of(i, rank) for i in files])
+        keep = ref_run if rank == ref_rank else nearest_run(runs, ref_run)
+        kept |= {f.path for f in keep or []}
+        for f in (f for run in runs for f in run if f not in (keep or [])):
+            other = (keep or ref_run)[0]
+            diff = run_difference(*sorted((f, other), key=lambda x: x.start_ns or 0))
+            why[f.path] = (f"{f.path}: another run than {run_of} "
+                           f"({diff or 'no time in common'}); left out (--run-of)")
+    # a file of several ranks stays when any of its ranks keeps it
+    return {index[path]: text for path, text in why.items() if path not in kept}
+
+
+def _index_of(results: list[FileResult], path: str) -> int:
+    """The index of the input ``path`` names (as given, resolved, or by file name)."""
+    want = Path(path)
+    for i, r in enumerate(results):
+        if r.path == path or Path(r.path).resolve() == want.resolve():
+            return i
+    named = [i for i, r in enumerate(results) if Path(r.path).name == want.name]
+    if len(named) == 1:
+        return named[0]
+    raise UsageError(f"--run-of {path}: not one of the traces read "
+                     f"({', '.join(r.path for r in results[:3])}"
+                     f"{', ...' if len(results) > 3 else ''})")
 
 
 def _ranks_from_names(results: list[FileResult], rank_of: dict[tuple[int, int | None], int],

@@ -224,8 +224,13 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
          rank_map: dict[str, int] | None = None, cache: bool = True,
          cache_dir: str | Path | None = None, progress: bool = False,
          options: dict[str, Any] | None = None, executor: Any = None,
-         scheduler: str | None = None, window: WindowChoice = None) -> TraceSet:
+         scheduler: str | None = None, window: WindowChoice = None,
+         run_of: str | Path | None = None) -> TraceSet:
     """Open trace files, folders of traces, or a store (folder or URL) written by ``ingest -o``.
+
+    ``run_of``: when the inputs hold several runs (files of one rank that are not one
+    process's profiling windows, or files of two jobs: ``traceview.store.runs``), keep the run
+    this input file belongs to; without it such inputs raise ``TwoRunsError``.
 
     ``window``: one profiling window of each rank (``traceview.store.windows``): its number, from
     0, or ``"last"``; None (default) keeps every window. Out of range: ``UsageError``.
@@ -242,6 +247,8 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
         executor = ExecutorSpec(executor or "dask", scheduler=scheduler)
 
     urls = [p for p in items if remote_store.is_url(p)]
+    if run_of is not None and (urls or any(store.is_store(Path(p)) for p in items)):
+        raise UsageError("--run-of picks among trace files; a store already holds one run")
     if urls:
         if len(items) > 1 or not remote_store.is_store(urls[0]):
             raise UsageError("a URL input must be a traceview store, and the only input")
@@ -261,7 +268,8 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
     if not cache:
         cache_dir = _temporary_cache_dir()
     result = ingest(items, cache_dir=cache_dir, skip_bad=skip_bad, rank_map=rank_map,
-                    options=options, progress=progress, executor=executor)
+                    options=options, progress=progress, executor=executor,
+                    run_of=str(run_of) if run_of is not None else None)
     ts = _from_ingest(select_window(result, window))
     ts.notes = [*notes, *result.notes]
     ts.executor = executor

@@ -6,7 +6,8 @@ per rank (``tensorboard_trace_handler``: ``<host>_<pid>.<time>.pt.trace.json[.gz
 * Files that resolve to the same rank are that rank's **profiling windows** when their event
   time ranges do not overlap. They are numbered 0, 1, 2 ... in time order (by first event).
 * Two files of one rank whose time ranges overlap are a conflict (two different runs, say):
-  an error naming both files.
+  an error naming both files. So are disjoint files that are not one process's windows
+  (``traceview.store.runs``: another host, process, world size, or steps that start again).
 * Steps keep their ``ProfilerStep`` numbers: the profiler's step counter keeps counting across
   cycles, so they are distinct across windows.
 
@@ -29,8 +30,9 @@ from typing import Any
 
 import polars as pl
 
-from traceview.errors import RankConflictError, UsageError
+from traceview.errors import RankConflictError, TwoRunsError, UsageError
 from traceview.store import parquet as store
+from traceview.store.runs import RunIdentity, run_difference
 
 #: ``--window`` value: a window number (from 0) or ``"last"``; None selects every window.
 WindowChoice = int | str | None
@@ -40,23 +42,32 @@ WindowChoice = int | str | None
 _HANDLER_NAME = r"^(?P<worker>.+)\.\d+\.pt\.trace\.json(?:\.gz)?$"
 
 
+#: Event kinds a host process records under its own pid (device rows carry a device id).
+HOST_KINDS = ("cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver")
+
+
 @dataclass(frozen=True)
 class FileSpan:
-    """The times and steps of one file's events (None when it holds no timed event)."""
+    """The times and steps of one file's events (None when it holds no timed event), and
+    the process id its host events carry most (None when it has none)."""
 
     start_ns: int | None
     end_ns: int | None
     first_step: int | None
     last_step: int | None
+    pid: int | None = None
 
 
 def file_span(events_path: str | Path) -> FileSpan:
-    """First start, last end, first and last step of an events file (three columns read)."""
+    """First start, last end, first and last step of an events file, and its host events'
+    process (five columns read)."""
+    host = pl.col("kind").cast(pl.String).is_in(HOST_KINDS)
     row = store.scan_events(events_path).select(
         pl.col("ts_ns").min().alias("start_ns"),
         (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max().alias("end_ns"),
         pl.col("step").min().alias("first_step"),
         pl.col("step").max().alias("last_step"),
+        pl.col("pid").filter(host).drop_nulls().mode().first().alias("pid"),
     ).collect().row(0, named=True)
     return FileSpan(**row)
 
@@ -69,13 +80,14 @@ def process_of_file_name(name: str) -> str | None:
 
 
 def number_windows(paths: list[str], rank_of: Mapping[tuple[int, Any], int],
-                   span_of: Callable[[int], FileSpan],
+                   identity_of: Callable[[int, int], RunIdentity],
                    damaged: Callable[[int], bool] = lambda i: False,
                    ) -> dict[tuple[int, int], int]:
     """Window number of every (file index, rank): 0 for a rank's only file; for a rank with
-    several files, their order in time. ``span_of(i)`` is asked only for the files of such
-    ranks. Raises :class:`RankConflictError` naming two files whose times overlap (the
-    ``damaged`` ones of them skippable)."""
+    several files, their order in time. ``identity_of(i, rank)`` (times, steps, process: what
+    tells windows from runs) is asked only for the files of such ranks. Raises
+    :class:`RankConflictError` naming two files whose times overlap (the ``damaged`` ones of
+    them skippable), or that are two runs."""
     files_of: dict[int, list[int]] = {}
     for (i, _), rank in rank_of.items():
         files_of.setdefault(rank, [])
@@ -83,30 +95,34 @@ def number_windows(paths: list[str], rank_of: Mapping[tuple[int, Any], int],
             files_of[rank].append(i)
     window_of: dict[tuple[int, int], int] = {}
     for rank, files in files_of.items():
-        ordered = files if len(files) == 1 else _in_time_order(paths, rank, files, span_of,
-                                                                 damaged)
+        ordered = files if len(files) == 1 else _in_time_order(
+            paths, rank, {i: identity_of(i, rank) for i in files}, damaged)
         window_of.update({(i, rank): n for n, i in enumerate(ordered)})
     return window_of
 
 
-def _in_time_order(paths: list[str], rank: int, files: list[int],
-                   span_of: Callable[[int], FileSpan],
+def _in_time_order(paths: list[str], rank: int, files: dict[int, RunIdentity],
                    damaged: Callable[[int], bool]) -> list[int]:
-    """``files`` (of one rank) sorted by start, or a conflict when two overlap in time."""
-    spans = {i: span_of(i) for i in files}
-    empty = [i for i in files if spans[i].start_ns is None]
+    """``files`` (of one rank) sorted by start; a conflict when two overlap in time or are
+    not one process's windows."""
+    empty = [i for i, f in files.items() if f.start_ns is None]
     if empty:  # a file without events has no place in time: it cannot be told apart
         other = next(i for i in files if i != empty[0])
         raise RankConflictError(f"{paths[other]} and {paths[empty[0]]} both claim rank {rank} "
                                 f"and {paths[empty[0]]} holds no timed event",
                                 skippable=(paths[empty[0]],))
-    ordered = sorted(files, key=lambda i: (spans[i].start_ns, spans[i].end_ns, i))
+    ordered = sorted(files, key=lambda i: (files[i].start_ns, files[i].end_ns, i))
     for before, after in zip(ordered, ordered[1:]):
-        if spans[after].start_ns < spans[before].end_ns:
+        if files[after].start_ns < files[before].end_ns:
             raise RankConflictError(
                 f"{paths[before]} and {paths[after]} both claim rank {rank} and their times "
                 f"overlap (not two profiling windows of one run)",
                 skippable=tuple(paths[i] for i in (before, after) if damaged(i)))
+        why = run_difference(files[before], files[after])
+        if why:
+            raise TwoRunsError(
+                f"{paths[before]} and {paths[after]} both claim rank {rank} but are two runs "
+                f"({why}); keep one with --run-of FILE, or give each run its own folder")
     return ordered
 
 
