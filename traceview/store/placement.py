@@ -77,9 +77,7 @@ def place(results: list[FileResult], rank_map: dict[str, int],
                 continue
             try:
                 window_of = windows(rank_of)
-            except TwoRunsError:
-                raise
-            except RankConflictError:
+            except RankConflictError:  # two runs too: per-rank copies can look like them
                 by_name = _ranks_from_names(results, rank_of, rank_map)
                 if by_name is None:
                     raise
