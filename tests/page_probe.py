@@ -7,7 +7,11 @@ the page and writes a ``<pre id="tv-status">`` JSON that ``--dump-dom`` returns:
 
 * ``load_ms``: ``performance.now()`` at the load event (navigation start to load, real time
   unless a virtual time budget is given);
-* ``height``: the document's scroll height (px) at a 1280 px wide window;
+* ``height``: the document's scroll height (px) at a 1280 px wide window (``width`` picks
+  another); ``width`` / ``viewport``: the document's scroll width and the window's (a page
+  wider than its window scrolls sideways); ``verdict_top`` / ``verdict_text``: where the
+  verdict section starts (px from the top) and its text; ``no_gpu_mentions``: how often the
+  visible text says "no GPU events" (any case);
 * ``figures``: per plotly div, its ``id``, ``height`` (px), ``marks`` (drawn data marks:
   bar, point and line paths, heatmap images, under the figure's plot layer: ``.overplot``
   in plotly.js 3, ``.plot`` before) and whether its
@@ -63,6 +67,7 @@ window.addEventListener('load', function () {
     if (e.textContent.indexOf(needle) >= 0) { n += 1; } }); return n; };
   var remote = performance.getEntriesByType('resource').map(function (r) { return r.name; })
     .filter(function (u) { return !/^(data|blob|file|about):/.test(u); });
+  var verdict = document.getElementById('verdict');
   var s = document.createElement('pre'); s.id = 'tv-status';
   s.textContent = JSON.stringify({load_ms: loadMs,
     height: document.documentElement.scrollHeight, figures: figures,
@@ -71,7 +76,11 @@ window.addEventListener('load', function () {
     imgs: document.querySelectorAll('img').length,
     scripts: document.querySelectorAll('script').length, remote: remote,
     cells: count('td'), svg_texts: count('.main-svg text'),
-    text_has: document.body.innerText.indexOf(needle) >= 0});
+    text_has: document.body.innerText.indexOf(needle) >= 0,
+    width: document.documentElement.scrollWidth, viewport: window.innerWidth,
+    verdict_top: verdict ? verdict.getBoundingClientRect().top : null,
+    verdict_text: verdict ? verdict.innerText : null,
+    no_gpu_mentions: document.body.innerText.toLowerCase().split('no gpu events').length - 1});
   document.body.appendChild(s); });
 </script>"""
 
@@ -92,7 +101,7 @@ def instrumented(page: str, needle: str = "") -> str:
 
 
 def launch(browser: str, page: Path, profile: Path, *,
-           virtual_time_ms: int | None = 1500) -> subprocess.Popen:
+           virtual_time_ms: int | None = 1500, width: int = 1280) -> subprocess.Popen:
     """Start Chromium dumping ``page``'s DOM after load; no request leaves the machine
     (every host resolves to nothing). ``virtual_time_ms`` None: real time (for load times)."""
     budget = [] if virtual_time_ms is None else [f"--virtual-time-budget={virtual_time_ms}"]
@@ -100,7 +109,7 @@ def launch(browser: str, page: Path, profile: Path, *,
         [browser, "--headless", "--no-sandbox", "--disable-gpu",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--no-first-run", f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
-         "--window-size=1280,1000", *budget, "--dump-dom", page.as_uri()],
+         f"--window-size={width},1000", *budget, "--dump-dom", page.as_uri()],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 

@@ -124,3 +124,41 @@ def test_report_of_a_long_run_bins_its_steps(tmp_path: Path) -> None:
     assert st["text_has"]
     assert "each column: 2 steps, the slowest shown" in page
     assert "Slowest steps: step " in page
+
+
+# ------------------------------------------------------------------- verdict first, any width
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_first_screen_is_the_verdict_and_nothing_is_wider_than_the_page(
+        tmp_path: Path, width: int) -> None:
+    """A CPU multi-rank run and a synthetic GPU run: the verdict opens the page in the words
+    of the CLI (``diagnose``'s first finding, ``summary``'s worst straggler), the CPU-only run
+    says "no GPU events" once, and no section makes the page scroll sideways."""
+    import polars as pl
+
+    import traceview
+    from fixtures.synthetic import SyntheticSpec, generate
+    from traceview.outputs.words import finding_headline, straggler_sentence
+
+    browser = _chromium()
+    generate(SyntheticSpec(world_size=2, steps=3), tmp_path / "gpu")
+    runs = {"cpu": traceview.open(FIX / "gloo_ddp_4r_noisy_slow2", cache=False),
+            "gpu": traceview.open(tmp_path / "gpu", cache=False)}
+    procs = {}
+    for name, run in runs.items():
+        page = tmp_path / f"{name}.html"
+        page.write_text(instrumented(_report(run)), encoding="utf-8")
+        procs[name] = launch(browser, page, tmp_path / f"profile-{name}", width=width)
+    seen = {name: status(proc) for name, proc in procs.items()}
+    for name, st in seen.items():
+        run = runs[name]
+        assert st["errors"] == []
+        assert st["width"] <= st["viewport"], (name, st["width"], st["viewport"])
+        assert st["verdict_top"] is not None and st["verdict_top"] < 200
+        first = run.diagnose()["findings"].filter(pl.col("severity") != "info").row(
+            0, named=True)
+        assert finding_headline(first) in st["verdict_text"]
+        worst = straggler_sentence(run.summary()["worst_straggler"])
+        assert worst.capitalize() in st["verdict_text"]
+    assert "Worst straggler: rank 2" in seen["cpu"]["verdict_text"]
+    assert seen["cpu"]["no_gpu_mentions"] == 1
+    assert seen["gpu"]["no_gpu_mentions"] == 0

@@ -28,6 +28,7 @@ from traceview.cli._options import (
     open_run,
 )
 from traceview.cli._render import emit_result, ms, pct, short, table
+from traceview.outputs.words import finding_headline
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -126,11 +127,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
     print(f"to do, biggest gain first (step {ms(step)} ms):" if todo.height else
           "nothing to fix found on the critical path")
     for i, f in enumerate(todo.iter_rows(named=True), 1):
-        gain = (f"save ~{ms(f['gain_ns_per_step'])} ms/step ({pct(f['gain_share'])})"
-                if f["gain_ns_per_step"] is not None else
-                f"{ms(f['path_ns_per_step'])} ms/step on the path ({pct(f['path_share'])}), "
-                "gain unknown")
-        print(f"{i}. [{f['severity']}] {gain}: {f['title']}")
+        print(f"{i}. [{f['severity']}] {finding_headline(f)}")
         print(f"   fix: {f['recommendation']}")
         print(f"   evidence: {_evidence(f['evidence'])}; confidence: {f['confidence']}")
     for f in findings.filter(findings["severity"] == "info").iter_rows(named=True):

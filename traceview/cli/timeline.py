@@ -35,6 +35,7 @@ from traceview.cli._render import (
     table,
     us,
 )
+from traceview.outputs.words import straggler_sentence
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -283,11 +284,7 @@ def run_summary(args: argparse.Namespace) -> int:
          for r in rows.iter_rows(named=True)]))
     if rows.height < df.height:
         print(not_shown(rows.height, df.height, "summary"))
-    if straggler.get("rank") is not None:
-        print(f"worst straggler: rank {straggler['rank']} "
-              f"(imposed wait {ms(straggler.get('imposed_wait_ns'))} ms)")
-    else:
-        print(f"worst straggler: none ({straggler.get('reason')})")
+    print(straggler_sentence(straggler))
     notes = [f"note: rank {r['rank']}: {r['note']}"
              for r in df.filter(pl.col("note").is_not_null()).iter_rows(named=True)]
     _print_capped(notes, args, "summary")

@@ -381,6 +381,28 @@ def _bin_columns(n: int, most: int = MAX_COLUMNS) -> int:
     return max(1, -(-n // most))
 
 
+#: A step-time heatmap's colours span at least this fraction of the median on each side, so
+#: that a spread of a few tenths of a percent (noise) does not fill the whole colour scale and
+#: look like structure.
+MIN_COLOUR_SPAN = 0.10
+
+
+def anchored_range(values: pl.Series) -> tuple[float, float]:
+    """The colour range of a step-time heatmap: the values' range, widened to at least
+    ``MIN_COLOUR_SPAN`` x the median on each side of it.
+
+    >>> anchored_range(pl.Series([6.31, 6.33, 6.35]))
+    (5.697, 6.963)
+    """
+    v = values.drop_nulls()
+    if v.len() == 0:
+        return 0.0, 1.0
+    median = float(v.median())
+    lo, hi = float(v.min()), float(v.max())
+    return (round(min(lo, median * (1 - MIN_COLOUR_SPAN)), 6),
+            round(max(hi, median * (1 + MIN_COLOUR_SPAN)), 6))
+
+
 def rank_step_heatmap(spans: pl.DataFrame, *,
                       title: str = "Step time per rank and step (ms)") -> Any:
     """Rank x step heatmap of the step time. ``spans``: ``rank, step, dur_ms``. Past
@@ -399,8 +421,10 @@ def rank_step_heatmap(spans: pl.DataFrame, *,
     z = [[row.get(str(c)) for c in cols] for row in wide.iter_rows(named=True)]
     x = [int(lo + c * width) for c in cols]
     what = "step" if width == 1 else f"steps (bins of {width}, slowest shown) from"
+    zmin, zmax = anchored_range(cells["ms"])
     fig = go.Figure(go.Heatmap(
         z=z, x=x, y=_rank_axis(ranks), colorscale="Viridis", colorbar=dict(title="ms"),
+        zmin=zmin, zmax=zmax,
         hovertemplate=f"rank %{{y}}<br>{what} %{{x}}<br>%{{z:.3f}} ms<extra></extra>"))
     _mark_largest(fig, z, x, _rank_axis(ranks), "slowest step")
     _rank_yaxis(fig, ranks)

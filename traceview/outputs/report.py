@@ -195,7 +195,10 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
 td,th{border:1px solid #ddd;padding:.25em .5em;text-align:right;vertical-align:top}
 th{background:#f5f5f5}td.name{text-align:left;font-family:ui-monospace,monospace;
 max-width:24em;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
-td.prose{text-align:left;max-width:48em}
+td.prose{text-align:left;max-width:48em;min-width:16em}
+.scroll{max-width:100%;overflow-x:auto}.dim{color:#555}
+#verdict{background:#eef5ff;border-left:4px solid #1a5fb4;padding:.2em 1em;margin:.5em 0}
+#verdict h2{margin-top:.6em;border:0}#verdict li{margin:.3em 0}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.4em .8em;margin:.5em 0}
 .nofig{color:#555;font-style:italic;margin:.8em 0}
 .warn{background:#fdecea;border-left:4px solid #d93025;padding:.2em .8em;margin:.5em 0}

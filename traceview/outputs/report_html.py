@@ -84,7 +84,7 @@ def table(df: pl.DataFrame, columns: list[tuple[str, str, str]], *,
                        + "</tr>")
         return "".join(out)
 
-    shown = f"<table>{head}<tbody>{rows(df.head(visible))}</tbody></table>"
+    shown = f'<div class="scroll"><table>{head}<tbody>{rows(df.head(visible))}</tbody></table></div>'
     rest = df.slice(visible, most)
     if rest.height == 0:
         return shown
@@ -93,7 +93,8 @@ def table(df: pl.DataFrame, columns: list[tuple[str, str, str]], *,
             + (f": <code>{e(every_row)}</code> lists every row" if every_row else "")
             + ".</p>") if left > 0 else ""
     return (f"{shown}<details><summary>{rest.height} more rows</summary>"
-            f"<table>{head}<tbody>{rows(rest)}</tbody></table>{tail}</details>")
+            f'<div class="scroll"><table>{head}<tbody>{rows(rest)}</tbody></table></div>'
+            f"{tail}</details>")
 
 
 def notes(items: list[str]) -> str:
@@ -115,3 +116,12 @@ def warnings(items: list[str], visible: int = 10) -> str:
             + "".join(f"<li>{e(w)}</li>" for w in rest) + "</ul></details>") if rest else ""
     return (f'<section id="warnings" class="warn"><h2>Warnings ({len(items)})</h2>'
             f"<ul>{first}</ul>{more}</section>")
+
+
+def collapsed_notes(items: list[str]) -> str:
+    """Benign notes (an assumption, input passed over by design): collapsed, below the
+    verdict and the warnings."""
+    if not items:
+        return ""
+    return (f'<details id="notes"><summary>Notes ({len(items)})</summary><ul>'
+            + "".join(f"<li>{e(n)}</li>" for n in items) + "</ul></details>")

@@ -17,10 +17,11 @@ from traceview.analyses.spread import binned_steps, distribution
 from traceview.outputs import plots
 from traceview.outputs import report_html as H
 from traceview.outputs.report_data import ReportData
+from traceview.outputs.words import finding_headline, is_note, straggler_sentence
 
 pio = lazy_module("plotly.io", error=plots.PlotsUnavailable, missing=plots.PLOTLY_MISSING)
 
-_SECTIONS = (("summary", "Run summary"), ("steps", "Steps"),
+_SECTIONS = (("verdict", "Verdict"), ("summary", "Run summary"), ("steps", "Steps"),
              ("breakdown", "Compute, exposed communication and idle"),
              ("flops", "FLOPs and MFU"), ("collectives", "Collective skew"),
              ("nccl", "NCCL log"), ("stragglers", "Stragglers"), ("pipeline", "Pipeline"),
@@ -62,13 +63,7 @@ def _summary(data: ReportData) -> list[str]:
     """The run in one screen: its facts, the worst straggler, the spread across ranks, and
     the ranks worth a look (outliers, flagged) before the others."""
     meta = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in data.meta.items())
-    w = data.worst_straggler
-    worst = (f"<b>Worst straggler: rank {_e(w['rank'])}</b> (its own time caused "
-             f"{_ms(w.get('caused_wait_ns', w.get('imposed_wait_ns')))} ms of waiting; "
-             f"confidence {_e(w.get('confidence'))})" if w.get("rank") is not None else
-             f"<b>Worst straggler:</b> none ({_e(w.get('reason'))})")
-    out = ['<section id="summary"><h2>Run summary</h2>', f"<table>{meta}</table>",
-           f"<p>{worst}</p>"]
+    out = ['<section id="summary"><h2>Run summary</h2>', f"<table>{meta}</table>"]
     summ = data.summary
     interesting: list[int] = []
     if summ.height >= 3:
@@ -119,7 +114,8 @@ def _summary(data: ReportData) -> list[str]:
         visible=min(2 * H.VISIBLE_ROWS, max(H.VISIBLE_ROWS, len(first))),
         every_row="traceview summary --csv"))
     summ_notes = [f"rank {r}: {t}" for r, t in
-                  summ.filter(pl.col("note").is_not_null()).select("rank", "note").rows()]
+                  summ.filter(pl.col("note").is_not_null()).select("rank", "note").rows()
+                  if not is_note(t)]
     out += [H.notes(summ_notes[:H.VISIBLE_ROWS])
             + (f"<p>({len(summ_notes) - H.VISIBLE_ROWS} more rank notes: traceview summary)</p>"
                if len(summ_notes) > H.VISIBLE_ROWS else ""), "</section>"]
@@ -137,6 +133,13 @@ def _steps(data: ReportData, fig: _Figures) -> list[str]:
         out.append(fig(plots.step_timeline(spans)))
     else:
         out.append(fig(plots.rank_step_heatmap(spans)))
+        lo, hi, mid = spans["dur_ms"].min(), spans["dur_ms"].max(), spans["dur_ms"].median()
+        if mid and (hi - lo) < 2 * plots.MIN_COLOUR_SPAN * mid:
+            out.append(f"<p>Step times span {lo:.3f}&ndash;{hi:.3f} ms, "
+                       f"{100 * (hi - lo) / mid:.1f}% of the median: the colours cover "
+                       f"&plusmn;{100 * plots.MIN_COLOUR_SPAN:.0f}% of the median, so a "
+                       "spread this small shows as one colour (it is noise, not "
+                       "structure).</p>")
     steps = spans["step"].n_unique()
     if steps >= _SERIES_STEPS:
         binned = binned_steps(spans, "dur_ms", bins=plots.MAX_COLUMNS)
@@ -403,7 +406,8 @@ def _gaps(data: ReportData, fig: _Figures) -> list[str]:
 
 
 def _kernels(data: ReportData, fig: _Figures) -> list[str]:
-    out = ['<section id="kernels"><h2>Top kernels</h2>', H.notes(data.notes.get("kernels", []))]
+    out = ['<section id="kernels"><h2>Top kernels</h2>',
+           H.notes([n for n in data.notes.get("kernels", []) if _has_gpu(data)])]
     totals = data.kernel_totals
     if totals is not None and totals.height:
         out += [fig(plots.top_items(totals, title="Top kernels by total time, all ranks")),
@@ -475,8 +479,8 @@ def _critical_path_section(data: ReportData) -> list[str]:
                          ("gain_ns_per_step", "gain (ms/step)", "ms"),
                          ("gain_share", "of the step", "pct"),
                          ("path_ns_per_step", "on the path (ms/step)", "ms"),
-                         ("title", "finding", "name"), ("confidence", "confidence", "text"),
-                         ("recommendation", "what to do", "name")]),
+                         ("title", "finding", "prose"), ("confidence", "confidence", "text"),
+                         ("recommendation", "what to do", "prose")]),
             table(cp["ranks"].filter(pl.col("path_ns") > 0), [
                 ("rank", "rank", "text"), ("path_ns", "path (ms)", "ms"),
                 ("share", "share", "pct"), ("top_category", "mostly", "text")]),
@@ -493,30 +497,81 @@ def _critical_path_section(data: ReportData) -> list[str]:
 
 
 def render_body(data: ReportData) -> tuple[str, int]:
-    """The report's sections as HTML (without plotly.js) and the number of figures."""
+    """The report's sections as HTML (without plotly.js) and the number of figures: the
+    verdict first, then the warnings that can change it (damage, low confidence; benign notes
+    are collapsed), then the evidence sections that apply to this run."""
     fig = _Figures()
+    gpu = _has_gpu(data)
     shown = {"flops": data.flops is not None and data.flops.height > 0, "nccl": bool(data.nccl),
              "memory": data.memory_peaks.height > 0,
              "alltoall": data.alltoall is not None or bool(data.notes.get("alltoall")),
              "critical-path": data.critical_path is not None
              or bool(data.notes.get("critical-path")),
-             "pipeline": data.pipeline is not None or bool(data.notes.get("pipeline"))}
-    out = [f"<h1>{_e(data.title)}</h1>", H.warnings(data.warnings),
+             "pipeline": data.pipeline is not None or bool(data.notes.get("pipeline")),
+             "breakdown": gpu, "gaps": gpu,
+             "collectives": _n_ranks(data) > 1, "stragglers": _n_ranks(data) > 1}
+    serious = [w for w in data.warnings if not is_note(w)]
+    benign = [w for w in data.warnings if is_note(w)]
+    out = [f"<h1>{_e(data.title)}</h1>", *_verdict(data, gpu), H.warnings(serious),
+           H.collapsed_notes(benign),
            "<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in _SECTIONS
                              if shown.get(k, True)) + "</nav>"]
     out += _summary(data)
     out += _steps(data, fig)
-    out += _breakdown(data, fig)
+    if gpu:
+        out += _breakdown(data, fig)
     out += _flops(data)
-    out += _collectives(data, fig)
+    if shown["collectives"]:
+        out += _collectives(data, fig)
     out += _nccl(data)
-    out += _stragglers(data, fig)
+    if shown["stragglers"]:
+        out += _stragglers(data, fig)
     out += _pipeline_section(data, fig)
-
-
     out += _alltoall_section(data, fig)
     out += _critical_path_section(data)
-    out += _gaps(data, fig)
+    if gpu:
+        out += _gaps(data, fig)
     out += _kernels(data, fig)
     out += _memory_section(data, fig)
     return "\n".join(out), fig.count
+
+
+def _has_gpu(data: ReportData) -> bool:
+    """Does any rank have GPU events (a breakdown window)?"""
+    bd = data.breakdown
+    return bd.height > 0 and bd.get_column("window_ns").drop_nulls().len() > 0
+
+
+#: Findings the verdict names, biggest gain first (the rest are in "what to fix").
+_VERDICT_FINDINGS = 3
+
+
+def _verdict(data: ReportData, gpu: bool) -> list[str]:
+    """What holds the run back and what to fix first, with the time each fix saves: the
+    findings of ``diagnose`` and the worst straggler, in the words the CLI prints."""
+    out = ['<section id="verdict"><h2>Verdict</h2>']
+    dx = data.diagnose
+    if dx is not None:
+        findings = dx["findings"]
+        todo = findings.filter(pl.col("severity") != "info").head(_VERDICT_FINDINGS)
+        bound = [f["title"] for f in findings.filter(pl.col("severity") == "info")
+                 .iter_rows(named=True)]
+        if todo.height:
+            out.append("<p>What holds the run back, biggest gain first:</p><ol>" + "".join(
+                f"<li><b>{_e(finding_headline(f))}</b> <span class=\"dim\">({_e(f['severity'])}"
+                f", confidence {_e(f['confidence'])})</span><br>Fix: "
+                f"{_e(f['recommendation'])}</li>" for f in todo.iter_rows(named=True)) + "</ol>")
+        else:
+            out.append("<p>Nothing to fix found on the critical path.</p>")
+        out += [f"<p>{_e(b)}.</p>" for b in bound[:1]]
+    else:
+        failed = data.notes.get("critical-path", [])
+        out.append(f"<p>No verdict: {_e('; '.join(failed) or 'the critical path is missing')}"
+                   ".</p>")
+    if _n_ranks(data) > 1:
+        out.append(f"<p>{_e(straggler_sentence(data.worst_straggler).capitalize())}.</p>")
+    if not gpu:
+        out.append(H.sentence("No GPU events in this run (CPU-only traces): the GPU sections "
+                              "(compute and idle, gap causes, kernels) are left out; the host "
+                              "operators stand in for the kernels."))
+    return [*out, "</section>"]
