@@ -24,7 +24,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the fixtures package lives at the repository root
-CORPUS = ROOT.parent / "shared" / "corpus"
+from fixtures.corpus import corpus_dir  # noqa: E402
+
+CORPUS = corpus_dir()  # $TRACEVIEW_CORPUS, else ../shared/corpus
 HTA = CORPUS / "hta-tests-data" / "tests" / "data"
 GENERATED = Path("/tmp/suite-outputs-inputs")
 

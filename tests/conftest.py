@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from fixtures.corpus import absent, corpus_dir
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -69,7 +71,8 @@ settings.load_profile("traceview")
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                  reason='needs torch (pip install "torch==2.13.0")')
 
-CORPUS = REPO.parent / "shared" / "corpus"
+#: The shared corpus: ``$TRACEVIEW_CORPUS``, else ``../shared/corpus`` (fixtures/corpus.py).
+CORPUS = corpus_dir()
 FIXTURES = REPO / "fixtures"
 
 
@@ -82,5 +85,5 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 @pytest.fixture
 def corpus() -> Path:
     if not CORPUS.is_dir():
-        pytest.skip(f"shared corpus not present at {CORPUS}")
+        pytest.skip(absent())
     return CORPUS

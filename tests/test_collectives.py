@@ -18,10 +18,11 @@ from traceview.analyses.collectives import (
 from traceview.analyses.window import ranks_present
 from traceview.schema import events_frame
 
+from tests.conftest import CORPUS, absent
+
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 AG = "ncclDevKernel_AllGather_RING_LL"
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
 
 
 def match_of(ev: pl.DataFrame) -> MatchResult:
@@ -189,7 +190,7 @@ def test_corpus_sampled_pair_matches_collectives() -> None:
     d = CORPUS / "hta-tests-data" / "tests" / "data" / "trace_filter"
     paths = [d / "sampled_rank-0.json.gz", d / "sampled_rank-1.json.gz"]
     if not all(p.exists() for p in paths):
-        pytest.skip("corpus not present")
+        pytest.skip(absent(d))
     ts = traceview.open(paths, cache=False)
     ev = ts.events.collect()
     m = match_of(ev)

@@ -20,6 +20,7 @@ import pytest
 
 import traceview
 from test_critical_path import cpu_run, gpu_run
+from tests.conftest import CORPUS, absent
 from traceview.analyses.diagnose import ModelSize, diagnose, jump_gains
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"
@@ -226,8 +227,6 @@ def test_a_straggler_slowed_on_the_host_without_an_op() -> None:
 
 # --- real GPU traces of the corpus: the TensorBoard plugin's ResNet-50 samples ---------------
 def _tb_sample(workers: int) -> Path | None:
-    from tests.conftest import CORPUS
-
     folder = CORPUS / "kineto" / "tb_plugin" / "samples" / f"resnet50_num_workers_{workers}"
     files = sorted(folder.glob("worker0.*.pt.trace.json.gz")) if folder.is_dir() else []
     return files[0] if files else None
@@ -238,7 +237,7 @@ def test_resnet50_with_no_dataloader_workers_is_told_to_add_them() -> None:
     it does not. Measured: 59.5 ms of a 175 ms step (34%) against 1.8 ms (1.3%)."""
     without, with_four = _tb_sample(0), _tb_sample(4)
     if without is None or with_four is None:
-        pytest.skip("the corpus' TensorBoard plugin samples are not here")
+        pytest.skip(absent(CORPUS / "kineto" / "tb_plugin" / "samples"))
     first = traceview.open(without, cache=False).diagnose()["findings"].row(0, named=True)
     assert first["id"] == "data_loading" and first["severity"] == "high"
     assert "num_workers" in first["recommendation"]

@@ -1,7 +1,7 @@
 """``diagnose``, the bound and the gap causes fit real GPU traces of the shared corpus.
 
-The corpus is ``../shared/corpus`` beside the repository (as in tests/test_gpu_corpus.py), or
-``$TRACEVIEW_CORPUS``; every test skips cleanly when its file is absent. Measured before
+The corpus is ``$TRACEVIEW_CORPUS``, else ``../shared/corpus`` beside the repository
+(tests/conftest.py CORPUS); every test skips cleanly when its file is absent. Measured before
 issue 17's item 5 (in brackets) and after:
 
 * A100 rank 0 of 16 (``negative_queue_length_values_check/rank0``): ``other`` 79.2% of the
@@ -16,7 +16,6 @@ issue 17's item 5 (in brackets) and after:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import polars as pl
@@ -24,8 +23,8 @@ import pytest
 
 import traceview
 
-CORPUS = Path(os.environ.get("TRACEVIEW_CORPUS")
-              or Path(__file__).resolve().parents[1].parent / "shared" / "corpus")
+from tests.conftest import CORPUS, absent
+
 A100 = "hta-tests-data/tests/data/negative_queue_length_values_check/rank0.json.gz"
 CLOVERLEAF = ("pipit-nsys-sqlite/pipit/tests/data/cloverleaf-nsys/"
               "perlmutter-cloverleaf-cuda.sqlite")
@@ -40,7 +39,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _open(rel: str, cache: Path) -> traceview.Run:
     path = CORPUS / rel
     if not path.exists():
-        pytest.skip(f"corpus file absent: {path}")
+        pytest.skip(absent(path))
     return traceview.open(path, cache_dir=cache)
 
 

@@ -1,9 +1,8 @@
-"""Robustness on real traces from ../shared/corpus: every GPU analysis gives a result, or a
+"""Robustness on real traces of the shared corpus (tests/conftest.py CORPUS): every GPU analysis gives a result, or a
 partial result with a stated reason, never an exception. Skipped when the corpus is absent."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -12,7 +11,8 @@ import traceview
 from traceview.analyses.breakdown import launch_delays
 from traceview.analyses.overlap import NOTE_NO_GPU, NOTE_NO_STEPS
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+from tests.conftest import CORPUS, absent
+
 H = "hta-tests-data/tests/data/"
 
 CASES = {
@@ -35,7 +35,7 @@ CPU_ONLY = {"rank_non_gpu", "cpu_only", "no_kernels_cupti"}
 def case(request, tmp_path_factory):
     path = CORPUS / CASES[request.param]
     if not path.exists():
-        pytest.skip(f"corpus file absent: {path}")
+        pytest.skip(absent(path))
     run = traceview.open([path], cache=True, cache_dir=tmp_path_factory.mktemp("cache"))
     return request.param, run
 
@@ -72,7 +72,7 @@ def test_every_analysis_answers(case) -> None:
 def test_trace_without_steps_is_one_window(tmp_path) -> None:
     path = CORPUS / CASES["legacy_autograd_no_steps"]
     if not path.exists():
-        pytest.skip(f"corpus file absent: {path}")
+        pytest.skip(absent(path))
     ov = traceview.open([path], cache=True, cache_dir=tmp_path).overlap(per_step=True)["rows"]
     assert ov.height == 1 and NOTE_NO_STEPS in ov["note"][0]
     assert ov["step"][0] is None and ov["compute_ns"][0] > 0

@@ -14,8 +14,10 @@ from traceview.analyses.host import HOST_KINDS, host_events
 from traceview.analyses.overlap import prepared_gpu
 from traceview.analyses.window import STEP_MARKER_KINDS, step_spans
 
+from tests.conftest import CORPUS, absent
+
 ROOT = Path(__file__).resolve().parents[1]
-HTA = ROOT.parent / "shared" / "corpus" / "hta-tests-data" / "tests" / "data"
+HTA = CORPUS / "hta-tests-data" / "tests" / "data"
 
 
 def _nsys_export(tmp_path: Path) -> Path:
@@ -39,7 +41,7 @@ def test_host_table_answers_like_the_events(path: Path | str, tmp_path: Path) ->
     if path == "nsys":
         path = _nsys_export(tmp_path)
     if not path.exists():
-        pytest.skip(f"{path} not present")
+        pytest.skip(absent(path))
     ev = traceview.open(path, cache_dir=tmp_path / "cache").analysis_events()
     host, gpu = host_events(ev), prepared_gpu(ev)
     assert step_spans(host).equals(step_spans(ev))

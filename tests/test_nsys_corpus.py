@@ -22,15 +22,17 @@ from fixtures.nsys_synthetic import write_export  # noqa: E402
 from traceview.cli import main  # noqa: E402
 from traceview.parsers import nsys  # noqa: E402
 
+from tests.conftest import CORPUS, absent  # noqa: E402
+
 CLOVERLEAF = ("pipit-nsys-sqlite/pipit/tests/data/cloverleaf-nsys/"
               "perlmutter-cloverleaf-cuda.sqlite")
 
 
 @pytest.fixture(scope="module")
 def cloverleaf() -> Path:
-    path = REPO.parent / "shared" / "corpus" / CLOVERLEAF
+    path = CORPUS / CLOVERLEAF
     if not path.is_file():
-        pytest.skip(f"shared corpus export not present at {path}")
+        pytest.skip(absent(path))
     return path
 
 

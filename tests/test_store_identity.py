@@ -9,7 +9,7 @@ names the columns that moved. Optimising a parser must leave this test green.
 The golden file ``tests/golden/store_digests.json`` is regenerated ONLY with
 ``TRACEVIEW_REGEN_GOLDEN=1 pytest tests/test_store_identity.py``, and only for an intended
 change of parsed output, stated in the commit message (never to hide a difference).
-Corpus cases (``shared/corpus``) skip cleanly when the corpus is absent.
+Corpus cases (``$TRACEVIEW_CORPUS``, else ``../shared/corpus``) skip cleanly when the corpus is absent.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ import orjson
 import polars as pl
 import pytest
 
+from tests.conftest import CORPUS, absent
+
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
 GOLDEN = REPO / "tests" / "golden" / "store_digests.json"
 REGEN = os.environ.get("TRACEVIEW_REGEN_GOLDEN") == "1"
 
@@ -89,7 +90,7 @@ def _corpus(*relative: str) -> Callable[[Path], list[Path]]:
         paths = [CORPUS / r for r in relative]
         missing = [p for p in paths if not p.is_file()]
         if missing:
-            pytest.skip(f"corpus file not present: {missing[0]}")
+            pytest.skip(absent(missing[0]))
         return paths
     return find
 
