@@ -14,8 +14,9 @@ Two steps, both pure functions over tables:
      used, flagged ``enqueue_only`` because for asynchronous backends they only enqueue work.
      Nested CPU events (``c10d::allreduce_`` > ``record_param_comms`` > ``nccl:all_reduce``)
      are merged into one call: the outer span, with the metadata of whichever member has it.
-   * Point-to-point calls on the CPU side (send/recv) are left out: they have no all-ranks
-     completion to match.
+   * Point-to-point calls (send/recv, CPU side, and GPU kernels whose args name a send or
+     recv) are left out: they have no all-ranks completion to match (``analyses/p2p.py``
+     pairs them).
 
 2. :func:`match_collectives` gives every call an ``instance`` key shared by the same collective
    on every participating rank:
@@ -142,6 +143,9 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
             pg_ranks=_text("pg_ranks"),
             enqueue_only=pl.lit(False),
         )
+        # a send or recv kernel (NCCL's SendRecv kernel carrying its call's p2p args) has
+        # no all-ranks completion: it is paired by analyses/p2p.py, as on the CPU side
+        .filter(~pl.col("collective").is_in(list(P2P)))
         .collect()
     )
     cpu_ranks = (pl.Series("rank", list(ranks), dtype=pl.Int32) if ranks is not None else

@@ -538,8 +538,19 @@ class Run:
                 "instance", pl.col("rank").cast(pl.Int32))
             rows = self.collective_ranks.join(enqueued, on=["instance", "rank"], how="anti") \
                 if enqueued.height else self.collective_ranks
+        busy = None
+        if pairs.height and "gpu" in pairs.select("send_timing", "recv_timing").unpivot() \
+                .get_column("value").to_list():
+            # GPU stages: their own device work (no communication), on the aligned timeline
+            work = self.gpu.filter(pl.col("gpu_class") != "comm").select(
+                pl.col("rank").cast(pl.Int32), "ts_ns", "end_ns")
+            if many and work.height:
+                work = apply_offsets(work, self.offsets).collect().select(
+                    "rank", end_ns=pl.col("ts_aligned_ns") + pl.col("end_ns") - pl.col("ts_ns"),
+                    ts_ns="ts_aligned_ns")
+            busy = work
         return pipeline(pairs, self.steps, collective_rows=rows,
-                        offsets=self.offsets if many else None)
+                        offsets=self.offsets if many else None, device_busy=busy)
 
     def pipeline(self, *, timeline: bool = False) -> Result:
         """Pipeline parallelism from the send/recv pairs: each rank's stage, where each
