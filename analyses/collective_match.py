@@ -148,6 +148,7 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
         .filter(~pl.col("collective").is_in(list(P2P)))
         .collect()
     )
+    gpu = _without_p2p_kernels(lf, gpu)
     cpu_ranks = (pl.Series("rank", list(ranks), dtype=pl.Int32) if ranks is not None else
                  ranks_present(events).get_column("rank").cast(pl.Int32))
     gpu_ranks = gpu.get_column("rank").unique()
@@ -159,6 +160,33 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
     out = pl.concat([gpu.with_columns(dur_ns=pl.col("end_ns") - pl.col("ts_ns")), cpu],
                     how="diagonal_relaxed")
     return out.select(list(COMM_SCHEMA)).cast(COMM_SCHEMA).sort("rank", "ts_ns")
+
+
+def _without_p2p_kernels(lf: pl.LazyFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """``gpu`` without the SendRecv kernels that a send or recv launched: a kernel without
+    the call's args is told by its launch (correlation id), inside ``record_param_comms`` of
+    a send/recv on the same thread. (An all-to-all runs the same kernel.)"""
+    unnamed = gpu.filter(pl.col("collective") == "send_recv")
+    if unnamed.height == 0:
+        return gpu
+    keys = lf.filter((pl.col("kind") == "kernel") & pl.col("name").is_in(
+        unnamed.get_column("name").unique().implode())).select(
+        pl.col("rank").cast(pl.Int32), "ts_ns", correlation=pl.col("correlation").cast(pl.Int64))
+    ops = lf.filter((_text("name") == "record_param_comms")
+                    & pl.col("collective").cast(pl.String).is_in(list(P2P))).select(
+        pl.col("rank").cast(pl.Int32), tid=pl.col("tid").cast(pl.Int64), _o_ts="ts_ns",
+        _o_end=pl.col("ts_ns") + pl.col("dur_ns")).collect().sort("_o_ts")
+    if ops.height == 0:
+        return gpu
+    launches = lf.filter(pl.col("kind").cast(pl.String).is_in(["cuda_runtime", "cuda_driver"])
+                         & pl.col("correlation").is_not_null()).select(
+        pl.col("rank").cast(pl.Int32), tid=pl.col("tid").cast(pl.Int64), _l_ts="ts_ns",
+        correlation=pl.col("correlation").cast(pl.Int64)).join(
+        keys, on=["rank", "correlation"]).collect().sort("_l_ts")
+    p2p = launches.join_asof(ops, left_on="_l_ts", right_on="_o_ts", by=["rank", "tid"],
+                             strategy="backward", check_sortedness=False).filter(
+        pl.col("_o_end") >= pl.col("_l_ts")).select("rank", "ts_ns")
+    return gpu.join(p2p, on=["rank", "ts_ns"], how="anti")
 
 
 def shape_bytes(args_json: pl.Expr) -> pl.Expr:

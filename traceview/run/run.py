@@ -375,6 +375,14 @@ class Run:
                             f" rank {peer} (tag {tag}) without a matching "
                             f"{'recv' if op == 'send' else 'send'}"
                             for r, op, peer, tag, n in self.p2p[1].rows()])
+        if "p2p" in tables and self.p2p[0].height:
+            enqueued = pl.concat([
+                self.p2p[0].filter(pl.col("send_timing") == "enqueue").select(rank="src"),
+                self.p2p[0].filter(pl.col("recv_timing") == "enqueue").select(rank="dst")])
+            out += _capped([f"send/recv: rank {r}: {n} NCCL call(s) without their GPU kernel: "
+                            "timed by the CPU call, which only enqueues (their waits and "
+                            "transfers are not the exchange's)"
+                            for r, n in enqueued.group_by("rank").len().sort("rank").rows()])
         if "gpu" in tables and self.unlaunched.height:
             out.append(_unlaunched_warning(self.unlaunched, self.options.exclude_unlaunched))
         if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
