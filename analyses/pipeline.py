@@ -18,6 +18,10 @@ it with ``offsets``).
   the rank's blocking collectives (``collective_wait_ns`` of it waiting for the last member),
   and ``compute_ns`` = step - the union of the send/recv and collective calls: the stage's own
   time.
+* **GPU stages** (send/recv timed by their NCCL kernels, which wait inside themselves on
+  streams beside the compute): every wait, transfer and collective counts only for its part
+  outside the stage's own device work (``device_busy``), and ``compute_ns`` = step - the
+  exposed part of the calls' union.
 * **Bubble**: the waits while the pipeline fills and drains: the wait of the step's first
   recv from upstream (warm-up: nothing to do before the first micro-batch arrives), of its
   first recv from downstream (the forward pass draining and the backward pass filling), and
