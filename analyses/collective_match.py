@@ -14,8 +14,9 @@ Two steps, both pure functions over tables:
      used, flagged ``enqueue_only`` because for asynchronous backends they only enqueue work.
      Nested CPU events (``c10d::allreduce_`` > ``record_param_comms`` > ``nccl:all_reduce``)
      are merged into one call: the outer span, with the metadata of whichever member has it.
-   * Point-to-point calls on the CPU side (send/recv) are left out: they have no all-ranks
-     completion to match.
+   * Point-to-point calls (send/recv, CPU side, and GPU kernels whose args name a send or
+     recv) are left out: they have no all-ranks completion to match (``analyses/p2p.py``
+     pairs them).
 
 2. :func:`match_collectives` gives every call an ``instance`` key shared by the same collective
    on every participating rank:
@@ -142,8 +143,12 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
             pg_ranks=_text("pg_ranks"),
             enqueue_only=pl.lit(False),
         )
+        # a send or recv kernel (NCCL's SendRecv kernel carrying its call's p2p args) has
+        # no all-ranks completion: it is paired by analyses/p2p.py, as on the CPU side
+        .filter(~pl.col("collective").is_in(list(P2P)))
         .collect()
     )
+    gpu = _without_p2p_kernels(lf, gpu)
     cpu_ranks = (pl.Series("rank", list(ranks), dtype=pl.Int32) if ranks is not None else
                  ranks_present(events).get_column("rank").cast(pl.Int32))
     gpu_ranks = gpu.get_column("rank").unique()
@@ -155,6 +160,33 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
     out = pl.concat([gpu.with_columns(dur_ns=pl.col("end_ns") - pl.col("ts_ns")), cpu],
                     how="diagonal_relaxed")
     return out.select(list(COMM_SCHEMA)).cast(COMM_SCHEMA).sort("rank", "ts_ns")
+
+
+def _without_p2p_kernels(lf: pl.LazyFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """``gpu`` without the SendRecv kernels that a send or recv launched: a kernel without
+    the call's args is told by its launch (correlation id), inside ``record_param_comms`` of
+    a send/recv on the same thread. (An all-to-all runs the same kernel.)"""
+    unnamed = gpu.filter(pl.col("collective") == "send_recv")
+    if unnamed.height == 0:
+        return gpu
+    keys = lf.filter((pl.col("kind") == "kernel") & pl.col("name").is_in(
+        unnamed.get_column("name").unique().implode())).select(
+        pl.col("rank").cast(pl.Int32), "ts_ns", correlation=pl.col("correlation").cast(pl.Int64))
+    ops = lf.filter((_text("name") == "record_param_comms")
+                    & pl.col("collective").cast(pl.String).is_in(list(P2P))).select(
+        pl.col("rank").cast(pl.Int32), tid=pl.col("tid").cast(pl.Int64), _o_ts="ts_ns",
+        _o_end=pl.col("ts_ns") + pl.col("dur_ns")).collect().sort("_o_ts")
+    if ops.height == 0:
+        return gpu
+    launches = lf.filter(pl.col("kind").cast(pl.String).is_in(["cuda_runtime", "cuda_driver"])
+                         & pl.col("correlation").is_not_null()).select(
+        pl.col("rank").cast(pl.Int32), tid=pl.col("tid").cast(pl.Int64), _l_ts="ts_ns",
+        correlation=pl.col("correlation").cast(pl.Int64)).join(
+        keys, on=["rank", "correlation"]).collect().sort("_l_ts")
+    p2p = launches.join_asof(ops, left_on="_l_ts", right_on="_o_ts", by=["rank", "tid"],
+                             strategy="backward", check_sortedness=False).filter(
+        pl.col("_o_end") >= pl.col("_l_ts")).select("rank", "ts_ns")
+    return gpu.join(p2p, on=["rank", "ts_ns"], how="anti")
 
 
 def shape_bytes(args_json: pl.Expr) -> pl.Expr:

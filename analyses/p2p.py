@@ -11,11 +11,18 @@ Definitions: ``docs/metrics.md``, section *Point-to-point pairs*.
      when later: a blocking recv's dispatcher op returns once the work is queued, and the
      work item, in the same thread, is the exchange itself;
    * NCCL: ``record_param_comms`` rows named ``send``/``recv`` with ``Dst Rank``/``Src Rank``
-     in their args, when the trace carries them.
+     in their args, when the trace carries them (the dispatcher op around one, ``c10d::send``,
+     is the same call: it gives the tag and is not counted again). On the CPU such a call
+     only enqueues; its GPU kernel (``ncclDevKernel_SendRecv``, found through the runtime
+     launch inside the call and its correlation id) is the exchange, and its times are the
+     call's (``timing`` ``gpu``). Without its kernel the CPU times stand (``timing``
+     ``enqueue``: the waits and transfers of such a pair are not the exchange's).
 
 2. :func:`pair_p2p` pairs the k-th send from ``src`` to ``dst`` with tag ``t`` with the k-th
    recv on ``dst`` from ``src`` with tag ``t`` (messages between two ranks on one tag are
-   delivered in order). What cannot be paired is counted per rank and op, never guessed.
+   delivered in order; "k-th" by the call's ``Seq`` when all the calls of that side carry
+   one, the rank's own program order, else by start). What cannot be paired is counted per
+   rank and op, never guessed.
 
 Per pair, on the aligned timeline: the receiver's *wait* (the send arrived after the recv
 was posted: ``send_ns - recv_ns``, bounded by the recv's own end), the *transfer* (from the
@@ -35,16 +42,21 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.collective_match import shape_bytes
+from traceview.analyses.launches import is_runtime_call
 
 CALL_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "tid": pl.Int64, "op": pl.String, "peer": pl.Int32, "tag": pl.Int64,
-    "ts_ns": pl.Int64, "end_ns": pl.Int64, "bytes": pl.Int64,
+    "ts_ns": pl.Int64, "end_ns": pl.Int64, "bytes": pl.Int64, "seq": pl.Int64,
+    "timing": pl.String,
 }
+#: How a call is timed: ``host`` (a blocking CPU call: gloo, MPI, UCC), ``gpu`` (an NCCL
+#: call's kernel), ``enqueue`` (an NCCL call whose kernel is not in the trace: CPU times).
+TIMINGS = ("host", "gpu", "enqueue")
 PAIR_SCHEMA: dict[str, pl.DataType] = {
     "instance": pl.String, "src": pl.Int32, "dst": pl.Int32, "tag": pl.Int64,
     "order": pl.Int64, "send_ns": pl.Int64, "send_end_ns": pl.Int64, "recv_ns": pl.Int64,
     "recv_end_ns": pl.Int64, "recv_wait_ns": pl.Int64, "transfer_ns": pl.Int64,
-    "bytes": pl.Int64,
+    "bytes": pl.Int64, "send_timing": pl.String, "recv_timing": pl.String,
 }
 UNMATCHED_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "op": pl.String, "peer": pl.Int32, "tag": pl.Int64, "calls": pl.UInt32,
@@ -83,9 +95,13 @@ def p2p_calls(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
         op=pl.col("collective").cast(pl.String),
         peer=pl.coalesce(args.str.json_path_match("$['Dst Rank']"),
                          args.str.json_path_match("$['Src Rank']")).cast(pl.Int32, strict=False),
-        tag=pl.lit(0, pl.Int64), ts_ns="ts_ns", end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
-        bytes=pl.col("bytes")).filter(pl.col("op").is_in(["send", "recv"])
-                                      & pl.col("peer").is_not_null()).collect()
+        ts_ns="ts_ns", end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
+        bytes=pl.col("bytes"), seq=pl.col("seq").cast(pl.Int64)).filter(
+        pl.col("op").is_in(["send", "recv"]) & pl.col("peer").is_not_null()).collect()
+    if nccl.height:
+        calls, nccl = _inside_dispatch(calls, nccl)
+        nccl = _on_gpu(lf, nccl)
+    calls = calls.with_columns(timing=pl.lit("host"))
     work = host.filter(name.str.contains(_WORK)).select(
         pl.col("rank").cast(pl.Int32), tid=pl.col("tid").cast(pl.Int64).fill_null(0),
         _work_ts="ts_ns", _work_end=pl.col("ts_ns") + pl.col("dur_ns"),
@@ -105,6 +121,51 @@ def p2p_calls(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
         pl.col("peer").is_not_null() & (pl.col("peer") >= 0)).sort("rank", "ts_ns")
 
 
+def _inside_dispatch(calls: pl.DataFrame,
+                     nccl: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """An NCCL call and the dispatcher op around it (``c10d::send`` > ``record_param_comms``,
+    same rank and thread) are one call: the NCCL row keeps it, with the dispatcher's tag;
+    the dispatcher row goes."""
+    outer = calls.select("rank", "tid", _d_ts="ts_ns", _d_end="end_ns", _d_tag="tag").sort("_d_ts")
+    joined = nccl.sort("ts_ns").join_asof(
+        outer, left_on="ts_ns", right_on="_d_ts", by=["rank", "tid"], strategy="backward",
+        check_sortedness=False).with_columns(
+        _in=pl.col("_d_end").is_not_null() & (pl.col("_d_end") >= pl.col("end_ns")))
+    enclosing = joined.filter("_in").select("rank", "tid", ts_ns="_d_ts").unique()
+    kept = calls.join(enclosing, on=["rank", "tid", "ts_ns"], how="anti")
+    tagged = joined.with_columns(tag=pl.when("_in").then(pl.col("_d_tag")).otherwise(0)
+                                 .cast(pl.Int64).fill_null(0)).drop("_d_ts", "_d_end", "_d_tag", "_in")
+    return kept, tagged
+
+
+def _on_gpu(lf: pl.LazyFrame, nccl: pl.DataFrame) -> pl.DataFrame:
+    """The NCCL calls timed by their kernels: the first runtime launch inside the call (same
+    rank and thread), then the kernel with its correlation id. ``timing``: ``gpu``, or
+    ``enqueue`` where no kernel is found (the CPU times stay)."""
+    ranks = nccl.get_column("rank").unique().implode()
+    launches = lf.filter(is_runtime_call(lf) & pl.col("correlation").is_not_null()
+                         & pl.col("rank").cast(pl.Int32).is_in(ranks)).select(
+        pl.col("rank").cast(pl.Int32), tid=pl.col("tid").cast(pl.Int64).fill_null(0),
+        _l_ts="ts_ns", correlation=pl.col("correlation").cast(pl.Int64)).collect().sort("_l_ts")
+    launched = nccl.sort("ts_ns").join_asof(
+        launches, left_on="ts_ns", right_on="_l_ts", by=["rank", "tid"], strategy="forward",
+        check_sortedness=False).with_columns(
+        correlation=pl.when(pl.col("_l_ts") < pl.col("end_ns")).then(pl.col("correlation")))
+    wanted = launched.get_column("correlation").drop_nulls().unique().implode()
+    kernels = lf.filter((pl.col("kind").cast(pl.String) == "kernel")
+                        & pl.col("dur_ns").is_not_null()
+                        & pl.col("correlation").cast(pl.Int64).is_in(wanted)).select(
+        pl.col("rank").cast(pl.Int32), correlation=pl.col("correlation").cast(pl.Int64),
+        _k_ts="ts_ns", _k_end=pl.col("ts_ns") + pl.col("dur_ns")).collect().unique(
+        ["rank", "correlation"], keep="first")
+    timed = launched.join(kernels, on=["rank", "correlation"], how="left")
+    on_gpu = pl.col("_k_ts").is_not_null()
+    return timed.with_columns(
+        ts_ns=pl.coalesce("_k_ts", "ts_ns"), end_ns=pl.coalesce("_k_end", "end_ns"),
+        timing=pl.when(on_gpu).then(pl.lit("gpu")).otherwise(pl.lit("enqueue")),
+    ).drop("_l_ts", "correlation", "_k_ts", "_k_end")
+
+
 def pair_p2p(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``(pairs, unmatched)``: ``PAIR_SCHEMA`` (one row per matched send/recv, in order of the
     send), and ``UNMATCHED_SCHEMA`` (calls left over, per rank, op, peer and tag)."""
@@ -113,13 +174,22 @@ def pair_p2p(calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     keyed = calls.with_columns(
         src=pl.when(pl.col("op") == "send").then(pl.col("rank")).otherwise(pl.col("peer")),
         dst=pl.when(pl.col("op") == "send").then(pl.col("peer")).otherwise(pl.col("rank")),
-    ).sort("ts_ns", "rank").with_columns(
-        order=pl.int_range(pl.len()).over("op", "src", "dst", "tag").cast(pl.Int64))
+    )
+    side = ["op", "src", "dst", "tag"]
+    if "seq" in keyed.columns:  # a side's calls are one rank's: its Seq is its program order
+        keyed = keyed.with_columns(_by=pl.when(pl.col("seq").is_not_null().all().over(side))
+                                   .then(pl.col("seq")).otherwise(pl.col("ts_ns")))
+    else:
+        keyed = keyed.with_columns(_by=pl.col("ts_ns"))
+    keyed = keyed.sort("_by", "ts_ns", "rank").with_columns(
+        order=pl.int_range(pl.len()).over(side).cast(pl.Int64))
+    if "timing" not in keyed.columns:
+        keyed = keyed.with_columns(timing=pl.lit("host"))
     key = ["src", "dst", "tag", "order"]
     sends = keyed.filter(pl.col("op") == "send").select(
-        *key, send_ns="ts_ns", send_end_ns="end_ns", send_bytes="bytes")
+        *key, send_ns="ts_ns", send_end_ns="end_ns", send_bytes="bytes", send_timing="timing")
     recvs = keyed.filter(pl.col("op") == "recv").select(
-        *key, recv_ns="ts_ns", recv_end_ns="end_ns", recv_bytes="bytes")
+        *key, recv_ns="ts_ns", recv_end_ns="end_ns", recv_bytes="bytes", recv_timing="timing")
     pairs = sends.join(recvs, on=key, how="inner").with_columns(
         instance=pl.format("p2p {}->{}#{}", "src", "dst", "order")
         + pl.when(pl.col("tag") != 0).then(pl.format(" tag {}", "tag")).otherwise(pl.lit("")),
@@ -153,5 +223,5 @@ def p2p_sync_rows(pairs: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([send, recv]).sort("arrival_ns", "rank")
 
 
-__all__ = ["CALL_SCHEMA", "PAIR_SCHEMA", "UNMATCHED_SCHEMA", "p2p_calls", "p2p_sync_rows",
+__all__ = ["CALL_SCHEMA", "PAIR_SCHEMA", "TIMINGS", "UNMATCHED_SCHEMA", "p2p_calls", "p2p_sync_rows",
            "pair_p2p"]

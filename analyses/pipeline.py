@@ -18,6 +18,10 @@ it with ``offsets``).
   the rank's blocking collectives (``collective_wait_ns`` of it waiting for the last member),
   and ``compute_ns`` = step - the union of the send/recv and collective calls: the stage's own
   time.
+* **GPU stages** (send/recv timed by their NCCL kernels, which wait inside themselves on
+  streams beside the compute): every wait, transfer and collective counts only for its part
+  outside the stage's own device work (``device_busy``), and ``compute_ns`` = step - the
+  exposed part of the calls' union.
 * **Bubble**: the waits while the pipeline fills and drains: the wait of the step's first
   recv from upstream (warm-up: nothing to do before the first micro-batch arrives), of its
   first recv from downstream (the forward pass draining and the backward pass filling), and
@@ -88,7 +92,8 @@ _SUMMED = ("step_ns", "compute_ns", "p2p_transfer_ns", "wait_upstream_ns",
 
 def pipeline(pairs: pl.DataFrame, steps: pl.DataFrame | None = None, *,
              collective_rows: pl.DataFrame | None = None,
-             offsets: pl.DataFrame | None = None) -> dict[str, Any]:
+             offsets: pl.DataFrame | None = None,
+             device_busy: pl.DataFrame | None = None) -> dict[str, Any]:
     """``stages`` (``STAGES_SCHEMA``, one row per rank in a pipeline, by pipeline and stage),
     ``steps`` (``PARTS_SCHEMA``), ``bottleneck``, ``schedule``, ``timeline``
     (``TIMELINE_SCHEMA``) and ``notes``.
@@ -96,7 +101,10 @@ def pipeline(pairs: pl.DataFrame, steps: pl.DataFrame | None = None, *,
     ``pairs``: :func:`~traceview.analyses.p2p.pair_p2p` (aligned); ``steps``:
     :func:`~traceview.analyses.window.step_spans` on each rank's clock, moved with
     ``offsets``; ``collective_rows``: :func:`~traceview.analyses.collectives.collective_ranks`
-    (aligned; send/recv rows left out)."""
+    (aligned; send/recv rows left out); ``device_busy``: ``rank, ts_ns, end_ns`` (aligned),
+    the ranks' own device work (kernels, copies and sets that are not communication): on a
+    *GPU stage* (its send/recv timed by their kernels) only what of a wait, transfer or
+    collective lies outside it counts (module docstring)."""
     notes: list[str] = []
     stages = stage_order(pairs, steps, offsets=offsets, notes=notes)
     if stages.height == 0:
@@ -108,8 +116,9 @@ def pipeline(pairs: pl.DataFrame, steps: pl.DataFrame | None = None, *,
                 "schedule": _schedule_of(None), "timeline": pl.DataFrame(schema=TIMELINE_SCHEMA),
                 "notes": notes}
     spans = _spans(pairs, steps, offsets, notes)
-    calls = _calls(pairs, stages, spans)
-    parts, timeline = _parts(calls, stages, spans, collective_rows)
+    busy = _gpu_stage_busy(pairs, device_busy)
+    calls = _calls(pairs, stages, spans, busy)
+    parts, timeline = _parts(calls, stages, spans, collective_rows, busy)
     per_stage = _per_stage(parts, stages)
     return {"stages": per_stage, "steps": parts, "bottleneck": bottleneck(parts, per_stage),
             "schedule": schedule(calls, stages, parts), "timeline": timeline, "notes": notes}
@@ -213,10 +222,13 @@ def _first_call_is_send(pairs: pl.DataFrame, steps: pl.DataFrame | None,
 def _sides(pairs: pl.DataFrame) -> pl.DataFrame:
     """One row per send or recv call of the pairs: ``rank, peer, op, ts_ns, end_ns,
     peer_ns`` (when the peer arrived)."""
+    timed = "send_timing" in pairs.columns
     send = pairs.select(rank="src", peer="dst", op=pl.lit("send"), ts_ns="send_ns",
-                        end_ns="send_end_ns", peer_ns="recv_ns")
+                        end_ns="send_end_ns", peer_ns="recv_ns",
+                        timing=pl.col("send_timing") if timed else pl.lit("host"))
     recv = pairs.select(rank="dst", peer="src", op=pl.lit("recv"), ts_ns="recv_ns",
-                        end_ns="recv_end_ns", peer_ns="send_ns")
+                        end_ns="recv_end_ns", peer_ns="send_ns",
+                        timing=pl.col("recv_timing") if timed else pl.lit("host"))
     return pl.concat([send, recv]).with_columns(pl.col("rank", "peer").cast(pl.Int32))
 
 
@@ -263,10 +275,12 @@ def _in_steps(frame: pl.DataFrame, spans: pl.DataFrame, *, at: str = "ts_ns") ->
 
 # --- per stage and step ----------------------------------------------------------------------
 
-def _calls(pairs: pl.DataFrame, stages: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+def _calls(pairs: pl.DataFrame, stages: pl.DataFrame, spans: pl.DataFrame,
+           busy: pl.DataFrame) -> pl.DataFrame:
     """Every send/recv call of a stage with its step, wait, transfer, direction (``forward``:
     send downstream or recv from upstream; ``backward`` the other way) and ``fill``: the
-    step's first recv from that side, whose wait is bubble."""
+    step's first recv from that side, whose wait is bubble. On a GPU stage the wait and the
+    transfer are their exposed parts (outside the stage's own device work, ``busy``)."""
     sides = _sides(pairs).join(stages, on="rank")
     peer_is = pl.when(pl.col("peer") == pl.col("upstream_rank")).then(pl.lit("upstream")) \
         .when(pl.col("peer") == pl.col("downstream_rank")).then(pl.lit("downstream"))
@@ -275,6 +289,13 @@ def _calls(pairs: pl.DataFrame, stages: pl.DataFrame, spans: pl.DataFrame) -> pl
         .then(pl.lit("forward")).otherwise(pl.lit("backward")),
         wait_ns=(pl.min_horizontal("peer_ns", "end_ns") - pl.col("ts_ns")).clip(0))
     sides = sides.with_columns(transfer_ns=pl.col("end_ns") - pl.col("ts_ns") - pl.col("wait_ns"))
+    if busy.height:  # the wait is [ts, ts + wait), the transfer the rest of the call
+        sides = sides.with_columns(_mid=pl.col("ts_ns") + pl.col("wait_ns"))
+        sides = _covered(_covered(sides, busy, "ts_ns", "_mid", "_wait_hidden"), busy,
+                         "_mid", "end_ns", "_xfer_hidden").with_columns(
+            wait_ns=pl.col("wait_ns") - pl.col("_wait_hidden"),
+            transfer_ns=pl.col("transfer_ns") - pl.col("_xfer_hidden")).drop(
+            "_mid", "_wait_hidden", "_xfer_hidden")
     if spans.get_column("step").null_count() == spans.height:  # one span per rank, step null
         sides = sides.join(spans.select("rank", "step"), on="rank", how="left")
     else:
@@ -284,8 +305,10 @@ def _calls(pairs: pl.DataFrame, stages: pl.DataFrame, spans: pl.DataFrame) -> pl
 
 
 def _parts(calls: pl.DataFrame, stages: pl.DataFrame, spans: pl.DataFrame,
-           collective_rows: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``PARTS_SCHEMA`` per stage and step, and the ``TIMELINE_SCHEMA`` segments."""
+           collective_rows: pl.DataFrame | None,
+           busy: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``PARTS_SCHEMA`` per stage and step, and the ``TIMELINE_SCHEMA`` segments; on a GPU
+    stage (``busy``) only the parts of its calls outside its own device work count."""
     key = ["rank", "step"]
     grid = spans.join(stages.select("rank", "pipeline", "stage"), on="rank")
     by_call = calls.group_by(key).agg(
@@ -297,19 +320,19 @@ def _parts(calls: pl.DataFrame, stages: pl.DataFrame, spans: pl.DataFrame,
         last_call_end_ns=pl.col("end_ns").max(),
         fill_ns=pl.col("wait_ns").filter("fill").sum())
     out = grid.join(by_call, on=key, how="left", nulls_equal=True)
-    coll = _collectives(collective_rows, stages, spans).join(
+    coll = _collectives(collective_rows, stages, spans, busy).join(
         out.select(*key, "last_call_end_ns"), on=key, how="left", nulls_equal=True) \
         .with_columns(cooldown=pl.col("last_call_end_ns").is_null()
                       | (pl.col("ts_ns") >= pl.col("last_call_end_ns")))
     # the time in any send/recv or collective call (a union: they may overlap on threads)
-    busy = pl.concat([calls.select(*key, "ts_ns", "end_ns"),
+    in_calls = pl.concat([calls.select(*key, "ts_ns", "end_ns"),
                       coll.select(*key, "ts_ns", "end_ns")]).join(
         spans, on=key, how="left", nulls_equal=True).with_columns(
         ts_ns=pl.max_horizontal("ts_ns", "step_start_ns"),
         end_ns=pl.min_horizontal("end_ns", "step_end_ns")).filter(
         pl.col("end_ns") > pl.col("ts_ns"))
-    in_comm = _union_length(busy, "comm_ns")
-    coll_len = _union_length(coll, "collective_ns")
+    in_comm = _union_length(in_calls, "comm_ns", busy)
+    coll_len = _union_length(coll, "collective_ns", busy)
     cool = coll.group_by(key).agg(collective_wait_ns=pl.col("wait_ns").sum(),
                                   cooldown_ns=pl.col("wait_ns").filter("cooldown").sum())
     for extra in (in_comm, coll_len, cool):
@@ -354,13 +377,57 @@ def _timeline(calls: pl.DataFrame, coll: pl.DataFrame, stages: pl.DataFrame) -> 
         "pipeline", "stage", "start_ns")
 
 
-def _union_length(frame: pl.DataFrame, name: str) -> pl.DataFrame:
-    """Per (rank, step), the length of the union of ``[ts_ns, end_ns)``."""
+def _union_length(frame: pl.DataFrame, name: str, busy: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step), the length of the union of ``[ts_ns, end_ns)``, without what of it
+    lies in the rank's ``busy`` device work (a GPU stage's own time)."""
     key = ["rank", "step"]
     if frame.height == 0:
         return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, name: pl.Int64})
-    return total_length(union(frame.select(*key, "ts_ns", "end_ns"), by=key), by=key,
-                        name=name)
+    merged = union(frame.select(*key, "ts_ns", "end_ns"), by=key)
+    if busy.height == 0:
+        return total_length(merged, by=key, name=name)
+    merged = _covered(merged.with_columns(pl.col("rank").cast(pl.Int32)), busy, "ts_ns",
+                      "end_ns", "_hidden")
+    return merged.group_by(key).agg(
+        (pl.col("end_ns") - pl.col("ts_ns") - pl.col("_hidden")).sum().alias(name))
+
+
+def _gpu_stage_busy(pairs: pl.DataFrame, device_busy: pl.DataFrame | None) -> pl.DataFrame:
+    """The merged own device work of the GPU stages (ranks with a send/recv timed by its
+    kernel), with ``before_ns``: the busy time before each interval (for :func:`_covered`)."""
+    schema = {"rank": pl.Int32, "ts_ns": pl.Int64, "end_ns": pl.Int64, "before_ns": pl.Int64}
+    if device_busy is None or device_busy.height == 0 or pairs.height == 0:
+        return pl.DataFrame(schema=schema)
+    on_gpu = _sides(pairs).filter(pl.col("timing") == "gpu").get_column("rank").unique()
+    work = device_busy.select(pl.col("rank").cast(pl.Int32), "ts_ns", "end_ns").filter(
+        pl.col("rank").is_in(on_gpu.implode()) & (pl.col("end_ns") > pl.col("ts_ns")))
+    if work.height == 0:
+        return pl.DataFrame(schema=schema)
+    merged = union(work, by=["rank"]).sort("rank", "ts_ns")
+    return merged.with_columns(
+        before_ns=(pl.col("end_ns") - pl.col("ts_ns")).cum_sum().shift(1, fill_value=0)
+        .over("rank")).select(list(schema)).cast(schema)
+
+
+def _covered(frame: pl.DataFrame, busy: pl.DataFrame, lo: str, hi: str,
+             name: str) -> pl.DataFrame:
+    """``frame`` with ``name``: the length of ``[lo, hi)`` that the rank's merged ``busy``
+    intervals cover (busy time before ``hi`` - busy time before ``lo``, each by an as-of
+    lookup of the last busy interval starting at or before it); 0 on ranks not in ``busy``."""
+    table = busy.select("rank", _s="ts_ns", _e="end_ns", _b="before_ns").sort("_s")
+
+    def before(at: str, out: str) -> pl.DataFrame:
+        looked = frame.with_row_index("_row").with_columns(_at=pl.col(at)).sort("_at").join_asof(
+            table, left_on="_at", right_on="_s", by="rank", strategy="backward",
+            check_sortedness=False)
+        inside = (pl.min_horizontal("_at", "_e") - pl.col("_s")).clip(0)
+        return looked.select("_row", (pl.col("_b") + inside).fill_null(0).alias(out))
+
+    low, high = before(lo, "_lo_b"), before(hi, "_hi_b")
+    out = frame.with_row_index("_row").join(low, on="_row").join(high, on="_row")
+    return out.with_columns(
+        pl.max_horizontal(pl.col("_hi_b") - pl.col("_lo_b"), pl.lit(0)).alias(name)).drop(
+        "_row", "_lo_b", "_hi_b")
 
 
 def _share(part: str, whole: str) -> pl.Expr:
@@ -368,9 +435,9 @@ def _share(part: str, whole: str) -> pl.Expr:
 
 
 def _collectives(rows: pl.DataFrame | None, stages: pl.DataFrame,
-                 spans: pl.DataFrame) -> pl.DataFrame:
+                 spans: pl.DataFrame, busy: pl.DataFrame) -> pl.DataFrame:
     """The stages' collective calls (send/recv left out): ``rank, step, ts_ns, end_ns,
-    wait_ns`` (the wait within the call)."""
+    wait_ns`` (the wait within the call; on a GPU stage, its part outside ``busy``)."""
     schema = {"rank": pl.Int32, "step": pl.Int64, "ts_ns": pl.Int64, "end_ns": pl.Int64,
               "wait_ns": pl.Int64}
     if rows is None or rows.height == 0:
@@ -382,6 +449,10 @@ def _collectives(rows: pl.DataFrame | None, stages: pl.DataFrame,
                             (pl.col("last_arrival_ns") - pl.col("arrival_ns")).clip(0),
                             pl.col("end_ns") - pl.col("arrival_ns"))).join(
         stages.select("rank"), on="rank")
+    if busy.height:
+        calls = _covered(calls.with_columns(_mid=pl.col("ts_ns") + pl.col("wait_ns")), busy,
+                         "ts_ns", "_mid", "_hidden").with_columns(
+            wait_ns=pl.col("wait_ns") - pl.col("_hidden")).drop("_mid", "_hidden")
     if spans.get_column("step").null_count() == spans.height:
         return calls.join(spans.select("rank", "step"), on="rank").select(list(schema)) \
             .cast(schema)

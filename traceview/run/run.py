@@ -375,6 +375,14 @@ class Run:
                             f" rank {peer} (tag {tag}) without a matching "
                             f"{'recv' if op == 'send' else 'send'}"
                             for r, op, peer, tag, n in self.p2p[1].rows()])
+        if "p2p" in tables and self.p2p[0].height:
+            enqueued = pl.concat([
+                self.p2p[0].filter(pl.col("send_timing") == "enqueue").select(rank="src"),
+                self.p2p[0].filter(pl.col("recv_timing") == "enqueue").select(rank="dst")])
+            out += _capped([f"send/recv: rank {r}: {n} NCCL call(s) without their GPU kernel: "
+                            "timed by the CPU call, which only enqueues (their waits and "
+                            "transfers are not the exchange's)"
+                            for r, n in enqueued.group_by("rank").len().sort("rank").rows()])
         if "gpu" in tables and self.unlaunched.height:
             out.append(_unlaunched_warning(self.unlaunched, self.options.exclude_unlaunched))
         if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
@@ -538,8 +546,19 @@ class Run:
                 "instance", pl.col("rank").cast(pl.Int32))
             rows = self.collective_ranks.join(enqueued, on=["instance", "rank"], how="anti") \
                 if enqueued.height else self.collective_ranks
+        busy = None
+        if pairs.height and "gpu" in pairs.select("send_timing", "recv_timing").unpivot() \
+                .get_column("value").to_list():
+            # GPU stages: their own device work (no communication), on the aligned timeline
+            work = self.gpu.filter(pl.col("gpu_class") != "comm").select(
+                pl.col("rank").cast(pl.Int32), "ts_ns", "end_ns")
+            if many and work.height:
+                work = apply_offsets(work, self.offsets).collect().select(
+                    "rank", end_ns=pl.col("ts_aligned_ns") + pl.col("end_ns") - pl.col("ts_ns"),
+                    ts_ns="ts_aligned_ns")
+            busy = work
         return pipeline(pairs, self.steps, collective_rows=rows,
-                        offsets=self.offsets if many else None)
+                        offsets=self.offsets if many else None, device_busy=busy)
 
     def pipeline(self, *, timeline: bool = False) -> Result:
         """Pipeline parallelism from the send/recv pairs: each rank's stage, where each
