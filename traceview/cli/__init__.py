@@ -37,7 +37,8 @@ class Command(NamedTuple):
 COMMANDS: dict[str, Command] = {
     "ingest": Command("core", "parse traces into the Parquet store"),
     "info": Command("core", "ranks, files, event counts"),
-    "sql": Command("core", "SQL over the tables events, kernels, ranks, files, windows"),
+    "sql": Command("core", "SQL over the tables events, kernels, ranks, files, windows, "
+                                "gpu (classified GPU rows)"),
     "align": Command("distributed", "per-rank clock offsets from collectives"),
     "collectives": Command("distributed",
                            "collectives matched across ranks: skew, wait, bandwidth, tails"),

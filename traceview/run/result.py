@@ -12,6 +12,8 @@ it. ``to_polars()``/``to_pandas()`` give the main table; ``--csv`` writes it.
 {'window': {'ranks': None}, 'rows': [{'rank': 0}, {'rank': 1}], 'warnings': []}
 >>> r.to_pandas().dtypes["rank"]
 Int64Dtype()
+>>> r.rows.height, "rows" in dir(r), r._ipython_key_completions_()
+(2, True, ['window', 'rows'])
 """
 
 from __future__ import annotations
@@ -42,6 +44,22 @@ class Result:
 
     def __getitem__(self, key: str) -> Any:
         return self.fields[key]
+
+    def __getattr__(self, name: str) -> Any:
+        """A field by attribute (``res.ranks`` is ``res["ranks"]``); only called when no real
+        attribute has the name, so ``res.warnings`` stays the Result's own."""
+        # vars(): fields may be unset while copy/pickle rebuild the object (no recursion)
+        fields = vars(self).get("fields")
+        if fields is None or name.startswith("__") or name not in fields:
+            raise AttributeError(f"{type(self).__name__} {vars(self).get('command')!r} has no "
+                                 f"attribute or field {name!r}")
+        return fields[name]
+
+    def __dir__(self) -> list[str]:  # tab completion offers the fields as attributes too
+        return sorted({*super().__dir__(), *(k for k in self.fields if k.isidentifier())})
+
+    def _ipython_key_completions_(self) -> list[str]:  # res["<TAB>
+        return list(self.fields)
 
     def __iter__(self):  # noqa: ANN204 - the keys, as a dict's
         return iter(self.fields)

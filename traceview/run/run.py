@@ -91,9 +91,10 @@ from traceview.analyses.summary import summary
 from traceview.analyses.window import Window, ranks_present, select, step_spans
 from traceview.errors import UsageError
 from traceview.parsers import nccl_log
+from traceview.run.compare import diff_tables, run_tables
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
-from traceview.run.result import Result
+from traceview.run.result import Result, to_pandas
 from traceview.store import traceset
 from traceview.store.derived import cached_gpu
 from traceview.store.traceset import TraceSet
@@ -101,8 +102,10 @@ from traceview.store.traceset import TraceSet
 __all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
 
 #: The analysis commands a Run answers, in the order help lists them. Each is a method.
+#: The command's name is the method's with ``-`` for ``_`` (``critical-path``).
 ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
-                             "stragglers", "pipeline", "alltoall", "memory", "diagnose")
+                             "stragglers", "pipeline", "alltoall", "memory", "critical_path",
+                             "diagnose")
 
 
 class Run:
@@ -706,6 +709,21 @@ class Run:
         notes += found.pop("notes")  # a refused MFU
         return self._path_result("diagnose", found, main="findings", notes=notes)
 
+    def diff(self, other: Run | str | Path | Iterable[str | Path], *, alpha: float = 0.05,
+             top: int = 10, **open_options: Any) -> Result:
+        """This run (the base) against ``other`` (the test): a Run, or traces to open with
+        this run's window and alignment (``open_options``: how to read them, as
+        :func:`open`). Per-step medians with a Mann-Whitney U test, the kernel, operator and
+        collective totals per rank-step and the top contributors (``traceview.run.compare``);
+        ``to_dict()`` is ``traceview diff BASE TEST --json``. Main table ``metrics``."""
+        test = other if isinstance(other, Run) else Run(traceset.open(other, **open_options),
+                                                        self.options)
+        found = diff_tables(run_tables(self), run_tables(test), alpha=alpha, top=top)
+        # both runs' warnings, each naming its file, and what their matches said
+        warnings = [*self.warnings, *self.table_warnings("match", "offsets"),
+                    *test.warnings, *test.table_warnings("match", "offsets")]
+        return Result("diff", found.fields(), "metrics", tuple(warnings))
+
     def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
                        model_flops_per_step: float | None = None) -> pl.DataFrame | None:
         """Achieved TFLOP/s and MFU per rank and step (``analyses.flops.achieved_flops``),
@@ -821,21 +839,26 @@ class Run:
         return self.events.filter(pl.col("kind") == "kernel")
 
     def sql(self, query: str) -> pl.DataFrame:
-        """SQL over the window's ``events``, ``kernels``, ``ranks`` and ``files``."""
+        """SQL over the window's ``events``, ``kernels``, ``ranks``, ``files``, ``windows``
+        and ``gpu``: the classified GPU rows (``run.gpu``: kernels, copies and sets with
+        ``gpu_class`` compute/comm/memcpy/memset and ``gpu_subclass``), made only when the
+        query names it."""
+        gpu = {"gpu": lambda: self.gpu.lazy()}
         if self.window == type(self.window)():
-            return self.traceset.sql(query)
-        return self.traceset.sql(query, events=self.events)
+            return self.traceset.sql(query, tables=gpu)
+        return self.traceset.sql(query, events=self.events, tables=gpu)
 
     def to_pandas(self) -> Any:
-        """The window's events in pandas (categoricals stay categorical)."""
-        return self.events.collect().to_pandas()
+        """The window's events in pandas: categoricals stay categorical, integer columns with
+        missing values stay integers (nullable ``Int32``/``Int64``, as Result tables)."""
+        return to_pandas(self.events.collect())
 
     def write_store(self, out_dir: str | Path) -> Path | str:
         """Write the trace set as a self-contained store folder (see ``TraceSet``)."""
         return self.traceset.write_store(out_dir)
 
     def __dir__(self) -> Iterable[str]:
-        return sorted({*super().__dir__(), *ANALYSES})
+        return sorted({*super().__dir__(), *ANALYSES, "diff"})
 
     def __repr__(self) -> str:
         w = {k: v for k, v in self.window_info.items() if v}
