@@ -110,3 +110,15 @@ def test_run_diff_is_the_cli_diff(capsys) -> None:
     assert main(["diff", GLOO, SLOW, "--json"]) == 0
     assert res.to_dict() == json.loads(capsys.readouterr().out)
     assert base.diff(traceview.open(SLOW)).to_dict() == res.to_dict()
+
+
+def test_breakdown_says_which_rows_are_totals(gpu_run) -> None:
+    steps = traceview.open(gpu_run).breakdown().to_pandas()
+    assert list(steps.columns[:4]) == ["rank", "device", "step", "scope"]
+    per_step, whole = steps[steps.scope == "step"], steps[steps.scope == "window"]
+    assert per_step.step.notna().all() and whole.step.isna().all()
+    assert len(whole) == 2 and len(per_step) == 2 * 3  # one total per rank, 3 steps each
+    # the total covers its steps' windows (and what lies between them)
+    for rank, rows in per_step.groupby("rank"):
+        total = whole[whole["rank"] == rank].iloc[0]
+        assert rows.compute_ns.sum() <= total.compute_ns
