@@ -34,7 +34,7 @@ from traceview.cli._options import (
     add_window_args,
     open_run,
 )
-from traceview.cli._render import dumps, emit_json, ms, short, table, warn
+from traceview.cli._render import dumps, emit_json, ms, short, table, warn, warnings_for
 from traceview.errors import UsageError
 from traceview.outputs import gate
 from traceview.outputs.perfetto import export
@@ -176,8 +176,8 @@ def run_diff(args: argparse.Namespace) -> int:
     test = _open(args, [args.test])
     res = base.diff(test, alpha=args.alpha, top=args.top)  # = Run.diff in Python
     # Both runs' warnings, each naming its file (the inputs' printed as each run opened).
-    for warning in res.warnings[len(base.warnings):]:
-        if warning not in test.warnings:
+    for warning in warnings_for(res, args):
+        if warning not in base.warnings and warning not in test.warnings:
             warn(warning)
     if args.json:
         sys.stdout.write(res.to_json().decode() + "\n")
@@ -288,7 +288,8 @@ def run_export(args: argparse.Namespace) -> int:
     info = export(run, buf, critical_path=getattr(args, "critical_path", False))
     write_text(args.output, buf.getvalue())
     table_warnings = run.table_warnings("match", "offsets")  # the inputs' were printed already
-    for warning in table_warnings:
+    for warning in (table_warnings if getattr(args, "verbose", False)
+                    else run.plain_table_warnings("match", "offsets")):
         warn(warning)
     if args.json:
         emit_json({"output": args.output, **info, "warnings": [*run.warnings, *table_warnings]})

@@ -9,7 +9,7 @@ it. ``to_polars()``/``to_pandas()`` give the main table; ``--csv`` writes it.
 >>> r = Result("demo", {"window": {"ranks": None}, "rows": pl.DataFrame({"rank": [0, 1]})},
 ...            main="rows")
 >>> r.to_dict()
-{'window': {'ranks': None}, 'rows': [{'rank': 0}, {'rank': 1}], 'warnings': []}
+{'window': {'ranks': None}, 'rows': [{'rank': 0}, {'rank': 1}], 'warnings': [], 'warnings_plain': []}
 >>> r.to_pandas().dtypes["rank"]
 Int64Dtype()
 >>> r.rows.height, "rows" in dir(r), r._ipython_key_completions_()
@@ -19,7 +19,7 @@ Int64Dtype()
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from html import escape
 from typing import Any
 
@@ -35,12 +35,25 @@ pd = lazy_module("pandas", missing="to_pandas needs pandas: pip install pandas")
 @dataclass(frozen=True)
 class Result:
     """One command's answer. ``fields``: its ``--json`` document in order (frames for tables);
-    ``main``: the key of its main table; ``warnings``: what the run said about the data."""
+    ``main``: the key of its main table; ``warnings``: what the run said about the data, in
+    full technical detail; ``plain``: the same in plain words, each once (what the text
+    output prints without ``--verbose``; None: the warnings are plain already)."""
 
     command: str
     fields: Mapping[str, Any]
     main: str
     warnings: tuple[str, ...] = field(default=())
+    plain: tuple[str, ...] | None = None
+
+    @property
+    def plain_warnings(self) -> list[str]:
+        """The warnings in plain words, each once."""
+        return list(dict.fromkeys(self.warnings if self.plain is None else self.plain))
+
+    def with_warnings(self, *more: str) -> Result:
+        """This answer with ``more`` warnings (already plain) after its own."""
+        plain = None if self.plain is None else (*self.plain, *more)
+        return replace(self, warnings=(*self.warnings, *more), plain=plain)
 
     def __getitem__(self, key: str) -> Any:
         return self.fields[key]
@@ -86,6 +99,7 @@ class Result:
         doc = {k: v.to_dicts() if isinstance(v, pl.DataFrame) else v
                for k, v in self.fields.items()}
         doc["warnings"] = list(self.warnings)
+        doc["warnings_plain"] = self.plain_warnings
         return json_bytes(doc, indent=indent)
 
     def to_polars(self) -> pl.DataFrame:

@@ -91,6 +91,7 @@ from traceview.analyses.summary import summary
 from traceview.analyses.window import Window, ranks_present, select, step_spans
 from traceview.errors import UsageError
 from traceview.parsers import nccl_log
+from traceview.run import plain
 from traceview.run.compare import diff_tables, run_tables
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
@@ -386,6 +387,19 @@ class Run:
                 *alignment_warnings(self.offsets)])
         return out
 
+    def plain_table_warnings(self, *tables: str) -> list[str]:
+        """``table_warnings`` in plain words (``traceview.run.plain``): one line per
+        collective group with problems and per clock-alignment quality, saying what the
+        answer leaves out; the others are plain already."""
+        tables = tuple(t for t in tables if t in self.__dict__)  # computed (not failed) only
+        out: list[str] = []
+        if "match" in tables and self.match.problems.height:
+            out += _capped(plain.collective_lines(self.match.problems, self.match.groups))
+        out += self.table_warnings(*(t for t in tables if t in ("p2p", "gpu")))
+        if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
+            out += plain.alignment_lines(self.offsets)
+        return out
+
     @property
     def _tolerance_ns(self) -> int | None:
         tol = self.options.tolerance_us
@@ -403,7 +417,8 @@ class Run:
         # the files --skip-bad left out, in every answer (their ranks are missing from it)
         plain["skipped"] = [{"file": f, "error": e} for f, e in self.traceset.skipped]
         warnings = [*self.warnings, *self.table_warnings(*uses)]
-        return Result(command, plain, main, tuple(warnings))
+        return Result(command, plain, main, tuple(warnings),
+                      plain=(*self.warnings, *self.plain_table_warnings(*uses)))
 
     # --- the analyses: one method per command -----------------------------------------------
 
@@ -561,8 +576,7 @@ class Run:
             "bottleneck": found["bottleneck"], "schedule": found["schedule"], "p2p": p2p,
             **({"timeline": found["timeline"]} if timeline else {})},
             main="stages", uses=("match", "offsets", "p2p"))
-        return dataclasses.replace(res, warnings=(
-            *res.warnings, *(f"pipeline: {note}" for note in found["notes"])))
+        return res.with_warnings(*(f"pipeline: {note}" for note in found["notes"]))
 
     @cached_property
     def _alltoall(self) -> dict[str, Any]:
@@ -593,7 +607,7 @@ class Run:
         found = dict(self._alltoall)
         notes = found.pop("warnings")
         res = self._result("alltoall", found, main="ranks", uses=("match", "offsets"))
-        return dataclasses.replace(res, warnings=(*res.warnings, *notes))
+        return res.with_warnings(*notes)
 
     @cached_property
     def memory_levels(self) -> pl.DataFrame:
@@ -669,7 +683,7 @@ class Run:
         path's warnings after the tables'."""
         res = self._result(command, {"window": self.window_info, **fields}, main=main,
                            uses=self._gpu_and_alignment)
-        return dataclasses.replace(res, warnings=(*res.warnings, *self._path_notes, *notes))
+        return res.with_warnings(*self._path_notes, *notes)
 
     def critical_path(self, *, top: int = 10) -> Result:
         """The cross-rank critical path: per step ``path_ns`` against ``step_ns``, each rank's
@@ -722,7 +736,9 @@ class Run:
         # both runs' warnings, each naming its file, and what their matches said
         warnings = [*self.warnings, *self.table_warnings("match", "offsets"),
                     *test.warnings, *test.table_warnings("match", "offsets")]
-        return Result("diff", found.fields(), "metrics", tuple(warnings))
+        words = [*self.warnings, *self.plain_table_warnings("match", "offsets"),
+                 *test.warnings, *test.plain_table_warnings("match", "offsets")]
+        return Result("diff", found.fields(), "metrics", tuple(warnings), plain=tuple(words))
 
     def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
                        model_flops_per_step: float | None = None) -> pl.DataFrame | None:

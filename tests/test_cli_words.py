@@ -1,0 +1,78 @@
+"""The command line's words for people: warnings in plain words once (details with
+--verbose), grouped validate problems, a short reason for unflagged stragglers, steps as
+people write them, an alpha-beta fit only when it fits, per-step summary headers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import traceview
+from traceview.cli import main
+from traceview.run.run import Run
+from traceview.schema import events_frame
+
+from tests.conftest import FIXTURES
+
+PAIR = Path("/work/shared/corpus/hta-tests-data/tests/data/trace_filter")
+GLOO = str(FIXTURES / "data" / "gloo_ddp_2r")
+
+
+def _unpaired_run() -> Run:
+    """Rank 1 saw one all-reduce fewer than rank 0, rank 2 none (a rank on its own clock)."""
+    kernel = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    rows = [dict(rank=r, file_id=r, source="kineto", kind="kernel", name=kernel, stream=7,
+                 device=r, ts_ns=1_000_000 * k + 10 * r, dur_ns=50_000)
+            for r, n in ((0, 4), (1, 3)) for k in range(n)]
+    rows.append(dict(rank=2, file_id=2, source="kineto", kind="kernel", name="gemm", stream=7,
+                     device=2, ts_ns=0, dur_ns=10))
+    return Run.from_events(events_frame(rows))
+
+
+def test_plain_warnings_say_what_the_answer_leaves_out() -> None:
+    res = _unpaired_run().stragglers()
+    plain = res.plain_warnings
+    assert len(plain) < len(res.warnings) or plain != list(res.warnings)
+    assert any(w.startswith("collectives on stream") or w.startswith("collectives in group")
+               for w in plain), plain
+    assert any("rank(s) 2 could not be aligned" in w for w in plain), plain
+    assert not any("ns (robust sd)" in w for w in plain)
+    doc = res.to_dict()
+    assert doc["warnings"] == list(res.warnings)  # complete, as before
+    assert doc["warnings_plain"] == plain
+
+
+@pytest.mark.skipif(not PAIR.is_dir(), reason="HTA test corpus not present")
+def test_nccl_pair_warns_once_in_plain_words(capsys) -> None:
+    files = [str(PAIR / f"sampled_rank-{r}.json.gz") for r in (0, 1)]
+    assert main(["summary", *files]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "traceview: warning: collectives on stream 84 could not be paired across ranks by "
+        "call order (their completions scatter by 56.8 ms); 10 of 16 calls stay unpaired: "
+        "cross-rank waits, skew and stragglers there leave them out",
+        "traceview: warning: the clock of rank(s) 1 is aligned only roughly: cross-rank "
+        "times with it can be off by up to 465 µs"]
+    for argv in (["--verbose", "stragglers", *files], ["stragglers", *files, "--verbose"]):
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert "order_timing_mismatch" in err and "56826575 ns (robust sd)" in err
+    assert main(["collectives", *files, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["warnings"]) == 4 and len(doc["warnings_plain"]) == 2
+
+
+def test_summary_headers_say_per_step(capsys) -> None:
+    from fixtures import synthetic
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as out:
+        synthetic.main(["--out", out, "--world-size", "2", "--steps", "3", "--seed", "2"])
+        assert main(["summary", out]) == 0
+        text = capsys.readouterr().out
+        assert "compute_ms/step" in text and "exposed_comm_ms/step" in text
+        assert "*/step: window totals / steps" in text
+        row = traceview.open(out).summary().ranks.row(0, named=True)
+        assert row["compute_ns_per_step"] == round(row["compute_ns"] / row["steps"])
