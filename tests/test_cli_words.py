@@ -76,3 +76,19 @@ def test_summary_headers_say_per_step(capsys) -> None:
         assert "*/step: window totals / steps" in text
         row = traceview.open(out).summary().ranks.row(0, named=True)
         assert row["compute_ns_per_step"] == round(row["compute_ns"] / row["steps"])
+
+
+def test_unflagged_ranks_get_one_short_reason(capsys) -> None:
+    slow = str(FIXTURES / "data" / "gloo_ddp_2r_slow1")
+    ranks = traceview.open(slow).stragglers().ranks
+    by_rank = {r["rank"]: r for r in ranks.iter_rows(named=True)}
+    assert by_rank[1]["flagged"] and by_rank[1]["reason"].startswith("its own time caused")
+    assert by_rank[0]["reason"].startswith("too few clear instances")  # the real reason
+    assert main(["stragglers", slow]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rank0 = next(line for line in out if line.startswith("rank 0:"))
+    assert rank0.endswith("not flagged: too few clear instances: its own time caused 1 clear "
+                          "lead, 3 needed") and len(rank0.split()) < 30
+    assert main(["stragglers", slow, "--verbose"]) == 0
+    assert "arrived last at" in next(line for line in capsys.readouterr().out.splitlines()
+                                     if line.startswith("rank 0:"))

@@ -163,11 +163,15 @@ def run_stragglers(args: argparse.Namespace) -> int:
         rows = pl.concat([flagged, res.filter(~pl.col("flagged")).head(5)])
         print()
     many = rows.height < res.height
+    verbose = getattr(args, "verbose", False)
     for r in rows.iter_rows(named=True):
-        # past a few dozen ranks, prose only about the flagged ones
-        why = r["explanation"] if r["flagged"] or not many else "not flagged"
+        # the evidence's paragraph for a flagged rank (or with --verbose); else one reason
+        why = (r["explanation"] if r["flagged"] or verbose else
+               f"{'' if r['verdict'] == 'unsure' else 'not flagged: '}{r['reason']}")
         print(f"rank {r['rank']}: imposed {r['imposed_wait_ns'] / 1e6:.2f} ms, last at "
               f"{r['last_arrivals']} of {r['instances']}: {why}")
+    if not verbose and rows.filter(~pl.col("flagged")).height:
+        print("(--verbose: the evidence behind each verdict)")
     if many:
         print(not_shown(rows.height, res.height, "stragglers"))
     return 0
