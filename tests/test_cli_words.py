@@ -92,3 +92,15 @@ def test_unflagged_ranks_get_one_short_reason(capsys) -> None:
     assert main(["stragglers", slow, "--verbose"]) == 0
     assert "arrived last at" in next(line for line in capsys.readouterr().out.splitlines()
                                      if line.startswith("rank 0:"))
+
+
+def test_steps_past_the_trace_are_said_in_inclusive_ranges(capsys) -> None:
+    slow = str(FIXTURES / "data" / "gloo_ddp_2r_slow1")
+    whole = traceview.open(slow).steps
+    first, last = int(whole["step"].min()), int(whole["step"].max())
+    res = traceview.open(slow, steps=f"{last - 1}:{last + 50}").summary()
+    assert (f"steps: asked for steps {last - 1}–{last + 49}, the trace has {first}–{last}: "
+            f"analysing 2 steps ({last - 1}–{last})") in res.warnings
+    assert traceview.open(slow, steps=f"{first}:{last + 1}").summary().warnings == ()
+    assert main(["summary", slow, "--steps", f"{last + 5}:{last + 9}"]) == 2
+    assert f"steps present: {first}–{last}," in capsys.readouterr().err

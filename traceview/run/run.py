@@ -207,7 +207,7 @@ class Run:
             ("--time", selection.describe_time(self.options.time)),
             ("--skip-warmup", self.window.skip_warmup or None)) if value is not None)
         steps = ("no profiler steps" if whole[0] is None else
-                 f"steps present: {whole[0]}:{whole[1] + 1}")
+                 f"steps present: {selection.say_steps(whole[0], whole[1])}")
         raise UsageError(f"{asked} selects no event of this run; {steps}, "
                          f"{(whole[3] - whole[2]) / 1e6:.3f} ms of events")
 
@@ -230,7 +230,29 @@ class Run:
         self._check_ranks_exist()
         selected = select(self.traceset.analysis_events(), self.window).collect()
         self._check_window_not_empty(selected)
+        self._window_notes = self._steps_short_note(selected)
         return selected.lazy()
+
+    def _steps_short_note(self, selected: pl.DataFrame) -> list[str]:
+        """A ``--steps`` range reaching past the steps the trace has is analysed over those it
+        has: say so, with steps as people write them (inclusive)."""
+        asked = self.window.steps
+        if asked is None or selected.height == 0:
+            return []
+        have = selected.get_column("step").drop_nulls()
+        if have.len() == 0:
+            return []
+        first, last = int(have.min()), int(have.max())
+        lo = first if asked[0] is None else asked[0]
+        hi = last if asked[1] is None else asked[1] - 1
+        if lo >= first and hi <= last:
+            return []
+        whole = self._rank_events.select(first=pl.col("step").min(),
+                                         last=pl.col("step").max()).collect().row(0)
+        n = have.n_unique()
+        return [f"steps: asked for steps {selection.say_steps(lo, hi)}, the trace has "
+                f"{selection.say_steps(*whole)}: analysing {n} step{'s' if n != 1 else ''} "
+                f"({selection.say_steps(first, last)})"]
 
     # --- the shared tables --------------------------------------------------------------------
 
@@ -353,8 +375,10 @@ class Run:
     @property
     def warnings(self) -> list[str]:
         """What reading the run said: how it was read (``TraceSet.notes``: the cache), then
-        ``data_warnings``."""
-        return [*self.traceset.notes, *self.data_warnings]
+        ``data_warnings``, then what the window could not give (steps asked past the
+        trace's, once the window is read)."""
+        return [*self.traceset.notes, *self.data_warnings,
+                *self.__dict__.get("_window_notes", ())]
 
     @property
     def data_warnings(self) -> list[str]:
