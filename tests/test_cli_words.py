@@ -104,3 +104,23 @@ def test_steps_past_the_trace_are_said_in_inclusive_ranges(capsys) -> None:
     assert traceview.open(slow, steps=f"{first}:{last + 1}").summary().warnings == ()
     assert main(["summary", slow, "--steps", f"{last + 5}:{last + 9}"]) == 2
     assert f"steps present: {first}–{last}," in capsys.readouterr().err
+
+
+def test_alpha_beta_fit_is_offered_only_when_it_fits(capsys) -> None:
+    import polars as pl
+
+    from traceview.analyses.collectives import MAX_FIT_REL_RMS, alpha_beta
+
+    sizes = [1_000, 10_000, 100_000, 1_000_000] * 2
+    line = [5_000 + b / 10 for b in sizes]  # alpha 5 us, beta 10 GB/s
+    noisy = [t * f for t, f in zip(line, [1, 3, 0.3, 2.5, 0.4, 1, 3, 0.2])]
+    fits = alpha_beta(pl.DataFrame({"name": ["clean"] * 8 + ["noisy"] * 8,
+                                    "bytes": sizes * 2, "comm_ns": line + noisy}))
+    clean, bad = fits.row(0, named=True), fits.row(1, named=True)
+    assert clean["meaningful"] and clean["rel_rms_error"] < 1e-9
+    assert clean["beta_gbps"] == pytest.approx(10.0)
+    assert bad["rel_rms_error"] > MAX_FIT_REL_RMS and bad["meaningful"] is False
+    assert "not a meaningful fit" in bad["note"]
+    assert main(["collectives", GLOO]) == 0  # gloo's all-reduce times scatter (44% RMS)
+    out = capsys.readouterr().out
+    assert "alpha-beta all_reduce: no meaningful fit" in out and " GB/s," not in out
