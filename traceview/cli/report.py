@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
 import sys
 from pathlib import Path
@@ -39,7 +40,12 @@ from traceview.errors import UsageError
 from traceview.outputs import gate
 from traceview.outputs.perfetto import export
 from traceview.outputs.report import gather, write_html
-from traceview.store.safe_write import check_file_target, refuse_input_overlap, write_text
+from traceview.store.safe_write import (
+    atomic_write,
+    check_file_target,
+    refuse_input_overlap,
+    write_text,
+)
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -101,7 +107,8 @@ def _check_options(p: argparse.ArgumentParser) -> None:
 
 def _export_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSON file to write")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="JSON file to write (gzip-compressed when it ends in .gz)")
     p.add_argument("--critical-path", action="store_true",
                    help="draw the cross-rank critical path (traceview critical-path)")
     p.set_defaults(run=run_export)
@@ -286,7 +293,11 @@ def run_export(args: argparse.Namespace) -> int:
     buf = io.StringIO()
     run = _open(args)
     info = export(run, buf, critical_path=getattr(args, "critical_path", False))
-    write_text(args.output, buf.getvalue())
+    if args.output.endswith(".gz"):  # the name says gzip: Perfetto and chrome://tracing read it
+        data = gzip.compress(buf.getvalue().encode(), compresslevel=6, mtime=0)
+        atomic_write(Path(args.output), lambda tmp: tmp.write_bytes(data))
+    else:
+        write_text(args.output, buf.getvalue())
     table_warnings = run.table_warnings("match", "offsets")  # the inputs' were printed already
     for warning in (table_warnings if getattr(args, "verbose", False)
                     else run.plain_table_warnings("match", "offsets")):
