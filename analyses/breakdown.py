@@ -25,7 +25,7 @@ from .window import gpu_trace_windows
 Frame = pl.LazyFrame | pl.DataFrame
 
 _BREAKDOWN_COLUMNS = [
-    "rank", "device", "step", "step_time_ns", "window_start_ns", "window_end_ns", "window_ns",
+    "rank", "device", "step", "scope", "step_time_ns", "window_start_ns", "window_end_ns", "window_ns",
     "compute_ns", "exposed_comm_ns", "exposed_memcpy_ns", "exposed_memset_ns", "idle_ns",
     "idle_fraction", "comm_ns", "memcpy_ns", "busy_ns", "note",
 ]
@@ -41,7 +41,9 @@ def step_breakdown(
 ) -> pl.DataFrame:
     """GPU time per step (and a whole-trace row with step null) per (rank, device).
 
-    ``step_time_ns`` is the host ``ProfilerStep#N`` duration (null for the whole-trace row and
+    ``scope`` says which a row is: ``"step"`` (one step's window) or ``"window"`` (the whole
+    window analysed, summed over its steps and what lies between them; step null), so a
+    table filtered or summed by step never mixes the two. ``step_time_ns`` is the host ``ProfilerStep#N`` duration (null for the whole-trace row and
     when the step has no host range). Ranks of ``ranks`` without GPU events get a row with a
     note. ``gpu``: ``prepared_gpu`` rows; ``host_steps``: host step ranges (``step_spans``).
     """
@@ -65,7 +67,10 @@ def step_breakdown(
     out = pl.concat(parts, how="vertical_relaxed").with_columns(
         idle_fraction=pl.when(pl.col("window_ns") > 0)
         .then(pl.col("idle_ns") / pl.col("window_ns")).otherwise(None))
-    return finish(out, ranks, _BREAKDOWN_COLUMNS)
+    # after finish: a rank without GPU events gets its one (window) row there
+    scope = pl.when(pl.col("step").is_null()).then(pl.lit("window")).otherwise(pl.lit("step"))
+    return finish(out, ranks, _BREAKDOWN_COLUMNS).with_columns(scope=scope).select(
+        _BREAKDOWN_COLUMNS)
 
 
 def idle_fraction(gpu: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:

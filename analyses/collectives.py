@@ -193,6 +193,11 @@ def collective_summary(per_rank: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+#: Above this relative RMS error the α–β line does not describe the times (docs/metrics.md):
+#: a quarter off on a typical call is more scatter than model, so no α or β is offered as one.
+MAX_FIT_REL_RMS = 0.25
+
+
 def alpha_beta(instances: pl.DataFrame, *, time_col: str = "comm_ns") -> pl.DataFrame:
     """Latency-bandwidth fit ``t = alpha + bytes / beta`` per collective, in relative terms.
 
@@ -200,11 +205,12 @@ def alpha_beta(instances: pl.DataFrame, *, time_col: str = "comm_ns") -> pl.Data
     1 GiB one. Needs >= 3 instances with >= 2 distinct sizes. ``rel_rms_error`` is the fit's
     root-mean-square relative error; a negative alpha is refitted with alpha = 0, a
     non-positive slope leaves ``beta_gbps`` null (no size dependence in the data).
-    Takes :func:`collectives` output.
+    ``meaningful``: the error is at most ``MAX_FIT_REL_RMS`` (null without a fit); a fit above
+    it is kept for the record but is no model of the times. Takes :func:`collectives` output.
     """
     schema = {"name": pl.String, "instances": pl.Int64, "sizes": pl.Int64,
               "alpha_ns": pl.Float64, "beta_gbps": pl.Float64, "rel_rms_error": pl.Float64,
-              "note": pl.String}
+              "note": pl.String, "meaningful": pl.Boolean}
     rows = []
     usable = instances.filter(pl.col("bytes").is_not_null() & (pl.col(time_col) > 0))
     for (name,), g in usable.group_by("name", maintain_order=True):
@@ -214,7 +220,7 @@ def alpha_beta(instances: pl.DataFrame, *, time_col: str = "comm_ns") -> pl.Data
         if len(t) < 3 or sizes < 2:
             rows.append({"name": name, "instances": len(t), "sizes": sizes, "alpha_ns": None,
                          "beta_gbps": None, "rel_rms_error": None,
-                         "note": "needs >= 3 instances and >= 2 sizes"})
+                         "note": "needs >= 3 instances and >= 2 sizes", "meaningful": None})
             continue
         a = np.column_stack([1.0 / t, x / t])
         (alpha, slope), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
@@ -226,8 +232,12 @@ def alpha_beta(instances: pl.DataFrame, *, time_col: str = "comm_ns") -> pl.Data
             alpha = float(np.sum(1 / t) / np.sum((1 / t) ** 2))
             slope, note = 0.0, "no size dependence: beta undetermined"
         rel = (alpha + slope * x - t) / t
+        rms = float(math.sqrt(float(np.mean(rel**2))))
+        if rms > MAX_FIT_REL_RMS:
+            note = "; ".join(filter(None, [note, f"relative RMS error above "
+                                           f"{MAX_FIT_REL_RMS:.0%}: not a meaningful fit"]))
         rows.append({"name": name, "instances": len(t), "sizes": sizes,
                      "alpha_ns": float(alpha),
                      "beta_gbps": (1.0 / slope) if slope > 0 else None,
-                     "rel_rms_error": float(math.sqrt(float(np.mean(rel**2)))), "note": note})
+                     "rel_rms_error": rms, "note": note, "meaningful": rms <= MAX_FIT_REL_RMS})
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)

@@ -54,6 +54,8 @@ RESULT_SCHEMA: dict[str, pl.DataType] = {
     "median_caused_wait_per_step_ns": pl.Int64, "culprit_instances": pl.Int64,
     "inherited_wait_ns": pl.Int64, "steps_culprit": pl.Int64, "verdict": pl.String,
     "evidence_steps": pl.List(pl.Int64), "evidence_instances": pl.List(pl.String),
+    # the verdict's one short reason (``explanation`` has the evidence)
+    "reason": pl.String,
 }
 
 #: A lead counts as "clear" when above this many times the run's own arrival noise (the
@@ -232,6 +234,7 @@ def stragglers(
             and row["median_caused_wait_per_step_ns"] > floor
         row["explanation"] = _explain(row, flagged, checks, names, n_sig, floor, median_step,
                                       n_steps, min_effect, min_share, unc)
+        row["reason"] = _reason(row, flagged, checks, n_sig, min_instances, min_effect, unc)
         out.append(row)
     result = pl.DataFrame(out).select([*[c for c in RESULT_SCHEMA if c != "verdict"], "_size"]) \
         .with_columns(verdict=pl.lit("not a straggler")).cast(RESULT_SCHEMA).sort(
@@ -276,7 +279,10 @@ def _with_verdicts(rows: pl.DataFrame, floor: int) -> pl.DataFrame:
             confidence=pl.when(is_lead).then(pl.lit("low")).otherwise(pl.col("confidence")),
             explanation=pl.when(is_lead).then(
                 pl.lit("UNSURE: leads the others but not clearly above the run's noise; ")
-                + pl.col("explanation")).otherwise(pl.col("explanation")))
+                + pl.col("explanation")).otherwise(pl.col("explanation")),
+            reason=pl.when(is_lead).then(
+                pl.lit("unsure: leads the others, but ") + pl.col("reason"))
+            .otherwise(pl.col("reason")))
     return rows.with_columns(verdict=verdict)
 
 
@@ -420,6 +426,39 @@ def _explain(row: dict, flagged: bool, checks: dict, names: list[str], n_sig: in
     return "not flagged: " + ", ".join(why) + ". " + text
 
 
+def _reason(row: dict, flagged: bool, checks: dict, n_sig: int, min_instances: int,
+            min_effect: float, unc: int) -> str:
+    """The verdict in one short clause: the first check that failed, in the order a reader
+    asks (was it there, was anyone clearly last, was it this rank, often enough, enough to
+    matter, more than chance)."""
+    k = row["culprit_instances"]
+    if flagged:
+        return (f"its own time caused the lead at {k} of {n_sig} clear instances, "
+                f"{100 * (row['effect'] or 0):.0f}% of the median step")
+    if row["instances"] == 0:
+        return "took part in no matched collective"
+    if n_sig == 0:
+        return "no collective had a clear last arrival" + (
+            f" (arrival order within the alignment uncertainty, {_ms(unc)})" if unc else "")
+    if k == 0:
+        return "its own time never caused a clear lead"
+    if k < min_instances:
+        return (f"too few clear instances: its own time caused {k} clear lead"
+                f"{'s' if k > 1 else ''}, {min_instances} needed")
+    if not checks["persistent"]:
+        return f"caused only {k} of {n_sig} clear leads"
+    if not checks["effect"]:
+        return (f"the wait it causes is {100 * (row['effect'] or 0):.0f}% of a step, below "
+                f"{min_effect:.0%}")
+    if not checks["dominant"]:
+        return "causes no more wait than the others"
+    if not checks["consistent"]:
+        return (f"a clear wait in only {row['steps_culprit']} of {row['steps_compared']} "
+                "steps")
+    return (f"too few steps to tell its lead from chance ({row['steps_culprit']} of "
+            f"{row['steps_compared']})")
+
+
 def _empty_rows(ranks: list[int], reason: str) -> pl.DataFrame:
     rows = [{"rank": r, "flagged": False, "imposed_wait_ns": 0, "imposed_wait_per_step_ns": 0,
              "last_arrivals": 0, "significant_last_arrivals": 0, "significant_instances": 0,
@@ -431,6 +470,6 @@ def _empty_rows(ranks: list[int], reason: str) -> pl.DataFrame:
              "caused_wait_ns": 0, "caused_wait_per_step_ns": 0,
              "median_caused_wait_per_step_ns": 0, "culprit_instances": 0,
              "inherited_wait_ns": 0, "steps_culprit": 0, "verdict": "unsure",
-             "evidence_steps": [], "evidence_instances": []}
+             "evidence_steps": [], "evidence_instances": [], "reason": reason}
             for r in ranks]
     return pl.DataFrame(rows, schema=RESULT_SCHEMA)

@@ -3,7 +3,9 @@
 Per rank (devices of a rank summed; a Kineto rank normally drives one device):
 steps, step_time_ns_p50 (median host ``ProfilerStep`` duration), compute_ns, comm_ns,
 overlap_ns, exposed_comm_ns, hidden_fraction = overlap / comm, busy_ns, span_ns, idle_ns,
-idle_fraction = idle / span (whole trace, as in ``overlap`` and ``breakdown``), the biggest gap
+idle_fraction = idle / span (whole trace, as in ``overlap`` and ``breakdown``); compute, comm and
+exposed comm are totals over the window, and ``*_per_step`` the same divided by the rank's
+steps (comparable with the step time; null without steps); the biggest gap
 cause and its time, and ``bound`` / ``bound_share``: the rank's GPU bound by the one rule of
 ``overlap.bound_of`` over those sums. (``traceview summary``'s worst straggler is the stragglers analysis' answer,
 taken by the Run from the same aligned table as ``traceview stragglers``.)
@@ -20,7 +22,11 @@ SUMMARY_COLUMNS = [
     "rank", "steps", "step_time_ns_p50", "compute_ns", "comm_ns", "overlap_ns",
     "exposed_comm_ns", "hidden_fraction", "idle_fraction", "busy_ns", "span_ns", "idle_ns",
     "devices", "top_gap_cause", "top_gap_cause_ns", "note", "bound", "bound_share",
+    "compute_ns_per_step", "comm_ns_per_step", "exposed_comm_ns_per_step",
 ]
+
+#: The window totals also given per step (total / steps; null without steps).
+PER_STEP = ("compute_ns", "comm_ns", "exposed_comm_ns")
 
 
 def summary(
@@ -67,4 +73,6 @@ def summary(
         pl.when(pl.col("steps") == 0).then(pl.lit("no ProfilerStep ranges: no step time")),
         pl.when((pl.col("comm_ns") == 0)).then(pl.lit("no communication kernels")),
     ], separator="; ", ignore_nulls=True).replace("", None)
-    return out.with_columns(note=note).select(SUMMARY_COLUMNS).sort("rank")
+    per_step = [pl.when(pl.col("steps") > 0).then(pl.col(c) / pl.col("steps")).round()
+                .cast(pl.Int64).alias(f"{c}_per_step") for c in PER_STEP]
+    return out.with_columns(*per_step, note=note).select(SUMMARY_COLUMNS).sort("rank")

@@ -47,7 +47,7 @@ def test_without_a_known_command_every_command_is_listed(capsys):
 
 
 def test_every_analysis_of_a_run_is_a_command():
-    assert set(ANALYSES) <= set(cli.COMMANDS)
+    assert {name.replace("_", "-") for name in ANALYSES} <= set(cli.COMMANDS)
 
 
 # ----------------------------------------------------------------------------- the renderer
@@ -90,7 +90,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.mark.parametrize("command", ANALYSES)
 def test_csv_header_is_the_main_tables_columns(command, cache_dir, capsys):
     path = str(FIXTURES / "data" / "gloo_ddp_2r")
-    assert cli.main([command, path, "--csv", "--cache-dir", cache_dir]) == 0
+    assert cli.main([command.replace("_", "-"), path, "--csv", "--cache-dir", cache_dir]) == 0
     out = capsys.readouterr().out
     expected = getattr(traceview.open(path, cache_dir=cache_dir), command)().to_polars()
     assert out.splitlines()[0].split(",") == expected.columns
@@ -100,7 +100,7 @@ def test_csv_header_is_the_main_tables_columns(command, cache_dir, capsys):
 @pytest.mark.parametrize("command", ANALYSES)
 def test_csv_and_json_are_one_choice(command, capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.main([command, "x", "--csv", "--json"])
+        cli.main([command.replace("_", "-"), "x", "--csv", "--json"])
     assert exc.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
 

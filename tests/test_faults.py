@@ -192,9 +192,9 @@ def test_a_killed_ingest_leaves_nothing_behind_in_the_cache(capsys, tmp_path):
 # -------------------------------------------------------------------- empty selections
 @pytest.mark.parametrize("option,names", [
     (["--ranks", "7"], "ranks present: 0-3"),
-    (["--steps", "9:2"], "steps present: 2:8"),
-    (["--steps", "100:200"], "steps present: 2:8"),
-    (["--skip-warmup", "50"], "steps present: 2:8"),
+    (["--steps", "9:2"], "steps present: 2–7"),
+    (["--steps", "100:200"], "steps present: 2–7"),
+    (["--skip-warmup", "50"], "steps present: 2–7"),
 ])
 @pytest.mark.parametrize("command", ["summary", "gaps", "overlap", "breakdown", "align",
                                      "collectives", "stragglers"])

@@ -49,7 +49,8 @@ def test_stragglers_at_many_ranks_write_prose_only_about_the_flagged(
     out = _cli(capsys, "stragglers", str(run), "--cache-dir", str(cache))
     ranks = [ln for ln in out.splitlines() if ln.startswith("rank ")]
     assert ranks[0].startswith("rank 22: ") and "STRAGGLER" in ranks[0]
-    assert all(ln.endswith(": not flagged") for ln in ranks[1:])
+    # one short reason each, no paragraph
+    assert all(": not flagged: " in ln and len(ln.split()) < 30 for ln in ranks[1:])
     assert len(ranks) <= 6
     doc = json.loads(_cli(capsys, "stragglers", str(run), "--cache-dir", str(cache), "--json"))
     assert len(doc["ranks"]) == 40

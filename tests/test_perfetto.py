@@ -31,8 +31,10 @@ def check_structure(doc: dict) -> None:
     per_thread: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
     opened: dict[tuple[int, str], int] = defaultdict(int)
     for e in doc["traceEvents"]:
-        assert e["ph"] in {"X", "i", "M", "b", "e"}
+        assert e["ph"] in {"X", "i", "M", "b", "e", "s", "t", "f", "C"}  # flows, counters kept
         assert isinstance(e["pid"], int) and isinstance(e["name"], str)
+        if e["ph"] in ("s", "t", "f"):
+            assert isinstance(e["id"], int) and isinstance(e["tid"], int)
         if e["ph"] == "X":
             assert isinstance(e["ts"], (int, float)) and e["dur"] >= 0
             assert isinstance(e["tid"], int) and isinstance(e.get("args", {}), dict)

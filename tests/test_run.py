@@ -62,7 +62,8 @@ def test_python_answers_as_the_cli(which, shifted, capsys, command, run_kw, run_
     if which == "gloo" and "ranks" in run_kw:
         pytest.skip("the gloo fixture has two ranks")
     from_python = getattr(traceview.open(path, **run_kw), command)(**kw).to_dict()
-    assert from_python == _cli_json(capsys, [command, path, *run_argv, *argv])
+    cli_name = command.replace("_", "-")  # critical_path -> critical-path
+    assert from_python == _cli_json(capsys, [cli_name, path, *run_argv, *argv])
 
 
 def test_python_aligns_clocks_by_default(shifted) -> None:

@@ -207,10 +207,11 @@ def test_files_checks_by_hand():
         ("truncated_file", 1, "e.json"),
         ("no_rank", None, "e.json"),
         ("duplicate_rank", 0, "b.json"),
-        ("missing_rank", 2, None),
-        ("missing_rank", 3, None),
+        ("missing_rank", None, None),  # ranks 2 and 3: one problem
         ("unexpected_rank", 5, "c.json"),
     ]
+    missing = [p for p in check_files(files) if p.code == "missing_rank"][0]
+    assert missing.ranks == [2, 3] and "ranks 2–3 of world size 4" in missing.message
 
 
 def test_validate_uses_first_file_of_a_duplicated_rank():
@@ -244,3 +245,19 @@ def test_windows_disjoint_iff_no_overlap_with_reference(spans):
     expect = {r for r in range(1, len(spans))
               if min(win[r][1], win[0][1]) - max(win[r][0], win[0][0]) <= 0}
     assert flagged == expect
+
+
+def test_many_missing_ranks_are_one_problem(tmp_path, capsys):
+    """Two files of a 128-rank job: one missing_rank problem naming ranks 2-127, not 126."""
+    run = _copy(tmp_path, R0, R1)
+    (run / "run.json").write_text(json.dumps({"world_size": 128}))
+    assert main(["validate", str(run), "--json"]) == 1
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    missing = [p for p in problems if p["code"] == "missing_rank"]
+    assert len(missing) == 1 and missing[0]["ranks"] == list(range(2, 128))
+    assert {"code", "message", "fix", "rank", "file", "files"} <= set(missing[0])
+    assert main(["validate", str(run)]) == 1
+    text = capsys.readouterr().out
+    assert text.count("[missing_rank]") == 1
+    assert "ranks 2–127 of world size 128 (from run.json) have no trace (126 ranks)" in text
+    assert len(text.splitlines()) < 20

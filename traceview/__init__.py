@@ -11,10 +11,7 @@ True
 True
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+import importlib as _importlib
 
 __version__ = "0.1.0"
 
@@ -45,13 +42,15 @@ __all__ = ["ANALYSES", "CheckFailed", "RankConflictError", "Result", "Run", "Run
            "__version__"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'traceview' has no attribute {name!r}")
-    loaded = importlib.import_module(module)
+    loaded = _importlib.import_module(module)
     return loaded if module.rpartition(".")[2] == name else getattr(loaded, name)
 
 
-def __dir__() -> list[str]:  # tab completion lists the lazy names too
-    return sorted({*globals(), *__all__})
+def __dir__() -> list[str]:
+    """The public names only (tab completion lists the lazy ones without importing them; the
+    room's submodules and helpers stay out)."""
+    return sorted(__all__)

@@ -74,6 +74,26 @@ def describe_ranks(ranks: Iterable[int] | None) -> str | None:
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
+def say_ranks(ranks: Iterable[int]) -> str:
+    """Ranks as people write them in a sentence: ``2–127``, ``1, 3–5`` (inclusive ranges, an
+    en dash), unlike ``describe_ranks``' option text.
+
+    >>> say_ranks(range(2, 128)), say_ranks([1, 3, 4, 5]), say_ranks([7])
+    ('2–127', '1, 3–5', '7')
+    """
+    spec = describe_ranks(ranks) or ""
+    return ", ".join(part.replace("-", "–") for part in spec.split(",") if part)
+
+
+def say_steps(first: int, last: int) -> str:
+    """Steps ``first`` to ``last`` inclusive as people write them: ``551–552``, ``7``.
+
+    >>> say_steps(551, 552), say_steps(7, 7)
+    ('551–552', '7')
+    """
+    return f"{first}" if first == last else f"{first}–{last}"
+
+
 def parse_steps(spec: str | Steps | range | None) -> Steps | None:
     """``"5:9"`` -> ``(5, 9)`` (half open); ``"5:"`` -> ``(5, None)``; ``"5"`` -> ``(5, 6)``;
     a ``range`` or a ``(start, stop)`` pair as it is."""

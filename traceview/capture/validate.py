@@ -16,7 +16,8 @@ Checks (``Problem.code``):
   the rank's profiling windows: ``traceview.store.windows``), ``mixed_runs`` (disjoint files
   of one rank that are two runs, not one process's windows: ``traceview.store.runs``, the rule
   every command applies), ``missing_rank`` (a rank of
-  ``0 .. world_size - 1`` wrote nothing; the world size comes from run.json, else the largest the
+  ``0 .. world_size - 1`` wrote nothing; several such ranks are one problem listing them in
+  ``ranks``, with ``rank`` null; the world size comes from run.json, else the largest the
   traces claim), ``unexpected_rank``, ``world_size_mismatch``;
 * ``no_steps`` (no ``ProfilerStep#N`` range on a rank);
 * ``no_anchors`` (a rank of a multi-rank run has no blocking collective matched with another
@@ -43,6 +44,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from traceview import selection
 from traceview.analyses.align import anchors_from
 from traceview.analyses.collective_match import comm_events, match_collectives
 from traceview.capture.sync_probe import SYNC_NAME
@@ -111,6 +113,9 @@ class Problem:
     rank: int | None = None
     file: str | None = None
     files: list[str] = field(default_factory=list)
+    #: every rank the problem is about: ``[rank]``, or several with ``rank`` null (ranks 2–127
+    #: of a 128-rank job missing are one problem, not 126)
+    ranks: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,9 +128,10 @@ def files_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 
 
 def _problem(code: str, message: str, *, rank: int | None = None, file: str | None = None,
-             files: list[str] | None = None, fix: str | None = None) -> Problem:
+             files: list[str] | None = None, fix: str | None = None,
+             ranks: list[int] | None = None) -> Problem:
     return Problem(code=code, message=message, fix=fix or FIX[code], rank=rank, file=file,
-                   files=files or [])
+                   files=files or [], ranks=ranks or ([] if rank is None else [rank]))
 
 
 def check_files(files: pl.DataFrame, *, run_info: dict[str, Any] | None = None) -> list[Problem]:
@@ -173,11 +179,16 @@ def check_files(files: pl.DataFrame, *, run_info: dict[str, Any] | None = None) 
     expected_files = {int(p["rank"]): p.get("file") for p in (run_info or {}).get("ranks", [])
                       if isinstance(p, dict) and p.get("rank") is not None}
     source = "run.json" if (run_info or {}).get("world_size") is not None else "the traces"
-    for rank in range(expected):
-        if rank not in by_rank:
-            out.append(_problem("missing_rank", f"rank {rank} of world size {expected} (from "
-                                f"{source}) has no trace", rank=rank,
-                                file=expected_files.get(rank)))
+    missing = [rank for rank in range(expected) if rank not in by_rank]
+    if len(missing) == 1:
+        out.append(_problem("missing_rank", f"rank {missing[0]} of world size {expected} (from "
+                            f"{source}) has no trace", rank=missing[0],
+                            file=expected_files.get(missing[0])))
+    elif missing:  # one problem for them all: its fix is the same
+        out.append(_problem("missing_rank", f"ranks {selection.say_ranks(missing)} of world size "
+                            f"{expected} (from {source}) have no trace ({len(missing)} ranks)",
+                            ranks=missing, files=[f for r in missing
+                                                  if (f := expected_files.get(r))]))
     for rank in sorted(r for r in by_rank if r >= expected):
         out.append(_problem("unexpected_rank", f"rank {rank} is outside world size {expected} "
                             f"(from {source})", rank=rank, file=by_rank[rank][0]))

@@ -37,7 +37,8 @@ class Command(NamedTuple):
 COMMANDS: dict[str, Command] = {
     "ingest": Command("core", "parse traces into the Parquet store"),
     "info": Command("core", "ranks, files, event counts"),
-    "sql": Command("core", "SQL over the tables events, kernels, ranks, files, windows"),
+    "sql": Command("core", "SQL over the tables events, kernels, ranks, files, windows, "
+                                "gpu (classified GPU rows)"),
     "align": Command("distributed", "per-rank clock offsets from collectives"),
     "collectives": Command("distributed",
                            "collectives matched across ranks: skew, wait, bandwidth, tails"),
@@ -74,6 +75,10 @@ def module_of(command: str):  # -> types.ModuleType
     return importlib.import_module(f"{__name__}.{COMMANDS[command].module}")
 
 
+VERBOSE_HELP = ("warnings in full technical detail (default: what they mean for the answer, "
+                "in plain words, each once; --json always holds both)")
+
+
 class _Version(argparse.Action):
     """``--version``: the version and the active Kineto parser path (the C scanner, or the
     3-4.6x slower pure-Python path, with why and the fix), computed only when asked."""
@@ -102,13 +107,18 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="the version, and which path parses Kineto JSON")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     named = _command_name(argv)
     if named not in COMMANDS and argv is not None and "--version" in argv:
         return parser  # the version is all it will print: no command's imports
     for command in [named] if named in COMMANDS else COMMANDS:
-        module_of(command).configure(sub.add_parser(command, help=COMMANDS[command].help),
-                                     command)
+        command_parser = sub.add_parser(command, help=COMMANDS[command].help)
+        module_of(command).configure(command_parser, command)
+        # after the command too (`traceview summary X --verbose`); SUPPRESS keeps a
+        # `traceview --verbose summary X` from being reset by the command's default
+        command_parser.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                                    help=VERBOSE_HELP)
     return parser
 
 

@@ -92,9 +92,9 @@ def warn(message: str) -> None:
 
 def emit_result(result: Any, args: argparse.Namespace) -> bool:
     """Print ``result`` (a :class:`~traceview.run.result.Result`) as ``--json`` or ``--csv``
-    when asked (True), after its warnings on stderr; False when the command should render
-    its text."""
-    for warning in result.warnings:
+    when asked (True), after its warnings on stderr (in plain words, each once; in full with
+    ``--verbose``); False when the command should render its text."""
+    for warning in warnings_for(result, args):
         warn(warning)
     if getattr(args, "json", False):
         sys.stdout.write(result.to_json().decode() + "\n")
@@ -103,6 +103,11 @@ def emit_result(result: Any, args: argparse.Namespace) -> bool:
         sys.stdout.write(result.to_csv())
         return True
     return False
+
+
+def warnings_for(result: Any, args: argparse.Namespace) -> list[str]:
+    """The warnings a person reads: plain words, or every technical line with --verbose."""
+    return list(result.warnings) if getattr(args, "verbose", False) else result.plain_warnings
 
 
 def dumps(obj: Any) -> str:

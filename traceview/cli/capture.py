@@ -171,8 +171,9 @@ def _print_report(report: dict[str, Any]) -> None:
         return
     print(f"{len(report['problems'])} problem(s):")
     for p in report["problems"]:
+        several = p["rank"] is None and len(p.get("ranks") or []) > 1  # said by the message
         where = (f"rank {p['rank']}" if p["rank"] is not None else "") + (
-            f" {p['file']}" if p["file"] and p["rank"] is None else "")
+            f" {p['file']}" if p["file"] and p["rank"] is None and not several else "")
         print(f"- [{p['code']}]{' ' + where.strip() if where.strip() else ''}: {p['message']}")
         print(f"  fix: {p['fix']}")
 

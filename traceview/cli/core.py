@@ -18,6 +18,7 @@ from traceview.cli._options import (
     add_json_arg,
     add_profiling_window_arg,
     open_traceset,
+    run_module,
 )
 from traceview.cli._render import emit_json, warn
 from traceview.errors import UsageError
@@ -196,7 +197,9 @@ def run_sql(args: argparse.Namespace) -> int:
         warn(warning)
     for _, reason in ts.skipped:
         warn(f"skipped: {reason}")
-    result = ts.sql(query)
+    # the classified GPU rows (`gpu`) are the Run's, made only when the query names them
+    gpu = {"gpu": lambda: run_module.Run(ts, run_module.RunOptions()).gpu.lazy()}
+    result = ts.sql(query, tables=gpu)
     if args.json:
         emit_json(_jsonable(result))
     else:

@@ -24,6 +24,7 @@ import argparse
 
 import polars as pl
 
+from traceview.analyses.collectives import MAX_FIT_REL_RMS
 from traceview.cli._options import (
     add_align_arg,
     add_all_arg,
@@ -92,11 +93,16 @@ def run_align(args: argparse.Namespace) -> int:
                 left={"quality", "method", "note"}, max_width=None))
     if rows.height < ranks.height:
         print(not_shown(rows.height, ranks.height, "align"))
-    _print_problems(result["problems"])
+    _print_problems(result["problems"], args)
     return 0
 
 
-def _print_problems(problems: pl.DataFrame) -> None:
+def _print_problems(problems: pl.DataFrame, args: argparse.Namespace) -> None:
+    """The matching's problems: the warnings said them in plain words already, so their
+    technical lines only with --verbose."""
+    if problems.height and not getattr(args, "verbose", False):
+        print(f"({problems.height} matching problem(s) behind the warnings: --verbose)")
+        return
     for p in problems.iter_rows(named=True):
         who = "" if p["rank"] is None else f" rank {p['rank']}"
         print(f"note: group {p['group']}{who}: {p['problem']}: {p['detail']}")
@@ -111,7 +117,7 @@ def run_collectives(args: argparse.Namespace) -> int:
     inst, summary, fits = result["instances"], result["summary"], result["alpha_beta"]
     if inst.height == 0:
         print("no collective was matched across ranks")
-        _print_problems(result["problems"])
+        _print_problems(result["problems"], args)
         return 0
     print(f"{inst.height} collective instances matched across ranks "
           f"(alignment uncertainty up to {result['alignment']['max_uncertainty_ns']} ns)")
@@ -123,11 +129,16 @@ def run_collectives(args: argparse.Namespace) -> int:
                  for r in summary.iter_rows(named=True)],
                 left={"name", "size"}))
     for r in fits.iter_rows(named=True):
-        if r["alpha_ns"] is not None:
+        if r["alpha_ns"] is not None and not r["meaningful"]:
+            print(f"alpha-beta {r['name']}: no meaningful fit: times scatter around any "
+                  f"latency + size/bandwidth line by {100 * r['rel_rms_error']:.0f}% (RMS, "
+                  f"over {r['instances']} instances; a fit needs at most "
+                  f"{100 * MAX_FIT_REL_RMS:.0f}%)")
+        elif r["alpha_ns"] is not None:
             beta = "-" if r["beta_gbps"] is None else f"{r['beta_gbps']:.2f} GB/s"
             print(f"alpha-beta {r['name']}: alpha {r['alpha_ns'] / 1e3:.1f} us, beta {beta}, "
                   f"relative RMS error {100 * r['rel_rms_error']:.1f}% over {r['instances']}")
-    _print_problems(result["problems"])
+    _print_problems(result["problems"], args)
     return 0
 
 
@@ -163,11 +174,15 @@ def run_stragglers(args: argparse.Namespace) -> int:
         rows = pl.concat([flagged, res.filter(~pl.col("flagged")).head(5)])
         print()
     many = rows.height < res.height
+    verbose = getattr(args, "verbose", False)
     for r in rows.iter_rows(named=True):
-        # past a few dozen ranks, prose only about the flagged ones
-        why = r["explanation"] if r["flagged"] or not many else "not flagged"
+        # the evidence's paragraph for a flagged rank (or with --verbose); else one reason
+        why = (r["explanation"] if r["flagged"] or verbose else
+               f"{'' if r['verdict'] == 'unsure' else 'not flagged: '}{r['reason']}")
         print(f"rank {r['rank']}: imposed {r['imposed_wait_ns'] / 1e6:.2f} ms, last at "
               f"{r['last_arrivals']} of {r['instances']}: {why}")
+    if not verbose and rows.filter(~pl.col("flagged")).height:
+        print("(--verbose: the evidence behind each verdict)")
     if many:
         print(not_shown(rows.height, res.height, "stragglers"))
     return 0

@@ -22,7 +22,9 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +35,17 @@ from traceview.cli._options import (
     add_window_args,
     open_run,
 )
-from traceview.cli._render import dumps, emit_json, ms, short, table, warn
+from traceview.cli._render import dumps, emit_json, ms, short, table, warn, warnings_for
 from traceview.errors import UsageError
 from traceview.outputs import gate
-from traceview.outputs.diff import diff_tables, run_tables
 from traceview.outputs.perfetto import export
 from traceview.outputs.report import gather, write_html
-from traceview.store.safe_write import check_file_target, refuse_input_overlap, write_text
+from traceview.store.safe_write import (
+    atomic_write,
+    check_file_target,
+    refuse_input_overlap,
+    write_text,
+)
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -101,7 +107,8 @@ def _check_options(p: argparse.ArgumentParser) -> None:
 
 def _export_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="JSON file to write")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="JSON file to write (gzip-compressed when it ends in .gz)")
     p.add_argument("--critical-path", action="store_true",
                    help="draw the cross-rank critical path (traceview critical-path)")
     p.set_defaults(run=run_export)
@@ -174,18 +181,16 @@ def run_report(args: argparse.Namespace) -> int:
 def run_diff(args: argparse.Namespace) -> int:
     base = _open(args, [args.base])
     test = _open(args, [args.test])
-    res = diff_tables(run_tables(base), run_tables(test), alpha=args.alpha, top=args.top)
-    # Both runs' warnings, each naming its file (printed on stderr as each run opened).
-    warnings = [*base.warnings, *base.table_warnings("match", "offsets"),
-                *test.warnings, *test.table_warnings("match", "offsets")]
-    for warning in warnings[len(base.warnings):]:
-        if warning not in test.warnings:
+    res = base.diff(test, alpha=args.alpha, top=args.top)  # = Run.diff in Python
+    # Both runs' warnings, each naming its file (the inputs' printed as each run opened).
+    for warning in warnings_for(res, args):
+        if warning not in base.warnings and warning not in test.warnings:
             warn(warning)
     if args.json:
-        emit_json({**res.to_dict(), "warnings": warnings})
+        sys.stdout.write(res.to_json().decode() + "\n")
         return 0
-    print(f"base: {args.base} ({res.base_rank_steps} rank-steps)   "
-          f"test: {args.test} ({res.test_rank_steps} rank-steps)")
+    print(f"base: {args.base} ({res['base_rank_steps']} rank-steps)   "
+          f"test: {args.test} ({res['test_rank_steps']} rank-steps)")
     print("significance: two-sided Mann-Whitney U over per-step samples, "
           f"alpha {args.alpha:g}")
     print(table(["metric", "base_ms", "test_ms", "change_ms", "change", "p", "significant",
@@ -195,12 +200,12 @@ def run_diff(args: argparse.Namespace) -> int:
                   None if r["p_value"] is None else f"{r['p_value']:.2g}",
                   None if r["significant"] is None else ("yes" if r["significant"] else "no"),
                   r["note"] or ""]
-                 for r in res.metrics.iter_rows(named=True)],
+                 for r in res["metrics"].iter_rows(named=True)],
                 left={"metric", "significant", "note"}, max_width=None))
     print("\nTop contributors (ms per rank-step, test - base)")
     print(table(["kind", "base_ms", "test_ms", "delta_ms", "name"],
                 [[r["kind"], ms(r["base_ns"]), ms(r["test_ns"]), ms(r["delta_ns"]),
-                  short(r["name"], 70)] for r in res.contributors.iter_rows(named=True)],
+                  short(r["name"], 70)] for r in res["contributors"].iter_rows(named=True)],
                 left={"kind", "name"}, max_width=70))
     return 0
 
@@ -288,9 +293,14 @@ def run_export(args: argparse.Namespace) -> int:
     buf = io.StringIO()
     run = _open(args)
     info = export(run, buf, critical_path=getattr(args, "critical_path", False))
-    write_text(args.output, buf.getvalue())
+    if args.output.endswith(".gz"):  # the name says gzip: Perfetto and chrome://tracing read it
+        data = gzip.compress(buf.getvalue().encode(), compresslevel=6, mtime=0)
+        atomic_write(Path(args.output), lambda tmp: tmp.write_bytes(data))
+    else:
+        write_text(args.output, buf.getvalue())
     table_warnings = run.table_warnings("match", "offsets")  # the inputs' were printed already
-    for warning in table_warnings:
+    for warning in (table_warnings if getattr(args, "verbose", False)
+                    else run.plain_table_warnings("match", "offsets")):
         warn(warning)
     if args.json:
         emit_json({"output": args.output, **info, "warnings": [*run.warnings, *table_warnings]})

@@ -262,26 +262,35 @@ def run_summary(args: argparse.Namespace) -> int:
         return 0
     df, straggler = result["ranks"], result["worst_straggler"]
     rows = df
+    # Compute and comm are window totals; next to the step time they are read per step, so
+    # per step where the ranks have steps, and headers that say which.
+    each = "_per_step" if df.get_column("steps").max() else ""
+    unit = "ms/step" if each else "ms total"
     if is_many(df, args):
         print(spread(df, [("step_time_ns_p50", "step p50 (ms)", ms),
-                          ("compute_ns", "compute (ms)", ms), ("comm_ns", "comm (ms)", ms),
-                          ("exposed_comm_ns", "exposed comm (ms)", ms),
+                          (f"compute_ns{each}", f"compute ({unit})", ms),
+                          (f"comm_ns{each}", f"comm ({unit})", ms),
+                          (f"exposed_comm_ns{each}", f"exposed comm ({unit})", ms),
                           ("idle_fraction", "GPU idle", pct)]))
-        keep = outlier_ranks(df, ["step_time_ns_p50", "compute_ns", "comm_ns",
-                                  "exposed_comm_ns", "idle_fraction"])
+        keep = outlier_ranks(df, ["step_time_ns_p50", f"compute_ns{each}", f"comm_ns{each}",
+                                  f"exposed_comm_ns{each}", "idle_fraction"])
         if straggler.get("rank") is not None and straggler["rank"] not in keep:
             keep.insert(0, straggler["rank"])
         rows = df.filter(pl.col("rank").is_in(keep))
         print(f"\nOutlier ranks and the worst straggler ({rows.height}):")
+    tag = "/step" if each else "_total"
     print(table(
-        ["rank", "steps", "step_p50_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "hidden",
-         "idle", "bound", "top gap cause"],
-        [[r["rank"], r["steps"], ms(r["step_time_ns_p50"]), ms(r["compute_ns"]),
-          ms(r["comm_ns"]), ms(r["exposed_comm_ns"]), pct(r["hidden_fraction"]),
+        ["rank", "steps", "step_p50_ms", f"compute_ms{tag}", f"comm_ms{tag}",
+         f"exposed_comm_ms{tag}", "hidden", "idle", "bound", "top gap cause"],
+        [[r["rank"], r["steps"], ms(r["step_time_ns_p50"]), ms(r[f"compute_ns{each}"]),
+          ms(r[f"comm_ns{each}"]), ms(r[f"exposed_comm_ns{each}"]), pct(r["hidden_fraction"]),
           pct(r["idle_fraction"]), _bound_cell(r),
           "-" if r["top_gap_cause"] is None else
           f"{r['top_gap_cause']} ({ms(r['top_gap_cause_ns'])} ms)"]
          for r in rows.iter_rows(named=True)]))
+    print("step_p50_ms: median step; " + (
+        "*/step: window totals / steps (totals in --json)" if each else
+        "*_total: window totals (no profiler steps)") + "; hidden, idle, bound: whole window")
     if rows.height < df.height:
         print(not_shown(rows.height, df.height, "summary"))
     print(straggler_sentence(straggler))

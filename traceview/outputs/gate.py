@@ -44,7 +44,7 @@ import orjson
 import polars as pl
 
 from traceview.errors import TraceviewError, UsageError
-from traceview.outputs.diff import mann_whitney_u, run_tables
+from traceview.run.compare import mann_whitney_u, run_tables
 from traceview.run.run import as_run
 
 Frame = pl.LazyFrame | pl.DataFrame

@@ -12,9 +12,14 @@ traceview's annotation tracks:
   arrival (``analyses.collectives``), so straggler waits line up across ranks. Async slices
   (``ph`` b/e) because waits of collectives in flight together overlap.
 
+The inputs' flow arrows (``ph`` s/t/f: launch -> kernel ``ac2g``, ``fwdbwd`` ...) are kept, on
+the thread their end lies on (a GPU end on its stream's track) and with ids made unique across
+ranks (each file numbers its own); their counters (``ph`` C) too; allocator events stay
+instants with their args, and each device's allocated and reserved bytes are a counter track
+(``memory (device D)``). The files' metadata rows are replaced by traceview's track names.
+
 Times: ``ts`` = (aligned time − origin) in µs with ns precision (three decimals); the origin
-(earliest aligned event, epoch ns) is in ``otherData.traceview_origin_ns``. Flow arrows,
-metadata, counters and memory samples of the inputs are not exported.
+(earliest aligned event, epoch ns) is in ``otherData.traceview_origin_ns``.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ Frame = pl.LazyFrame | pl.DataFrame
 GAP_TID_BASE = 1_000_000_000
 PATH_TID = 2_000_000_000
 WAIT_CAT = "traceview.wait"
-_SKIP_KINDS = ["metadata", "flow", "counter", "memory"]
+_SKIP_KINDS = ["metadata"]  # traceview names the tracks itself
+#: Exported by their own rules, not as slices or instants.
+_OWN_RULES = ["flow", "counter"]
 
 
 def _us(ns: pl.Expr) -> pl.Expr:
@@ -81,7 +88,9 @@ def trace_lines(
                              pl.col("tid").fill_null(0))),
         _gpu=is_gpu,
     ).select("rank", "name", "category", "kind", "ts_aligned_ns", "dur_ns", "args_json",
-             "_thread", "_gpu").collect()
+             "_thread", "_gpu", "pid", "tid", "device", "flow_id", "flow_phase",
+             "mem_total_allocated", "mem_total_reserved").collect()
+    ev = _flows_on_gpu_tracks(ev)
     origin_parts = [ev["ts_aligned_ns"].min()]
     gap_frame = gap_frame if gap_frame is not None else pl.DataFrame()
     if gap_frame.height:
@@ -100,7 +109,7 @@ def trace_lines(
         return [], 0
     origin = int(min(origin_parts))
 
-    threads = (ev.select("rank", "_thread", "_gpu").unique()
+    threads = (ev.filter(kind != "counter").select("rank", "_thread", "_gpu").unique()
                .sort("rank", "_gpu", "_thread")
                .with_columns(_tid=pl.int_range(1, pl.len() + 1).over("rank").cast(pl.Int64)))
     ev = ev.join(threads.select("rank", "_thread", "_tid"), on=["rank", "_thread"], how="left")
@@ -108,6 +117,8 @@ def trace_lines(
     name = pl.col("name").cast(pl.String).fill_null("")
     cat = pl.coalesce(pl.col("category").cast(pl.String), kind)
     args = pl.col("args_json").fill_null("{}").replace("", "{}")
+    own = ev.filter(kind.is_in(_OWN_RULES))
+    ev = ev.filter(~kind.is_in(_OWN_RULES))
     slices = ev.filter(pl.col("dur_ns").is_not_null()).select(_with_args(pl.struct(
         name=name, cat=cat, ph=pl.lit("X"), ts=ts, dur=_us(pl.col("dur_ns").clip(0)),
         pid=pl.col("rank").cast(pl.Int64), tid=pl.col("_tid")).struct.json_encode(), args
@@ -131,7 +142,7 @@ def trace_lines(
         threads.select(_meta(pl.col("rank").cast(pl.Int64), pl.col("_tid"), "thread_sort_index",
                              pl.col("_tid"), "sort_index").alias("j")),
     ]
-    parts = [*meta, slices, instants]
+    parts = [*meta, slices, instants, *_flow_and_counter_lines(own, ev, name, cat, ts)]
     if gap_frame.height:
         gtid = pl.lit(GAP_TID_BASE, pl.Int64) + pl.col("device").cast(pl.Int64).fill_null(0)
         gthreads = gap_frame.select("rank", "device").unique().sort("rank", "device")
@@ -162,6 +173,51 @@ def trace_lines(
         parts += _path_lines(path_pieces, origin)
     lines = pl.concat(parts)["j"].to_list()
     return lines, origin
+
+
+def _flows_on_gpu_tracks(ev: pl.DataFrame) -> pl.DataFrame:
+    """Flow ends written with a GPU's pid and stream's tid (Kineto's ``f`` of ``ac2g``) moved
+    to that stream's track, so the arrow lands on the kernel it points at."""
+    gpu = ev.filter(pl.col("_gpu")).select("rank", "_thread").unique()
+    on_gpu = pl.format("GPU {} stream {}", pl.col("pid"), pl.col("tid"))
+    flows = ev.filter(pl.col("kind").cast(pl.String) == "flow").with_columns(_g=on_gpu)
+    if flows.height == 0 or gpu.height == 0:
+        return ev
+    moved = flows.join(gpu.with_columns(_hit=pl.lit(True)), left_on=["rank", "_g"],
+                       right_on=["rank", "_thread"], how="left", maintain_order="left")
+    moved = moved.with_columns(_thread=pl.when(pl.col("_hit")).then(pl.col("_g"))
+                               .otherwise(pl.col("_thread")),
+                               _gpu=pl.col("_hit").fill_null(False)).drop("_g", "_hit")
+    return pl.concat([ev.filter(pl.col("kind").cast(pl.String) != "flow"), moved])
+
+
+def _flow_and_counter_lines(own: pl.DataFrame, ev: pl.DataFrame, name: pl.Expr, cat: pl.Expr,
+                            ts: pl.Expr) -> list[pl.DataFrame]:
+    """The inputs' flow ends and counter samples, and a counter track of the allocated and
+    reserved bytes per rank and device from the allocator events."""
+    kind = pl.col("kind").cast(pl.String)
+    pid = pl.col("rank").cast(pl.Int64)
+    flows = own.filter((kind == "flow") & pl.col("flow_id").is_not_null())
+    # each file numbers its flows from its own counter: (rank, id) -> one id of the merge
+    flow_id = pl.struct("rank", "flow_id").rank("dense").cast(pl.Int64)
+    phase = pl.col("flow_phase").cast(pl.String).fill_null("s")
+    lines = [flows.select(pl.struct(
+        name=name, cat=cat, ph=phase, id=flow_id, ts=ts, pid=pid, tid=pl.col("_tid"),
+        bp=pl.when(phase == "f").then(pl.lit("e"))).struct.json_encode()
+        .str.replace(',"bp":null', "", literal=True).alias("j"))]
+    counters = own.filter(kind == "counter")
+    lines.append(counters.select(_with_args(pl.struct(
+        name=name, cat=cat, ph=pl.lit("C"), ts=ts, pid=pid).struct.json_encode(),
+        pl.col("args_json").fill_null("{}").replace("", "{}")).alias("j")))
+    memory = ev.filter((kind == "memory") & pl.col("mem_total_allocated").is_not_null())
+    device = pl.when(pl.col("device").is_null() | (pl.col("device") < 0)).then(pl.lit("CPU")) \
+        .otherwise(pl.format("device {}", pl.col("device")))
+    lines.append(memory.select(_with_args(pl.struct(
+        name=pl.format("memory ({})", device), cat=pl.lit("traceview.memory"), ph=pl.lit("C"),
+        ts=ts, pid=pid).struct.json_encode(), pl.struct(
+        allocated_bytes="mem_total_allocated", reserved_bytes="mem_total_reserved")
+        .struct.json_encode()).alias("j")))
+    return lines
 
 
 def _path_lines(pieces: pl.DataFrame, origin: int) -> list[pl.DataFrame]:

@@ -9,15 +9,17 @@ it. ``to_polars()``/``to_pandas()`` give the main table; ``--csv`` writes it.
 >>> r = Result("demo", {"window": {"ranks": None}, "rows": pl.DataFrame({"rank": [0, 1]})},
 ...            main="rows")
 >>> r.to_dict()
-{'window': {'ranks': None}, 'rows': [{'rank': 0}, {'rank': 1}], 'warnings': []}
+{'window': {'ranks': None}, 'rows': [{'rank': 0}, {'rank': 1}], 'warnings': [], 'warnings_plain': []}
 >>> r.to_pandas().dtypes["rank"]
 Int64Dtype()
+>>> r.rows.height, "rows" in dir(r), r._ipython_key_completions_()
+(2, True, ['window', 'rows'])
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from html import escape
 from typing import Any
 
@@ -33,15 +35,44 @@ pd = lazy_module("pandas", missing="to_pandas needs pandas: pip install pandas")
 @dataclass(frozen=True)
 class Result:
     """One command's answer. ``fields``: its ``--json`` document in order (frames for tables);
-    ``main``: the key of its main table; ``warnings``: what the run said about the data."""
+    ``main``: the key of its main table; ``warnings``: what the run said about the data, in
+    full technical detail; ``plain``: the same in plain words, each once (what the text
+    output prints without ``--verbose``; None: the warnings are plain already)."""
 
     command: str
     fields: Mapping[str, Any]
     main: str
     warnings: tuple[str, ...] = field(default=())
+    plain: tuple[str, ...] | None = None
+
+    @property
+    def plain_warnings(self) -> list[str]:
+        """The warnings in plain words, each once."""
+        return list(dict.fromkeys(self.warnings if self.plain is None else self.plain))
+
+    def with_warnings(self, *more: str) -> Result:
+        """This answer with ``more`` warnings (already plain) after its own."""
+        plain = None if self.plain is None else (*self.plain, *more)
+        return replace(self, warnings=(*self.warnings, *more), plain=plain)
 
     def __getitem__(self, key: str) -> Any:
         return self.fields[key]
+
+    def __getattr__(self, name: str) -> Any:
+        """A field by attribute (``res.ranks`` is ``res["ranks"]``); only called when no real
+        attribute has the name, so ``res.warnings`` stays the Result's own."""
+        # vars(): fields may be unset while copy/pickle rebuild the object (no recursion)
+        fields = vars(self).get("fields")
+        if fields is None or name.startswith("__") or name not in fields:
+            raise AttributeError(f"{type(self).__name__} {vars(self).get('command')!r} has no "
+                                 f"attribute or field {name!r}")
+        return fields[name]
+
+    def __dir__(self) -> list[str]:  # tab completion offers the fields as attributes too
+        return sorted({*super().__dir__(), *(k for k in self.fields if k.isidentifier())})
+
+    def _ipython_key_completions_(self) -> list[str]:  # res["<TAB>
+        return list(self.fields)
 
     def __iter__(self):  # noqa: ANN204 - the keys, as a dict's
         return iter(self.fields)
@@ -68,6 +99,7 @@ class Result:
         doc = {k: v.to_dicts() if isinstance(v, pl.DataFrame) else v
                for k, v in self.fields.items()}
         doc["warnings"] = list(self.warnings)
+        doc["warnings_plain"] = self.plain_warnings
         return json_bytes(doc, indent=indent)
 
     def to_polars(self) -> pl.DataFrame:

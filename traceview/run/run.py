@@ -91,9 +91,11 @@ from traceview.analyses.summary import summary
 from traceview.analyses.window import Window, ranks_present, select, step_spans
 from traceview.errors import UsageError
 from traceview.parsers import nccl_log
+from traceview.run import plain
+from traceview.run.compare import diff_tables, run_tables
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
-from traceview.run.result import Result
+from traceview.run.result import Result, to_pandas
 from traceview.store import traceset
 from traceview.store.derived import cached_gpu
 from traceview.store.traceset import TraceSet
@@ -101,8 +103,10 @@ from traceview.store.traceset import TraceSet
 __all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
 
 #: The analysis commands a Run answers, in the order help lists them. Each is a method.
+#: The command's name is the method's with ``-`` for ``_`` (``critical-path``).
 ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
-                             "stragglers", "pipeline", "alltoall", "memory", "diagnose")
+                             "stragglers", "pipeline", "alltoall", "memory", "critical_path",
+                             "diagnose")
 
 
 class Run:
@@ -203,7 +207,7 @@ class Run:
             ("--time", selection.describe_time(self.options.time)),
             ("--skip-warmup", self.window.skip_warmup or None)) if value is not None)
         steps = ("no profiler steps" if whole[0] is None else
-                 f"steps present: {whole[0]}:{whole[1] + 1}")
+                 f"steps present: {selection.say_steps(whole[0], whole[1])}")
         raise UsageError(f"{asked} selects no event of this run; {steps}, "
                          f"{(whole[3] - whole[2]) / 1e6:.3f} ms of events")
 
@@ -226,7 +230,29 @@ class Run:
         self._check_ranks_exist()
         selected = select(self.traceset.analysis_events(), self.window).collect()
         self._check_window_not_empty(selected)
+        self._window_notes = self._steps_short_note(selected)
         return selected.lazy()
+
+    def _steps_short_note(self, selected: pl.DataFrame) -> list[str]:
+        """A ``--steps`` range reaching past the steps the trace has is analysed over those it
+        has: say so, with steps as people write them (inclusive)."""
+        asked = self.window.steps
+        if asked is None or selected.height == 0:
+            return []
+        have = selected.get_column("step").drop_nulls()
+        if have.len() == 0:
+            return []
+        first, last = int(have.min()), int(have.max())
+        lo = first if asked[0] is None else asked[0]
+        hi = last if asked[1] is None else asked[1] - 1
+        if lo >= first and hi <= last:
+            return []
+        whole = self._rank_events.select(first=pl.col("step").min(),
+                                         last=pl.col("step").max()).collect().row(0)
+        n = have.n_unique()
+        return [f"steps: asked for steps {selection.say_steps(lo, hi)}, the trace has "
+                f"{selection.say_steps(*whole)}: analysing {n} step{'s' if n != 1 else ''} "
+                f"({selection.say_steps(first, last)})"]
 
     # --- the shared tables --------------------------------------------------------------------
 
@@ -349,8 +375,10 @@ class Run:
     @property
     def warnings(self) -> list[str]:
         """What reading the run said: how it was read (``TraceSet.notes``: the cache), then
-        ``data_warnings``."""
-        return [*self.traceset.notes, *self.data_warnings]
+        ``data_warnings``, then what the window could not give (steps asked past the
+        trace's, once the window is read)."""
+        return [*self.traceset.notes, *self.data_warnings,
+                *self.__dict__.get("_window_notes", ())]
 
     @property
     def data_warnings(self) -> list[str]:
@@ -391,6 +419,19 @@ class Run:
                 *alignment_warnings(self.offsets)])
         return out
 
+    def plain_table_warnings(self, *tables: str) -> list[str]:
+        """``table_warnings`` in plain words (``traceview.run.plain``): one line per
+        collective group with problems and per clock-alignment quality, saying what the
+        answer leaves out; the others are plain already."""
+        tables = tuple(t for t in tables if t in self.__dict__)  # computed (not failed) only
+        out: list[str] = []
+        if "match" in tables and self.match.problems.height:
+            out += _capped(plain.collective_lines(self.match.problems, self.match.groups))
+        out += self.table_warnings(*(t for t in tables if t in ("p2p", "gpu")))
+        if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
+            out += plain.alignment_lines(self.offsets)
+        return out
+
     @property
     def _tolerance_ns(self) -> int | None:
         tol = self.options.tolerance_us
@@ -408,7 +449,8 @@ class Run:
         # the files --skip-bad left out, in every answer (their ranks are missing from it)
         plain["skipped"] = [{"file": f, "error": e} for f, e in self.traceset.skipped]
         warnings = [*self.warnings, *self.table_warnings(*uses)]
-        return Result(command, plain, main, tuple(warnings))
+        return Result(command, plain, main, tuple(warnings),
+                      plain=(*self.warnings, *self.plain_table_warnings(*uses)))
 
     # --- the analyses: one method per command -----------------------------------------------
 
@@ -577,8 +619,7 @@ class Run:
             "bottleneck": found["bottleneck"], "schedule": found["schedule"], "p2p": p2p,
             **({"timeline": found["timeline"]} if timeline else {})},
             main="stages", uses=("match", "offsets", "p2p"))
-        return dataclasses.replace(res, warnings=(
-            *res.warnings, *(f"pipeline: {note}" for note in found["notes"])))
+        return res.with_warnings(*(f"pipeline: {note}" for note in found["notes"]))
 
     @cached_property
     def _alltoall(self) -> dict[str, Any]:
@@ -609,7 +650,7 @@ class Run:
         found = dict(self._alltoall)
         notes = found.pop("warnings")
         res = self._result("alltoall", found, main="ranks", uses=("match", "offsets"))
-        return dataclasses.replace(res, warnings=(*res.warnings, *notes))
+        return res.with_warnings(*notes)
 
     @cached_property
     def memory_levels(self) -> pl.DataFrame:
@@ -685,7 +726,7 @@ class Run:
         path's warnings after the tables'."""
         res = self._result(command, {"window": self.window_info, **fields}, main=main,
                            uses=self._gpu_and_alignment)
-        return dataclasses.replace(res, warnings=(*res.warnings, *self._path_notes, *notes))
+        return res.with_warnings(*self._path_notes, *notes)
 
     def critical_path(self, *, top: int = 10) -> Result:
         """The cross-rank critical path: per step ``path_ns`` against ``step_ns``, each rank's
@@ -724,6 +765,23 @@ class Run:
                          host=self.host if self.gpu.height else None)
         notes += found.pop("notes")  # a refused MFU
         return self._path_result("diagnose", found, main="findings", notes=notes)
+
+    def diff(self, other: Run | str | Path | Iterable[str | Path], *, alpha: float = 0.05,
+             top: int = 10, **open_options: Any) -> Result:
+        """This run (the base) against ``other`` (the test): a Run, or traces to open with
+        this run's window and alignment (``open_options``: how to read them, as
+        :func:`open`). Per-step medians with a Mann-Whitney U test, the kernel, operator and
+        collective totals per rank-step and the top contributors (``traceview.run.compare``);
+        ``to_dict()`` is ``traceview diff BASE TEST --json``. Main table ``metrics``."""
+        test = other if isinstance(other, Run) else Run(traceset.open(other, **open_options),
+                                                        self.options)
+        found = diff_tables(run_tables(self), run_tables(test), alpha=alpha, top=top)
+        # both runs' warnings, each naming its file, and what their matches said
+        warnings = [*self.warnings, *self.table_warnings("match", "offsets"),
+                    *test.warnings, *test.table_warnings("match", "offsets")]
+        words = [*self.warnings, *self.plain_table_warnings("match", "offsets"),
+                 *test.warnings, *test.plain_table_warnings("match", "offsets")]
+        return Result("diff", found.fields(), "metrics", tuple(warnings), plain=tuple(words))
 
     def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
                        model_flops_per_step: float | None = None) -> pl.DataFrame | None:
@@ -840,21 +898,26 @@ class Run:
         return self.events.filter(pl.col("kind") == "kernel")
 
     def sql(self, query: str) -> pl.DataFrame:
-        """SQL over the window's ``events``, ``kernels``, ``ranks`` and ``files``."""
+        """SQL over the window's ``events``, ``kernels``, ``ranks``, ``files``, ``windows``
+        and ``gpu``: the classified GPU rows (``run.gpu``: kernels, copies and sets with
+        ``gpu_class`` compute/comm/memcpy/memset and ``gpu_subclass``), made only when the
+        query names it."""
+        gpu = {"gpu": lambda: self.gpu.lazy()}
         if self.window == type(self.window)():
-            return self.traceset.sql(query)
-        return self.traceset.sql(query, events=self.events)
+            return self.traceset.sql(query, tables=gpu)
+        return self.traceset.sql(query, events=self.events, tables=gpu)
 
     def to_pandas(self) -> Any:
-        """The window's events in pandas (categoricals stay categorical)."""
-        return self.events.collect().to_pandas()
+        """The window's events in pandas: categoricals stay categorical, integer columns with
+        missing values stay integers (nullable ``Int32``/``Int64``, as Result tables)."""
+        return to_pandas(self.events.collect())
 
     def write_store(self, out_dir: str | Path) -> Path | str:
         """Write the trace set as a self-contained store folder (see ``TraceSet``)."""
         return self.traceset.write_store(out_dir)
 
     def __dir__(self) -> Iterable[str]:
-        return sorted({*super().__dir__(), *ANALYSES})
+        return sorted({*super().__dir__(), *ANALYSES, "diff"})
 
     def __repr__(self) -> str:
         w = {k: v for k, v in self.window_info.items() if v}

@@ -86,10 +86,27 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~current_umask())  # as open() would: mkstemp made it 0600
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the system tells (Linux's
+    /proc/self/status); else by setting and restoring it, which another thread creating a
+    file at that instant could see."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)  # the strictest value while it is read back
+    os.umask(mask)
+    return mask
 
 
 def write_text(target: str | Path, text: str) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,23 +154,34 @@ class TraceSet:
                            f"({counts}; info --json lists them)")
         return out
 
-    def sql(self, query: str, *, events: pl.LazyFrame | None = None) -> pl.DataFrame:
+    def sql(self, query: str, *, events: pl.LazyFrame | None = None,
+            tables: Mapping[str, Callable[[], pl.LazyFrame]] | None = None) -> pl.DataFrame:
         """Run SQL over the tables ``events``, ``kernels``, ``ranks``, ``files`` and
-        ``windows``. ``events``: a selection of the events to query instead of all of them."""
+        ``windows``. ``events``: a selection of the events to query instead of all of them;
+        ``tables``: more tables by name, each made only when the query names it (the Run's
+        classified ``gpu`` rows cost a pass over the GPU events)."""
         # Names are Categorical in the store (compact, fast to group); SQL's LIKE and string
         # functions want text, so the query sees them as plain strings (cast lazily: only
         # the columns a query reads are cast).
         events = (self.events if events is None else events).with_columns(
             pl.col(pl.Categorical).cast(pl.String))
         kernels = events.filter(pl.col("kind") == "kernel")
+        named = {name: make().with_columns(pl.col(pl.Categorical).cast(pl.String))
+                 for name, make in (tables or {}).items()
+                 if re.search(rf"\b{re.escape(name)}\b", query, re.IGNORECASE)}
         context = pl.SQLContext(events=events, kernels=kernels,
                                 ranks=self.ranks.lazy(), files=self.files.lazy(),
-                                windows=self.windows.lazy())
+                                windows=self.windows.lazy(), **named)
         try:
             return context.execute(query, eager=True)
         except (pl.exceptions.SQLInterfaceError, pl.exceptions.SQLSyntaxError,
                 pl.exceptions.ColumnNotFoundError, pl.exceptions.InvalidOperationError) as exc:
-            raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
+            first = str(exc).splitlines()[0]
+            # the classification is not an events column: say which table has it
+            hint = ("; gpu_class and gpu_subclass are columns of the table gpu "
+                    "(the classified GPU rows: select ... from gpu)"
+                    if "gpu_class" in first or "gpu_subclass" in first else "")
+            raise UsageError(f"SQL error: {first}{hint}") from None
 
     def to_pandas(self) -> Any:
         """All events as a pandas DataFrame (categoricals stay categorical)."""
