@@ -140,6 +140,19 @@ def test_cli_diff_json_on_the_slowed_run(capsys: pytest.CaptureFixture[str]) -> 
     top = out["contributors"][0]
     assert {"kind", "name", "base_ns", "test_ns", "delta_ns"} <= set(top)
     assert (top["kind"], top["name"]) == ("collective", "all_reduce")  # waits for rank 1
+    # one language with `check`: the statistical test under a name that is not a run's side,
+    # the fraction under a name that says so, and the inputs compared
+    assert out["stat_test"] == out["test"]
+    assert st_["change_frac"] == st_["change_pct"]
+    assert (out["base_path"], out["test_path"]) == (str(FIX / "gloo_ddp_2r"),
+                                                    str(FIX / "gloo_ddp_2r_slow1"))
+    # calls per rank-step beside the totals: 2 ranks x 4 steps = 8 rank-steps a run
+    coll = next(r for r in out["collectives"] if r["name"] == "all_reduce")
+    assert coll["base_count_per_step"] == pytest.approx(coll["base_count"] / 8)
+    assert coll["test_count_per_step"] == pytest.approx(coll["test_count"] / 8)
+    # the step markers are the step time itself, and an unchanged total explains nothing
+    assert not any(r["name"].startswith("ProfilerStep#") for r in out["contributors"])
+    assert all(r["delta_ns"] != 0 for r in out["contributors"])
     assert main(["diff", str(FIX / "gloo_ddp_2r"), str(FIX / "gloo_ddp_2r_slow1"),
                  "--no-cache"]) == 0
     assert "Mann-Whitney" in capsys.readouterr().out

@@ -3,10 +3,14 @@
 
 ``--json`` contracts (fields may be added, never renamed):
 
-* ``diff``: ``{"test", "base_rank_steps", "test_rank_steps", "metrics": [{"metric", "base",
-  "test", "change", "change_pct", "p_value", "significant", "test_method", ...}],
-  "kernels": [...], "cpu_ops": [...], "collectives": [...], "contributors": [{"kind", "name",
-  "base_ns", "test_ns", "delta_ns", "share_of_step_change"}]}``
+* ``diff``: ``{"test", "stat_test", "base_rank_steps", "test_rank_steps", "metrics":
+  [{"metric", "base", "test", "change", "change_pct", "change_frac", "p_value", "significant",
+  "test_method", ...}], "kernels": [...], "cpu_ops": [...], "collectives": [...] (each with
+  ``base_count_per_step`` / ``test_count_per_step``), "contributors": [{"kind", "name",
+  "base_ns", "test_ns", "delta_ns", "share_of_step_change"}], "base_path", "test_path",
+  "warnings"}``. ``change_pct`` is a **fraction** here (as it always was; ``change_frac`` is
+  the same number under a name that says so); ``test`` and ``stat_test`` both name the
+  statistical test.
 * ``check``: ``{"status", "exit_code", "counts", "metrics": [{"metric", "unit", "baseline",
   "now", "allowed", "tolerance_pct", "change_pct", "status", "note", "change_frac",
   "baseline_runs", "spread", "noise_allowed", "p_value", "test_method"}], "warnings",
@@ -24,7 +28,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +190,8 @@ def run_diff(args: argparse.Namespace) -> int:
         if warning not in base.warnings and warning not in test.warnings:
             warn(warning)
     if args.json:
-        sys.stdout.write(res.to_json().decode() + "\n")
+        doc = res.to_dict()  # the inputs compared, beside the Result's fields
+        emit_json({**doc, "base_path": args.base, "test_path": args.test})
         return 0
     print(f"base: {args.base} ({res['base_rank_steps']} rank-steps)   "
           f"test: {args.test} ({res['test_rank_steps']} rank-steps)")

@@ -15,9 +15,15 @@ Metrics (docs/metrics.md, section *Run comparison*):
   continuity correction); ``significant`` = p < ``alpha`` (0.05).
 * Totals (kernels by name, host operators by self time, collectives by type): summed over ranks
   and divided by the run's number of (rank, step) pairs (its number of ranks when it has no
-  steps), so runs of different lengths compare: ``*_ns`` columns are **per rank-step**.
+  steps), so runs of different lengths compare: ``*_ns`` columns are **per rank-step**, and so
+  are ``base_count_per_step`` / ``test_count_per_step`` (calls per rank-step; ``base_count`` /
+  ``test_count`` are the runs' totals).
+* ``fields()``: ``stat_test`` names the statistical test (``test``, the same string, is kept
+  for compatibility; ``traceview diff --json`` adds ``base_path`` / ``test_path``).
 * Top contributors: the kernel, operator and collective totals with the largest absolute
-  change. Kernels run asynchronously to the host, so the contributions overlap and do not add
+  change. The step markers themselves (``ProfilerStep#N``: their host time *is* the step time,
+  and each run names its own steps) and totals that did not change are left out: they explain
+  nothing. Kernels run asynchronously to the host, so the contributions overlap and do not add
   up to the step-time change; ``share_of_step_change`` = delta / change of the mean step time
   is a guide, not a partition.
 """
@@ -32,11 +38,14 @@ import numpy as np
 import polars as pl
 
 from traceview.analyses.breakdown import step_breakdown, top_cpu_ops, top_kernels, with_self_time
+from traceview.schema import STEP_PATTERN
 
 Frame = pl.LazyFrame | pl.DataFrame
 
 #: Exact Mann–Whitney distribution up to this many samples per side (and no ties).
 EXACT_MAX = 30
+#: The statistical test of the per-step metrics (``stat_test`` and ``test`` in ``fields()``).
+STAT_TEST = "mann-whitney-u (two-sided)"
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("step_time_ns", "host ProfilerStep duration"),
@@ -61,7 +70,7 @@ class DiffResult:
 
     def fields(self) -> dict[str, Any]:
         """The ``diff --json`` fields in order, tables as frames (a Result's fields)."""
-        return {"test": "mann-whitney-u (two-sided)",
+        return {"test": STAT_TEST, "stat_test": STAT_TEST,
                 "base_rank_steps": self.base_rank_steps,
                 "test_rank_steps": self.test_rank_steps,
                 "metrics": self.metrics, "kernels": self.kernels, "cpu_ops": self.cpu_ops,
@@ -206,6 +215,8 @@ def _per_rank_step(base: pl.DataFrame, test: pl.DataFrame, keys: list[str], nb: 
         [pl.col(f"{s}_{c}").fill_null(0) for s in ("base", "test") for c in cols]
     ).with_columns(
         base_ns=pl.col("base_total_ns") / nb, test_ns=pl.col("test_total_ns") / nt,
+        base_count_per_step=pl.col("base_count") / nb,
+        test_count_per_step=pl.col("test_count") / nt,
         **{f"base_{c}_per_rank_step": pl.col(f"base_{c}") / nb for c in extra},
         **{f"test_{c}_per_rank_step": pl.col(f"test_{c}") / nt for c in extra},
     ).with_columns(delta_ns=pl.col("test_ns") - pl.col("base_ns"))
@@ -249,7 +260,9 @@ def diff_tables(b: RunTables, t: RunTables, *, alpha: float = 0.05, top: int = 1
                        "test_ns", "delta_ns")
              for kind, df in (("kernel", kernels), ("cpu_op", ops), ("collective", coll))]
     contributors = (
-        pl.concat(parts).sort(pl.col("delta_ns").abs(), "kind", "name",
+        pl.concat(parts)
+        .filter((pl.col("delta_ns") != 0) & pl.col("name").str.contains(STEP_PATTERN).not_())
+        .sort(pl.col("delta_ns").abs(), "kind", "name",
                               descending=[True, False, False]).head(top)
         .with_columns(share_of_step_change=(pl.col("delta_ns") / step_change)
                       if step_change else pl.lit(None, pl.Float64))
