@@ -4,6 +4,7 @@ input, one unit per field. Every expected number is derived by hand in the comme
 from __future__ import annotations
 
 import gzip
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -69,13 +70,21 @@ def test_change_must_exceed_tolerance_and_spread_and_step_test() -> None:
     assert row["status"] == "regression" and res.exit_code == 1
     assert row["change_frac"] == pytest.approx(5 / 11)
     assert row["change_pct"] == pytest.approx(100 * 5 / 11)
-    # 16 ms but the steps are not slower than the baseline's (three sit among them): the
-    # test vetoes, status ok with the reason
+    # 16 ms but the steps are not shown slower than the baseline's (three sit among them):
+    # the test vetoes "regression", and a value beyond allowed that nothing decided is
+    # inconclusive, never ok; it passes by default and fails with inconclusive="fail".
+    # theta = U / (4 x 12): 9.2 > 1, 10.3 > 4, 11.3 > 8, 16 > 12 baseline steps = 25/48;
+    # 4 steps can show no theta below 1/2 + z_0.01 / sqrt(48) = 0.836: "profile more steps"
     res = gate.check({"step_time_p50_ns": 16 * MS}, doc,
                      now_samples={"step_time_ns": [9.2 * MS, 10.3 * MS, 11.3 * MS, 16 * MS]})
     row = _row(res)
-    assert row["p_value"] > 0.01 and row["status"] == "ok" and res.exit_code == 0
-    assert "not slower" in row["note"] and "> allowed" in gate.describe(row)
+    assert row["p_value"] > 0.01 and row["status"] == "inconclusive" and res.exit_code == 0
+    assert res.status == "inconclusive" and res.to_dict()["inconclusive_policy"] == "pass"
+    assert "cannot tell" in row["note"] and "> allowed" in gate.describe(row)
+    assert "52% of pairs" in row["note"] and "profile more steps" in row["note"]
+    strict = gate.check({"step_time_p50_ns": 16 * MS}, doc, inconclusive="fail",
+                        now_samples={"step_time_ns": [9.2 * MS, 10.3 * MS, 11.3 * MS, 16 * MS]})
+    assert strict.exit_code == 1 and strict.status == "inconclusive"
     # a larger k (command line) widens the noise band: 11 + 5 x 1.4826 = 18.413 ms
     assert _row(gate.check({"step_time_p50_ns": 16 * MS}, doc, noise_k=5.0,
                            now_samples={"step_time_ns": [16 * MS, 17 * MS]}))["status"] == "ok"
@@ -93,7 +102,8 @@ def test_a_shift_within_the_steps_own_noise_is_not_a_regression() -> None:
                           now_samples={"step_time_ns": loaded}))
     assert row["p_value"] == pytest.approx(1 / 18564)
     assert row["effect_size"] == pytest.approx(15 / 13.3434, rel=1e-4)
-    assert row["status"] == "ok" and "own noise" in row["note"]
+    assert row["status"] == "inconclusive" and "own noise" in row["note"]
+    assert "quieter machine" in row["note"]
     # the same run with the effect rule off (--min-effect 0) fails: the rule is what passes it
     assert _row(gate.check({"step_time_p50_ns": 26 * MS}, doc, min_effect=0.0,
                            now_samples={"step_time_ns": loaded}))["status"] == "regression"
@@ -260,3 +270,37 @@ def test_single_run_baseline_on_real_reruns(reruns: dict[str, gate.RunMetrics]) 
     slowed = _judge(reruns["slow_1"], doc)
     assert slowed.exit_code == 1
     assert _row(slowed)["status"] == "regression"
+
+
+# ------------------------------------------------- a baseline too small to decide (corpus)
+
+CORPUS = Path(os.environ.get("TRACEVIEW_CORPUS")
+              or Path(__file__).resolve().parents[1].parent / "shared" / "corpus")
+RESNET = CORPUS / "kineto" / "tb_plugin" / "samples"
+RESNET_BASE = RESNET / "resnet50_num_workers_4" / "worker0.1623212756351.pt.trace.json.gz"
+RESNET_NOW = RESNET / "resnet50_num_workers_0" / "worker0.1623143089861.pt.trace.json.gz"
+
+
+@pytest.mark.skipif(not (RESNET_BASE.exists() and RESNET_NOW.exists()),
+                    reason=f"the ResNet-50 sample traces are not under {RESNET}")
+def test_resnet50_plus_39_percent_is_never_ok(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-run baseline of 6 steps (116-182 ms) and a run whose median step is +39%, 5 of
+    its 6 steps slower: U = 30 of 36, exact one-sided p = 0.032 >= 0.01. The step test cannot
+    decide, so the metric is inconclusive (it was `ok`); at theta = 30/36 the estimate says
+    15 baseline steps, 3 runs of 6, would decide."""
+    base = tmp_path / "resnet.json"
+    assert main(["baseline", str(RESNET_BASE), "-o", str(base)]) == 0
+    capsys.readouterr()
+    code = main(["check", str(RESNET_NOW), "--baseline", str(base), "--json"])
+    res = orjson.loads(capsys.readouterr().out)
+    row = next(r for r in res["metrics"] if r["metric"] == "step_time_p50_ns")
+    assert row["change_pct"] == pytest.approx(39.3, abs=0.1)
+    assert row["p_value"] == pytest.approx(0.0325, abs=1e-4)
+    assert row["status"] == "inconclusive"
+    assert "3 baseline runs (15 steps) would decide" in row["note"]
+    assert code == res["exit_code"] == 1  # gpu_idle_fraction +69% fails on its tolerance
+    # --inconclusive fail marks the undecided metric as failing in the text too
+    assert main(["check", str(RESNET_NOW), "--baseline", str(base),
+                 "--inconclusive", "fail"]) == 1
+    assert "FAIL inconclusive: step_time_p50_ns" in capsys.readouterr().out

@@ -105,6 +105,10 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-effect", type=float, default=None, metavar="D",
                    help="the steps must move by D robust standard deviations of their noise "
                         "(default: the baseline's, 3)")
+    p.add_argument("--inconclusive", choices=gate.INCONCLUSIVE_POLICIES,
+                   default=gate.DEFAULT_INCONCLUSIVE,
+                   help="a metric beyond its tolerance that the evidence cannot decide: 'pass' "
+                        "(exit 0, reported INCONCLUSIVE; the default) or 'fail' (exit 1)")
     p.set_defaults(run=run_check)
 
 
@@ -272,7 +276,8 @@ def run_check(args: argparse.Namespace) -> int:
     result = gate.check(now.values, doc, tolerances=tolerances, now_notes=now.notes,
                         now_samples=now.samples, warnings=now.warnings,
                         allow_partial=args.allow_partial, noise_k=args.noise_k,
-                        alpha=args.alpha, min_effect=args.min_effect)
+                        alpha=args.alpha, min_effect=args.min_effect,
+                        inconclusive=args.inconclusive)
     if args.junit:
         write_text(args.junit, gate.junit_xml(result))
     if args.json:  # notes: how the input was read (the cache), no damage of it
@@ -281,12 +286,19 @@ def run_check(args: argparse.Namespace) -> int:
     for w in result.warnings:
         print(f"{'FAIL' if result.damaged else 'warn'} damaged input: {w}")
     for row in result.rows.iter_rows(named=True):
-        mark = {"ok": "ok  ", "regression": "FAIL", "missing": "FAIL"}.get(row["status"], "skip")
+        mark = {"ok": "ok  ", "regression": "FAIL", "missing": "FAIL",
+                "inconclusive": "FAIL inconclusive:" if args.inconclusive == "fail"
+                else "INCONCLUSIVE"}.get(row["status"], "skip")
         print(f"{mark} {gate.describe(row)}")
     counts = result.to_dict()["counts"]
     failed = counts.get("regression", 0) + counts.get("missing", 0)
-    print(f"check: {result.status.upper()}: {counts.get('ok', 0)} ok, "
-          f"{failed} failed, {len(result.rows) - counts.get('ok', 0) - failed} skipped"
+    undecided = counts.get("inconclusive", 0)
+    skipped = len(result.rows) - counts.get("ok", 0) - failed - undecided
+    print(f"check: {result.status.upper()}: {counts.get('ok', 0)} ok, {failed} failed, "
+          + (f"{undecided} inconclusive ("
+             + ("failing: --inconclusive fail), " if args.inconclusive == "fail" else
+                "not failing the job; --inconclusive fail would), ")
+             if undecided else "") + f"{skipped} skipped"
           + (" (damaged input: rerun the profile, or pass --allow-partial to judge it)"
              if result.damaged else ""))
     return result.exit_code

@@ -28,7 +28,10 @@
   side's steps is within what the machine's noise shows inside one run, while a regression in
   the job (a slow rank, a slower kernel) moves every step by more than their scatter. A
   metric with a baseline value but none now is ``missing`` and fails too (the run lost the
-  data the gate relies on). Damaged input (the Run's ``warnings``) fails the check unless the
+  data the gate relies on). A metric beyond ``allowed`` that the rule does not call a
+  regression (the step test not significant, or the shift within the steps' noise) is
+  ``inconclusive``, never ``ok``: the note says why and how many baseline runs would decide
+  (:mod:`traceview.outputs.evidence`); ``inconclusive="fail"`` fails the check on it. Damaged input (the Run's ``warnings``) fails the check unless the
   caller allows a partial run.
 * :func:`junit_xml` renders a :class:`CheckResult` as JUnit XML (one testcase per metric).
 """
@@ -44,6 +47,13 @@ import orjson
 import polars as pl
 
 from traceview.errors import TraceviewError, UsageError
+from traceview.outputs.evidence import (
+    baseline_steps_to_decide,
+    min_baseline_steps,
+    min_p_value,
+    runs_for,
+    slower_share,
+)
 from traceview.run.compare import mann_whitney_u, run_tables
 from traceview.run.run import as_run
 
@@ -59,6 +69,9 @@ DEFAULT_NOISE_K = 3.0
 DEFAULT_ALPHA = 0.01
 #: ... and the steps' medians must be this many robust standard deviations apart.
 DEFAULT_MIN_EFFECT = 3.0
+#: What an inconclusive metric does to the exit code (docs/ci-gate.md, *Inconclusive*).
+INCONCLUSIVE_POLICIES = ("pass", "fail")
+DEFAULT_INCONCLUSIVE = "pass"
 #: MAD x 1.4826 estimates the standard deviation of normally distributed values.
 MAD_TO_SD = 1.4826
 #: Absolute slack per unit (see module docstring).
@@ -347,18 +360,24 @@ ROW_SCHEMA: dict[str, Any] = {
 @dataclass(frozen=True)
 class CheckResult:
     """One row per metric: metric, unit, baseline, now, allowed, tolerance_pct, change_pct,
-    status (ok / regression / missing / not_in_baseline / unavailable), note, change_frac,
-    baseline_runs, spread, noise_allowed, p_value, test_method, effect_size; and the input's
-    warnings
-    (damaged input fails unless ``allow_partial``)."""
+    status (ok / regression / inconclusive / missing / not_in_baseline / unavailable), note,
+    change_frac, baseline_runs, spread, noise_allowed, p_value, test_method, effect_size; and
+    the input's warnings (damaged input fails unless ``allow_partial``). ``inconclusive``:
+    ``"pass"`` or ``"fail"``, what an inconclusive metric does to the exit code."""
 
     rows: pl.DataFrame
     warnings: tuple[str, ...] = ()
     allow_partial: bool = False
+    inconclusive: str = DEFAULT_INCONCLUSIVE
 
     @property
     def regressed(self) -> bool:
         return bool(self.rows["status"].is_in(["regression", "missing"]).any())
+
+    @property
+    def undecided(self) -> bool:
+        """A metric is beyond its tolerance and the evidence cannot say whether it regressed."""
+        return bool((self.rows["status"] == "inconclusive").any())
 
     @property
     def damaged(self) -> bool:
@@ -367,7 +386,8 @@ class CheckResult:
 
     @property
     def failed(self) -> bool:
-        return self.regressed or self.damaged
+        return self.regressed or self.damaged or (self.undecided
+                                                  and self.inconclusive == "fail")
 
     @property
     def exit_code(self) -> int:
@@ -375,32 +395,25 @@ class CheckResult:
 
     @property
     def status(self) -> str:
-        return "regression" if self.regressed else "damaged_input" if self.damaged else "ok"
+        return ("regression" if self.regressed else "damaged_input" if self.damaged
+                else "inconclusive" if self.undecided else "ok")
 
     def to_dict(self) -> dict[str, Any]:
         counts = self.rows["status"].value_counts().sort("status")
         return {"status": self.status, "exit_code": self.exit_code,
                 "counts": dict(counts.rows()), "metrics": self.rows.to_dicts(),
-                "warnings": list(self.warnings), "damaged_input": self.damaged}
+                "warnings": list(self.warnings), "damaged_input": self.damaged,
+                "inconclusive_policy": self.inconclusive}
 
     def _repr_html_(self) -> str:
         return f"<p><b>check: {self.status.upper()}</b></p>" + self.rows._repr_html_()
 
 
-def _pooled_samples(base_doc: dict[str, Any], kind: str | None) -> list[float]:
-    """Every baseline run's per-step samples of ``kind``, pooled."""
+def _pooled_samples(base_doc: dict[str, Any], kind: str | None) -> tuple[list[float], int]:
+    """Every baseline run's per-step samples of ``kind``, pooled, and how many runs hold
+    some (to turn a number of steps into a number of runs)."""
     runs = (base_doc.get("samples") or {}).get(kind or "", [])
-    return [float(x) for xs in runs for x in xs]
-
-
-def min_p_value(m: int, n: int) -> float:
-    """The smallest one-sided Mann-Whitney p-value ``m`` against ``n`` samples can give,
-    1 / C(m + n, m): every sample of one side above every sample of the other.
-
-    >>> round(min_p_value(4, 4), 4)
-    0.0143
-    """
-    return 1.0 / math.comb(m + n, m)
+    return [float(x) for xs in runs for x in xs], sum(1 for xs in runs if xs)
 
 
 def steps_slower(now_samples: list[float], base_samples: list[float], alpha: float
@@ -442,14 +455,18 @@ def check(now: dict[str, float | None], base_doc: dict[str, Any], *,
           now_samples: dict[str, list[int]] | None = None,
           warnings: list[str] | tuple[str, ...] = (), allow_partial: bool = False,
           noise_k: float | None = None, alpha: float | None = None,
-          min_effect: float | None = None) -> CheckResult:
+          min_effect: float | None = None,
+          inconclusive: str = DEFAULT_INCONCLUSIVE) -> CheckResult:
     """Compare ``now`` (from :func:`extract_metrics` / :func:`measure`) with a baseline.
 
     Tolerance per metric: ``tolerances`` (command line) over the baseline's own
     ``tolerance_pct`` over its ``default_tolerance_pct``. ``noise_k`` and ``alpha`` (command
     line), and ``min_effect``, over the baseline's ``noise`` over the defaults. The rule is in
-    the module docstring.
+    the module docstring. ``inconclusive``: ``"pass"`` or ``"fail"`` (see :class:`CheckResult`).
     """
+    if inconclusive not in INCONCLUSIVE_POLICIES:
+        raise UsageError(f"--inconclusive wants one of {', '.join(INCONCLUSIVE_POLICIES)}, "
+                         f"got {inconclusive!r}")
     now_notes = now_notes or {}
     stored = base_doc.get("tolerance_pct") or {}
     default = float(base_doc.get("default_tolerance_pct", DEFAULT_TOLERANCE_PCT))
@@ -468,13 +485,15 @@ def check(now: dict[str, float | None], base_doc: dict[str, Any], *,
         now_steps = [float(x) for x in (now_samples or {}).get(kind or "", [])]
         rows.append(_check_metric(
             name, unit, base_metrics.get(name), now.get(name), now_notes.get(name),
-            tol_all.get(name, default), k, a, d, now_steps, _pooled_samples(base_doc, kind)))
-    return CheckResult(pl.DataFrame(rows, schema=ROW_SCHEMA), tuple(warnings), allow_partial)
+            tol_all.get(name, default), k, a, d, now_steps, *_pooled_samples(base_doc, kind)))
+    return CheckResult(pl.DataFrame(rows, schema=ROW_SCHEMA), tuple(warnings), allow_partial,
+                       inconclusive)
 
 
 def _check_metric(name: str, unit: str, entry: dict[str, Any] | None, v: float | None,
                   note: str | None, tol: float, k: float, alpha: float, min_effect: float,
-                  now_steps: list[float], base_steps: list[float]) -> dict[str, Any]:
+                  now_steps: list[float], base_steps: list[float],
+                  base_runs: int = 1) -> dict[str, Any]:
     """One metric's row (see :data:`ROW_SCHEMA`)."""
     b = None if entry is None else entry.get("value")
     runs = [x for x in (entry or {}).get("runs", [b]) if x is not None]
@@ -506,17 +525,47 @@ def _check_metric(name: str, unit: str, entry: dict[str, Any] | None, v: float |
         beyond = v > row["allowed"]
         not_significant = decides and row["p_value"] >= alpha
         within_noise = row["effect_size"] is not None and row["effect_size"] < min_effect
-        row["status"] = "regression" if beyond and not not_significant and not within_noise \
-            else "ok"
+        # beyond the tolerance and not shown to be a regression is not shown to be fine either
+        row["status"] = ("ok" if not beyond else "inconclusive"
+                         if not_significant or within_noise else "regression")
         if beyond and not_significant:
-            row["note"] = (f"above allowed, but its steps are not slower than the baseline's "
-                           f"(one-sided Mann-Whitney p = {row['p_value']:.2g} >= {alpha:g})")
+            row["note"] = _underpowered(row["p_value"], alpha, now_steps, base_steps, base_runs)
         elif beyond and within_noise:
-            row["note"] = (f"above allowed, but within the steps' own noise: their medians are "
+            row["note"] = (f"the steps are slower, but their medians are "
                            f"{row['effect_size']:.2g} robust standard deviations apart "
-                           f"(< {min_effect:g}); the machine's noise cannot tell a change this "
-                           f"size apart, re-run on a quieter machine to decide")
+                           f"(< {min_effect:g}): within the steps' own noise on this machine; "
+                           f"more baseline runs would not decide, a re-run on a quieter "
+                           f"machine would")
+        elif beyond and now_steps and base_steps and not decides:
+            need = min_baseline_steps(len(now_steps), alpha) or 0
+            row["note"] = (f"judged by the tolerance alone: {len(base_steps)} baseline steps "
+                           f"cannot make the step test reach {alpha:g} against "
+                           f"{len(now_steps)} (it needs {need}, about "
+                           f"{_runs(need, base_steps, base_runs)})")
     return row
+
+
+def _runs(steps: int, base_steps: list[float], base_runs: int) -> str:
+    n = runs_for(steps, len(base_steps) / max(base_runs, 1))
+    return f"{n} baseline run{'s' if n > 1 else ''}"
+
+
+def _underpowered(p: float, alpha: float, now_steps: list[float], base_steps: list[float],
+                  base_runs: int) -> str:
+    """Why the step test did not decide, and how many baseline runs would at this effect."""
+    theta = slower_share(now_steps, base_steps) or 0.0
+    text = (f"the step test cannot tell: one-sided Mann-Whitney p = {p:.2g} >= {alpha:g} "
+            f"({len(now_steps)} steps against {len(base_steps)} from {base_runs} baseline "
+            f"run{'s' if base_runs != 1 else ''}; this run's step is the slower in "
+            f"{100 * theta:.0f}% of pairs)")
+    need = baseline_steps_to_decide(theta, len(now_steps), alpha)
+    if need is None:
+        return (text + "; at this effect no number of baseline runs would decide with "
+                f"{len(now_steps)} steps in this run: profile more steps")
+    if need <= len(base_steps):  # the estimate is a normal approximation; say so plainly
+        return text + "; a change this size is at the edge of what these steps can show"
+    return (text + f"; at this effect about {_runs(need, base_steps, base_runs)} "
+            f"({need} steps) would decide")
 
 
 def _fmt(v: float | None, unit: str) -> str:
@@ -530,7 +579,7 @@ def _fmt(v: float | None, unit: str) -> str:
 def describe(row: dict[str, Any]) -> str:
     """One line for a metric row (used in text output and JUnit messages)."""
     u = row["unit"]
-    if row["status"] in ("ok", "regression"):
+    if row["status"] in ("ok", "regression", "inconclusive"):
         rel = "" if row["change_pct"] is None else f" ({row['change_pct']:+.1f}%)"
         op = ">" if row["now"] > row["allowed"] else "<="
         runs = row.get("baseline_runs") or 1
@@ -547,13 +596,20 @@ def describe(row: dict[str, Any]) -> str:
 
 def junit_xml(result: CheckResult, *, suite: str = "traceview.check") -> str:
     """JUnit XML: one ``testcase`` per metric; regressions and missing metrics are failures,
-    unavailable / not-in-baseline ones skipped. No timestamps (deterministic)."""
+    unavailable / not-in-baseline ones skipped, inconclusive ones failures or skipped by the
+    result's policy. No timestamps (deterministic)."""
     rows = result.rows.to_dicts()
     if result.warnings:  # the input's health is a testcase of its own
         rows = [{"metric": "input", "status": "damaged_input" if result.damaged else "ok",
                  "note": "; ".join(result.warnings)}, *rows]
-    fails = sum(r["status"] in ("regression", "missing", "damaged_input") for r in rows)
-    skips = sum(r["status"] in ("unavailable", "not_in_baseline") for r in rows)
+    # an inconclusive metric fails under --inconclusive fail; else it shows as skipped, with
+    # its reason (a CI page lists skipped tests; a passing one would hide it)
+    failing = ("regression", "missing", "damaged_input",
+               *(("inconclusive",) if result.inconclusive == "fail" else ()))
+    skipping = ("unavailable", "not_in_baseline",
+                *(("inconclusive",) if result.inconclusive != "fail" else ()))
+    fails = sum(r["status"] in failing for r in rows)
+    skips = sum(r["status"] in skipping for r in rows)
     root = ET.Element("testsuites", {"name": "traceview", "tests": str(len(rows)),
                                      "failures": str(fails), "errors": "0",
                                      "skipped": str(skips)})
@@ -565,10 +621,10 @@ def junit_xml(result: CheckResult, *, suite: str = "traceview.check") -> str:
                                               "time": "0"})
         text = (describe(r) if r["metric"] != "input"
                 else f"input: {r['status']} ({r['note']})")
-        if r["status"] in ("regression", "missing", "damaged_input"):
+        if r["status"] in failing:
             f = ET.SubElement(case, "failure", {"type": r["status"], "message": text})
             f.text = text
-        elif r["status"] in ("unavailable", "not_in_baseline"):
+        elif r["status"] in skipping:
             ET.SubElement(case, "skipped", {"message": text})
         else:
             out = ET.SubElement(case, "system-out")
