@@ -61,6 +61,8 @@ COMMANDS: dict[str, Command] = {
                               "with a significance test"),
     "baseline": Command("report", "write the CI gate's baseline metrics of a run"),
     "check": Command("report", "CI gate: exit 1 if a metric regressed past its tolerance"),
+    "history": Command("history", "CI history: record runs' gate metrics in a database "
+                                  "(SQLite or PostgreSQL), show them and their trends"),
     "export-perfetto": Command("report",
                                "all ranks on the aligned timeline in one Chrome-trace file"),
     "validate": Command("capture", "check a run directory before analysing it"),

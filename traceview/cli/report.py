@@ -16,10 +16,15 @@
   "baseline_runs", "spread", "noise_allowed", "p_value", "test_method"}], "warnings",
   "damaged_input"}`` (``change_pct`` percent, ``change_frac`` and diff's ``change_pct`` a
   fraction)
-* ``report`` / ``export-perfetto`` / ``baseline``: ``{"output", ...counts}``.
+* ``report`` / ``export-perfetto`` / ``baseline``: ``{"output", ...counts}``; ``report
+  --history`` adds ``"history": {"db", "metric", "runs", "current"}``.
+* ``check --history URL``: the same fields as with ``--baseline``, plus ``"history"``,
+  ``"label"``, ``"last"`` and ``"history_runs"`` (the ids of the runs the baseline was made
+  of).
 
 ``check`` exits 0 within tolerance, 1 on a regression or on damaged input (the Run's
-``warnings``; unless ``--allow-partial``), 2 on bad input (unreadable traces or baseline, bad
+``warnings``; unless ``--allow-partial``) or on an inconclusive metric with ``--inconclusive
+fail`` (the default ``pass`` reports it and exits 0), 2 on bad input (unreadable traces or baseline, bad
 ``--tolerance``). ``baseline`` learns from one run (PATHs) or several (``--run DIR`` each). The CLI only formats: numbers come from the analyses.
 """
 
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +44,22 @@ from traceview.cli._options import (
     add_window_args,
     open_run,
 )
+from traceview._dependencies import lazy_module
 from traceview.cli._render import dumps, emit_json, ms, short, table, warn, warnings_for
 from traceview.errors import UsageError
 from traceview.outputs import gate
 from traceview.outputs.perfetto import export
 from traceview.outputs.report import gather, write_html
+from traceview.outputs.report_data import HistoryTrend
 from traceview.store.safe_write import (
     atomic_write,
     check_file_target,
     refuse_input_overlap,
     write_text,
 )
+
+#: The results database (SQLAlchemy) only for --history: the other commands do not pay for it.
+history = lazy_module("traceview.outputs.history")
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
@@ -64,6 +75,15 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=10, metavar="N", help="kernels / gaps to list")
     p.add_argument("--nccl-log", nargs="+", default=[], metavar="FILE",
                    help="NCCL debug logs: add the algorithms and protocols NCCL chose")
+    p.add_argument("--history", metavar="URL", default=None,
+                   help="add the trend of a gate metric over the runs recorded in this "
+                        "database (`traceview history record`), this run marked")
+    p.add_argument("--history-metric", default="step_time_p50_ns", metavar="NAME",
+                   choices=list(gate.METRICS), help="the metric of the trend (step_time_p50_ns)")
+    p.add_argument("--history-label", default=None, metavar="GLOB",
+                   help="only recorded runs whose label matches")
+    p.add_argument("--history-last", type=int, default=30, metavar="N",
+                   help="the last N matching recorded runs (default 30)")
     p.set_defaults(run=run_report)
 
 
@@ -89,7 +109,14 @@ def _baseline_options(p: argparse.ArgumentParser) -> None:
 
 def _check_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
-    p.add_argument("--baseline", required=True, metavar="FILE", help="from `traceview baseline`")
+    p.add_argument("--baseline", metavar="FILE", help="from `traceview baseline`")
+    p.add_argument("--history", metavar="URL",
+                   help="instead of --baseline: the last --last runs recorded with `traceview "
+                        "history record` in this database (a SQLite path or a URL)")
+    p.add_argument("--last", type=int, default=DEFAULT_HISTORY_RUNS, metavar="N",
+                   help=f"--history: the last N matching runs (default {DEFAULT_HISTORY_RUNS})")
+    p.add_argument("--label", default=None, metavar="GLOB",
+                   help="--history: only runs whose label matches (e.g. main)")
     p.add_argument("--tolerance", action="append", default=[], metavar="METRIC=PCT",
                    help="allowed increase in percent (repeatable; all=PCT sets every metric)")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
@@ -110,6 +137,10 @@ def _check_options(p: argparse.ArgumentParser) -> None:
                    help="a metric beyond its tolerance that the evidence cannot decide: 'pass' "
                         "(exit 0, reported INCONCLUSIVE; the default) or 'fail' (exit 1)")
     p.set_defaults(run=run_check)
+
+
+#: check --history: the recorded runs that make the baseline (docs/ci-gate.md recommends 3-5).
+DEFAULT_HISTORY_RUNS = 5
 
 
 def _export_options(p: argparse.ArgumentParser) -> None:
@@ -164,9 +195,18 @@ def _output(args: argparse.Namespace, path: str, option: str = "-o") -> str:
 
 def run_report(args: argparse.Namespace) -> int:
     _output(args, args.output)
+    db = None
+    if args.history is not None:
+        if args.history_last < 1:
+            raise UsageError(f"report: --history-last wants a number >= 1, got "
+                             f"{args.history_last}")
+        db = history.open_database(args.history, create=False)
+        history.probe(db)
     run = _open(args)
     title = args.title or "traceview report: " + ", ".join(Path(p).name for p in args.paths)
     data = gather(run, title=title, top=args.top, nccl_logs=args.nccl_log)
+    if db is not None:
+        data = replace(data, history=_history_trend(args, db, run))
     buf = io.StringIO()
     figures = write_html(data, buf)
     write_text(args.output, buf.getvalue())
@@ -176,13 +216,25 @@ def run_report(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"output": args.output, "figures": figures, "ranks": data.meta["ranks"],
                    "partial_sections": sections, "worst_straggler": data.worst_straggler,
-                   "warnings": data.warnings})
+                   "warnings": data.warnings,
+                   **({} if data.history is None else {"history": {
+                       "db": data.history.source, "metric": data.history.metric,
+                       "runs": data.history.runs["id"].to_list(),
+                       "current": data.history.current}})})
         return 0
     print(f"wrote {args.output} ({figures} figures, {data.meta['ranks']} ranks)")
     for section, items in sections.items():
         for item in items:
             print(f"note: {section}: {item}")
     return 0
+
+
+def _history_trend(args: argparse.Namespace, db: Any, run: Any) -> HistoryTrend:
+    """The report's trend: the metric over the recorded runs and this run's value."""
+    stored = history.recorded_runs(db, label=args.history_label, last=args.history_last)
+    metric = args.history_metric
+    return HistoryTrend(metric, gate.METRICS[metric][0], history.trend(stored, metric),
+                        gate.measure(run).values.get(metric), db.where)
 
 
 def run_diff(args: argparse.Namespace) -> int:
@@ -263,16 +315,37 @@ def run_baseline(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     tolerances = gate.parse_tolerances(args.tolerance)
+    if (args.baseline is None) == (args.history is None):
+        raise UsageError("check: give --baseline FILE or --history URL (one of them)")
+    if args.history is None and (args.label is not None
+                                 or args.last != DEFAULT_HISTORY_RUNS):
+        raise UsageError("check: --label and --last choose runs of --history")
+    if args.last < 1:
+        raise UsageError(f"check: --last wants a number >= 1, got {args.last}")
     if args.junit:
         _output(args, args.junit, "--junit")
-    path = Path(args.baseline)
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise gate.BaselineError(f"{path}: cannot read baseline ({exc.strerror})") from None
-    doc = gate.read_baseline(text, source=str(path))
-    run = _open(args)
-    now = gate.measure(run)
+    source: dict[str, Any] = {}
+    if args.history is not None:
+        db = history.open_database(args.history, create=False)
+        history.probe(db)  # before the traces are read: a database we cannot use is exit 2
+        run = _open(args)
+        now = gate.measure(run)
+        # the run being checked is no evidence about itself, if it was recorded already
+        _, digest = history.inputs_of(run.files)
+        stored = history.recorded_runs(db, label=args.label, last=args.last,
+                                       exclude_inputs=digest)
+        doc = history.baseline_doc(stored, source=db.where)
+        source = {"history": db.where, "label": args.label, "last": args.last,
+                  "history_runs": [s.id for s in stored]}
+    else:
+        path = Path(args.baseline)
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise gate.BaselineError(f"{path}: cannot read baseline ({exc.strerror})") from None
+        doc = gate.read_baseline(text, source=str(path))
+        run = _open(args)
+        now = gate.measure(run)
     result = gate.check(now.values, doc, tolerances=tolerances, now_notes=now.notes,
                         now_samples=now.samples, warnings=now.warnings,
                         allow_partial=args.allow_partial, noise_k=args.noise_k,
@@ -281,8 +354,13 @@ def run_check(args: argparse.Namespace) -> int:
     if args.junit:
         write_text(args.junit, gate.junit_xml(result))
     if args.json:  # notes: how the input was read (the cache), no damage of it
-        emit_json({**result.to_dict(), "notes": list(run.traceset.notes)})
+        emit_json({**result.to_dict(), "notes": list(run.traceset.notes), **source})
         return result.exit_code
+    if source:
+        ids = source["history_runs"]
+        print(f"baseline: {len(ids)} recorded run{'s' if len(ids) > 1 else ''} "
+              f"(#{', #'.join(map(str, ids))}) from {source['history']}"
+              + (f", label {args.label}" if args.label else ""))
     for w in result.warnings:
         print(f"{'FAIL' if result.damaged else 'warn'} damaged input: {w}")
     for row in result.rows.iter_rows(named=True):

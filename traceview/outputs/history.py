@@ -21,10 +21,10 @@ import xxhash
 
 from traceview.outputs import gate
 from traceview.outputs import history_db as db_
-from traceview.outputs.history_db import Database, HistoryError, open_database
+from traceview.outputs.history_db import Database, HistoryError, open_database, probe, upgrade
 
 __all__ = ["Database", "HistoryError", "StoredRun", "baseline_doc", "inputs_of",
-           "open_database", "record", "recorded_runs", "trend"]
+           "open_database", "probe", "record", "recorded_runs", "trend", "upgrade"]
 
 
 @dataclass(frozen=True)

@@ -211,11 +211,32 @@ def read(db: Database, work: Callable[[sa.Connection], T]) -> T:
         raise HistoryError(f"{db.where}: busy ({busy})") from None
 
 
+def probe(db: Database) -> None:
+    """Fail now, before the traces are read, when the database cannot be used: unreachable,
+    another program's, newer than this traceview. A database with no tables yet (or a SQLite
+    file not there yet) is fine: the write creates it."""
+    if db.kind == "sqlite" and (db.path is None or not db.path.exists()):
+        return
+    try:
+        with _transaction(db, write=False) as conn:
+            if sa.inspect(conn).get_table_names():
+                ensure_schema(conn, db.where, create=False, older_ok=True)
+    except _Busy:
+        return  # busy is no reason to refuse: the write waits for its turn
+
+
+def upgrade(db: Database) -> int:
+    """Bring the database to this version's schema (``history upgrade``); the version."""
+    return write(db, lambda conn: S.SCHEMA_VERSION)
+
+
 # ------------------------------------------------------------------------------- schema
 
-def ensure_schema(conn: sa.Connection, where: str, *, create: bool) -> int:
+def ensure_schema(conn: sa.Connection, where: str, *, create: bool,
+                  older_ok: bool = False) -> int:
     """Check that the database is a traceview history at this version: create it when empty
-    and ``create``, upgrade an older one when ``create`` (a write), refuse anything else."""
+    and ``create``, upgrade an older one when ``create`` (a write; ``older_ok``: leave it, the
+    caller only checks), refuse anything else."""
     names = set(sa.inspect(conn).get_table_names())
     if S.schema_version.name not in names:
         if names:
@@ -240,6 +261,8 @@ def ensure_schema(conn: sa.Connection, where: str, *, create: bool) -> int:
         raise HistoryError(f"{where}: written by a newer traceview (schema version {version}; "
                            f"this one knows up to {S.SCHEMA_VERSION}): upgrade traceview")
     if version < S.SCHEMA_VERSION:
+        if older_ok:
+            return version
         if not create:
             raise HistoryError(f"{where}: schema version {version} is older than this "
                                f"traceview's {S.SCHEMA_VERSION}: `traceview history upgrade "

@@ -313,6 +313,34 @@ def diff_bars(contributors: pl.DataFrame, *,
     return _layout(fig, title, xaxis_title="ms per rank-step (test − base)")
 
 
+def history_trend(trend: pl.DataFrame, current: float | None, *, metric: str, unit: str,
+                  title: str | None = None) -> Any:
+    """One gate metric over recorded runs (``traceview.outputs.history.trend``: ``id, label,
+    recorded_at, commit, value``, oldest first) with this run's value as a distinct point at
+    the end (None: this run has no value). ns are drawn in ms."""
+    title = title or f"{metric}: recorded runs and this run"
+    if trend.height == 0 and current is None:
+        return empty(title, "no recorded run and no value in this run")
+    scale, axis = (_NS_PER_MS, "ms") if unit == "ns" else (1.0, unit)
+    runs = trend.filter(pl.col("value").is_not_null())
+    x = [f"#{i}" for i in runs["id"]]
+    fig = go.Figure(go.Scatter(
+        x=x, y=(runs["value"] / scale).to_list(), mode="lines+markers", name="recorded runs",
+        customdata=[[label(lb), label(ts[:19]), label((c or "")[:12])]
+                    for lb, ts, c in runs.select("label", "recorded_at", "commit").rows()],
+        hovertemplate="run %{x} (%{customdata[0]})<br>%{customdata[1]} UTC<br>commit "
+                      "%{customdata[2]}<br>%{y:.3f} " + axis + "<extra></extra>",
+        marker=dict(color="#4C78A8", size=7)))
+    if current is not None:
+        fig.add_trace(go.Scatter(
+            x=["this run"], y=[current / scale], mode="markers", name="this run",
+            marker=dict(color="#E45756", size=14, symbol="star"),
+            hovertemplate="this run<br>%{y:.3f} " + axis + "<extra></extra>"))
+    fig.update_xaxes(type="category")
+    return _layout(fig, title, xaxis_title="recorded run (oldest first), then this run",
+                   yaxis_title=axis)
+
+
 def memory_timeline(points: pl.DataFrame, peaks: pl.DataFrame, *,
                     title: str = "Memory allocated per rank and device") -> Any:
     """Allocated bytes over time, one line per (rank, device), each peak marked.

@@ -12,6 +12,18 @@ from traceview.outputs import report_html as H
 
 
 @dataclass(frozen=True)
+class HistoryTrend:
+    """A gate metric over the recorded runs (``traceview.outputs.history.trend``) and this
+    run's value of it (None: the run has none), from the database ``source``."""
+
+    metric: str
+    unit: str
+    runs: pl.DataFrame
+    current: float | None
+    source: str
+
+
+@dataclass(frozen=True)
 class ReportData:
     """Result frames behind the report. ``notes[section]`` says why a section is partial."""
 
@@ -50,6 +62,9 @@ class ReportData:
     pipeline: Any = None
     #: the ``alltoall`` result (a ``Result``), None when the run has no all-to-all
     alltoall: Any = None
+    #: ``report --history``: one gate metric over recorded runs and this run's value
+    #: (:class:`HistoryTrend`), None without a history database
+    history: HistoryTrend | None = None
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{H.e(k)}</th><td>{H.e(v)}</td></tr>"

@@ -27,7 +27,8 @@ _SECTIONS = (("verdict", "Verdict"), ("summary", "Run summary"), ("steps", "Step
              ("nccl", "NCCL log"), ("stragglers", "Stragglers"), ("pipeline", "Pipeline"),
              ("alltoall", "All-to-all"),
              ("critical-path", "Critical path and what to fix"),
-             ("gaps", "Gap causes"), ("kernels", "Top kernels"), ("memory", "Memory"))
+             ("gaps", "Gap causes"), ("kernels", "Top kernels"), ("memory", "Memory"),
+             ("history", "History"))
 
 #: The summary columns whose spread across ranks the summary shows.
 _SPREAD = (("step_time_ns_p50", "step time p50 (ms)", "ms"), ("compute_ns", "compute (ms)", "ms"),
@@ -508,7 +509,7 @@ def render_body(data: ReportData) -> tuple[str, int]:
              "critical-path": data.critical_path is not None
              or bool(data.notes.get("critical-path")),
              "pipeline": data.pipeline is not None or bool(data.notes.get("pipeline")),
-             "breakdown": gpu, "gaps": gpu,
+             "breakdown": gpu, "gaps": gpu, "history": data.history is not None,
              "collectives": _n_ranks(data) > 1, "stragglers": _n_ranks(data) > 1}
     serious = [w for w in data.warnings if not is_note(w)]
     benign = [w for w in data.warnings if is_note(w)]
@@ -533,7 +534,22 @@ def render_body(data: ReportData) -> tuple[str, int]:
         out += _gaps(data, fig)
     out += _kernels(data, fig)
     out += _memory_section(data, fig)
+    out += _history_section(data, fig)
     return "\n".join(out), fig.count
+
+
+def _history_section(data: ReportData, fig: _Figures) -> list[str]:
+    """``report --history``: the metric's trend over recorded runs, this run marked."""
+    h = data.history
+    if h is None:
+        return []
+    known = h.runs.filter(pl.col("value").is_not_null())
+    text = (f"{known.height} recorded run{'s' if known.height != 1 else ''} from "
+            f"{_e(h.source)}; this run is the star"
+            + ("" if h.current is not None else " (it has no value of this metric)") + ".")
+    return ['<section id="history"><h2>History</h2>', f"<p>{text}</p>",
+            fig(plots.history_trend(h.runs, h.current, metric=h.metric, unit=h.unit)),
+            "</section>"]
 
 
 def _has_gpu(data: ReportData) -> bool:
