@@ -69,7 +69,8 @@ def _runs(folder: Path, prefix: str) -> list[Path]:
 
 
 def measure(folder: Path, noise_k: float | None, alpha: float | None,
-            sizes: list[int], min_effect: float | None = None) -> dict:
+            sizes: list[int], min_effect: float | None = None,
+            inconclusive: str = "pass") -> dict:
     """The rates per baseline size (see the module docstring)."""
     import traceview
     from traceview.outputs import gate
@@ -90,19 +91,22 @@ def measure(folder: Path, noise_k: float | None, alpha: float | None,
         r = runs[now]
         res = gate.check(r.values, doc, now_notes=r.notes, now_samples=r.samples,
                          warnings=r.warnings, noise_k=noise_k, alpha=alpha,
-                         min_effect=min_effect)
+                         min_effect=min_effect, inconclusive=inconclusive)
+        undecided[0] = res.undecided
         if not res.failed:
             return []
-        bad = res.rows.filter(res.rows["status"].is_in(["regression", "missing"]))["metric"]
+        failing = ["regression", "missing", *(["inconclusive"] if inconclusive == "fail" else [])]
+        bad = res.rows.filter(res.rows["status"].is_in(failing))["metric"]
         return bad.to_list() or ["damaged_input"]
 
-    result: dict = {"noise_k": noise_k, "alpha": alpha, "min_effect": min_effect, "same": len(same), "slow": len(slow),
+    undecided = [False]  # the last check had an inconclusive metric
+    result: dict = {"inconclusive": inconclusive, "noise_k": noise_k, "alpha": alpha, "min_effect": min_effect, "same": len(same), "slow": len(slow),
                     "step_time_p50_ms": {n: runs[n].values["step_time_p50_ns"] / ms
                                          for n in runs},
                     "sizes": {}}
     names_same = [p.name for p in same]
     for n in sizes:
-        alarms = checks = detected = slow_checks = 0
+        alarms = checks = detected = slow_checks = passed_undecided = 0
         by_metric: Counter[str] = Counter()
         by_run: Counter[str] = Counter()
         missed: Counter[str] = Counter()
@@ -112,6 +116,7 @@ def measure(folder: Path, noise_k: float | None, alpha: float | None,
                     continue
                 checks += 1
                 bad = fails(base, now)
+                passed_undecided += not bad and undecided[0]
                 if bad:
                     alarms += 1
                     by_run[now] += 1
@@ -127,11 +132,12 @@ def measure(folder: Path, noise_k: float | None, alpha: float | None,
             "detected": detected, "slow_checks": slow_checks,
             "detection_rate": detected / slow_checks if slow_checks else None,
             "false_alarms_by_metric": dict(by_metric), "false_alarms_by_run": dict(by_run),
-            "missed_by_run": dict(missed)}
+            "missed_by_run": dict(missed),
+            "passed_with_inconclusive": passed_undecided}
         det = (f"detection {detected}/{slow_checks} = {detected / slow_checks:.1%}"
                if slow_checks else "no slowed runs")
         print(f"baseline of {n} run(s): false alarms {alarms}/{checks} = {alarms / checks:.1%}; "
-              f"{det}")
+              f"{det}; re-runs passed with an inconclusive metric: {passed_undecided}")
         if by_metric:
             print(f"    false alarms by metric: {dict(by_metric.most_common())}")
             print(f"    by run checked: {dict(by_run.most_common())}")
@@ -156,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--min-effect", type=float, default=None,
                    help="override the effect-size threshold")
     m.add_argument("--sizes", default="1,2,3", help="baseline sizes (runs), comma list")
+    m.add_argument("--inconclusive", choices=("pass", "fail"), default="pass",
+                   help="what an inconclusive metric does (check --inconclusive)")
     m.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     if args.cmd == "generate":
@@ -163,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"load average now: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     res = measure(args.folder, args.noise_k, args.alpha,
-                  [int(x) for x in args.sizes.split(",")], args.min_effect)
+                  [int(x) for x in args.sizes.split(",")], args.min_effect, args.inconclusive)
     if args.json:
         args.json.write_bytes(orjson.dumps(res, option=orjson.OPT_INDENT_2
                                            | orjson.OPT_NON_STR_KEYS))

@@ -50,7 +50,7 @@ def test_ci_runs_the_readmes_main_job_and_test_command():
     assert main_job in ci
     # the commands the quick start says `.ci/run` runs, in backticks, are its lines
     said = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    for command in ('pip install -q "torch==2.13.0"', 'pip install -q ".[dev,plots,dask]"',
+    for command in ('pip install -q "torch==2.13.0"', 'pip install -q ".[dev,plots,dask,postgres]"',
                     "python -m pytest -q -p no:cacheprovider", "lint-imports", "ruff check ."):
         assert command in ci
         assert command.replace(" -q", "") in said or command in said, command
