@@ -87,3 +87,18 @@ def corpus() -> Path:
     if not CORPUS.is_dir():
         pytest.skip(absent())
     return CORPUS
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server for the session (tests/pg_server.py): a throwaway cluster on
+    a free local port, stopped at the end. Skips, with the reason, where PostgreSQL cannot be
+    installed or started (.ci/run installs it with apt-get)."""
+    from tests import pg_server
+
+    try:
+        server = pg_server.start()
+    except pg_server.Unavailable as exc:
+        pytest.skip(f"PostgreSQL unavailable: {exc}")
+    yield server
+    server.stop()

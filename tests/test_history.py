@@ -1,0 +1,363 @@
+"""CI history: runs recorded in a real SQLite file and on a real PostgreSQL server, shown,
+trended, and used as the gate's baseline; parallel recorders; databases that cannot be used.
+
+The runs are the shipped re-runs of one unchanged 2-rank gloo job (fixtures/data/gate_noise:
+same_1..same_3) and the same job with rank 1 slowed by 40 ms per step (slow_1), plus
+gloo_ddp_2r_slow1 (fixtures/data/README: a straggler run).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+import sqlalchemy as sa
+
+from traceview.cli import main
+from traceview.outputs import history, history_db
+from traceview.outputs import history_schema as S
+from traceview.outputs.ci_meta import ci_metadata, parse_meta
+from traceview.errors import UsageError
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data"
+NOISE = FIX / "gate_noise"
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh history database: a SQLite file path (the default form of --db), or a new
+    database on the session's PostgreSQL server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "history.db")
+    server = request.getfixturevalue("postgres_server")
+    return server.create_database(f"h_{uuid.uuid4().hex[:12]}").replace("+psycopg", "")
+
+
+# ------------------------------------------------------------------------- the sequence
+
+def test_record_check_show_sequence(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # two control runs of the job, labelled main
+    for name, commit in (("same_1", "c1"), ("same_2", "c2")):
+        code, out, _ = _cli(capsys, "history", "record", str(NOISE / name), "--db", db_url,
+                            "--label", "main", "--meta", f"commit={commit}")
+        assert code == 0 and "recorded run #" in out, out
+    # the third re-run against them passes (the gate's rule, as with a 2-run baseline file)
+    code, out, _ = _cli(capsys, "check", str(NOISE / "same_3"), "--history", db_url,
+                        "--label", "main", "--json")
+    res = orjson.loads(out)
+    assert code == 0 and res["exit_code"] == 0, out
+    assert res["history_runs"] == [1, 2]
+    assert next(r for r in res["metrics"]
+                if r["metric"] == "step_time_p50_ns")["baseline_runs"] == 2
+    # record it; the straggler run against the last three fails
+    code, out, _ = _cli(capsys, "history", "record", str(NOISE / "same_3"), "--db", db_url,
+                        "--label", "main", "--meta", "commit=c3", "--json")
+    assert code == 0 and orjson.loads(out)["new"] is True and orjson.loads(out)["id"] == 3
+    for slowed in (NOISE / "slow_1", FIX / "gloo_ddp_2r_slow1"):
+        code, out, _ = _cli(capsys, "check", str(slowed), "--history", db_url, "--last", "3",
+                            "--label", "main", "--json")
+        res = orjson.loads(out)
+        assert code == 1 and res["status"] == "regression", (slowed, out)
+        assert res["history_runs"] == [1, 2, 3]
+        row = next(r for r in res["metrics"] if r["metric"] == "step_time_p50_ns")
+        assert row["status"] == "regression" and row["baseline_runs"] == 3
+    # the same inputs under the same label again: a no-op, not a duplicate
+    code, out, _ = _cli(capsys, "history", "record", str(NOISE / "same_1"), "--db", db_url,
+                        "--label", "main", "--json")
+    again = orjson.loads(out)
+    assert code == 0 and (again["new"], again["id"]) == (False, 1)
+    # ... under another label it is another run
+    code, out, _ = _cli(capsys, "history", "record", str(NOISE / "same_1"), "--db", db_url,
+                        "--label", "mr-7", "--json")
+    assert orjson.loads(out)["id"] == 4
+    # show: oldest first, with the step metric; --label filters, --last keeps the newest
+    code, out, _ = _cli(capsys, "history", "show", "--db", db_url, "--label", "main", "--json")
+    runs = orjson.loads(out)["runs"]
+    assert code == 0 and [r["id"] for r in runs] == [1, 2, 3]
+    assert [r["meta"]["commit"] for r in runs] == ["c1", "c2", "c3"]
+    assert [r["label"] for r in runs] == ["main"] * 3
+    assert runs == sorted(runs, key=lambda r: r["recorded_at"])
+    assert all(set(r) >= {"id", "label", "recorded_at", "meta", "metrics"} for r in runs)
+    assert all(r["metrics"]["step_time_p50_ns"] > 0 for r in runs)
+    code, out, _ = _cli(capsys, "history", "show", "--db", db_url, "--last", "2", "--json")
+    assert [r["id"] for r in orjson.loads(out)["runs"]] == [3, 4]
+    code, out, _ = _cli(capsys, "history", "show", "--db", db_url, "--label", "main",
+                        "--metric", "step_time_p50_ns", "--json")
+    doc = orjson.loads(out)
+    values = [r["metrics"]["step_time_p50_ns"] for r in runs]
+    assert [t["value"] for t in doc["trend"]] == values
+    assert doc["trend"][1]["change_frac"] == pytest.approx((values[1] - values[0]) / values[0])
+    code, out, _ = _cli(capsys, "history", "show", "--db", db_url, "--label", "main",
+                        "--metric", "step_time_p50_ns")
+    assert code == 0 and "step_p50_ms" in out and len(out.strip().splitlines()) == 5
+    code, out, _ = _cli(capsys, "history", "show", "--db", db_url, "--csv")
+    assert out.splitlines()[0].startswith("id,label,recorded_at,commit,branch,host,"
+                                          "step_time_p50_ns")
+    assert len(out.strip().splitlines()) == 5
+    code, out, _ = _cli(capsys, "history", "show", "--db", db_url)
+    assert code == 0 and "step_p50_ms" in out and "mr-7" in out
+
+
+def test_history_baseline_is_the_baseline_files_document(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    """check --history builds the same baseline a multi-run `baseline` file holds, so both
+    give the same verdict row for row."""
+    db = str(tmp_path / "h.db")
+    for name in ("same_1", "same_2"):
+        assert main(["history", "record", str(NOISE / name), "--db", db, "--label", "main"]) == 0
+    assert main(["baseline", "--run", str(NOISE / "same_1"), "--run", str(NOISE / "same_2"),
+                 "-o", str(tmp_path / "b.json")]) == 0
+    capsys.readouterr()
+    _, by_file, _ = _cli(capsys, "check", str(NOISE / "slow_1"), "--baseline",
+                         str(tmp_path / "b.json"), "--json")
+    _, by_history, _ = _cli(capsys, "check", str(NOISE / "slow_1"), "--history", db, "--json")
+    assert orjson.loads(by_file)["metrics"] == orjson.loads(by_history)["metrics"]
+    # a run that was recorded is no evidence about itself: it is left out of its baseline
+    code, out, _ = _cli(capsys, "check", str(NOISE / "same_2"), "--history", db, "--json")
+    assert orjson.loads(out)["history_runs"] == [1]
+
+
+def test_report_history_marks_this_run(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("plotly")
+    db = str(tmp_path / "h.db")
+    for name in ("same_1", "same_2"):
+        assert main(["history", "record", str(NOISE / name), "--db", db, "--label", "main"]) == 0
+    html = tmp_path / "r.html"
+    capsys.readouterr()
+    code, out, _ = _cli(capsys, "report", str(NOISE / "slow_1"), "-o", str(html),
+                        "--history", db, "--json")
+    doc = orjson.loads(out)
+    assert code == 0 and doc["history"]["runs"] == [1, 2]
+    assert doc["history"]["metric"] == "step_time_p50_ns" and doc["history"]["current"] > 0
+    page = html.read_text()
+    assert 'id="history"' in page and '"name":"this run"' in page.replace(": ", ":")
+    assert '"symbol":"star"' in page.replace(": ", ":")
+
+
+# --------------------------------------------------------------------- parallel recorders
+
+def _recorders(db: str, jobs: list[tuple[str, str]]) -> list[subprocess.CompletedProcess]:
+    """Start every ``(input, label)`` record as its own process at once, as parallel CI jobs
+    do, and wait for them all."""
+    procs = [subprocess.Popen([sys.executable, "-m", "traceview", "history", "record",
+                               str(path), "--db", db, "--label", label, "--no-cache"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=os.environ.copy())
+             for path, label in jobs]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=600)
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    return out
+
+
+def test_concurrent_records_all_land(db_url: str) -> None:
+    # six jobs on a database that does not exist yet: they race to create the schema and
+    # then to write; two of them record the same inputs under the same label
+    jobs = [(NOISE / "same_1", f"job-{i}") for i in range(4)]
+    jobs += [(NOISE / "same_2", "twin"), (NOISE / "same_2", "twin")]
+    done = _recorders(db_url, jobs)
+    assert all(p.returncode == 0 for p in done), [p.stderr for p in done]
+    db = history.open_database(db_url, create=False)
+    runs = history.recorded_runs(db)
+    assert sorted(r.label for r in runs) == ["job-0", "job-1", "job-2", "job-3", "twin"]
+    assert all(len(r.measured.samples["step_time_ns"]) == 12 for r in runs)
+    twins = [p.stdout for p in done[-2:]]
+    assert sum("already recorded" in t for t in twins) == 1, twins
+    if db.kind == "sqlite":
+        with sqlite3.connect(db_url) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# ------------------------------------------------------------------- schema and upgrades
+
+def test_upgrade_steps_run_in_the_transaction(db_url: str, tmp_path: Path) -> None:
+    """A later version's step on a database of this version: the data survive and the
+    version moves; a step that fails leaves nothing behind (the version, the tables)."""
+    from traceview.outputs import gate
+
+    db = history.open_database(db_url, create=True)
+    measured = gate.RunMetrics({"step_time_p50_ns": 1e6}, {}, {"step_time_ns": [1, 2, 3]})
+    run_id, _ = history.record(db, measured, label="main", meta={}, inputs=[],
+                               inputs_hash="x")
+
+    def add_column(conn: sa.Connection) -> None:  # what a version 2 could do
+        conn.execute(sa.text("ALTER TABLE runs ADD COLUMN ci_url VARCHAR(400)"))
+
+    def broken(conn: sa.Connection) -> None:
+        conn.execute(sa.text("ALTER TABLE runs ADD COLUMN half VARCHAR(10)"))
+        raise RuntimeError("step failed part-way")
+
+    def version(conn: sa.Connection) -> int:
+        return conn.execute(sa.select(S.schema_version.c.version)).scalar_one()
+
+    with pytest.raises(RuntimeError), db.engine.begin() as conn:  # raised out of it: rollback
+        S.upgrade(conn, 1, written_by="test", steps=(*S.UPGRADES, broken))
+    with db.engine.connect() as conn:
+        cols = {c["name"] for c in sa.inspect(conn).get_columns("runs")}
+        assert version(conn) == 1 and "half" not in cols
+    with db.engine.begin() as conn:
+        assert S.upgrade(conn, 1, written_by="test", steps=(*S.UPGRADES, add_column)) == 2
+    with db.engine.connect() as conn:
+        assert version(conn) == 2
+        assert conn.execute(sa.select(S.runs.c.id)).scalars().all() == [run_id]
+    # this traceview knows version 1 only: it refuses the newer database, one line, exit 2
+    with pytest.raises(history.HistoryError, match="newer traceview"):
+        history.recorded_runs(db)
+
+
+def test_a_failed_write_leaves_nothing(db_url: str) -> None:
+    db = history.open_database(db_url, create=True)
+
+    def half(conn: sa.Connection) -> None:
+        history_db.insert_run(conn, {"label": "x", "inputs_hash": "h", "recorded_at": "t",
+                                     "meta": {}, "inputs": [], "warnings": []}, [], [])
+        raise RuntimeError("killed part-way")
+
+    # on a new database even the schema it created goes with the failed write
+    with pytest.raises(RuntimeError):
+        history_db.write(db, half)
+    with pytest.raises(history.HistoryError, match="empty database"):
+        history.recorded_runs(db)
+    from traceview.outputs import gate
+
+    kept = gate.RunMetrics({"step_time_p50_ns": 1e6}, {}, {})
+    run_id, _ = history.record(db, kept, label="x", meta={}, inputs=[], inputs_hash="k")
+    with pytest.raises(RuntimeError):
+        history_db.write(db, half)
+    assert [r.id for r in history.recorded_runs(db)] == [run_id]
+
+
+# ------------------------------------------------------------- databases we cannot use
+
+def _one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], names: str) -> str:
+    code, _, err = _cli(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("traceview: ") and names in lines[0], err
+    return lines[0]
+
+
+def test_bad_unreachable_and_foreign_databases_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = str(NOISE / "same_1")
+    # a SQLite file of another program: refused, and left as it was
+    foreign = tmp_path / "app.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    before = foreign.read_bytes()
+    for argv in (["history", "record", run, "--db", str(foreign)],
+                 ["history", "show", "--db", str(foreign)],
+                 ["check", run, "--history", str(foreign)]):
+        line = _one_line_exit_2(capsys, argv, str(foreign))
+        assert "not a traceview history database" in line and "users" in line
+    assert foreign.read_bytes() == before
+    # a schema_version table of another program
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER)")
+        conn.execute("INSERT INTO schema_version VALUES (7)")
+    _one_line_exit_2(capsys, ["history", "show", "--db", str(other)], str(other))
+    # a file that is not a database at all
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database\n" * 100)
+    _one_line_exit_2(capsys, ["history", "record", run, "--db", str(text)], str(text))
+    # no such file to read from; an empty database
+    missing = tmp_path / "missing.db"
+    assert "no such history database" in _one_line_exit_2(
+        capsys, ["history", "show", "--db", str(missing)], str(missing))
+    assert not missing.exists()
+    # URLs: another scheme, an in-memory SQLite, garbage, an unreachable server
+    _one_line_exit_2(capsys, ["history", "show", "--db", "mysql://u@h/db"], "mysql://")
+    _one_line_exit_2(capsys, ["history", "show", "--db", "sqlite://"], "sqlite://")
+    _one_line_exit_2(capsys, ["history", "show", "--db", "postgresql://u@h:notaport/db"],
+                     "notaport")
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgresql://tv:secret@127.0.0.1:{port}/none"
+    line = _one_line_exit_2(capsys, ["check", run, "--history", url], f"127.0.0.1:{port}")
+    assert "secret" not in line  # the password is never printed
+    # usage: both or neither of --baseline / --history
+    assert main(["check", run]) == 2
+    assert main(["check", run, "--history", url, "--baseline", str(foreign)]) == 2
+    assert main(["history", "show", "--db", str(foreign), "--metric", "nope"]) == 2
+
+
+def test_foreign_and_newer_postgresql_databases_exit_2(
+        postgres_server, capsys: pytest.CaptureFixture[str]) -> None:
+    url = postgres_server.create_database(f"app_{uuid.uuid4().hex[:8]}").replace("+psycopg", "")
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE orders (id SERIAL PRIMARY KEY)"))
+    line = _one_line_exit_2(capsys, ["history", "record", str(NOISE / "same_1"), "--db", url],
+                            "127.0.0.1")
+    assert "orders" in line
+    with engine.connect() as conn:  # nothing of ours was written
+        assert sa.inspect(conn).get_table_names() == ["orders"]
+    engine.dispose()
+    _one_line_exit_2(capsys, ["history", "show", "--db",
+                              postgres_server.url.rsplit("/", 1)[0] + "/no_such_db"],
+                     "no_such_db")
+
+
+# ------------------------------------------------------------------------- CI metadata
+
+def test_ci_metadata_of_each_system() -> None:
+    gh = ci_metadata({"GITHUB_ACTIONS": "true", "GITHUB_SHA": "a1", "GITHUB_REF_NAME": "7/merge",
+                      "GITHUB_HEAD_REF": "feature", "GITHUB_RUN_ID": "99"})
+    assert gh == {"ci": "github", "commit": "a1", "branch": "feature", "build": "99"}
+    gl = ci_metadata({"GITLAB_CI": "true", "CI_COMMIT_SHA": "b2", "CI_COMMIT_REF_NAME": "main",
+                      "CI_PIPELINE_ID": "5", "CI_JOB_URL": "https://g/j/1"})
+    assert gl == {"ci": "gitlab", "commit": "b2", "branch": "main", "build": "5",
+                  "build_url": "https://g/j/1"}
+    bk = ci_metadata({"BUILDKITE": "true", "BUILDKITE_COMMIT": "c3", "BUILDKITE_BRANCH": "dev",
+                      "BUILDKITE_PULL_REQUEST": "false", "BUILDKITE_BUILD_NUMBER": "12"})
+    assert bk == {"ci": "buildkite", "commit": "c3", "branch": "dev", "build": "12"}
+    jk = ci_metadata({"JENKINS_URL": "https://j/", "GIT_COMMIT": "d4",
+                      "GIT_BRANCH": "origin/release", "BUILD_URL": "https://j/b/3"})
+    assert (jk["ci"], jk["commit"], jk["branch"], jk["build_url"]) == \
+        ("jenkins", "d4", "release", "https://j/b/3")
+    # Jenkins' variables inside a GitHub job are not read: the first marker decides
+    assert ci_metadata({"GITHUB_ACTIONS": "true", "GIT_COMMIT": "x"}) == {"ci": "github"}
+    assert parse_meta(["k=v", "url=a=b"]) == {"k": "v", "url": "a=b"}
+    with pytest.raises(UsageError):
+        parse_meta(["novalue"])
+
+
+def test_record_takes_commit_and_branch_from_ci(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    for name in [n for n in os.environ if n in ("GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE",
+                                                 "JENKINS_URL", "CIRCLECI", "TF_BUILD")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("GITLAB_CI", "true")
+    monkeypatch.setenv("CI_COMMIT_SHA", "0123456789abcdef")
+    monkeypatch.setenv("CI_COMMIT_REF_NAME", "main")
+    db = str(tmp_path / "h.db")
+    code, out, _ = _cli(capsys, "history", "record", str(NOISE / "same_1"), "--db", db,
+                        "--meta", "host=runner-1", "--json")
+    doc = orjson.loads(out)
+    assert code == 0 and doc["label"] == "main"  # no --label: the branch
+    assert doc["meta"] == {"ci": "gitlab", "commit": "0123456789abcdef", "branch": "main",
+                           "host": "runner-1"}
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT commit_sha, branch, host, inputs FROM runs").fetchone()
+    assert row[:3] == ("0123456789abcdef", "main", "runner-1")
+    assert sorted(i["file"] for i in orjson.loads(row[3])) == sorted(
+        p.name for p in (NOISE / "same_1").iterdir() if p.name.endswith(".json.gz"))
