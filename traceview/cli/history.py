@@ -41,6 +41,7 @@ SHORT = {"step_time_p50_ns": "step_p50_ms", "step_time_max_ns": "step_max_ms",
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
+    p.set_defaults(run=_no_action)  # each action sets its own
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     rec = sub.add_parser("record", help="store a run's gate metrics in the database")
     _inputs(rec)
@@ -60,6 +61,10 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     up = sub.add_parser("upgrade", help="bring the database to this traceview's schema")
     _db(up)
     up.set_defaults(run=run_upgrade)
+
+
+def _no_action(args: argparse.Namespace) -> int:
+    raise UsageError("history: give an action: record, show or upgrade")
 
 
 def _db(p: argparse.ArgumentParser) -> None:
