@@ -1,0 +1,231 @@
+"""Faults in what traceview writes and prints: a user's files beside an output or in a store
+are never removed, a store written over another on a full disk leaves the old one whole,
+every error is one line naming its file, names from a trace never reach a terminal, an XML
+or an HTML page as control characters, ranks come from per-rank file names, and accelerator
+device events keep the stream their trace gives them.
+
+Full disks are real: a small tmpfs where the tests may mount one (as root), else a file size
+limit (RLIMIT_FSIZE) in a child process, which makes its writes fail with EFBIG."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+from tests.helpers import write_trace
+from traceview.cli import main
+from traceview.store import safe_write
+
+GLOO = FIXTURES / "data" / "gloo_ddp_2r"
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _gone_pid() -> int:
+    """The id of a process that has exited."""
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    return int(child.stdout)
+
+
+def _tiny_trace(path: Path, rank: int = 0) -> Path:
+    """A one-rank Kineto trace of a few events."""
+    return write_trace(path, [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10,
+         "dur": 5},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3,
+         "args": {"device": 0, "stream": 7, "correlation": 1}},
+    ], distributedInfo={"rank": rank, "world_size": 1})
+
+
+def _mount_tmpfs(folder: Path, size: str) -> bool:
+    """A tmpfs of ``size`` at ``folder`` (made), when this process may mount one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if shutil.which("mount") is None:
+        return False
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          capture_output=True)
+    return done.returncode == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB filesystem of its own (tmpfs), unmounted afterwards; skips where none can be
+    mounted."""
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "2m"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.fixture
+def other_filesystem(tmp_path):
+    """A folder on another filesystem than ``tmp_path`` (so a store there cannot hard-link the
+    cache's files and copies them): a tmpfs, else /dev/shm; skips where there is neither."""
+    disk = tmp_path / "other"
+    if _mount_tmpfs(disk, "64m"):
+        try:
+            yield disk
+        finally:
+            subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+        return
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second filesystem to write to")
+    folder = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _fill(disk: Path) -> None:
+    """Fill the filesystem of ``disk`` to the last byte."""
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _limited(file_bytes: int):
+    """For a child process: files it writes stop at ``file_bytes`` (EFBIG, not SIGXFSZ)."""
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+    return limit
+
+
+def _traceview(*argv: str, file_bytes: int | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "traceview", *argv], capture_output=True,
+                          text=True, preexec_fn=_limited(file_bytes) if file_bytes else None)
+
+
+# ------------------------------------------------------------- 1. a user's files are theirs
+def _users_files(folder: Path) -> list[Path]:
+    """Hidden ``.tmp`` files a user (or another tool) keeps, aged two hours, one named as an
+    older traceview named its temporaries, with the id of a process that is gone."""
+    files = [folder / ".notes.tmp", folder / ".swap.tmp",
+             folder / f".rank-00000.parquet.{_gone_pid()}.abcd1234.tmp"]
+    old = time.time() - 7200
+    for path in files:
+        path.write_text("mine")
+        os.utime(path, (old, old))
+    return files
+
+
+def test_a_users_tmp_files_in_a_store_or_beside_an_output_are_never_removed(capsys, tmp_path):
+    store, outputs, cache = tmp_path / "store", tmp_path / "outputs", tmp_path / "cache"
+    assert _run(capsys, "ingest", str(GLOO), "-o", str(store), "--cache-dir", str(cache))[0] == 0
+    outputs.mkdir()
+    (cache / "ids").mkdir(exist_ok=True)
+    kept = [*_users_files(store), *_users_files(outputs), *_users_files(cache / "ids")]
+    assert _run(capsys, "info", str(store))[0] == 0
+    assert _run(capsys, "summary", str(store))[0] == 0
+    assert _run(capsys, "info", str(GLOO), "--cache-dir", str(cache))[0] == 0
+    assert _run(capsys, "baseline", str(GLOO), "-o", str(outputs / "base.json"),
+                "--cache-dir", str(cache))[0] == 0
+    assert _run(capsys, "export-perfetto", str(GLOO), "-o", str(outputs / "t.json"),
+                "--cache-dir", str(cache))[0] == 0
+    assert _run(capsys, "ingest", str(GLOO), "-o", str(store), "--cache-dir", str(cache))[0] == 0
+    assert [p for p in kept if not p.exists()] == []
+    assert all(p.read_text() == "mine" for p in kept)
+
+
+def test_a_users_folder_in_the_temporary_folder_is_never_removed(capsys, tmp_path,
+                                                                 monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    mine = tmp_path / f"traceview-{_gone_pid()}-results"  # named like an older private cache
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    assert _run(capsys, "info", str(GLOO), "--no-cache")[0] == 0
+    assert (mine / "notes.txt").read_text() == "mine"
+
+
+def test_a_store_that_is_only_read_is_not_swept_and_one_written_is(capsys, tmp_path):
+    store = tmp_path / "store"
+    assert _run(capsys, "ingest", str(GLOO), "-o", str(store))[0] == 0
+    ours = store / safe_write.temporary_name("rank-00001.parquet", pid=_gone_pid())
+    ours.write_bytes(b"PAR1half")
+    assert _run(capsys, "info", str(store))[0] == 0
+    assert ours.exists()  # reading never removes anything
+    assert _run(capsys, "ingest", str(GLOO), "-o", str(store))[0] == 0
+    assert not ours.exists()  # writing the store again sweeps a killed writer's leftovers
+
+
+def test_temporaries_are_named_as_traceviews_and_only_those_are_removed(tmp_path):
+    gone = _gone_pid()
+    ours_dead = tmp_path / safe_write.temporary_name("x.parquet", pid=gone)
+    ours_alive = tmp_path / safe_write.temporary_name("x.parquet")
+    elsewhere = tmp_path / safe_write.temporary_name("x.parquet", pid=gone, host="0badc0de")
+    other_file = tmp_path / safe_write.temporary_name("y.parquet", pid=gone)
+    for path in (ours_dead, ours_alive, elsewhere, other_file):
+        path.write_text("half")
+    assert safe_write.is_ours(ours_dead, "x.parquet") and not safe_write.is_ours(
+        tmp_path / ".x.parquet.123.abcdefgh.tmp")
+    safe_write.write_text(tmp_path / "x.parquet", "whole")
+    assert not ours_dead.exists()
+    assert ours_alive.exists() and elsewhere.exists() and other_file.exists()
+    assert (tmp_path / "x.parquet").read_text() == "whole"
+
+
+# ------------------------------------------------- 2. a store over a store on a full disk
+def _store_ranks(store: Path) -> list[tuple[int, str]]:
+    said = json.loads(_traceview("info", str(store), "--json").stdout)
+    return [(r["rank"], Path(r["file"]).name) for r in said["ranks"]]
+
+
+def test_a_store_over_a_store_on_a_full_disk_leaves_the_old_store_whole(capsys, tmp_path,
+                                                                       small_disk):
+    tiny = _tiny_trace(tmp_path / "tiny.json")
+    store = small_disk / "store"
+    assert _run(capsys, "ingest", str(tiny), "-o", str(store))[0] == 0
+    assert _run(capsys, "info", str(GLOO))[0] == 0  # in the cache, on the other disk
+    before = sorted(p.name for p in store.iterdir())
+    _fill(small_disk)
+    code, out, err = _run(capsys, "ingest", str(GLOO), "-o", str(store))
+    assert code == 2 and err.count("\n") == 1 and "internal error" not in err, err
+    assert "No space left on device" in err and str(store) in err
+    assert sorted(p.name for p in store.iterdir()) == before  # nothing left half-written
+    (small_disk / "filler").unlink()
+    assert _store_ranks(store) == [(0, "tiny.json")]  # the old store reads, whole
+
+
+def test_a_store_over_a_store_past_a_file_size_limit_leaves_the_old_store_whole(
+        capsys, tmp_path, other_filesystem):
+    tiny = _tiny_trace(tmp_path / "tiny.json")
+    store = other_filesystem / "store"
+    assert _run(capsys, "ingest", str(tiny), "-o", str(store))[0] == 0
+    assert _run(capsys, "info", str(GLOO))[0] == 0  # cached: the child only copies
+    before = sorted(p.name for p in store.iterdir())
+    # the tiny trace's files fit in 20 kB; the run's 37 kB rank files do not
+    done = _traceview("ingest", str(GLOO), "-o", str(store), file_bytes=20_000)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "rank-0000" in done.stderr
+    assert "File too large" in done.stderr and "Traceback" not in done.stderr
+    assert sorted(p.name for p in store.iterdir()) == before
+    assert _store_ranks(store) == [(0, "tiny.json")]
+    assert _run(capsys, "ingest", str(GLOO), "-o", str(store))[0] == 0  # with room: replaced
+    assert _store_ranks(store) == [(0, "rank-0.gloo_ddp.pt.trace.json.gz"),
+                                   (1, "rank-1.gloo_ddp.pt.trace.json.gz")]
