@@ -229,3 +229,153 @@ def test_a_store_over_a_store_past_a_file_size_limit_leaves_the_old_store_whole(
     assert _run(capsys, "ingest", str(GLOO), "-o", str(store))[0] == 0  # with room: replaced
     assert _store_ranks(store) == [(0, "rank-0.gloo_ddp.pt.trace.json.gz"),
                                    (1, "rank-1.gloo_ddp.pt.trace.json.gz")]
+
+
+# ------------------------------------------------------------------- 3. one line, its file
+@pytest.mark.parametrize("command", ["report", "export-perfetto", "baseline", "junit"])
+def test_an_output_on_a_full_disk_is_one_line_naming_it(capsys, tmp_path, command):
+    base = tmp_path / "base.json"
+    assert _run(capsys, "baseline", str(GLOO), "-o", str(base))[0] == 0
+    target = tmp_path / "out" / {"junit": "results.xml", "baseline": "b.json"}.get(
+        command, "out.html")
+    target.parent.mkdir()
+    argv = (["check", str(GLOO), "--baseline", str(base), "--junit", str(target)]
+            if command == "junit" else [command, str(GLOO), "-o", str(target)])
+    assert _run(capsys, *argv)[0] == 0  # the cache warm: the child writes only the output
+    target.unlink()
+    done = _traceview(*argv, file_bytes=200)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "internal error" not in done.stderr
+    assert f"{target}: cannot write (File too large)" in done.stderr
+    assert list(target.parent.iterdir()) == []  # no temporary left beside it
+
+
+def test_a_file_name_with_a_newline_is_one_line_naming_it(capsys, tmp_path):
+    bad = tmp_path / "two\nlines\x1b[2J.json"
+    bad.write_text("garbage{")
+    code, out, err = _run(capsys, "info", str(bad))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "two\\x0alines\\x1b[2J.json: not JSON" in err
+
+
+def test_a_library_message_of_several_lines_is_one_line():
+    from traceview.cli import error_line
+    from traceview.errors import UsageError
+
+    said = error_line(UsageError("SQL error: no column x\n\nResolved plan until failure:\n"
+                                 "\t---> FAILED HERE RESOLVING 'sink' <---\n\x1b[31mDF\n"))
+    assert "\n" not in said and "\x1b" not in said and "\t" not in said
+    assert said.startswith("SQL error: no column x / Resolved plan until failure: / ")
+    said = error_line(OSError(28, "No space\nleft", "/out/a\nb.html"))
+    assert said == "/out/a\\x0ab.html: No space / left"
+
+
+# ------------------------------------------------------------ 4. names never drive a screen
+EVIL = ("gemm\x1b[2J\x1b]8;;https://x.example\x07link\x1b]8;;\x07\u202eevil\x85\x7f\x00"
+        "\u2066z\u2028\ud7ff\u00e9\u4e2d\n\tq")
+#: What must never reach an output for people as itself.
+RAW = ["\x1b", "\x07", "\x00", "\x85", "\x7f", "\u202e", "\u2066", "\u2028"]
+
+
+def _evil_run(folder: Path, name: str = EVIL) -> Path:
+    """Two ranks of two steps each, their kernel and op named ``name``."""
+    folder.mkdir()
+    for rank in (0, 1):
+        events = []
+        for start in (0, 100):
+            events += [
+                {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{start // 100}",
+                 "pid": 1, "tid": 1, "ts": start, "dur": 100},
+                {"ph": "X", "cat": "cpu_op", "name": "op" + name, "pid": 1, "tid": 1,
+                 "ts": start + 5, "dur": 50},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                 "tid": 1, "ts": start + 10, "dur": 5, "args": {"correlation": start + 1}},
+                {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7,
+                 "ts": start + 20, "dur": 30,
+                 "args": {"correlation": start + 1, "device": 0, "stream": 7}}]
+        write_trace(folder / f"rank-{rank}.json", events,
+                    distributedInfo={"rank": rank, "world_size": 2})
+    return folder
+
+
+@pytest.mark.parametrize("command", ["breakdown", "gaps", "critical-path", "diagnose"])
+def test_names_reach_the_terminal_escaped_and_json_keeps_them(capsys, tmp_path, command):
+    run = _evil_run(tmp_path / "run")
+    code, out, err = _run(capsys, command, str(run))
+    assert code == 0, err
+    assert "gemm\\x1b[2J\\x1b]8;;" in out
+    assert not [c for c in RAW if c in out + err]
+    code, out, _ = _run(capsys, command, str(run), "--json")
+    assert code == 0 and EVIL in _strings(json.loads(out))  # --json: the exact name
+
+
+def _strings(obj) -> set[str]:
+    """Every string in a JSON document, keys and values."""
+    if isinstance(obj, dict):
+        return set(obj) | {s for v in obj.values() for s in _strings(v)}
+    if isinstance(obj, list):
+        return {s for v in obj for s in _strings(v)}
+    return {obj} if isinstance(obj, str) else set()
+
+
+def test_warnings_and_errors_reach_the_terminal_escaped(capsys, tmp_path):
+    run = _evil_run(tmp_path / "run")
+    cut = run / f"rank-1{EVIL.replace(chr(0), '').replace('/', '')}.json"
+    data = (run / "rank-1.json").read_bytes()
+    (run / "rank-1.json").unlink()
+    cut.write_bytes(data[: len(data) * 2 // 3])  # a damaged file: a warning names it
+    code, out, err = _run(capsys, "summary", str(run))
+    assert code == 0 and "warning" in err and "\\x1b[2J" in err
+    assert not [c for c in RAW if c in out + err]
+
+
+def test_junit_with_hostile_names_is_valid_xml(capsys, tmp_path):
+    import xml.etree.ElementTree as ET
+
+    run = _evil_run(tmp_path / "run")
+    base = tmp_path / "base.json"
+    assert _run(capsys, "baseline", str(run), "-o", str(base))[0] == 0
+    cut = run / f"rank-1{EVIL.replace(chr(0), '').replace('/', '')}.json"
+    data = (run / "rank-1.json").read_bytes()
+    (run / "rank-1.json").unlink()
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    junit = tmp_path / "results.xml"
+    code, _, err = _run(capsys, "check", str(run), "--baseline", str(base), "--junit",
+                        str(junit))
+    assert code == 1, err  # the damaged input fails the check
+    text = junit.read_text(encoding="utf-8")
+    root = ET.fromstring(text.encode())  # XML 1.0: would raise on a raw control character
+    failure = root.find(".//failure[@type='damaged_input']")
+    assert failure is not None and "\\x1b[2J" in failure.get("message")
+    assert not [c for c in RAW if c in text]
+
+
+def test_the_report_shows_hostile_names_visibly(capsys, tmp_path):
+    pytest.importorskip("plotly")
+    run = _evil_run(tmp_path / "run")
+    report = tmp_path / "r.html"
+    assert _run(capsys, "report", str(run), "-o", str(report))[0] == 0
+    page = report.read_text(encoding="utf-8")
+    assert "gemm\\x1b[2J" in page and "\\u202eevil" in page
+    # plotly.js itself holds a few raw control characters in its string literals: look only
+    # where the names are
+    around = [page[i - 10: i + 120] for i in range(len(page)) if page.startswith("gemm", i)]
+    assert around and not [c for c in RAW for text in around if c in text]
+
+
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"},
+                                 {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+                                  "PYTHONIOENCODING": ""}])
+def test_non_ascii_names_on_an_ascii_stdout(tmp_path, env):
+    run = _evil_run(tmp_path / "run", name="gemm_\u00e9_\u4e2d_\U0001f600")
+    environ = {**os.environ, **env}
+    text = subprocess.run([sys.executable, "-m", "traceview", "breakdown", str(run)],
+                          capture_output=True, env=environ)
+    assert text.returncode == 0, text.stderr
+    assert b"gemm_\\xe9_\\u4e2d_\\U0001f600" in text.stdout
+    said = subprocess.run([sys.executable, "-m", "traceview", "breakdown", str(run), "--json"],
+                          capture_output=True, env=environ)
+    assert said.returncode == 0, said.stderr
+    said.stdout.decode("ascii")
+    names = [k["name"] for k in json.loads(said.stdout)["top_kernels"]]
+    assert "gemm_\u00e9_\u4e2d_\U0001f600" in names

@@ -45,6 +45,7 @@ import polars as pl
 
 from traceview.errors import TraceviewError, UsageError
 from traceview.outputs.diff import mann_whitney_u, run_tables
+from traceview.outputs.safe_text import printable
 from traceview.run.run import as_run
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -574,5 +575,7 @@ def junit_xml(result: CheckResult, *, suite: str = "traceview.check") -> str:
             out = ET.SubElement(case, "system-out")
             out.text = text
     ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") \
-        + "\n"
+    # ElementTree writes control characters as they are, and XML 1.0 has no way to hold most
+    # of them: every one (and a bidi override, for the CI page showing it) becomes its escape
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + printable(
+        ET.tostring(root, encoding="unicode"), keep="\n") + "\n"
