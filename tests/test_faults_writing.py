@@ -379,3 +379,89 @@ def test_non_ascii_names_on_an_ascii_stdout(tmp_path, env):
     said.stdout.decode("ascii")
     names = [k["name"] for k in json.loads(said.stdout)["top_kernels"]]
     assert "gemm_\u00e9_\u4e2d_\U0001f600" in names
+
+
+# ------------------------------------------------------------------ 5. ranks from the name
+@pytest.mark.parametrize("name,rank", [
+    ("trace_rank0.sqlite", 0), ("trace_rank_12.json", 12), ("trace-rank-3.json.gz", 3),
+    ("RANK7_trace.json", 7), ("job.Rank_2.pt.trace.json", 2), ("traceRank5.json", 5),
+    ("node1rank4.json", 4), ("worker_9.json", 9), ("rank0of8.json", 0)])
+def test_the_rank_in_a_file_name_anywhere(name, rank):
+    from traceview.parsers import rank_from_file_name
+
+    assert rank_from_file_name(name) == rank
+
+
+@pytest.mark.parametrize("name", ["frank0.json", "tank_rank.json", "cranky3.json",
+                                  "rankings_2.json", "trace.json", "rank.json",
+                                  "local_rank0.json", "trace_localrank1.json"])
+def test_no_rank_in_names_that_only_look_like_one(name):
+    from traceview.parsers import rank_from_file_name
+
+    assert rank_from_file_name(name) is None
+
+
+def test_per_rank_nsys_exports_whose_contents_name_no_rank(capsys, tmp_path, corpus):
+    """A real export copied per rank, every trace of its rank removed (environment, system
+    environment): the ranks come from the names."""
+    import sqlite3
+
+    source = next(corpus.rglob("*.sqlite"))
+    for rank in (0, 1):
+        copy = tmp_path / f"trace_rank{rank}.sqlite"
+        shutil.copyfile(source, copy)
+        with sqlite3.connect(copy) as con:
+            con.execute("delete from META_DATA_CAPTURE where value like '%RANK%' "
+                        "or value like '%PROCID%'")
+            con.execute("delete from TARGET_INFO_SYSTEM_ENV")
+        con.close()
+    code, out, err = _run(capsys, "info", str(tmp_path), "--json")
+    assert code == 0, err
+    assert [(r["rank"], r["rank_from"], Path(r["file"]).name)
+            for r in json.loads(out)["ranks"]] == [(0, "file name", "trace_rank0.sqlite"),
+                                                    (1, "file name", "trace_rank1.sqlite")]
+
+
+# ------------------------------------------------------ 6. accelerator streams from args
+def _mtia_trace(path: Path) -> Path:
+    """An MTIA-like trace: two launches and their device events on threads 4 and 408, whose
+    ``args.stream`` say streams 1 and 102, and a DMA event with no stream (thread 801)."""
+    return write_trace(path, [
+        {"ph": "X", "cat": "mtia_runtime", "name": "mtiaLaunch", "pid": 1, "tid": 1,
+         "ts": 10, "dur": 2, "args": {"correlation": 5}},
+        {"ph": "X", "cat": "mtia_runtime", "name": "mtiaLaunch", "pid": 1, "tid": 1,
+         "ts": 20, "dur": 2, "args": {"correlation": 6}},
+        {"ph": "X", "cat": "mtia_ccp_events", "name": "kernel_a", "pid": 9, "tid": 4,
+         "ts": 15, "dur": 10, "args": {"stream": 1, "correlation": 5}},
+        {"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "pid": 9, "tid": 408,
+         "ts": 25, "dur": 5, "args": {"stream": 102, "correlation": 6, "size": 16}},
+        {"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "pid": 9, "tid": 801,
+         "ts": 40, "dur": 3, "args": {"size": 16}},
+    ], distributedInfo={"rank": 0, "world_size": 1})
+
+
+def _device_streams(path: Path) -> list[int]:
+    """The streams of the device work of ``path``, as the analyses see them."""
+    import traceview
+
+    return sorted(traceview.open(path, cache=False).gpu.get_column("stream").unique())
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["C scanner", "pure Python"])
+def test_accelerator_device_events_take_their_stream_from_args(tmp_path, monkeypatch,
+                                                              scanner):
+    from traceview.parsers.kineto import _parse
+
+    if not scanner:
+        monkeypatch.setattr(_parse, "_kineto_scan", None)
+    elif _parse._kineto_scan is None:
+        pytest.skip("the C scanner is not built")
+    trace = _mtia_trace(tmp_path / "mtia.json")
+    assert _device_streams(trace) == [1, 102, 801]  # 801: a thread's events with no stream
+
+
+def test_the_corpus_mtia_trace_has_the_streams_it_names(corpus):
+    trace = corpus / "hta-tests-data/tests/data/mtia_trace_single_rank/mtia_rank_0.json.gz"
+    if not trace.is_file():
+        pytest.skip(f"{trace} not in the corpus")
+    assert _device_streams(trace) == [1, 102, 801]  # 801: a thread's events with no stream
