@@ -95,7 +95,7 @@ def version_text() -> str:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 on usage errors: keep that
         self.print_usage(sys.stderr)
-        self.exit(2, f"traceview: error: {message}\n")
+        self.exit(2, f"traceview: error: {one_line(message)}\n")
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
