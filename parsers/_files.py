@@ -14,7 +14,8 @@ from pathlib import Path
 #: for the same input changes.
 #: kineto 3: invalid UTF-8 inside ``args`` is replaced (it reached the store's text as is);
 #: kineto 4, nsys 2: the ranks table's ``device_memory`` (the device's total memory).
-PARSER_VERSIONS: dict[str, int] = {"kineto": 4, "nsys": 2}
+#: kineto 5: other accelerators' device events keep their ``args.stream``.
+PARSER_VERSIONS: dict[str, int] = {"kineto": 5, "nsys": 2}
 
 
 def family(fmt: str) -> str:
@@ -46,15 +47,24 @@ def is_trace_name(path: Path) -> bool:
         "run.json", "ground_truth.json", "baseline.json")
 
 
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+#: ``rank`` or ``worker`` (any case), a ``-`` or ``_`` perhaps, then digits, where the word
+#: starts: after the start, a digit or a separator, or as the capital of a camelCase word
+#: (``traceRank3``); never inside a word (``frank0``, ``cranky3``).
+_RANK_IN_NAME = re.compile(r"(?:^|(?<=[^A-Za-z])|(?<=[a-z])(?=[RW]))(?i:rank|worker)[-_]?"
+                           r"(\d+)(?!\d)")
 
 
 def rank_from_file_name(name: str) -> int | None:
-    """``rank-3.json`` / ``rank_3`` / ``worker3.pt.trace.json`` / ``job_rank_3_x`` -> 3.
+    """``rank-3.json`` / ``rank_3`` / ``worker3.pt.trace.json`` / ``job_rank_3_x`` /
+    ``trace_rank0.sqlite`` / ``traceRank3`` -> 3. A local rank (``local_rank0``) is no rank
+    of the run: every node has one of each.
 
     >>> [rank_from_file_name(n) for n in ["rank-3.json", "a_rank_12_b.json", "worker0.1.json",
-    ...                                   "trace.json"]]
-    [3, 12, 0, None]
+    ...                                   "trace.json", "trace_rank0.sqlite", "frank0.json",
+    ...                                   "local_rank1.json"]]
+    [3, 12, 0, None, 0, None, None]
     """
-    found = _RANK_IN_NAME.search(name)
-    return int(found.group(1)) if found else None
+    for found in _RANK_IN_NAME.finditer(name):
+        if not name[:found.start()].rstrip("-_.").lower().endswith("local"):
+            return int(found.group(1))
+    return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class TraceviewError(Exception):
     """Base class. ``exit_code`` is what the CLI exits with (2: usage or unreadable input)."""
@@ -13,7 +15,7 @@ class UnreadableTraceError(TraceviewError):
     """A file that cannot be read as a trace. The message names the file and the problem."""
 
     def __init__(self, path: object, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
+        super().__init__(f"{_shown(path)}: {problem}")
         self.path = str(path)
         self.problem = problem
 
@@ -40,3 +42,10 @@ class CheckFailed(TraceviewError):
     """A check found problems (exit code 1)."""
 
     exit_code = 1
+
+
+def _shown(path: object) -> str:
+    """A file name for a message: its control characters (a newline, an escape sequence) as
+    ``\\xNN``, so the message stays one line that names the file (the CLI escapes the rest)."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", str(path))
+

@@ -118,6 +118,8 @@ def text_facts(raw: RawColumns) -> dict[str, pl.DataFrame]:
         "collective_name": entries("collective_name").select(
             collective_from_text(v).alias("arg_collective")),
         "dtype": entries("dtype").select(dtype_bytes(v).alias("dtype_bytes")),
+        "category": entries("category").select(
+            v.is_in(schema.ACCELERATOR_DEVICE_CATEGORIES).alias("device_category")),
     }
 
 
@@ -182,8 +184,12 @@ def _constant_text(rows: int, text: str) -> pa.DictionaryArray:
 
 
 def _derive(frame: pl.DataFrame) -> pl.DataFrame:
-    """Device, stream, flow and collective columns, as vectorised expressions."""
+    """Device, stream, flow and collective columns, as vectorised expressions. Another
+    accelerator's device work (kind ``other``, an ``ACCELERATOR_DEVICE_CATEGORIES`` category)
+    keeps its ``args.stream`` as a GPU kernel does: without it, the analyses would take its
+    thread id for its stream (MTIA: 4 and 408 where the trace says streams 1 and 102)."""
     is_gpu = pl.col("kind").is_in(schema.GPU_STREAM_KINDS)
+    on_stream = is_gpu | ((pl.col("kind") == "other") & pl.col("device_category"))
     collective = pl.coalesce(
         pl.col("arg_collective"),
         pl.when(pl.col("kind") == "kernel").then(pl.col("kernel_collective")),
@@ -198,7 +204,7 @@ def _derive(frame: pl.DataFrame) -> pl.DataFrame:
             pl.when(pl.col("kind") == "flow").then(pl.col("flow_id")).alias("flow_id"),
             pl.when(is_gpu).then(pl.col("device")).otherwise(
                 pl.when(pl.col("kind") == "memory").then(pl.col("mem_device"))).alias("device"),
-            pl.when(is_gpu).then(pl.col("stream")).alias("stream"),
+            pl.when(on_stream).then(pl.col("stream")).alias("stream"),
             collective.alias("collective"),
             pl.when(pl.col("kind") == "memcpy").then(pl.col("name_copy_kind")).alias("copy_kind"),
         )

@@ -5,7 +5,8 @@ of them; it may import every other room, and nothing imports it but ``__main__``
 (``configure(parser, command)``, which also sets ``run=function(args) -> int``) and its help
 line. Errors become one line on stderr and an exit code (0 ok, 1 a check found problems, 2
 usage or unreadable input); a traceback only with --debug. Printing is ``_render``'s, the
-shared options ``_options``'.
+shared options ``_options``'; while a command runs, stdout and stderr escape control
+characters (``_streams``), and --json / --csv write past that guard.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import NamedTuple
 
 from traceview import __version__
 from traceview._dependencies import lazy_module
+from traceview.cli._streams import guarded_streams
 from traceview.errors import TraceviewError
+from traceview.outputs.safe_text import one_line, printable
 
 #: Asked only by ``--version``: every other command would pay for the parser's imports.
 kineto = lazy_module("traceview.parsers.kineto")
@@ -99,7 +102,7 @@ def version_text() -> str:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 on usage errors: keep that
         self.print_usage(sys.stderr)
-        self.exit(2, f"traceview: error: {message}\n")
+        self.exit(2, f"traceview: error: {one_line(message)}\n")
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -131,6 +134,11 @@ def _command_name(argv: Sequence[str] | None) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    with guarded_streams():
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
@@ -141,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TraceviewError as exc:
         if args.debug:
             raise
-        print(f"traceview: {exc}", file=sys.stderr)
+        print(f"traceview: {error_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
@@ -150,13 +158,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the file system said no (permissions, a full disk): not a bug
         if args.debug:
             raise
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"traceview: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"traceview: {error_line(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug: still one line, unless --debug
         if args.debug:
             raise
-        print(f"traceview: internal error: {type(exc).__name__}: {exc} (rerun with --debug)",
-              file=sys.stderr)
+        print(f"traceview: internal error: {type(exc).__name__}: {one_line(str(exc))} (rerun "
+              "with --debug)", file=sys.stderr)
         return 2
 
+
+def error_line(exc: BaseException) -> str:
+    """An error as one printable line, naming its file: a name's own newlines and control
+    characters escaped, a message of several lines (a library's) joined into one."""
+    if isinstance(exc, OSError):
+        where = f"{printable(str(exc.filename))}: " if exc.filename else ""
+        return where + one_line(exc.strerror or str(exc))
+    return one_line(str(exc))

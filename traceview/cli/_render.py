@@ -20,6 +20,8 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from traceview.analyses.spread import MANY_RANKS, distribution, outliers
+from traceview.cli._streams import unguarded
+from traceview.outputs.safe_text import ascii_json, one_line, printable
 from traceview.run.result import json_bytes
 
 #: A text cell longer than this is cut (kernel names can run to thousands of characters).
@@ -43,7 +45,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
 
 
 def cell(value: Any) -> str:
-    return MISSING if value is None else str(value)
+    """A value as table text: a name's control characters, tabs and newlines as escapes
+    (``safe_text.printable``), so a row stays one line and a name cannot drive the terminal."""
+    return MISSING if value is None else printable(str(value))
 
 
 def cut(text: str, width: int = 40) -> str:
@@ -53,7 +57,7 @@ def cut(text: str, width: int = 40) -> str:
 
 def short(text: str | None, width: int = 40) -> str:
     """A kernel or op name for a table: ``-`` when there is none, cut to ``width``."""
-    return cut(text, width) if text else MISSING
+    return cut(printable(text), width) if text else MISSING
 
 
 def ms(ns: float | None) -> str:
@@ -87,7 +91,7 @@ def duration(ns: int | None) -> str:
 
 # ----------------------------------------------------------------------------- for programs
 def warn(message: str) -> None:
-    print(f"traceview: warning: {message}", file=sys.stderr)
+    print(f"traceview: warning: {one_line(message)}", file=sys.stderr)
 
 
 def emit_result(result: Any, args: argparse.Namespace) -> bool:
@@ -97,11 +101,11 @@ def emit_result(result: Any, args: argparse.Namespace) -> bool:
     for warning in warnings_for(result, args):
         warn(warning)
     if getattr(args, "json", False):
-        sys.stdout.write(result.to_json().decode() + "\n")
+        _write_json(result.to_json().decode())
         return True
     if getattr(args, "csv", False):
-        sys.stdout.write(result.to_csv())
-        return True
+        unguarded(sys.stdout).write(result.to_csv())  # exact names; backslashreplace'd where
+        return True                                   # the output's encoding lacks one
     return False
 
 
@@ -110,13 +114,22 @@ def warnings_for(result: Any, args: argparse.Namespace) -> list[str]:
     return list(result.warnings) if getattr(args, "verbose", False) else result.plain_warnings
 
 
+def _write_json(text: str) -> None:
+    """JSON to stdout past the guard (exact names), all ASCII where stdout cannot encode UTF-8
+    (a backslash escape of the stream's own would not be JSON)."""
+    out = unguarded(sys.stdout)
+    if "utf" not in (getattr(out, "encoding", None) or "utf-8").lower().replace("-", ""):
+        text = ascii_json(text)
+    out.write(text + "\n")
+
+
 def dumps(obj: Any) -> str:
     """JSON text for the ``--json`` of commands without a Result (``result.json_bytes``)."""
     return json_bytes(obj).decode()
 
 
 def emit_json(obj: Any) -> None:
-    sys.stdout.write(dumps(obj) + "\n")
+    _write_json(dumps(obj))
 
 
 # ------------------------------------------------------------------ many ranks, many rows

@@ -22,6 +22,7 @@ from traceview.cli._options import (
 )
 from traceview.cli._render import emit_json, warn
 from traceview.errors import UsageError
+from traceview.outputs.safe_text import one_line
 from traceview.store.safe_write import check_folder_target, refuse_input_overlap
 
 
@@ -137,9 +138,9 @@ def _print_info(report: dict[str, Any], every: bool = False) -> None:
         print(f"  ({len(report['ranks']) - len(ranks)} more ranks: `traceview info --all` "
               "lists every rank; --json holds every rank)")
     for s in report["skipped"]:
-        print(f"  skipped: {s['error']}")
+        print(f"  skipped: {one_line(s['error'])}")
     for w in report["warnings"]:
-        print(f"  warning: {w}")
+        print(f"  warning: {one_line(w)}")
 
 
 def _print_windows(windows: list[dict[str, Any]], *, origin: int | None) -> None:

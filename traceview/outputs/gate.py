@@ -55,6 +55,7 @@ from traceview.outputs.evidence import (
     slower_share,
 )
 from traceview.run.compare import mann_whitney_u, run_tables
+from traceview.outputs.safe_text import printable
 from traceview.run.run import as_run
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -630,5 +631,7 @@ def junit_xml(result: CheckResult, *, suite: str = "traceview.check") -> str:
             out = ET.SubElement(case, "system-out")
             out.text = text
     ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") \
-        + "\n"
+    # ElementTree writes control characters as they are, and XML 1.0 has no way to hold most
+    # of them: every one (and a bidi override, for the CI page showing it) becomes its escape
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + printable(
+        ET.tostring(root, encoding="unicode"), keep="\n") + "\n"

@@ -20,6 +20,7 @@ from traceview._dependencies import lazy_module
 from traceview.analyses.names import short_name
 from traceview.analyses.spread import MANY_RANKS
 from traceview.errors import TraceviewError
+from traceview.outputs.safe_text import printable
 
 _NS_PER_MS = 1e6
 #: Past ``MANY_RANKS`` ranks a figure shows the distribution (heatmap, box, top ranks), not
@@ -52,7 +53,7 @@ go = lazy_module("plotly.graph_objects", error=PlotsUnavailable, missing=PLOTLY_
 
 def label(text: Any) -> str:
     """A trace-supplied name made safe for a plotly label (shown literally)."""
-    return html.escape("" if text is None else str(text), quote=False)
+    return html.escape(printable("" if text is None else str(text)), quote=False)
 
 
 def short(text: Any, n: int = 60) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from traceview.analyses.names import short_name
+from traceview.outputs.safe_text import printable
 
 #: Rows a table shows before its collapsed section.
 VISIBLE_ROWS = 10
@@ -22,7 +23,9 @@ MOST_ROWS = 500
 
 
 def e(v: Any) -> str:
-    return html.escape("" if v is None else str(v))
+    """HTML text of ``v``: escaped, its control characters and bidi overrides made visible
+    (``safe_text.printable``), so no name can reorder or hide the page's text."""
+    return html.escape(printable("" if v is None else str(v), keep="\n\t"))
 
 
 def ms(v: Any) -> str:

@@ -4,26 +4,62 @@
   of the inputs, or lies inside an input folder, is a usage error: the README promises that
   input files are never modified, whatever a command line says.
 * :func:`atomic_write`: the bytes go to a temporary name beside the target, then ``os.replace``
-  puts them in place, so a reader sees the old file or the new one, never half of one.
-* The temporary's name carries the writer's process id (``.NAME.PID.XXXXXXXX.tmp``), so a
-  later run can tell a temporary whose writer was killed (that process is gone) from one being
-  written right now by a concurrent run, and remove only the former
-  (:func:`remove_stale_temporaries`).
+  puts them in place, so a reader sees the old file or the new one, never half of one. A write
+  that fails (a full disk, a file size limit) is an ``OSError`` naming the target, never the
+  temporary, and leaves the target as it was.
+* :func:`write_folder`: a folder's files written beside it first (a store over an old one):
+  they replace the old ones only once every one is complete.
+* A temporary's name says that traceview wrote it, on which host and by which process:
+  ``.NAME.traceview-HHHHHHHH-PID-TOKEN.tmp`` (:func:`temporary_name`). Only such names are
+  ever removed (:func:`remove_stale_temporaries`), and only when their writer is gone: a
+  user's ``.notes.tmp`` beside an output, or in a folder traceview writes into, is never ours
+  to delete. Sweeps run where traceview writes: a target's own temporaries before it is written
+  again; any of ours in the cache's folders and in a store folder being written; never in a
+  folder that is only read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-import tempfile
+import re
+import secrets
+import shutil
+import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from traceview.errors import UsageError
 
 #: A temporary older than this is stale even if a process with its writer's id is alive (the id
-#: was reused, or the writer runs on another host sharing the folder and is long gone).
+#: was reused), or when it was written on another host sharing the folder (its process cannot be
+#: asked about).
 STALE_AFTER_S = 24 * 3600
+
+#: This host, as the 8 hex digits temporaries carry (a host name may hold any character).
+HOST = hashlib.blake2s(socket.gethostname().encode(errors="surrogateescape"),
+                       digest_size=4).hexdigest()
+
+#: The most of a file's name its temporaries keep: with the mark, within a 255-byte name.
+_LONGEST = 160
+
+_TEMPORARY = re.compile(
+    r"^\.(?P<name>.+)\.traceview-(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]{1,10})-[0-9a-f]{16}\.tmp$",
+    re.DOTALL)
+
+
+def temporary_name(name: str, *, pid: int | None = None, host: str = HOST) -> str:
+    """The name of a fresh temporary for the file ``name``: marked as traceview's, with the
+    writer's host and process id and a random token (two writers never share one)."""
+    return (f".{name[:_LONGEST]}.traceview-{host}-{os.getpid() if pid is None else pid}-"
+            f"{secrets.token_hex(8)}.tmp")
+
+
+def is_ours(path: Path, name: str | None = None) -> bool:
+    """Whether ``path`` is named as a temporary of traceview's (of the file ``name``, or of any)."""
+    found = _TEMPORARY.match(path.name)
+    return bool(found) and (name is None or found["name"] == name[:_LONGEST])
 
 
 def refuse_input_overlap(target: str | Path, inputs: Iterable[str | Path], *,
@@ -74,23 +110,20 @@ def check_folder_target(target: str | Path, *, option: str = "-o") -> Path:
 
 def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` on a temporary path beside ``target``, then rename it into place.
-    Temporaries of ``target`` left by killed writers are removed first."""
+    Temporaries of ``target`` left by killed writers are removed first. A failure to write
+    (a full disk, a size limit, a read-only folder) is an ``OSError`` naming ``target``."""
     target = Path(target)
+    tmp = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(target.parent, target.name)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.",
-                                   suffix=".tmp")
-    except OSError as exc:  # name what was to be written, not the temporary
-        raise OSError(exc.errno, f"cannot write here ({exc.strerror})", str(target)) from None
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o666 & ~current_umask())  # as open() would: mkstemp made it 0600
+        tmp = _new_temporary(target.parent, target.name)
+        write(tmp)
         os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except BaseException as exc:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise _naming(exc, target) from None
 
 
 def current_umask() -> int:
@@ -114,19 +147,91 @@ def write_text(target: str | Path, text: str) -> None:
     atomic_write(Path(target), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def write_folder(folder: Path, write: Callable[[Path], Sequence[str]]) -> None:
+    """Files into ``folder`` all or nothing: ``write(stage)`` writes them into a temporary
+    folder inside ``folder`` and returns their names, in the order they are to be put in place
+    (the one that makes the folder valid last: a store's manifest); only then is each renamed
+    over its old version. A failure leaves ``folder``'s files as they were, and names the file
+    of ``folder`` that could not be written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stage = None
+    try:
+        stage = _new_temporary(folder, folder.name, make=os.mkdir)
+        names = write(stage)
+        for name in names:
+            os.replace(stage / name, folder / name)
+        # a rename onto a hard link of the same file leaves both names: the stage may not be empty
+        shutil.rmtree(stage, ignore_errors=True)
+    except BaseException as exc:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+        raise _naming(exc, _in_folder(exc, stage, folder)) from None
+
+
+def _in_folder(exc: BaseException, stage: Path | None, folder: Path) -> Path:
+    """The file of ``folder`` that ``exc`` failed to write in ``stage`` (a copy names its
+    source first, its target second), else ``folder``."""
+    names = (getattr(exc, "filename2", None), getattr(exc, "filename", None))
+    for name in names:
+        if stage is not None and name and Path(name).is_relative_to(stage):
+            return folder / Path(name).relative_to(stage)
+    return folder
+
+
+def private_folder(parent: Path, name: str) -> Path:
+    """A new folder only this user may read, named as a temporary of ``name`` in ``parent``
+    (so that :func:`remove_stale_temporaries` may remove it once this process is gone)."""
+    return _new_temporary(parent, name, make=lambda p: os.mkdir(p, 0o700))
+
+
+def _new_temporary(folder: Path, name: str, make: Callable[[Path], None] | None = None) -> Path:
+    """A temporary file (or, with ``make``, folder) of ``name`` in ``folder``, created now."""
+    while True:
+        path = folder / temporary_name(name)
+        try:
+            if make is None:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            else:
+                make(path)
+            return path
+        except FileExistsError:
+            continue  # 64 random bits taken: try another
+
+
+#: How Polars and Arrow spell an operating system error inside their own messages.
+_ERRNO_IN_TEXT = re.compile(r"(?:os error |\[errno )(\d+)", re.IGNORECASE)
+
+
+def _naming(exc: BaseException, target: Path) -> BaseException:
+    """``exc`` as an ``OSError`` that names ``target`` when it was a failure to write (an
+    ``OSError``, or a library's error carrying one), else ``exc`` itself."""
+    errno = exc.errno if isinstance(exc, OSError) else None
+    if errno is None and isinstance(exc, Exception):
+        found = _ERRNO_IN_TEXT.search(str(exc))
+        errno = int(found.group(1)) if found else None
+    if errno is None and not isinstance(exc, OSError):
+        return exc
+    reason = os.strerror(errno) if errno else (str(exc).splitlines() or [type(exc).__name__])[0]
+    return OSError(errno, f"cannot write ({reason})", str(target))
+
+
 def remove_stale_temporaries(folder: Path, name: str | None = None) -> list[Path]:
-    """Remove the temporaries in ``folder`` (of the file ``name``, or of any) whose writer is
-    gone: a killed run's leftovers. Those of live writers are kept. Returns what was removed."""
+    """Remove traceview's temporaries in ``folder`` (of the file ``name``, or of any) whose
+    writer is gone: a killed run's leftovers. Files not named by :func:`temporary_name` are
+    never touched, nor are the temporaries of live writers. Returns what was removed."""
     removed = []
     try:
-        candidates = list(folder.glob(f".{name}.*.tmp" if name else ".*.tmp"))
+        candidates = [Path(entry.path) for entry in os.scandir(folder)]
     except OSError:
         return removed
     for tmp in candidates:
-        if _writer_alive(tmp):
+        if not is_ours(tmp, name) or _writer_alive(tmp):
             continue
         try:
-            tmp.unlink()
+            if tmp.is_dir() and not tmp.is_symlink():
+                shutil.rmtree(tmp)
+            else:
+                tmp.unlink()
             removed.append(tmp)
         except OSError:
             pass  # gone already (a concurrent run cleaned it) or not ours to remove
@@ -134,18 +239,16 @@ def remove_stale_temporaries(folder: Path, name: str | None = None) -> list[Path
 
 
 def _writer_alive(tmp: Path) -> bool:
-    """Is the process that named ``tmp`` (``.NAME.PID.XXXXXXXX.tmp``) still running? A name
-    without a process id is judged by its age alone."""
+    """Could the process that named ``tmp`` still be writing it? Yes while a process with its
+    id runs on this host; a writer on another host, for a day."""
     try:
-        age = time.time() - tmp.stat().st_mtime
+        age = time.time() - tmp.lstat().st_mtime
     except OSError:
         return True  # gone already
-    if age > STALE_AFTER_S:
-        return False
-    parts = tmp.name[:-len(".tmp")].rsplit(".", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
-        return age < 3600  # an older writer's name: an hour is long enough for any write
-    return process_alive(int(parts[1]))
+    found = _TEMPORARY.match(tmp.name)
+    if found is None or age > STALE_AFTER_S:
+        return found is None
+    return found["host"] != HOST or process_alive(int(found["pid"]))
 
 
 def process_alive(pid: int) -> bool:
@@ -154,8 +257,8 @@ def process_alive(pid: int) -> bool:
         return True
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
+    except (ProcessLookupError, OverflowError):
+        return False  # no such process (or an id no process can have)
+    except OSError:
         return True  # exists, owned by someone else
     return True

@@ -31,9 +31,10 @@ from traceview.store.parts import Part, part_entry, part_of
 from traceview.store.placement import rank_info_rows, select_window
 from traceview.store.safe_write import (
     check_folder_target,
-    process_alive,
+    private_folder,
     refuse_input_overlap,
     remove_stale_temporaries,
+    write_folder,
 )
 from traceview.store.windows import WindowChoice, chosen_windows
 
@@ -199,28 +200,42 @@ class TraceSet:
         executor, the workers write one file per rank
         (:func:`traceview.store.remote.write_store`).
         """
-        if remote_store.is_url(out_dir) or self.executor is not None \
-                or not all(type(p) is Part for p in self._parts):
+        if remote_store.is_url(out_dir):
             return remote_store.write_store(self, out_dir, executor=self.executor)
+        if self.executor is not None or not all(type(p) is Part for p in self._parts):
+            out = check_folder_target(out_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(out)
+            write_folder(out, lambda stage: _store_files_in(remote_store.write_store(
+                self, str(stage), executor=self.executor)))
+            return str(out_dir)
         out = check_folder_target(out_dir)
         # Never over what is read: the input files, nor a store's own rank files.
         refuse_input_overlap(out, [*self.files["path"].to_list(),
                                    *{str(Path(p.path).parent) for p in self._parts}])
         out.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(out)  # a killed ``ingest -o``'s leftovers
+        # Beside, then over: an old store stays whole until every file of the new one is.
+        write_folder(out, self._write_store_files)
+        return out
+
+    def _write_store_files(self, folder: Path) -> list[str]:
+        """This set's store files into ``folder``; their names, the manifest last."""
         names = _store_file_names(self._parts)
         for part, name in zip(self._parts, names):
-            _link_or_copy(Path(part.path), out / name)
-        store.atomic_write(out / "ranks.parquet", lambda tmp: self.ranks.write_parquet(tmp))
-        store.atomic_write(out / "files.parquet", lambda tmp: self.files.write_parquet(tmp))
-        store.atomic_write(out / "windows.parquet", lambda tmp: self.windows.write_parquet(tmp))
+            _link_or_copy(Path(part.path), folder / name)
+        self.ranks.write_parquet(folder / "ranks.parquet")
+        self.files.write_parquet(folder / "files.parquet")
+        self.windows.write_parquet(folder / "windows.parquet")
         # each events file's size and hash: opening the store checks them (_check_store_file)
         store.write_json({"traceview_store": store.CACHE_VERSION,
                           "schema_version": schema.SCHEMA_VERSION,
                           "ranks": self.ranks["rank"].to_list(),
                           "parts": [part_entry(p, n) for p, n in zip(self._parts, names)],
-                          "files": {n: store.events_record(out / n) for n in names}},
-                         out / store.STORE_MANIFEST)
-        return out
+                          "files": {n: store.events_record(folder / n) for n in names}},
+                         folder / store.STORE_MANIFEST)
+        return [*names, "ranks.parquet", "files.parquet", "windows.parquet",
+                store.STORE_MANIFEST]
 
     def __repr__(self) -> str:
         n = self.files["stored_events"].sum() if self.files.height else 0
@@ -316,16 +331,17 @@ def _usable_cache_dir(cache_dir: str | Path | None, inputs: list[Any]
 def _temporary_cache_dir() -> str:
     """A private cache folder for this process, removed at exit. Lazy frames read its Parquet
     files after ``open`` returns, possibly after the TraceSet is gone
-    (``open(p, cache=False).events.collect()``). Folders of earlier processes that were killed
-    (their process id is in the name and no longer runs) are removed first."""
-    prefix = "traceview-"
-    for old in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
-        pid = old.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and old.is_dir() and not process_alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-    folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+    (``open(p, cache=False).events.collect()``). Those of earlier processes that were killed
+    are removed first (only folders named as this function names them)."""
+    tmp = Path(tempfile.gettempdir())
+    remove_stale_temporaries(tmp, _TEMPORARY_CACHE)
+    folder = str(private_folder(tmp, _TEMPORARY_CACHE))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
+
+
+#: The name private cache folders are temporaries of (``.traceview-cache.traceview-...tmp``).
+_TEMPORARY_CACHE = "traceview-cache"
 
 
 def _from_ingest(result: IngestResult) -> TraceSet:
@@ -357,17 +373,20 @@ def _store_file_names(parts: Sequence[Part]) -> list[str]:
             else f"file-{i:05d}.parquet" for i, p in enumerate(parts)]
 
 
+def _store_files_in(folder: str) -> list[str]:
+    """The files a store writer put in ``folder``, its manifest last (it makes the store)."""
+    names = sorted(n for n in os.listdir(folder) if n != store.STORE_MANIFEST)
+    return [*names, store.STORE_MANIFEST]
+
+
 def _link_or_copy(source: Path, target: Path) -> None:
-    """``target`` holds ``source``'s bytes: a hard link when both lie on one filesystem (the
-    cache writes a new file for a new entry and never changes one in place, so the link stays
-    valid), else a copy through a temporary name."""
-    if target.exists() and os.path.samefile(source, target):
-        return  # a store written over itself
-    target.unlink(missing_ok=True)
+    """``target`` (a new name) holds ``source``'s bytes: a hard link when both lie on one
+    filesystem (the cache writes a new file for a new entry and never changes one in place, so
+    the link stays valid), else a copy."""
     try:
         os.link(source, target)
     except OSError:
-        store.atomic_write(target, lambda tmp: shutil.copyfile(source, tmp))
+        shutil.copyfile(source, target)
 
 
 def _open_store(folder: Path) -> TraceSet:
@@ -375,7 +394,6 @@ def _open_store(folder: Path) -> TraceSet:
     naming the damaged file (its files are checked against the sizes and hashes the manifest
     recorded, where it recorded them)."""
     manifest_path = folder / store.STORE_MANIFEST
-    remove_stale_temporaries(folder)  # a killed ``ingest -o``'s leftovers
     try:
         manifest = store.read_json(manifest_path)
     except (OSError, ValueError) as exc:
