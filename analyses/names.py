@@ -81,9 +81,11 @@ def unique_short_names(names: Iterable[str | None], width: int = 60) -> dict[str
     again, then the whole simplified signature); names that still read the same (they
     differ only in namespaces, lambdas or parameters) get `` #1``, `` #2``... in name order.
 
-    >>> a = "void k<Mul<float> >(int)"; b = "void k<Div<float> >(int)"
-    >>> sorted(unique_short_names([a, b, a], width=6).values())
-    ['k<Div<float>>', 'k<Mul<float>>']
+    >>> a = "void k<F<Mul>, A<int> >(int)"; b = "void k<F<Div>, A<int> >(int)"
+    >>> short_name(a, 16) == short_name(b, 16)
+    True
+    >>> sorted(unique_short_names([a, b, a], width=16).values())
+    ['k<F<Div>, A<int>>', 'k<F<Mul>, A<int>>']
     """
     distinct = list(dict.fromkeys(str(n) for n in names if n is not None))
     labels = {n: short_name(n, width) for n in distinct}

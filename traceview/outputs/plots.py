@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from traceview._dependencies import lazy_module
-from traceview.analyses.names import short_name
+from traceview.analyses.names import short_name, unique_short_names
 from traceview.analyses.spread import MANY_RANKS
 from traceview.errors import TraceviewError
 
@@ -282,15 +282,18 @@ def top_items(top: pl.DataFrame, *, value: str = "total_ns", name: str = "name",
     """Horizontal bars of ``value`` per ``name``, one bar per name: ``top`` is
     ``analyses.breakdown.kernels_across_ranks`` rows, or ``top_kernels`` / ``top_cpu_ops`` rows
     (several ranks' rows are summed per name). The label is the short name
-    (``analyses.names.short_name``), the hover the full one.
+    (``analyses.names.unique_short_names``: distinct names never share a label, so no bar
+    stacks two kernels), the hover the full one.
     """
     if top.height == 0:
         return empty(title, "nothing to rank")
     if "rank" in top.columns and top["rank"].n_unique() > 1:  # per-rank rows: one bar a name
         top = (top.group_by(name).agg(pl.col(value).sum())
                .sort(value, name, descending=[True, False]))
+    labels = unique_short_names(top[name].to_list(), 50)  # one bar per kernel, never merged
     fig = go.Figure(go.Bar(
-        y=[label(short_name(n, 50)) for n in top[name]], x=(top[value] / _NS_PER_MS).to_list(),
+        y=[label(labels.get(str(n), short_name(n, 50))) for n in top[name]],
+        x=(top[value] / _NS_PER_MS).to_list(),
         orientation="h", marker_color="#4C78A8", customdata=[label(n) for n in top[name]],
         hovertemplate="%{customdata}<br>%{x:.3f} ms<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
