@@ -110,7 +110,8 @@ def ops(instances: pl.DataFrame, kernels: pl.DataFrame, *, device: str | None,
     grouping; null by name), count, kernel_time_ns (owned, summed over instances),
     direct_kernel_time_ns, subtree_kernel_time_ns, flops and bytes (mean per instance),
     flops_source (``model`` or ``trace``), model_flops, trace_flops, dtype, tflops_per_s and
-    tb_per_s (mean over instances; ``_median``, ``_min``, ``_max`` beside them), intensity,
+    tb_per_s (mean over instances; ``_median``, ``_min``, ``_max`` beside them),
+    tflops_per_s_total (the group's FLOPs over its GPU time: the roofline plot's y), intensity,
     peak_tflops, peak_tb_per_s, bound, roofline_time_ns, roofline_fraction, time_left_ns,
     kernels (the GPU events' full names, most time first)."""
     if by not in GROUPINGS:
@@ -181,6 +182,7 @@ def _grouped(inst: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     roof = pl.when(pl.col("_known")).then(pl.col("_roof"))
     out = out.with_columns(
         intensity=pl.when(pl.col("_b") > 0).then(pl.col("_f") / pl.col("_b")),
+        tflops_per_s_total=pl.col("_f") / t.cast(pl.Float64) / 1e3,
         bound=pl.when(pl.col("_known")).then(
             pl.when(pl.col("_compute") >= pl.col("_memory")).then(pl.lit("compute"))
             .otherwise(pl.lit("memory"))),
@@ -197,7 +199,8 @@ def _grouped(inst: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         "count", "kernel_time_ns", "direct_kernel_time_ns", "subtree_kernel_time_ns", "flops",
         "bytes", "flops_source", "model_flops", "trace_flops", "dtype", "tflops_per_s",
         "tflops_per_s_median", "tflops_per_s_min", "tflops_per_s_max", "tb_per_s",
-        "tb_per_s_median", "tb_per_s_min", "tb_per_s_max", "intensity", "peak_tflops",
+        "tb_per_s_median", "tb_per_s_min", "tb_per_s_max", "tflops_per_s_total", "intensity",
+        "peak_tflops",
         "peak_tb_per_s", "bound", "roofline_time_ns", "roofline_fraction", "time_left_ns")
 
 

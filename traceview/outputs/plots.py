@@ -301,6 +301,48 @@ def top_items(top: pl.DataFrame, *, value: str = "total_ns", name: str = "name",
                    height=min(MAX_HEIGHT, max(300, 90 + 24 * top.height)))
 
 
+#: Colours of the op families on the roofline (stable across reports).
+CATEGORY_COLOURS: dict[str, str] = {"gemm": "#4C78A8", "sdpa": "#F58518", "conv": "#54A24B",
+                                    "elementwise": "#B279A2", "reduce": "#E45756"}
+
+
+def roofline(ops: pl.DataFrame, peaks: dict[str, Any], *,
+             title: str = "Operators against the roofline") -> Any:
+    """``analyses.ops.ops`` rows (by shape) on log-log axes: intensity (FLOP/byte) against
+    achieved TFLOP/s (``tflops_per_s_total``), one point per op shape, its area by GPU time,
+    coloured by family; the device's roofline per dtype (``peaks``: ``device_peaks``) drawn
+    when known: ``min(peak TFLOP/s, intensity x TB/s)``."""
+    drawn = ops.filter((pl.col("intensity") > 0) & (pl.col("tflops_per_s_total") > 0))
+    if drawn.height == 0:
+        return empty(title, "no op with a FLOP and byte model owns GPU time")
+    fig = go.Figure()
+    biggest = drawn["kernel_time_ns"].max() or 1
+    for (cat,), g in drawn.sort("category").group_by("category", maintain_order=True):
+        text = [label(f"{n} {d or ''}") for n, d in zip(g["name"], g["input_dims"])]
+        fig.add_trace(go.Scatter(
+            x=g["intensity"].to_list(), y=g["tflops_per_s_total"].to_list(), mode="markers",
+            name=label(cat), customdata=(g["kernel_time_ns"] / _NS_PER_MS).to_list(),
+            text=text, marker={"color": CATEGORY_COLOURS.get(cat, "#888"), "sizemode": "area",
+                               "size": (g["kernel_time_ns"] / biggest * 900).to_list(),
+                               "sizemin": 4, "opacity": 0.75},
+            hovertemplate="%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} TFLOP/s, "
+                          "%{customdata:.3f} ms<extra></extra>"))
+    bw = peaks.get("tb_per_s")
+    lo = min(drawn["intensity"].min(), 0.01) / 2
+    hi = max(drawn["intensity"].max(), 1000) * 2
+    for dt, peak in sorted(peaks.get("tflops", {}).items(), key=lambda kv: -kv[1]):
+        if bw is None:
+            break
+        ridge = peak / bw
+        xs = [lo, ridge, hi] if lo < ridge < hi else [lo, hi]
+        fig.add_trace(go.Scatter(x=xs, y=[min(peak, x * bw) for x in xs], mode="lines",
+                                 name=f"roofline {dt} ({peak:g} TFLOP/s, {bw:g} TB/s)",
+                                 line={"dash": "dot", "width": 1.5}, hoverinfo="skip"))
+    fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP/byte)")
+    fig.update_yaxes(type="log", title_text="achieved TFLOP/s")
+    return _layout(fig, title, height=520)
+
+
 def diff_bars(contributors: pl.DataFrame, *,
               title: str = "Top contributors to the change (per rank and step)") -> Any:
     """``traceview.outputs.diff`` contributors: ``kind, name, delta_ns`` bars (positive = slower)."""

@@ -50,6 +50,8 @@ class ReportData:
     pipeline: Any = None
     #: the ``alltoall`` result (a ``Result``), None when the run has no all-to-all
     alltoall: Any = None
+    #: the ``ops`` result by shape (a ``Result``), None without GPU events
+    ops: Any = None
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{H.e(k)}</th><td>{H.e(v)}</td></tr>"
