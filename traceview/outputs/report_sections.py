@@ -459,9 +459,14 @@ def _roofline(data: ReportData, fig: _Figures) -> list[str]:
     left = (df.filter(pl.col("time_left_ns").is_not_null())
             .sort("time_left_ns", "name", descending=[True, False]).head(_ROOFLINE_ROWS)
             .with_columns(top_kernel=pl.col("kernels").list.first()))
+    modelled = df.filter((pl.col("intensity") > 0) & (pl.col("tflops_per_s_total") > 0))
     out = ['<section id="roofline"><h2>Operators against the roofline</h2>',
            H.notes([*failed, *(w for w in res.warnings if w.startswith("ops:"))]),
-           f"<p>{_e(text)}</p>", fig(plots.roofline(df, peaks))]
+           f"<p>{_e(text)}</p>",
+           fig(plots.roofline(df, peaks)) if modelled.height else H.notes([
+               "No op that owns GPU time has a FLOP and byte model (GEMM, attention, "
+               "convolution, elementwise, reductions) with recorded shapes: profile with "
+               "record_shapes=True to place the ops on the roofline."])]
     if left.height:
         out += ["<p>The ops with the most time left on the table: GPU time x (1 - fraction "
                 "of the roofline reached).</p>",

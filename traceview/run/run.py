@@ -700,13 +700,21 @@ class Run:
             except Exception as exc:  # a partial answer with the reason, never a traceback
                 notes.append(f"diagnose: pipeline analysis failed ({type(exc).__name__}: "
                              f"{exc}): no pipeline finding")
+        roofline = None
+        if self.gpu.height:
+            try:
+                instances, kernels = self.op_instances
+                roofline = ops(instances, kernels, device=self._device_name())["ops"]
+            except Exception as exc:  # a partial answer with the reason, never a traceback
+                notes.append(f"diagnose: operator analysis failed ({type(exc).__name__}: "
+                             f"{exc}): no roofline finding")
         found = diagnose(self.path, collective_rows=self._path_collectives,
                          stragglers=verdicts,
                          gaps=self.gap_rows() if self.gpu.height else None,
                          gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
                          devices=self.ranks, model=ModelSize(**model), pipeline=staged,
                          alltoall=self._alltoall if self.has_alltoall else None,
-                         host=self.host if self.gpu.height else None)
+                         host=self.host if self.gpu.height else None, ops=roofline)
         notes += found.pop("notes")  # a refused MFU
         return self._path_result("diagnose", found, main="findings", notes=notes)
 
