@@ -258,3 +258,21 @@ def test_unique_short_names_keep_distinct_kernels_apart() -> None:
     assert len(set(labels.values())) == 3
     assert [op in labels[n] for op, n in zip(("Mul", "Div", "Add"), names)] == [True] * 3
     assert unique_short_names(["aten::mm", "aten::mm"]) == {"aten::mm": "aten::mm"}
+
+
+def test_roofline_finding_by_hand() -> None:
+    """Four op shapes over 2 steps on 1 GPU rank; time left 6, 4, 2 and 1 ms: the top three
+    leave (6 + 4 + 2) / 2 = 6 ms per step; capped at the path's compute (5 ms per step)."""
+    from traceview.analyses.roofline_finding import roofline_finding
+
+    df = pl.DataFrame({"name": ["a", "b", "c", "d"], "input_dims": ["[[1]]"] * 4,
+                       "bound": ["compute", "memory", "memory", "memory"],
+                       "roofline_fraction": [0.4, 0.2, 0.5, 0.9],
+                       "time_left_ns": [6_000_000, 4_000_000, 2_000_000, 1_000_000]})
+    f = roofline_finding(df, n_steps=2, gpu_ranks=1, path_compute_ns_per_step=None)
+    assert (f["id"], f["name"], f["gain_ns_per_step"]) == ("roofline", "a", 6_000_000)
+    assert [e["value"] for e in f["evidence"][:3]] == [3e6, 2e6, 1e6]
+    capped = roofline_finding(df, n_steps=2, gpu_ranks=1, path_compute_ns_per_step=5_000_000)
+    assert capped["gain_ns_per_step"] == 5_000_000
+    assert roofline_finding(df.with_columns(time_left_ns=pl.lit(None, pl.Int64)), n_steps=2,
+                            gpu_ranks=1, path_compute_ns_per_step=None) is None
