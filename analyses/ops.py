@@ -225,8 +225,10 @@ def _string_list(text: str) -> list[str] | None:
 
 
 def _warnings(device: str | None, dtypes: list[str], peaks: dict[str, Any]) -> list[str]:
-    """What the roofline could not say: no device, a device not in the table, a dtype
-    without a peak."""
+    """What the roofline could not say, when an op has a model: no device, a device not in
+    the table, a dtype without a peak."""
+    if not dtypes:
+        return []  # no modelled op (a CPU-only run, no recorded shapes): nothing to bound
     if not device:
         return ["ops: the trace names no device: achieved rates without a roofline bound"]
     if peaks["tb_per_s"] is None and not peaks["tflops"]:
