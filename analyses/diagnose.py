@@ -27,6 +27,9 @@ per step of the path (definitions and a worked example: ``docs/metrics.md``, *Di
 * ``kernels`` (one per kernel family holding ``KERNEL_SHARE`` of the path or more: matrix
   multiplies, attention, convolutions, ...): what the compute is made of; no gain (how much
   faster the kernels can run is not in the trace);
+* ``roofline``: the op shapes with the most GPU time left on the table (time x (1 - the
+  fraction of their roofline reached), ``analyses.ops``), the top three per step and GPU
+  rank, capped at the compute on the path (``roofline_finding``);
 * ``pipeline_bottleneck``: the clear bottleneck stage of a pipeline (``analyses.pipeline``) as
   fast as the median stage: its compute per step over the median stage's;
 * ``bound`` and ``mfu``: what the path is made of (``overlap.bound_of``, the one rule of
@@ -52,6 +55,7 @@ from .mfu import ModelSize, model_flops_utilisation
 from .names import short_name
 from .overlap import bound_of
 from .path_summary import host_time, path_categories, path_steps, stretch_own
+from .roofline_finding import roofline_finding
 
 #: Gain thresholds, as a share of the median step time: ``high`` and ``medium`` severity;
 #: below ``KEEP`` a finding is left out (noise, not worth a line on the to-do list).
@@ -205,7 +209,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
              model: ModelSize = ModelSize(), host: pl.DataFrame | None = None,
              table: tuple[Peak, ...] = PEAK_TABLE,
              pipeline: dict[str, Any] | None = None,
-             alltoall: dict[str, Any] | None = None) -> dict[str, Any]:
+             alltoall: dict[str, Any] | None = None,
+             ops: pl.DataFrame | None = None) -> dict[str, Any]:
     """``findings`` (``FINDING_SCHEMA``, in the module docstring's order, information last),
     ``bound``, ``mfu``, ``step_ns`` (the mean step time the gains are shares of) and
     ``notes`` (warnings: a refused MFU).
@@ -217,7 +222,7 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     rank's clock), to tell Python functions that launch GPU work from those that do not
     (None: none does); ``pipeline``: ``analyses.pipeline.pipeline`` (None: no send/recv
     pairs); ``alltoall``: the all-to-all answer (``alltoall.alltoall``), when the run has
-    any."""
+    any; ``ops``: ``analyses.ops.ops`` rows by shape (the roofline finding; None: none)."""
     steps = path_steps(path)
     n_steps = max(steps.height, 1)
     step_ns = _mean_step(steps)
@@ -230,6 +235,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     found.append(_pageable(path, n_steps))
     found.append(pipeline_bottleneck(pipeline))
     found += _kernel_findings(path, sorted(gpu_ranks), n_steps, total)
+    found.append(roofline_finding(ops, n_steps=n_steps, gpu_ranks=len(gpu_ranks),
+                                  path_compute_ns_per_step=cats["compute"]["per_step_ns"]))
     found.append(_alltoall_imbalance(alltoall, found))
     found = [f for f in found if f is not None]
     confidence = _straggler_confidence(stragglers)

@@ -26,7 +26,9 @@ Frame = pl.LazyFrame | pl.DataFrame
 @dataclass(frozen=True)
 class Peak:
     """One row of the peak table: devices whose name matches ``pattern`` (case-insensitive
-    regex, first match wins), element type, dense peak TFLOP/s, and where the number is from."""
+    regex, first match wins), element type, dense peak TFLOP/s, and where the number is from.
+    The rows of dtype ``hbm`` hold the device memory's peak bandwidth in TB/s instead
+    (``peak_bandwidth``): the roofline's memory roof."""
 
     pattern: str
     dtype: str
@@ -42,6 +44,7 @@ _MI300 = "AMD Instinct MI300X accelerator data sheet (2023), dense matrix"
 _MI250 = "AMD Instinct MI250/MI250X data sheets (2021), dense matrix"
 _TURING = "NVIDIA Turing GPU architecture whitepaper, RTX 2080 Ti reference board"
 _GP100 = "NVIDIA Quadro GP100 datasheet (2017)"
+_H200 = "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM; sparsity figures halved"
 
 #: Dense peak TFLOP/s by device name pattern and dtype (fp64, fp32, tf32, bf16, fp16, fp8).
 PEAK_TABLE: tuple[Peak, ...] = (
@@ -70,6 +73,17 @@ PEAK_TABLE: tuple[Peak, ...] = (
     Peak(r"RTX 2080 Ti", "fp32", 13.4, _TURING), Peak(r"RTX 2080 Ti", "fp16", 107.6, _TURING),
     Peak(r"GP100", "fp32", 10.3, _GP100), Peak(r"GP100", "fp16", 20.7, _GP100),
     Peak(r"GP100", "fp64", 5.2, _GP100),
+    Peak(r"H200", "fp32", 67.0, _H200), Peak(r"H200", "tf32", 494.5, _H200),
+    Peak(r"H200", "bf16", 989.5, _H200), Peak(r"H200", "fp16", 989.5, _H200),
+    Peak(r"H200", "fp8", 1979.0, _H200), Peak(r"H200", "fp64", 34.0, _H200),
+    # memory bandwidth (TB/s), the roofline's memory roof
+    Peak(r"H100.*PCIe", "hbm", 2.0, _H100), Peak(r"H100|H800", "hbm", 3.35, _H100),
+    Peak(r"H200", "hbm", 4.8, _H200),
+    Peak(r"A100.*PCIe.*80GB", "hbm", 1.935, _A100), Peak(r"A100.*80GB", "hbm", 2.039, _A100),
+    Peak(r"A100|A800", "hbm", 1.555, _A100),
+    Peak(r"B200", "hbm", 8.0, _B200), Peak(r"V100", "hbm", 0.9, _V100),
+    Peak(r"MI300X", "hbm", 5.3, _MI300), Peak(r"MI250", "hbm", 3.2768, _MI250),
+    Peak(r"RTX 2080 Ti", "hbm", 0.616, _TURING), Peak(r"GP100", "hbm", 0.717, _GP100),
 )
 
 _DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
@@ -92,6 +106,16 @@ def peak_tflops(device_name: str | None, dtype: str, *,
         if p.dtype == dt and re.search(p.pattern, device_name, flags=re.IGNORECASE):
             return p
     return None
+
+
+def peak_bandwidth(device_name: str | None, *,
+                   table: Sequence[Peak] = PEAK_TABLE) -> Peak | None:
+    """The device memory's peak bandwidth (its ``hbm`` row: ``tflops`` holds TB/s), or None.
+
+    >>> peak_bandwidth("NVIDIA H100 80GB HBM3").tflops
+    3.35
+    """
+    return peak_tflops(device_name, "hbm", table=table)
 
 
 def achieved_flops(

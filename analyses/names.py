@@ -16,6 +16,7 @@ and joined back by the (dictionary-encoded) name. Both helpers stay lazy.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import polars as pl
 
@@ -71,6 +72,42 @@ def short_name(name: str | None, width: int = 60) -> str:
         while len(s) > width and re.search(r"<[^<>]*<[^<>…]+>", s):
             s = re.sub(r"(<[^<>]*)<[^<>…]+>", r"\1<…>", s, count=1)  # innermost first
     return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def unique_short_names(names: Iterable[str | None], width: int = 60) -> dict[str, str]:
+    """Each distinct name's label: ``short_name``, made longer where two distinct names would
+    share one, so that no two kernels share a label (a table row or a figure bar each). A
+    clashing group keeps more of its template arguments (``width`` doubled, then doubled
+    again, then the whole simplified signature); names that still read the same (they
+    differ only in namespaces, lambdas or parameters) get `` #1``, `` #2``... in name order.
+
+    >>> a = "void k<F<Mul>, A<int> >(int)"; b = "void k<F<Div>, A<int> >(int)"
+    >>> short_name(a, 16) == short_name(b, 16)
+    True
+    >>> sorted(unique_short_names([a, b, a], width=16).values())
+    ['k<F<Div>, A<int>>', 'k<F<Mul>, A<int>>']
+    """
+    distinct = list(dict.fromkeys(str(n) for n in names if n is not None))
+    labels = {n: short_name(n, width) for n in distinct}
+    for wider in (2 * width, 4 * width, 1 << 30):
+        clashing = _clashing(labels)
+        if not clashing:
+            return labels
+        labels.update({n: short_name(n, wider) for n in clashing})
+    groups: dict[str, list[str]] = {}
+    for n in sorted(_clashing(labels)):
+        groups.setdefault(labels[n], []).append(n)
+    for label, members in groups.items():
+        labels.update({n: f"{label} #{i}" for i, n in enumerate(members, 1)})
+    return labels
+
+
+def _clashing(labels: dict[str, str]) -> set[str]:
+    """The names whose label another name also has."""
+    seen: dict[str, int] = {}
+    for label in labels.values():
+        seen[label] = seen.get(label, 0) + 1
+    return {n for n, label in labels.items() if seen[label] > 1}
 
 
 def _outside_templates(s: str) -> str:

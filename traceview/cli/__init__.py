@@ -58,6 +58,8 @@ COMMANDS: dict[str, Command] = {
     "overlap": Command("timeline", "compute/communication overlap per rank (and step)"),
     "breakdown": Command("timeline", "per-step GPU time breakdown, top kernels and ops"),
     "summary": Command("timeline", "one screen per run: steps, compute, comm, idle, gaps"),
+    "ops": Command("ops", "per operator: GPU time, FLOPs and bytes from shapes, achieved "
+                          "TFLOP/s and TB/s, roofline bound and fraction"),
     "memory": Command("memory", "peak memory per rank and device, growth, pressure; snapshots"),
     "report": Command("report", "one self-contained HTML report of a run"),
     "diff": Command("report", "compare two runs: step time, comm, idle, kernels, collectives, "

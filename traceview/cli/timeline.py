@@ -12,7 +12,7 @@ import argparse
 
 import polars as pl
 
-from traceview.analyses.names import short_name
+from traceview.analyses.names import unique_short_names
 from traceview.cli._options import (
     add_align_arg,
     add_all_arg,
@@ -199,19 +199,22 @@ def run_breakdown(args: argparse.Namespace) -> int:
         print(not_shown(shown.height, steps.height, "breakdown"))
     if is_many(kernels, args):
         across = result["kernels_across_ranks"]
+        labels = unique_short_names(across.get_column("name").to_list(), 60)
         print(f"\nTop {args.top} GPU kernels by total time over all ranks")
         print(table(["ranks", "class", "count", "total_ms", "rank_median_ms", "rank_max_ms",
                      "max_rank", "name"],
                     [[r["ranks"], r["gpu_class"], r["count"], ms(r["total_ns"]),
                       ms(r["rank_median_ns"]), ms(r["rank_max_ns"]), r["max_rank"],
-                      short_name(r["name"], 60)] for r in across.iter_rows(named=True)]))
+                      labels.get(r["name"])] for r in across.iter_rows(named=True)],
+                    max_width=None))
     else:
+        labels = unique_short_names(kernels.get_column("name").to_list(), 60)
         print(f"\nTop {args.top} GPU kernels by total time")
         print(table(["rank", "class", "count", "total_ms", "mean_us", "p50_us", "p99_us",
                      "name"],
                     [[r["rank"], r["gpu_class"], r["count"], ms(r["total_ns"]),
-                      us(r["mean_ns"]), us(r["p50_ns"]), us(r["p99_ns"]), short(r["name"], 60)]
-                     for r in kernels.iter_rows(named=True)]))
+                      us(r["mean_ns"]), us(r["p50_ns"]), us(r["p99_ns"]), labels.get(r["name"])]
+                     for r in kernels.iter_rows(named=True)], max_width=None))
     many_ops = is_many(ops_self, args)
     ops_shown = (ops_self.sort("self_ns", "rank", descending=[True, False]).head(args.top)
                  if many_ops else ops_self)

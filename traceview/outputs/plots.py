@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from traceview._dependencies import lazy_module
-from traceview.analyses.names import short_name
+from traceview.analyses.names import short_name, unique_short_names
 from traceview.analyses.spread import MANY_RANKS
 from traceview.errors import TraceviewError
 from traceview.outputs.safe_text import printable
@@ -283,20 +283,65 @@ def top_items(top: pl.DataFrame, *, value: str = "total_ns", name: str = "name",
     """Horizontal bars of ``value`` per ``name``, one bar per name: ``top`` is
     ``analyses.breakdown.kernels_across_ranks`` rows, or ``top_kernels`` / ``top_cpu_ops`` rows
     (several ranks' rows are summed per name). The label is the short name
-    (``analyses.names.short_name``), the hover the full one.
+    (``analyses.names.unique_short_names``: distinct names never share a label, so no bar
+    stacks two kernels), the hover the full one.
     """
     if top.height == 0:
         return empty(title, "nothing to rank")
     if "rank" in top.columns and top["rank"].n_unique() > 1:  # per-rank rows: one bar a name
         top = (top.group_by(name).agg(pl.col(value).sum())
                .sort(value, name, descending=[True, False]))
+    labels = unique_short_names(top[name].to_list(), 50)  # one bar per kernel, never merged
     fig = go.Figure(go.Bar(
-        y=[label(short_name(n, 50)) for n in top[name]], x=(top[value] / _NS_PER_MS).to_list(),
+        y=[label(labels.get(str(n), short_name(n, 50))) for n in top[name]],
+        x=(top[value] / _NS_PER_MS).to_list(),
         orientation="h", marker_color="#4C78A8", customdata=[label(n) for n in top[name]],
         hovertemplate="%{customdata}<br>%{x:.3f} ms<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
     return _layout(fig, title, xaxis_title="ms", showlegend=False,
                    height=min(MAX_HEIGHT, max(300, 90 + 24 * top.height)))
+
+
+#: Colours of the op families on the roofline (stable across reports).
+CATEGORY_COLOURS: dict[str, str] = {"gemm": "#4C78A8", "sdpa": "#F58518", "conv": "#54A24B",
+                                    "elementwise": "#B279A2", "reduce": "#E45756"}
+
+
+def roofline(ops: pl.DataFrame, peaks: dict[str, Any], *,
+             title: str = "Operators against the roofline") -> Any:
+    """``analyses.ops.ops`` rows (by shape) on log-log axes: intensity (FLOP/byte) against
+    achieved TFLOP/s (``tflops_per_s_total``), one point per op shape, its area by GPU time,
+    coloured by family; the device's roofline per dtype (``peaks``: ``device_peaks``) drawn
+    when known: ``min(peak TFLOP/s, intensity x TB/s)``."""
+    drawn = ops.filter((pl.col("intensity") > 0) & (pl.col("tflops_per_s_total") > 0))
+    if drawn.height == 0:
+        return empty(title, "no op with a FLOP and byte model owns GPU time")
+    fig = go.Figure()
+    biggest = drawn["kernel_time_ns"].max() or 1
+    for (cat,), g in drawn.sort("category").group_by("category", maintain_order=True):
+        text = [label(f"{n} {d or ''}") for n, d in zip(g["name"], g["input_dims"])]
+        fig.add_trace(go.Scatter(
+            x=g["intensity"].to_list(), y=g["tflops_per_s_total"].to_list(), mode="markers",
+            name=label(cat), customdata=(g["kernel_time_ns"] / _NS_PER_MS).to_list(),
+            text=text, marker={"color": CATEGORY_COLOURS.get(cat, "#888"), "sizemode": "area",
+                               "size": (g["kernel_time_ns"] / biggest * 900).to_list(),
+                               "sizemin": 4, "opacity": 0.75},
+            hovertemplate="%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} TFLOP/s, "
+                          "%{customdata:.3f} ms<extra></extra>"))
+    bw = peaks.get("tb_per_s")
+    lo = min(drawn["intensity"].min(), 0.01) / 2
+    hi = max(drawn["intensity"].max(), 1000) * 2
+    for dt, peak in sorted(peaks.get("tflops", {}).items(), key=lambda kv: -kv[1]):
+        if bw is None:
+            break
+        ridge = peak / bw
+        xs = [lo, ridge, hi] if lo < ridge < hi else [lo, hi]
+        fig.add_trace(go.Scatter(x=xs, y=[min(peak, x * bw) for x in xs], mode="lines",
+                                 name=f"roofline {dt} ({peak:g} TFLOP/s, {bw:g} TB/s)",
+                                 line={"dash": "dot", "width": 1.5}, hoverinfo="skip"))
+    fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP/byte)")
+    fig.update_yaxes(type="log", title_text="achieved TFLOP/s")
+    return _layout(fig, title, height=520)
 
 
 def diff_bars(contributors: pl.DataFrame, *,

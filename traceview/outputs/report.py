@@ -127,6 +127,13 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
         except Exception as exc:
             notes["alltoall"] = [f"all-to-all analysis failed: {type(exc).__name__}: {exc}"]
 
+    roofline = None
+    if run.gpu.height:
+        try:  # a partial report with the reason, never none
+            roofline = run.ops()
+        except Exception as exc:
+            notes["roofline"] = [f"operator analysis failed: {type(exc).__name__}: {exc}"]
+
     ranks = run.ranks
     meta = {
         "ranks": n_ranks,
@@ -151,7 +158,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                       nccl=run.nccl_log_view(nccl_logs) if nccl_logs else None,
                       memory_points=memory_points, memory_peaks=memory_peaks,
                       critical_path=path, diagnose=todo, pipeline=pipe,
-                      alltoall=alltoall)
+                      alltoall=alltoall, ops=roofline)
 
 
 #: The memory timeline shows at most this many ranks (those with the highest peaks).

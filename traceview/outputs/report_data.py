@@ -65,6 +65,8 @@ class ReportData:
     #: ``report --history``: one gate metric over recorded runs and this run's value
     #: (:class:`HistoryTrend`), None without a history database
     history: HistoryTrend | None = None
+    #: the ``ops`` result by shape (a ``Result``), None without GPU events
+    ops: Any = None
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{H.e(k)}</th><td>{H.e(v)}</td></tr>"

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from traceview.analyses.names import short_name
+from traceview.analyses.names import short_name, unique_short_names
 from traceview.outputs.safe_text import printable
 
 #: Rows a table shows before its collapsed section.
@@ -36,15 +36,16 @@ def pct(v: Any) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-def name_cell(v: Any) -> str:
-    """A name cell: the short name, the full one on hover (``title``) when they differ."""
+def name_cell(v: Any, labels: dict[str, str] | None = None) -> str:
+    """A name cell: the short name (its label in ``labels``, the column's unique labels,
+    when there), the full one on hover (``title``) when they differ."""
     text = ", ".join(map(str, v)) if isinstance(v, list) else ("" if v is None else str(v))
-    shown = short_name(text)
+    shown = (labels or {}).get(text) or short_name(text)
     title = f' title="{e(text)}"' if shown != text else ""
     return f'<td class="name"{title}>{e(shown)}</td>'
 
 
-def _cell(v: Any, fmt: str) -> str:
+def _cell(v: Any, fmt: str, labels: dict[str, str] | None = None) -> str:
     if fmt == "ms":
         return f"<td>{ms(v)}</td>"
     if fmt == "pct":
@@ -52,7 +53,7 @@ def _cell(v: Any, fmt: str) -> str:
     if fmt == "f3":
         return f"<td>{'-' if v is None else f'{v:.3f}'}</td>"
     if fmt == "name":
-        return name_cell(v)
+        return name_cell(v, labels)
     if fmt == "prose":
         return f'<td class="prose">{e(v)}</td>'
     if fmt == "ranks":
@@ -78,12 +79,16 @@ def table(df: pl.DataFrame, columns: list[tuple[str, str, str]], *,
     if df.height == 0:
         return "<p>(no rows)</p>"
     head = "<thead><tr>" + "".join(f"<th>{e(h)}</th>" for _, h, _ in columns) + "</tr></thead>"
+    # one label per distinct name in each name column: two kernels never read the same
+    labels = {c: unique_short_names(v for v in df.head(visible + most).get_column(c).to_list()
+                                    if isinstance(v, str))
+              for c, _, f in columns if f == "name" and c in df.columns}
 
     def rows(frame: pl.DataFrame) -> str:
         out = []
         for row in frame.iter_rows(named=True):
             cls = f' class="{row_class}"' if row_class and row.get("flagged") else ""
-            out.append(f"<tr{cls}>" + "".join(_cell(row.get(c), f) for c, _, f in columns)
+            out.append(f"<tr{cls}>" + "".join(_cell(row.get(c), f, labels.get(c)) for c, _, f in columns)
                        + "</tr>")
         return "".join(out)
 

@@ -27,7 +27,8 @@ _SECTIONS = (("verdict", "Verdict"), ("summary", "Run summary"), ("steps", "Step
              ("nccl", "NCCL log"), ("stragglers", "Stragglers"), ("pipeline", "Pipeline"),
              ("alltoall", "All-to-all"),
              ("critical-path", "Critical path and what to fix"),
-             ("gaps", "Gap causes"), ("kernels", "Top kernels"), ("memory", "Memory"),
+             ("gaps", "Gap causes"), ("kernels", "Top kernels"),
+             ("roofline", "Operators against the roofline"), ("memory", "Memory"),
              ("history", "History"))
 
 #: The summary columns whose spread across ranks the summary shows.
@@ -434,6 +435,54 @@ def _kernels(data: ReportData, fig: _Figures) -> list[str]:
     return [*out, "</section>"]
 
 
+#: Ops the roofline section's table lists (most time left on the table first).
+_ROOFLINE_ROWS = 15
+
+
+def _roofline(data: ReportData, fig: _Figures) -> list[str]:
+    """Each op shape's intensity against its achieved TFLOP/s on the device's roofline, and
+    the ops with the most time left on the table (GPU time x (1 - roofline fraction))."""
+    res = data.ops
+    failed = data.notes.get("roofline", [])
+    if res is None:
+        return (['<section id="roofline"><h2>Operators against the roofline</h2>',
+                 H.notes(failed), "</section>"] if failed else [])
+    df = res["ops"]
+    peaks = res["peaks"]
+    device = res["device"] or "an unnamed device"
+    roofs = ", ".join(f"{dt} {v:g} TFLOP/s" for dt, v in peaks["tflops"].items())
+    known = peaks["tb_per_s"] is not None and bool(roofs)
+    text = (f"On {device} ({roofs}; {peaks['tb_per_s']:g} TB/s). " if known else
+            f"{device} is not in the peak table: rates without a roofline. ")
+    text += ("FLOPs and bytes come from each op's recorded shapes (docs/metrics.md, "
+             "\"Operators against the roofline\"); an op's GPU time is that of the kernels "
+             "it launched, counted once.")
+    left = (df.filter(pl.col("time_left_ns").is_not_null())
+            .sort("time_left_ns", "name", descending=[True, False]).head(_ROOFLINE_ROWS)
+            .with_columns(top_kernel=pl.col("kernels").list.first()))
+    modelled = df.filter((pl.col("intensity") > 0) & (pl.col("tflops_per_s_total") > 0))
+    out = ['<section id="roofline"><h2>Operators against the roofline</h2>',
+           H.notes([*failed, *(w for w in res.warnings if w.startswith("ops:"))]),
+           f"<p>{_e(text)}</p>",
+           fig(plots.roofline(df, peaks)) if modelled.height else H.notes([
+               "No op that owns GPU time has a FLOP and byte model (GEMM, attention, "
+               "convolution, elementwise, reductions) with recorded shapes: profile with "
+               "record_shapes=True to place the ops on the roofline."])]
+    if left.height:
+        out += ["<p>The ops with the most time left on the table: GPU time x (1 - fraction "
+                "of the roofline reached).</p>",
+                table(left, [("name", "op", "name"), ("category", "family", "text"),
+                             ("input_dims", "shapes", "text"), ("count", "count", "text"),
+                             ("kernel_time_ns", "GPU (ms)", "ms"),
+                             ("tflops_per_s_total", "TFLOP/s", "f3"),
+                             ("intensity", "FLOP/byte", "f3"), ("bound", "bound", "text"),
+                             ("roofline_fraction", "of roofline", "pct"),
+                             ("time_left_ns", "left (ms)", "ms"),
+                             ("top_kernel", "top kernel", "name")],
+                      every_row="traceview ops --csv")]
+    return [*out, "</section>"]
+
+
 def _memory_section(data: ReportData, fig: _Figures) -> list[str]:
     """Allocated bytes over time per rank and device, each peak marked, and the peaks; no
     section for traces without allocator events (recorded without profile_memory)."""
@@ -510,6 +559,7 @@ def render_body(data: ReportData) -> tuple[str, int]:
              or bool(data.notes.get("critical-path")),
              "pipeline": data.pipeline is not None or bool(data.notes.get("pipeline")),
              "breakdown": gpu, "gaps": gpu, "history": data.history is not None,
+             "roofline": gpu and data.ops is not None,
              "collectives": _n_ranks(data) > 1, "stragglers": _n_ranks(data) > 1}
     serious = [w for w in data.warnings if not is_note(w)]
     benign = [w for w in data.warnings if is_note(w)]
@@ -533,6 +583,7 @@ def render_body(data: ReportData) -> tuple[str, int]:
     if gpu:
         out += _gaps(data, fig)
     out += _kernels(data, fig)
+    out += _roofline(data, fig) if gpu else []
     out += _memory_section(data, fig)
     out += _history_section(data, fig)
     return "\n".join(out), fig.count

@@ -76,6 +76,9 @@ from traceview.analyses.host import host_events
 from traceview.analyses.launches import unlaunched_gpu
 from traceview.analyses.memory import memory_levels
 from traceview.analyses.nccl import log_calls, log_choices
+from traceview.analyses.op_kernels import op_kernel_times
+from traceview.analyses.op_models import family
+from traceview.analyses.ops import op_args, ops
 from traceview.analyses.overlap import overlap, prepared_gpu
 from traceview.analyses.p2p import p2p_calls, p2p_sync_rows, pair_p2p
 from traceview.analyses.path_summary import (
@@ -106,7 +109,7 @@ __all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
 #: The command's name is the method's with ``-`` for ``_`` (``critical-path``).
 ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
                              "stragglers", "pipeline", "alltoall", "memory", "critical_path",
-                             "diagnose")
+                             "diagnose", "ops")
 
 
 class Run:
@@ -756,13 +759,21 @@ class Run:
             except Exception as exc:  # a partial answer with the reason, never a traceback
                 notes.append(f"diagnose: pipeline analysis failed ({type(exc).__name__}: "
                              f"{exc}): no pipeline finding")
+        roofline = None
+        if self.gpu.height:
+            try:
+                instances, kernels = self.op_instances
+                roofline = ops(instances, kernels, device=self._device_name())["ops"]
+            except Exception as exc:  # a partial answer with the reason, never a traceback
+                notes.append(f"diagnose: operator analysis failed ({type(exc).__name__}: "
+                             f"{exc}): no roofline finding")
         found = diagnose(self.path, collective_rows=self._path_collectives,
                          stragglers=verdicts,
                          gaps=self.gap_rows() if self.gpu.height else None,
                          gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
                          devices=self.ranks, model=ModelSize(**model), pipeline=staged,
                          alltoall=self._alltoall if self.has_alltoall else None,
-                         host=self.host if self.gpu.height else None)
+                         host=self.host if self.gpu.height else None, ops=roofline)
         notes += found.pop("notes")  # a refused MFU
         return self._path_result("diagnose", found, main="findings", notes=notes)
 
@@ -782,6 +793,29 @@ class Run:
         words = [*self.warnings, *self.plain_table_warnings("match", "offsets"),
                  *test.warnings, *test.plain_table_warnings("match", "offsets")]
         return Result("diff", found.fields(), "metrics", tuple(warnings), plain=tuple(words))
+
+    @cached_property
+    def op_instances(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Each op instance that owns GPU time, with its recorded arguments, and each
+        launched GPU event with its owner (``analyses.op_kernels``, ``analyses.ops.op_args``):
+        what ``ops``, the report's roofline and ``diagnose`` read."""
+        instances, kernels = op_kernel_times(self.gpu, self.host,
+                                             modelled=lambda name: family(name) is not None)
+        return op_args(self.events, instances), kernels
+
+    def ops(self, *, by: str = "shape", category: str | None = None) -> Result:
+        """Per op (``by``: ``shape`` or ``name``): its GPU time, FLOPs and bytes from its
+        shapes, achieved TFLOP/s and TB/s, intensity, roofline bound and fraction
+        (``analyses.ops``); ``category``: gemm, sdpa, conv, elementwise or reduce. Main table
+        ``ops``."""
+        if by not in ("shape", "name"):
+            raise UsageError(f"--by must be shape or name, not {by!r}")
+        instances, kernels = self.op_instances
+        found = ops(instances, kernels, device=self._device_name(), by=by, category=category)
+        res = self._result("ops", {"window": self.window_info, "ops": found["ops"],
+                                   "device": found["device"], "peaks": found["peaks"]},
+                           main="ops", uses=("gpu",))
+        return res.with_warnings(*found["warnings"])
 
     def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
                        model_flops_per_step: float | None = None) -> pl.DataFrame | None:
