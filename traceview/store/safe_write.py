@@ -72,13 +72,24 @@ def check_folder_target(target: str | Path, *, option: str = "-o") -> Path:
     return path
 
 
+#: Folders whose stale temporaries this process has removed (``atomic_write``).
+_CLEANED: set[str] = set()
+
+
 def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` on a temporary path beside ``target``, then rename it into place.
     Temporaries of ``target`` left by killed writers are removed first."""
     target = Path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(target.parent, target.name)
+        # Once per folder and process: listing the folder for every write was quadratic in
+        # its files (the cache's ids/ folder holds one file per input: 5,000 inputs listed
+        # it 5,000 times; docs/performance.md, log entry 36). A writer killed since then
+        # leaves a temporary that the next process removes.
+        folder = str(target.parent)
+        if folder not in _CLEANED:
+            remove_stale_temporaries(target.parent)
+            _CLEANED.add(folder)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.",
                                    suffix=".tmp")
     except OSError as exc:  # name what was to be written, not the temporary
