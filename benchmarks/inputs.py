@@ -135,3 +135,183 @@ def nsys_set(root: Path, *, kernels: int, log=print) -> InputSet:
         counts = write_bulk(path, kernels=kernels)
         m = _write_manifest(folder, [path], sum(counts.values()))
     return _load(name, folder, m)
+
+
+# ---- many small files (issue 23, item 2) ----
+
+#: The template of the many-small-files sets: a real 2-rank gloo DDP run's rank 0 (26 KB gzip,
+#: 1,039 events: CPU ops, gloo collectives, fwd/bwd flows).
+SMALL_TEMPLATE = REPO / "fixtures" / "data" / "gloo_ddp_2r" / "rank-0.gloo_ddp.pt.trace.json.gz"
+
+
+def many_small_set(root: Path, n: int, log=print) -> InputSet:
+    """A run folder of ``n`` small rank files: the gloo template copied with its rank (and the
+    world's size and ranks in ``distributedInfo``) rewritten, and its clock shifted by a few
+    microseconds per rank so that ranks differ. The events are the template's."""
+    import orjson
+
+    name = f"small-{n}-gloo"
+    folder = root / name
+    m = _manifest(folder)
+    if m is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        log(f"generating {name} ...")
+        t = time.perf_counter()
+        with gzip.open(SMALL_TEMPLATE, "rb") as fh:
+            doc = orjson.loads(fh.read())
+        events = doc.pop("traceEvents")
+        info = doc["distributedInfo"]
+        info["world_size"] = n
+        for pg in info.get("pg_config", []):
+            pg["pg_size"], pg["ranks"] = n, list(range(n))
+        head = orjson.dumps(doc)[:-1]
+        files = []
+        for rank in range(n):
+            info["rank"] = rank
+            head = orjson.dumps(doc)[:-1]
+            shift = 3 * (rank % 97)
+            body = orjson.dumps([_shifted(e, shift) for e in events] if shift else events)
+            path = folder / f"rank-{rank}.gloo_ddp.pt.trace.json.gz"
+            path.write_bytes(gzip.compress(head + b',"traceEvents":' + body + b"}",
+                                           compresslevel=1, mtime=0))
+            files.append(path)
+        m = _write_manifest(folder, files, n * len(events))
+        log(f"  {n} files, {m['disk_bytes'] / 1e6:.1f} MB in {time.perf_counter() - t:.0f} s")
+    return _load(name, folder, m)
+
+
+def _shifted(event: dict, us: float) -> dict:
+    ts = event.get("ts")
+    if isinstance(ts, (int, float)) and event.get("ph") != "M":
+        event = dict(event)
+        event["ts"] = ts + us
+    return event
+
+
+# ---- real-derived sets (issue 23, item 1) ----
+
+#: Corpus GPU traces the real-derived sets replicate (relative to ``fixtures.corpus``).
+#: ``single``: TraceLens's owlv2 H100 inference trace (132,152 events: Python functions, CPU
+#: ops, CUDA runtime and driver calls, kernels, memsets, memcpys, 13,474 memory events, 14,457
+#: flow events); ``ranks``: rank 0 of 16 of an NCCL training job in HTA's tests (108,936
+#: events, 5 profiler steps, 80 NCCL kernels, 41,671 flow events).
+REAL_SOURCES = {
+    "single": "tracelens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
+    "ranks": "hta-tests-data/tests/data/negative_queue_length_values_check/rank0.json.gz",
+}
+
+#: Integer ids in ``args`` that must stay unique per replica (shifted by the replica's offset).
+_ID_ARGS = ("correlation", "External id", "Python id", "Python parent id", "Record function id",
+            "Ev Idx", "Fwd thread id", "Sequence number")
+
+
+def real_source(kind: str) -> Path | None:
+    """The corpus trace a real-derived set is built from, or None when the corpus is absent."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from fixtures.corpus import corpus_dir
+
+    path = corpus_dir() / REAL_SOURCES[kind]
+    return path if path.is_file() else None
+
+
+def real_set(root: Path, kind: str, *, ranks: int, mb_per_rank: float,
+             log=print) -> InputSet | None:
+    """``ranks`` files of at least ``mb_per_rank`` MB of JSON each, built from the corpus trace
+    ``REAL_SOURCES[kind]`` by replicating its events (every event kept: kernels, runtime calls,
+    flows, memory events, steps) one copy after the other in time. Each replica shifts the
+    timestamps past the previous one's end, and the correlation, external, Python and flow ids
+    and the profiler-step numbers by a per-replica offset, so they stay unique; metadata
+    events (``ph: M``) and the trace-span events are kept once. With several ranks, each rank
+    is the same with ``distributedInfo`` rank/world_size rewritten and its clock offset by
+    rank x 7 us. None (and nothing written) when the corpus is absent."""
+    source = real_source(kind)
+    if source is None:
+        log(f"real-derived set '{kind}' skipped: corpus absent ({REAL_SOURCES[kind]})")
+        return None
+    import orjson
+
+    name = f"real-{kind}-{ranks}r-{mb_per_rank:g}mb"
+    folder = root / name
+    m = _manifest(folder)
+    if m is not None:
+        return _load(name, folder, m)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    log(f"generating {name} from {source.name} ...")
+    t = time.perf_counter()
+    with gzip.open(source, "rb") as fh:
+        raw = fh.read()
+    doc = orjson.loads(raw)
+    events = doc.pop("traceEvents")
+    once = [e for e in events if e.get("ph") == "M" or e.get("cat") == "Trace"
+            or not isinstance(e.get("ts"), (int, float))]
+    timed = [e for e in events if not (e.get("ph") == "M" or e.get("cat") == "Trace"
+                                       or not isinstance(e.get("ts"), (int, float)))]
+    start = min(e["ts"] for e in timed)
+    end = max(e["ts"] + (e.get("dur") or 0) for e in timed)
+    span = int(end - start) + 1000  # us, with a 1 ms gap between replicas
+    ids = _id_span(timed)
+    steps = [int(e["name"].rsplit("#", 1)[1]) for e in timed
+             if str(e.get("name", "")).startswith("ProfilerStep#")]
+    step_span = (max(steps) - min(steps) + 1) if steps else 0
+    replicas = max(1, -(-int(mb_per_rank * 1e6) // len(raw_json := orjson.dumps(timed))))
+    del raw_json
+    files, total_events = [], 0
+    for rank in range(ranks):
+        if "distributedInfo" in doc or ranks > 1:
+            info = dict(doc.get("distributedInfo") or {"backend": "nccl"})
+            info.update(rank=rank, world_size=ranks)
+            doc["distributedInfo"] = info
+        path = folder / f"rank-{rank}.{source.name.split('.')[0]}.x{replicas}.pt.trace.json"
+        with open(path, "wb") as out:
+            out.write(orjson.dumps(doc)[:-1] + b',"traceEvents":[')
+            out.write(orjson.dumps(once)[1:-1])
+            for k in range(replicas):
+                chunk = [_replica(e, k * span + rank * 7, k * ids, k * step_span) for e in timed]
+                out.write(b"," + orjson.dumps(chunk)[1:-1])
+            out.write(b"]}")
+        total_events += len(once) + replicas * len(timed)
+        files.append(path)
+    m = _write_manifest(folder, files, total_events)
+    log(f"  {ranks} files x {replicas} replicas, {m['json_bytes'] / 1e6:.0f} MB JSON in "
+        f"{time.perf_counter() - t:.0f} s")
+    return _load(name, folder, m)
+
+
+def _id_span(events: list[dict]) -> int:
+    """One more than the largest id of any kind in ``events`` (flow ids and the id args)."""
+    top = 0
+    for e in events:
+        i = e.get("id")
+        if isinstance(i, int):
+            top = max(top, i)
+        args = e.get("args")
+        if args:
+            for key in _ID_ARGS:
+                v = args.get(key)
+                if isinstance(v, int):
+                    top = max(top, v)
+    return top + 1
+
+
+def _replica(e: dict, shift_us: int, id_shift: int, step_shift: int) -> dict:
+    if not (shift_us or id_shift or step_shift):
+        return e
+    e = dict(e)
+    e["ts"] = e["ts"] + shift_us
+    if isinstance(e.get("id"), int):
+        e["id"] += id_shift
+    name = e.get("name")
+    if step_shift and isinstance(name, str) and name.startswith("ProfilerStep#"):
+        e["name"] = f"ProfilerStep#{int(name.rsplit('#', 1)[1]) + step_shift}"
+    args = e.get("args")
+    if args and id_shift:
+        args = dict(args)
+        for key in _ID_ARGS:
+            v = args.get(key)
+            if isinstance(v, int) and v >= 0:
+                args[key] = v + id_shift
+        e["args"] = args
+    return e

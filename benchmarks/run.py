@@ -38,7 +38,9 @@ import report  # noqa: E402
 from measure import measure, run_child  # noqa: E402
 
 PARTS = ("decode", "gzip", "ingest", "scaling", "analyses", "first_answer", "bounded", "nsys",
-         "report", "hta")
+         "small", "report", "hta")
+#: File counts of the many-small-files part (issue 23, item 2); not scaled by --scale.
+SMALL_COUNTS = (500, 1000, 2000, 5000)
 SUITE = ("align", "collectives", "stragglers", "gaps", "overlap", "breakdown", "summary")
 
 
@@ -94,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-venv", type=Path, default=None,
                     help="where the HTA environment lives or is created (default OUT/hta-venv)")
     ap.add_argument("--hta-python", default=None, help="use this interpreter for HTA instead")
-    ap.add_argument("--analysis-sets", default="single,r8,r64",
+    ap.add_argument("--small-counts", default=",".join(map(str, SMALL_COUNTS)),
+                    help="file counts of the many-small-files part")
+    ap.add_argument("--no-real", action="store_true",
+                    help="leave out the real-derived sets (built from the corpus when present)")
+    ap.add_argument("--analysis-sets", default="single,r8,r64,real,real_r8",
                     help="input sets the analysis suite runs on (r8 is the target's)")
     ap.add_argument("--hta-sets", default="single,r8,r64", help="input sets HTA runs on")
     ap.add_argument("--docs", type=Path, default=REPO / "docs" / "performance.md")
@@ -141,6 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     if {"ingest", "analyses", "first_answer", "bounded", "hta"} & set(parts):
         sets["r64"] = inputs.kineto_set(root, ranks=64, mb_per_rank=round(10 * s, 2),
                                         gzip_files=True, log=log)
+    # real-derived sets (issue 23): corpus GPU traces replicated to the synthetic sets' sizes;
+    # absent corpus -> skipped, and every table shows only what was built
+    if not args.no_real and {"decode", "ingest", "analyses", "first_answer"} & set(parts):
+        real = inputs.real_set(root, "single", ranks=1, mb_per_rank=round(250 * s, 1), log=log)
+        if real is not None:
+            sets["real"] = real
+    if not args.no_real and {"ingest", "analyses", "first_answer"} & set(parts):
+        real_r8 = inputs.real_set(root, "ranks", ranks=8, mb_per_rank=round(100 * s, 1), log=log)
+        if real_r8 is not None:
+            sets["real_r8"] = real_r8
     if "nsys" in parts:
         sets["nsys"] = inputs.nsys_set(root, kernels=max(100_000, int(2_000_000 * s)), log=log)
     res["inputs"] = {k: _input_row(v) for k, v in sets.items()}
@@ -175,6 +191,15 @@ def main(argv: list[str] | None = None) -> int:
             f"-o: {d['ingest_store'].get('wall_s')}, pure: {d['ingest_pure'].get('wall_s')}")
         d["reopen"] = best("reopen", args.repeat, paths=p, cache_dir=cache_of("single"))
         res["decode"] = d
+        if "real" in sets:  # the same operations on the real-derived trace, side by side
+            p = _paths(sets["real"])
+            res["decode_real"] = {name: best(name, args.repeat, paths=p) for name in
+                                  ("read", "orjson", "msgspec")}
+            res["decode_real"]["ingest"] = best("ingest", args.repeat, paths=p,
+                                                cache_dir=cache_of("real"))
+            res["decode_real"]["reopen"] = best("reopen", args.repeat, paths=p,
+                                                cache_dir=cache_of("real"))
+            log(f"decode real: ingest {res['decode_real']['ingest'].get('wall_s')}")
         checkpoint("decode")
 
     if "gzip" in parts:
@@ -190,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "ingest" in parts:
         res["ingest"] = {}
-        for key in ("r8", "r64"):
+        for key in [k for k in ("r8", "r64", "real", "real_r8") if k in sets]:
             p = _paths(sets[key])
             cold = best("ingest", args.repeat, paths=p, cache_dir=cache_of(key))
             warm = best("reopen", args.repeat, paths=p, cache_dir=cache_of(key))
@@ -217,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     if "analyses" in parts:
         res["analyses"] = {}
         for key in [k.strip() for k in args.analysis_sets.split(",") if k.strip()]:
+            if key not in sets:  # a real-derived set without its corpus
+                continue
             p = _paths(sets[key])
             cache = cache_of(key)
             if not (Path(cache).is_dir() and any(Path(cache).rglob("*.parquet"))):
@@ -238,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         # time to first answer: a cold `summary` (ingest included) against the cold ingest
         # alone, alternating round by round
         res["first_answer"] = {}
-        for key in ("r8", "r64"):
+        for key in [k for k in ("r8", "r64", "real_r8") if k in sets]:
             p = _paths(sets[key])
             res["first_answer"][key] = alternating(args.repeat, {
                 "ingest": dict(paths=p, cache_dir=cache_of(f"{key}-first")),
@@ -274,6 +301,28 @@ def main(argv: list[str] | None = None) -> int:
                            cache_dir=cache_of("nsys"))
         log(f"nsys: {res['nsys'].get('wall_s')} s, {res['nsys'].get('kernels')} kernels")
         checkpoint("nsys")
+
+    if "small" in parts:
+        # many small files (issue 23, item 2): a run folder of N small rank files, `stragglers`
+        # cold (ingest included, empty cache) and again from the cache; time per file should
+        # stay flat in N, and so should the peak RSS of the largest process
+        res["small"] = []
+        for n in [int(c) for c in args.small_counts.split(",") if c.strip()]:
+            folder = inputs.many_small_set(root, n, log=log)
+            p = [str(folder.paths[0].parent)]
+            row = {"files": n, "disk_mb": folder.disk_bytes / 1e6,
+                   "json_mb": folder.json_bytes / 1e6, "events": folder.events,
+                   "cold": measure("first_answer", paths=p, cache_dir=cache_of(f"small-{n}"),
+                                   command="stragglers"),
+                   "warm": measure("analysis", paths=p, cache_dir=cache_of(f"small-{n}"),
+                                   command="stragglers"),
+                   "load": machine.load_average()}
+            shutil.rmtree(cache_of(f"small-{n}"), ignore_errors=True)
+            res["small"].append(row)
+            log(f"small {n}: cold {row['cold'].get('wall_s')} s / {row['cold'].get('cpu_s')} "
+                f"CPU s, warm {row['warm'].get('wall_s')} s, error "
+                f"{row['cold'].get('error') or row['warm'].get('error')}")
+            checkpoint(f"small:{n}")
 
     if "report" in parts:
         # the report at cluster scale (issue 11's bounds): benchmarks/report_scale.py, whose

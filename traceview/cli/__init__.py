@@ -96,7 +96,10 @@ class _Version(argparse.Action):
 
 
 def version_text() -> str:
-    path, why = kineto.parser_path()
+    from traceview._kineto_path import parser_path  # the scanner alone: no Polars, no pyarrow
+
+    path, why = parser_path() if "traceview.parsers.kineto._parse" not in sys.modules \
+        else kineto.parser_path()
     return (f"traceview {__version__} (Kineto parser: {path}"
             + (f": {why}; {kineto.SCANNER_FIX})" if why else ")"))
 
@@ -119,8 +122,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     named = _command_name(argv)
     if named not in COMMANDS and argv is not None and "--version" in argv:
         return parser  # the version is all it will print: no command's imports
+    # No command named (`traceview --help`, a misspelt command): the top-level help and the
+    # choices need only the table, not each command's options, whose modules import Polars
+    # (docs/performance.md, log entry 37). argv None (the whole parser) still configures all.
+    configure = named in COMMANDS or argv is None
     for command in [named] if named in COMMANDS else COMMANDS:
         command_parser = sub.add_parser(command, help=COMMANDS[command].help)
+        if not configure:
+            continue
         module_of(command).configure(command_parser, command)
         # after the command too (`traceview summary X --verbose`); SUPPRESS keeps a
         # `traceview --verbose summary X` from being reset by the command's default

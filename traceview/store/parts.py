@@ -42,6 +42,33 @@ class Part:
         return frame.with_columns(rank.alias("rank"), file_id.alias("file_id"))
 
 
+#: From this many parts up, ``scan_parts`` reads plain parts with one multi-file scan instead of
+#: a concatenation of one scan each: Polars plans and runs every scan node of a concatenation
+#: on its own, ~2 ms of CPU per file and per collect, which made a 500-file run's commands
+#: spend ~16 of their ~20 CPU s there (docs/performance.md, log entry 35).
+MANY_PARTS = 32
+
+
+def scan_parts(parts: list[Part]) -> pl.LazyFrame:
+    """The events of ``parts`` in their order, as ``pl.concat([p.scan() for p in parts])``
+    gives them. Many plain parts (one rank and file_id each, every row kept) are one
+    ``scan_parquet`` over their paths, rank and file_id looked up from each row's path."""
+    plain = (len(parts) >= MANY_PARTS
+             and all(type(p) is Part and p.rank is not None and p.file_id is not None
+                     and p.only_files is None for p in parts)
+             and len({p.path for p in parts}) == len(parts))
+    if not plain:
+        return pl.concat([p.scan() for p in parts], how="vertical")
+    path = pl.col("_traceview_path")
+    ranks = {p.path: p.rank for p in parts}
+    files = {p.path: p.file_id for p in parts}
+    frame = pl.scan_parquet([p.path for p in parts], schema=store.events_schema(),
+                            missing_columns="insert", include_file_paths="_traceview_path")
+    return frame.with_columns(path.replace_strict(ranks, return_dtype=pl.Int32).alias("rank"),
+                              path.replace_strict(files, return_dtype=pl.Int32)
+                              .alias("file_id")).drop("_traceview_path")
+
+
 def part_entry(part: Part, name: str) -> dict[str, Any]:
     """A store manifest's record of one events file: what ``Part`` needs to read it."""
     return {"file": name, "file_id": part.file_id, "rank": part.rank,

@@ -50,13 +50,23 @@ def place(results: list[FileResult], rank_map: dict[str, int],
     otherwise a :class:`TwoRunsError` (``traceview.store.runs``). ``results`` loses the files
     left out in place."""
     spans: dict[str, FileSpan] = {}
+    # (file, final rank) -> parsed rank, per rank_of: one pass over rank_of, not one a call
+    # (identity_of is asked once per file by keep_run: a scan each was quadratic in files)
+    parsed_of: dict[int, tuple[dict[tuple[int, int | None], int],
+                               dict[tuple[int, int], int | None]]] = {}
 
     def identity_of(i: int, rank_of: dict[tuple[int, int | None], int], rank: int
                     ) -> RunIdentity:
         path = results[i].events_path
         if path not in spans:
             spans[path] = file_span(path)
-        parsed = next((p for (j, p), r in rank_of.items() if j == i and r == rank), None)
+        known = parsed_of.get(id(rank_of))
+        if known is None or known[0] is not rank_of:
+            index: dict[tuple[int, int], int | None] = {}
+            for (j, p), r in rank_of.items():
+                index.setdefault((j, r), p)  # the first, as next() over the items gave
+            known = parsed_of[id(rank_of)] = (rank_of, index)
+        parsed = known[1].get((i, rank))
         return run_identity(results[i], parsed, spans[path])
 
     def windows(rank_of: dict[tuple[int, int | None], int]) -> dict[tuple[int, int], int]:

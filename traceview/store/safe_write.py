@@ -108,6 +108,10 @@ def check_folder_target(target: str | Path, *, option: str = "-o") -> Path:
     return path
 
 
+#: Each folder ``atomic_write`` has written into, as this process first listed it.
+_LISTED: dict[str, list[Path]] = {}
+
+
 def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` on a temporary path beside ``target``, then rename it into place.
     Temporaries of ``target`` left by killed writers are removed first. A failure to write
@@ -116,7 +120,14 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     tmp = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(target.parent, target.name)
+        # The folder is listed once per process: listing it for every write was quadratic
+        # in its files (the cache's ids/ folder holds one file per input: 5,000 inputs listed
+        # it 5,000 times; docs/performance.md, log entry 36). A writer killed since then
+        # leaves a temporary that the next process removes.
+        folder = str(target.parent)
+        if folder not in _LISTED:
+            _LISTED[folder] = _entries(target.parent)
+        remove_stale_temporaries(target.parent, target.name, listing=_LISTED[folder])
         tmp = _new_temporary(target.parent, target.name)
         write(tmp)
         os.replace(tmp, target)
@@ -215,15 +226,21 @@ def _naming(exc: BaseException, target: Path) -> BaseException:
     return OSError(errno, f"cannot write ({reason})", str(target))
 
 
-def remove_stale_temporaries(folder: Path, name: str | None = None) -> list[Path]:
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return [Path(entry.path) for entry in os.scandir(folder)]
+    except OSError:
+        return []
+
+
+def remove_stale_temporaries(folder: Path, name: str | None = None, *,
+                             listing: list[Path] | None = None) -> list[Path]:
     """Remove traceview's temporaries in ``folder`` (of the file ``name``, or of any) whose
     writer is gone: a killed run's leftovers. Files not named by :func:`temporary_name` are
-    never touched, nor are the temporaries of live writers. Returns what was removed."""
+    never touched, nor are the temporaries of live writers. ``listing``: the folder's entries
+    as listed earlier (else it is listed now). Returns what was removed."""
     removed = []
-    try:
-        candidates = [Path(entry.path) for entry in os.scandir(folder)]
-    except OSError:
-        return removed
+    candidates = _entries(folder) if listing is None else listing
     for tmp in candidates:
         if not is_ours(tmp, name) or _writer_alive(tmp):
             continue

@@ -27,7 +27,7 @@ from traceview.store import remote as remote_store
 from traceview.store.executors import ExecutorSpec
 from traceview.store.ingest import ingest
 from traceview.store.ingested import IngestResult
-from traceview.store.parts import Part, part_entry, part_of
+from traceview.store.parts import Part, part_entry, part_of, scan_parts
 from traceview.store.placement import rank_info_rows, select_window
 from traceview.store.safe_write import (
     check_folder_target,
@@ -97,7 +97,7 @@ class TraceSet:
             return self._frame
         if not self._parts:
             return schema.empty_events().lazy()
-        return pl.concat([p.scan() for p in self._parts], how="vertical")
+        return scan_parts(self._parts)
 
     def analysis_events(self) -> pl.LazyFrame:
         """The events without ``args_json``: every column an analysis reads, and a fraction of
