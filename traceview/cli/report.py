@@ -38,6 +38,7 @@ from traceview.errors import UsageError
 from traceview.outputs import gate
 from traceview.outputs.diff import diff_tables, run_tables
 from traceview.outputs.perfetto import export
+from traceview.parsers import file_problem
 from traceview.outputs.report import gather, write_html
 from traceview.store.safe_write import check_file_target, refuse_input_overlap, write_text
 
@@ -253,6 +254,9 @@ def run_check(args: argparse.Namespace) -> int:
     if args.junit:
         _output(args, args.junit, "--junit")
     path = Path(args.baseline)
+    problem = file_problem(path)  # before opening: a FIFO would block the open
+    if problem:
+        raise gate.BaselineError(f"{path}: cannot read baseline ({problem})")
     try:
         text = path.read_bytes()
     except OSError as exc:

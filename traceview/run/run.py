@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
@@ -90,7 +91,7 @@ from traceview.analyses.stragglers import stragglers
 from traceview.analyses.summary import summary
 from traceview.analyses.window import Window, ranks_present, select, step_spans
 from traceview.errors import UsageError
-from traceview.parsers import nccl_log
+from traceview.parsers import file_problem, nccl_log
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
 from traceview.run.result import Result
@@ -510,9 +511,11 @@ class Run:
         """NCCL debug logs' view of the run: ``choices`` (algorithm and protocol per
         collective and message size, ``analyses.nccl.log_choices``) and ``calls``
         (``analyses.nccl.log_calls``). An unreadable log is one error naming it."""
-        for path in paths:
-            if not Path(path).is_file():
+        for path in paths:  # before opening: a FIFO would block the open
+            if not os.path.lexists(path):
                 raise UsageError(f"{path}: NCCL log not found (--nccl-log)")
+            if problem := file_problem(path):
+                raise UsageError(f"{path}: cannot read NCCL log ({problem}) (--nccl-log)")
         try:
             log = nccl_log.parse(list(paths))
         except OSError as exc:

@@ -29,6 +29,7 @@ from traceview.parsers import (
     RankInfo,
     detect_format,
     family,
+    file_problem,
     is_trace_name,
     kineto,
     parse_batched,
@@ -70,14 +71,16 @@ def discover_with_ignored(paths: Iterable[str | Path]) -> tuple[list[Path], list
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            inner = sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p))
-            traces = [p for p in inner if _looks_like_trace(p)]
+            # entries that are no regular file (a link loop, a FIFO) are kept, unopened: their
+            # ingest fails them by name (or --skip-bad skips them), never silently
+            inner = sorted(p for p in path.iterdir() if is_trace_name(p) and not p.is_dir())
+            traces = [p for p in inner if file_problem(p) or _looks_like_trace(p)]
             ignored.extend(p for p in inner if p not in traces)
             if not traces:
                 raise UnreadableTraceError(path, "directory holds no trace files "
                                            "(.json, .json.gz, .sqlite)")
             found.extend(traces)
-        elif path.exists():
+        elif path.exists() or path.is_symlink():  # a link loop: its ingest names it
             found.append(path)
         else:
             raise UnreadableTraceError(path, "no such file or directory")
@@ -270,7 +273,11 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     ``"dask"``; None parses small inputs in this process and large ones in a local pool.
     A task that raises is retried; one that keeps failing is reported like a bad file.
     """
-    files, ignored = discover_with_ignored(paths)
+    named, ignored = discover_with_ignored(paths)
+    # checked before anything opens them: opening a FIFO blocks, /dev/zero never ends
+    bad = {f: (str(f), f"{f}: {problem}", 2) for f in named
+           if (problem := file_problem(f)) is not None}
+    files = [f for f in named if f not in bad]
     options = dict(options or {})
     cache = str(cache_dir) if cache_dir is not None else None
     remembered = {f: _remembered_id(f, cache) for f in files}
@@ -293,19 +300,19 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
         parsed = [_safe_ingest(str(f), cache, options, ids.get(f)) for f in misses]
     else:
         parsed = _ingest_parallel(misses, cache, options, progress, executor, ids)
-    by_file = dict(zip(misses, parsed))
-    outcomes = [hits[f] if hits.get(f) is not None else by_file[f] for f in files]
+    by_file = {**bad, **dict(zip(misses, parsed))}
+    outcomes = [hits[f] if hits.get(f) is not None else by_file[f] for f in named]
     results: list[FileResult] = []
     skipped: list[tuple[str, str]] = []
     for outcome in outcomes:
         if isinstance(outcome, FileResult):
             results.append(outcome)
-        elif skip_bad and len(files) > 1:
+        elif skip_bad and len(named) > 1:
             skipped.append((outcome[0], outcome[1]))
         else:
             raise _error(outcome)
     if not results:
-        raise UnreadableTraceError(", ".join(str(f) for f in files), "no readable trace")
+        raise UnreadableTraceError(", ".join(str(f) for f in named), "no readable trace")
     rank_of, window_of = place(results, rank_map or {}, skipped if skip_bad else None)
     skipped += [(str(p), f"{p}: passed over, not a trace (no traceEvents)") for p in ignored]
     return IngestResult(files=results, rank_of=rank_of, skipped=skipped, window_of=window_of,

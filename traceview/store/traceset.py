@@ -282,8 +282,10 @@ def _usable_cache_dir(cache_dir: str | Path | None, inputs: list[Any]
            "folder, or pass --no-cache to silence this)")
     resolved = folder.expanduser().resolve()
     for item in inputs:
+        if not Path(item).is_dir():  # files (or link loops: ingest names them) hold no cache
+            continue
         source = Path(item).resolve()
-        if Path(item).is_dir() and (resolved == source or resolved.is_relative_to(source)):
+        if resolved == source or resolved.is_relative_to(source):
             return None, f"cache folder {folder} is inside the input folder {item}; {fix}"
     problem = store.unusable_cache_dir(folder)
     if problem:

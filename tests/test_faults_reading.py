@@ -1,0 +1,81 @@
+"""Faults while reading: inputs that are no regular file (link loops, FIFOs, devices), caches
+damaged or poisoned, files that change or shrink while read, wrapped clocks, WAL-mode exports on
+read-only media, remote inputs with no network, and a driver terminated mid-run. Each is
+answered by one line naming the file and exit 2, or by a warning and a full answer; never by a
+traceback, a hang, a crash by signal or a file beside an input."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+from traceview.cli import main
+
+GLOO = FIXTURES / "data" / "gloo_ddp_2r"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _cli(*argv: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+    """``traceview ARGV`` in its own process (a hang fails the test, not the suite)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "traceview", *argv], capture_output=True,
+                          text=True, timeout=timeout, env=env, **kwargs)
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    return lines[0]
+
+
+# ------------------------------------------------------------------ inputs that are no file
+def test_a_looping_symlink_is_one_line_naming_it(capsys, tmp_path):
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop.name)
+    code, _, err = _run(capsys, "info", str(loop), "--cache-dir", str(tmp_path / "c"))
+    assert code == 2 and str(loop) in _one_line(err) and "link loop" in err
+
+
+def test_a_looping_symlink_in_a_folder_is_skipped_with_a_warning(capsys, tmp_path):
+    folder = shutil.copytree(GLOO, tmp_path / "in")
+    loop = folder / "rank-2.pt.trace.json"
+    loop.symlink_to(loop.name)
+    cache = str(tmp_path / "c")
+    code, _, err = _run(capsys, "info", str(folder), "--cache-dir", cache)
+    assert code == 2 and str(loop) in _one_line(err)
+    code, out, err = _run(capsys, "info", str(folder), "--skip-bad", "--cache-dir", cache,
+                          "--json")
+    assert code == 0 and "internal error" not in err
+    assert any(str(loop) in line and "link loop" in line for line in err.splitlines())
+    assert '"ranks"' in out and out.count('"rank":') == 2
+
+
+@pytest.mark.parametrize("what", ["a FIFO", "/dev/zero"])
+@pytest.mark.parametrize("role", ["trace", "--comm-config", "--baseline", "--nccl-log"])
+def test_a_fifo_or_device_is_refused_before_it_is_opened(tmp_path, what, role):
+    if what == "a FIFO":
+        target = tmp_path / "trace.json"
+        os.mkfifo(target)  # opening it for reading would block until a writer comes
+    else:
+        target = Path("/dev/zero")  # reading it never ends
+    cache = ["--cache-dir", str(tmp_path / "c")]
+    argv = {"trace": ["info", str(target)],
+            "--comm-config": ["summary", str(GLOO), "--comm-config", str(target)],
+            "--baseline": ["check", str(GLOO), "--baseline", str(target)],
+            "--nccl-log": ["collectives", str(GLOO), "--nccl-log", str(target)]}[role]
+    done = _cli(*argv, *cache, timeout=60)
+    line = _one_line(done.stderr)
+    assert done.returncode == 2 and str(target) in line and "not a regular file" in line
