@@ -7,6 +7,7 @@ traceback, a hang, a crash by signal or a file beside an input."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import shutil
 import subprocess
 import sys
@@ -79,3 +80,49 @@ def test_a_fifo_or_device_is_refused_before_it_is_opened(tmp_path, what, role):
     done = _cli(*argv, *cache, timeout=60)
     line = _one_line(done.stderr)
     assert done.returncode == 2 and str(target) in line and "not a regular file" in line
+
+
+# ------------------------------------------------------------------ WAL-mode nsys exports
+def _wal_export(folder: Path) -> Path:
+    from fixtures.nsys_synthetic import write_export
+    folder.mkdir()
+    path = folder / "run.sqlite"
+    write_export(path)
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    con.close()  # the last connection checkpoints and removes -wal and -shm
+    assert sorted(p.name for p in folder.iterdir()) == ["run.sqlite"]
+    return path
+
+
+def test_a_wal_mode_export_on_read_only_media_is_read_without_side_files(capsys, tmp_path):
+    path = _wal_export(tmp_path / "ro")
+    before = path.read_bytes()
+    path.parent.chmod(0o555)  # as root this does not stop writes: no side files is the check
+    try:
+        code, out, err = _run(capsys, "info", str(path), "--cache-dir", str(tmp_path / "c"),
+                              "--json")
+    finally:
+        path.parent.chmod(0o755)
+    assert code == 0, err
+    assert '"stored_events"' in out and "cannot be read" not in err
+    assert sorted(p.name for p in path.parent.iterdir()) == ["run.sqlite"]
+    assert path.read_bytes() == before
+
+
+def test_a_wal_mode_export_with_changes_only_in_its_wal_is_one_line(capsys, tmp_path):
+    path = _wal_export(tmp_path / "live")
+    writer = sqlite3.connect(path)  # a writer still at work: its changes are in the -wal
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("CREATE TABLE extra(x)")
+    writer.commit()
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("run.sqlite", "run.sqlite-wal"):  # copied while open, without the -shm
+        shutil.copyfile(path.parent / name, copy / name)
+    writer.close()
+    code, _, err = _run(capsys, "info", str(copy / "run.sqlite"), "--cache-dir",
+                        str(tmp_path / "c"))
+    line = _one_line(err)
+    assert code == 2 and str(copy / "run.sqlite") in line and "run.sqlite-wal" in line
+    assert sorted(p.name for p in copy.iterdir()) == ["run.sqlite", "run.sqlite-wal"]
