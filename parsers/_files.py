@@ -17,7 +17,9 @@ from pathlib import Path
 #: for the same input changes.
 #: kineto 3: invalid UTF-8 inside ``args`` is replaced (it reached the store's text as is);
 #: kineto 4, nsys 2: the ranks table's ``device_memory`` (the device's total memory).
-PARSER_VERSIONS: dict[str, int] = {"kineto": 4, "nsys": 2}
+#: kineto 5: a ``baseTimeNanoseconds`` that wraps the times is refused (entries kept from such a
+#: file held negative times).
+PARSER_VERSIONS: dict[str, int] = {"kineto": 5, "nsys": 2}
 
 
 def family(fmt: str) -> str:

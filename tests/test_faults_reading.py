@@ -28,11 +28,12 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def _cli(*argv: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+def _cli(*argv: str, timeout: float = 60, env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess:
     """``traceview ARGV`` in its own process (a hang fails the test, not the suite)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "traceview", *argv], capture_output=True,
-                          text=True, timeout=timeout, env=env, **kwargs)
+                          text=True, timeout=timeout, env=env)
 
 
 def _one_line(err: str) -> str:
@@ -126,3 +127,36 @@ def test_a_wal_mode_export_with_changes_only_in_its_wal_is_one_line(capsys, tmp_
     line = _one_line(err)
     assert code == 2 and str(copy / "run.sqlite") in line and "run.sqlite-wal" in line
     assert sorted(p.name for p in copy.iterdir()) == ["run.sqlite", "run.sqlite-wal"]
+
+
+# ------------------------------------------------------------------ wrapped clocks
+_EVENTS = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 100.5, "dur": 3},
+           {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 200, "dur": 3,
+            "args": {"device": 0, "stream": 7, "correlation": 1}}]
+
+
+@pytest.mark.parametrize("base", ["9223372036854775000", "18446744073709551615", "-5"])
+@pytest.mark.parametrize("path", ["C scanner", "pure Python"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_clock_base_that_wraps_the_times_is_refused_naming_the_field(tmp_path, base, path,
+                                                                       gz):
+    import gzip
+    import json
+    text = f'{{"baseTimeNanoseconds": {base}, "traceEvents": {json.dumps(_EVENTS)}}}'.encode()
+    trace = tmp_path / ("trace.json.gz" if gz else "trace.json")
+    trace.write_bytes(gzip.compress(text) if gz else text)
+    env = {"TRACEVIEW_PURE_PYTHON": "1"} if path == "pure Python" else {}
+    done = _cli("info", str(trace), "--no-cache", env=env)
+    line = _one_line(done.stderr)
+    assert done.returncode == 2 and str(trace) in line and "baseTimeNanoseconds" in line
+
+
+def test_a_clock_base_near_the_limit_that_fits_is_kept(capsys, tmp_path):
+    import json
+    base = 2**63 - 1 - 1_000_000  # 1 ms of room: the events end 0.2 ms after it
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"baseTimeNanoseconds": base, "traceEvents": _EVENTS}))
+    code, out, err = _run(capsys, "sql", str(trace), "select min(ts_ns) as t from events",
+                          "--no-cache", "--json")
+    assert code == 0, err
+    assert json.loads(out) == [{"t": base + 100_500}]
