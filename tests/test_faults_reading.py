@@ -6,6 +6,7 @@ traceback, a hang, a crash by signal or a file beside an input."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import shutil
@@ -160,3 +161,55 @@ def test_a_clock_base_near_the_limit_that_fits_is_kept(capsys, tmp_path):
                           "--no-cache", "--json")
     assert code == 0, err
     assert json.loads(out) == [{"t": base + 100_500}]
+
+
+# ------------------------------------------------------------------ damaged caches
+def _flip(path: Path, at: int) -> None:
+    with open(path, "r+b") as fh:  # in place: same inode, as a bad disk or a stray write does
+        fh.seek(at)
+        byte = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("first", ["sql", "info", "summary"])
+def test_a_flipped_byte_in_a_cached_events_file_is_healed_for_sql(capsys, tmp_path, first):
+    cache = str(tmp_path / "cache")
+    query = ["sql", str(GLOO), "select count(*) as n, sum(ts_ns) as t from events", "--json"]
+    argv = {"sql": query, "info": ["info", str(GLOO)], "summary": ["summary", str(GLOO)]}[first]
+    assert _run(capsys, *argv, "--cache-dir", cache)[0] == 0
+    code, truth, _ = _run(capsys, *query, "--cache-dir", cache)
+    entries = [e for e in Path(cache).iterdir() if (e / "meta.json").exists()]
+    assert code == 0 and len(entries) == 2
+    for entry in entries:
+        events = entry / "events.parquet"
+        _flip(events, events.stat().st_size // 2)
+    code, out, err = _run(capsys, *query, "--cache-dir", cache)
+    assert code == 0 and out == truth
+    assert len([line for line in err.splitlines() if "cache entry" in line]) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "emptied", "record garbage"])
+def test_damaged_derived_gpu_rows_are_computed_again_with_one_warning(capsys, tmp_path,
+                                                                      damage):
+    from fixtures.nsys_synthetic import write_export
+    trace = tmp_path / "run.sqlite"
+    write_export(trace)  # GPU rows: the derived table is kept
+    cache = str(tmp_path / "cache")
+    code, first, _ = _run(capsys, "summary", str(trace), "--cache-dir", cache, "--json")
+    kept = sorted((Path(cache) / "derived").glob("gpu-*.parquet"))
+    assert code == 0 and len(kept) == 1
+    rows, record = kept[0], kept[0].with_name(kept[0].name + ".json")
+    {"truncated": lambda: os.truncate(rows, rows.stat().st_size // 2),
+     "flipped": lambda: _flip(rows, rows.stat().st_size // 2),
+     "emptied": lambda: rows.write_bytes(b""),
+     "record garbage": lambda: record.write_text("garbage{{")}[damage]()
+    code, again, err = _run(capsys, "summary", str(trace), "--cache-dir", cache, "--json")
+    assert code == 0 and "internal error" not in err
+    warned = [line for line in err.splitlines() if "cache entry" in line]
+    assert len(warned) == 1 and str(rows) in warned[0]
+    assert any("cache entry" in w for w in json.loads(again)["warnings"])
+    strip = lambda text: {k: v for k, v in json.loads(text).items() if k != "warnings"}  # noqa: E731
+    assert strip(again) == strip(first)
+    code, third, err = _run(capsys, "summary", str(trace), "--cache-dir", cache, "--json")
+    assert code == 0 and "cache entry" not in err and third == first  # healed

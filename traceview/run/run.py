@@ -248,7 +248,7 @@ class Run:
         return cached_gpu(self.traceset, self.window.ranks,
                           lambda: prepared_gpu(self._analysis_events, patterns=patterns),
                           self.traceset.cache_dir if self.whole_ranks else None,
-                          patterns=patterns)
+                          patterns=patterns, warn=self.traceset.notes.append)
 
     @cached_property
     def unlaunched(self) -> pl.DataFrame:
