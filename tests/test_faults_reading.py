@@ -213,3 +213,63 @@ def test_damaged_derived_gpu_rows_are_computed_again_with_one_warning(capsys, tm
     assert strip(again) == strip(first)
     code, third, err = _run(capsys, "summary", str(trace), "--cache-dir", cache, "--json")
     assert code == 0 and "cache entry" not in err and third == first  # healed
+
+
+# ------------------------------------------------------------------ a file changing while read
+def _trace_text(n: int) -> str:
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1,
+               "ts": 100 + 10 * i, "dur": 5} for i in range(n)]
+    return json.dumps({"traceEvents": events})
+
+
+def _growing_while_parsed(monkeypatch, trace: Path, every_read: bool) -> list[int]:
+    """The real parser, with the file grown (rewritten with one more event, as a profiler
+    still writing it would) while each read is under way: after the cache key was hashed."""
+    from traceview.store import ingest
+    real, reads = ingest.parse_batched, []
+
+    def parse_while_it_grows(path, **options):
+        parsed = real(path, **options)
+        if every_read or not reads:
+            trace.write_text(_trace_text(5 + len(reads) + 1))
+        reads.append(parsed.input_events)
+        return parsed
+
+    monkeypatch.setattr(ingest, "parse_batched", parse_while_it_grows)
+    return reads
+
+
+def test_a_file_that_grows_while_read_never_poisons_the_cache(capsys, tmp_path, monkeypatch):
+    import xxhash
+    trace = tmp_path / "trace.json"
+    trace.write_text(_trace_text(5))
+    old_hash = xxhash.xxh3_128_hexdigest(trace.read_bytes())
+    cache = tmp_path / "cache"
+    reads = _growing_while_parsed(monkeypatch, trace, every_read=False)
+    code, out, err = _run(capsys, "info", str(trace), "--cache-dir", str(cache), "--json")
+    assert code == 0, err
+    assert reads == [5, 6] and json.loads(out)["stored_events"] == 6  # the file as it is now
+    assert any("changed while it was read" in line and str(trace) in line
+               for line in err.splitlines())
+    # every complete entry holds the parse of the bytes its meta.json names
+    from traceview.store.parquet import read_cache_meta
+    complete = [read_cache_meta(e, cache) for e in cache.iterdir() if (e / "meta.json").exists()]
+    assert [m["content_id"] for m in complete] == [
+        xxhash.xxh3_128_hexdigest(trace.read_bytes())] != [old_hash]
+    assert [m["stored_events"] for m in complete] == [6]
+    # and the old bytes, read again, are parsed as what they are
+    monkeypatch.undo()
+    trace.write_text(_trace_text(5))
+    code, out, err = _run(capsys, "info", str(trace), "--cache-dir", str(cache), "--json")
+    assert code == 0 and json.loads(out)["stored_events"] == 5 and "changed" not in err
+
+
+def test_a_file_that_keeps_changing_while_read_is_one_line(capsys, tmp_path, monkeypatch):
+    trace = tmp_path / "trace.json"
+    trace.write_text(_trace_text(5))
+    cache = tmp_path / "cache"
+    _growing_while_parsed(monkeypatch, trace, every_read=True)
+    code, _, err = _run(capsys, "info", str(trace), "--cache-dir", str(cache))
+    line = _one_line(err)
+    assert code == 2 and str(trace) in line and "kept changing while it was read" in line
+    assert not [e for e in cache.iterdir() if (e / "meta.json").exists()]

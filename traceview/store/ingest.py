@@ -144,14 +144,42 @@ def cached_result(path: str, cache_dir: str | None, options: dict[str, Any],
     return found[0], found[1], found[5]
 
 
+#: Reads of a file that changes while it is read, before it is refused (see ingest_file).
+READS_OF_A_CHANGING_FILE = 3
+
+
 def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
                 content: str | None = None) -> FileResult:
-    """Parse one file into the cache (or find it there). Runs in a worker process."""
+    """Parse one file into the cache (or find it there). Runs in a worker process.
+
+    The cache key is the content hashed before the parse; the file is hashed again once its
+    events are written (the last time its bytes are read), and an entry is completed only when
+    the two agree: a file that changed meanwhile (a profiler still writing it, a copy in
+    progress) is read again, with a warning, and refused after ``READS_OF_A_CHANGING_FILE``
+    reads. So no entry ever holds a parse of other bytes than its key's."""
+    changed: list[str] = []
+    for _ in range(READS_OF_A_CHANGING_FILE):
+        result, content = _ingest_once(path, cache_dir, options, content)
+        if content is None:  # read as hashed
+            if changed:
+                result.warnings = [*result.warnings, f"changed while it was read "
+                                   f"({', '.join(changed)}); read again, as it is now"]
+            return result
+        changed.append(f"{result.size_bytes:,} bytes when read")
+    raise UnreadableTraceError(path, f"kept changing while it was read ({', '.join(changed)}); "
+                               "read it once its writer has finished")
+
+
+def _ingest_once(path: str, cache_dir: str | None, options: dict[str, Any],
+                 content: str | None) -> tuple[FileResult, str | None]:
+    """(the file's result, None); or (a result not to use, its content id now) when the file
+    changed while it was read: its parse is then left incomplete in the cache (no meta.json),
+    never served."""
     file_path = Path(path)
     cached, cid, base, meta_path, events_path, _ = _cache_lookup(path, cache_dir, options,
                                                                  content)
     if cached is not None:
-        return cached
+        return cached, None
     parsed = parse_batched(file_path, **options)
     if base is None:
         events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
@@ -169,11 +197,14 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
         input_events=parsed.input_events, stored_events=parsed.events.num_rows,
         dropped=parsed.dropped, warnings=parsed.warnings,
     )
+    now = store.known_content_id(file_path, base)  # a memo hit when the file is unchanged
+    if now != cid:
+        return result, now
     if base is not None:  # written last: an entry with its meta.json is complete
         store.write_json({**{k: v for k, v in asdict(result).items()
                              if k not in ("path", "from_cache", "events_path")},
                           "events_file": store.events_record(events_path)}, meta_path)
-    return result
+    return result, None
 
 
 def with_steps(table: pa.Table) -> pa.Table:
