@@ -273,3 +273,59 @@ def test_a_file_that_keeps_changing_while_read_is_one_line(capsys, tmp_path, mon
     line = _one_line(err)
     assert code == 2 and str(trace) in line and "kept changing while it was read" in line
     assert not [e for e in cache.iterdir() if (e / "meta.json").exists()]
+
+
+# ------------------------------------------------------------------ a terminated driver
+@pytest.fixture(scope="module")
+def large_ranks(tmp_path_factory):
+    """Two ranks large enough that a pool's workers are busy parsing for a while."""
+    out = tmp_path_factory.mktemp("large") / "run"
+    subprocess.run([sys.executable, "-m", "fixtures.synthetic", "--out", str(out),
+                    "--world-size", "2", "--target-mb", "60", "--no-gzip"], check=True,
+                   capture_output=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    (out / "ground_truth.json").unlink()
+    return out
+
+
+def _eof_within(pipe, seconds: float) -> bool:
+    """Whether ``pipe`` reaches its end (every writer gone) within ``seconds``."""
+    import select
+    import time
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if select.select([pipe], [], [], left)[0] and not os.read(pipe.fileno(), 1 << 16):
+            return True
+    return False
+
+
+def test_sigterm_stops_the_pool_workers_and_frees_the_callers_pipes(large_ranks, tmp_path):
+    import signal
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "traceview", "info", str(large_ranks), "--executor", "local",
+         "--cache-dir", str(tmp_path / "cache")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    family: list = []
+    try:
+        deadline, workers = time.monotonic() + 90, []
+        while time.monotonic() < deadline and driver.poll() is None and len(workers) < 2:
+            family = psutil.Process(driver.pid).children(recursive=True)
+            workers = [p for p in family if p.ppid() != driver.pid]  # the fork server's
+            time.sleep(0.05)
+        assert driver.poll() is None and len(workers) >= 2, "no pool workers seen at work"
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=15) == 128 + signal.SIGTERM
+        _, alive = psutil.wait_procs(family, timeout=10)
+        assert not alive, f"outlived the driver: {alive}"
+        assert _eof_within(driver.stdout, 10) and _eof_within(driver.stderr, 10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        for p in family:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
