@@ -329,3 +329,29 @@ def test_sigterm_stops_the_pool_workers_and_frees_the_callers_pipes(large_ranks,
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+# ------------------------------------------------------------------ remote inputs, no network
+def test_a_remote_store_that_never_answers_is_one_line_in_bounded_time(tmp_path):
+    import socket
+    import time
+    server = socket.socket()  # accepts connections, never answers: a network that hangs
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    url = (f"s3://bucket/run7?endpoint_override=127.0.0.1:{server.getsockname()[1]}"
+           "&scheme=http")
+    began = time.monotonic()
+    try:
+        done = _cli("info", url, "--no-cache", timeout=60, env={
+            "TRACEVIEW_REMOTE_TIMEOUT": "2", "AWS_ACCESS_KEY_ID": "x",
+            "AWS_SECRET_ACCESS_KEY": "y", "AWS_EC2_METADATA_DISABLED": "true"})
+    finally:
+        server.close()
+    line = _one_line(done.stderr)
+    assert done.returncode == 2 and url in line and "no answer in 2 s" in line
+    assert time.monotonic() - began < 30
+
+
+def test_a_url_of_an_unknown_scheme_fails_fast(tmp_path):
+    done = _cli("info", "nosuchscheme://bucket/run7", "--no-cache", timeout=60)
+    assert done.returncode == 2 and "nosuchscheme://bucket/run7" in _one_line(done.stderr)

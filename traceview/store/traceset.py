@@ -243,9 +243,11 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
 
     urls = [p for p in items if remote_store.is_url(p)]
     if urls:
-        if len(items) > 1 or not remote_store.is_store(urls[0]):
-            raise UsageError("a URL input must be a traceview store, and the only input")
-        parts, ranks, files, windows = remote_store.read_store(urls[0])
+        url = str(urls[0])  # clients without a network retry for minutes: bounded
+        if len(items) > 1 or not remote_store.within_deadline(url, remote_store.is_store, url):
+            raise UsageError(f"{url}: a URL input must be a traceview store, and the only input")
+        parts, ranks, files, windows = remote_store.within_deadline(
+            url, remote_store.read_store, url)
         return _only_window(TraceSet(parts, ranks, files, windows=windows), window)
     stores = [Path(p) for p in items if store.is_store(Path(p))]
     if stores:
