@@ -355,3 +355,92 @@ def test_a_remote_store_that_never_answers_is_one_line_in_bounded_time(tmp_path)
 def test_a_url_of_an_unknown_scheme_fails_fast(tmp_path):
     done = _cli("info", "nosuchscheme://bucket/run7", "--no-cache", timeout=60)
     assert done.returncode == 2 and "nosuchscheme://bucket/run7" in _one_line(done.stderr)
+
+
+# ------------------------------------------------------------------ a file cut while scanned
+def _cut_at_first_read(path: Path, keep: int):
+    """``open``, but the real file is cut to ``keep`` bytes (by another writer, as it were)
+    between its size being taken and its first block read: the cut lands mid-read, every
+    time (a mapped file lost its pages there: SIGBUS)."""
+    def opener(name, mode):
+        fh = open(name, mode)
+        first = fh.readinto
+
+        def readinto(buffer):
+            os.truncate(path, keep)
+            fh.readinto = first
+            return first(buffer)
+
+        fh.readinto = readinto
+        return fh
+    return opener
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_file_cut_while_it_is_read_is_a_failed_read_not_a_signal(tmp_path, follow):
+    from traceview.parsers.kineto import _input
+    trace = tmp_path / "trace.json"
+    trace.write_text(_trace_text(200_000))  # ~ 20 MB: several blocks
+    size = trace.stat().st_size
+    opener = _cut_at_first_read(trace, size // 3)
+    if follow:
+        reading = _input._InflatingMap(trace, size, 1 << 20, opener=opener)
+        reading._thread.join()
+        got, state = reading.progress[:8], reading.progress[8:16]
+        from traceview.parsers.kineto import _scan
+        assert int.from_bytes(state, "little", signed=True) == _scan.FAILED
+        assert int.from_bytes(got, "little") < size
+        reading.stop()
+        reading.map.close()
+    else:
+        assert _input._read_into_map(trace, size, opener) is None  # not what was sized
+
+
+@pytest.fixture(scope="module")
+def mid_ranks(tmp_path_factory):
+    """Two ranks small enough together (< 64 MB) to be parsed in the driver itself."""
+    out = tmp_path_factory.mktemp("mid") / "run"
+    subprocess.run([sys.executable, "-m", "fixtures.synthetic", "--out", str(out),
+                    "--world-size", "2", "--target-mb", "25", "--no-gzip"], check=True,
+                   capture_output=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    (out / "ground_truth.json").unlink()
+    return out
+
+
+@pytest.mark.parametrize("ranks", ["in the driver", "in pool workers"])
+def test_a_rank_cut_while_the_folder_is_scanned_never_kills_the_process(
+        request, tmp_path, ranks):
+    """A real concurrent truncation: another process cuts a rank's file as soon as a traceview
+    process has it open or mapped (its scan under way: a mapped file's lost pages killed the
+    worker with SIGBUS, and the run with it). The answer is an exit code and words."""
+    import time
+    psutil = pytest.importorskip("psutil")
+    source = request.getfixturevalue("mid_ranks" if ranks == "in the driver" else "large_ranks")
+    folder = shutil.copytree(source, tmp_path / "run")
+    victim = sorted(folder.iterdir())[-1]
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "traceview", "info", str(folder), "--skip-bad", "--no-cache"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    def reading_it(p) -> bool:
+        try:
+            held = [f.path for f in p.open_files()] + [m.path for m in p.memory_maps()]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
+        return str(victim) in held
+
+    deadline = time.monotonic() + 120
+    while driver.poll() is None and time.monotonic() < deadline:
+        me = psutil.Process(driver.pid)
+        if any(reading_it(p) for p in [me, *me.children(recursive=True)]):
+            break
+    subprocess.run([sys.executable, "-c", f"import os; os.truncate({str(victim)!r}, "
+                    f"{victim.stat().st_size // 3})"], check=True)
+    out, err = driver.communicate(timeout=300)
+    assert driver.returncode in (0, 2), (driver.returncode, err)  # SIGBUS: -7, no word said
+    assert "Traceback" not in err and "internal error" not in err
+    if driver.returncode == 2:
+        assert str(victim) in _one_line(err)
+    else:  # a partial answer, and why (info prints its warnings with its text)
+        assert str(victim) in out
