@@ -20,6 +20,7 @@ from traceview.parsers._files import (
     TRACE_SUFFIXES,
     detect_format,
     family,
+    file_problem,
     is_trace_name,
     rank_from_file_name,
 )
@@ -31,7 +32,7 @@ kineto = lazy_module("traceview.parsers.kineto")
 nsys = lazy_module("traceview.parsers.nsys")
 
 __all__ = ["PARSER_VERSIONS", "TRACE_SUFFIXES", "EventBatches", "ParsedFile", "RankInfo",
-           "detect_format", "family", "is_trace_name", "parse", "parse_batched", "rank_from_file_name"]
+           "detect_format", "family", "file_problem", "is_trace_name", "parse", "parse_batched", "rank_from_file_name"]
 
 
 def parse(path: Path, **options: object) -> ParsedFile:

@@ -7,7 +7,10 @@ Kept apart from the parsers so that choosing files and looking up the cache impo
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from pathlib import Path
 
 #: Each format family's parser version, part of the cache key: bump it when the parser's output
@@ -15,7 +18,9 @@ from pathlib import Path
 #: kineto 3: invalid UTF-8 inside ``args`` is replaced (it reached the store's text as is);
 #: kineto 4, nsys 2: the ranks table's ``device_memory`` (the device's total memory).
 #: kineto 5: other accelerators' device events keep their ``args.stream``.
-PARSER_VERSIONS: dict[str, int] = {"kineto": 5, "nsys": 2}
+#: kineto 6: a ``baseTimeNanoseconds`` that wraps the times is refused (entries kept from such a
+#: file held negative times).
+PARSER_VERSIONS: dict[str, int] = {"kineto": 6, "nsys": 2}
 
 
 def family(fmt: str) -> str:
@@ -35,6 +40,28 @@ def detect_format(path: Path) -> str:
     if path.suffix in (".nsys-rep", ".qdrep"):
         return "nsys-rep"
     return "kineto-json"
+
+
+_NOT_REGULAR = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_problem(path: str | Path, *, folder_ok: bool = False) -> str | None:
+    """Why ``path`` cannot be read as an input file, or None when it can be opened safely: a
+    regular file (or a folder, with ``folder_ok``). Asked before opening: opening a FIFO for
+    reading blocks until a writer comes, and a device such as ``/dev/zero`` never ends."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop (a link that points back at itself)"
+        return exc.strerror or type(exc).__name__
+    if stat.S_ISREG(st.st_mode) or (folder_ok and stat.S_ISDIR(st.st_mode)):
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return "a folder, not a file"
+    kind = next((name for test, name in _NOT_REGULAR if test(st.st_mode)), "not a file")
+    return f"not a regular file ({kind})"
 
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")

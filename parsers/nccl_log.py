@@ -42,6 +42,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from traceview.errors import UnreadableTraceError
+from traceview.parsers._files import file_problem
+
 #: ncclDataType_t codes -> (name, bytes per element).
 DATATYPES: dict[int, tuple[str, int]] = {
     0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8),
@@ -239,6 +242,9 @@ def parse(paths: str | os.PathLike[str] | list[str | os.PathLike[str]]) -> NcclL
     Lines are numbered across the files in the order given. Invalid UTF-8 is replaced.
     """
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    for p in items:  # before opening: a FIFO would block the open, /dev/zero never end
+        if problem := file_problem(p):
+            raise UnreadableTraceError(p, problem)
     text = "\n".join(Path(p).read_bytes().decode("utf-8", errors="replace") for p in items)
     return parse_text(text)
 

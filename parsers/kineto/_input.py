@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import traceview.parsers.kineto._scan as _scan
 from traceview.errors import UnreadableTraceError
@@ -41,12 +42,17 @@ class Input:
 
 @contextmanager
 def open_input(path: Path, warnings: list[str], *, follow: bool = False) -> Iterator[Input]:
-    """The file's JSON bytes: an uncompressed file as a read-only memory map, a gzipped one
-    inflated into a private anonymous map of its recorded size. Either way the scanner can
+    """The file's JSON bytes: an uncompressed file read, a gzipped one inflated, into a
+    private anonymous map of its size (the recorded size, for gzip). Either way the scanner can
     hand scanned pages back, so the input need not stay resident beside the columns. Damaged
     or unusual gzip (truncated, several members, > 4 GiB) is inflated into bytes instead.
 
-    ``follow``: a gzipped file is inflated in a thread while the caller's scanner follows it
+    An uncompressed file is read, not memory-mapped: a mapped page that cannot be read (an I/O
+    error, or the file cut by another process during the scan) kills the process with SIGBUS,
+    with no word said. Read, such a file is a failed read, then an error naming it (or a
+    truncated trace, salvaged with a warning, that ingest's second hash sees changed).
+
+    ``follow``: the file is read or inflated in a thread while the caller's scanner follows it
     (``Input.progress``), instead of before the scan: inflating was a third of a gzip
     ingest's wall time with one core idle. Damage then shows as a failed scan (the producer
     reports it), after which the caller reads the file again with :func:`read_bytes`.
@@ -56,12 +62,13 @@ def open_input(path: Path, warnings: list[str], *, follow: bool = False) -> Iter
         with open(path, "rb") as fh:
             gzipped = fh.read(2) == b"\x1f\x8b"
             size = os.fstat(fh.fileno()).st_size
-            if gzipped and follow:
-                inflating = _InflatingMap.start(path)
+            if follow:
+                inflating = _InflatingMap.start(path) if gzipped else \
+                    _InflatingMap.reading(path, size)
                 mapped = inflating.map if inflating else None
             else:
-                mapped = (_inflate_into_map(path) if gzipped else
-                          mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else None)
+                mapped = _read_into_map(path, _recorded_size(path), _gzip.open) if gzipped \
+                    else _read_into_map(path, size, open)
     except (OSError, ValueError) as exc:
         raise UnreadableTraceError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}"
                                    ) from None
@@ -94,12 +101,13 @@ class _InflatingMap:
     inflated with nothing after it, else FAILED, so a scanner never trusts a short or
     multi-member stream."""
 
-    def __init__(self, path: Path, size: int, chunk: int) -> None:
+    def __init__(self, path: Path, size: int, chunk: int, opener: Any = None) -> None:
         self._scan = _scan  # publish() and the producer's states
         self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
         self.progress = mmap.mmap(-1, 16)  # page-aligned, as the atomic counters need
         self._halt = threading.Event()
-        self._thread = threading.Thread(target=self._inflate, args=(path, size, chunk),
+        self._thread = threading.Thread(target=self._inflate,
+                                        args=(path, size, chunk, opener or _gzip.open),
                                         name="traceview-inflate", daemon=True)
         self._thread.start()
 
@@ -108,11 +116,18 @@ class _InflatingMap:
         size = _recorded_size(path)
         return cls(path, size, chunk) if size else None
 
-    def _inflate(self, path: Path, size: int, chunk: int) -> None:
+    @classmethod
+    def reading(cls, path: Path, size: int, chunk: int = 4 * _FOLLOW_CHUNK
+                ) -> _InflatingMap | None:
+        """An uncompressed file of ``size`` bytes read the same way (``open`` for
+        ``gzip.open``); it ends DONE only when the file held exactly ``size`` bytes."""
+        return cls(path, size, chunk, opener=open) if size else None
+
+    def _inflate(self, path: Path, size: int, chunk: int, opener: Any) -> None:
         scan = self._scan
         got, state = 0, scan.FAILED
         try:
-            with _gzip.open(path, "rb") as stream, memoryview(self.map) as view:
+            with opener(path, "rb") as stream, memoryview(self.map) as view:
                 while got < size and not self._halt.is_set():
                     n = stream.readinto(view[got:min(size, got + chunk)])
                     if not n:
@@ -133,22 +148,23 @@ class _InflatingMap:
         self.progress.close()
 
 
-def _inflate_into_map(path: Path) -> mmap.mmap | None:
-    """Inflate a gzip file into a private anonymous map of the size its trailer records
-    (ISIZE); None when that size cannot be trusted or the stream is damaged."""
-    size = _recorded_size(path)
+def _read_into_map(path: Path, size: int, opener: Any) -> mmap.mmap | None:
+    """``opener(path)``'s bytes (``open``: the file's; ``gzip.open``: inflated) in a private
+    anonymous map of ``size`` bytes (a gzip trailer's ISIZE); None when there are not exactly
+    that many: damaged, several gzip members, > 4 GiB (ISIZE is mod 2**32), a file that changed
+    size meanwhile, or a read error (:func:`read_bytes` then words it, or salvages)."""
     if not size:
         return None
     mapped = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
     got, extra = 0, b""
     try:
-        with _gzip.open(path, "rb") as stream, memoryview(mapped) as view:
+        with opener(path, "rb") as stream, memoryview(mapped) as view:
             while got < size and (n := stream.readinto(view[got:])):
                 got += n
             extra = stream.read(1)
-    except Exception:  # noqa: BLE001 - any inflate error: read_bytes words it (or salvages)
+    except Exception:  # noqa: BLE001 - any read error: read_bytes words it (or salvages)
         got = -1
-    if got != size or extra:  # damaged, several members, or > 4 GiB (ISIZE is mod 2**32)
+    if got != size or extra:
         mapped.close()
         return None
     return mapped

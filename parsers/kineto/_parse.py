@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from traceview.errors import UnreadableTraceError
 from traceview.parsers._result import EventBatches, ParsedFile
 from traceview.parsers.kineto._arrow_types import series_of, strings
 from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
@@ -86,7 +87,7 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
             columns, rows, header, input_events = _read_tolerantly(path, given, warnings,
                                                                    dropped)
             raw = _raw_columns(columns, rows)
-    base_ns = as_int(header.get("baseTimeNanoseconds")) or 0
+    base_ns = clock_base(path, header, raw)
     keys, raw = key_frame(raw, base_ns, dropped, warnings)
     step_keys = keys.select(pl.lit(0, dtype=pl.Int32).alias("rank"), "kind", "name", "ts_ns",
                             "dur_ns", series_of(raw.full("correlation"), "correlation"))
@@ -103,6 +104,34 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
         dropped={k: v for k, v in dropped.items() if v},
         warnings=warnings,
     )
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def clock_base(path: Path, header: dict[str, Any], raw: RawColumns) -> int:
+    """``baseTimeNanoseconds`` (0 when absent), checked against the events' times: added to
+    them it must stay within int64 ns, or every time (and the end of every event) would wrap
+    negative in silence. A base that does not fit is damage of that one field, which no event
+    can be read without: refused, naming the field (docs/formats.md, Timestamps)."""
+    value = header.get("baseTimeNanoseconds")
+    base = as_int(value) or 0
+    if not base:
+        return 0
+    problem = None
+    if not 0 < base <= _INT64_MAX:
+        problem = "is not a time in 64-bit nanoseconds since the epoch"
+    else:
+        latest = series_of(raw.full("ts_ns")).max()
+        longest = series_of(raw.full("dur_ns")).max()
+        end = base + max(0, latest or 0) + max(0, longest or 0)  # Python ints: no wrap here
+        if end > _INT64_MAX:
+            problem = (f"plus the events' times (up to {latest} + {longest} ns) overflows "
+                       "64-bit nanoseconds: every time would wrap negative")
+    if problem:
+        shown = value if isinstance(value, (int, str)) else type(value).__name__
+        raise UnreadableTraceError(path, f"baseTimeNanoseconds {str(shown)[:40]} {problem}")
+    return base
 
 
 # --------------------------------------------------------------------------- decoding

@@ -1,10 +1,16 @@
 """Read-only access to an Nsight Systems SQLite export: open, introspect, read tables in chunks.
 
 The export is opened through a SQLAlchemy engine (whose connection is a ``sqlite3`` one) with
-the URI ``file:<path>?mode=ro`` (``uri=True``), so SQLite itself refuses every write and never creates a ``-journal`` or ``-wal`` file. ``immutable=1`` is *not*
-used: it also skips locking and change detection, which is only safe if nobody writes the file
-while we read it, and an export still being written (or copied) would then be read
-inconsistently instead of failing. Text is decoded leniently (bytes that are not UTF-8 become
+the URI ``file:<path>?mode=ro`` (``uri=True``), so SQLite itself refuses every write and never
+creates a ``-journal`` file. ``immutable=1`` is added only for a WAL-mode export (header bytes
+18-19 are 2) with no changes waiting in a ``-wal`` file beside it: read-only SQLite would
+otherwise create ``-wal`` and ``-shm`` beside the input (and fail on read-only media), and
+with nothing in a ``-wal`` the file alone is the whole database. Elsewhere ``immutable=1`` is
+*not* used: it also skips locking and change detection, which is only safe if nobody writes the
+file while we read it, and an export still being written (or copied) would then be read
+inconsistently instead of failing. A WAL-mode export whose changes still lie in its ``-wal``,
+with no ``-shm`` to read them through, is refused by name (reading it would create the
+``-shm``). Text is decoded leniently (bytes that are not UTF-8 become
 U+FFFD; real exports contain them in ``TARGET_INFO_SYSTEM_ENV``).
 
 Event tables and StringIds are read with :func:`read_table`: through the Arrow-native reader of
@@ -57,12 +63,38 @@ _NSYS_MARKERS = ("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "TARGET_INFO_", "OSRT_AP
 
 
 def ro_uri(path: Path) -> str:
-    """``file:/abs/path?mode=ro`` with the path percent-encoded (``?``/``#`` in names are safe).
+    """``file:/abs/path?mode=ro`` with the path percent-encoded (``?``/``#`` in names are safe),
+    and ``&immutable=1`` for a WAL-mode export with nothing waiting in a ``-wal`` file.
 
     >>> ro_uri(Path("/tmp/a b.sqlite"))
     'file:/tmp/a%20b.sqlite?mode=ro'
     """
-    return f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+    uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+    return uri + "&immutable=1" if _wal_mode_alone(path) else uri
+
+
+def _wal_mode_alone(path: Path) -> bool:
+    """Whether ``path`` is a WAL-mode database that is whole without side files (no ``-wal``
+    beside it, or an empty one). Raises :class:`UnreadableTraceError` for one whose changes
+    are in its ``-wal`` and that has no ``-shm``: SQLite would create it beside the input."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(20)
+    except OSError:
+        return False  # opening it says why
+    if len(head) < 20 or not head.startswith(b"SQLite format 3\x00") or head[18:20] != b"\x02\x02":
+        return False
+    wal = Path(f"{path}-wal")
+    try:
+        waiting = wal.stat().st_size > 0
+    except OSError:
+        return True
+    if waiting and not Path(f"{path}-shm").exists():
+        raise UnreadableTraceError(path, f"WAL-mode export whose last changes are still in "
+                                   f"{wal.name} (being written, or copied while open); "
+                                   "checkpoint it first (sqlite3 FILE 'PRAGMA "
+                                   "wal_checkpoint(TRUNCATE)') or read it where it was written")
+    return not waiting
 
 
 def _lenient_text(raw: bytes) -> str:

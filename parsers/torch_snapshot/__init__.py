@@ -28,7 +28,7 @@ from typing import Any
 import polars as pl
 
 from traceview.errors import UnreadableTraceError
-from traceview.parsers._files import rank_from_file_name
+from traceview.parsers._files import file_problem, rank_from_file_name
 from traceview.parsers.torch_snapshot._unpickle import RefusedPickle, plain_load
 
 __all__ = ["SNAPSHOT_SUFFIXES", "Snapshot", "is_snapshot_path", "read", "stack_text"]
@@ -73,6 +73,8 @@ def read(path: str | Path) -> Snapshot:
     """The snapshot in ``path``; ``UnreadableTraceError`` naming the file when it is not one
     or asks for anything but plain data."""
     p = Path(path)
+    if problem := file_problem(p):  # before opening: a FIFO would block the open
+        raise UnreadableTraceError(p, problem)
     try:
         with open(p, "rb") as fp:
             data = plain_load(fp)

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from traceview import __version__
@@ -143,6 +146,30 @@ def _command_name(argv: Sequence[str] | None) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
 
 
+# Imported only when a command is terminated.
+executors = lazy_module("traceview.store.executors")
+
+
+@contextmanager
+def _workers_stopped_on_sigterm() -> Iterator[None]:
+    """While a command runs, SIGTERM stops its pool workers and fork server before it exits
+    (128 + 15): by default they would outlive it, holding the caller's pipes open. The handler
+    before is put back after (``main`` is called in-process too, by tests and notebooks)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        executors.stop_local_workers()
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     with guarded_streams():
@@ -156,7 +183,8 @@ def _main(argv: list[str]) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args.run(args) or 0)
+        with _workers_stopped_on_sigterm():
+            return int(args.run(args) or 0)
     except TraceviewError as exc:
         if args.debug:
             raise

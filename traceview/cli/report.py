@@ -49,6 +49,7 @@ from traceview.cli._render import dumps, emit_json, ms, short, table, warn, warn
 from traceview.errors import UsageError
 from traceview.outputs import gate
 from traceview.outputs.perfetto import export
+from traceview.parsers import file_problem
 from traceview.outputs.report import gather, write_html
 from traceview.outputs.report_data import HistoryTrend
 from traceview.store.safe_write import (
@@ -339,6 +340,9 @@ def run_check(args: argparse.Namespace) -> int:
                   "history_runs": [s.id for s in stored]}
     else:
         path = Path(args.baseline)
+        problem = file_problem(path)  # before opening: a FIFO would block the open
+        if problem:
+            raise gate.BaselineError(f"{path}: cannot read baseline ({problem})")
         try:
             text = path.read_bytes()
         except OSError as exc:

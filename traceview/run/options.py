@@ -19,6 +19,7 @@ from traceview import selection
 from traceview.analyses.classify import with_comm_patterns
 from traceview.analyses.window import Window
 from traceview.errors import UsageError
+from traceview.parsers import file_problem
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,9 @@ def _config_patterns(path: str | Path | None) -> tuple[str, ...]:
         raise UsageError("--comm-config needs Python 3.11 or later (tomllib); "
                          "use --comm-pattern REGEX instead") from None
 
+    problem = file_problem(path)  # before opening: a FIFO would block the open
+    if problem:
+        raise UsageError(f"--comm-config {path}: {problem}")
     try:
         with Path(path).open("rb") as f:
             config = tomllib.load(f)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
@@ -93,7 +94,7 @@ from traceview.analyses.stragglers import stragglers
 from traceview.analyses.summary import summary
 from traceview.analyses.window import Window, ranks_present, select, step_spans
 from traceview.errors import UsageError
-from traceview.parsers import nccl_log
+from traceview.parsers import file_problem, nccl_log
 from traceview.run import plain
 from traceview.run.compare import diff_tables, run_tables
 from traceview.run.memory import memory_result
@@ -276,7 +277,7 @@ class Run:
         return cached_gpu(self.traceset, self.window.ranks,
                           lambda: prepared_gpu(self._analysis_events, patterns=patterns),
                           self.traceset.cache_dir if self.whole_ranks else None,
-                          patterns=patterns)
+                          patterns=patterns, warn=self.traceset.notes.append)
 
     @cached_property
     def unlaunched(self) -> pl.DataFrame:
@@ -563,9 +564,11 @@ class Run:
         """NCCL debug logs' view of the run: ``choices`` (algorithm and protocol per
         collective and message size, ``analyses.nccl.log_choices``) and ``calls``
         (``analyses.nccl.log_calls``). An unreadable log is one error naming it."""
-        for path in paths:
-            if not Path(path).is_file():
+        for path in paths:  # before opening: a FIFO would block the open
+            if not os.path.lexists(path):
                 raise UsageError(f"{path}: NCCL log not found (--nccl-log)")
+            if problem := file_problem(path):
+                raise UsageError(f"{path}: cannot read NCCL log ({problem}) (--nccl-log)")
         try:
             log = nccl_log.parse(list(paths))
         except OSError as exc:

@@ -37,17 +37,23 @@ GPU_ROWS_VERSION = 3  # 3: other accelerators' device work (MTIA) is GPU work
 
 
 def cached_gpu(ts: Any, ranks: Sequence[int] | None, compute: Callable[[], pl.DataFrame],
-               cache_dir: str | Path | None, *, patterns: Any = None) -> pl.DataFrame:
+               cache_dir: str | Path | None, *, patterns: Any = None,
+               warn: Callable[[str], None] | None = None) -> pl.DataFrame:
     """``compute()`` (the classified GPU rows of ``ts``'s events restricted to ``ranks``,
     under the classification rules ``patterns``, a ``ClassifyPatterns``; None: the default),
-    read from the cache folder when an earlier command kept them, else computed and kept."""
+    read from the cache folder when an earlier command kept them, else computed and kept.
+    ``warn(text)``: told when kept rows were damaged and computed again (as a damaged cache
+    entry of events is: one note, the answer whole)."""
     key = _key(ts, ranks, cache_dir, patterns)
     if key is None:
         return compute()
     path = Path(cache_dir) / "derived" / f"gpu-{key}.parquet"
-    kept = _read_kept(path)
+    kept, problem = _read_kept(path)
     if kept is not None:
         return kept
+    if problem and warn is not None:
+        warn(f"cache entry {path} could not be used ({problem}); discarded, the rows were "
+             "computed again")
     gpu = compute()
     try:  # uncompressed: written in 0.04 s, read in 0.01 s; zstd or LZ4 took 2-3x that.
         store.atomic_write(path, lambda tmp: gpu.write_parquet(
@@ -66,16 +72,27 @@ def _record_of(path: Path) -> Path:
     return path.with_name(path.name + ".json")
 
 
-def _read_kept(path: Path) -> pl.DataFrame | None:
-    """The rows kept at ``path``; None when there are none, or when the file is not the one
-    its record describes (damaged, half-written: computing them again replaces it)."""
+def _read_kept(path: Path) -> tuple[pl.DataFrame | None, str | None]:
+    """(the rows kept at ``path``, None); (None, None) when there are none (never kept, or the
+    writer stopped before the record, which is written last); (None, why) when the file is not
+    the one its record describes (damaged: computing them again replaces it)."""
+    record_path = _record_of(path)
+    if not record_path.exists():
+        return None, None
     try:
-        record = store.read_json(_record_of(path))
-        if record != store.events_record(path):
-            return None
-        return pl.read_parquet(path)
-    except Exception:  # noqa: BLE001 - any damage (record, footer, pages, schema): compute
-        return None
+        record = store.read_json(record_path)
+        if not isinstance(record, dict):
+            return None, f"{record_path.name} is not its record"
+        size = path.stat().st_size
+        if size != record.get("bytes"):
+            return None, f"{size} bytes, {record.get('bytes')} were written"
+        if store.content_id(path) != record.get("xxh3"):
+            return None, "content changed since it was written"
+        return pl.read_parquet(path), None
+    except FileNotFoundError:
+        return None, "missing"
+    except Exception as exc:  # noqa: BLE001 - any damage (record, footer, pages, schema)
+        return None, f"not readable ({type(exc).__name__})"
 
 
 def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
@@ -114,6 +115,22 @@ def _pool_context() -> Any:
         context.set_forkserver_preload(_PRELOAD)
         return context
     return multiprocessing.get_context("spawn")
+
+
+def stop_local_workers() -> None:
+    """Terminate this process's pool workers and the fork server they came from, now (a
+    terminated command: ``cli.main`` on SIGTERM). Left alone they outlive it: a worker parsing
+    a large file runs to the end of its task, and both hold the caller's stdout and stderr
+    open, so whoever reads them waits. The resource tracker leaves on its own once they are
+    gone."""
+    for child in multiprocessing.active_children():  # the workers (the fork server's children)
+        child.terminate()
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if server:
+        try:
+            os.kill(server, signal.SIGTERM)
+        except OSError:
+            pass  # gone already
 
 
 distributed = lazy_module("distributed", missing="--executor dask needs Dask: pip install "
@@ -240,4 +257,4 @@ def run_tasks(
 
 
 __all__ = ["DEFAULT_RETRIES", "KINDS", "ExecutorSpec", "TaskFailure", "cores", "is_dask",
-           "local_pool", "open_executor", "run_tasks"]
+           "local_pool", "open_executor", "run_tasks", "stop_local_workers"]

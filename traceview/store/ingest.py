@@ -29,6 +29,7 @@ from traceview.parsers import (
     RankInfo,
     detect_format,
     family,
+    file_problem,
     is_trace_name,
     kineto,
     parse_batched,
@@ -70,14 +71,16 @@ def discover_with_ignored(paths: Iterable[str | Path]) -> tuple[list[Path], list
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            inner = sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p))
-            traces = [p for p in inner if _looks_like_trace(p)]
+            # entries that are no regular file (a link loop, a FIFO) are kept, unopened: their
+            # ingest fails them by name (or --skip-bad skips them), never silently
+            inner = sorted(p for p in path.iterdir() if is_trace_name(p) and not p.is_dir())
+            traces = [p for p in inner if file_problem(p) or _looks_like_trace(p)]
             ignored.extend(p for p in inner if p not in traces)
             if not traces:
                 raise UnreadableTraceError(path, "directory holds no trace files "
                                            "(.json, .json.gz, .sqlite)")
             found.extend(traces)
-        elif path.exists():
+        elif path.exists() or path.is_symlink():  # a link loop: its ingest names it
             found.append(path)
         else:
             raise UnreadableTraceError(path, "no such file or directory")
@@ -141,14 +144,42 @@ def cached_result(path: str, cache_dir: str | None, options: dict[str, Any],
     return found[0], found[1], found[5]
 
 
+#: Reads of a file that changes while it is read, before it is refused (see ingest_file).
+READS_OF_A_CHANGING_FILE = 3
+
+
 def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
                 content: str | None = None) -> FileResult:
-    """Parse one file into the cache (or find it there). Runs in a worker process."""
+    """Parse one file into the cache (or find it there). Runs in a worker process.
+
+    The cache key is the content hashed before the parse; the file is hashed again once its
+    events are written (the last time its bytes are read), and an entry is completed only when
+    the two agree: a file that changed meanwhile (a profiler still writing it, a copy in
+    progress) is read again, with a warning, and refused after ``READS_OF_A_CHANGING_FILE``
+    reads. So no entry ever holds a parse of other bytes than its key's."""
+    changed: list[str] = []
+    for _ in range(READS_OF_A_CHANGING_FILE):
+        result, content = _ingest_once(path, cache_dir, options, content)
+        if content is None:  # read as hashed
+            if changed:
+                result.warnings = [*result.warnings, f"changed while it was read "
+                                   f"({', '.join(changed)}); read again, as it is now"]
+            return result
+        changed.append(f"{result.size_bytes:,} bytes when read")
+    raise UnreadableTraceError(path, f"kept changing while it was read ({', '.join(changed)}); "
+                               "read it once its writer has finished")
+
+
+def _ingest_once(path: str, cache_dir: str | None, options: dict[str, Any],
+                 content: str | None) -> tuple[FileResult, str | None]:
+    """(the file's result, None); or (a result not to use, its content id now) when the file
+    changed while it was read: its parse is then left incomplete in the cache (no meta.json),
+    never served."""
     file_path = Path(path)
     cached, cid, base, meta_path, events_path, _ = _cache_lookup(path, cache_dir, options,
                                                                  content)
     if cached is not None:
-        return cached
+        return cached, None
     parsed = parse_batched(file_path, **options)
     if base is None:
         events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
@@ -166,11 +197,14 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
         input_events=parsed.input_events, stored_events=parsed.events.num_rows,
         dropped=parsed.dropped, warnings=parsed.warnings,
     )
+    now = store.known_content_id(file_path, base)  # a memo hit when the file is unchanged
+    if now != cid:
+        return result, now
     if base is not None:  # written last: an entry with its meta.json is complete
         store.write_json({**{k: v for k, v in asdict(result).items()
                              if k not in ("path", "from_cache", "events_path")},
                           "events_file": store.events_record(events_path)}, meta_path)
-    return result
+    return result, None
 
 
 def with_steps(table: pa.Table) -> pa.Table:
@@ -273,7 +307,11 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     ``"dask"``; None parses small inputs in this process and large ones in a local pool.
     A task that raises is retried; one that keeps failing is reported like a bad file.
     """
-    files, ignored = discover_with_ignored(paths)
+    named, ignored = discover_with_ignored(paths)
+    # checked before anything opens them: opening a FIFO blocks, /dev/zero never ends
+    bad = {f: (str(f), f"{f}: {problem}", 2) for f in named
+           if (problem := file_problem(f)) is not None}
+    files = [f for f in named if f not in bad]
     options = dict(options or {})
     cache = str(cache_dir) if cache_dir is not None else None
     remembered = {f: _remembered_id(f, cache) for f in files}
@@ -296,19 +334,19 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
         parsed = [_safe_ingest(str(f), cache, options, ids.get(f)) for f in misses]
     else:
         parsed = _ingest_parallel(misses, cache, options, progress, executor, ids)
-    by_file = dict(zip(misses, parsed))
-    outcomes = [hits[f] if hits.get(f) is not None else by_file[f] for f in files]
+    by_file = {**bad, **dict(zip(misses, parsed))}
+    outcomes = [hits[f] if hits.get(f) is not None else by_file[f] for f in named]
     results: list[FileResult] = []
     skipped: list[tuple[str, str]] = []
     for outcome in outcomes:
         if isinstance(outcome, FileResult):
             results.append(outcome)
-        elif skip_bad and len(files) > 1:
+        elif skip_bad and len(named) > 1:
             skipped.append((outcome[0], outcome[1]))
         else:
             raise _error(outcome)
     if not results:
-        raise UnreadableTraceError(", ".join(str(f) for f in files), "no readable trace")
+        raise UnreadableTraceError(", ".join(str(f) for f in named), "no readable trace")
     left_out: list[tuple[str, str]] = []
     rank_of, window_of = place(results, rank_map or {}, skipped if skip_bad else None,
                                run_of=run_of, left_out=left_out)

@@ -11,7 +11,6 @@ A store folder (``traceview ingest -o DIR``) holds one Parquet file per rank (zs
 
 from __future__ import annotations
 
-import mmap
 import os
 import tempfile
 import time
@@ -58,18 +57,16 @@ def default_cache_dir() -> Path:
 
 
 def content_id(path: Path) -> str:
-    """xxh3-128 of the file's bytes: hashed through a memory map (3x faster than reading
-    blocks: no copy), or read in 16 MiB blocks where a file cannot be mapped (empty, a pipe)."""
+    """xxh3-128 of the file's bytes, read into one reused 4 MiB buffer: as fast as hashing a
+    memory map (0.044 against 0.046 s for 150 MB), and a file cut or unreadable meanwhile is an
+    OSError or other bytes, where a mapped page that cannot be read kills the process
+    (SIGBUS). Reading new blocks (``fh.read``) was ~3x slower: an allocation and copy each."""
     digest = xxhash.xxh3_128()
-    with open(path, "rb") as fh:
-        try:
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                digest.update(mapped)
-                return digest.hexdigest()
-        except (ValueError, OSError):
-            pass
-        while block := fh.read(1 << 24):
-            digest.update(block)
+    buffer = bytearray(1 << 22)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buffer):
+            digest.update(view[:n])
     return digest.hexdigest()
 
 

@@ -15,9 +15,14 @@ manifest: a store without a manifest is incomplete and is not opened.
 
 from __future__ import annotations
 
+import atexit
 import io
+import os
+import sys
 import posixpath
+import threading
 import uuid
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -105,6 +110,52 @@ def read_bytes(fs: pafs.FileSystem, path: str) -> bytes:
 
 def rank_file(rank: int) -> str:
     return f"rank-{rank:05d}.parquet"
+
+
+#: Seconds a remote input may take to answer whether it is a store, and to list it, before it
+#: is given up (``TRACEVIEW_REMOTE_TIMEOUT``): without a network, object stores' clients retry
+#: for many minutes (pyarrow's GCS client: 15).
+REMOTE_TIMEOUT_S = 30.0
+
+
+def within_deadline(url: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, or one line naming ``url`` when it gives no answer in time. The call runs
+    on a daemon thread, so a client stuck in its retries cannot keep the process alive."""
+    try:
+        limit = float(os.environ.get("TRACEVIEW_REMOTE_TIMEOUT") or REMOTE_TIMEOUT_S)
+    except ValueError:
+        limit = REMOTE_TIMEOUT_S
+    outcome: list[Any] = []
+
+    def call() -> None:
+        try:
+            outcome.append((True, fn(*args)))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append((False, exc))
+
+    worker = threading.Thread(target=call, name=f"traceview-remote {url}", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if not outcome:
+        # The client keeps retrying on its thread, and pyarrow's S3 finalizer at exit waits
+        # for it (minutes): this process leaves without waiting (exit 2, the code of the error
+        # below) once it is done. Registered last, so it runs before that finalizer.
+        atexit.register(_leave_now)
+        raise UnreadableTraceError(url, f"no answer in {limit:g} s (no network, or the store "
+                                   "is unreachable; TRACEVIEW_REMOTE_TIMEOUT=SECONDS waits longer)")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _leave_now() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(2)
 
 
 def is_store(location: str | Path) -> bool:

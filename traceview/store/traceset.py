@@ -277,9 +277,11 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
     if run_of is not None and (urls or any(store.is_store(Path(p)) for p in items)):
         raise UsageError("--run-of picks among trace files; a store already holds one run")
     if urls:
-        if len(items) > 1 or not remote_store.is_store(urls[0]):
-            raise UsageError("a URL input must be a traceview store, and the only input")
-        parts, ranks, files, windows = remote_store.read_store(urls[0])
+        url = str(urls[0])  # clients without a network retry for minutes: bounded
+        if len(items) > 1 or not remote_store.within_deadline(url, remote_store.is_store, url):
+            raise UsageError(f"{url}: a URL input must be a traceview store, and the only input")
+        parts, ranks, files, windows = remote_store.within_deadline(
+            url, remote_store.read_store, url)
         return _only_window(TraceSet(parts, ranks, files, windows=windows), window)
     stores = [Path(p) for p in items if store.is_store(Path(p))]
     if stores:
@@ -317,8 +319,10 @@ def _usable_cache_dir(cache_dir: str | Path | None, inputs: list[Any]
            "folder, or pass --no-cache to silence this)")
     resolved = folder.expanduser().resolve()
     for item in inputs:
+        if not Path(item).is_dir():  # files (or link loops: ingest names them) hold no cache
+            continue
         source = Path(item).resolve()
-        if Path(item).is_dir() and (resolved == source or resolved.is_relative_to(source)):
+        if resolved == source or resolved.is_relative_to(source):
             return None, f"cache folder {folder} is inside the input folder {item}; {fix}"
     problem = store.unusable_cache_dir(folder)
     if problem:

@@ -1,0 +1,447 @@
+"""Faults while reading: inputs that are no regular file (link loops, FIFOs, devices), caches
+damaged or poisoned, files that change or shrink while read, wrapped clocks, WAL-mode exports on
+read-only media, remote inputs with no network, and a driver terminated mid-run. Each is
+answered by one line naming the file and exit 2, or by a warning and a full answer; never by a
+traceback, a hang, a crash by signal or a file beside an input."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+from traceview.cli import main
+
+GLOO = FIXTURES / "data" / "gloo_ddp_2r"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _cli(*argv: str, timeout: float = 60, env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess:
+    """``traceview ARGV`` in its own process (a hang fails the test, not the suite)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "traceview", *argv], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    return lines[0]
+
+
+# ------------------------------------------------------------------ inputs that are no file
+def test_a_looping_symlink_is_one_line_naming_it(capsys, tmp_path):
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop.name)
+    code, _, err = _run(capsys, "info", str(loop), "--cache-dir", str(tmp_path / "c"))
+    assert code == 2 and str(loop) in _one_line(err) and "link loop" in err
+
+
+def test_a_looping_symlink_in_a_folder_is_skipped_with_a_warning(capsys, tmp_path):
+    folder = shutil.copytree(GLOO, tmp_path / "in")
+    loop = folder / "rank-2.pt.trace.json"
+    loop.symlink_to(loop.name)
+    cache = str(tmp_path / "c")
+    code, _, err = _run(capsys, "info", str(folder), "--cache-dir", cache)
+    assert code == 2 and str(loop) in _one_line(err)
+    code, out, err = _run(capsys, "info", str(folder), "--skip-bad", "--cache-dir", cache,
+                          "--json")
+    assert code == 0 and "internal error" not in err
+    assert any(str(loop) in line and "link loop" in line for line in err.splitlines())
+    assert '"ranks"' in out and out.count('"rank":') == 2
+
+
+@pytest.mark.parametrize("what", ["a FIFO", "/dev/zero"])
+@pytest.mark.parametrize("role", ["trace", "--comm-config", "--baseline", "--nccl-log"])
+def test_a_fifo_or_device_is_refused_before_it_is_opened(tmp_path, what, role):
+    if what == "a FIFO":
+        target = tmp_path / "trace.json"
+        os.mkfifo(target)  # opening it for reading would block until a writer comes
+    else:
+        target = Path("/dev/zero")  # reading it never ends
+    cache = ["--cache-dir", str(tmp_path / "c")]
+    argv = {"trace": ["info", str(target)],
+            "--comm-config": ["summary", str(GLOO), "--comm-config", str(target)],
+            "--baseline": ["check", str(GLOO), "--baseline", str(target)],
+            "--nccl-log": ["collectives", str(GLOO), "--nccl-log", str(target)]}[role]
+    done = _cli(*argv, *cache, timeout=60)
+    line = _one_line(done.stderr)
+    assert done.returncode == 2 and str(target) in line and "not a regular file" in line
+
+
+# ------------------------------------------------------------------ WAL-mode nsys exports
+def _wal_export(folder: Path) -> Path:
+    from fixtures.nsys_synthetic import write_export
+    folder.mkdir()
+    path = folder / "run.sqlite"
+    write_export(path)
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    con.close()  # the last connection checkpoints and removes -wal and -shm
+    assert sorted(p.name for p in folder.iterdir()) == ["run.sqlite"]
+    return path
+
+
+def test_a_wal_mode_export_on_read_only_media_is_read_without_side_files(capsys, tmp_path):
+    path = _wal_export(tmp_path / "ro")
+    before = path.read_bytes()
+    path.parent.chmod(0o555)  # as root this does not stop writes: no side files is the check
+    try:
+        code, out, err = _run(capsys, "info", str(path), "--cache-dir", str(tmp_path / "c"),
+                              "--json")
+    finally:
+        path.parent.chmod(0o755)
+    assert code == 0, err
+    assert '"stored_events"' in out and "cannot be read" not in err
+    assert sorted(p.name for p in path.parent.iterdir()) == ["run.sqlite"]
+    assert path.read_bytes() == before
+
+
+def test_a_wal_mode_export_with_changes_only_in_its_wal_is_one_line(capsys, tmp_path):
+    path = _wal_export(tmp_path / "live")
+    writer = sqlite3.connect(path)  # a writer still at work: its changes are in the -wal
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("CREATE TABLE extra(x)")
+    writer.commit()
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("run.sqlite", "run.sqlite-wal"):  # copied while open, without the -shm
+        shutil.copyfile(path.parent / name, copy / name)
+    writer.close()
+    code, _, err = _run(capsys, "info", str(copy / "run.sqlite"), "--cache-dir",
+                        str(tmp_path / "c"))
+    line = _one_line(err)
+    assert code == 2 and str(copy / "run.sqlite") in line and "run.sqlite-wal" in line
+    assert sorted(p.name for p in copy.iterdir()) == ["run.sqlite", "run.sqlite-wal"]
+
+
+# ------------------------------------------------------------------ wrapped clocks
+_EVENTS = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 100.5, "dur": 3},
+           {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 200, "dur": 3,
+            "args": {"device": 0, "stream": 7, "correlation": 1}}]
+
+
+@pytest.mark.parametrize("base", ["9223372036854775000", "18446744073709551615", "-5"])
+@pytest.mark.parametrize("path", ["C scanner", "pure Python"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_clock_base_that_wraps_the_times_is_refused_naming_the_field(tmp_path, base, path,
+                                                                       gz):
+    import gzip
+    import json
+    text = f'{{"baseTimeNanoseconds": {base}, "traceEvents": {json.dumps(_EVENTS)}}}'.encode()
+    trace = tmp_path / ("trace.json.gz" if gz else "trace.json")
+    trace.write_bytes(gzip.compress(text) if gz else text)
+    env = {"TRACEVIEW_PURE_PYTHON": "1"} if path == "pure Python" else {}
+    done = _cli("info", str(trace), "--no-cache", env=env)
+    line = _one_line(done.stderr)
+    assert done.returncode == 2 and str(trace) in line and "baseTimeNanoseconds" in line
+
+
+def test_a_clock_base_near_the_limit_that_fits_is_kept(capsys, tmp_path):
+    import json
+    base = 2**63 - 1 - 1_000_000  # 1 ms of room: the events end 0.2 ms after it
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"baseTimeNanoseconds": base, "traceEvents": _EVENTS}))
+    code, out, err = _run(capsys, "sql", str(trace), "select min(ts_ns) as t from events",
+                          "--no-cache", "--json")
+    assert code == 0, err
+    assert json.loads(out) == [{"t": base + 100_500}]
+
+
+# ------------------------------------------------------------------ damaged caches
+def _flip(path: Path, at: int) -> None:
+    with open(path, "r+b") as fh:  # in place: same inode, as a bad disk or a stray write does
+        fh.seek(at)
+        byte = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("first", ["sql", "info", "summary"])
+def test_a_flipped_byte_in_a_cached_events_file_is_healed_for_sql(capsys, tmp_path, first):
+    cache = str(tmp_path / "cache")
+    query = ["sql", str(GLOO), "select count(*) as n, sum(ts_ns) as t from events", "--json"]
+    argv = {"sql": query, "info": ["info", str(GLOO)], "summary": ["summary", str(GLOO)]}[first]
+    assert _run(capsys, *argv, "--cache-dir", cache)[0] == 0
+    code, truth, _ = _run(capsys, *query, "--cache-dir", cache)
+    entries = [e for e in Path(cache).iterdir() if (e / "meta.json").exists()]
+    assert code == 0 and len(entries) == 2
+    for entry in entries:
+        events = entry / "events.parquet"
+        _flip(events, events.stat().st_size // 2)
+    code, out, err = _run(capsys, *query, "--cache-dir", cache)
+    assert code == 0 and out == truth
+    assert len([line for line in err.splitlines() if "cache entry" in line]) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "emptied", "record garbage"])
+def test_damaged_derived_gpu_rows_are_computed_again_with_one_warning(capsys, tmp_path,
+                                                                      damage):
+    from fixtures.nsys_synthetic import write_export
+    trace = tmp_path / "run.sqlite"
+    write_export(trace)  # GPU rows: the derived table is kept
+    cache = str(tmp_path / "cache")
+    code, first, _ = _run(capsys, "summary", str(trace), "--cache-dir", cache, "--json")
+    kept = sorted((Path(cache) / "derived").glob("gpu-*.parquet"))
+    assert code == 0 and len(kept) == 1
+    rows, record = kept[0], kept[0].with_name(kept[0].name + ".json")
+    {"truncated": lambda: os.truncate(rows, rows.stat().st_size // 2),
+     "flipped": lambda: _flip(rows, rows.stat().st_size // 2),
+     "emptied": lambda: rows.write_bytes(b""),
+     "record garbage": lambda: record.write_text("garbage{{")}[damage]()
+    code, again, err = _run(capsys, "summary", str(trace), "--cache-dir", cache, "--json")
+    assert code == 0 and "internal error" not in err
+    warned = [line for line in err.splitlines() if "cache entry" in line]
+    assert len(warned) == 1 and str(rows) in warned[0]
+    assert any("cache entry" in w for w in json.loads(again)["warnings"])
+    strip = lambda text: {k: v for k, v in json.loads(text).items()  # noqa: E731
+                          if k not in ("warnings", "warnings_plain")}
+    assert strip(again) == strip(first)
+    code, third, err = _run(capsys, "summary", str(trace), "--cache-dir", cache, "--json")
+    assert code == 0 and "cache entry" not in err and third == first  # healed
+
+
+# ------------------------------------------------------------------ a file changing while read
+def _trace_text(n: int) -> str:
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1,
+               "ts": 100 + 10 * i, "dur": 5} for i in range(n)]
+    return json.dumps({"traceEvents": events})
+
+
+def _growing_while_parsed(monkeypatch, trace: Path, every_read: bool) -> list[int]:
+    """The real parser, with the file grown (rewritten with one more event, as a profiler
+    still writing it would) while each read is under way: after the cache key was hashed."""
+    from traceview.store import ingest
+    real, reads = ingest.parse_batched, []
+
+    def parse_while_it_grows(path, **options):
+        parsed = real(path, **options)
+        if every_read or not reads:
+            trace.write_text(_trace_text(5 + len(reads) + 1))
+        reads.append(parsed.input_events)
+        return parsed
+
+    monkeypatch.setattr(ingest, "parse_batched", parse_while_it_grows)
+    return reads
+
+
+def test_a_file_that_grows_while_read_never_poisons_the_cache(capsys, tmp_path, monkeypatch):
+    import xxhash
+    trace = tmp_path / "trace.json"
+    trace.write_text(_trace_text(5))
+    old_hash = xxhash.xxh3_128_hexdigest(trace.read_bytes())
+    cache = tmp_path / "cache"
+    reads = _growing_while_parsed(monkeypatch, trace, every_read=False)
+    code, out, err = _run(capsys, "info", str(trace), "--cache-dir", str(cache), "--json")
+    assert code == 0, err
+    assert reads == [5, 6] and json.loads(out)["stored_events"] == 6  # the file as it is now
+    assert any("changed while it was read" in line and str(trace) in line
+               for line in err.splitlines())
+    # every complete entry holds the parse of the bytes its meta.json names
+    from traceview.store.parquet import read_cache_meta
+    complete = [read_cache_meta(e, cache) for e in cache.iterdir() if (e / "meta.json").exists()]
+    assert [m["content_id"] for m in complete] == [
+        xxhash.xxh3_128_hexdigest(trace.read_bytes())] != [old_hash]
+    assert [m["stored_events"] for m in complete] == [6]
+    # and the old bytes, read again, are parsed as what they are
+    monkeypatch.undo()
+    trace.write_text(_trace_text(5))
+    code, out, err = _run(capsys, "info", str(trace), "--cache-dir", str(cache), "--json")
+    assert code == 0 and json.loads(out)["stored_events"] == 5 and "changed" not in err
+
+
+def test_a_file_that_keeps_changing_while_read_is_one_line(capsys, tmp_path, monkeypatch):
+    trace = tmp_path / "trace.json"
+    trace.write_text(_trace_text(5))
+    cache = tmp_path / "cache"
+    _growing_while_parsed(monkeypatch, trace, every_read=True)
+    code, _, err = _run(capsys, "info", str(trace), "--cache-dir", str(cache))
+    line = _one_line(err)
+    assert code == 2 and str(trace) in line and "kept changing while it was read" in line
+    assert not [e for e in cache.iterdir() if (e / "meta.json").exists()]
+
+
+# ------------------------------------------------------------------ a terminated driver
+@pytest.fixture(scope="module")
+def large_ranks(tmp_path_factory):
+    """Two ranks large enough that a pool's workers are busy parsing for a while."""
+    out = tmp_path_factory.mktemp("large") / "run"
+    subprocess.run([sys.executable, "-m", "fixtures.synthetic", "--out", str(out),
+                    "--world-size", "2", "--target-mb", "60", "--no-gzip"], check=True,
+                   capture_output=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    (out / "ground_truth.json").unlink()
+    return out
+
+
+def _eof_within(pipe, seconds: float) -> bool:
+    """Whether ``pipe`` reaches its end (every writer gone) within ``seconds``."""
+    import select
+    import time
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if select.select([pipe], [], [], left)[0] and not os.read(pipe.fileno(), 1 << 16):
+            return True
+    return False
+
+
+def test_sigterm_stops_the_pool_workers_and_frees_the_callers_pipes(large_ranks, tmp_path):
+    import signal
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "traceview", "info", str(large_ranks), "--executor", "local",
+         "--cache-dir", str(tmp_path / "cache")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    family: list = []
+    try:
+        deadline, workers = time.monotonic() + 90, []
+        while time.monotonic() < deadline and driver.poll() is None and len(workers) < 2:
+            family = psutil.Process(driver.pid).children(recursive=True)
+            workers = [p for p in family if p.ppid() != driver.pid]  # the fork server's
+            time.sleep(0.05)
+        assert driver.poll() is None and len(workers) >= 2, "no pool workers seen at work"
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=15) == 128 + signal.SIGTERM
+        _, alive = psutil.wait_procs(family, timeout=10)
+        assert not alive, f"outlived the driver: {alive}"
+        assert _eof_within(driver.stdout, 10) and _eof_within(driver.stderr, 10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        for p in family:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+# ------------------------------------------------------------------ remote inputs, no network
+def test_a_remote_store_that_never_answers_is_one_line_in_bounded_time(tmp_path):
+    import socket
+    import time
+    server = socket.socket()  # accepts connections, never answers: a network that hangs
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    url = (f"s3://bucket/run7?endpoint_override=127.0.0.1:{server.getsockname()[1]}"
+           "&scheme=http")
+    began = time.monotonic()
+    try:
+        done = _cli("info", url, "--no-cache", timeout=60, env={
+            "TRACEVIEW_REMOTE_TIMEOUT": "2", "AWS_ACCESS_KEY_ID": "x",
+            "AWS_SECRET_ACCESS_KEY": "y", "AWS_EC2_METADATA_DISABLED": "true"})
+    finally:
+        server.close()
+    line = _one_line(done.stderr)
+    assert done.returncode == 2 and url in line and "no answer in 2 s" in line
+    assert time.monotonic() - began < 30
+
+
+def test_a_url_of_an_unknown_scheme_fails_fast(tmp_path):
+    done = _cli("info", "nosuchscheme://bucket/run7", "--no-cache", timeout=60)
+    assert done.returncode == 2 and "nosuchscheme://bucket/run7" in _one_line(done.stderr)
+
+
+# ------------------------------------------------------------------ a file cut while scanned
+def _cut_at_first_read(path: Path, keep: int):
+    """``open``, but the real file is cut to ``keep`` bytes (by another writer, as it were)
+    between its size being taken and its first block read: the cut lands mid-read, every
+    time (a mapped file lost its pages there: SIGBUS)."""
+    def opener(name, mode):
+        fh = open(name, mode)
+        first = fh.readinto
+
+        def readinto(buffer):
+            os.truncate(path, keep)
+            fh.readinto = first
+            return first(buffer)
+
+        fh.readinto = readinto
+        return fh
+    return opener
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_file_cut_while_it_is_read_is_a_failed_read_not_a_signal(tmp_path, follow):
+    from traceview.parsers.kineto import _input
+    trace = tmp_path / "trace.json"
+    trace.write_text(_trace_text(200_000))  # ~ 20 MB: several blocks
+    size = trace.stat().st_size
+    opener = _cut_at_first_read(trace, size // 3)
+    if follow:
+        reading = _input._InflatingMap(trace, size, 1 << 20, opener=opener)
+        reading._thread.join()
+        got, state = reading.progress[:8], reading.progress[8:16]
+        from traceview.parsers.kineto import _scan
+        assert int.from_bytes(state, "little", signed=True) == _scan.FAILED
+        assert int.from_bytes(got, "little") < size
+        reading.stop()
+        reading.map.close()
+    else:
+        assert _input._read_into_map(trace, size, opener) is None  # not what was sized
+
+
+@pytest.fixture(scope="module")
+def mid_ranks(tmp_path_factory):
+    """Two ranks small enough together (< 64 MB) to be parsed in the driver itself."""
+    out = tmp_path_factory.mktemp("mid") / "run"
+    subprocess.run([sys.executable, "-m", "fixtures.synthetic", "--out", str(out),
+                    "--world-size", "2", "--target-mb", "25", "--no-gzip"], check=True,
+                   capture_output=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    (out / "ground_truth.json").unlink()
+    return out
+
+
+@pytest.mark.parametrize("ranks", ["in the driver", "in pool workers"])
+def test_a_rank_cut_while_the_folder_is_scanned_never_kills_the_process(
+        request, tmp_path, ranks):
+    """A real concurrent truncation: another process cuts a rank's file as soon as a traceview
+    process has it open or mapped (its scan under way: a mapped file's lost pages killed the
+    worker with SIGBUS, and the run with it). The answer is an exit code and words."""
+    import time
+    psutil = pytest.importorskip("psutil")
+    source = request.getfixturevalue("mid_ranks" if ranks == "in the driver" else "large_ranks")
+    folder = shutil.copytree(source, tmp_path / "run")
+    victim = sorted(folder.iterdir())[-1]
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "traceview", "info", str(folder), "--skip-bad", "--no-cache"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    def reading_it(p) -> bool:
+        try:
+            held = [f.path for f in p.open_files()] + [m.path for m in p.memory_maps()]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
+        return str(victim) in held
+
+    deadline = time.monotonic() + 120
+    while driver.poll() is None and time.monotonic() < deadline:
+        me = psutil.Process(driver.pid)
+        if any(reading_it(p) for p in [me, *me.children(recursive=True)]):
+            break
+    subprocess.run([sys.executable, "-c", f"import os; os.truncate({str(victim)!r}, "
+                    f"{victim.stat().st_size // 3})"], check=True)
+    out, err = driver.communicate(timeout=300)
+    assert driver.returncode in (0, 2), (driver.returncode, err)  # SIGBUS: -7, no word said
+    assert "Traceback" not in err and "internal error" not in err
+    if driver.returncode == 2:
+        assert str(victim) in _one_line(err)
+    else:  # a partial answer, and why (info prints its warnings with its text)
+        assert str(victim) in out
