@@ -156,7 +156,7 @@ def open_run(args: argparse.Namespace):  # -> traceview.run.run.Run
         exclude_unlaunched=getattr(args, "exclude_unlaunched", False),
         comm_patterns=tuple(getattr(args, "comm_pattern", None) or ()),
         comm_config=getattr(args, "comm_config", None))
-    options.window()
+    options.check()
     return run_module.Run(open_traceset(args), options)
 
 

@@ -54,8 +54,9 @@ def run_analyse(args: argparse.Namespace) -> int:
     ts = open_traceset(args)
     for warning in ts.warnings:
         warn(warning)
-    ranks = parse_ranks(args.ranks)
-    require_known_ranks(ranks, ts.ranks["rank"].to_list())
+    present = ts.ranks["rank"].to_list()
+    ranks = parse_ranks(args.ranks, present)
+    require_known_ranks(ranks, present, args.ranks)
     res = analyse(ts, executor=executor_spec(args), method=args.align,
                   reference_rank=args.reference_rank,
                   tolerance_ns=int(args.tolerance_us * 1000), ranks=ranks)

@@ -58,14 +58,23 @@ class RunOptions:
         return with_comm_patterns(_checked_patterns(
             (*self.comm_patterns, *_config_patterns(self.comm_config))))
 
-    def window(self) -> Any:  # analyses.window.Window
-        """The window these options select; a usage error (before any file is read) when an
-        option does not parse."""
+    def check(self) -> None:
+        """A usage error (before any file is read) when an option does not parse; no rank
+        range is expanded (``--ranks 0-1000000000`` is compared with the ranks present)."""
         if self.align not in selection.ALIGN_METHODS:
             raise UsageError(f"--align wants one of {', '.join(selection.ALIGN_METHODS)}, "
                              f"got {self.align!r}")
+        if isinstance(self.ranks, str) and self.ranks.strip():
+            selection.rank_ranges(self.ranks)
         self.classify_patterns()
-        return Window(ranks=selection.parse_ranks(self.ranks),
+        selection.parse_steps(self.steps)
+        selection.parse_time_window(self.time)
+
+    def window(self, present: Sequence[int] | None = None) -> Any:  # analyses.window.Window
+        """The window these options select, its ranks those of ``present`` (the run's ranks)
+        that ``ranks`` names; a usage error when an option does not parse."""
+        self.check()
+        return Window(ranks=selection.parse_ranks(self.ranks, present),
                       steps=selection.parse_steps(self.steps),
                       time_ns=selection.parse_time_window(self.time),
                       skip_warmup=self.skip_warmup)
