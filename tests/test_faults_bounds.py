@@ -40,7 +40,10 @@ def _guarded(*argv: str, limit: int = LIMIT, env: dict[str, str] | None = None,
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -67,3 +70,80 @@ def test_a_rank_range_outside_the_run_is_one_line(capsys, spec):
     code, _, err = _run(capsys, "summary", str(GLOO), "--ranks", spec, "--no-cache")
     assert code == 2
     _one_line(err, "--ranks")
+
+
+# ------------------------------------------------------------------------ option ranges
+@pytest.mark.parametrize("argv", [
+    ["summary", "--top", "-5"], ["gaps", "--top", "10000000000000"],
+    ["summary", "--skip-warmup", "-1"], ["summary", "--skip-warmup", "1" + "0" * 30],
+    ["summary", "--steps", "0:99999999999999999999999"], ["summary", "--steps", "-3:2"],
+    ["align", "--tolerance-us", "nan"], ["align", "--tolerance-us", "-1"],
+    ["align", "--tolerance-us", "1e400"], ["align", "--reference-rank", "-2"],
+    ["gaps", "--launch-overhead", "9" * 400 + "s"], ["summary", "--time", "0:1e999s"],
+    ["diagnose", "--peak-tflops", "inf"], ["diagnose", "--layers", "0"],
+    ["info", "--retries", "100000"], ["summary", "--window", "9" * 40],
+])
+def test_an_out_of_range_option_is_one_usage_line(capsys, argv):
+    code, _, err = _run(capsys, argv[0], str(GLOO), *argv[1:], "--no-cache")
+    assert code == 2
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert err.strip().splitlines()[-1].startswith("traceview:"), err
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "--alpha", "0"], ["check", "--alpha", "1.5"], ["check", "--noise-k", "-1"],
+    ["check", "--tolerance", "all=1e400"], ["check", "--tolerance", "all=-1"],
+])
+def test_an_out_of_range_gate_option_is_one_usage_line(capsys, tmp_path, argv):
+    base = tmp_path / "base.json"
+    assert _run(capsys, "baseline", str(GLOO), "-o", str(base), "--no-cache")[0] == 0
+    code, _, err = _run(capsys, argv[0], str(GLOO), "--baseline", str(base), *argv[1:],
+                        "--no-cache")
+    assert code == 2
+    assert "Traceback" not in err and "internal error" not in err, err
+
+
+# --------------------------------------------------------------------- edited baselines
+def _edit_tolerance(doc):
+    doc["tolerance_pct"] = {"step_time_p50_ns": "5%"}
+
+
+def _edit_default(doc):
+    doc["default_tolerance_pct"] = "ten"
+
+
+def _samples(value):
+    def edit(doc):
+        doc["samples"] = {"step_time_ns": [value]}
+    return edit
+
+
+def _edit_runs(doc):
+    doc["metrics"]["step_time_p50_ns"]["runs"] = ["fast"]
+
+
+def _edit_noise(doc):
+    doc["noise"] = {"k": [3]}
+
+
+EDITS = {"a tolerance as a string": (_edit_tolerance, "tolerance_pct.step_time_p50_ns"),
+         "a default as a string": (_edit_default, "default_tolerance_pct"),
+         "samples holding strings": (_samples(["1", "2"]), "samples.step_time_ns"),
+         "samples holding lists": (_samples([[1], [2]]), "samples.step_time_ns"),
+         "samples holding nulls": (_samples([None, 3]), "samples.step_time_ns"),
+         "runs holding text": (_edit_runs, "metrics.step_time_p50_ns.runs"),
+         "noise k a list": (_edit_noise, "noise.k")}
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_a_hand_edited_baseline_is_one_line_naming_the_field(capsys, tmp_path, edit):
+    import orjson
+    base = tmp_path / "base.json"
+    assert _run(capsys, "baseline", str(GLOO), "-o", str(base), "--no-cache")[0] == 0
+    doc = orjson.loads(base.read_bytes())
+    change, field = EDITS[edit]
+    change(doc)
+    base.write_bytes(orjson.dumps(doc))
+    code, _, err = _run(capsys, "check", str(GLOO), "--baseline", str(base), "--no-cache")
+    assert code == 2
+    _one_line(err, str(base), field)

@@ -122,7 +122,13 @@ def parse_steps(spec: str | Steps | range | None) -> Steps | None:
         stop = int(hi) if hi.strip() else (None if sep else start + 1 if start is not None else None)
     except ValueError:
         raise UsageError(f"--steps wants A:B, got {spec!r}") from None
+    if any(s is not None and not 0 <= s <= MAX_STEP for s in (start, stop)):
+        raise UsageError(f"--steps wants steps from 0 to {MAX_STEP}, got {spec!r}")
     return start, stop
+
+
+#: The highest step number (step numbers are int64).
+MAX_STEP = 2**63 - 1
 
 
 def describe_steps(steps: Steps | None) -> str | None:
@@ -139,7 +145,15 @@ def parse_duration(text: str | int) -> int:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s|)\s*", text)
     if not m:
         raise UsageError(f"not a duration: {text!r} (e.g. 250us, 1.5ms, 2s)")
-    return round(float(m.group(1)) * _UNITS[m.group(2)])
+    ns = float(m.group(1)) * _UNITS[m.group(2)]
+    if not ns <= MAX_DURATION_NS:  # also nan and inf (a number of 400 digits)
+        raise UsageError(f"a duration of at most {MAX_DURATION_NS // 1_000_000_000} s, "
+                         f"got {text!r}")
+    return round(ns)
+
+
+#: The longest duration a text may give (about 292 years: ns in an int64).
+MAX_DURATION_NS = 2**63 - 1
 
 
 def parse_time_window(spec: str | tuple[int | None, int | None] | None
