@@ -147,3 +147,42 @@ def test_a_hand_edited_baseline_is_one_line_naming_the_field(capsys, tmp_path, e
     code, _, err = _run(capsys, "check", str(GLOO), "--baseline", str(base), "--no-cache")
     assert code == 2
     _one_line(err, str(base), field)
+
+
+# --------------------------------------------------------------- classification rules
+@pytest.mark.parametrize("pattern", ["a)(b", "(?x)nccl #", "x" * 20_000])
+def test_a_comm_pattern_that_breaks_its_group_is_one_line(capsys, pattern):
+    code, _, err = _run(capsys, "gaps", str(GLOO), "--comm-pattern", pattern, "--no-cache")
+    assert code == 2
+    _one_line(err, "--comm-pattern")
+
+
+def _config(tmp_path, data: bytes) -> Path:
+    path = tmp_path / "comm.toml"
+    path.write_bytes(data)
+    return path
+
+
+CONFIGS = {
+    "nested 100k deep": lambda: b"comm_patterns = " + b"[" * 100_000 + b"]" * 100_000,
+    "not UTF-8": lambda: b'comm_patterns = ["nccl\xff\xfe"]\n',
+    "200,000 patterns": lambda: b"comm_patterns = [" + b'"a",' * 200_000 + b"]\n",
+    "a broken group": lambda: b'comm_patterns = ["(?x)nccl #"]\n',
+}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_a_hostile_comm_config_is_one_line_naming_it(tmp_path, config):
+    path = _config(tmp_path, CONFIGS[config]())
+    code, err = _guarded("gaps", str(GLOO), "--comm-config", str(path), "--no-cache")
+    assert code == 2
+    _one_line(err, "--comm-config" if config != "a broken group" else "--comm-pattern")
+    if config != "a broken group":
+        assert str(path) in err
+
+
+def test_too_many_comm_patterns_are_one_line(capsys, tmp_path):
+    argv = [a for i in range(2000) for a in ("--comm-pattern", f"k{i}")]
+    code, _, err = _run(capsys, "gaps", str(GLOO), *argv, "--no-cache")
+    assert code == 2
+    _one_line(err, "--comm-pattern")
