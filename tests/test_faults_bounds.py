@@ -186,3 +186,51 @@ def test_too_many_comm_patterns_are_one_line(capsys, tmp_path):
     code, _, err = _run(capsys, "gaps", str(GLOO), *argv, "--no-cache")
     assert code == 2
     _one_line(err, "--comm-pattern")
+
+
+# ------------------------------------------------------------------------------ NCCL logs
+def _peak_rss(*argv: str, limit: int = LIMIT) -> tuple[int, int, str]:
+    """(exit code, peak resident bytes, output) of ``traceview ARGV`` in a fresh process
+    under an address-space limit."""
+    probe = ("import resource, subprocess, sys\n"
+             "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+             "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+             "print(done.stderr + done.stdout)\n")
+    done = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "traceview",
+                           *argv], capture_output=True, text=True, timeout=300,
+                          preexec_fn=_limited(limit), env={**os.environ,
+                                                           "PYTHONPATH": str(ROOT)})
+    first, _, rest = done.stdout.partition("\n")
+    code, kib = first.split()
+    return int(code), int(kib) * 1024, rest
+
+
+NCCL_LINES = (b"h:7:9 [0] NCCL INFO comm 0xa rank 0 nranks 2 cudaDev 0 busId 1000 - Init "
+              b"COMPLETE\n"
+              b"h:7:9 [0] NCCL INFO AllReduce: opCount 1f sendbuff 0x1 recvbuff 0x2 count 10 "
+              b"datatype 7 op 0 root 0 comm 0xa [nranks=2] stream 0x3\n")
+
+
+def test_an_nccl_log_with_numbers_beyond_int64_is_read(tmp_path):
+    from traceview.parsers import nccl_log
+    log = tmp_path / "nccl.log"
+    log.write_bytes(NCCL_LINES + b"h:7:9 [0] NCCL INFO AllReduce: opCount 2f sendbuff 0x1 "
+                    b"recvbuff 0x2 count 99999999999999999999999 datatype 7 op 0 root "
+                    b"99999999999 comm 0xa [nranks=2] stream 0x3\n")
+    calls = nccl_log.parse(log).calls
+    assert calls["count"].to_list() == [10, None] and calls["root"].to_list() == [0, None]
+
+
+def test_an_nccl_log_is_read_a_line_at_a_time(tmp_path):
+    small, big = tmp_path / "small.log", tmp_path / "big.log"
+    small.write_bytes(NCCL_LINES)
+    with open(big, "wb") as fh:
+        fh.write(NCCL_LINES)
+        for _ in range(300):  # one 300 MB line, then the log goes on
+            fh.write(b"x" * (1 << 20))
+        fh.write(b"\n" + NCCL_LINES)
+    code, base, said = _peak_rss("collectives", str(GLOO), "--no-cache", "--nccl-log", str(small))
+    assert code == 0, said
+    code, peak, said = _peak_rss("collectives", str(GLOO), "--no-cache", "--nccl-log", str(big))
+    assert code == 0, said
+    assert peak - base < 100 << 20, (base, peak)
