@@ -234,3 +234,40 @@ def test_an_nccl_log_is_read_a_line_at_a_time(tmp_path):
     code, peak, said = _peak_rss("collectives", str(GLOO), "--no-cache", "--nccl-log", str(big))
     assert code == 0, said
     assert peak - base < 100 << 20, (base, peak)
+
+
+# ------------------------------------------------------------------- snapshot pickles
+def _amplified() -> bytes:
+    """A snapshot whose one block list is named by a million segments (memo references)."""
+    import pickle
+    blocks = [{"size": 512, "requested_size": 512, "state": "active_allocated",
+               "frames": [{"filename": "a.py", "line": 1, "name": "f"}] * 20}] * 100
+    segment = {"device": 0, "address": 0, "total_size": 51200, "stream": 0, "blocks": blocks}
+    return pickle.dumps({"segments": [segment] * 1_000_000, "device_traces": [[]]}, protocol=4)
+
+
+def _beyond_int64() -> bytes:
+    import pickle
+    return pickle.dumps({"segments": [{"device": 0, "address": 2**70, "total_size": 1,
+                                       "blocks": []}], "device_traces": [[]]})
+
+
+PICKLES = {
+    "a memo index of 2**32 - 1": (lambda: b"\x80\x02N" + b"r\xff\xff\xff\xff" + b".",
+                                  "not an allocator snapshot"),
+    "a memo index of 2**31 then a get": (
+        lambda: b"\x80\x02N" + b"r\x00\x00\x00\x80" + b"j\x00\x00\x00\x80" + b".",
+        "not an allocator snapshot"),
+    "shared references": (_amplified, "rows and frames"),
+    "an address beyond int64": (_beyond_int64, "address"),
+}
+
+
+@pytest.mark.parametrize("case", list(PICKLES))
+def test_a_hostile_snapshot_pickle_is_one_line_naming_it(tmp_path, case):
+    make, said = PICKLES[case]
+    path = tmp_path / "rank-0.snapshot.pickle"
+    path.write_bytes(make())
+    code, err = _guarded("memory", str(path), limit=4 << 30)
+    assert code == 2, err
+    _one_line(err, str(path), said)
