@@ -271,3 +271,53 @@ def test_a_hostile_snapshot_pickle_is_one_line_naming_it(tmp_path, case):
     code, err = _guarded("memory", str(path), limit=4 << 30)
     assert code == 2, err
     _one_line(err, str(path), said)
+
+
+# ------------------------------------------------------------------------ store folders
+@pytest.fixture
+def store_folder(tmp_path, capsys):
+    out = tmp_path / "store"
+    assert _run(capsys, "ingest", str(GLOO), "-o", str(out), "--cache-dir",
+                str(tmp_path / "cache"))[0] == 0
+    return out
+
+
+def _edit_manifest(folder: Path, change) -> Path:
+    import orjson
+    path = folder / "traceview-store.json"
+    doc = orjson.loads(path.read_bytes())
+    change(doc)
+    path.write_bytes(orjson.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("target", ["../outside.parquet", "/etc/passwd", "..", "a/../../b"])
+def test_a_store_part_outside_the_folder_is_refused(capsys, tmp_path, store_folder, target):
+    outside = tmp_path / "outside.parquet"
+    outside.write_bytes((store_folder / "rank-00000.parquet").read_bytes()
+                        if (store_folder / "rank-00000.parquet").exists() else b"x")
+
+    def point_outside(doc):
+        doc["parts"][0]["file"] = target
+    manifest = _edit_manifest(store_folder, point_outside)
+    code, _, err = _run(capsys, "info", str(store_folder))
+    assert code == 2
+    _one_line(err, str(manifest), "outside the store")
+
+
+def test_a_store_manifest_without_its_integrity_record_is_refused(capsys, store_folder):
+    manifest = _edit_manifest(store_folder, lambda doc: doc.pop("files"))
+    code, _, err = _run(capsys, "info", str(store_folder))
+    assert code == 2
+    _one_line(err, str(manifest), "integrity record")
+
+
+def test_a_store_written_by_workers_records_its_files(capsys, tmp_path):
+    out = f"file://{tmp_path / 'remote'}"
+    assert _run(capsys, "ingest", str(GLOO), "-o", out, "--no-cache")[0] == 0
+    assert _run(capsys, "info", str(tmp_path / "remote"))[0] == 0
+    assert _run(capsys, "info", out)[0] == 0
+    _edit_manifest(tmp_path / "remote", lambda doc: doc.pop("files"))
+    code, _, err = _run(capsys, "info", out)
+    assert code == 2
+    _one_line(err, "integrity record")
