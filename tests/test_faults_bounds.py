@@ -321,3 +321,54 @@ def test_a_store_written_by_workers_records_its_files(capsys, tmp_path):
     code, _, err = _run(capsys, "info", out)
     assert code == 2
     _one_line(err, "integrity record")
+
+
+# ------------------------------------------------------------------------ kineto input
+def _gzip_bomb(path: Path, inflated: int) -> None:
+    """A gzip trace that opens an events array and then inflates to ``inflated`` bytes of
+    spaces: one member holding the opening, then copies of one member of 64 MiB of spaces
+    (a few hundred KB of file)."""
+    import zlib
+
+    def member(data: bytes) -> bytes:
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+        return packer.compress(data) + packer.flush()
+    spaces = member(b" " * (64 << 20))
+    with open(path, "wb") as fh:
+        fh.write(member(b'{"traceEvents": ['))
+        for _ in range(inflated // (64 << 20)):
+            fh.write(spaces)
+
+
+def test_a_gzip_bomb_is_refused_by_name_at_the_bound(tmp_path):
+    bomb = tmp_path / "rank-0.trace.json.gz"
+    _gzip_bomb(bomb, 6 << 30)
+    assert bomb.stat().st_size < 8 << 20
+    code, peak, said = _peak_rss("info", str(bomb), "--no-cache")
+    assert code == 2, said
+    _one_line(said, str(bomb), "inflates to more than")
+    assert peak < 4 << 30, peak
+
+
+def test_a_gzip_bomb_is_refused_below_a_lowered_bound(tmp_path):
+    bomb = tmp_path / "rank-0.trace.json.gz"
+    _gzip_bomb(bomb, 1 << 30)
+    code, said = _guarded("info", str(bomb), "--no-cache",
+                          env={"TRACEVIEW_MAX_INFLATED_BYTES": str(256 << 20)})
+    assert code == 2, said
+    _one_line(said, str(bomb), "inflates to more than 268435456 bytes")
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_file_of_nul_bytes_is_refused_from_its_first_bytes(tmp_path, gzipped):
+    path = tmp_path / ("rank-0.trace.json.gz" if gzipped else "rank-0.trace.json")
+    if gzipped:
+        import gzip
+        path.write_bytes(gzip.compress(b"\0" * (256 << 20), 1))
+    else:
+        with open(path, "wb") as fh:
+            fh.truncate(2 << 30)  # sparse: 2 GB of NUL bytes, no disk
+    code, peak, said = _peak_rss("info", str(path), "--no-cache")
+    assert code == 2, said
+    _one_line(said, str(path), "not JSON")
+    assert peak < 600 << 20, peak
