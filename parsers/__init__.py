@@ -23,6 +23,7 @@ from traceview.parsers._files import (
     file_problem,
     is_trace_name,
     rank_from_file_name,
+    refuse_non_json,
 )
 from traceview.parsers._result import EventBatches, ParsedFile, RankInfo
 
@@ -32,7 +33,8 @@ kineto = lazy_module("traceview.parsers.kineto")
 nsys = lazy_module("traceview.parsers.nsys")
 
 __all__ = ["PARSER_VERSIONS", "TRACE_SUFFIXES", "EventBatches", "ParsedFile", "RankInfo",
-           "detect_format", "family", "file_problem", "is_trace_name", "parse", "parse_batched", "rank_from_file_name"]
+           "detect_format", "family", "file_problem", "is_trace_name", "parse", "parse_batched",
+           "rank_from_file_name", "refuse_non_json"]
 
 
 def parse(path: Path, **options: object) -> ParsedFile:

@@ -13,6 +13,8 @@ import re
 import stat
 from pathlib import Path
 
+from traceview.errors import UnreadableTraceError
+
 #: Each format family's parser version, part of the cache key: bump it when the parser's output
 #: for the same input changes.
 #: kineto 3: invalid UTF-8 inside ``args`` is replaced (it reached the store's text as is);
@@ -62,6 +64,19 @@ def file_problem(path: str | Path, *, folder_ok: bool = False) -> str | None:
         return "a folder, not a file"
     kind = next((name for test, name in _NOT_REGULAR if test(st.st_mode)), "not a file")
     return f"not a regular file ({kind})"
+
+
+def refuse_non_json(path: Path, fmt: str) -> None:
+    """An ``UnreadableTraceError`` for an uncompressed Kineto file whose first KiB is not the
+    start of JSON (a file of NUL bytes was hashed and read whole before it was refused);
+    white space and a UTF-8 byte-order mark may come first."""
+    if fmt != "kineto-json":
+        return
+    with open(path, "rb") as fh:
+        head = fh.read(1024)
+    start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    if start and start not in (b"{", b"["):
+        raise UnreadableTraceError(path, "not JSON (does not start with { or [)")
 
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")

@@ -117,29 +117,35 @@ class NcclLog:
 
 
 def _kv_int(msg: pl.Expr, key: str) -> pl.Expr:
-    return msg.str.extract(rf"\b{key} (-?\d+)\b").cast(pl.Int64)
+    return msg.str.extract(rf"\b{key} (-?\d+)\b").cast(pl.Int64, strict=False)
 
 
-def _lines(text: str) -> pl.DataFrame:
-    lines = pl.Series("text", text.splitlines(), dtype=pl.String)
-    df = pl.DataFrame(lines).with_row_index("line", offset=1).with_columns(
-        pl.col("line").cast(pl.Int64))
+def _lines(lines: list[str], numbers: list[int]) -> pl.DataFrame:
+    df = pl.DataFrame([pl.Series("line", numbers, dtype=pl.Int64),
+                       pl.Series("text", lines, dtype=pl.String)])
     pre = pl.col("text").str.extract_groups(_PREFIX)
     return df.with_columns(pre.alias("p")).unnest("p").filter(pl.col("msg").is_not_null()).select(
-        "line", "host", pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64),
-        device=pl.col("dev").cast(pl.Int32), msg=pl.col("msg"))
+        "line", "host", pl.col("pid").cast(pl.Int64, strict=False),
+        pl.col("tid").cast(pl.Int64, strict=False),
+        device=pl.col("dev").cast(pl.Int32, strict=False), msg=pl.col("msg"))
 
 
 def parse_text(text: str) -> NcclLog:
     """Parse the text of one or more NCCL logs (lines of many processes may interleave)."""
-    df = _lines(text)
+    lines = text.splitlines()
+    return _parse_lines(lines, list(range(1, len(lines) + 1)))
+
+
+def _parse_lines(lines: list[str], numbers: list[int]) -> NcclLog:
+    """The tables of log ``lines``, each with its line number."""
+    df = _lines(lines, numbers)
     msg = pl.col("msg")
     comms = (
         df.filter(msg.str.contains(_COMM) & msg.str.contains("Init COMPLETE"))
         .with_columns(msg.str.extract_groups(_COMM).alias("c")).unnest("c")
         .select("line", "host", "pid", "device", "comm",
-                comm_rank=pl.col("crank").cast(pl.Int32),
-                nranks=pl.col("cnranks").cast(pl.Int32),
+                comm_rank=pl.col("crank").cast(pl.Int32, strict=False),
+                nranks=pl.col("cnranks").cast(pl.Int32, strict=False),
                 bus_id=msg.str.extract(r"busId ([0-9a-fA-F]+)"),
                 comm_id=msg.str.extract(r"commId (0x[0-9a-fA-F]+)"))
     )
@@ -156,10 +162,10 @@ def parse_text(text: str) -> NcclLog:
             comm=msg.str.extract(r"\bcomm (0x[0-9a-fA-F]+)"),
             count=_kv_int(msg, "count"),
             logged_bytes=_kv_int(msg, "bytes"),
-            datatype=_kv_int(msg, "datatype").cast(pl.Int32),
-            op=_kv_int(msg, "op").cast(pl.Int32),
-            root=_kv_int(msg, "root").cast(pl.Int32),
-            nranks=msg.str.extract(r"\[nranks=(\d+)\]").cast(pl.Int32),
+            datatype=_kv_int(msg, "datatype").cast(pl.Int32, strict=False),
+            op=_kv_int(msg, "op").cast(pl.Int32, strict=False),
+            root=_kv_int(msg, "root").cast(pl.Int32, strict=False),
+            nranks=msg.str.extract(r"\[nranks=(\d+)\]").cast(pl.Int32, strict=False),
             stream=msg.str.extract(r"\bstream (0x[0-9a-fA-F]+)"),
             op_count=pl.col("opcount").str.to_integer(base=16, strict=False),
         )
@@ -182,7 +188,7 @@ def parse_text(text: str) -> NcclLog:
              .with_columns(nranks=pl.coalesce("nranks", "cnr"))
              .sort("line")
              .with_columns(order=pl.int_range(pl.len()).over("host", "pid", "comm")
-                           .cast(pl.Int64)))
+                           .cast(pl.Int64, strict=False)))
     topo = _topology(df).join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
     choices = _choices(df).join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
     return NcclLog(
@@ -207,11 +213,11 @@ def _choices(df: pl.DataFrame) -> pl.DataFrame:
             .select("line", "host", "pid", "device", nccl_name="name",
                     collective=pl.col("name").replace_strict(COLLECTIVES, default=None,
                                                              return_dtype=pl.String),
-                    bytes=pl.col("nbytes").cast(pl.Int64),
+                    bytes=pl.col("nbytes").cast(pl.Int64, strict=False),
                     algorithm=_named(pl.col("algo"), ALGORITHMS),
                     protocol=_named(pl.col("proto"), PROTOCOLS),
-                    channel_lo=pl.col("lo").cast(pl.Int32), channel_hi=pl.col("hi").cast(pl.Int32),
-                    time_us=pl.col("time").cast(pl.Float64)))
+                    channel_lo=pl.col("lo").cast(pl.Int32, strict=False), channel_hi=pl.col("hi").cast(pl.Int32, strict=False),
+                    time_us=pl.col("time").cast(pl.Float64, strict=False)))
 
 
 def _topology(df: pl.DataFrame) -> pl.DataFrame:
@@ -219,34 +225,68 @@ def _topology(df: pl.DataFrame) -> pl.DataFrame:
     base = ["line", "host", "pid", "device"]
     rings = (df.filter(msg.str.contains(_RING)).with_columns(msg.str.extract_groups(_RING)
                                                             .alias("g")).unnest("g")
-             .select(*base, kind=pl.lit("ring"), channel=pl.col("ch").cast(pl.Int32),
+             .select(*base, kind=pl.lit("ring"), channel=pl.col("ch").cast(pl.Int32, strict=False),
                      ring=pl.col("ring").str.replace_all(" -> ", " ")))
     orders = (df.filter(msg.str.contains(_ORDER)).with_columns(msg.str.extract_groups(_ORDER)
                                                               .alias("g")).unnest("g")
-              .select(*base, kind=pl.lit("ring"), channel=pl.col("ch").cast(pl.Int32),
-                      channels=pl.col("nch").cast(pl.Int32),
+              .select(*base, kind=pl.lit("ring"), channel=pl.col("ch").cast(pl.Int32, strict=False),
+                      channels=pl.col("nch").cast(pl.Int32, strict=False),
                       ring=pl.col("ring").str.strip_chars().str.replace_all(r"\s+", " ")))
     conns = (df.filter(msg.str.contains(_CONN)).with_columns(msg.str.extract_groups(_CONN)
                                                             .alias("g")).unnest("g")
-             .select(*base, kind=pl.lit("connection"), channel=pl.col("ch").cast(pl.Int32),
-                     channels=pl.col("nch").cast(pl.Int32),
-                     src=pl.col("src").cast(pl.Int32), src_dev="srcdev",
-                     dst=pl.col("dst").cast(pl.Int32), dst_dev="dstdev", direction="dir",
+             .select(*base, kind=pl.lit("connection"), channel=pl.col("ch").cast(pl.Int32, strict=False),
+                     channels=pl.col("nch").cast(pl.Int32, strict=False),
+                     src=pl.col("src").cast(pl.Int32, strict=False), src_dev="srcdev",
+                     dst=pl.col("dst").cast(pl.Int32, strict=False), dst_dev="dstdev", direction="dir",
                      via="via", transport=pl.col("via").str.extract(r"^([^/]+)")))
     return pl.concat([rings, orders, conns], how="diagonal_relaxed")
+
+
+#: Bounds on what a log may ask of memory: a line longer than this is no NCCL line (it is
+#: passed over), and a read keeps at most this many NCCL lines, all files together.
+MAX_LINE_BYTES = 64 << 10
+MAX_NCCL_LINES = 20_000_000
 
 
 def parse(paths: str | os.PathLike[str] | list[str | os.PathLike[str]]) -> NcclLog:
     """Parse NCCL log files (``NCCL_DEBUG_FILE=nccl_%h_%p.log`` writes one per process).
 
-    Lines are numbered across the files in the order given. Invalid UTF-8 is replaced.
+    Lines are numbered across the files in the order given. Invalid UTF-8 is replaced. The
+    files are read a line at a time and only NCCL lines are kept (bounded:
+    :data:`MAX_LINE_BYTES`, :data:`MAX_NCCL_LINES`), so a huge log costs what its NCCL lines
+    do; more NCCL lines than that is an ``UnreadableTraceError`` naming the file.
     """
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     for p in items:  # before opening: a FIFO would block the open, /dev/zero never end
         if problem := file_problem(p):
             raise UnreadableTraceError(p, problem)
-    text = "\n".join(Path(p).read_bytes().decode("utf-8", errors="replace") for p in items)
-    return parse_text(text)
+    kept: list[str] = []
+    numbers: list[int] = []
+    line = 0
+    for item in items:
+        line = _read_nccl_lines(Path(item), line, kept, numbers)
+    return _parse_lines(kept, numbers)
+
+
+def _read_nccl_lines(path: Path, line: int, kept: list[str], numbers: list[int]) -> int:
+    """Append ``path``'s NCCL lines (and their numbers, counting on from ``line``) to
+    ``kept``; the number of the file's last line."""
+    with open(path, "rb") as fh:
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return line
+            line += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while (rest := fh.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                    pass  # the rest of an overlong line: no NCCL line is that long
+                continue
+            if b"NCCL " not in raw:
+                continue
+            if len(kept) >= MAX_NCCL_LINES:
+                raise UnreadableTraceError(path, f"more than {MAX_NCCL_LINES} NCCL lines")
+            kept.append(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+            numbers.append(line)
 
 
 def match_trace(calls: pl.DataFrame, trace: pl.DataFrame) -> pl.DataFrame:
@@ -276,8 +316,8 @@ def match_trace(calls: pl.DataFrame, trace: pl.DataFrame) -> pl.DataFrame:
             if score > best:
                 best, best_lag = score, lag
         tr = tr.with_row_index("_pos").with_columns(
-            log_order=pl.col("_pos").cast(pl.Int64) + best_lag)
-        logged = lg.select(pl.int_range(pl.len()).cast(pl.Int64).alias("log_order"),
+            log_order=pl.col("_pos").cast(pl.Int64, strict=False) + best_lag)
+        logged = lg.select(pl.int_range(pl.len()).cast(pl.Int64, strict=False).alias("log_order"),
                            "op_count", "count", pl.col("bytes").alias("bytes_logged"),
                            "dtype", "comm", log_collective="collective")
         joined = tr.join(logged, on="log_order", how="left").with_columns(

@@ -31,24 +31,55 @@ Steps = tuple[int | None, int | None]
 ALIGN_METHODS: tuple[str, ...] = ("auto", "none", "host", "collectives")
 
 
-def parse_ranks(spec: str | Iterable[int] | None) -> list[int] | None:
-    """``"0-3,7"`` (or any iterable of ints) -> sorted unique ranks; None: every rank."""
-    if spec is None or (isinstance(spec, str) and not spec.strip()):
-        return None
-    if not isinstance(spec, str):
-        return sorted({int(r) for r in spec})
-    ranks: set[int] = set()
+#: The highest rank a ``--ranks`` text may name (ranks are stored as Int32).
+MAX_RANK = 2**31 - 1
+
+
+def rank_ranges(spec: str) -> list[tuple[int, int]]:
+    """``"0-3,7"`` -> ``[(0, 3), (7, 7)]``: the ranges as written, never expanded (a range
+    may be ``0-1000000000``); a usage error for text that is not ranks."""
+    ranges = []
     for part in spec.split(","):
         lo, sep, hi = part.strip().partition("-")
         try:
-            ranks.update(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+            first, last = int(lo), int(hi) if sep else int(lo)
         except ValueError:
             raise UsageError(f"--ranks wants e.g. 0-3,7, got {spec!r}") from None
-    return sorted(ranks)
+        if not 0 <= first <= last <= MAX_RANK:
+            raise UsageError(f"--ranks wants ranks from 0 to {MAX_RANK}, low before high, "
+                             f"got {spec!r}")
+        ranges.append((first, last))
+    return ranges
 
 
-def require_known_ranks(wanted: Iterable[int] | None, known: Iterable[int]) -> None:
-    """A ``--ranks`` choice naming none of the ranks there are is a usage error, naming them.
+def parse_ranks(spec: str | Iterable[int] | None,
+                present: Iterable[int] | None = None) -> list[int] | None:
+    """``"0-3,7"`` (or any iterable of ints) -> sorted unique ranks; None: every rank.
+
+    ``present``: the ranks there are; the answer is those the text names (a range is
+    compared with them, never expanded, so ``0-1000000000`` costs what the run's ranks do).
+    Without it a range is expanded, which the caller may do only for short texts."""
+    if spec is None or (isinstance(spec, str) and not spec.strip()):
+        return None
+    if not isinstance(spec, str):
+        wanted = {int(r) for r in spec}
+        return sorted(wanted if present is None else wanted & set(present))
+    ranges = rank_ranges(spec)
+    if present is not None:
+        return sorted({r for r in present if any(lo <= r <= hi for lo, hi in ranges)})
+    if sum(hi - lo + 1 for lo, hi in ranges) > MAX_EXPANDED_RANKS:
+        raise UsageError(f"--ranks {spec} names more than {MAX_EXPANDED_RANKS} ranks")
+    return sorted({r for lo, hi in ranges for r in range(lo, hi + 1)})
+
+
+#: The most ranks :func:`parse_ranks` expands without the ranks present to compare with.
+MAX_EXPANDED_RANKS = 1 << 20
+
+
+def require_known_ranks(wanted: Iterable[int] | None, known: Iterable[int],
+                        spec: object = None) -> None:
+    """A ``--ranks`` choice naming none of the ranks there are is a usage error, naming them
+    (``spec``: the text asked for, when ``wanted`` is already cut to the ranks present).
 
     >>> require_known_ranks([7], [0, 1, 2, 3])
     Traceback (most recent call last):
@@ -57,7 +88,8 @@ def require_known_ranks(wanted: Iterable[int] | None, known: Iterable[int]) -> N
     """
     known = list(known)
     if wanted is not None and known and not set(wanted) & set(known):
-        raise UsageError(f"--ranks {describe_ranks(wanted)} selects no rank of this run; "
+        asked = spec if isinstance(spec, str) else describe_ranks(wanted)
+        raise UsageError(f"--ranks {asked} selects no rank of this run; "
                          f"ranks present: {describe_ranks(known)}")
 
 
@@ -110,7 +142,13 @@ def parse_steps(spec: str | Steps | range | None) -> Steps | None:
         stop = int(hi) if hi.strip() else (None if sep else start + 1 if start is not None else None)
     except ValueError:
         raise UsageError(f"--steps wants A:B, got {spec!r}") from None
+    if any(s is not None and not 0 <= s <= MAX_STEP for s in (start, stop)):
+        raise UsageError(f"--steps wants steps from 0 to {MAX_STEP}, got {spec!r}")
     return start, stop
+
+
+#: The highest step number (step numbers are int64).
+MAX_STEP = 2**63 - 1
 
 
 def describe_steps(steps: Steps | None) -> str | None:
@@ -127,7 +165,15 @@ def parse_duration(text: str | int) -> int:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s|)\s*", text)
     if not m:
         raise UsageError(f"not a duration: {text!r} (e.g. 250us, 1.5ms, 2s)")
-    return round(float(m.group(1)) * _UNITS[m.group(2)])
+    ns = float(m.group(1)) * _UNITS[m.group(2)]
+    if not ns <= MAX_DURATION_NS:  # also nan and inf (a number of 400 digits)
+        raise UsageError(f"a duration of at most {MAX_DURATION_NS // 1_000_000_000} s, "
+                         f"got {text!r}")
+    return round(ns)
+
+
+#: The longest duration a text may give (about 292 years: ns in an int64).
+MAX_DURATION_NS = 2**63 - 1
 
 
 def parse_time_window(spec: str | tuple[int | None, int | None] | None

@@ -7,10 +7,12 @@ functions here turn such bytes into something decodable and say what they change
 
 from __future__ import annotations
 
+import io
 import json
 import mmap
 import os
 import re
+import resource
 import threading
 import zlib
 from collections.abc import Iterator
@@ -62,6 +64,9 @@ def open_input(path: Path, warnings: list[str], *, follow: bool = False) -> Iter
         with open(path, "rb") as fh:
             gzipped = fh.read(2) == b"\x1f\x8b"
             size = os.fstat(fh.fileno()).st_size
+            _sniff(path, fh, gzipped)
+            if gzipped and _recorded_size(path) > inflate_limit():
+                raise UnreadableTraceError(path, _too_large(inflate_limit()))
             if follow:
                 inflating = _InflatingMap.start(path) if gzipped else \
                     _InflatingMap.reading(path, size)
@@ -81,6 +86,60 @@ def open_input(path: Path, warnings: list[str], *, follow: bool = False) -> Iter
         if inflating:
             inflating.stop()
         mapped.close()
+
+
+#: The most a gzip trace may inflate to, whatever memory there is (64 GiB).
+MAX_INFLATED_BYTES = 64 << 30
+#: Set to a number of bytes to lower that bound (a job with a memory quota).
+INFLATE_LIMIT_ENV = "TRACEVIEW_MAX_INFLATED_BYTES"
+
+
+def inflate_limit() -> int:
+    """How far a gzip trace may inflate: :data:`MAX_INFLATED_BYTES`, or half the memory this
+    process may use when less (MemAvailable, the address-space limit), or
+    ``INFLATE_LIMIT_ENV``.
+    A 13 KB file of zeros inflates to 6 GB; beyond the bound it is refused by name before
+    the memory is asked for."""
+    limits = [MAX_INFLATED_BYTES]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(soft // 2)  # a parse holds about twice the inflated bytes
+    try:
+        with open("/proc/meminfo") as fh:
+            limits += [int(line.split()[1]) * 1024 // 2 for line in fh
+                       if line.startswith("MemAvailable:")]
+    except (OSError, ValueError):
+        pass
+    if (given := os.environ.get(INFLATE_LIMIT_ENV, "")).strip().isdigit():
+        limits.append(int(given))
+    return min(limits)
+
+
+def _too_large(limit: int) -> str:
+    return (f"inflates to more than {limit} bytes (the bound on a gzip trace: half the "
+            f"memory available, at most {MAX_INFLATED_BYTES}; docs/formats.md, Bounds)")
+
+
+#: Bytes a JSON trace may start with before its first ``{`` or ``[``: a UTF-8 byte-order
+#: mark and white space.
+_LEADING = b"\xef\xbb\xbf \t\r\n"
+
+
+def _sniff(path: Path, fh: Any, gzipped: bool) -> None:
+    """Refuse a file whose first bytes are not JSON (a file of NUL bytes was read whole
+    before it was refused). Only the first KiB is looked at (inflated, for gzip)."""
+    fh.seek(0)
+    try:
+        head = (_gzip.GzipFile(fileobj=fh).read(1024) if gzipped else fh.read(1024))
+    except Exception:  # noqa: BLE001 - damaged gzip: read_bytes words it (or salvages)
+        return
+    finally:
+        fh.seek(0)
+    start = head.lstrip(_LEADING)[:1]
+    if head and not start and len(head) < 1024:
+        return  # white space only: "empty" is said later
+    if start and start not in (b"{", b"["):
+        raise UnreadableTraceError(path, "not JSON (does not start with { or [)")
 
 
 def _recorded_size(path: Path) -> int:
@@ -180,20 +239,41 @@ def read_bytes(path: Path, warnings: list[str]) -> bytes:
         raise UnreadableTraceError(path, "empty file")
     if not raw.startswith(b"\x1f\x8b"):
         return raw
+    limit = inflate_limit()
     try:
-        return _gzip.decompress(raw)
+        return _inflate_bounded(raw, limit)
+    except _TooLarge:
+        raise UnreadableTraceError(path, _too_large(limit)) from None
     except Exception:  # noqa: BLE001 - isal raises its own IsalError; all mean "damaged"
         pass
     # Truncated or damaged stream: keep what inflates before the damage.
     inflater = zlib.decompressobj(wbits=47)
     try:
-        data = inflater.decompress(raw)
+        data = inflater.decompress(raw, limit + 1)
     except zlib.error as exc:
         raise UnreadableTraceError(path, f"corrupt gzip data ({exc})") from None
+    if len(data) > limit:
+        raise UnreadableTraceError(path, _too_large(limit))
     if not data:
         raise UnreadableTraceError(path, "corrupt gzip data (nothing inflates)")
     warnings.append("gzip stream is truncated; reading what inflates")
     return data
+
+
+class _TooLarge(Exception):
+    """The stream inflates beyond the bound."""
+
+
+def _inflate_bounded(raw: bytes, limit: int) -> bytes:
+    """Every member of a gzip stream inflated, counting: :class:`_TooLarge` past ``limit``
+    bytes (before they are all held)."""
+    out = bytearray()
+    with _gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
+        while block := stream.read(16 << 20):
+            out += block
+            if len(out) > limit:
+                raise _TooLarge
+    return bytes(out)
 
 
 _NON_FINITE = re.compile(rb"(?<![\w\"])-?(?:NaN|Infinity)(?![\w\"])")

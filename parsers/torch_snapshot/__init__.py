@@ -76,14 +76,21 @@ def read(path: str | Path) -> Snapshot:
     if problem := file_problem(p):  # before opening: a FIFO would block the open
         raise UnreadableTraceError(p, problem)
     try:
+        size = p.stat().st_size
+        if size > MAX_SNAPSHOT_BYTES:
+            raise UnreadableTraceError(p, f"a pickle of {size} bytes, more than the "
+                                          f"{MAX_SNAPSHOT_BYTES} a snapshot may be")
         with open(p, "rb") as fp:
             data = plain_load(fp)
     except RefusedPickle as exc:
         raise UnreadableTraceError(p, f"refused: {exc}") from None
     except OSError as exc:
         raise UnreadableTraceError(p, f"cannot read: {exc.strerror or exc}") from None
+    except UnreadableTraceError:
+        raise
     except Exception as exc:  # a damaged pickle raises anything from EOFError to ValueError
-        raise UnreadableTraceError(p, f"not a readable pickle ({type(exc).__name__}: {exc})") \
+        why = (str(exc).strip().splitlines() or [""])[0]
+        raise UnreadableTraceError(p, f"not a readable pickle ({type(exc).__name__}: {why})") \
             from None
     if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
         raise UnreadableTraceError(p, "not an allocator snapshot (no 'segments' list; written "
@@ -94,13 +101,42 @@ def read(path: str | Path) -> Snapshot:
         warnings.append(f"{p}: no device_traces (history was not recorded): the state at "
                         "snapshot time only")
         traces = []
+    budget = _Budget(max(MIN_SNAPSHOT_ITEMS, size))
     try:
-        segments, blocks = _segment_rows(data["segments"])
-        trace = _trace_rows(traces)
-    except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        segments, blocks = _segment_rows(data["segments"], budget)
+        trace = _trace_rows(traces, budget)
+    except _OverBudget:
+        raise UnreadableTraceError(p, f"more than {budget.left_at_start} rows and frames "
+                                      "(one per byte of the file: shared references "
+                                      "repeat the same objects)") from None
+    except (TypeError, KeyError, ValueError, AttributeError, OverflowError,
+            pl.exceptions.PolarsError) as exc:
+        why = (str(exc).strip().splitlines() or [""])[0]
         raise UnreadableTraceError(p, f"malformed allocator snapshot ({type(exc).__name__}: "
-                                      f"{exc})") from None
+                                      f"{why})") from None
     return Snapshot(str(p), rank_from_file_name(p.name), segments, blocks, trace, warnings)
+
+
+#: The largest pickle read (its Python objects take several times its size).
+MAX_SNAPSHOT_BYTES = 4 << 30
+#: Rows and frames a snapshot may make: one per byte of the file, at least this many. A
+#: pickle's shared references (its memo) let a small file name one big list a million times;
+#: each row or frame of a real snapshot costs the file several bytes.
+MIN_SNAPSHOT_ITEMS = 1 << 20
+
+
+class _OverBudget(Exception):
+    """More rows and frames than the file's size allows."""
+
+
+class _Budget:
+    def __init__(self, items: int) -> None:
+        self.left = self.left_at_start = items
+
+    def spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise _OverBudget
 
 
 def stack_text(frames: Iterable[dict[str, Any]] | None) -> str | None:
@@ -127,38 +163,55 @@ def _frame_text(filename: Any, line: Any, name: Any) -> str | None:
     return f"{file_s.rsplit('/', 1)[-1] or '?'}:{'?' if line is None else line}:{name_s or '?'}"
 
 
-def _segment_rows(segments: list[dict[str, Any]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _segment_rows(segments: list[dict[str, Any]], budget: _Budget
+                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
     seg_rows, block_rows = [], []
     for seg in segments:
-        device, address = int(seg.get("device", 0)), int(seg["address"])
+        device, address = _i64(seg.get("device", 0), "device"), _i64(seg["address"], "address")
         blocks = seg.get("blocks") or []
-        seg_rows.append((device, address, int(seg["total_size"]), int(seg.get("stream", 0)),
-                         seg.get("segment_type"), len(blocks)))
+        budget.spend(1 + len(blocks))
+        seg_rows.append((device, address, _i64(seg["total_size"], "total_size"),
+                         _i64(seg.get("stream", 0), "stream"), seg.get("segment_type"),
+                         len(blocks)))
         offset = address  # older snapshots give no block address: blocks tile the segment
         for b in blocks:
-            size = int(b["size"])
+            size = _i64(b["size"], "size")
             requested = b.get("requested_size")
             frames = b.get("frames")
             if requested is None or frames is None:  # the legacy layout keeps them in history
                 first = (b.get("history") or [{}])[0]
                 requested = requested if requested is not None else first.get("real_size", size)
                 frames = frames if frames is not None else first.get("frames")
-            block_rows.append((device, address, int(b.get("address", offset)), size,
-                               int(requested), str(b["state"]), stack_text(frames)))
+            budget.spend(len(frames or ()))
+            block_rows.append((device, address, _i64(b.get("address", offset), "address"), size,
+                               _i64(requested, "requested_size"), str(b["state"]),
+                               stack_text(frames)))
             offset += size
     return (pl.DataFrame(seg_rows, schema=SEGMENTS_SCHEMA, orient="row"),
             pl.DataFrame(block_rows, schema=BLOCKS_SCHEMA, orient="row"))
 
 
-def _trace_rows(traces: list[list[dict[str, Any]]]) -> pl.DataFrame:
+def _trace_rows(traces: list[list[dict[str, Any]]], budget: _Budget) -> pl.DataFrame:
     rows = []
     for device, entries in enumerate(traces):
+        budget.spend(len(entries or ()))
         for seq, e in enumerate(entries or []):
-            rows.append((device, seq, str(e["action"]), _int(e.get("addr")), _int(e.get("size")),
-                         _int(e.get("stream")), _int(e.get("time_us")),
-                         _int(e.get("device_free")), stack_text(e.get("frames"))))
+            budget.spend(len(e.get("frames") or ()))
+            rows.append((device, seq, str(e["action"]), _int(e.get("addr"), "addr"),
+                         _int(e.get("size"), "size"), _int(e.get("stream"), "stream"),
+                         _int(e.get("time_us"), "time_us"),
+                         _int(e.get("device_free"), "device_free"),
+                         stack_text(e.get("frames"))))
     return pl.DataFrame(rows, schema=TRACE_SCHEMA, orient="row")
 
 
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _int(value: Any, field: str) -> int | None:
+    return None if value is None else _i64(value, field)
+
+
+def _i64(value: Any, field: str) -> int:
+    """``value`` as an int64 (the tables' type); a ValueError naming ``field`` otherwise."""
+    number = int(value)
+    if not -(2**63) <= number < 2**63:
+        raise ValueError(f"field {field} holds {number}, beyond int64")
+    return number

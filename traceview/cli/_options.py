@@ -8,6 +8,7 @@ Every ``add_*`` function adds one group of options to a command's parser; ``open
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from traceview._dependencies import lazy_module
@@ -21,6 +22,42 @@ from traceview.store.windows import parse_window
 #: the Run's analyses cost them ~0.15 s of imports (benchmarks/startup.py-style measurement on
 #: real corpus files).
 run_module = lazy_module("traceview.run.run")
+
+
+def whole(low: int, high: int):  # -> a type function for argparse
+    """An argparse type: an integer from ``low`` to ``high``, else a one-line usage error (a
+    negative ``--top`` or a ``--skip-warmup`` of 10**30 reached the analyses)."""
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"wants a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"wants {low} to {high}, got {text}")
+        return value
+    return whole_number
+
+
+def real(low: float, high: float, *, above_low: bool = False):  # -> a type function
+    """An argparse type: a finite number from ``low`` (or above it, ``above_low``) to
+    ``high``, else a one-line usage error (nan, inf and 1e400 are refused)."""
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"wants a number, got {text!r}") from None
+        if not math.isfinite(value) or value > high or value < low or (
+                above_low and value == low):
+            side = "above" if above_low else "from"
+            raise argparse.ArgumentTypeError(f"wants a number {side} {low:g} to {high:g}, "
+                                             f"got {text}")
+        return value
+    return number
+
+
+#: How many rows a --top or --limit may ask for, and how many steps --skip-warmup may skip.
+MAX_ROWS = 10_000_000
+MAX_RANK = 2**31 - 1
 
 
 def add_input_args(parser: argparse.ArgumentParser, *, many: bool = True,
@@ -71,7 +108,7 @@ def add_executor_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
                         help="Dask scheduler address (tcp://host:8786); without it "
                              "--executor dask starts and closes a local cluster")
-    parser.add_argument("--retries", type=int, default=2, metavar="N",
+    parser.add_argument("--retries", type=whole(0, 100), default=2, metavar="N",
                         help="retries of a failed worker task (default 2)")
 
 
@@ -86,7 +123,7 @@ def add_window_args(parser: argparse.ArgumentParser) -> None:
     """--ranks 0-3,7 and --steps 5:9, shared by the analyses."""
     parser.add_argument("--ranks", metavar="SPEC", help="ranks to analyse, e.g. 0-3,7")
     parser.add_argument("--steps", metavar="A:B", help="profiler steps A..B-1, e.g. 5:9")
-    parser.add_argument("--skip-warmup", type=int, default=0, metavar="N",
+    parser.add_argument("--skip-warmup", type=whole(0, MAX_ROWS), default=0, metavar="N",
                         help="drop the first N profiler steps of each rank")
     add_gpu_rule_args(parser)
 
@@ -160,7 +197,7 @@ def open_run(args: argparse.Namespace):  # -> traceview.run.run.Run
         exclude_unlaunched=getattr(args, "exclude_unlaunched", False),
         comm_patterns=tuple(getattr(args, "comm_pattern", None) or ()),
         comm_config=getattr(args, "comm_config", None))
-    options.window()
+    options.check()
     return run_module.Run(open_traceset(args), options)
 
 

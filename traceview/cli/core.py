@@ -12,6 +12,7 @@ from traceview.analyses.classify import gpu_events
 from traceview.analyses.launches import unlaunched_gpu
 from traceview.analyses.spread import MANY_RANKS
 from traceview.cli._options import (
+    MAX_ROWS,
     add_all_arg,
     add_include_osrt_arg,
     add_input_args,
@@ -19,6 +20,7 @@ from traceview.cli._options import (
     add_profiling_window_arg,
     open_traceset,
     run_module,
+    whole,
 )
 from traceview.cli._render import emit_json, warn
 from traceview.errors import UsageError
@@ -48,7 +50,7 @@ def _sql_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", metavar="DIR")
     add_include_osrt_arg(p)
     add_profiling_window_arg(p)
-    p.add_argument("--limit", type=int, default=50, help="rows to print (text output)")
+    p.add_argument("--limit", type=whole(0, MAX_ROWS), default=50, help="rows to print (text output)")
     add_json_arg(p)
 
 

@@ -21,11 +21,14 @@ from __future__ import annotations
 import argparse
 
 from traceview.cli._options import (
+    MAX_ROWS,
     add_align_arg,
     add_input_args,
     add_json_arg,
     add_window_args,
     open_run,
+    real,
+    whole,
 )
 from traceview.cli._render import emit_result, ms, pct, short, table
 from traceview.outputs.words import finding_headline
@@ -38,23 +41,23 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     add_window_args(p)
     add_align_arg(p)
     if command == "critical-path":
-        p.add_argument("--top", type=int, default=10, help="ops on the path to list")
+        p.add_argument("--top", type=whole(0, MAX_ROWS), default=10, help="ops on the path to list")
         p.add_argument("--per-step", action="store_true",
                        help="list every step (default: the first 12); bare --steps too")
         _steps_also_a_flag(p)
         p.set_defaults(run=run_critical_path)
         return
     model = p.add_argument_group("model size, for MFU")
-    model.add_argument("--params", type=float, default=None, metavar="N",
+    model.add_argument("--params", type=real(0, 1e18, above_low=True), default=None, metavar="N",
                        help="model parameters (MFU: 6 x N FLOPs per token, training)")
-    model.add_argument("--tokens-per-step", type=float, default=None, metavar="T",
+    model.add_argument("--tokens-per-step", type=real(0, 1e18, above_low=True), default=None, metavar="T",
                        help="tokens per step, all ranks together")
-    model.add_argument("--flops-per-step", type=float, default=None, metavar="F",
+    model.add_argument("--flops-per-step", type=real(0, 1e30, above_low=True), default=None, metavar="F",
                        help="model FLOPs per step, all ranks together (instead of N and T)")
-    model.add_argument("--layers", type=int, default=None, help="layers (attention FLOPs)")
-    model.add_argument("--hidden", type=int, default=None, help="hidden size (attention)")
-    model.add_argument("--seq-len", type=int, default=None, help="sequence length (attention)")
-    model.add_argument("--peak-tflops", type=float, default=None, metavar="P",
+    model.add_argument("--layers", type=whole(1, 1_000_000), default=None, help="layers (attention FLOPs)")
+    model.add_argument("--hidden", type=whole(1, 1 << 30), default=None, help="hidden size (attention)")
+    model.add_argument("--seq-len", type=whole(1, 1 << 40), default=None, help="sequence length (attention)")
+    model.add_argument("--peak-tflops", type=real(0, 1e9, above_low=True), default=None, metavar="P",
                        help="peak TFLOP/s of one device (default: from the device name)")
     model.add_argument("--dtype", default="bf16",
                        help="math precision for the peak: bf16, fp16, tf32, fp32, fp8")

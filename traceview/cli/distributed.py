@@ -26,12 +26,15 @@ import polars as pl
 
 from traceview.analyses.collectives import MAX_FIT_REL_RMS
 from traceview.cli._options import (
+    MAX_RANK,
     add_align_arg,
     add_all_arg,
     add_input_args,
     add_json_arg,
     add_window_args,
     open_run,
+    real,
+    whole,
 )
 from traceview.cli._render import (
     emit_result,
@@ -62,9 +65,9 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
         p.add_argument("--timeline", action="store_true",
                        help="--json/--csv: add each stage's waits, transfers and collectives "
                             "as timeline segments (field timeline)")
-    p.add_argument("--reference-rank", type=int, default=None, metavar="R",
+    p.add_argument("--reference-rank", type=whole(0, MAX_RANK), default=None, metavar="R",
                    help="rank whose clock is the reference (default: lowest)")
-    p.add_argument("--tolerance-us", type=float, default=None,
+    p.add_argument("--tolerance-us", type=real(0, 1e9, above_low=True), default=None,
                    help="completion-time tolerance for matching (us); default: learnt per "
                         "group from the run's own residuals")
     p.set_defaults(run={"align": run_align, "collectives": run_collectives,

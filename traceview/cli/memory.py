@@ -13,11 +13,13 @@ import argparse
 from pathlib import Path
 
 from traceview.cli._options import (
+    MAX_ROWS,
     add_align_arg,
     add_input_args,
     add_json_arg,
     add_window_args,
     open_run,
+    whole,
 )
 from traceview.cli._render import emit_result, pct, short, table
 from traceview.parsers import is_trace_name
@@ -30,7 +32,7 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     add_window_args(p)
     p.add_argument("--time", metavar="A:B", help="time window relative to the first event")
     add_align_arg(p)
-    p.add_argument("--top", type=int, default=10, metavar="N",
+    p.add_argument("--top", type=whole(0, MAX_ROWS), default=10, metavar="N",
                    help="allocation stacks to list per snapshot device")
     add_json_arg(p, csv=True)
     p.set_defaults(run=run_memory)

@@ -38,11 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from traceview.cli._options import (
+    MAX_ROWS,
     add_include_osrt_arg,
     add_input_args,
     add_json_arg,
     add_window_args,
     open_run,
+    real,
+    whole,
 )
 from traceview._dependencies import lazy_module
 from traceview.cli._render import dumps, emit_json, ms, short, table, warn, warnings_for
@@ -73,7 +76,7 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     _inputs(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write")
     p.add_argument("--title", default=None, help="report title")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="kernels / gaps to list")
+    p.add_argument("--top", type=whole(0, MAX_ROWS), default=10, metavar="N", help="kernels / gaps to list")
     p.add_argument("--nccl-log", nargs="+", default=[], metavar="FILE",
                    help="NCCL debug logs: add the algorithms and protocols NCCL chose")
     p.add_argument("--history", metavar="URL", default=None,
@@ -91,8 +94,8 @@ def _report_options(p: argparse.ArgumentParser) -> None:
 def _diff_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", metavar="BASE", help="baseline run (traces, folder or store)")
     p.add_argument("test", metavar="TEST", help="run to compare")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="contributors to list")
+    p.add_argument("--alpha", type=real(0, 1, above_low=True), default=0.05, help="significance level (0.05)")
+    p.add_argument("--top", type=whole(0, MAX_ROWS), default=10, metavar="N", help="contributors to list")
     _shared(p)
     p.set_defaults(run=run_diff)
 
@@ -124,13 +127,13 @@ def _check_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-partial", action="store_true",
                    help="judge damaged input (truncated files, dropped events, skipped files) "
                         "instead of failing it")
-    p.add_argument("--noise-k", type=float, default=None, metavar="K",
+    p.add_argument("--noise-k", type=real(0, 1e6), default=None, metavar="K",
                    help="a change must exceed K x the baseline runs' spread (default: the "
                         "baseline's, 3)")
-    p.add_argument("--alpha", type=float, default=None, metavar="A",
+    p.add_argument("--alpha", type=real(0, 1, above_low=True), default=None, metavar="A",
                    help="significance level of the one-sided step test (default: the "
                         "baseline's, 0.01)")
-    p.add_argument("--min-effect", type=float, default=None, metavar="D",
+    p.add_argument("--min-effect", type=real(0, 1e6), default=None, metavar="D",
                    help="the steps must move by D robust standard deviations of their noise "
                         "(default: the baseline's, 3)")
     p.add_argument("--inconclusive", choices=gate.INCONCLUSIVE_POLICIES,

@@ -15,11 +15,14 @@ from typing import Any
 import polars as pl
 
 from traceview.cli._options import (
+    MAX_RANK,
     add_all_arg,
     add_input_args,
     add_json_arg,
     executor_spec,
     open_traceset,
+    real,
+    whole,
 )
 from traceview.cli._render import (
     emit_json,
@@ -41,8 +44,8 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     add_all_arg(p)
     p.add_argument("--ranks", metavar="SPEC", help="ranks to analyse, e.g. 0-3,7")
     p.add_argument("--align", choices=("auto", "none", "host", "collectives"), default="auto")
-    p.add_argument("--reference-rank", type=int, default=None, metavar="R")
-    p.add_argument("--tolerance-us", type=float, default=500.0)
+    p.add_argument("--reference-rank", type=whole(0, MAX_RANK), default=None, metavar="R")
+    p.add_argument("--tolerance-us", type=real(0, 1e9, above_low=True), default=500.0)
     p.set_defaults(run=run_analyse)
 
 
@@ -54,8 +57,9 @@ def run_analyse(args: argparse.Namespace) -> int:
     ts = open_traceset(args)
     for warning in ts.warnings:
         warn(warning)
-    ranks = parse_ranks(args.ranks)
-    require_known_ranks(ranks, ts.ranks["rank"].to_list())
+    present = ts.ranks["rank"].to_list()
+    ranks = parse_ranks(args.ranks, present)
+    require_known_ranks(ranks, present, args.ranks)
     res = analyse(ts, executor=executor_spec(args), method=args.align,
                   reference_rank=args.reference_rank,
                   tolerance_ns=int(args.tolerance_us * 1000), ranks=ranks)

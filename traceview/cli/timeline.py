@@ -14,12 +14,14 @@ import polars as pl
 
 from traceview.analyses.names import unique_short_names
 from traceview.cli._options import (
+    MAX_ROWS,
     add_align_arg,
     add_all_arg,
     add_input_args,
     add_json_arg,
     add_window_args,
     open_run,
+    whole,
 )
 from traceview.cli._render import (
     duration,
@@ -44,13 +46,13 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
     if command == "gaps":
         p.add_argument("--per-stream", action="store_true",
                        help="gaps per stream, not per device")
-        p.add_argument("--top", type=int, default=10, metavar="N", help="largest gaps to list")
+        p.add_argument("--top", type=whole(0, MAX_ROWS), default=10, metavar="N", help="largest gaps to list")
         p.add_argument("--launch-overhead", default="10us", metavar="T",
                        help="gaps shorter than this with work queued are launch overhead")
     elif command == "overlap":
         p.add_argument("--per-step", action="store_true", help="one row per step as well")
     elif command == "breakdown":
-        p.add_argument("--top", type=int, default=10, metavar="N", help="kernels / ops to list")
+        p.add_argument("--top", type=whole(0, MAX_ROWS), default=10, metavar="N", help="kernels / ops to list")
     p.set_defaults(run={"gaps": run_gaps, "overlap": run_overlap, "breakdown": run_breakdown,
                         "summary": run_summary}[command])
 

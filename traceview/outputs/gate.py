@@ -64,6 +64,8 @@ Frame = pl.LazyFrame | pl.DataFrame
 BASELINE_FORMAT = 2
 READABLE_FORMATS = (1, 2)
 DEFAULT_TOLERANCE_PCT = 10.0
+#: The largest tolerance a command line or a baseline may give (beyond it nothing is judged).
+MAX_TOLERANCE_PCT = 1e6
 #: A change must exceed k robust standard deviations of the baseline runs' values ...
 DEFAULT_NOISE_K = 3.0
 #: ... and the one-sided Mann-Whitney p-value of the steps must be below alpha.
@@ -311,16 +313,67 @@ def read_baseline(text: str | bytes, *, source: str = "baseline") -> dict[str, A
         raise BaselineError(f"{source}: not a traceview baseline (formats "
                             f"{', '.join(map(str, READABLE_FORMATS))}); write one with "
                             "`traceview baseline`")
-    samples = doc.get("samples", {})
-    if not isinstance(samples, dict) or not all(
-            isinstance(runs, list) and all(isinstance(xs, list) for xs in runs)
-            for runs in samples.values()):
-        raise BaselineError(f"{source}: 'samples' is not a list of per-run lists")
-    for name, entry in doc["metrics"].items():
-        value = entry.get("value") if isinstance(entry, dict) else "bad"
-        if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value)):
-            raise BaselineError(f"{source}: metric {name!r} has no numeric value")
+    _check_fields(doc, source)
     return doc
+
+
+#: The most per-step samples a baseline may hold, all kinds and runs together.
+MAX_BASELINE_SAMPLES = 10_000_000
+
+
+def _number(value: Any) -> bool:
+    """A finite JSON number (true and false are not numbers here)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def _check_fields(doc: dict[str, Any], source: str) -> None:
+    """Each field ``check`` reads has its type and range (a hand-edited baseline with a
+    tolerance as a string, or samples holding strings, lists or nulls, was an internal
+    error); ``BaselineError`` naming the file and the field otherwise."""
+    def refuse(field: str, want: str) -> None:
+        raise BaselineError(f"{source}: field {field} {want}")
+
+    def in_range(field: str, value: Any, low: float, high: float) -> None:
+        if value is not None and not (_number(value) and low <= value <= high):
+            refuse(field, f"must be a number from {low:g} to {high:g}")
+
+    samples = doc.get("samples", {})
+    if not isinstance(samples, dict):
+        refuse("samples", "is not a table of per-run lists")
+    count = 0
+    for kind, runs in samples.items():
+        if not isinstance(runs, list) or not all(isinstance(xs, list) for xs in runs):
+            refuse(f"samples.{kind}", "is not a list of per-run lists")
+        for xs in runs:
+            count += len(xs)
+            if not all(map(_number, xs)):
+                refuse(f"samples.{kind}", "holds something other than finite numbers")
+    if count > MAX_BASELINE_SAMPLES:
+        refuse("samples", f"holds {count} samples, more than {MAX_BASELINE_SAMPLES}")
+    in_range("default_tolerance_pct", doc.get("default_tolerance_pct"), 0, MAX_TOLERANCE_PCT)
+    stored = doc.get("tolerance_pct")
+    if stored is not None and not isinstance(stored, dict):
+        refuse("tolerance_pct", "is not a table of metric -> percent")
+    for name, pct in (stored or {}).items():
+        in_range(f"tolerance_pct.{name}", pct, 0, MAX_TOLERANCE_PCT)
+    noise = doc.get("noise")
+    if noise is not None and not isinstance(noise, dict):
+        refuse("noise", "is not a table")
+    for key, (low, high) in {"k": (0, 1e6), "alpha": (1e-300, 1), "min_effect": (0, 1e6)}.items():
+        in_range(f"noise.{key}", (noise or {}).get(key), low, high)
+    for name, entry in doc["metrics"].items():
+        if not isinstance(entry, dict):
+            refuse(f"metrics.{name}", "is not a table")
+        for key in ("value", "centre", "spread"):
+            if entry.get(key) is not None and not _number(entry[key]):
+                refuse(f"metrics.{name}.{key}", "is not a finite number")
+        runs = entry.get("runs", [])
+        if not isinstance(runs, list) or not all(v is None or _number(v) for v in runs):
+            refuse(f"metrics.{name}.runs", "is not a list of numbers or nulls")
+        for key in ("unit", "samples", "note"):
+            if entry.get(key) is not None and not isinstance(entry[key], str):
+                refuse(f"metrics.{name}.{key}", "is not text")
 
 
 def parse_tolerances(items: list[str]) -> dict[str, float]:
@@ -337,8 +390,9 @@ def parse_tolerances(items: list[str]) -> dict[str, float]:
             value = float(pct.strip().rstrip("%"))
         except ValueError:
             value = float("nan")
-        if not sep or not math.isfinite(value) or value < 0:
-            raise UsageError(f"--tolerance wants METRIC=PCT (PCT >= 0), got {item!r}")
+        if not sep or not 0 <= value <= MAX_TOLERANCE_PCT:
+            raise UsageError(f"--tolerance wants METRIC=PCT (0 <= PCT <= "
+                             f"{MAX_TOLERANCE_PCT:g}), got {item!r}")
         if name in ("all", "*"):
             out.update({m: value for m in METRICS})
         elif name in METRICS:

@@ -59,17 +59,33 @@ class RunOptions:
         return with_comm_patterns(_checked_patterns(
             (*self.comm_patterns, *_config_patterns(self.comm_config))))
 
-    def window(self) -> Any:  # analyses.window.Window
-        """The window these options select; a usage error (before any file is read) when an
-        option does not parse."""
+    def check(self) -> None:
+        """A usage error (before any file is read) when an option does not parse; no rank
+        range is expanded (``--ranks 0-1000000000`` is compared with the ranks present)."""
         if self.align not in selection.ALIGN_METHODS:
             raise UsageError(f"--align wants one of {', '.join(selection.ALIGN_METHODS)}, "
                              f"got {self.align!r}")
+        if isinstance(self.ranks, str) and self.ranks.strip():
+            selection.rank_ranges(self.ranks)
         self.classify_patterns()
-        return Window(ranks=selection.parse_ranks(self.ranks),
+        selection.parse_steps(self.steps)
+        selection.parse_time_window(self.time)
+
+    def window(self, present: Sequence[int] | None = None) -> Any:  # analyses.window.Window
+        """The window these options select, its ranks those of ``present`` (the run's ranks)
+        that ``ranks`` names; a usage error when an option does not parse."""
+        self.check()
+        return Window(ranks=selection.parse_ranks(self.ranks, present),
                       steps=selection.parse_steps(self.steps),
                       time_ns=selection.parse_time_window(self.time),
                       skip_warmup=self.skip_warmup)
+
+
+#: Bounds on the classification rules: the patterns there may be, one pattern's length, and
+#: a --comm-config file's size (a TOML file nested 100k deep took the reader's recursion).
+MAX_PATTERNS = 1000
+MAX_PATTERN_CHARS = 10_000
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def _config_patterns(path: str | Path | None) -> tuple[str, ...]:
@@ -88,20 +104,52 @@ def _config_patterns(path: str | Path | None) -> tuple[str, ...]:
         raise UsageError(f"--comm-config {path}: {problem}")
     try:
         with Path(path).open("rb") as f:
-            config = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"--comm-config {path}: {exc}") from exc
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"--comm-config {path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise UsageError(f"--comm-config {path}: larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        config = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--comm-config {path}: not UTF-8 text (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--comm-config {path}: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"--comm-config {path}: nested too deep") from None
     found = config.get("comm_patterns", [])
     if not isinstance(found, list) or not all(isinstance(p, str) for p in found):
         raise UsageError(f"--comm-config {path}: comm_patterns must be a list of strings")
+    if len(found) > MAX_PATTERNS:
+        raise UsageError(f"--comm-config {path}: {len(found)} comm_patterns, at most "
+                         f"{MAX_PATTERNS}")
     return tuple(found)
 
 
 def _checked_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
-    """``patterns`` if each is a regex the classification can run; else a usage error."""
+    """``patterns`` if each is a regex the classification can run, compiled on its own and in
+    the group ``with_comm_patterns`` puts it in; else a one-line usage error."""
+    if len(patterns) > MAX_PATTERNS:
+        raise UsageError(f"--comm-pattern: {len(patterns)} patterns, at most {MAX_PATTERNS}")
     for p in patterns:
+        shown = p if len(p) <= 80 else p[:77] + "..."
+        if len(p) > MAX_PATTERN_CHARS:
+            raise UsageError(f"--comm-pattern {shown!r}: longer than {MAX_PATTERN_CHARS} "
+                             "characters")
         try:
             pl.select(pl.lit("").str.contains(p))
+            # and in the group it will stand in: a verbose-mode comment, "(?x)nccl #",
+            # compiles alone and eats the group's closing bracket
+            pl.select(pl.lit("").str.contains(f"(?:{p})|x"))
         except pl.exceptions.PolarsError as exc:
-            raise UsageError(f"--comm-pattern {p!r} is not a valid regex: {exc}") from exc
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            why = next((line for line in lines if line.startswith("error:")),
+                       lines[0] if lines else type(exc).__name__)
+            raise UsageError(f"--comm-pattern {shown!r} is not a valid regex: {why}") from None
+    try:  # the rules as one regex, as the classification runs them
+        pl.select(pl.lit("").str.contains(with_comm_patterns(patterns).comm))
+    except pl.exceptions.PolarsError:
+        raise UsageError(f"--comm-pattern: the {len(patterns)} patterns together are too "
+                         "large a regex") from None
     return patterns
+

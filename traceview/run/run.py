@@ -119,7 +119,7 @@ class Run:
     def __init__(self, traceset: TraceSet, options: RunOptions = RunOptions()) -> None:
         self.traceset = traceset
         self.options = options
-        self.window = options.window()
+        self.window = options.window(traceset.ranks["rank"].to_list())
         self._gaps: dict[tuple[bool, int], pl.DataFrame] = {}
 
     @classmethod
@@ -193,7 +193,8 @@ class Run:
     def _check_ranks_exist(self) -> None:
         """A ``ranks`` choice that names none of the run's ranks is a usage error naming the
         ranks there are (from the ranks table: no event is read)."""
-        selection.require_known_ranks(self.window.ranks, self.traceset.ranks["rank"].to_list())
+        selection.require_known_ranks(self.window.ranks, self.traceset.ranks["rank"].to_list(),
+                                      self.options.ranks)
 
     def _check_window_not_empty(self, selected: pl.DataFrame) -> None:
         """A window of steps, time or warm-up that holds no event of a run that has events is
@@ -1007,5 +1008,5 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
                          align=align, reference_rank=reference_rank, tolerance_us=tolerance_us,
                          exclude_unlaunched=exclude_unlaunched,
                          comm_patterns=tuple(comm_patterns), comm_config=comm_config)
-    options.window()  # a bad option fails before any file is read
+    options.check()  # a bad option fails before any file is read
     return Run(traceset.open(paths, **open_options), options)

@@ -33,6 +33,7 @@ from traceview.parsers import (
     is_trace_name,
     kineto,
     parse_batched,
+    refuse_non_json,
 )
 from traceview.store import parquet as store
 from traceview.store.executors import (
@@ -109,6 +110,7 @@ def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
     ``content``: the file's content id when the caller hashed it already."""
     file_path = Path(path)
     fmt = detect_format(file_path)
+    refuse_non_json(file_path, fmt)  # before the whole file is hashed
     base = Path(cache_dir) if cache_dir else None
     cid = content or store.known_content_id(file_path, base)
     key = store.cache_key(cid, parser_version(fmt), options)

@@ -4,10 +4,12 @@ files; and a store manifest's record of one (what reopening the store needs)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 import polars as pl
 
+from traceview.errors import UnreadableTraceError
 from traceview.store import parquet as store
 
 
@@ -74,6 +76,19 @@ def part_entry(part: Part, name: str) -> dict[str, Any]:
     return {"file": name, "file_id": part.file_id, "rank": part.rank,
             "rank_map": {str(k): v for k, v in part.rank_map.items()},
             "only_files": None if part.only_files is None else list(part.only_files)}
+
+
+def confined_name(entry: Any, where: object) -> str:
+    """The file name a manifest entry gives, when it names a file inside the store folder
+    itself (a plain name: no folder, no ``..``, not absolute); else an
+    ``UnreadableTraceError`` naming the manifest: a store is input, and its manifest must not
+    lead a reader to files elsewhere."""
+    name = entry.get("file") if isinstance(entry, dict) else None
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name \
+            or "\\" in name or "\0" in name or PurePosixPath(name).is_absolute():
+        raise UnreadableTraceError(where, f"store manifest names a part outside the store "
+                                   f"folder ({name!r}): ingest the traces again")
+    return name
 
 
 def part_of(path: str, entry: dict[str, Any]) -> Part:

@@ -32,13 +32,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+import xxhash
 
 from traceview import schema
 from traceview._dependencies import lazy_module
 from traceview.errors import TraceviewError, UnreadableTraceError
 from traceview.store import parquet as store
 from traceview.store.executors import ExecutorSpec, TaskFailure, open_executor, run_tasks
-from traceview.store.parts import Part, part_of
+from traceview.store.parts import Part, confined_name, part_of
 
 # Loaded when a store lies at a URL pyarrow cannot open itself, or is read from one.
 fsspec = lazy_module("fsspec", missing="this URL needs fsspec: pip install fsspec")
@@ -181,8 +182,18 @@ def write_rank_task(parts: list[tuple[str, int, int | None, dict[int, int]]], ra
     frames = [Part(*p).scan() for p in parts]
     events = pl.concat(frames, how="vertical").filter(pl.col("rank") == rank).collect()
     fs, base = filesystem(location)
-    write_table(schema.conform(events.to_arrow()), fs, posixpath.join(base, rank_file(rank)))
-    return events.height
+    path = posixpath.join(base, rank_file(rank))
+    write_table(schema.conform(events.to_arrow()), fs, path)
+    return {"rows": events.height, "record": _record(fs, path)}
+
+
+def _record(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
+    """A written file's size and content hash, as the store's manifest records them."""
+    digest = xxhash.xxh3_128()
+    with fs.open_input_stream(path) as fh:
+        while block := fh.read(8 << 20):
+            digest.update(block)
+    return {"bytes": fs.get_file_info(path).size, "xxh3": digest.hexdigest()}
 
 
 def write_store(ts: Any, location: str | Path, *, executor: Any = None) -> str:
@@ -215,9 +226,11 @@ def write_store(ts: Any, location: str | Path, *, executor: Any = None) -> str:
     write_bytes(fs, posixpath.join(base, "ranks.parquet"), _parquet_bytes(ts.ranks))
     write_bytes(fs, posixpath.join(base, "files.parquet"), _parquet_bytes(ts.files))
     write_bytes(fs, posixpath.join(base, "windows.parquet"), _parquet_bytes(ts.windows))
+    # each rank file's size and hash: a reader refuses a manifest without them
+    records = {rank_file(t[1]): r["record"] for t, r in zip(tasks, results)}
     write_bytes(fs, posixpath.join(base, store.STORE_MANIFEST), orjson.dumps(
         {"traceview_store": store.CACHE_VERSION, "schema_version": schema.SCHEMA_VERSION,
-         "ranks": ts.ranks["rank"].to_list()}, option=orjson.OPT_INDENT_2))
+         "ranks": ts.ranks["rank"].to_list(), "files": records}, option=orjson.OPT_INDENT_2))
     return target
 
 
@@ -260,7 +273,13 @@ def read_store(location: str) -> tuple[list[_RemotePart], pl.DataFrame, pl.DataF
     if not _exists(fs, manifest_path):
         raise UnreadableTraceError(location, "no traceview store here (no "
                                    f"{store.STORE_MANIFEST}: missing or still being written)")
-    manifest = orjson.loads(read_bytes(fs, manifest_path))
+    try:
+        manifest = orjson.loads(read_bytes(fs, manifest_path))
+    except orjson.JSONDecodeError as exc:
+        raise UnreadableTraceError(manifest_path, f"damaged store manifest ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise UnreadableTraceError(manifest_path, "damaged store manifest: ingest the traces "
+                                   "again")
     if manifest.get("schema_version") != schema.SCHEMA_VERSION:
         raise UnreadableTraceError(location, f"store has schema version "
                                    f"{manifest.get('schema_version')}, this traceview reads "
@@ -268,15 +287,37 @@ def read_store(location: str) -> tuple[list[_RemotePart], pl.DataFrame, pl.DataF
     ranks = pl.read_parquet(read_bytes(fs, posixpath.join(base, "ranks.parquet")))
     files = pl.read_parquet(read_bytes(fs, posixpath.join(base, "files.parquet")))
     if "parts" in manifest:
-        parts = [_RemotePart(location, e["file"], part_of(e["file"], e))
-                 for e in manifest["parts"]]
+        names = [confined_name(e, manifest_path) for e in manifest["parts"]]
+        parts = [_RemotePart(location, n, part_of(n, e))
+                 for n, e in zip(names, manifest["parts"])]
     else:  # one file per rank, holding all its windows (rows keep their own file_id)
         parts = [_RemotePart(location, rank_file(r), Part(rank_file(r), None, r))
                  for r in ranks["rank"].to_list()]
+    _check_records(fs, base, manifest, manifest_path, [p.name for p in parts])
     windows_path = posixpath.join(base, "windows.parquet")  # absent in older stores
     windows = (pl.read_parquet(read_bytes(fs, windows_path)) if _exists(fs, windows_path)
                else None)
     return parts, ranks, files, windows
+
+
+def _check_records(fs: pafs.FileSystem, base: str, manifest: dict[str, Any], where: str,
+                   names: list[str]) -> None:
+    """Each events file has its record in the manifest, and the size it records (the hash
+    is checked where a store folder is opened locally: reading a remote store whole to hash
+    it would cost what the analysis does)."""
+    recorded = manifest.get("files")
+    if not isinstance(recorded, dict) or not all(isinstance(recorded.get(n), dict)
+                                                 for n in names):
+        raise UnreadableTraceError(where, "store manifest has no integrity record (files: "
+                                   "size and hash of each events file): ingest the traces "
+                                   "again")
+    for name in names:
+        size = fs.get_file_info(posixpath.join(base, name)).size
+        if size != recorded[name].get("bytes"):
+            raise UnreadableTraceError(f"{where.rsplit('/', 1)[0]}/{name}",
+                                       f"damaged store file ({size} bytes, "
+                                       f"{recorded[name].get('bytes')} were written): ingest "
+                                       "the traces again")
 
 
 __all__ = ["filesystem", "is_store", "is_url", "read_store", "write_rank_task", "write_store"]

@@ -27,7 +27,7 @@ from traceview.store import remote as remote_store
 from traceview.store.executors import ExecutorSpec
 from traceview.store.ingest import ingest
 from traceview.store.ingested import IngestResult
-from traceview.store.parts import Part, part_entry, part_of, scan_parts
+from traceview.store.parts import Part, confined_name, part_entry, part_of, scan_parts
 from traceview.store.placement import rank_info_rows, select_window
 from traceview.store.safe_write import (
     check_folder_target,
@@ -413,15 +413,25 @@ def _open_store(folder: Path) -> TraceSet:
     ranks = _read_store_table(folder / "ranks.parquet")
     files = _read_store_table(folder / "files.parquet")
     if "parts" in manifest:
-        parts = [part_of(str(folder / entry["file"]), entry) for entry in manifest["parts"]]
+        if not isinstance(manifest["parts"], list):
+            raise UnreadableTraceError(manifest_path, "damaged store manifest (parts is not "
+                                       "a list): ingest the traces again")
+        parts = [part_of(str(folder / confined_name(entry, manifest_path)), entry)
+                 for entry in manifest["parts"]]
     else:
-        # written one file per rank (by the workers, or before stores listed their files):
-        # a rank file holds all the rank's windows, each row with its own file_id
+        # written one file per rank (by the workers): a rank file holds all the rank's
+        # windows, each row with its own file_id
         parts = [Part(str(folder / f"rank-{r:05d}.parquet"), None, r)
                  for r in ranks["rank"].to_list()]
-    recorded = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+    recorded = manifest.get("files")
+    if not isinstance(recorded, dict) or not all(
+            isinstance(recorded.get(Path(p.path).name), dict) for p in parts):
+        # the sizes and hashes are what ties the events files to the manifest
+        raise UnreadableTraceError(manifest_path, "store manifest has no integrity record "
+                                   "(files: size and hash of each events file): ingest the "
+                                   "traces again")
     for part in parts:
-        _check_store_file(Path(part.path), recorded.get(Path(part.path).name))
+        _check_store_file(Path(part.path), recorded[Path(part.path).name])
     windows = folder / "windows.parquet"  # absent in stores written before windows existed
     return TraceSet(parts, ranks, files,
                     windows=_read_store_table(windows) if windows.is_file() else None)

@@ -132,7 +132,7 @@ def parse_window(text: str | None) -> WindowChoice:
         return None
     if text.strip().lower() == "last":
         return "last"
-    if text.strip().isdigit():
+    if text.strip().isdigit() and len(text.strip()) <= 9:  # more windows than that: no
         return int(text)
     raise UsageError(f"--window wants a window number (from 0) or 'last', got {text!r}")
 

@@ -1,0 +1,374 @@
+"""Hostile inputs that asked for unbounded memory, or got an internal error or a wrong exit
+code: each is now answered within a bound (docs/formats.md, "Bounds") by one line naming the
+file (exit 2), or by a warning and a partial answer. The inputs are built here, in tmp_path;
+commands that could eat the machine run in a subprocess under an address-space limit."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+from traceview.cli import main
+
+GLOO = FIXTURES / "data" / "gloo_ddp_2r"
+ROOT = Path(__file__).resolve().parents[1]
+#: The address space a guarded command may use: polars and zstd reserve ~2 GB of it up front,
+#: so the bound sits well above that and well below what an unbounded read asks for.
+LIMIT = 5 << 30
+
+
+def _limited(limit: int):
+    def preexec() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return preexec
+
+
+def _guarded(*argv: str, limit: int = LIMIT, env: dict[str, str] | None = None,
+             timeout: int = 120) -> tuple[int, str]:
+    """``traceview ARGV`` in a subprocess under an address-space limit: (exit code, stderr +
+    stdout)."""
+    done = subprocess.run([sys.executable, "-m", "traceview", *argv], capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=_limited(limit),
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    return done.returncode, done.stderr + done.stdout
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line(err: str, *names: str) -> None:
+    """One message line (warnings aside) that names each of ``names``; no traceback."""
+    lines = [line for line in err.strip().splitlines() if line.startswith("traceview:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    for name in names:
+        assert name in lines[0], err
+
+
+# ------------------------------------------------------------------------------- ranks
+def test_a_huge_rank_range_is_compared_with_the_ranks_present():
+    code, said = _guarded("summary", str(GLOO), "--ranks", "0-1000000000", "--json",
+                          "--no-cache")
+    assert code == 0, said
+    assert '"ranks": "0-1"' in said
+
+
+@pytest.mark.parametrize("spec", ["5-1000000000", "3-1", "-4", "0-99999999999"])
+def test_a_rank_range_outside_the_run_is_one_line(spec):
+    code, err = _guarded("summary", str(GLOO), "--ranks", spec, "--no-cache")
+    assert code == 2
+    _one_line(err, "--ranks")
+
+
+# ------------------------------------------------------------------------ option ranges
+@pytest.mark.parametrize("argv", [
+    ["summary", "--top", "-5"], ["gaps", "--top", "10000000000000"],
+    ["summary", "--skip-warmup", "-1"], ["summary", "--skip-warmup", "1" + "0" * 30],
+    ["summary", "--steps", "0:99999999999999999999999"], ["summary", "--steps", "-3:2"],
+    ["align", "--tolerance-us", "nan"], ["align", "--tolerance-us", "-1"],
+    ["align", "--tolerance-us", "1e400"], ["align", "--reference-rank", "-2"],
+    ["gaps", "--launch-overhead", "9" * 400 + "s"], ["summary", "--time", "0:1e999s"],
+    ["diagnose", "--peak-tflops", "inf"], ["diagnose", "--layers", "0"],
+    ["info", "--retries", "100000"], ["summary", "--window", "9" * 40],
+])
+def test_an_out_of_range_option_is_one_usage_line(capsys, argv):
+    code, _, err = _run(capsys, argv[0], str(GLOO), *argv[1:], "--no-cache")
+    assert code == 2
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert err.strip().splitlines()[-1].startswith("traceview:"), err
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "--alpha", "0"], ["check", "--alpha", "1.5"], ["check", "--noise-k", "-1"],
+    ["check", "--tolerance", "all=1e400"], ["check", "--tolerance", "all=-1"],
+])
+def test_an_out_of_range_gate_option_is_one_usage_line(capsys, tmp_path, argv):
+    base = tmp_path / "base.json"
+    assert _run(capsys, "baseline", str(GLOO), "-o", str(base), "--no-cache")[0] == 0
+    code, _, err = _run(capsys, argv[0], str(GLOO), "--baseline", str(base), *argv[1:],
+                        "--no-cache")
+    assert code == 2
+    assert "Traceback" not in err and "internal error" not in err, err
+
+
+# --------------------------------------------------------------------- edited baselines
+def _edit_tolerance(doc):
+    doc["tolerance_pct"] = {"step_time_p50_ns": "5%"}
+
+
+def _edit_default(doc):
+    doc["default_tolerance_pct"] = "ten"
+
+
+def _samples(value):
+    def edit(doc):
+        doc["samples"] = {"step_time_ns": [value]}
+    return edit
+
+
+def _edit_runs(doc):
+    doc["metrics"]["step_time_p50_ns"]["runs"] = ["fast"]
+
+
+def _edit_noise(doc):
+    doc["noise"] = {"k": [3]}
+
+
+EDITS = {"a tolerance as a string": (_edit_tolerance, "tolerance_pct.step_time_p50_ns"),
+         "a default as a string": (_edit_default, "default_tolerance_pct"),
+         "samples holding strings": (_samples(["1", "2"]), "samples.step_time_ns"),
+         "samples holding lists": (_samples([[1], [2]]), "samples.step_time_ns"),
+         "samples holding nulls": (_samples([None, 3]), "samples.step_time_ns"),
+         "runs holding text": (_edit_runs, "metrics.step_time_p50_ns.runs"),
+         "noise k a list": (_edit_noise, "noise.k")}
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_a_hand_edited_baseline_is_one_line_naming_the_field(capsys, tmp_path, edit):
+    import orjson
+    base = tmp_path / "base.json"
+    assert _run(capsys, "baseline", str(GLOO), "-o", str(base), "--no-cache")[0] == 0
+    doc = orjson.loads(base.read_bytes())
+    change, field = EDITS[edit]
+    change(doc)
+    base.write_bytes(orjson.dumps(doc))
+    code, _, err = _run(capsys, "check", str(GLOO), "--baseline", str(base), "--no-cache")
+    assert code == 2
+    _one_line(err, str(base), field)
+
+
+# --------------------------------------------------------------- classification rules
+@pytest.mark.parametrize("pattern", ["a)(b", "(?x)nccl #", "x" * 20_000])
+def test_a_comm_pattern_that_breaks_its_group_is_one_line(capsys, pattern):
+    code, _, err = _run(capsys, "gaps", str(GLOO), "--comm-pattern", pattern, "--no-cache")
+    assert code == 2
+    _one_line(err, "--comm-pattern")
+
+
+def _config(tmp_path, data: bytes) -> Path:
+    path = tmp_path / "comm.toml"
+    path.write_bytes(data)
+    return path
+
+
+CONFIGS = {
+    "nested 100k deep": lambda: b"comm_patterns = " + b"[" * 100_000 + b"]" * 100_000,
+    "not UTF-8": lambda: b'comm_patterns = ["nccl\xff\xfe"]\n',
+    "200,000 patterns": lambda: b"comm_patterns = [" + b'"a",' * 200_000 + b"]\n",
+    "a broken group": lambda: b'comm_patterns = ["(?x)nccl #"]\n',
+}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_a_hostile_comm_config_is_one_line_naming_it(tmp_path, config):
+    path = _config(tmp_path, CONFIGS[config]())
+    code, err = _guarded("gaps", str(GLOO), "--comm-config", str(path), "--no-cache")
+    assert code == 2
+    _one_line(err, "--comm-config" if config != "a broken group" else "--comm-pattern")
+    if config != "a broken group":
+        assert str(path) in err
+
+
+def test_too_many_comm_patterns_are_one_line(capsys, tmp_path):
+    argv = [a for i in range(2000) for a in ("--comm-pattern", f"k{i}")]
+    code, _, err = _run(capsys, "gaps", str(GLOO), *argv, "--no-cache")
+    assert code == 2
+    _one_line(err, "--comm-pattern")
+
+
+# ------------------------------------------------------------------------------ NCCL logs
+def _peak_rss(*argv: str, limit: int = LIMIT) -> tuple[int, int, str]:
+    """(exit code, peak resident bytes, output) of ``traceview ARGV`` in a fresh process
+    under an address-space limit."""
+    probe = ("import resource, subprocess, sys\n"
+             "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+             "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+             "print(done.stderr + done.stdout)\n")
+    done = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "traceview",
+                           *argv], capture_output=True, text=True, timeout=300,
+                          preexec_fn=_limited(limit), env={**os.environ,
+                                                           "PYTHONPATH": str(ROOT)})
+    first, _, rest = done.stdout.partition("\n")
+    code, kib = first.split()
+    return int(code), int(kib) * 1024, rest
+
+
+NCCL_LINES = (b"h:7:9 [0] NCCL INFO comm 0xa rank 0 nranks 2 cudaDev 0 busId 1000 - Init "
+              b"COMPLETE\n"
+              b"h:7:9 [0] NCCL INFO AllReduce: opCount 1f sendbuff 0x1 recvbuff 0x2 count 10 "
+              b"datatype 7 op 0 root 0 comm 0xa [nranks=2] stream 0x3\n")
+
+
+def test_an_nccl_log_with_numbers_beyond_int64_is_read(tmp_path):
+    from traceview.parsers import nccl_log
+    log = tmp_path / "nccl.log"
+    log.write_bytes(NCCL_LINES + b"h:7:9 [0] NCCL INFO AllReduce: opCount 2f sendbuff 0x1 "
+                    b"recvbuff 0x2 count 99999999999999999999999 datatype 7 op 0 root "
+                    b"99999999999 comm 0xa [nranks=2] stream 0x3\n")
+    calls = nccl_log.parse(log).calls
+    assert calls["count"].to_list() == [10, None] and calls["root"].to_list() == [0, None]
+
+
+def test_an_nccl_log_is_read_a_line_at_a_time(tmp_path):
+    small, big = tmp_path / "small.log", tmp_path / "big.log"
+    small.write_bytes(NCCL_LINES)
+    with open(big, "wb") as fh:
+        fh.write(NCCL_LINES)
+        for _ in range(300):  # one 300 MB line, then the log goes on
+            fh.write(b"x" * (1 << 20))
+        fh.write(b"\n" + NCCL_LINES)
+    code, base, said = _peak_rss("collectives", str(GLOO), "--no-cache", "--nccl-log", str(small))
+    assert code == 0, said
+    code, peak, said = _peak_rss("collectives", str(GLOO), "--no-cache", "--nccl-log", str(big))
+    assert code == 0, said
+    assert peak - base < 100 << 20, (base, peak)
+
+
+# ------------------------------------------------------------------- snapshot pickles
+def _amplified() -> bytes:
+    """A snapshot whose one block list is named by a million segments (memo references)."""
+    import pickle
+    blocks = [{"size": 512, "requested_size": 512, "state": "active_allocated",
+               "frames": [{"filename": "a.py", "line": 1, "name": "f"}] * 20}] * 100
+    segment = {"device": 0, "address": 0, "total_size": 51200, "stream": 0, "blocks": blocks}
+    return pickle.dumps({"segments": [segment] * 1_000_000, "device_traces": [[]]}, protocol=4)
+
+
+def _beyond_int64() -> bytes:
+    import pickle
+    return pickle.dumps({"segments": [{"device": 0, "address": 2**70, "total_size": 1,
+                                       "blocks": []}], "device_traces": [[]]})
+
+
+PICKLES = {
+    "a memo index of 2**32 - 1": (lambda: b"\x80\x02N" + b"r\xff\xff\xff\xff" + b".",
+                                  "not an allocator snapshot"),
+    "a memo index of 2**31 then a get": (
+        lambda: b"\x80\x02N" + b"r\x00\x00\x00\x80" + b"j\x00\x00\x00\x80" + b".",
+        "not an allocator snapshot"),
+    "shared references": (_amplified, "rows and frames"),
+    "an address beyond int64": (_beyond_int64, "address"),
+}
+
+
+@pytest.mark.parametrize("case", list(PICKLES))
+def test_a_hostile_snapshot_pickle_is_one_line_naming_it(tmp_path, case):
+    make, said = PICKLES[case]
+    path = tmp_path / "rank-0.snapshot.pickle"
+    path.write_bytes(make())
+    code, err = _guarded("memory", str(path), limit=4 << 30)
+    assert code == 2, err
+    _one_line(err, str(path), said)
+
+
+# ------------------------------------------------------------------------ store folders
+@pytest.fixture
+def store_folder(tmp_path, capsys):
+    out = tmp_path / "store"
+    assert _run(capsys, "ingest", str(GLOO), "-o", str(out), "--cache-dir",
+                str(tmp_path / "cache"))[0] == 0
+    return out
+
+
+def _edit_manifest(folder: Path, change) -> Path:
+    import orjson
+    path = folder / "traceview-store.json"
+    doc = orjson.loads(path.read_bytes())
+    change(doc)
+    path.write_bytes(orjson.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("target", ["../outside.parquet", "/etc/passwd", "..", "a/../../b"])
+def test_a_store_part_outside_the_folder_is_refused(capsys, tmp_path, store_folder, target):
+    outside = tmp_path / "outside.parquet"
+    outside.write_bytes((store_folder / "rank-00000.parquet").read_bytes()
+                        if (store_folder / "rank-00000.parquet").exists() else b"x")
+
+    def point_outside(doc):
+        doc["parts"][0]["file"] = target
+    manifest = _edit_manifest(store_folder, point_outside)
+    code, _, err = _run(capsys, "info", str(store_folder))
+    assert code == 2
+    _one_line(err, str(manifest), "outside the store")
+
+
+def test_a_store_manifest_without_its_integrity_record_is_refused(capsys, store_folder):
+    manifest = _edit_manifest(store_folder, lambda doc: doc.pop("files"))
+    code, _, err = _run(capsys, "info", str(store_folder))
+    assert code == 2
+    _one_line(err, str(manifest), "integrity record")
+
+
+def test_a_store_written_by_workers_records_its_files(capsys, tmp_path):
+    out = f"file://{tmp_path / 'remote'}"
+    assert _run(capsys, "ingest", str(GLOO), "-o", out, "--no-cache")[0] == 0
+    assert _run(capsys, "info", str(tmp_path / "remote"))[0] == 0
+    assert _run(capsys, "info", out)[0] == 0
+    _edit_manifest(tmp_path / "remote", lambda doc: doc.pop("files"))
+    code, _, err = _run(capsys, "info", out)
+    assert code == 2
+    _one_line(err, "integrity record")
+
+
+# ------------------------------------------------------------------------ kineto input
+def _gzip_bomb(path: Path, inflated: int) -> None:
+    """A gzip trace that opens an events array and then inflates to ``inflated`` bytes of
+    spaces: one member holding the opening, then copies of one member of 64 MiB of spaces
+    (a few hundred KB of file)."""
+    import zlib
+
+    def member(data: bytes) -> bytes:
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+        return packer.compress(data) + packer.flush()
+    spaces = member(b" " * (64 << 20))
+    with open(path, "wb") as fh:
+        fh.write(member(b'{"traceEvents": ['))
+        for _ in range(inflated // (64 << 20)):
+            fh.write(spaces)
+
+
+def test_a_gzip_bomb_is_refused_by_name_at_the_bound(tmp_path):
+    bomb = tmp_path / "rank-0.trace.json.gz"
+    _gzip_bomb(bomb, 6 << 30)
+    assert bomb.stat().st_size < 8 << 20
+    code, peak, said = _peak_rss("info", str(bomb), "--no-cache")
+    assert code == 2, said
+    _one_line(said, str(bomb), "inflates to more than")
+    assert peak < 4 << 30, peak
+
+
+def test_a_gzip_bomb_is_refused_below_a_lowered_bound(tmp_path):
+    bomb = tmp_path / "rank-0.trace.json.gz"
+    _gzip_bomb(bomb, 1 << 30)
+    code, said = _guarded("info", str(bomb), "--no-cache",
+                          env={"TRACEVIEW_MAX_INFLATED_BYTES": str(256 << 20)})
+    assert code == 2, said
+    _one_line(said, str(bomb), "inflates to more than 268435456 bytes")
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_file_of_nul_bytes_is_refused_from_its_first_bytes(tmp_path, gzipped):
+    path = tmp_path / ("rank-0.trace.json.gz" if gzipped else "rank-0.trace.json")
+    if gzipped:
+        import gzip
+        path.write_bytes(gzip.compress(b"\0" * (256 << 20), 1))
+    else:
+        with open(path, "wb") as fh:
+            fh.truncate(2 << 30)  # sparse: 2 GB of NUL bytes, no disk
+    code, peak, said = _peak_rss("info", str(path), "--no-cache")
+    assert code == 2, said
+    _one_line(said, str(path), "not JSON")
+    assert peak < 600 << 20, peak
