@@ -80,6 +80,7 @@ def test_interleaved_runs_are_told_apart_and_the_nearest_is_chosen() -> None:
              [RunIdentity("y", start_ns=95, end_ns=352)]]
     assert nearest_run(other, runs[1])[0].path == "y"
     assert nearest_run([[RunIdentity("z", start_ns=900, end_ns=950)]], runs[1]) is None
+    assert nearest_run(other, [RunIdentity("untimed")]) is None  # no span to share
 
 
 # ---- every command refuses a blend ----------------------------------------------------------

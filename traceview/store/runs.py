@@ -98,8 +98,10 @@ def nearest_run(runs: list[list[RunIdentity]], reference: list[RunIdentity]
     """The run (of another rank) that is ``reference``'s: same job, and the most time in
     common with the reference's span (ranks of one run profile the same steps; clocks differ
     by far less than runs do). None when no run of the same job overlaps it at all."""
-    start = min(f.start_ns for f in reference if f.start_ns is not None)
-    end = max(f.end_ns for f in reference if f.end_ns is not None)
+    start = min((f.start_ns for f in reference if f.start_ns is not None), default=None)
+    end = max((f.end_ns for f in reference if f.end_ns is not None), default=None)
+    if start is None or end is None:
+        return None  # a reference without timed events has no span to share
 
     def common(run: list[RunIdentity]) -> int:
         s = min((f.start_ns for f in run if f.start_ns is not None), default=end)
