@@ -158,7 +158,7 @@ def test_the_first_screen_is_the_verdict_and_nothing_is_wider_than_the_page(
             0, named=True)
         assert finding_headline(first) in st["verdict_text"]
         worst = straggler_sentence(run.summary()["worst_straggler"])
-        assert worst.capitalize() in st["verdict_text"]
+        assert worst[:1].upper() + worst[1:] in st["verdict_text"]
     assert "Worst straggler: rank 2" in seen["cpu"]["verdict_text"]
     assert seen["cpu"]["no_gpu_mentions"] == 1
     assert seen["gpu"]["no_gpu_mentions"] == 0

@@ -636,7 +636,8 @@ def _verdict(data: ReportData, gpu: bool) -> list[str]:
         out.append(f"<p>No verdict: {_e('; '.join(failed) or 'the critical path is missing')}"
                    ".</p>")
     if _n_ranks(data) > 1:
-        out.append(f"<p>{_e(straggler_sentence(data.worst_straggler).capitalize())}.</p>")
+        worst = straggler_sentence(data.worst_straggler)  # the CLI's words, as a sentence
+        out.append(f"<p>{_e(worst[:1].upper() + worst[1:])}.</p>")
     if not gpu:
         out.append(H.sentence("No GPU events in this run (CPU-only traces): the GPU sections "
                               "(compute and idle, gap causes, kernels) are left out; the host "
