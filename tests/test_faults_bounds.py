@@ -17,7 +17,6 @@ from tests.conftest import FIXTURES
 from traceview.cli import main
 
 GLOO = FIXTURES / "data" / "gloo_ddp_2r"
-ROOT = Path(__file__).resolve().parents[1]
 #: The address space a guarded command may use: polars and zstd reserve ~2 GB of it up front,
 #: so the bound sits well above that and well below what an unbounded read asks for.
 LIMIT = 5 << 30
@@ -35,7 +34,7 @@ def _guarded(*argv: str, limit: int = LIMIT, env: dict[str, str] | None = None,
     stdout)."""
     done = subprocess.run([sys.executable, "-m", "traceview", *argv], capture_output=True,
                           text=True, timeout=timeout, preexec_fn=_limited(limit),
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+                          env={**os.environ, **(env or {})})
     return done.returncode, done.stderr + done.stdout
 
 
@@ -198,8 +197,7 @@ def _peak_rss(*argv: str, limit: int = LIMIT) -> tuple[int, int, str]:
              "print(done.stderr + done.stdout)\n")
     done = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "traceview",
                            *argv], capture_output=True, text=True, timeout=300,
-                          preexec_fn=_limited(limit), env={**os.environ,
-                                                           "PYTHONPATH": str(ROOT)})
+                          preexec_fn=_limited(limit), env=dict(os.environ))
     first, _, rest = done.stdout.partition("\n")
     code, kib = first.split()
     return int(code), int(kib) * 1024, rest

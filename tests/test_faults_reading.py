@@ -32,7 +32,7 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 def _cli(*argv: str, timeout: float = 60, env: dict[str, str] | None = None
          ) -> subprocess.CompletedProcess:
     """``traceview ARGV`` in its own process (a hang fails the test, not the suite)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "traceview", *argv], capture_output=True,
                           text=True, timeout=timeout, env=env)
 
@@ -283,7 +283,7 @@ def large_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("large") / "run"
     subprocess.run([sys.executable, "-m", "fixtures.synthetic", "--out", str(out),
                     "--world-size", "2", "--target-mb", "60", "--no-gzip"], check=True,
-                   capture_output=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                   capture_output=True, cwd=ROOT, env=dict(os.environ))
     (out / "ground_truth.json").unlink()
     return out
 
@@ -308,7 +308,7 @@ def test_sigterm_stops_the_pool_workers_and_frees_the_callers_pipes(large_ranks,
         [sys.executable, "-m", "traceview", "info", str(large_ranks), "--executor", "local",
          "--cache-dir", str(tmp_path / "cache")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        env=dict(os.environ))
     family: list = []
     try:
         deadline, workers = time.monotonic() + 90, []
@@ -403,7 +403,7 @@ def mid_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("mid") / "run"
     subprocess.run([sys.executable, "-m", "fixtures.synthetic", "--out", str(out),
                     "--world-size", "2", "--target-mb", "25", "--no-gzip"], check=True,
-                   capture_output=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                   capture_output=True, cwd=ROOT, env=dict(os.environ))
     (out / "ground_truth.json").unlink()
     return out
 
@@ -422,7 +422,7 @@ def test_a_rank_cut_while_the_folder_is_scanned_never_kills_the_process(
     driver = subprocess.Popen(
         [sys.executable, "-m", "traceview", "info", str(folder), "--skip-bad", "--no-cache"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        env=dict(os.environ))
 
     def reading_it(p) -> bool:
         try:
