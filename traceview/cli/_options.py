@@ -112,6 +112,17 @@ def add_executor_args(parser: argparse.ArgumentParser) -> None:
                         help="retries of a failed worker task (default 2)")
 
 
+def add_timeline_args(parser: argparse.ArgumentParser) -> None:
+    """The inputs, window, ``--time``, alignment and ``--json``/``--csv`` options of the
+    commands that answer from one Run's timeline (summary, gaps, overlap, breakdown, ops)."""
+    add_input_args(parser)
+    add_window_args(parser)
+    parser.add_argument("--time", metavar="A:B", help="time window relative to the first "
+                        "event, e.g. 0:2s or 100ms:300ms (events are clipped to it)")
+    add_align_arg(parser)
+    add_json_arg(parser, csv=True)
+
+
 def add_json_arg(parser: argparse.ArgumentParser, *, csv: bool = False) -> None:
     out = parser.add_mutually_exclusive_group() if csv else parser
     out.add_argument("--json", action="store_true", help="machine-readable output")

@@ -13,23 +13,18 @@ import argparse
 
 from traceview.analyses.names import unique_short_names
 from traceview.analyses.op_models import CATEGORIES
-from traceview.cli._options import add_align_arg, add_input_args, add_json_arg, add_window_args, \
-    open_run
+from traceview.cli._options import MAX_ROWS, add_timeline_args, open_run, whole
 from traceview.cli._render import MISSING, emit_result, fixed, ms, pct, table
 
 
 def configure(p: argparse.ArgumentParser, command: str) -> None:
     """``ops``' options on ``p``, and the function it runs."""
-    add_input_args(p)
-    add_window_args(p)
-    p.add_argument("--time", metavar="A:B", help="time window relative to the first event, "
-                   "e.g. 0:2s or 100ms:300ms (events are clipped to it)")
-    add_align_arg(p)
-    add_json_arg(p, csv=True)
+    add_timeline_args(p)
     p.add_argument("--by", choices=("shape", "name"), default="shape",
                    help="one row per op name and recorded shapes (default), or per op name")
     p.add_argument("--category", choices=CATEGORIES, help="only this op family")
-    p.add_argument("--top", type=int, default=20, metavar="N", help="ops to list")
+    p.add_argument("--top", type=whole(0, MAX_ROWS), default=20, metavar="N",
+                   help="ops to list")
     p.set_defaults(run=run_ops)
 
 

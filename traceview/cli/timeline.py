@@ -15,11 +15,8 @@ import polars as pl
 from traceview.analyses.names import unique_short_names
 from traceview.cli._options import (
     MAX_ROWS,
-    add_align_arg,
+    add_timeline_args,
     add_all_arg,
-    add_input_args,
-    add_json_arg,
-    add_window_args,
     open_run,
     whole,
 )
@@ -58,12 +55,7 @@ def configure(p: argparse.ArgumentParser, command: str) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    add_input_args(p)
-    add_window_args(p)
-    p.add_argument("--time", metavar="A:B", help="time window relative to the first event, "
-                   "e.g. 0:2s or 100ms:300ms (events are clipped to it)")
-    add_align_arg(p)
-    add_json_arg(p, csv=True)
+    add_timeline_args(p)
     add_all_arg(p)
 
 
