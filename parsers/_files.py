@@ -53,6 +53,10 @@ def file_problem(path: str | Path, *, folder_ok: bool = False) -> str | None:
     regular file (or a folder, with ``folder_ok``). Asked before opening: opening a FIFO for
     reading blocks until a writer comes, and a device such as ``/dev/zero`` never ends."""
     try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # the tables hold names as UTF-8 text, as Arrow strings must be
+        return "its name is not valid UTF-8: rename it"
+    try:
         st = os.stat(path)
     except OSError as exc:
         if exc.errno == errno.ELOOP:

@@ -14,6 +14,7 @@ import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -248,6 +249,52 @@ def test_an_output_on_a_full_disk_is_one_line_naming_it(capsys, tmp_path, comman
     assert done.stderr.count("\n") == 1 and "internal error" not in done.stderr
     assert f"{target}: cannot write (File too large)" in done.stderr
     assert list(target.parent.iterdir()) == []  # no temporary left beside it
+
+
+@pytest.mark.parametrize("command", ["report", "export-perfetto", "baseline", "junit"])
+def test_an_output_that_is_a_pipe_is_written_through_it_and_stays_a_pipe(capsys, tmp_path,
+                                                                         command):
+    """``-o /dev/stdout`` or a named pipe: the bytes go through it. A temporary renamed over it
+    would replace the pipe (or, as root, a device node such as /dev/full) with a file."""
+    import threading
+
+    base = tmp_path / "base.json"
+    assert _run(capsys, "baseline", str(GLOO), "-o", str(base))[0] == 0
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    argv = (["check", str(GLOO), "--baseline", str(base), "--junit", str(pipe)]
+            if command == "junit" else [command, str(GLOO), "-o", str(pipe)])
+    code, _, err = _run(capsys, *argv)
+    reader.join(timeout=60)
+    assert code == 0, err
+    assert received and len(received[0]) > 100
+    assert pipe.is_fifo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.json", "pipe"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_an_output_that_is_a_full_device_is_one_line_and_the_device_stays(capsys, tmp_path):
+    full = tmp_path / "full"
+    os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # /dev/full's numbers
+    code, _, err = _run(capsys, "baseline", str(GLOO), "-o", str(full))
+    assert code == 2 and err == f"traceview: {full}: cannot write (No space left on device)\n"
+    assert stat.S_ISCHR(full.stat().st_mode)
+
+
+def test_an_input_whose_name_is_not_utf8_is_one_line_naming_it(capsys, tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(GLOO / "rank-1.gloo_ddp.pt.trace.json.gz", folder)
+    odd = os.fsdecode(bytes(folder) + b"/rank-0.\xff.pt.trace.json.gz")
+    shutil.copy(GLOO / "rank-0.gloo_ddp.pt.trace.json.gz", odd)
+    code, out, err = _run(capsys, "info", str(folder))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "rank-0.\\udcff.pt.trace.json.gz: its name is not valid UTF-8" in err
+    code, out, err = _run(capsys, "info", str(folder), "--skip-bad")
+    assert code == 0 and "skipped: " in out + err and "not valid UTF-8" in out + err
 
 
 def test_a_file_name_with_a_newline_is_one_line_naming_it(capsys, tmp_path):

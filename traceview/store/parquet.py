@@ -182,7 +182,7 @@ def _content_id_memo(path: Path, cache_dir: Path, st: os.stat_result) -> Path:
     """Where the content id of the file with identity ``st`` on disk is remembered."""
     ident = f"{path.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|" \
             f"{st.st_ctime_ns}"
-    return Path(cache_dir) / "ids" / f"{xxhash.xxh3_128_hexdigest(ident.encode())}.txt"
+    return Path(cache_dir) / "ids" / f"{xxhash.xxh3_128_hexdigest(os.fsencode(ident))}.txt"
 
 
 def cache_key(content: str, parser_version: int, options: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -117,6 +118,9 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     Temporaries of ``target`` left by killed writers are removed first. A failure to write
     (a full disk, a size limit, a read-only folder) is an ``OSError`` naming ``target``."""
     target = Path(target)
+    if _is_device_or_pipe(target):
+        _write_in_place(target, write)
+        return
     tmp = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -134,6 +138,25 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     except BaseException as exc:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
+        raise _naming(exc, target) from None
+
+
+def _is_device_or_pipe(target: Path) -> bool:
+    """Whether ``target`` exists as something other than a file or folder: a device, a FIFO,
+    ``/dev/stdout``. Renaming a temporary over it would replace the device node with a file
+    (root may write in /dev), so such a target is written in place."""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _write_in_place(target: Path, write: Callable[[Path], None]) -> None:
+    """``write(target)`` straight into a device or pipe; its failure (``/dev/full``) names it."""
+    try:
+        write(target)
+    except BaseException as exc:
         raise _naming(exc, target) from None
 
 
