@@ -19,7 +19,13 @@ from tests.conftest import FIXTURES
 from tests.helpers import write_trace
 from traceview.cli import main
 from traceview.errors import TwoRunsError
-from traceview.store.runs import RunIdentity, nearest_run, run_difference, runs_of
+from traceview.store.runs import (
+    RunIdentity,
+    clock_difference,
+    nearest_run,
+    run_difference,
+    runs_of,
+)
 
 DDP = FIXTURES / "data" / "gloo_ddp_2r"
 DDP_SLOW = FIXTURES / "data" / "gloo_ddp_2r_slow1"
@@ -67,6 +73,23 @@ def test_what_tells_two_runs_from_two_windows() -> None:
         RunIdentity(**{**w1.__dict__, "pg_config": g1}))
 
 
+def test_ranks_of_one_host_that_profiled_one_step_apart_in_time_are_two_runs() -> None:
+    # rank 0 and rank 1 on host a, both steps 3..4: one clock, so 1 s apart is two runs
+    r0 = RunIdentity("r0", host="a", start_ns=0, end_ns=10**9, first_step=3, last_step=4)
+    r1 = RunIdentity("r1", host="a", start_ns=2 * 10**9, end_ns=3 * 10**9, first_step=3,
+                     last_step=4)
+    assert clock_difference(r0, r1) == ("both profiled step 3..4 on host a, one clock, but "
+                                        "the second starts 1.000 s after the first ends")
+    # not shown: overlapping times, other steps (ranks on their own schedules), two hosts
+    # (their clocks may differ: validate's windows_disjoint), a host name many machines share
+    for change in ({"start_ns": 10**9 - 1}, {"first_step": 5, "last_step": 6},
+                   {"host": "b"}, {"host": None}, {"first_step": None}):
+        assert clock_difference(r0, RunIdentity(**{**r1.__dict__, **change})) is None
+    local = {"host": "localhost"}
+    assert clock_difference(RunIdentity(**{**r0.__dict__, **local}),
+                            RunIdentity(**{**r1.__dict__, **local})) is None
+
+
 def test_interleaved_runs_are_told_apart_and_the_nearest_is_chosen() -> None:
     # run A (pid 1) at 0 and 200, run B (pid 2) at 100 and 300: each run is one process
     a0, a1 = (RunIdentity(f"a{i}", pid=1, start_ns=t, end_ns=t + 50, first_step=i,
@@ -107,6 +130,27 @@ def test_two_real_runs_of_one_job_are_refused_and_validate_agrees(capsys, tmp_pa
     problems = json.loads(out)["problems"]
     assert code == 1 and {p["code"] for p in problems} == {"mixed_runs"}
     assert sorted(p["rank"] for p in problems) == [0, 1]
+
+
+def test_ranks_taken_from_two_real_runs_are_refused_and_validate_agrees(capsys,
+                                                                        tmp_path) -> None:
+    """Rank 0 of one recording and rank 1 of the next: no rank is claimed twice and the job
+    is the same, but on one host the same steps 9.8 s apart are two runs."""
+    shutil.copy(DDP / "rank-0.gloo_ddp.pt.trace.json.gz", tmp_path)
+    shutil.copy(DDP_SLOW / "rank-1.gloo_ddp.pt.trace.json.gz", tmp_path)
+    for command in ("info", "summary", "stragglers", "critical-path", "diagnose"):
+        code, _, err = _run(capsys, command, str(tmp_path))
+        assert code == 2 and len(err.strip().splitlines()) == 1, (command, err)
+        assert "rank-0.gloo" in err and "rank-1.gloo" in err and "two runs" in err
+        assert "one clock" in err
+    code, out, _ = _run(capsys, "validate", str(tmp_path), "--json")
+    problems = json.loads(out)["problems"]
+    assert code == 1 and [p["code"] for p in problems] == ["mixed_runs"]
+    keep = tmp_path / "rank-1.gloo_ddp.pt.trace.json.gz"
+    code, out, err = _run(capsys, "info", str(tmp_path), "--run-of", str(keep))
+    assert code == 0 and "1 ranks, 1 files" in out
+    assert "rank-0.gloo_ddp.pt.trace.json.gz: another run" in out + err
+    assert "one clock" in out + err  # the reason for another rank is its time, not its pid
 
 
 def test_kineto_and_nsys_for_one_rank_are_two_captures(capsys, tmp_path) -> None:

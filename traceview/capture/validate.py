@@ -48,7 +48,7 @@ from traceview import selection
 from traceview.analyses.align import anchors_from
 from traceview.analyses.collective_match import comm_events, match_collectives
 from traceview.capture.sync_probe import SYNC_NAME
-from traceview.store.runs import RunIdentity, run_difference
+from traceview.store.runs import RunIdentity, clock_difference, run_difference
 from traceview.store.steps import step_ranges
 from traceview.store.windows import HOST_KINDS as _HOST_KINDS
 
@@ -219,8 +219,11 @@ def rank_windows(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def check_events(events: pl.LazyFrame | pl.DataFrame) -> list[Problem]:
-    """Event-level checks over one file per rank: steps, anchors, overlapping windows."""
+def check_events(events: pl.LazyFrame | pl.DataFrame,
+                 files: pl.DataFrame | None = None) -> list[Problem]:
+    """Event-level checks over one file per rank: steps, anchors, overlapping windows. With
+    ``files`` (their paths and hosts), ranks of one host that profiled the same steps at
+    different times are ``mixed_runs``, as ingest refuses them (``runs.clock_difference``)."""
     ev = events.lazy()
     windows = rank_windows(ev)
     ranks = windows.get_column("rank").to_list()
@@ -254,7 +257,10 @@ def check_events(events: pl.LazyFrame | pl.DataFrame) -> list[Problem]:
         own_steps = step_sets.get(w["rank"], set())
         common = own_steps & ref_steps
         overlap = min(w["end_ns"], ref["end_ns"]) - max(w["start_ns"], ref["start_ns"])
-        if overlap <= 0:
+        mixed = _two_runs(ref, w, ref_steps, own_steps, files) if overlap <= 0 else None
+        if mixed is not None:
+            out.append(mixed)
+        elif overlap <= 0:
             gap_s = -overlap / 1e9
             when = "after" if w["start_ns"] >= ref["end_ns"] else "before"
             same_steps = bool(common)
@@ -278,6 +284,30 @@ def check_events(events: pl.LazyFrame | pl.DataFrame) -> list[Problem]:
     return out
 
 
+def _two_runs(ref: dict[str, Any], other: dict[str, Any], ref_steps: set[int],
+              own_steps: set[int], files: pl.DataFrame | None) -> Problem | None:
+    """``mixed_runs`` when the reference rank and ``other`` (their rows of
+    :func:`rank_windows`) are two runs by their times on one host's clock, else None."""
+    if files is None or not ref_steps or not own_steps:
+        return None
+    first = (files.filter(pl.col("error").is_null() & pl.col("rank").is_not_null())
+             .sort("file_id").unique("rank", keep="first"))
+    row = {r["rank"]: r for r in first.iter_rows(named=True)}
+    if ref["rank"] not in row or other["rank"] not in row:
+        return None
+    ids = sorted((RunIdentity(path=row[w["rank"]]["path"], host=row[w["rank"]]["host"],
+                              start_ns=w["start_ns"], end_ns=w["end_ns"],
+                              first_step=min(steps), last_step=max(steps))
+                  for w, steps in ((ref, ref_steps), (other, own_steps))),
+                 key=lambda f: f.start_ns)
+    why = clock_difference(*ids)
+    if why is None:
+        return None
+    return _problem("mixed_runs", f"{ids[0].path} and {ids[1].path} are "
+                    f"two runs ({why})", rank=other["rank"], file=row[other["rank"]]["path"],
+                    files=[f.path for f in ids])
+
+
 def _steps_text(steps: set[int]) -> str:
     if not steps:
         return "none"
@@ -297,7 +327,7 @@ def validate(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame, *,
         if p is not None:
             problems.append(p)
     ev = _first_file_per_rank(events.lazy(), files)
-    return problems + check_events(ev)
+    return problems + check_events(ev, files)
 
 
 def _windows_or_runs(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame,
@@ -326,7 +356,7 @@ def _windows_or_runs(events: pl.LazyFrame | pl.DataFrame, files: pl.DataFrame,
     for before, after in zip(ids, ids[1:]):
         why = run_difference(before, after)
         if why:
-            return _problem("mixed_runs", f"rank {problem.rank}: {before.path} and "
+            return _problem("mixed_runs", f"{before.path} and "
                             f"{after.path} are two runs ({why})", rank=problem.rank,
                             file=after.path, files=[before.path, after.path])
     return None

@@ -23,6 +23,7 @@ from traceview.parsers import family, rank_from_file_name
 from traceview.store.ingested import FileResult, IngestResult
 from traceview.store.runs import (
     RunIdentity,
+    clock_difference,
     job_difference,
     nearest_run,
     run_difference,
@@ -35,6 +36,7 @@ from traceview.store.windows import (
     file_span,
     number_windows,
     process_of_file_name,
+    rough_span,
 )
 
 
@@ -87,6 +89,7 @@ def place(results: list[FileResult], rank_map: dict[str, int],
                     raise
                 rank_of, window_of = by_name, windows(by_name)
             check_one_job(results, rank_of)
+            check_one_clock(results, rank_of)
             return rank_of, window_of
         except TwoRunsError:
             raise  # no damaged file to skip: the caller must choose a run
@@ -129,6 +132,46 @@ def check_one_job(results: list[FileResult], rank_of: dict[tuple[int, int | None
                                f"keep one with --run-of FILE, or give each job its own folder")
 
 
+def check_one_clock(results: list[FileResult], rank_of: dict[tuple[int, int | None], int]
+                    ) -> None:
+    """Ranks of one host that profiled the same steps at different times are two runs
+    (``runs.clock_difference``): a :class:`TwoRunsError` naming two of their files. Per host,
+    the ranks in order of their first event: each is compared with the rank that ended last
+    before it, so a host of many ranks costs one sort."""
+    ranks_of_host: dict[str, dict[int, list[int]]] = {}
+    for (i, parsed), rank in rank_of.items():
+        info = next((r for r in results[i].ranks if r["rank"] == parsed), results[i].ranks[0])
+        if isinstance(info.get("host"), str):
+            ranks_of_host.setdefault(info["host"], {}).setdefault(rank, []).append(i)
+    for host, files_of in ranks_of_host.items():
+        if len(files_of) < 2:
+            continue
+        spans = sorted((_rank_span(results, files, host) for files in files_of.values()),
+                       key=lambda f: (f.start_ns is None, f.start_ns or 0))
+        latest: RunIdentity | None = None
+        for span in spans:
+            why = clock_difference(latest, span) if latest is not None else None
+            if why:
+                raise TwoRunsError(f"{latest.path} and {span.path} come from two runs ({why}); "
+                                   "keep one with --run-of FILE, or give each run its own "
+                                   "folder")
+            if latest is None or (span.end_ns or 0) > (latest.end_ns or 0):
+                latest = span
+
+
+def _rank_span(results: list[FileResult], files: list[int], host: str) -> RunIdentity:
+    """One rank's files on ``host`` as one span: the first start to the last end, the first
+    step to the last; named by its first file."""
+    spans = [rough_span(results[i].events_path) for i in files]
+    starts = [s.start_ns for s in spans if s.start_ns is not None]
+    ends = [s.end_ns for s in spans if s.end_ns is not None]
+    firsts = [s.first_step for s in spans if s.first_step is not None]
+    lasts = [s.last_step for s in spans if s.last_step is not None]
+    return RunIdentity(path=results[files[0]].path, host=host,
+                       start_ns=min(starts, default=None), end_ns=max(ends, default=None),
+                       first_step=min(firsts, default=None), last_step=max(lasts, default=None))
+
+
 def keep_run(results: list[FileResult], rank_of: dict[tuple[int, int | None], int],
              run_of: str, identity_of: Callable[[int, int], RunIdentity]) -> dict[int, str]:
     """The files to leave out so that only ``run_of``'s run remains, each with the reason:
@@ -154,7 +197,9 @@ def keep_run(results: list[FileResult], rank_of: dict[tuple[int, int | None], in
         kept |= {f.path for f in keep or []}
         for f in (f for run in runs for f in run if f not in (keep or [])):
             other = (keep or ref_run)[0]
-            diff = run_difference(*sorted((f, other), key=lambda x: x.start_ns or 0))
+            pair = sorted((f, other), key=lambda x: x.start_ns or 0)
+            diff = (run_difference(*pair) if rank == ref_rank else  # another rank: its own pid
+                    job_difference(*pair) or clock_difference(*pair))
             why[f.path] = (f"{f.path}: another run than {run_of} "
                            f"({diff or 'no time in common'}); left out (--run-of)")
     # a file of several ranks stays when any of its ranks keeps it

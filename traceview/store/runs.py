@@ -15,7 +15,8 @@ a file per cycle), but they come from one process. So the files of one rank are 
 Files that claim one rank but differ in any of these are two runs, never blended: an error
 naming both files and what differs, unless the caller keeps one run (``--run-of FILE``:
 :func:`runs_of`, :func:`nearest_run`). Files of *different* ranks must agree on world size
-and backend (the job), or they are two jobs.
+and backend (the job), or they are two jobs; and ranks of one host (one clock) that profiled
+the same steps at different times are two runs of the job (:func:`clock_difference`).
 
 >>> a = RunIdentity("a.json", source="kineto", world_size=16, start_ns=0, end_ns=10)
 >>> b = RunIdentity("b.json", source="kineto", world_size=2, start_ns=20, end_ns=30)
@@ -55,6 +56,33 @@ def job_difference(a: RunIdentity, b: RunIdentity) -> str | None:
         if x is not None and y is not None and x != y:
             return f"{label} {x} vs {y}"
     return None
+
+
+#: Host names that many machines share, so they do not show that two files share a clock.
+_SHARED_HOST_NAMES = frozenset({"", "localhost", "localhost.localdomain", "unknown"})
+
+
+def clock_difference(earlier: RunIdentity, later: RunIdentity) -> str | None:
+    """What shows that files of two ranks, ``earlier`` starting first, are two runs by their
+    times; None when nothing does. Ranks of one run profile the same steps at the same time.
+    On one host there is one clock, so the same step numbers recorded with no time in common
+    are two runs. On two hosts (or hosts unnamed) their clocks may differ instead, which
+    ``traceview validate`` reports as ``windows_disjoint``; and ranks that profiled different
+    steps (one run, ranks on different schedules) are ``steps_disjoint`` there."""
+    host = earlier.host
+    if host is None or host != later.host or host.strip().lower() in _SHARED_HOST_NAMES:
+        return None
+    if None in (earlier.end_ns, later.start_ns, earlier.first_step, earlier.last_step,
+                later.first_step, later.last_step):
+        return None
+    gap = later.start_ns - earlier.end_ns
+    shared = (max(earlier.first_step, later.first_step),
+              min(earlier.last_step, later.last_step))
+    if gap <= 0 or shared[0] > shared[1]:
+        return None
+    steps = f"{shared[0]}" if shared[0] == shared[1] else f"{shared[0]}..{shared[1]}"
+    return (f"both profiled step {steps} on host {host}, one clock, but the second starts "
+            f"{gap / 1e9:.3f} s after the first ends")
 
 
 def run_difference(earlier: RunIdentity, later: RunIdentity) -> str | None:
@@ -137,4 +165,4 @@ def _group_text(group: tuple[str, tuple[int, ...]]) -> str:
     return f"group {group[0]} of ranks {list(group[1])}"
 
 
-__all__ = ["RunIdentity", "job_difference", "nearest_run", "run_difference", "runs_of"]
+__all__ = ["RunIdentity", "clock_difference", "job_difference", "nearest_run", "run_difference", "runs_of"]
