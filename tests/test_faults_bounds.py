@@ -167,6 +167,7 @@ CONFIGS = {
     "not UTF-8": lambda: b'comm_patterns = ["nccl\xff\xfe"]\n',
     "200,000 patterns": lambda: b"comm_patterns = [" + b'"a",' * 200_000 + b"]\n",
     "a broken group": lambda: b'comm_patterns = ["(?x)nccl #"]\n',
+    "an integer of 5,000 digits": lambda: b"limit = 1" + b"0" * 5000 + b"\n",
 }
 
 

@@ -115,6 +115,8 @@ def _config_patterns(path: str | Path | None) -> tuple[str, ...]:
         raise UsageError(f"--comm-config {path}: not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"--comm-config {path}: {exc}") from None
+    except ValueError as exc:  # a value the decoder will not convert (an int of 5,000 digits)
+        raise UsageError(f"--comm-config {path}: {exc}") from None
     except RecursionError:
         raise UsageError(f"--comm-config {path}: nested too deep") from None
     found = config.get("comm_patterns", [])
