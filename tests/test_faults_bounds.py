@@ -251,6 +251,13 @@ def _beyond_int64() -> bytes:
                                        "blocks": []}], "device_traces": [[]]})
 
 
+def _negative_size() -> bytes:
+    import pickle
+    block = {"size": -1, "requested_size": 1, "state": "active_allocated", "frames": []}
+    return pickle.dumps({"segments": [{"device": 0, "address": 0, "total_size": -10,
+                                       "blocks": [block]}], "device_traces": [[]]})
+
+
 PICKLES = {
     "a memo index of 2**32 - 1": (lambda: b"\x80\x02N" + b"r\xff\xff\xff\xff" + b".",
                                   "not an allocator snapshot"),
@@ -259,6 +266,7 @@ PICKLES = {
         "not an allocator snapshot"),
     "shared references": (_amplified, "rows and frames"),
     "an address beyond int64": (_beyond_int64, "address"),
+    "a negative size": (_negative_size, "field total_size holds -10, below 0"),
 }
 
 

@@ -167,15 +167,15 @@ def _segment_rows(segments: list[dict[str, Any]], budget: _Budget
                   ) -> tuple[pl.DataFrame, pl.DataFrame]:
     seg_rows, block_rows = [], []
     for seg in segments:
-        device, address = _i64(seg.get("device", 0), "device"), _i64(seg["address"], "address")
+        device, address = _size(seg.get("device", 0), "device"), _size(seg["address"], "address")
         blocks = seg.get("blocks") or []
         budget.spend(1 + len(blocks))
-        seg_rows.append((device, address, _i64(seg["total_size"], "total_size"),
+        seg_rows.append((device, address, _size(seg["total_size"], "total_size"),
                          _i64(seg.get("stream", 0), "stream"), seg.get("segment_type"),
                          len(blocks)))
         offset = address  # older snapshots give no block address: blocks tile the segment
         for b in blocks:
-            size = _i64(b["size"], "size")
+            size = _size(b["size"], "size")
             requested = b.get("requested_size")
             frames = b.get("frames")
             if requested is None or frames is None:  # the legacy layout keeps them in history
@@ -183,8 +183,8 @@ def _segment_rows(segments: list[dict[str, Any]], budget: _Budget
                 requested = requested if requested is not None else first.get("real_size", size)
                 frames = frames if frames is not None else first.get("frames")
             budget.spend(len(frames or ()))
-            block_rows.append((device, address, _i64(b.get("address", offset), "address"), size,
-                               _i64(requested, "requested_size"), str(b["state"]),
+            block_rows.append((device, address, _size(b.get("address", offset), "address"), size,
+                               _size(requested, "requested_size"), str(b["state"]),
                                stack_text(frames)))
             offset += size
     return (pl.DataFrame(seg_rows, schema=SEGMENTS_SCHEMA, orient="row"),
@@ -197,21 +197,30 @@ def _trace_rows(traces: list[list[dict[str, Any]]], budget: _Budget) -> pl.DataF
         budget.spend(len(entries or ()))
         for seq, e in enumerate(entries or []):
             budget.spend(len(e.get("frames") or ()))
-            rows.append((device, seq, str(e["action"]), _int(e.get("addr"), "addr"),
-                         _int(e.get("size"), "size"), _int(e.get("stream"), "stream"),
+            rows.append((device, seq, str(e["action"]), _int(e.get("addr"), "addr", least=0),
+                         _int(e.get("size"), "size", least=0), _int(e.get("stream"), "stream"),
                          _int(e.get("time_us"), "time_us"),
                          _int(e.get("device_free"), "device_free"),
                          stack_text(e.get("frames"))))
     return pl.DataFrame(rows, schema=TRACE_SCHEMA, orient="row")
 
 
-def _int(value: Any, field: str) -> int | None:
-    return None if value is None else _i64(value, field)
+def _int(value: Any, field: str, least: int | None = None) -> int | None:
+    return None if value is None else _i64(value, field, least)
 
 
-def _i64(value: Any, field: str) -> int:
-    """``value`` as an int64 (the tables' type); a ValueError naming ``field`` otherwise."""
+def _size(value: Any, field: str) -> int:
+    """A device, address or size: an int64 of at least 0 (a negative one makes every total
+    and the peak meaningless, so the snapshot is refused naming the field)."""
+    return _i64(value, field, least=0)
+
+
+def _i64(value: Any, field: str, least: int | None = None) -> int:
+    """``value`` as an int64 (the tables' type), at least ``least`` when given; a ValueError
+    naming ``field`` otherwise."""
     number = int(value)
     if not -(2**63) <= number < 2**63:
         raise ValueError(f"field {field} holds {number}, beyond int64")
+    if least is not None and number < least:
+        raise ValueError(f"field {field} holds {number}, below {least}")
     return number
