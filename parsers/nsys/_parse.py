@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,15 @@ from traceview.errors import UnreadableTraceError
 from traceview.parsers._result import ParsedFile, RankInfo
 from traceview.parsers.nsys import _arrow, _nccl, _ranks, _read_ahead
 from traceview.parsers.nsys import _tables as tables
-from traceview.parsers.nsys._db import Export, count_rows, open_export, query_rows, string_table
+from traceview.parsers.nsys._db import (
+    Export,
+    count_rows,
+    open_export,
+    query_rows,
+    read_checked,
+    string_table,
+)
+from traceview.parsers.nsys._sql import ident
 
 #: The first cast to Arrow types in a process imports it (~0.05 s); see _parse_export.
 pyarrow_compute = lazy_module("pyarrow.compute", missing="pyarrow.compute is missing: reinstall pyarrow")
@@ -110,7 +119,10 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     warnings: list[str] = []
     dropped: dict[str, int] = {}
     epoch = _session_start(export, warnings)
-    strings = string_table(export)
+    if "StringIds" in export.tables and not export.has("StringIds", "id", "value"):
+        warnings.append("StringIds has no id or value column: names are left empty")
+    # one string per id (a hostile export may repeat one): joins on the id must not add rows
+    strings = string_table(export).unique("id", keep="first", maintain_order=True)
     lookup = tables.name_lookup(strings)
     # the hand-over to Arrow casts (schema.conform), and the first cast of a process imports
     # pyarrow.compute (~0.05 s): imported now, it overlaps the kernel read ahead, which this
@@ -132,24 +144,31 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         if skipped:
             warnings.append(f"OSRT_API: {skipped} OS runtime rows not read (--include-osrt "
                             "reads them; in Python options={'include_osrt': True})")
+    readers.append((tables.MEMORY_USAGE, lambda: tables.memory_usage(export)))  # instants
+    left_out: list[str] = []
     for table, reader in readers:
-        if export.has(table, "start", "end"):
+        if _readable(export, table, left_out):
             frame = reader()
             input_events += frame.height
             staged.append(frame)
-    if export.has(tables.MEMORY_USAGE, "start", "globalPid", "deviceId", "bytes", "memKind",
-                  "memoryOperationType"):  # instants: no "end"
-        frame = tables.memory_usage(export)
-        input_events += frame.height
-        staged.append(frame)
     nvtx_raw = pl.DataFrame()
-    if export.has(tables.NVTX, "start", "eventType", "globalTid"):
+    if _readable(export, tables.NVTX, left_out):
         nvtx_raw = tables.nvtx(export)
         input_events += nvtx_raw.height
         domains = tables.domain_names(export, nvtx_raw)
-        events, nvtx_dropped = tables.nvtx_events(nvtx_raw, domains, strings)
+        events, nvtx_dropped, unresolved = tables.nvtx_events(nvtx_raw, domains, strings)
+        if unresolved:
+            export.unresolved.setdefault(tables.NVTX, {})["textId"] = unresolved
         _add(dropped, nvtx_dropped)
         staged.append(events)
+    warnings += left_out
+    # rows skipped for a cell of the wrong type were in the tables: input, and dropped
+    wrong = sum(export.skipped[t].rows for t in tables.NEEDS if t in export.skipped)
+    _add(dropped, {"wrong_type": wrong})
+    input_events += wrong
+    if (wrong or left_out) and not any(f.height for f in staged):
+        raise UnreadableTraceError(export.path, "no usable event rows: " + "; ".join(
+            left_out + _skip_notes(export, tables.NEEDS)))
 
     # empty tables add nothing but null columns, which _ensure adds as constants: taking them
     # into the concat made Polars copy every column of a large table into one chunk
@@ -165,8 +184,9 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     )
 
     procs = _processes(frame)
+    threads = _thread_names(export)
     ranked = _ranks.assign(
-        procs, mpi=_mpi_ranks(export), thread_ranks=_thread_ranks(export, strings, nvtx_raw),
+        procs, mpi=_mpi_ranks(export), thread_ranks=_thread_ranks(threads, strings, nvtx_raw),
         nccl=_nccl_hints(frame), capture=_capture(export), device_env=_device_env(export),
         path=export.path, rank_map=rank_map, warnings=warnings)
     kept = [p for p in ranked if p.rank is not None]
@@ -182,7 +202,7 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         warnings.append(f"{lost.height} rows of processes without a rank dropped (pids {pids})")
     frame = _drop(frame, ~pl.col("gpid").is_in(list(rank_of)), "no_rank_for_process", dropped)
 
-    names = _name_rows(export, strings, frame, set(rank_of))
+    names = _name_rows(export, strings, threads, frame, set(rank_of))
     input_events += names.height
     frame = _nccl.nvtx_collectives(frame)
     frame = _nccl.kernel_collectives(frame)
@@ -193,14 +213,43 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         rank.alias("rank"), pl.lit(0, dtype=pl.Int32).alias("file_id"),
         pl.lit("nsys", dtype=tables.SOURCE).alias("source"))) for f in (frame, names))
     table = _arrow.in_time_order(events, names)
+    infos = _rank_infos(export, kept, frame, epoch)
+    # last: every table has been read by now (the rank infos read TARGET_INFO_GPU)
+    warnings += _skip_notes(export, export.skipped) + _unresolved_notes(export)
     stored = table.num_rows
     if input_events != stored + sum(dropped.values()):  # a bug, but say so rather than lie
         warnings.append(f"row accounting mismatch: input {input_events}, stored {stored}, "
                         f"dropped {sum(dropped.values())}")
     return ParsedFile(
         path=str(export.path), format="nsys-sqlite", events=table,
-        ranks=_rank_infos(export, kept, frame, epoch), input_events=input_events,
+        ranks=infos, input_events=input_events,
         dropped=dropped, warnings=warnings)
+
+
+def _readable(export: Export, table: str, left_out: list[str]) -> bool:
+    """Whether ``table`` is there with the columns its reader needs; one that lacks some is
+    not read, and ``left_out`` says so."""
+    if table not in export.tables:
+        return False
+    missing = [c for c in tables.NEEDS[table] if not export.has(table, c)]
+    if missing:
+        rows = count_rows(export, table)
+        left_out.append(f"{table} has no column {', '.join(missing)}: its {rows} rows are "
+                        "not read")
+    return not missing
+
+
+def _skip_notes(export: Export, among: Collection[str]) -> list[str]:
+    """One warning per table (of ``among``) with rows skipped for a cell of the wrong type."""
+    return [f"{table}: {done.rows} rows skipped, a cell not of its column's type "
+            f"({done.describe()})" for table, done in export.skipped.items()
+            if table in among and done.rows]
+
+
+def _unresolved_notes(export: Export) -> list[str]:
+    return [f"{table}: {n} rows name a string id that StringIds lacks ({column}); that name "
+            "is left empty" for table, columns in export.unresolved.items()
+            for column, n in columns.items() if n]
 
 
 def _stored_columns(frame: pl.DataFrame) -> pl.DataFrame:
@@ -244,12 +293,13 @@ def _ensure(frame: pl.DataFrame) -> pl.DataFrame:
 def _session_start(export: Export, warnings: list[str]) -> int | None:
     epoch = None
     if export.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
-        rows = query_rows(export, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME "
-                                  "WHERE utcEpochNs IS NOT NULL LIMIT 1")
-        epoch = int(rows[0][0]) if rows else None
+        found = read_checked(export, "TARGET_INFO_SESSION_START_TIME", ["utcEpochNs"],
+                             {"epoch": pl.Int64}).drop_nulls()
+        epoch = found["epoch"][0] if found.height else None
     if epoch is None:
-        warnings.append("no TARGET_INFO_SESSION_START_TIME: times are nanoseconds since the "
-                        "session start, not epoch; other reports cannot be aligned by clock")
+        warnings.append("no TARGET_INFO_SESSION_START_TIME.utcEpochNs: times are nanoseconds "
+                        "since the session start, not epoch; other reports cannot be aligned "
+                        "by clock")
     shift = export.meta.get("EXPORT_PARAM_TIME_SHIFT", "0").strip() or "0"
     normalize = export.meta.get("EXPORT_PARAM_TIME_NORMALIZE", "false").strip().lower()
     if shift not in ("0", "") or normalize == "true":
@@ -271,21 +321,28 @@ def _processes(frame: pl.DataFrame) -> pl.DataFrame:
 def _mpi_ranks(export: Export) -> dict[int, int]:
     if not export.has("MPI_RANKS", "globalTid", "rank"):
         return {}
-    return {int(g) & tables.PID_KEY_MASK: int(r) for g, r in query_rows(
-        export, "SELECT globalTid, rank FROM MPI_RANKS WHERE globalTid IS NOT NULL "
-                "AND rank IS NOT NULL")}
+    rows = read_checked(export, "MPI_RANKS", ["globalTid", "rank"],
+                        {"gtid": pl.Int64, "rank": pl.Int64}).drop_nulls()
+    return {g & tables.PID_KEY_MASK: r for g, r in rows.iter_rows()}
 
 
-def _thread_ranks(export: Export, strings: pl.DataFrame, nvtx_raw: pl.DataFrame) -> dict[int, int]:
+def _thread_names(export: Export) -> pl.DataFrame:
+    """ThreadNames ``(gtid, id)``: the thread and the string id of its name."""
+    if not export.has("ThreadNames", "nameId", "globalTid"):
+        return pl.DataFrame(schema={"gtid": pl.Int64, "id": pl.Int64})
+    return read_checked(export, "ThreadNames", ["globalTid", "nameId"],
+                        {"gtid": pl.Int64, "id": pl.Int64}).drop_nulls()
+
+
+def _thread_ranks(threads: pl.DataFrame, strings: pl.DataFrame,
+                  nvtx_raw: pl.DataFrame) -> dict[int, int]:
     """``MPI Rank N`` thread names (NVTX eventType 39 rows or ThreadNames)."""
     names: list[tuple[int, str]] = []
     if not nvtx_raw.is_empty():
         names += [(g, t) for g, t in nvtx_raw.filter(pl.col("event_type") == 39)
                   .select("gtid", "text").drop_nulls().iter_rows()]
-    if export.has("ThreadNames", "nameId", "globalTid"):
-        rows = query_rows(export, "SELECT t.globalTid, s.value FROM ThreadNames t "
-                                  "JOIN StringIds s ON s.id = t.nameId")
-        names += [(g, v) for g, v in rows if g is not None and v is not None]
+    names += list(threads.join(strings, on="id", how="inner").select("gtid", "value")
+                  .iter_rows())
     out: dict[int, int] = {}
     for gtid, text in names:
         found = _ranks._THREAD_RANK.match(text.strip())
@@ -322,21 +379,19 @@ def _device_env(export: Export) -> str:
     return _system_env(export, "DeviceEnvironment")
 
 
-def _name_rows(export: Export, strings: pl.DataFrame, frame: pl.DataFrame,
-               kept: set[int]) -> pl.DataFrame:
+def _name_rows(export: Export, strings: pl.DataFrame, threads: pl.DataFrame,
+               frame: pl.DataFrame, kept: set[int]) -> pl.DataFrame:
     """``metadata`` rows: process_name / thread_name of the kept processes, pinned to the
     process's first event time (names are timeless)."""
     parts: list[pl.DataFrame] = []
     if export.has("PROCESSES", "globalPid", "name"):
-        rows = query_rows(export, "SELECT globalPid, pid, name FROM PROCESSES")
-        procs = pl.DataFrame(rows, schema={"gpid": pl.Int64, "pid": pl.Int64, "value": pl.String},
-                             orient="row").filter(pl.col("gpid").is_in(list(kept)))
+        procs = read_checked(export, "PROCESSES", ["globalPid", export.col("PROCESSES", "pid"),
+                                                   "name"],
+                             {"gpid": pl.Int64, "pid": pl.Int64, "value": pl.String}).filter(pl.col("gpid").is_in(list(kept)))
         parts.append(procs.select("gpid", "pid", pl.lit(None, dtype=pl.Int64).alias("tid"),
                                   tables.label("process_name").alias("name"), "value")
                      .unique(["gpid"], keep="first"))
-    if export.has("ThreadNames", "nameId", "globalTid"):
-        rows = query_rows(export, "SELECT globalTid, nameId FROM ThreadNames")
-        threads = pl.DataFrame(rows, schema={"gtid": pl.Int64, "id": pl.Int64}, orient="row")
+    if not threads.is_empty():
         threads = (threads.join(strings, on="id", how="inner")
                    .with_columns(tables.gpid_of("gtid").alias("gpid"))
                    .filter(pl.col("gpid").is_in(list(kept))).unique(["gtid"], keep="first"))
@@ -375,14 +430,16 @@ def _gpu_memory(export: Export) -> dict[int, int]:
     """Device id -> its memory in bytes (``TARGET_INFO_GPU.totalMemory``, when exported)."""
     for id_col in ("id", "deviceId"):
         if export.has("TARGET_INFO_GPU", id_col, "totalMemory"):
-            rows = query_rows(export, f'SELECT "{id_col}", totalMemory FROM TARGET_INFO_GPU')
-            return {int(i): int(m) for i, m in rows if i is not None and m}
+            rows = read_checked(export, "TARGET_INFO_GPU", [ident(id_col), "totalMemory"],
+                                {"id": pl.Int64, "memory": pl.Int64}).drop_nulls()
+            return {i: m for i, m in rows.iter_rows() if m}
     return {}
 
 
 def _gpu_names(export: Export) -> dict[int, str]:
     for id_col in ("id", "deviceId"):
         if export.has("TARGET_INFO_GPU", id_col, "name"):
-            rows = query_rows(export, f'SELECT "{id_col}", name FROM TARGET_INFO_GPU')
-            return {int(i): str(n) for i, n in rows if i is not None and n is not None}
+            rows = read_checked(export, "TARGET_INFO_GPU", [ident(id_col), "name"],
+                                {"id": pl.Int64, "name": pl.String}).drop_nulls()
+            return dict(rows.iter_rows())
     return {}
