@@ -98,6 +98,18 @@ def test_tables_and_columns_with_odd_names_are_read_past(good, tmp_path):
     assert pl.from_arrow(parsed.events).equals(pl.from_arrow(base.events))
 
 
+def test_a_table_sqlite_cannot_describe_is_read_past(good, tmp_path):
+    """A virtual table of a module this SQLite lacks: PRAGMA table_info on it fails."""
+    good_path, base = good
+    path = _altered(good_path, tmp_path, f"DROP TABLE {MEMSET}", "PRAGMA writable_schema = ON",
+                    "INSERT INTO sqlite_master VALUES ('table', 'vt', 'vt', 0, "
+                    "'CREATE VIRTUAL TABLE vt USING nosuch(a)')",
+                    "INSERT INTO sqlite_master VALUES ('table', 'v\"t', 'v\"t', 0, "
+                    "'CREATE VIRTUAL TABLE \"v\"\"t\" USING nosuch(a)')")
+    parsed = nsys.parse(path)
+    assert _kinds(parsed) == {k: n for k, n in _kinds(base).items() if k != "memset"}
+
+
 # ------------------------------------------------------------------ cells of the wrong type
 #: (table, column, value as SQL, the row (a SQL rowid expression), the kind that loses a row,
 #: whether the table must lose its constraints first)
@@ -273,3 +285,29 @@ def test_a_metadata_cell_of_the_wrong_type_is_a_warning(good, tmp_path, capsys, 
     about = [w for w in json.loads(out)["warnings"] if f"{table}: " in w]
     assert len(about) == 1 and f"rows skipped, a cell not of its column's type ({column} 1)" \
         in about[0]
+
+
+# ------------------------------------------------------------------ times past int64
+def test_times_that_leave_int64_with_the_session_start_are_dropped_not_wrapped(good, tmp_path,
+                                                                             capsys):
+    good_path, base = good
+    path = _altered(good_path, tmp_path, f'UPDATE {KERNEL} SET start = {2**63 - 10}, '
+                    f'"end" = {2**63 - 5} WHERE rowid = 1')
+    parsed = nsys.parse(path)
+    expected = dict(_kinds(base))
+    expected["kernel"] -= 1
+    assert _kinds(parsed) == expected
+    assert parsed.dropped == {**base.dropped, "time_out_of_range": 1}
+    assert any("leave the int64 nanosecond range" in w for w in parsed.warnings)
+    df = pl.from_arrow(parsed.events)
+    assert df["ts_ns"].min() == pl.from_arrow(base.events)["ts_ns"].min()  # none wrapped
+
+
+def test_a_session_start_that_pushes_every_time_past_int64_is_one_line(good, tmp_path,
+                                                                      capsys):
+    good_path, _ = good
+    path = _altered(good_path, tmp_path,
+                    f"UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = {2**63 - 1000}")
+    code, _, err = _run(capsys, "info", str(path), "--no-cache")
+    line = _one_line(err)
+    assert code == 2 and str(path) in line and "int64" in line

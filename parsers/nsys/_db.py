@@ -201,8 +201,8 @@ def open_export(path: Path, *, use_adbc: bool | None = None) -> Export:
         raise UnreadableTraceError(
             path, "is a SQLite database but not an Nsight Systems export (no StringIds, "
             "META_DATA_EXPORT or CUPTI_ACTIVITY_KIND_* tables)")
-    # any name an export holds (a table 'we"ird' too) is quoted, not spliced in
-    tables = {n: [r[1] for r in conn.execute(f"PRAGMA table_info({ident(n)})")] for n in names}
+    # a table SQLite cannot describe has no columns here (every table has one): left out
+    tables = {n: columns for n in names if (columns := _columns(conn, n))}
     meta: dict[str, str] = {}
     for table in _META_TABLES:
         if table in tables:
@@ -212,6 +212,16 @@ def open_export(path: Path, *, use_adbc: bool | None = None) -> Export:
     if use_adbc is not False:
         export.adbc = _adbc_database(uri, required=bool(use_adbc))
     return export
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    """The columns of ``table``; none for one SQLite cannot describe (a virtual table of a
+    module it lacks), which is then read past like any table the parser does not know. Any
+    name an export holds (a table 'we"ird' too) is quoted, never spliced in."""
+    try:
+        return [r[1] for r in conn.execute(f"PRAGMA table_info({ident(table)})")]
+    except sqlite3.Error:
+        return []
 
 
 def _adbc_database(uri: str, *, required: bool) -> Any:

@@ -166,9 +166,6 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     wrong = sum(export.skipped[t].rows for t in tables.NEEDS if t in export.skipped)
     _add(dropped, {"wrong_type": wrong})
     input_events += wrong
-    if (wrong or left_out) and not any(f.height for f in staged):
-        raise UnreadableTraceError(export.path, "no usable event rows: " + "; ".join(
-            left_out + _skip_notes(export, tables.NEEDS)))
 
     # empty tables add nothing but null columns, which _ensure adds as constants: taking them
     # into the concat made Polars copy every column of a large table into one chunk
@@ -178,6 +175,15 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     frame = _ensure(frame)
     frame = _drop(frame, pl.col("gpid").is_null(), "no_process", dropped)
     frame = _drop(frame, pl.col("end_rel") < pl.col("start_rel"), "end_before_start", dropped)
+    past = _drop(frame, _past_int64(frame, epoch or 0), "time_out_of_range", dropped)
+    wide = frame.height - past.height
+    frame = past
+    if wide:
+        warnings.append(f"{wide} rows whose times leave the int64 nanosecond range once the "
+                        f"session start ({epoch or 0} ns) is added were dropped")
+    if (wrong or left_out or wide) and not frame.height:
+        raise UnreadableTraceError(export.path, "no usable event rows: " + "; ".join(
+            left_out + _skip_notes(export, tables.NEEDS) + warnings[-1:] * bool(wide)))
     frame = frame.with_columns(
         (pl.col("start_rel") + (epoch or 0)).alias("ts_ns"),
         (pl.col("end_rel") - pl.col("start_rel")).alias("dur_ns"),
@@ -267,11 +273,32 @@ def _add(into: dict[str, int], more: dict[str, int]) -> None:
 
 
 def _drop(frame: pl.DataFrame, bad: pl.Expr, reason: str, dropped: dict[str, int]) -> pl.DataFrame:
-    n = frame.filter(bad.fill_null(False)).height
+    n = frame.select(bad.fill_null(False).sum()).item() if frame.height else 0
     if n:
         dropped[reason] = dropped.get(reason, 0) + n
         frame = frame.filter(~bad.fill_null(False))
     return frame
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _past_int64(frame: pl.DataFrame, epoch: int) -> pl.Expr:
+    """Rows whose ``start + epoch``, ``end + epoch`` or ``end - start`` leave int64 (Polars
+    would wrap them around: a kernel at 9e18 ns became one at -7.7e18). Checked on the
+    table's bounds first, so a sane export pays two min/max."""
+    lo, hi = _INT64
+    first, last, latest = frame.select(pl.col("start_rel").min().alias("a"),
+                                       pl.col("start_rel").max().alias("b"),
+                                       pl.col("end_rel").max().alias("c")).row(0)
+    if first is None:
+        return pl.lit(False)
+    latest = max(last, latest if latest is not None else last)
+    if lo <= first + epoch and latest + epoch <= hi and latest - first <= hi:
+        return pl.lit(False)
+    start, end = pl.col("start_rel").cast(pl.Int128), pl.col("end_rel").cast(pl.Int128)
+    return (~(start + epoch).is_between(lo, hi) | ~(end + epoch).is_between(lo, hi)
+            | ((end - start) > hi))
 
 
 _STAGING: dict[str, pl.DataType] = {
