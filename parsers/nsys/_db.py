@@ -44,7 +44,15 @@ import pyarrow as pa
 from traceview._dependencies import available, lazy_module
 from traceview.errors import UnreadableTraceError
 from traceview.parsers.nsys._sql import ident
-from traceview.parsers.nsys._typed import Skipped, arrow_holds, checks, count_sql, keep_sql, skipped
+from traceview.parsers.nsys._typed import (
+    Check,
+    Skipped,
+    arrow_holds,
+    checks,
+    count_sql,
+    keep_sql,
+    skipped,
+)
 
 # Loaded when an export is opened: a Kineto-only run never pays for them. ADBC is optional
 # (without it tables are read through sqlite3); SQLAlchemy is a dependency.
@@ -319,10 +327,29 @@ def read_checked(export: Export, table: str, select: Sequence[str],
     table has more than were read, are counted in ``export.skipped``."""
     found = checks(select, schema, required)
     frame = read_frame(export, f"{select_sql(table, select)} WHERE {keep_sql(found)}", schema)
-    if frame.height < count_rows(export, table):
+    _count_skipped(export, table, found, frame.height)
+    return frame
+
+
+def checked_rows(export: Export, table: str, select: Sequence[str],
+                 schema: dict[str, pl.DataType]) -> list[tuple]:
+    """The rows of a small table whose cells hold ``schema``'s types, as tuples without a
+    NULL (what a metadata lookup can use), the others counted in ``export.skipped``. No
+    Polars frame: on a table of a few rows making one costs ~1 ms."""
+    found = checks(select, schema)
+    rows = query_rows(export, f"{select_sql(table, select)} WHERE {keep_sql(found)}")
+    _count_skipped(export, table, found, len(rows))
+    text = [dtype == pl.String for dtype in schema.values()]  # a number in a text column
+    return [tuple(str(v) if t else v for v, t in zip(row, text, strict=True)) for row in rows
+            if None not in row]
+
+
+def _count_skipped(export: Export, table: str, found: Sequence[Check], read: int) -> None:
+    """When ``table`` has more rows than the ``read`` that passed ``found``, count the others
+    by column in ``export.skipped``."""
+    if read < count_rows(export, table):
         export.skipped[table] = skipped(query_rows(export, count_sql(ident(table), found))[0],
                                         found)
-    return frame
 
 
 def range_queries(sql: str, ranges: list[tuple[int, int]],

@@ -24,6 +24,7 @@ from traceview.parsers.nsys import _arrow, _nccl, _ranks, _read_ahead
 from traceview.parsers.nsys import _tables as tables
 from traceview.parsers.nsys._db import (
     Export,
+    checked_rows,
     count_rows,
     open_export,
     query_rows,
@@ -320,9 +321,9 @@ def _ensure(frame: pl.DataFrame) -> pl.DataFrame:
 def _session_start(export: Export, warnings: list[str]) -> int | None:
     epoch = None
     if export.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
-        found = read_checked(export, "TARGET_INFO_SESSION_START_TIME", ["utcEpochNs"],
-                             {"epoch": pl.Int64}).drop_nulls()
-        epoch = found["epoch"][0] if found.height else None
+        found = checked_rows(export, "TARGET_INFO_SESSION_START_TIME", ["utcEpochNs"],
+                             {"epoch": pl.Int64})
+        epoch = found[0][0] if found else None
     if epoch is None:
         warnings.append("no TARGET_INFO_SESSION_START_TIME.utcEpochNs: times are nanoseconds "
                         "since the session start, not epoch; other reports cannot be aligned "
@@ -348,17 +349,18 @@ def _processes(frame: pl.DataFrame) -> pl.DataFrame:
 def _mpi_ranks(export: Export) -> dict[int, int]:
     if not export.has("MPI_RANKS", "globalTid", "rank"):
         return {}
-    rows = read_checked(export, "MPI_RANKS", ["globalTid", "rank"],
-                        {"gtid": pl.Int64, "rank": pl.Int64}).drop_nulls()
-    return {g & tables.PID_KEY_MASK: r for g, r in rows.iter_rows()}
+    rows = checked_rows(export, "MPI_RANKS", ["globalTid", "rank"],
+                        {"gtid": pl.Int64, "rank": pl.Int64})
+    return {g & tables.PID_KEY_MASK: r for g, r in rows}
 
 
 def _thread_names(export: Export) -> pl.DataFrame:
     """ThreadNames ``(gtid, id)``: the thread and the string id of its name."""
     if not export.has("ThreadNames", "nameId", "globalTid"):
         return pl.DataFrame(schema={"gtid": pl.Int64, "id": pl.Int64})
-    return read_checked(export, "ThreadNames", ["globalTid", "nameId"],
-                        {"gtid": pl.Int64, "id": pl.Int64}).drop_nulls()
+    schema = {"gtid": pl.Int64, "id": pl.Int64}
+    return pl.DataFrame(checked_rows(export, "ThreadNames", ["globalTid", "nameId"], schema),
+                        schema=schema, orient="row")
 
 
 def _thread_ranks(threads: pl.DataFrame, strings: pl.DataFrame,
@@ -457,16 +459,15 @@ def _gpu_memory(export: Export) -> dict[int, int]:
     """Device id -> its memory in bytes (``TARGET_INFO_GPU.totalMemory``, when exported)."""
     for id_col in ("id", "deviceId"):
         if export.has("TARGET_INFO_GPU", id_col, "totalMemory"):
-            rows = read_checked(export, "TARGET_INFO_GPU", [ident(id_col), "totalMemory"],
-                                {"id": pl.Int64, "memory": pl.Int64}).drop_nulls()
-            return {i: m for i, m in rows.iter_rows() if m}
+            rows = checked_rows(export, "TARGET_INFO_GPU", [ident(id_col), "totalMemory"],
+                                {"id": pl.Int64, "memory": pl.Int64})
+            return {i: m for i, m in rows if m}
     return {}
 
 
 def _gpu_names(export: Export) -> dict[int, str]:
     for id_col in ("id", "deviceId"):
         if export.has("TARGET_INFO_GPU", id_col, "name"):
-            rows = read_checked(export, "TARGET_INFO_GPU", [ident(id_col), "name"],
-                                {"id": pl.Int64, "name": pl.String}).drop_nulls()
-            return dict(rows.iter_rows())
+            return dict(checked_rows(export, "TARGET_INFO_GPU", [ident(id_col), "name"],
+                                     {"id": pl.Int64, "name": pl.String}))
     return {}
