@@ -311,3 +311,25 @@ def test_a_session_start_that_pushes_every_time_past_int64_is_one_line(good, tmp
     code, _, err = _run(capsys, "info", str(path), "--no-cache")
     line = _one_line(err)
     assert code == 2 and str(path) in line and "int64" in line
+
+
+def test_wrong_cells_in_rowid_ranges_and_in_the_kernels_read_ahead(good, tmp_path,
+                                                                   monkeypatch):
+    """The kernel table read ahead (while the export is opened) and in parallel rowid ranges
+    skips the same rows with the same warning as one plain read."""
+    pytest.importorskip("adbc_driver_sqlite")
+    from traceview.parsers.nsys import _db as nsys_db
+    from traceview.parsers.nsys import _read_ahead as nsys_read_ahead
+
+    good_path, _ = good
+    path = _altered(good_path, tmp_path, f"UPDATE {KERNEL} SET start = 'x' WHERE rowid = 2",
+                    f"UPDATE {KERNEL} SET streamId = 7.5 WHERE rowid = 11")
+    plain = nsys.parse(path)
+    monkeypatch.setattr(nsys_read_ahead, "MIN_BYTES", 0)
+    monkeypatch.setattr(nsys_db, "MIN_RANGE_ROWS", 4)
+    monkeypatch.setattr(nsys_db, "cores", lambda: 3)
+    ranged = nsys.parse(path)
+    assert pl.from_arrow(ranged.events).equals(pl.from_arrow(plain.events))
+    assert ranged.warnings == plain.warnings and ranged.dropped == plain.dropped
+    assert f"{KERNEL}: 2 rows skipped, a cell not of its column's type (start 1, streamId 1)" \
+        in ranged.warnings
