@@ -176,15 +176,11 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     frame = _ensure(frame)
     frame = _drop(frame, pl.col("gpid").is_null(), "no_process", dropped)
     frame = _drop(frame, pl.col("end_rel") < pl.col("start_rel"), "end_before_start", dropped)
-    past = _drop(frame, _past_int64(frame, epoch or 0), "time_out_of_range", dropped)
-    wide = frame.height - past.height
-    frame = past
-    if wide:
-        warnings.append(f"{wide} rows whose times leave the int64 nanosecond range once the "
-                        f"session start ({epoch or 0} ns) is added were dropped")
-    if (wrong or left_out or wide) and not frame.height:
-        raise UnreadableTraceError(export.path, "no usable event rows: " + "; ".join(
-            left_out + _skip_notes(export, tables.NEEDS) + warnings[-1:] * bool(wide)))
+    frame, past = _drop_past_int64(frame, epoch or 0, dropped)
+    warnings += past
+    lost_all = left_out + _skip_notes(export, tables.NEEDS) + past
+    if lost_all and not frame.height:  # damage left nothing to answer with
+        raise UnreadableTraceError(export.path, "no usable event rows: " + "; ".join(lost_all))
     frame = frame.with_columns(
         (pl.col("start_rel") + (epoch or 0)).alias("ts_ns"),
         (pl.col("end_rel") - pl.col("start_rel")).alias("dur_ns"),
@@ -282,6 +278,16 @@ def _drop(frame: pl.DataFrame, bad: pl.Expr, reason: str, dropped: dict[str, int
 
 
 _INT64 = (-(2**63), 2**63 - 1)
+
+
+def _drop_past_int64(frame: pl.DataFrame, epoch: int,
+                     dropped: dict[str, int]) -> tuple[pl.DataFrame, list[str]]:
+    """``frame`` without the rows of :func:`_past_int64` (reason ``time_out_of_range``), and
+    the warning that says so, if any."""
+    kept = _drop(frame, _past_int64(frame, epoch), "time_out_of_range", dropped)
+    lost = frame.height - kept.height
+    return kept, [f"{lost} rows whose times leave the int64 nanosecond range once the session "
+                  f"start ({epoch} ns) is added were dropped"] if lost else []
 
 
 def _past_int64(frame: pl.DataFrame, epoch: int) -> pl.Expr:
