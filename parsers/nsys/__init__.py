@@ -41,6 +41,9 @@ Behind the entry point, one job per private module:
 * ``_ranks.py``: which process is which rank (the caller's map, the report, devices, pid order)
 * ``_nccl.py``: collectives from the NCCL NVTX domain and from NCCL kernel names
 * ``_arrow.py``: the hand-over to Arrow, in time order, without copies
+* ``_sql.py``: names quoted for SQL (an export may hold any table name)
+* ``_typed.py``: cells not of their column's type: rows skipped and counted, at no cost to
+  good tables
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ ADBC cannot give exactly (text with other bytes, a column it typed from a batch 
 then holds REALs), what is read without ADBC, and the small metadata queries come through the
 ``sqlite3`` module, text decoded leniently, in chunks of :data:`CHUNK_ROWS` rows each turned
 into a compact Polars frame at once, so peak memory is the columns plus one chunk of Python rows.
+
+Every name put into SQL is quoted by :func:`_sql.ident`, and every cell read is checked for its
+column's type (:mod:`_typed`): a row with a cell of the wrong type is skipped and counted in
+:attr:`Export.skipped`, never read as a null or a truncated number.
 """
 
 from __future__ import annotations
@@ -39,6 +43,16 @@ import pyarrow as pa
 
 from traceview._dependencies import available, lazy_module
 from traceview.errors import UnreadableTraceError
+from traceview.parsers.nsys._sql import ident
+from traceview.parsers.nsys._typed import (
+    Check,
+    Skipped,
+    arrow_holds,
+    checks,
+    count_sql,
+    keep_sql,
+    skipped,
+)
 
 # Loaded when an export is opened: a Kineto-only run never pays for them. ADBC is optional
 # (without it tables are read through sqlite3); SQLAlchemy is a dependency.
@@ -119,6 +133,10 @@ class Export:
     proxy: Any = None  # the engine's checked-out connection (NullPool: closing it closes conn)
     #: ``_read_ahead.ReadAhead``: a table read while this export was being opened
     read_ahead: Any = None
+    #: table -> the rows read past for a cell of the wrong type (:mod:`_typed`)
+    skipped: dict[str, Skipped] = field(default_factory=dict)
+    #: table -> {column: rows} whose string id StringIds does not hold
+    unresolved: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def generation(self) -> str:
@@ -134,7 +152,7 @@ class Export:
 
     def col(self, table: str, column: str, default: str = "NULL") -> str:
         """``column`` when the table has it, else the SQL ``default`` (columns drift)."""
-        return f'"{column}"' if self.has(table, column) else default
+        return ident(column) if self.has(table, column) else default
 
     def close(self) -> None:
         try:
@@ -191,16 +209,27 @@ def open_export(path: Path, *, use_adbc: bool | None = None) -> Export:
         raise UnreadableTraceError(
             path, "is a SQLite database but not an Nsight Systems export (no StringIds, "
             "META_DATA_EXPORT or CUPTI_ACTIVITY_KIND_* tables)")
-    tables = {n: [r[1] for r in conn.execute(f'PRAGMA table_info("{n}")')] for n in names}
+    # a table SQLite cannot describe has no columns here (every table has one): left out
+    tables = {n: columns for n in names if (columns := _columns(conn, n))}
     meta: dict[str, str] = {}
     for table in _META_TABLES:
         if table in tables:
             meta.update({str(k): str(v) for k, v in conn.execute(
-                f"SELECT name, value FROM {table}") if v is not None})
+                f"SELECT name, value FROM {ident(table)}") if v is not None})
     export = Export(path=path, conn=conn, tables=tables, meta=meta, engine=engine, proxy=proxy)
     if use_adbc is not False:
         export.adbc = _adbc_database(uri, required=bool(use_adbc))
     return export
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    """The columns of ``table``; none for one SQLite cannot describe (a virtual table of a
+    module it lacks), which is then read past like any table the parser does not know. Any
+    name an export holds (a table 'we"ird' too) is quoted, never spliced in."""
+    try:
+        return [r[1] for r in conn.execute(f"PRAGMA table_info({ident(table)})")]
+    except sqlite3.Error:
+        return []
 
 
 def _adbc_database(uri: str, *, required: bool) -> Any:
@@ -238,50 +267,107 @@ def iter_frames(export: Export, sql: str, schema: dict[str, pl.DataType],
         cursor.close()
 
 
-def read_table(export: Export, table: str, select: str,
-               schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def select_sql(table: str, select: Sequence[str]) -> str:
+    """``SELECT expr, ... FROM "table"``."""
+    return f"SELECT {', '.join(select)} FROM {ident(table)}"
+
+
+def read_table(export: Export, table: str, select: Sequence[str],
+               schema: dict[str, pl.DataType], required: Sequence[str] = ()) -> pl.DataFrame:
     """``SELECT select FROM table`` as one typed frame, rows in table order (see
     :func:`read_parts`)."""
-    return pl.concat(read_parts(export, table, select, schema), how="vertical", rechunk=True)
+    return pl.concat(read_parts(export, table, select, schema, required), how="vertical",
+                     rechunk=True)
 
 
-def read_parts(export: Export, table: str, select: str,
-               schema: dict[str, pl.DataType]) -> list[pl.DataFrame]:
-    """``SELECT select FROM table`` as consecutive typed frames of one chunk each (one per
-    rowid range), rows in table order: a caller that derives columns part by part and
-    concatenates the results never copies the rows into one chunk (126 MB per 2 M kernels).
+def read_parts(export: Export, table: str, select: Sequence[str],
+               schema: dict[str, pl.DataType], required: Sequence[str] = ()) -> list[pl.DataFrame]:
+    """``SELECT select FROM table`` (one expression per ``schema`` column) as consecutive
+    typed frames of one chunk each (one per rowid range), rows in table order: a caller that
+    derives columns part by part and concatenates the results never copies the rows into one
+    chunk (126 MB per 2 M kernels).
 
     Through ADBC when available, a large table in parallel rowid ranges. Text comes through
     ADBC too when all of it is UTF-8; a table with other bytes in its text, or values ADBC
     cannot type, is read by the lenient ``sqlite3`` path instead: slower, same rows.
+    Rows with a cell not of its output's type (a NULL in a ``required`` one) are skipped and
+    counted in ``export.skipped`` (:mod:`_typed`).
     """
-    sql = f'SELECT {select} FROM "{table}"'
+    sql = select_sql(table, select)
     if export.adbc is None:
-        return [read_frame(export, sql, schema)]
-    queries = range_queries(sql, rowid_ranges(export, table, parts=cores()))
-    if not queries and pl.String in schema.values():
-        return [read_frame(export, sql, schema)]  # no rowid: the size of a range is unknown
+        return [read_checked(export, table, select, schema, required)]
+    ranges = rowid_ranges(export, table, parts=cores())
+    queries = range_queries(sql, ranges)
+    if not queries and pl.String in schema.values():  # no rowid: the size of a range is unknown
+        return [read_checked(export, table, select, schema, required)]
     if queries and export.read_ahead is not None:
         frames = export.read_ahead.take(table, [query for query, _ in queries])
         if frames is not None:
             return frames
     try:
-        return adbc_parts(export.adbc, queries or [(sql, 0)], schema)
+        return adbc_parts(export.adbc, queries or [(sql, 0)], schema, required)
+    except WrongTypes:
+        pass  # below: the rows whose cells hold their types, the others counted
     except NotForArrow:
-        return [read_frame(export, sql, schema)]
+        return [read_checked(export, table, select, schema, required)]
+    found = checks(select, schema, required)
+    export.skipped[table] = skipped(query_rows(export, count_sql(ident(table), found))[0], found)
+    keep = keep_sql(found)
+    try:
+        return adbc_parts(export.adbc, range_queries(sql, ranges, keep)
+                          or [(f"{sql} WHERE {keep}", 0)], schema, required)
+    except NotForArrow:
+        return [read_checked(export, table, select, schema, required)]
 
 
-def range_queries(sql: str, ranges: list[tuple[int, int]]) -> list[tuple[str, int]]:
-    """``(query, rows at most)`` of ``sql`` restricted to each rowid range."""
-    return [(f"{sql} WHERE rowid BETWEEN {lo} AND {hi}", hi - lo + 1) for lo, hi in ranges]
+def read_checked(export: Export, table: str, select: Sequence[str],
+                 schema: dict[str, pl.DataType], required: Sequence[str] = ()) -> pl.DataFrame:
+    """:func:`read_table` through the lenient ``sqlite3`` path (small tables, text that is not
+    UTF-8, no ADBC): the type check is the query's ``WHERE``, and the rows it left out, if the
+    table has more than were read, are counted in ``export.skipped``."""
+    found = checks(select, schema, required)
+    frame = read_frame(export, f"{select_sql(table, select)} WHERE {keep_sql(found)}", schema)
+    _count_skipped(export, table, found, frame.height)
+    return frame
+
+
+def checked_rows(export: Export, table: str, select: Sequence[str],
+                 schema: dict[str, pl.DataType]) -> list[tuple]:
+    """The rows of a small table whose cells hold ``schema``'s types, as tuples without a
+    NULL (what a metadata lookup can use), the others counted in ``export.skipped``. No
+    Polars frame: on a table of a few rows making one costs ~1 ms."""
+    found = checks(select, schema)
+    rows = query_rows(export, f"{select_sql(table, select)} WHERE {keep_sql(found)}")
+    _count_skipped(export, table, found, len(rows))
+    text = [dtype == pl.String for dtype in schema.values()]  # a number in a text column
+    return [tuple(str(v) if t else v for v, t in zip(row, text, strict=True)) for row in rows
+            if None not in row]
+
+
+def _count_skipped(export: Export, table: str, found: Sequence[Check], read: int) -> None:
+    """When ``table`` has more rows than the ``read`` that passed ``found``, count the others
+    by column in ``export.skipped``."""
+    if read < count_rows(export, table):
+        export.skipped[table] = skipped(query_rows(export, count_sql(ident(table), found))[0],
+                                        found)
+
+
+def range_queries(sql: str, ranges: list[tuple[int, int]],
+                  keep: str | None = None) -> list[tuple[str, int]]:
+    """``(query, rows at most)`` of ``sql`` restricted to each rowid range (and to the rows
+    that satisfy ``keep``)."""
+    where = f"({keep}) AND " if keep else ""
+    return [(f"{sql} WHERE {where}rowid BETWEEN {lo} AND {hi}", hi - lo + 1) for lo, hi in ranges]
 
 
 def adbc_parts(database: Any, queries: list[tuple[str, int]],
-               schema: dict[str, pl.DataType]) -> list[pl.DataFrame]:
+               schema: dict[str, pl.DataType], required: Sequence[str] = ()) -> list[pl.DataFrame]:
     """Each ``(query, rows at most)`` on its own connection to the ADBC ``database``, all at
-    once (the driver steps SQLite without the GIL). Raises :class:`NotForArrow`."""
+    once (the driver steps SQLite without the GIL). Raises :class:`NotForArrow`, and
+    :class:`WrongTypes` where a cell is not of its column's type."""
     with ThreadPoolExecutor(max(1, len(queries))) as pool:
-        return list(pool.map(lambda query: _adbc_frame(database, *query, schema), queries))
+        return list(pool.map(lambda query: _adbc_frame(database, *query, schema, required),
+                             queries))
 
 
 def rowid_ranges(export: Export, table: str, parts: int) -> list[tuple[int, int]]:
@@ -289,8 +375,8 @@ def rowid_ranges(export: Export, table: str, parts: int) -> list[tuple[int, int]
     ``WITHOUT ROWID`` table) or no rows."""
     try:  # two queries: SQLite answers a lone min() or max() from the b-tree, both together
         # only by scanning the table
-        lo = export.conn.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
-        hi = export.conn.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
+        lo = export.conn.execute(f"SELECT min(rowid) FROM {ident(table)}").fetchone()[0]
+        hi = export.conn.execute(f"SELECT max(rowid) FROM {ident(table)}").fetchone()[0]
     except sqlite3.Error:
         return []
     return split_rowids(lo, hi, parts)
@@ -323,8 +409,12 @@ class NotForArrow(Exception):
     """A query whose result ADBC cannot give exactly: read it through ``sqlite3``."""
 
 
-def _adbc_frame(database: Any, sql: str, rows: int,
-                schema: dict[str, pl.DataType]) -> pl.DataFrame:
+class WrongTypes(NotForArrow):
+    """A query whose result holds a cell not of its column's type (:mod:`_typed`)."""
+
+
+def _adbc_frame(database: Any, sql: str, rows: int, schema: dict[str, pl.DataType],
+                required: Sequence[str]) -> pl.DataFrame:
     """One query (of at most ``rows`` rows) through its own ADBC connection, so several can run
     at once."""
     text = pl.String in schema.values()
@@ -349,6 +439,8 @@ def _adbc_frame(database: Any, sql: str, rows: int,
             statement.close()
     finally:
         conn.close()
+    if not arrow_holds(table, schema, required):
+        raise WrongTypes(sql)
     # one chunk per Arrow batch (one batch per range)
     frame = pl.from_arrow(table.rename_columns(list(schema)), rechunk=False)
     assert isinstance(frame, pl.DataFrame)
@@ -356,22 +448,13 @@ def _adbc_frame(database: Any, sql: str, rows: int,
 
 
 def count_rows(export: Export, table: str) -> int:
-    return int(export.conn.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()[0])
+    return int(export.conn.execute(f"SELECT COUNT(*) FROM {ident(table)}").fetchone()[0])
 
 
 def string_table(export: Export) -> pl.DataFrame:
-    """``StringIds`` as a frame ``(id, value)``; empty when the table is missing."""
+    """``StringIds`` as a frame ``(id, value)``; empty when the table is missing. Rows whose
+    id is not an integer or whose value is not text are skipped (``export.skipped``)."""
     if not export.has("StringIds", "id", "value"):
         return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
-    return read_table(export, "StringIds", "id, value", {"id": pl.Int64, "value": pl.String})
-
-
-def table_text(export: Export, table: str, key_col: str, value_col: str) -> dict[str, str]:
-    """A small key/value table as a dict (first value per key wins)."""
-    if not export.has(table, key_col, value_col):
-        return {}
-    out: dict[str, str] = {}
-    for key, value in query_rows(export, f'SELECT "{key_col}", "{value_col}" FROM "{table}"'):
-        if key is not None and value is not None:
-            out.setdefault(str(key), str(value))
-    return out
+    return read_table(export, "StringIds", ["id", "value"], {"id": pl.Int64, "value": pl.String},
+                      required=("id", "value"))

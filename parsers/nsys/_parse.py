@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,16 @@ from traceview.errors import UnreadableTraceError
 from traceview.parsers._result import ParsedFile, RankInfo
 from traceview.parsers.nsys import _arrow, _nccl, _ranks, _read_ahead
 from traceview.parsers.nsys import _tables as tables
-from traceview.parsers.nsys._db import Export, count_rows, open_export, query_rows, string_table
+from traceview.parsers.nsys._db import (
+    Export,
+    checked_rows,
+    count_rows,
+    open_export,
+    query_rows,
+    read_checked,
+    string_table,
+)
+from traceview.parsers.nsys._sql import ident
 
 #: The first cast to Arrow types in a process imports it (~0.05 s); see _parse_export.
 pyarrow_compute = lazy_module("pyarrow.compute", missing="pyarrow.compute is missing: reinstall pyarrow")
@@ -110,7 +120,10 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     warnings: list[str] = []
     dropped: dict[str, int] = {}
     epoch = _session_start(export, warnings)
-    strings = string_table(export)
+    if "StringIds" in export.tables and not export.has("StringIds", "id", "value"):
+        warnings.append("StringIds has no id or value column: names are left empty")
+    # one string per id (a hostile export may repeat one): joins on the id must not add rows
+    strings = string_table(export).unique("id", keep="first", maintain_order=True)
     lookup = tables.name_lookup(strings)
     # the hand-over to Arrow casts (schema.conform), and the first cast of a process imports
     # pyarrow.compute (~0.05 s): imported now, it overlaps the kernel read ahead, which this
@@ -132,24 +145,28 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         if skipped:
             warnings.append(f"OSRT_API: {skipped} OS runtime rows not read (--include-osrt "
                             "reads them; in Python options={'include_osrt': True})")
+    readers.append((tables.MEMORY_USAGE, lambda: tables.memory_usage(export)))  # instants
+    left_out: list[str] = []
     for table, reader in readers:
-        if export.has(table, "start", "end"):
+        if _readable(export, table, left_out):
             frame = reader()
             input_events += frame.height
             staged.append(frame)
-    if export.has(tables.MEMORY_USAGE, "start", "globalPid", "deviceId", "bytes", "memKind",
-                  "memoryOperationType"):  # instants: no "end"
-        frame = tables.memory_usage(export)
-        input_events += frame.height
-        staged.append(frame)
     nvtx_raw = pl.DataFrame()
-    if export.has(tables.NVTX, "start", "eventType", "globalTid"):
+    if _readable(export, tables.NVTX, left_out):
         nvtx_raw = tables.nvtx(export)
         input_events += nvtx_raw.height
         domains = tables.domain_names(export, nvtx_raw)
-        events, nvtx_dropped = tables.nvtx_events(nvtx_raw, domains, strings)
+        events, nvtx_dropped, unresolved = tables.nvtx_events(nvtx_raw, domains, strings)
+        if unresolved:
+            export.unresolved.setdefault(tables.NVTX, {})["textId"] = unresolved
         _add(dropped, nvtx_dropped)
         staged.append(events)
+    warnings += left_out
+    # rows skipped for a cell of the wrong type were in the tables: input, and dropped
+    wrong = sum(export.skipped[t].rows for t in tables.NEEDS if t in export.skipped)
+    _add(dropped, {"wrong_type": wrong})
+    input_events += wrong
 
     # empty tables add nothing but null columns, which _ensure adds as constants: taking them
     # into the concat made Polars copy every column of a large table into one chunk
@@ -159,14 +176,20 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
     frame = _ensure(frame)
     frame = _drop(frame, pl.col("gpid").is_null(), "no_process", dropped)
     frame = _drop(frame, pl.col("end_rel") < pl.col("start_rel"), "end_before_start", dropped)
+    frame, past = _drop_past_int64(frame, epoch or 0, dropped)
+    warnings += past
+    lost_all = left_out + _skip_notes(export, tables.NEEDS) + past
+    if lost_all and not frame.height:  # damage left nothing to answer with
+        raise UnreadableTraceError(export.path, "no usable event rows: " + "; ".join(lost_all))
     frame = frame.with_columns(
         (pl.col("start_rel") + (epoch or 0)).alias("ts_ns"),
         (pl.col("end_rel") - pl.col("start_rel")).alias("dur_ns"),
     )
 
     procs = _processes(frame)
+    threads = _thread_names(export)
     ranked = _ranks.assign(
-        procs, mpi=_mpi_ranks(export), thread_ranks=_thread_ranks(export, strings, nvtx_raw),
+        procs, mpi=_mpi_ranks(export), thread_ranks=_thread_ranks(threads, strings, nvtx_raw),
         nccl=_nccl_hints(frame), capture=_capture(export), device_env=_device_env(export),
         path=export.path, rank_map=rank_map, warnings=warnings)
     kept = [p for p in ranked if p.rank is not None]
@@ -182,7 +205,7 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         warnings.append(f"{lost.height} rows of processes without a rank dropped (pids {pids})")
     frame = _drop(frame, ~pl.col("gpid").is_in(list(rank_of)), "no_rank_for_process", dropped)
 
-    names = _name_rows(export, strings, frame, set(rank_of))
+    names = _name_rows(export, strings, threads, frame, set(rank_of))
     input_events += names.height
     frame = _nccl.nvtx_collectives(frame)
     frame = _nccl.kernel_collectives(frame)
@@ -193,14 +216,43 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         rank.alias("rank"), pl.lit(0, dtype=pl.Int32).alias("file_id"),
         pl.lit("nsys", dtype=tables.SOURCE).alias("source"))) for f in (frame, names))
     table = _arrow.in_time_order(events, names)
+    infos = _rank_infos(export, kept, frame, epoch)
+    # last: every table has been read by now (the rank infos read TARGET_INFO_GPU)
+    warnings += _skip_notes(export, export.skipped) + _unresolved_notes(export)
     stored = table.num_rows
     if input_events != stored + sum(dropped.values()):  # a bug, but say so rather than lie
         warnings.append(f"row accounting mismatch: input {input_events}, stored {stored}, "
                         f"dropped {sum(dropped.values())}")
     return ParsedFile(
         path=str(export.path), format="nsys-sqlite", events=table,
-        ranks=_rank_infos(export, kept, frame, epoch), input_events=input_events,
+        ranks=infos, input_events=input_events,
         dropped=dropped, warnings=warnings)
+
+
+def _readable(export: Export, table: str, left_out: list[str]) -> bool:
+    """Whether ``table`` is there with the columns its reader needs; one that lacks some is
+    not read, and ``left_out`` says so."""
+    if table not in export.tables:
+        return False
+    missing = [c for c in tables.NEEDS[table] if not export.has(table, c)]
+    if missing:
+        rows = count_rows(export, table)
+        left_out.append(f"{table} has no column {', '.join(missing)}: its {rows} rows are "
+                        "not read")
+    return not missing
+
+
+def _skip_notes(export: Export, among: Collection[str]) -> list[str]:
+    """One warning per table (of ``among``) with rows skipped for a cell of the wrong type."""
+    return [f"{table}: {done.rows} rows skipped, a cell not of its column's type "
+            f"({done.describe()})" for table, done in export.skipped.items()
+            if table in among and done.rows]
+
+
+def _unresolved_notes(export: Export) -> list[str]:
+    return [f"{table}: {n} rows name a string id that StringIds lacks ({column}); that name "
+            "is left empty" for table, columns in export.unresolved.items()
+            for column, n in columns.items() if n]
 
 
 def _stored_columns(frame: pl.DataFrame) -> pl.DataFrame:
@@ -218,11 +270,42 @@ def _add(into: dict[str, int], more: dict[str, int]) -> None:
 
 
 def _drop(frame: pl.DataFrame, bad: pl.Expr, reason: str, dropped: dict[str, int]) -> pl.DataFrame:
-    n = frame.filter(bad.fill_null(False)).height
+    n = frame.select(bad.fill_null(False).sum()).item() if frame.height else 0
     if n:
         dropped[reason] = dropped.get(reason, 0) + n
         frame = frame.filter(~bad.fill_null(False))
     return frame
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _drop_past_int64(frame: pl.DataFrame, epoch: int,
+                     dropped: dict[str, int]) -> tuple[pl.DataFrame, list[str]]:
+    """``frame`` without the rows of :func:`_past_int64` (reason ``time_out_of_range``), and
+    the warning that says so, if any."""
+    kept = _drop(frame, _past_int64(frame, epoch), "time_out_of_range", dropped)
+    lost = frame.height - kept.height
+    return kept, [f"{lost} rows whose times leave the int64 nanosecond range once the session "
+                  f"start ({epoch} ns) is added were dropped"] if lost else []
+
+
+def _past_int64(frame: pl.DataFrame, epoch: int) -> pl.Expr:
+    """Rows whose ``start + epoch``, ``end + epoch`` or ``end - start`` leave int64 (Polars
+    would wrap them around: a kernel at 9e18 ns became one at -7.7e18). Checked on the
+    table's bounds first, so a sane export pays two min/max."""
+    lo, hi = _INT64
+    first, last, latest = frame.select(pl.col("start_rel").min().alias("a"),
+                                       pl.col("start_rel").max().alias("b"),
+                                       pl.col("end_rel").max().alias("c")).row(0)
+    if first is None:
+        return pl.lit(False)
+    latest = max(last, latest if latest is not None else last)
+    if lo <= first + epoch and latest + epoch <= hi and latest - first <= hi:
+        return pl.lit(False)
+    start, end = pl.col("start_rel").cast(pl.Int128), pl.col("end_rel").cast(pl.Int128)
+    return (~(start + epoch).is_between(lo, hi) | ~(end + epoch).is_between(lo, hi)
+            | ((end - start) > hi))
 
 
 _STAGING: dict[str, pl.DataType] = {
@@ -244,12 +327,13 @@ def _ensure(frame: pl.DataFrame) -> pl.DataFrame:
 def _session_start(export: Export, warnings: list[str]) -> int | None:
     epoch = None
     if export.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
-        rows = query_rows(export, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME "
-                                  "WHERE utcEpochNs IS NOT NULL LIMIT 1")
-        epoch = int(rows[0][0]) if rows else None
+        found = checked_rows(export, "TARGET_INFO_SESSION_START_TIME", ["utcEpochNs"],
+                             {"epoch": pl.Int64})
+        epoch = found[0][0] if found else None
     if epoch is None:
-        warnings.append("no TARGET_INFO_SESSION_START_TIME: times are nanoseconds since the "
-                        "session start, not epoch; other reports cannot be aligned by clock")
+        warnings.append("no TARGET_INFO_SESSION_START_TIME.utcEpochNs: times are nanoseconds "
+                        "since the session start, not epoch; other reports cannot be aligned "
+                        "by clock")
     shift = export.meta.get("EXPORT_PARAM_TIME_SHIFT", "0").strip() or "0"
     normalize = export.meta.get("EXPORT_PARAM_TIME_NORMALIZE", "false").strip().lower()
     if shift not in ("0", "") or normalize == "true":
@@ -271,21 +355,29 @@ def _processes(frame: pl.DataFrame) -> pl.DataFrame:
 def _mpi_ranks(export: Export) -> dict[int, int]:
     if not export.has("MPI_RANKS", "globalTid", "rank"):
         return {}
-    return {int(g) & tables.PID_KEY_MASK: int(r) for g, r in query_rows(
-        export, "SELECT globalTid, rank FROM MPI_RANKS WHERE globalTid IS NOT NULL "
-                "AND rank IS NOT NULL")}
+    rows = checked_rows(export, "MPI_RANKS", ["globalTid", "rank"],
+                        {"gtid": pl.Int64, "rank": pl.Int64})
+    return {g & tables.PID_KEY_MASK: r for g, r in rows}
 
 
-def _thread_ranks(export: Export, strings: pl.DataFrame, nvtx_raw: pl.DataFrame) -> dict[int, int]:
+def _thread_names(export: Export) -> pl.DataFrame:
+    """ThreadNames ``(gtid, id)``: the thread and the string id of its name."""
+    if not export.has("ThreadNames", "nameId", "globalTid"):
+        return pl.DataFrame(schema={"gtid": pl.Int64, "id": pl.Int64})
+    schema = {"gtid": pl.Int64, "id": pl.Int64}
+    return pl.DataFrame(checked_rows(export, "ThreadNames", ["globalTid", "nameId"], schema),
+                        schema=schema, orient="row")
+
+
+def _thread_ranks(threads: pl.DataFrame, strings: pl.DataFrame,
+                  nvtx_raw: pl.DataFrame) -> dict[int, int]:
     """``MPI Rank N`` thread names (NVTX eventType 39 rows or ThreadNames)."""
     names: list[tuple[int, str]] = []
     if not nvtx_raw.is_empty():
         names += [(g, t) for g, t in nvtx_raw.filter(pl.col("event_type") == 39)
                   .select("gtid", "text").drop_nulls().iter_rows()]
-    if export.has("ThreadNames", "nameId", "globalTid"):
-        rows = query_rows(export, "SELECT t.globalTid, s.value FROM ThreadNames t "
-                                  "JOIN StringIds s ON s.id = t.nameId")
-        names += [(g, v) for g, v in rows if g is not None and v is not None]
+    names += list(threads.join(strings, on="id", how="inner").select("gtid", "value")
+                  .iter_rows())
     out: dict[int, int] = {}
     for gtid, text in names:
         found = _ranks._THREAD_RANK.match(text.strip())
@@ -322,21 +414,19 @@ def _device_env(export: Export) -> str:
     return _system_env(export, "DeviceEnvironment")
 
 
-def _name_rows(export: Export, strings: pl.DataFrame, frame: pl.DataFrame,
-               kept: set[int]) -> pl.DataFrame:
+def _name_rows(export: Export, strings: pl.DataFrame, threads: pl.DataFrame,
+               frame: pl.DataFrame, kept: set[int]) -> pl.DataFrame:
     """``metadata`` rows: process_name / thread_name of the kept processes, pinned to the
     process's first event time (names are timeless)."""
     parts: list[pl.DataFrame] = []
     if export.has("PROCESSES", "globalPid", "name"):
-        rows = query_rows(export, "SELECT globalPid, pid, name FROM PROCESSES")
-        procs = pl.DataFrame(rows, schema={"gpid": pl.Int64, "pid": pl.Int64, "value": pl.String},
-                             orient="row").filter(pl.col("gpid").is_in(list(kept)))
+        procs = read_checked(export, "PROCESSES", ["globalPid", export.col("PROCESSES", "pid"),
+                                                   "name"],
+                             {"gpid": pl.Int64, "pid": pl.Int64, "value": pl.String}).filter(pl.col("gpid").is_in(list(kept)))
         parts.append(procs.select("gpid", "pid", pl.lit(None, dtype=pl.Int64).alias("tid"),
                                   tables.label("process_name").alias("name"), "value")
                      .unique(["gpid"], keep="first"))
-    if export.has("ThreadNames", "nameId", "globalTid"):
-        rows = query_rows(export, "SELECT globalTid, nameId FROM ThreadNames")
-        threads = pl.DataFrame(rows, schema={"gtid": pl.Int64, "id": pl.Int64}, orient="row")
+    if not threads.is_empty():
         threads = (threads.join(strings, on="id", how="inner")
                    .with_columns(tables.gpid_of("gtid").alias("gpid"))
                    .filter(pl.col("gpid").is_in(list(kept))).unique(["gtid"], keep="first"))
@@ -375,14 +465,15 @@ def _gpu_memory(export: Export) -> dict[int, int]:
     """Device id -> its memory in bytes (``TARGET_INFO_GPU.totalMemory``, when exported)."""
     for id_col in ("id", "deviceId"):
         if export.has("TARGET_INFO_GPU", id_col, "totalMemory"):
-            rows = query_rows(export, f'SELECT "{id_col}", totalMemory FROM TARGET_INFO_GPU')
-            return {int(i): int(m) for i, m in rows if i is not None and m}
+            rows = checked_rows(export, "TARGET_INFO_GPU", [ident(id_col), "totalMemory"],
+                                {"id": pl.Int64, "memory": pl.Int64})
+            return {i: m for i, m in rows if m}
     return {}
 
 
 def _gpu_names(export: Export) -> dict[int, str]:
     for id_col in ("id", "deviceId"):
         if export.has("TARGET_INFO_GPU", id_col, "name"):
-            rows = query_rows(export, f'SELECT "{id_col}", name FROM TARGET_INFO_GPU')
-            return {int(i): str(n) for i, n in rows if i is not None and n is not None}
+            return dict(checked_rows(export, "TARGET_INFO_GPU", [ident(id_col), "name"],
+                                     {"id": pl.Int64, "name": pl.String}))
     return {}

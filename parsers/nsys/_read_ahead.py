@@ -25,12 +25,14 @@ import pyarrow as pa
 
 from traceview._dependencies import available
 from traceview.parsers.nsys import _db
+from traceview.parsers.nsys._sql import ident, text
 
 #: Smaller exports are not read ahead: their kernel read is too short to hide much of the
 #: import behind, and the extra connection and queries cost ~8 ms (a 200 kB export: 31 -> 39 ms).
 MIN_BYTES = 16 << 20
 
-Query = Callable[[Collection[str]], tuple[str, dict[str, pl.DataType]]]
+#: columns -> (select list, schema, required outputs), as :func:`_tables.kernel_query` gives
+Query = Callable[[Collection[str]], tuple[list[str], dict[str, pl.DataType], tuple[str, ...]]]
 _Read = tuple[list[str], list[pl.DataFrame]]
 
 
@@ -72,18 +74,19 @@ def _read(path: Path, table: str, query: Query) -> _Read | None:
     except Exception:  # noqa: BLE001 - not readable as SQLite: the parser says why
         return None
     try:
-        columns = _values(database, f"SELECT name FROM pragma_table_info('{table}')")
+        columns = _values(database, f"SELECT name FROM pragma_table_info({text(table)})")
         if not columns:
             return None
-        select, schema = query(columns)
-        lo = _values(database, f'SELECT min(rowid) FROM "{table}"')[0]
-        hi = _values(database, f'SELECT max(rowid) FROM "{table}"')[0]
-        queries = _db.range_queries(f'SELECT {select} FROM "{table}"',
-                                        _db.split_rowids(lo, hi, _db.cores()))
+        select, schema, required = query(columns)
+        lo = _values(database, f"SELECT min(rowid) FROM {ident(table)}")[0]
+        hi = _values(database, f"SELECT max(rowid) FROM {ident(table)}")[0]
+        queries = _db.range_queries(_db.select_sql(table, select),
+                                    _db.split_rowids(lo, hi, _db.cores()))
         if not queries:
             return None
-        return [q for q, _ in queries], _db.adbc_parts(database, queries, schema)
-    except Exception:  # noqa: BLE001 - a read error: the parser reads the table itself
+        return [q for q, _ in queries], _db.adbc_parts(database, queries, schema, required)
+    except Exception:  # noqa: BLE001 - a read error or a cell of the wrong type: the parser
+        # reads the table itself (and says which rows it skipped)
         return None
     finally:
         database.close()

@@ -10,6 +10,11 @@ value, not once per row: what a row needs from ``StringIds`` (its name, its kern
 ...) is derived once per string by :func:`name_lookup` and gathered at the row's string id
 (:func:`by_id`), and the labels and args_json of memcpy and memset once per distinct
 combination. A table of millions of kernels then carries no string per row but its args_json.
+
+Each reader names the columns it cannot do without (:data:`NEEDS`: a table lacking one is not
+read) and the outputs that may not be NULL (:data:`TIMED`); a row whose cell is not of its
+column's type is skipped by the read (``_db``, ``_typed``). A row whose string id StringIds
+lacks keeps its time, with an empty name, and is counted in ``export.unresolved``.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from collections.abc import Collection
 import polars as pl
 
 from traceview.naming import collective_from_text
-from traceview.parsers.nsys._db import Export, read_frame, read_parts, read_table
+from traceview.parsers.nsys._db import Export, read_parts, read_table
 from traceview.parsers.nsys._nccl import is_comm_kernel_name, kernel_collective
+from traceview.parsers.nsys._sql import ident
 from traceview.schema import KINDS, SOURCES
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -52,6 +58,22 @@ NVTX_MARK_TYPES = (34, 65)
 NVTX_DOMAIN_CREATE = 75
 #: 0xFFFFFFFF in streamId means "no stream" (event syncs).
 NO_STREAM = 0xFFFFFFFF
+
+#: The columns each reader cannot do without: a table lacking one is not read (a warning says
+#: so). Every other column a reader takes is optional (NULL when absent: ``Export.col``).
+NEEDS: dict[str, tuple[str, ...]] = {
+    KERNEL: ("start", "end", "deviceId", "streamId", "demangledName"),
+    RUNTIME: ("start", "end", "globalTid", "nameId"),
+    DRIVER: ("start", "end", "globalTid", "nameId"),
+    MEMCPY: ("start", "end", "deviceId", "streamId", "bytes", "copyKind"),
+    MEMSET: ("start", "end", "deviceId", "streamId", "bytes"),
+    SYNC: ("start", "end", "deviceId", "streamId", "syncType"),
+    OSRT: ("start", "end", "globalTid", "nameId"),
+    NVTX: ("start", "end", "eventType", "globalTid"),
+    MEMORY_USAGE: ("start", "globalPid", "deviceId", "bytes", "memKind", "memoryOperationType"),
+}
+#: Outputs a row cannot lack: a NULL there skips the row like a cell of the wrong type.
+TIMED = ("start_rel", "end_rel")
 
 I64 = pl.Int64
 CAT = pl.Categorical
@@ -89,10 +111,10 @@ def pid_of(col: str) -> pl.Expr:
     return _pid_from_gpid(col)
 
 
-def _gpu_common(export: Export, table: str) -> tuple[str, dict[str, pl.DataType]]:
+def _gpu_common(export: Export, table: str) -> tuple[list[str], dict[str, pl.DataType]]:
     """Columns every GPU activity table shares."""
-    select = (f'start, "end", deviceId, streamId, {export.col(table, "correlationId")}, '
-              f'{export.col(table, "globalPid")}')
+    select = ["start", '"end"', "deviceId", "streamId", export.col(table, "correlationId"),
+              export.col(table, "globalPid")]
     schema = {"start_rel": I64, "end_rel": I64, "device": I64, "stream": I64,
               "correlation": I64, "gpid": I64}
     return select, schema
@@ -113,33 +135,35 @@ LAUNCH_COLUMNS = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "regi
                   "staticSharedMemory", "dynamicSharedMemory")
 
 
-def kernel_query(columns: Collection[str], *,
-                 launch_args: bool) -> tuple[str, dict[str, pl.DataType]]:
-    """The select list and staging schema of the kernel read, for a kernel table with
-    ``columns`` (also used to read it ahead: ``_read_ahead``)."""
+def kernel_query(columns: Collection[str], *, launch_args: bool
+                 ) -> tuple[list[str], dict[str, pl.DataType], tuple[str, ...]]:
+    """The select list, staging schema and required outputs of the kernel read, for a kernel
+    table with ``columns`` (also used to read it ahead: ``_read_ahead``)."""
     def col(name: str) -> str:
-        return f'"{name}"' if name in columns else "NULL"
+        return ident(name) if name in columns else "NULL"
 
-    select = (f'start, "end", deviceId, streamId, {col("correlationId")}, {col("globalPid")}, '
-              f'demangledName, {col("shortName")}')
+    select = ["start", '"end"', "deviceId", "streamId", col("correlationId"), col("globalPid"),
+              "demangledName", col("shortName")]
     schema = {"start_rel": I64, "end_rel": I64, "device": I64, "stream": I64,
               "correlation": I64, "gpid": I64, "name_id": I64, "short_id": I64}
     if launch_args:
-        select += ", " + ", ".join(col(c) for c in LAUNCH_COLUMNS)
+        select += [col(c) for c in LAUNCH_COLUMNS]
         schema |= {c: I64 for c in LAUNCH_COLUMNS}
-    return select, schema
+    return select, schema, TIMED
 
 
 def kernels(export: Export, lookup: pl.DataFrame, *, launch_args: bool = True) -> pl.DataFrame:
     """CUPTI_ACTIVITY_KIND_KERNEL -> ``kernel`` rows; name = demangled name (short name in
     args_json with the launch geometry), NCCL kernels' collective from their name.
     ``lookup``: :func:`name_lookup`."""
-    select, schema = kernel_query(export.tables[KERNEL], launch_args=launch_args)
+    select, schema, required = kernel_query(export.tables[KERNEL], launch_args=launch_args)
     # part by part (one per rowid range): the gathers below would otherwise copy every column
     # of a frame of several chunks into one
-    return pl.concat([_kernel_rows(part, lookup, LAUNCH_COLUMNS if launch_args else ())
-                      for part in read_parts(export, KERNEL, select, schema)],
-                     how="vertical", rechunk=False)
+    frame = pl.concat([_kernel_rows(part, lookup, LAUNCH_COLUMNS if launch_args else ())
+                       for part in read_parts(export, KERNEL, select, schema, required)],
+                      how="vertical", rechunk=False)
+    return _note_unresolved(export, KERNEL, frame, {"demangledName": "_no_name",
+                                                    "shortName": "_no_short"})
 
 
 def _kernel_rows(frame: pl.DataFrame, lookup: pl.DataFrame,
@@ -174,19 +198,36 @@ def _kernel_rows(frame: pl.DataFrame, lookup: pl.DataFrame,
                   if lookup["_comm_kernel"].any() else pl.lit(None, dtype=pl.String))
     return frame.with_columns(
         by_id(lookup, "_sid_name", "name_id").alias("name"), args.alias("args_json"),
-        collective.alias("collective"),
+        collective.alias("collective"), _unresolved(lookup, "name_id").alias("_no_name"),
+        _unresolved(lookup, "short_id").alias("_no_short"),
     ).drop("name_id", "short_id", *(["_launch_json"] if launch_args else []))
+
+
+def _unresolved(lookup: pl.DataFrame, id_col: str) -> pl.Expr:
+    """Whether a row's string id is one StringIds lacks (a null id is none)."""
+    return pl.col(id_col).is_not_null() & ~by_id(lookup, "_known", id_col).fill_null(False)
+
+
+def _note_unresolved(export: Export, table: str, frame: pl.DataFrame,
+                     flags: dict[str, str]) -> pl.DataFrame:
+    """``frame`` without its ``flags`` columns ({column: flag}), their counts of rows with a
+    string id StringIds lacks noted in ``export.unresolved``."""
+    counts = frame.select(pl.col(f).sum().alias(c) for c, f in flags.items()).row(0, named=True)
+    if any(counts.values()):
+        noted = export.unresolved.setdefault(table, {})
+        for column, n in counts.items():
+            noted[column] = noted.get(column, 0) + int(n or 0)
+    return frame.drop(flags.values())
 
 
 def runtime(export: Export, lookup: pl.DataFrame, table: str = RUNTIME) -> pl.DataFrame:
     """CUDA runtime and driver API calls. ``eventClass`` 1 (or any row of the ``DRIVER``
     table) is a driver call. ``lookup``: :func:`name_lookup`."""
-    select = (f'start, "end", {export.col(table, "eventClass", "0")}, globalTid, '
-              f'{export.col(table, "correlationId")}, nameId, '
-              f'{export.col(table, "returnValue", "0")}')
+    select = ["start", '"end"', export.col(table, "eventClass", "0"), "globalTid",
+              export.col(table, "correlationId"), "nameId", export.col(table, "returnValue", "0")]
     schema = {"start_rel": I64, "end_rel": I64, "event_class": I64, "gtid": I64,
               "correlation": I64, "name_id": I64, "return_value": I64}
-    frame = read_table(export, table, select, schema)
+    frame = read_table(export, table, select, schema, TIMED)
     driver = (pl.lit(True) if table == DRIVER else pl.col("event_class") == 1)
     frame = frame.with_columns(
         pl.when(driver).then(kind("cuda_driver")).otherwise(kind("cuda_runtime"))
@@ -194,20 +235,23 @@ def runtime(export: Export, lookup: pl.DataFrame, table: str = RUNTIME) -> pl.Da
         label(table).alias("category"),
         *_thread_ids(),
     )
-    return _api_names(frame, lookup)
+    return _api_names(export, table, frame, lookup)
 
 
-def _api_names(frame: pl.DataFrame, lookup: pl.DataFrame) -> pl.DataFrame:
+def _api_names(export: Export, table: str, frame: pl.DataFrame,
+               lookup: pl.DataFrame) -> pl.DataFrame:
     """API calls: the name without nsys's version suffix; the raw name (and a non-zero return
     value) in args_json."""
     raw = by_id(lookup, "_api_json", "name_id")
-    return frame.with_columns(
+    frame = frame.with_columns(
         by_id(lookup, "_api_name", "name_id").alias("name"),
         pl.when(pl.col("return_value").fill_null(0) != 0).then(
             pl.concat_str(raw.str.head(-1), pl.lit(',"returnValue":'), pl.col("return_value"),
                           pl.lit("}")))
         .otherwise(raw).alias("args_json"),
+        _unresolved(lookup, "name_id").alias("_no_name"),
     ).drop("name_id")
+    return _note_unresolved(export, table, frame, {"nameId": "_no_name"})
 
 
 def _join(frame: pl.DataFrame, labels: pl.DataFrame, keys: str | list[str]) -> pl.DataFrame:
@@ -225,10 +269,9 @@ def _thread_ids() -> list[pl.Expr]:
 
 def memcpy(export: Export) -> pl.DataFrame:
     select, schema = _gpu_common(export, MEMCPY)
-    select += (f', bytes, copyKind, {export.col(MEMCPY, "srcKind")}, '
-               f'{export.col(MEMCPY, "dstKind")}')
+    select += ["bytes", "copyKind", export.col(MEMCPY, "srcKind"), export.col(MEMCPY, "dstKind")]
     schema |= {"bytes": I64, "copy_kind_id": I64, "src_kind": I64, "dst_kind": I64}
-    frame = read_table(export, MEMCPY, select, schema)
+    frame = read_table(export, MEMCPY, select, schema, TIMED)
     direction = pl.col("copy_kind_id").replace_strict(COPY_KIND, default=None,
                                                       return_dtype=pl.String)
     src = pl.col("src_kind").replace_strict(MEM_KIND, default=None, return_dtype=pl.String)
@@ -247,9 +290,9 @@ def memcpy(export: Export) -> pl.DataFrame:
 
 def memset(export: Export) -> pl.DataFrame:
     select, schema = _gpu_common(export, MEMSET)
-    select += f', bytes, {export.col(MEMSET, "memKind")}, {export.col(MEMSET, "value")}'
+    select += ["bytes", export.col(MEMSET, "memKind"), export.col(MEMSET, "value")]
     schema |= {"bytes": I64, "mem_kind": I64, "value": I64}
-    frame = read_table(export, MEMSET, select, schema)
+    frame = read_table(export, MEMSET, select, schema, TIMED)
     kind_label = pl.col("mem_kind").replace_strict(MEM_KIND, default=None,
                                                    return_dtype=pl.String)
     keys = ["mem_kind", "value"]
@@ -269,11 +312,11 @@ def memory_usage(export: Export) -> pl.DataFrame:
     """CUDA_GPU_MEMORY_USAGE_EVENTS (``--cuda-memory-usage=true``) -> ``memory`` instants:
     ``mem_bytes`` + on allocation (``memoryOperationType`` 0), − on free (1), ``device`` the
     GPU (host memory kinds: −1); the driver keeps no running total, so readers sum them."""
-    select = (f'start, globalPid, deviceId, bytes, memKind, memoryOperationType, '
-              f'{export.col(MEMORY_USAGE, "correlationId")}, {export.col(MEMORY_USAGE, "address")}')
+    select = ["start", "globalPid", "deviceId", "bytes", "memKind", "memoryOperationType",
+              export.col(MEMORY_USAGE, "correlationId"), export.col(MEMORY_USAGE, "address")]
     schema = {"start_rel": I64, "gpid": I64, "device": I64, "size": I64, "mem_kind": I64,
               "operation": I64, "correlation": I64, "address": I64}
-    frame = read_table(export, MEMORY_USAGE, select, schema)
+    frame = read_table(export, MEMORY_USAGE, select, schema, ("start_rel",))
     return frame.with_columns(
         kind("memory").alias("kind"), label(MEMORY_USAGE).alias("category"),
         label("[memory]").alias("name"), pl.col("start_rel").alias("end_rel"),
@@ -290,9 +333,9 @@ def memory_usage(export: Export) -> pl.DataFrame:
 
 def sync(export: Export) -> pl.DataFrame:
     select, schema = _gpu_common(export, SYNC)
-    select += f', syncType, {export.col(SYNC, "eventId")}'
+    select += ["syncType", export.col(SYNC, "eventId")]
     schema |= {"sync_type": I64, "event_id": I64}
-    frame = read_table(export, SYNC, select, schema)
+    frame = read_table(export, SYNC, select, schema, TIMED)
     return _gpu_staging(frame, "sync", SYNC).with_columns(
         pl.col("sync_type").replace_strict(SYNC_NAME, default="Unknown Sync",
                                            return_dtype=CAT).alias("name"),
@@ -303,10 +346,10 @@ def sync(export: Export) -> pl.DataFrame:
 
 def osrt(export: Export, lookup: pl.DataFrame) -> pl.DataFrame:
     schema = {"start_rel": I64, "end_rel": I64, "gtid": I64, "name_id": I64}
-    frame = read_table(export, OSRT, 'start, "end", globalTid, nameId', schema)
+    frame = read_table(export, OSRT, ["start", '"end"', "globalTid", "nameId"], schema, TIMED)
     frame = frame.with_columns(kind("os_runtime").alias("kind"), label(OSRT).alias("category"),
                                pl.lit(None, dtype=I64).alias("return_value"), *_thread_ids())
-    return _api_names(frame, lookup)
+    return _api_names(export, OSRT, frame, lookup)
 
 
 def nvtx(export: Export) -> pl.DataFrame:
@@ -314,15 +357,17 @@ def nvtx(export: Export) -> pl.DataFrame:
     payload_int = [c for c in ("int64Value", "uint64Value", "int32Value", "uint32Value")
                    if export.has(NVTX, c)]
     payload_float = [c for c in ("doubleValue", "floatValue") if export.has(NVTX, c)]
-    pint = f"COALESCE({', '.join(payload_int)}, NULL)" if payload_int else "NULL"
-    pfloat = f"COALESCE({', '.join(payload_float)}, NULL)" if payload_float else "NULL"
-    select = (f'start, "end", eventType, {export.col(NVTX, "text")}, '
-              f'{export.col(NVTX, "textId")}, globalTid, {export.col(NVTX, "domainId", "0")}, '
-              f'{pint}, {pfloat}, {export.col(NVTX, "jsonText")}')
+    pint = f"COALESCE({', '.join(map(ident, payload_int))}, NULL)" if payload_int else "NULL"
+    pfloat = (f"COALESCE({', '.join(map(ident, payload_float))}, NULL)" if payload_float
+              else "NULL")
+    select = ["start", '"end"', "eventType", export.col(NVTX, "text"), export.col(NVTX, "textId"),
+              "globalTid", export.col(NVTX, "domainId", "0"), pint, pfloat,
+              export.col(NVTX, "jsonText")]
     schema = {"start_rel": I64, "end_rel": I64, "event_type": I64, "text": pl.String,
               "name_id": I64, "gtid": I64, "domain_id": I64, "payload_int": I64,
               "payload_float": pl.Float64, "json_text": pl.String}
-    return read_table(export, NVTX, select, schema).with_columns(*_thread_ids())
+    # "end" may be NULL: an unclosed range (or a mark)
+    return read_table(export, NVTX, select, schema, ("start_rel",)).with_columns(*_thread_ids())
 
 
 def domain_names(export: Export, nvtx_rows: pl.DataFrame) -> pl.DataFrame:
@@ -332,7 +377,7 @@ def domain_names(export: Export, nvtx_rows: pl.DataFrame) -> pl.DataFrame:
                .select("gpid", "domain_id", pl.col("text").alias("domain"))
                .unique(["gpid", "domain_id"], keep="first"))
     if export.has("DomainStrings", "id", "domainName") and created.is_empty():
-        legacy = read_frame(export, "SELECT id, domainName FROM DomainStrings",
+        legacy = read_table(export, "DomainStrings", ["id", "domainName"],
                             {"domain_id": I64, "domain": pl.String})
         gpids = nvtx_rows.select("gpid").unique()
         created = (gpids.join(legacy, how="cross").select("gpid", "domain_id", "domain")
@@ -341,8 +386,9 @@ def domain_names(export: Export, nvtx_rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def nvtx_events(rows: pl.DataFrame, domains: pl.DataFrame,
-                strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
-    """Ranges and marks with their text and domain; counts of the rows that are not events."""
+                strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int], int]:
+    """Ranges and marks with their text and domain; counts of the rows that are not events;
+    the events without text whose textId StringIds lacks (their name is empty)."""
     is_range = pl.col("event_type").is_in(NVTX_RANGE_TYPES)
     is_mark = pl.col("event_type").is_in(NVTX_MARK_TYPES)
     dropped = {
@@ -353,6 +399,8 @@ def nvtx_events(rows: pl.DataFrame, domains: pl.DataFrame,
     events = (events.join(domains, on=["gpid", "domain_id"], how="left")
               .join(strings.rename({"id": "name_id", "value": "_registered"}), on="name_id",
                     how="left"))
+    unresolved = events.select((pl.col("text").is_null() & pl.col("name_id").is_not_null()
+                                & pl.col("_registered").is_null()).sum()).item()
     domain = pl.when(pl.col("domain_id").fill_null(0) == 0).then(pl.lit("default")).otherwise(
         pl.coalesce(pl.col("domain"), pl.format("domain {}", pl.col("domain_id"))))
     events = events.with_columns(
@@ -370,7 +418,7 @@ def nvtx_events(rows: pl.DataFrame, domains: pl.DataFrame,
                                  pl.col("category").cast(CAT))
     return (events.drop("text", "_registered", "domain", "event_type", "payload_int",
                         "payload_float", "json_text", "name_id"),
-            {k: v for k, v in dropped.items() if v})
+            {k: v for k, v in dropped.items() if v}, int(unresolved or 0))
 
 
 #: StringIds are numbered 0, 1, 2, ... in exports; up to this many unused ids (or twice the
@@ -383,7 +431,8 @@ def name_lookup(strings: pl.DataFrame) -> pl.DataFrame:
     ``_sid_name``, ``_api_name`` (nsys's ``_v7000`` version suffix dropped, as Kineto names API
     calls), ``_api_json`` (``{"nsys_name": raw}``), ``_str_json`` (JSON literal),
     ``_short_args`` (a kernel's args_json ``{"shortName": ...}``), ``_comm_kernel`` (an
-    NCCL/RCCL kernel name) and ``_collective`` (the collective the text tells).
+    NCCL/RCCL kernel name), ``_collective`` (the collective the text tells) and ``_known``
+    (true: the id has a string; false on the null rows of unused ids).
 
     One row per id from 0 up, null rows for unused ids, when the ids are that dense (they are in
     exports): then :func:`by_id` resolves a column by gathering at the id instead of a join."""
@@ -395,6 +444,7 @@ def name_lookup(strings: pl.DataFrame) -> pl.DataFrame:
     value = pl.col("value")
     return strings.select(
         pl.col("id").alias("name_id"), value.cast(CAT).alias("_sid_name"),
+        value.is_not_null().alias("_known"),
         value.str.replace(r"_v\d+$", "").cast(CAT).alias("_api_name"),
         pl.struct(value.alias("nsys_name")).struct.json_encode().alias("_api_json"),
         _json_strings(value).alias("_str_json"),
