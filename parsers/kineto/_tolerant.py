@@ -44,8 +44,9 @@ def read_events(path: Path, data: bytes | mmap.mmap, warnings: list[str],
             data = repair_text(data, warnings)
             streamed = read_streamed(data, False)
     if streamed is not None:
-        columns, rows, header = streamed
-        return columns, rows, header, rows
+        columns, rows, header, skipped = streamed
+        dropped.update(skipped)
+        return columns, rows, header, rows + sum(skipped.values())
     events, header = _decode(path, data, warnings, dropped)
     input_events = len(events) + sum(dropped.values())
     table = columns_of(_pair_begin_end(events, dropped))
