@@ -87,22 +87,43 @@ def read_streamed(data: bytes | mmap.mmap, release: bool
     """
     try:
         start, head = _events_start(data)
-        pieces: dict[str, list[tuple[int, Piece]]] = {}
-        rows, stop, skipped = 0, None, {}
+        built = BatchedColumns()
+        stop, skipped = None, {}
         for events, stop in _event_batches(data, start, release, skipped):
-            if any(e.ph in ("B", "E") for e in events):
+            if has_begin_end(events):
                 return None
-            table = columns_of(events)
-            for name, column in zip(table.column_names, table.columns):
-                pieces.setdefault(name, []).append((len(events), _compact(name, column, rows)))
-            rows += len(events)
+            built.add(events)
         header = _header(data, head, stop)
     except (_GiveUp, msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return None
-    if not rows:
+    if not built.rows:
         return None
-    return ({name: _joined(name, parts, rows) for name, parts in pieces.items()}, rows, header,
-            skipped)
+    return built.columns(), built.rows, header, skipped
+
+
+def has_begin_end(events: list[Event]) -> bool:
+    """Whether B/E events are among ``events`` (a pair may span two batches: their reader
+    pairs them over the whole file)."""
+    return any(e.ph in ("B", "E") for e in events)
+
+
+class BatchedColumns:
+    """Raw columns built a batch of events at a time, in the scanner's compact form."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self._pieces: dict[str, list[tuple[int, Piece]]] = {}
+
+    def add(self, events: list[Event]) -> None:
+        table = columns_of(events)
+        for name, column in zip(table.column_names, table.columns):
+            self._pieces.setdefault(name, []).append((len(events),
+                                                      _compact(name, column, self.rows)))
+        self.rows += len(events)
+
+    def columns(self) -> dict[str, Column]:
+        """The batches joined, by column name (see :func:`_joined`)."""
+        return {name: _joined(name, parts, self.rows) for name, parts in self._pieces.items()}
 
 
 def _events_start(data: bytes | mmap.mmap) -> tuple[int, bytes | None]:

@@ -29,16 +29,21 @@ _NON_SPACE = re.compile(rb"[^ \t\r\n]")
 
 def max_depth(fragment: bytes) -> int:
     """How deep brackets nest in ``fragment`` (valid JSON text, or a prefix of it), strings
-    left out: ``[{"a": [1]}]`` is 3. A cheap first look (the bytes outside quotes and
-    brackets are deleted before any array is built); :func:`elements` says which element."""
+    left out: ``[{"a": [1]}]`` is 3. A cheap first look: the bytes outside quotes and
+    brackets are deleted, then every pair of adjacent quotes (an empty string, or the end of
+    one string and the start of the next: either way no byte changes side), which leaves
+    the brackets alone unless a string holds one; :func:`elements` says which element."""
     if b"\\" in fragment:  # escaped quotes and backslashes first: neither opens nor closes
         fragment = fragment.replace(b"\\\\", b"").replace(b'\\"', b"")
-    kept = np.frombuffer(fragment.translate(None, _NOT_STRUCTURE), dtype=np.uint8)
+    kept = np.frombuffer(fragment.translate(None, _NOT_STRUCTURE).replace(b'""', b""),
+                         dtype=np.uint8)
     if not len(kept):
         return 0
-    outside = (np.cumsum(kept == _QUOTE, dtype=np.int64) & 1) == 0
-    step = (_any_of(kept, _OPENS) & outside).astype(np.int32) - (_any_of(kept, _CLOSES)
-                                                                 & outside)
+    # '[' and '{' have bit 1 set, ']' and '}' do not: +1 for an opening, -1 for a closing
+    step = ((kept >> 1) & 1).astype(np.int8) * 2 - 1
+    if (kept == _QUOTE).any():  # a string holds a bracket: count only those outside strings
+        outside = (np.cumsum(kept == _QUOTE, dtype=np.int64) & 1) == 0
+        step[~outside | (kept == _QUOTE)] = 0
     return int(np.cumsum(step, dtype=np.int64).max(initial=0))
 
 
