@@ -22,7 +22,8 @@ from traceview.errors import UnreadableTraceError
 #: kineto 5: other accelerators' device events keep their ``args.stream``.
 #: kineto 6: a ``baseTimeNanoseconds`` that wraps the times is refused (entries kept from such a
 #: file held negative times).
-PARSER_VERSIONS: dict[str, int] = {"kineto": 6, "nsys": 2}
+#: kineto 7: an event over 32 MiB or nested over 64 levels is skipped (the C path stored it).
+PARSER_VERSIONS: dict[str, int] = {"kineto": 7, "nsys": 2}
 
 
 def family(fmt: str) -> str:

@@ -16,11 +16,14 @@ identical tables (tests).
 
 Behind the entry points, one job per private module:
 
-* ``_input.py``: the file's bytes (memory map, gzip inflated by ISA-L), repairs, salvage
+* ``_input.py``: the file's bytes (memory map, gzip inflated by ISA-L), repairs
 * ``_scan.c``: the C scanner (optional at install; without it ``_stream.py`` and
   ``_tolerant.py`` read all)
 * ``_stream.py``: the pure-Python reader of well-formed input, a batch of bytes at a time
 * ``_tolerant.py``: the whole-file msgspec reader for what the others decline
+* ``_salvage.py``: the complete events before damage, a window of bytes at a time
+* ``_bounds.py``: the bounds on one event (size, nesting), the same on every path
+* ``_structure.py``: where elements end and how deep they nest, from the bytes
 * ``_events.py``: decoded events turned into the scanner's column layout
 * ``_columns.py``: the scanned columns, sparse ones as (row, value) pairs
 * ``_parse.py``: the two entry points, and the scanner's columns handed over to Arrow

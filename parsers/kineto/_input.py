@@ -8,7 +8,6 @@ functions here turn such bytes into something decodable and say what they change
 from __future__ import annotations
 
 import io
-import json
 import mmap
 import os
 import re
@@ -302,62 +301,3 @@ def _replace_outside_strings(data: bytes) -> tuple[bytes, int]:
         parts[i], n = _NON_FINITE.subn(b"null", parts[i])
         count += n
     return b"".join(parts), count
-
-
-def salvage_events(data: bytes) -> tuple[list[object], dict[str, object], bool]:
-    """Decode element by element, keeping every complete event before any damage.
-
-    Returns (events, top-level fields read before the event array, whether it was truncated).
-    Slow (pure Python) and only used when the fast decoder refuses the file.
-    """
-    text = data.decode("utf-8", errors="replace")
-    decoder = json.JSONDecoder()
-    start = _first_non_space(text, 0)
-    header: dict[str, object] = {}
-    if start < len(text) and text[start] == "[":
-        pos = start + 1
-    else:
-        key = text.find('"traceEvents"')
-        if key < 0:
-            raise ValueError("no traceEvents array")
-        header = _salvage_header(text, decoder)
-        pos = text.find("[", key) + 1
-        if pos == 0:
-            raise ValueError("no traceEvents array")
-    events: list[object] = []
-    while True:
-        pos = _first_non_space(text, pos)
-        if pos >= len(text):
-            return events, header, True
-        if text[pos] == "]":
-            return events, header, False
-        if text[pos] == ",":
-            pos += 1
-            continue
-        try:
-            obj, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            return events, header, True
-        events.append(obj)
-
-
-def _salvage_header(text: str, decoder: json.JSONDecoder) -> dict[str, object]:
-    """Top-level keys other than traceEvents, when they parse (they usually precede events)."""
-    header: dict[str, object] = {}
-    for key in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name"):
-        at = text.find(f'"{key}"')
-        if at < 0:
-            continue
-        colon = text.find(":", at)
-        try:
-            header[key], _ = decoder.raw_decode(text, _first_non_space(text, colon + 1))
-        except json.JSONDecodeError:
-            continue
-    return header
-
-
-def _first_non_space(text: str, pos: int) -> int:
-    n = len(text)
-    while pos < n and text[pos] in " \t\r\n":
-        pos += 1
-    return pos

@@ -21,6 +21,13 @@ import pyarrow as pa
 from traceview.errors import UnreadableTraceError
 from traceview.parsers._result import EventBatches, ParsedFile
 from traceview.parsers.kineto._arrow_types import series_of, strings
+from traceview.parsers.kineto._bounds import (
+    MAX_EVENT_BYTES,
+    MAX_EVENT_DEPTH,
+    TOO_DEEP,
+    TOO_LARGE,
+    skipped_warnings,
+)
 from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
 from traceview.parsers.kineto._events import REPEATING_TEXT, as_int
 from traceview.parsers.kineto._input import Input, open_input, read_bytes
@@ -79,14 +86,15 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
     warnings: list[str] = []
     dropped: dict[str, int] = {}
     with open_input(path, warnings, follow=_kineto_scan is not None) as given:
-        fast = _scan_fast(path, given)
+        fast = _scan_fast(path, given, dropped)
         if fast is not None:
             raw, header = fast
-            input_events = raw.num_rows
+            input_events = raw.num_rows + sum(dropped.values())
         else:
             columns, rows, header, input_events = _read_tolerantly(path, given, warnings,
                                                                    dropped)
             raw = _raw_columns(columns, rows)
+    warnings += skipped_warnings(dropped)
     base_ns = clock_base(path, header, raw)
     keys, raw = key_frame(raw, base_ns, dropped, warnings)
     step_keys = keys.select(pl.lit(0, dtype=pl.Int32).alias("rank"), "kind", "name", "ts_ns",
@@ -153,13 +161,16 @@ _RAW_COLUMNS: dict[str, pa.DataType] = {
 _REPEATING_TEXT = REPEATING_TEXT
 
 
-def _scan_fast(path: Path, given: Input) -> tuple[RawColumns, dict[str, Any]] | None:
-    """The C scanner over well-formed input; None sends the caller to the tolerant path."""
+def _scan_fast(path: Path, given: Input, dropped: dict[str, int]
+               ) -> tuple[RawColumns, dict[str, Any]] | None:
+    """The C scanner over well-formed input; None sends the caller to the tolerant path.
+    Events over the bounds on one event are counted in ``dropped``."""
     if _kineto_scan is None:
         return None
     try:
         rows, columns = _kineto_scan.scan(given.data, 8 << 20, given.releasable,
-                                          given.progress)
+                                          given.progress, 256 << 10, MAX_EVENT_BYTES,
+                                          MAX_EVENT_DEPTH)
         if not columns["has_events"]:
             return None  # no event array: the tolerant path words the error
         header = {key: msgspec.json.decode(raw) for key, raw in columns["header"].items()}
@@ -178,6 +189,9 @@ def _scan_fast(path: Path, given: Input) -> tuple[RawColumns, dict[str, Any]] | 
                 (column.dictionary if name in _REPEATING_TEXT else column).validate(full=True)
             except pa.ArrowInvalid:
                 return None
+    for reason, count in ((TOO_LARGE, columns["too_large"]), (TOO_DEEP, columns["too_deep"])):
+        if count:
+            dropped[reason] = count
     return RawColumns(rows, _sparse_text(raw, rows), _RAW_COLUMNS), header
 
 

@@ -197,6 +197,13 @@ typedef struct {
     int in_array; /* the event array has begun: rows may be committed, no restart from the top */
     Py_ssize_t follow_step; /* bytes to wait for before scanning on */
     Py_ssize_t waits;       /* how often it waited (reported, so tests can see it followed) */
+    /* The bounds on one event (parsers/kineto/_bounds.py): an element spanning more bytes,
+     * or nesting deeper, is skipped and counted, not stored. `level`: how deep the value
+     * being read sits (the event's own object is 1); `deepest`: the deepest level this
+     * event reached. */
+    Py_ssize_t max_event_bytes;
+    int max_depth, level, deepest;
+    Py_ssize_t too_large, too_deep;
 } Scanner;
 
 #define RELEASE_STEP (16 << 20)
@@ -326,8 +333,10 @@ static int skip_container(Scanner *sc) {
             if (scan_string(sc, &s, &n, &e) < 0) return -1;
             continue;
         }
-        if (c == '{' || c == '[') depth++;
-        else if (c == '}' || c == ']') {
+        if (c == '{' || c == '[') {
+            depth++;
+            if (sc->level + depth > sc->deepest) sc->deepest = sc->level + depth;
+        } else if (c == '}' || c == ']') {
             depth--;
             if (depth == 0) { sc->p++; return 0; }
         } else if (c == 'N' || c == 'I') { sc->err = "non-standard token"; return -1; }
@@ -803,6 +812,8 @@ static int scan_args(Scanner *sc, Col *cols, int *prio, int *staged, int *n_stag
         return 0;
     }
     sc->p++;
+    sc->level = 2; /* the args object's members: their containers start at level 3 */
+    if (sc->deepest < 2) sc->deepest = 2;
     skip_ws(sc);
     if (sc->p < sc->end && *sc->p == '}') {
         sc->p++;
@@ -841,6 +852,7 @@ static int scan_args(Scanner *sc, Col *cols, int *prio, int *staged, int *n_stag
             if (!more) break;
         }
     }
+    sc->level = 1;
     Col *c = &cols[C_ARGS];
     c->has = 1; c->s = a0; c->slen = sc->p - a0; c->s_escaped = 0; c->s_raw = 1;
     return 0;
@@ -969,7 +981,9 @@ static int scan_elements_from(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize
         if (after_element) goto after;
         skip_ws(sc);
         if (sc->p >= sc->end || *sc->p != '{') { sc->err = "element is not an object"; return -1; }
+        const char *event_start = sc->p;
         sc->p++;
+        sc->level = sc->deepest = 1;
         /* args columns were cleared when the previous event was committed; prio is read
          * only for a column staged in this event */
         for (int i = 0; i < A_EXTERNAL_ID; i++) col_clear_stage(&cols[i]);
@@ -1017,6 +1031,16 @@ static int scan_elements_from(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize
                 if (more < 0) return -1;
                 if (!more) break;
             }
+        }
+        if (sc->p - event_start > sc->max_event_bytes || sc->deepest > sc->max_depth) {
+            /* over a bound: counted (size first, as the pure path does), not stored */
+            if (sc->p - event_start > sc->max_event_bytes) sc->too_large++;
+            else sc->too_deep++;
+            for (int a = 0; a < n_staged; a++) cols[staged[a]].has = 0;
+            sc->resume = sc->p;
+            sc->resume_after = 1;
+            if (sc->release) release_behind(sc);
+            goto after;
         }
         /* commit the event's row */
         Col *ph = &cols[C_PH];
@@ -1254,6 +1278,7 @@ static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin
     second->sc.p = hint;
     second->sc.released = hint;
     second->sc.err = NULL;
+    second->sc.too_large = second->sc.too_deep = 0;
     pthread_t thread;
     int started = pthread_create(&thread, NULL, scan_second_half, second) == 0;
     if (!started) scan_second_half(second);
@@ -1262,6 +1287,8 @@ static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin
     int ok = rc == 1 && sc->p == hint && second->rc == 0;
     if (ok) {
         Py_ssize_t second_rows = second->rows, second_begin_end = second->begin_end;
+        sc->too_large += second->sc.too_large;
+        sc->too_deep += second->sc.too_deep;
         const char *second_end = second->sc.p;
         /* each half column freed once appended: they were all alive until the end, ~1/5
          * of the scan's peak memory */
@@ -1348,9 +1375,11 @@ static int scan_top(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_
     return -1;
 }
 
-/* scan(buffer, min_parallel, release, progress, follow_step) -> (rows, {column: see col_to_py,
- *                        "begin_end_events": count of ph B/E, which the caller pairs,
- *                        "header": {top-level key: raw JSON bytes}, "has_events": bool})
+/* scan(buffer, min_parallel, release, progress, follow_step, max_event_bytes, max_depth)
+ *   -> (rows, {column: see col_to_py,
+ *              "begin_end_events": count of ph B/E, which the caller pairs,
+ *              "too_large", "too_deep": events skipped for the bounds on one event,
+ *              "header": {top-level key: raw JSON bytes}, "has_events": bool})
  * `buffer` is a whole Kineto document (object or bare array).
  * Raises ValueError("problem at byte N") on anything the tolerant path should handle. */
 static PyObject *scan(PyObject *self, PyObject *args) {
@@ -1360,7 +1389,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     int release = 0;
     PyObject *progress_obj = Py_None;
     Py_ssize_t step = FOLLOW_STEP;
-    if (!PyArg_ParseTuple(args, "y*|npOn", &view, &min_parallel, &release, &progress_obj, &step))
+    Py_ssize_t max_event_bytes = PY_SSIZE_T_MAX;
+    int max_depth = INT_MAX;
+    if (!PyArg_ParseTuple(args, "y*|npOnni", &view, &min_parallel, &release, &progress_obj, &step,
+                          &max_event_bytes, &max_depth))
         return NULL;
 
     if (progress_obj != Py_None) {
@@ -1383,6 +1415,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                   (const char *)view.buf, NULL, release, (const char *)view.buf};
     sc.real_end = sc.end;
     sc.follow_step = step > 0 ? step : 1;
+    sc.max_event_bytes = max_event_bytes;
+    sc.max_depth = max_depth;
     Py_ssize_t rows = 0, begin_end = 0;
     int rc = 0;
     const char *spans[N_HEADER_KEYS] = {NULL};
@@ -1450,6 +1484,16 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         Py_XDECREF(threads); Py_DECREF(out); return NULL;
     }
     Py_DECREF(threads);
+    PyObject *too_large = PyLong_FromSsize_t(sc.too_large);
+    if (!too_large || PyDict_SetItemString(out, "too_large", too_large) < 0) {
+        Py_XDECREF(too_large); Py_DECREF(out); return NULL;
+    }
+    Py_DECREF(too_large);
+    PyObject *too_deep = PyLong_FromSsize_t(sc.too_deep);
+    if (!too_deep || PyDict_SetItemString(out, "too_deep", too_deep) < 0) {
+        Py_XDECREF(too_deep); Py_DECREF(out); return NULL;
+    }
+    Py_DECREF(too_deep);
     PyObject *be = PyLong_FromSsize_t(begin_end);
     if (!be || PyDict_SetItemString(out, "begin_end_events", be) < 0) {
         Py_XDECREF(be); Py_DECREF(out); return NULL;
@@ -1478,8 +1522,9 @@ static PyObject *publish(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(buffer, min_parallel_bytes=8 MiB, release=False, progress=None, follow_step=256 KiB) "
-     "-> (rows, columns); "
+     "scan(buffer, min_parallel_bytes=8 MiB, release=False, progress=None, follow_step=256 KiB, "
+     "max_event_bytes=unbounded, max_depth=unbounded) -> (rows, columns); "
+     "an event over either bound is skipped and counted (columns' too_large, too_deep); "
      "release only for a memory map: scanned pages are dropped from memory as the scan goes; "
      "progress: 16 writable bytes through which a producer filling `buffer` in another thread "
      "says how far it got (see publish)"},

@@ -20,8 +20,10 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from traceview.parsers.kineto._bounds import MAX_EVENT_BYTES, MAX_EVENT_DEPTH, over_bound
 from traceview.parsers.kineto._columns import Sparse, SparseText
 from traceview.parsers.kineto._events import REPEATING_TEXT, Event, columns_of, valid_utf8
+from traceview.parsers.kineto._structure import Unbalanced, elements, max_depth
 
 #: Bytes of the events array turned into Python objects at a time on the streamed path. The
 #: objects of a whole trace took ~8x the file in memory (a 63 MB trace peaked at 581 MB); a
@@ -65,10 +67,12 @@ Column = pa.ChunkedArray | Sparse | SparseText | None
 
 
 def read_streamed(data: bytes | mmap.mmap, release: bool
-                  ) -> tuple[dict[str, Column], int, dict[str, Any]] | None:
+                  ) -> tuple[dict[str, Column], int, dict[str, Any], dict[str, int]] | None:
     """Well-formed input, decoded a batch of events at a time straight from the bytes: the raw
-    columns (compact, as the C scanner holds them: see :func:`_joined`), their length and the
-    header; None (the caller's whole-file path decides) for anything else: invalid UTF-8,
+    columns (compact, as the C scanner holds them: see :func:`_joined`), their length, the
+    header and the events skipped for a bound on one event, by reason (``_bounds.py``: such
+    an event is found by its structure and never decoded); None (the caller's whole-file
+    path decides) for anything else: invalid UTF-8,
     damage, begin/end pairs (a pair may span two batches), no events, not a Kineto trace.
 
     The events array is cut at a comma between a closing and an opening brace, found by a
@@ -83,21 +87,43 @@ def read_streamed(data: bytes | mmap.mmap, release: bool
     """
     try:
         start, head = _events_start(data)
-        pieces: dict[str, list[tuple[int, Piece]]] = {}
-        rows, stop = 0, None
-        for events, stop in _event_batches(data, start, release):
-            if any(e.ph in ("B", "E") for e in events):
+        built = BatchedColumns()
+        stop, skipped = None, {}
+        for events, stop in _event_batches(data, start, release, skipped):
+            if has_begin_end(events):
                 return None
-            table = columns_of(events)
-            for name, column in zip(table.column_names, table.columns):
-                pieces.setdefault(name, []).append((len(events), _compact(name, column, rows)))
-            rows += len(events)
+            built.add(events)
         header = _header(data, head, stop)
     except (_GiveUp, msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return None
-    if not rows:
+    if not built.rows:
         return None
-    return {name: _joined(name, parts, rows) for name, parts in pieces.items()}, rows, header
+    return built.columns(), built.rows, header, skipped
+
+
+def has_begin_end(events: list[Event]) -> bool:
+    """Whether B/E events are among ``events`` (a pair may span two batches: their reader
+    pairs them over the whole file)."""
+    return any(e.ph in ("B", "E") for e in events)
+
+
+class BatchedColumns:
+    """Raw columns built a batch of events at a time, in the scanner's compact form."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self._pieces: dict[str, list[tuple[int, Piece]]] = {}
+
+    def add(self, events: list[Event]) -> None:
+        table = columns_of(events)
+        for name, column in zip(table.column_names, table.columns):
+            self._pieces.setdefault(name, []).append((len(events),
+                                                      _compact(name, column, self.rows)))
+        self.rows += len(events)
+
+    def columns(self) -> dict[str, Column]:
+        """The batches joined, by column name (see :func:`_joined`)."""
+        return {name: _joined(name, parts, self.rows) for name, parts in self._pieces.items()}
 
 
 def _events_start(data: bytes | mmap.mmap) -> tuple[int, bytes | None]:
@@ -130,22 +156,31 @@ def _header(data: bytes | mmap.mmap, head: bytes | None, stop: int | None) -> di
             "baseTimeNanoseconds": trace.baseTimeNanoseconds, "host_name": trace.host_name}
 
 
-def _event_batches(data: bytes | mmap.mmap, start: int,
-                   release: bool) -> Iterator[tuple[list[Event], int | None]]:
+def _event_batches(data: bytes | mmap.mmap, start: int, release: bool,
+                   skipped: dict[str, int]) -> Iterator[tuple[list[Event], int | None]]:
     """The events from ``data[start]`` (just inside the array's ``[``) on, about
     ``STREAM_BYTES`` of them at a time, each batch with the array's closing bracket when it
-    holds the last event (else None)."""
+    holds the last event (else None). A batch that may hold an event over a bound (it spans
+    more than an event may, or nests deeper) is walked by its structure instead
+    (:func:`_walked`), which counts such events in ``skipped`` and leaves them undecoded."""
     handed_back = start - start % mmap.PAGESIZE
     release = release and _CAN_HAND_BACK
     size = len(data)
     while True:
         aim, tries = start + STREAM_BYTES, 0
+        walk: int | None = None  # where the structural walk stops, when one is needed
         while True:
             found = _EVENT_END.search(data, aim) if aim < size else None
             cut = size if found is None else found.start(1)
+            if cut - start > MAX_EVENT_BYTES:
+                walk = start + STREAM_BYTES  # the batch would hold an event over the bound
+                break
             batch = b"[" + data[start:cut] + b"]"
             if not valid_utf8(batch):
                 raise _GiveUp  # the caller repairs the whole input first
+            if max_depth(batch) > MAX_EVENT_DEPTH + 1:  # + 1: the batch's own brackets
+                walk = cut
+                break
             try:
                 events = msgspec.json.decode(batch, type=list[Event])
                 break
@@ -162,15 +197,45 @@ def _event_batches(data: bytes | mmap.mmap, start: int,
                 if cut == size or tries == _CUT_TRIES:
                     raise
                 aim = cut + 1
-        if cut == size:
+        if walk is not None:
+            events, cut, stop = _walked(data, start, walk, skipped)
+            yield events, stop
+            if stop is not None:
+                return
+            cut -= 1  # the next batch starts after the comma at cut
+        elif cut == size:
             raise _GiveUp  # the whole rest decoded as events: no closing bracket
-        yield events, None
+        else:
+            yield events, None
         start = cut + 1
         if release:  # the pages before the next batch are read: give them back
             upto = start - start % mmap.PAGESIZE
             if upto > handed_back:
                 data.madvise(mmap.MADV_DONTNEED, handed_back, upto - handed_back)
                 handed_back = upto
+
+
+def _walked(data: bytes | mmap.mmap, start: int, until: int, skipped: dict[str, int]
+            ) -> tuple[list[Event], int, int | None]:
+    """The events from ``start`` to the first element boundary at or past ``until``, found
+    by their structure (``_structure.elements``), those over a bound counted in ``skipped``
+    and never copied or decoded: (the events, the boundary, the array's closing bracket when
+    it came first, else None)."""
+    kept: list[bytes] = []
+    try:
+        for element in elements(data, start, until):
+            if element.start == element.end:  # the array's end, or the boundary
+                closed = data[element.start:element.start + 1] == b"]"
+                events = msgspec.json.decode(b"[" + b",".join(kept) + b"]", type=list[Event])
+                return events, element.start, element.start if closed else None
+            reason = over_bound(element.end - element.start, element.depth)
+            if reason:
+                skipped[reason] = skipped.get(reason, 0) + 1
+            else:
+                kept.append(data[element.start:element.end])
+    except Unbalanced:
+        raise _GiveUp from None
+    raise _GiveUp  # elements() always ends with an empty element or raises
 
 
 def _last_batch(batch: bytes, exc: msgspec.DecodeError) -> tuple[list[Event], int] | None:

@@ -12,6 +12,7 @@ tables on corpus traces).
 from __future__ import annotations
 
 import mmap
+import re
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,17 @@ from typing import Any
 import msgspec
 
 from traceview.errors import UnreadableTraceError
+from traceview.parsers.kineto._bounds import MAX_EVENT_BYTES, MAX_EVENT_DEPTH, TOO_LARGE
 from traceview.parsers.kineto._events import Event, columns_of, valid_utf8
-from traceview.parsers.kineto._input import read_bytes, repair_text, salvage_events
-from traceview.parsers.kineto._stream import Column, read_streamed
+from traceview.parsers.kineto._input import read_bytes, repair_text
+from traceview.parsers.kineto._salvage import Salvage
+from traceview.parsers.kineto._stream import (
+    BatchedColumns,
+    Column,
+    has_begin_end,
+    read_streamed,
+)
+from traceview.parsers.kineto._structure import max_depth
 
 
 def read_events(path: Path, data: bytes | mmap.mmap, warnings: list[str],
@@ -44,17 +53,14 @@ def read_events(path: Path, data: bytes | mmap.mmap, warnings: list[str],
             data = repair_text(data, warnings)
             streamed = read_streamed(data, False)
     if streamed is not None:
-        columns, rows, header = streamed
-        return columns, rows, header, rows
-    events, header = _decode(path, data, warnings, dropped)
-    input_events = len(events) + sum(dropped.values())
-    table = columns_of(_pair_begin_end(events, dropped))
-    del events
-    return dict(zip(table.column_names, table.columns)), table.num_rows, header, input_events
+        columns, rows, header, skipped = streamed
+        dropped.update(skipped)
+        return columns, rows, header, rows + sum(skipped.values())
+    return _decode(path, data, warnings, dropped)
 
 
 class _Trace(msgspec.Struct):
-    traceEvents: list[Event] | None = None  # noqa: N815 - Kineto's key
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - Kineto's key
     distributedInfo: Any = None  # noqa: N815
     deviceProperties: Any = None  # noqa: N815
     baseTimeNanoseconds: Any = None  # noqa: N815
@@ -62,53 +68,131 @@ class _Trace(msgspec.Struct):
     nodes: Any = None  # present in PyTorch Execution Traces, which are not Kineto traces
 
 
-def _decode(path: Path, data: bytes, warnings: list[str],
-            dropped: dict[str, int]) -> tuple[list[Event], dict[str, Any]]:
-    bare = data.lstrip()[:1] == b"["
+#: Raw events decoded together on the whole-file path (one join of their bytes at a time).
+_DECODE_BATCH = 16384
+
+_DECLINED = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
+
+
+def _decode(path: Path, data: bytes, warnings: list[str], dropped: dict[str, int]
+            ) -> tuple[dict[str, Column], int, dict[str, Any], int]:
+    """The whole-file reader (B/E pairs, values of the wrong type), then, for what does not
+    decode, the salvage of every complete event before the damage."""
+    first = _first_byte(data)
+    bare = data[first:first + 1] == b"["
+    whole = _decoded_whole(path, data, bare, dropped)
+    if whole is None:
+        repaired = repair_text(data, warnings)
+        if repaired is not data:
+            data = repaired
+            whole = _decoded_whole(path, data, bare, dropped)
+    if whole is not None:
+        events, header = whole
+        input_events = len(events) + sum(dropped.values())
+        table = columns_of(_pair_begin_end(events, dropped))
+        del events
+        return dict(zip(table.column_names, table.columns)), table.num_rows, header, input_events
+    return _salvaged(path, data, bare, warnings, dropped)
+
+
+def _first_byte(data: bytes) -> int:
+    found = _NON_SPACE.search(data)
+    return found.start() if found else len(data)
+
+
+_NON_SPACE = re.compile(rb"[^ \t\r\n]")
+
+
+def _decoded_whole(path: Path, data: bytes, bare: bool, dropped: dict[str, int]
+                   ) -> tuple[list[Event], dict[str, Any]] | None:
+    """:func:`_decode_whole`, or None when the input does not decode as it is."""
     try:
-        return _decode_fast(path, data, bare)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
-        pass
-    data = repair_text(data, warnings)
-    try:
-        return _decode_fast(path, data, bare)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
-        pass
-    try:
-        objects, header, truncated = salvage_events(data)
-    except ValueError:
-        raise UnreadableTraceError(path, _not_json_reason(data)) from None
-    if truncated:
-        warnings.append(f"input is truncated; kept the {len(objects)} complete events before "
-                        "the damage")
-        dropped["truncated"] = dropped.get("truncated", 0) + 1
-    if not bare and not objects and not truncated and "traceEvents" not in data[:2000].decode(
-            "utf-8", "replace") and not header:
-        raise UnreadableTraceError(path, "not a Kineto trace (no traceEvents)")
-    events = []
-    for obj in objects:
-        event = _convert_event(obj)
-        if event is None:
-            dropped["not_an_event"] = dropped.get("not_an_event", 0) + 1
-        else:
-            events.append(event)
-    if bare and objects and not events:
-        raise UnreadableTraceError(path, "not a Kineto trace (a JSON array without trace events)")
+        return _decode_whole(path, data, bare, dropped)
+    except _DECLINED:
+        dropped.pop(TOO_LARGE, None)  # counted again by whichever reader goes on
+        return None
+
+
+def _decode_whole(path: Path, data: bytes, bare: bool, dropped: dict[str, int]
+                  ) -> tuple[list[Event], dict[str, Any]] | None:
+    """Every event of well-formed JSON at once, those over a bound on one event skipped
+    (counted in ``dropped``); None when an event may nest deeper than the bound (the
+    salvage finds which)."""
+    if max_depth(data) > MAX_EVENT_DEPTH + (1 if bare else 2):  # + the array (and document)
+        return None
+    if bare:
+        raws, header = msgspec.json.decode(data, type=list[msgspec.Raw]), {}
+    else:
+        trace = msgspec.json.decode(data, type=_Trace)
+        if trace.traceEvents is None:
+            if trace.nodes is not None:
+                raise UnreadableTraceError(path, "a PyTorch Execution Trace, not a Kineto trace")
+            raise UnreadableTraceError(path, "not a Kineto trace (no traceEvents)")
+        raws, header = trace.traceEvents, {
+            "distributedInfo": trace.distributedInfo,
+            "deviceProperties": trace.deviceProperties,
+            "baseTimeNanoseconds": trace.baseTimeNanoseconds, "host_name": trace.host_name}
+    kept = [raw for raw in raws if len(raw) <= MAX_EVENT_BYTES]
+    if len(kept) < len(raws):
+        dropped[TOO_LARGE] = len(raws) - len(kept)
+    del raws
+    events: list[Event] = []
+    for at in range(0, len(kept), _DECODE_BATCH):
+        events += msgspec.json.decode(b"[" + b",".join(kept[at:at + _DECODE_BATCH]) + b"]",
+                                      type=list[Event])
     return events, header
 
 
-def _decode_fast(path: Path, data: bytes, bare: bool) -> tuple[list[Event], dict[str, Any]]:
-    if bare:
-        return msgspec.json.decode(data, type=list[Event]), {}
-    trace = msgspec.json.decode(data, type=_Trace)
-    if trace.traceEvents is None:
-        if trace.nodes is not None:
-            raise UnreadableTraceError(path, "a PyTorch Execution Trace, not a Kineto trace")
+def _salvaged(path: Path, data: bytes, bare: bool, warnings: list[str],
+              dropped: dict[str, int]) -> tuple[dict[str, Column], int, dict[str, Any], int]:
+    """Every complete event before the damage, turned into columns a window at a time
+    (``_salvage.py``); B/E pairs, which may span windows, are paired over all of them."""
+    try:
+        salvage = Salvage(data)
+        built: BatchedColumns | None = BatchedColumns()
+        decoded, events, not_events = 0, 0, 0
+        for objects in salvage.batches():
+            batch = _events_of(objects)
+            decoded, events, not_events = (decoded + len(objects), events + len(batch),
+                                           not_events + len(objects) - len(batch))
+            if has_begin_end(batch):
+                built = None
+                break
+            if batch:
+                built.add(batch)
+        if built is None:  # read again, keeping every event for the pairing
+            salvage = Salvage(data)
+            every = [e for objects in salvage.batches() for e in _events_of(objects)]
+    except ValueError:
+        raise UnreadableTraceError(path, _not_json_reason(data)) from None
+    if salvage.truncated:
+        warnings.append(f"input is truncated; kept the {decoded} complete events before "
+                        "the damage")
+        dropped["truncated"] = dropped.get("truncated", 0) + 1
+    if not bare and not decoded and not salvage.truncated and "traceEvents" not in data[
+            :2000].decode("utf-8", "replace") and not salvage.header:
         raise UnreadableTraceError(path, "not a Kineto trace (no traceEvents)")
-    header = {"distributedInfo": trace.distributedInfo,
-              "deviceProperties": trace.deviceProperties,
-              "baseTimeNanoseconds": trace.baseTimeNanoseconds, "host_name": trace.host_name}
-    return trace.traceEvents, header
+    if bare and decoded and not events:
+        raise UnreadableTraceError(path, "not a Kineto trace (a JSON array without trace events)")
+    if not_events:
+        dropped["not_an_event"] = dropped.get("not_an_event", 0) + not_events
+    for reason, count in salvage.skipped.items():
+        dropped[reason] = dropped.get(reason, 0) + count
+    if built is None:
+        input_events = len(every) + sum(dropped.values())
+        table = columns_of(_pair_begin_end(every, dropped))
+        del every
+    elif not built.rows:
+        input_events, table = sum(dropped.values()), columns_of([])
+    else:
+        return built.columns(), built.rows, salvage.header, built.rows + sum(dropped.values())
+    return (dict(zip(table.column_names, table.columns)), table.num_rows, salvage.header,
+            input_events)
+
+
+def _events_of(objects: list[Any]) -> list[Event]:
+    """The salvaged values that are events, typed."""
+    return [event for event in map(_convert_event, objects) if event is not None]
 
 
 def _not_json_reason(data: bytes) -> str:

@@ -43,8 +43,10 @@ WINDOW_SCHEMA = {"rank": pl.Int32, "window": pl.Int32, "file_id": pl.Int32}
 
 
 #: Drop reasons that are not damage (an E merged into its B event, NVTX naming rows, a launcher
-#: process without a rank), or that have a warning of their own (truncation).
+#: process without a rank), or that have a warning of their own (truncation, the bounds on one
+#: event).
 _DROPS_WITHOUT_WARNING = frozenset({"end_merged_into_begin", "nvtx_not_an_event",
+                                    "event_over_size_bound", "event_over_depth_bound",
                                     "no_rank_for_process", "truncated"})
 
 
