@@ -4,6 +4,7 @@ shell does, and lists the heavy modules it left in ``sys.modules``."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -45,3 +46,18 @@ def test_a_cached_summary_imports_no_pyarrow_numpy_or_parser(tmp_path):
     argv = ["summary", str(GPU_TRACE), "--json", "--cache-dir", cache]
     assert cli.main(argv) == 0  # fills the cache (this process)
     assert imported_by(argv) == ["0", "polars"]
+
+
+def test_the_program_exits_with_mains_code_and_its_whole_output(tmp_path):
+    # `python -m traceview` and the console script go through console_main, which freezes
+    # the objects left before the interpreter exits: the code and every byte still come out
+    def program(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "traceview", *argv], capture_output=True,
+                              text=True, cwd=tmp_path)
+
+    assert program("--version").returncode == 0
+    bad = program("gapz")
+    assert bad.returncode == 2 and "invalid choice: 'gapz'" in bad.stderr
+    done = program("summary", str(GPU_TRACE), "--json", "--cache-dir", str(tmp_path / "c"))
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["ranks"][0]["rank"] == 0

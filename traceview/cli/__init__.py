@@ -12,6 +12,7 @@ characters (``_streams``), and --json / --csv write past that guard.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import signal
 import sys
@@ -168,6 +169,19 @@ def _workers_stopped_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def console_main() -> int:
+    """``traceview`` as a program (the console script, ``python -m traceview``): :func:`main`
+    on ``sys.argv``, then what is left is collected once and frozen, so that the interpreter's
+    exit does not walk every Polars and traceview object again (~0.1-0.2 CPU s of every
+    command; docs/performance.md, log 40). Not for callers in a process that goes on: frozen
+    objects are never collected."""
+    try:
+        return main()
+    finally:
+        gc.collect()  # garbage is collected (and finalized) now, as at a normal exit
+        gc.freeze()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
