@@ -116,7 +116,7 @@ class Column:
 
     @property
     def polars_type(self) -> pl.DataType:
-        """The Polars type Arrow's converts to (a dictionary of strings is Categorical)."""
+        """The Polars type the Arrow type converts to (a dictionary of strings: Categorical)."""
         return _POLARS_TYPES[self.arrow]
 
 
