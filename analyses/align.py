@@ -46,8 +46,7 @@ import polars as pl
 if TYPE_CHECKING:
     import numpy as np
 
-import numpy as np
-
+from traceview._dependencies import lazy_module
 from traceview.analyses.align_error import (  # noqa: F401  (re-exported: one import for users)
     DRIFT_MIN_ANCHORS,
     QUALITIES,
@@ -65,6 +64,9 @@ from traceview.analyses.collective_match import (
 )
 from traceview.errors import UsageError
 from traceview.selection import ALIGN_METHODS
+
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+np = lazy_module("numpy")
 
 METHODS: tuple[str, ...] = ALIGN_METHODS
 

@@ -14,8 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
+
+from traceview._dependencies import lazy_module
+
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+np = lazy_module("numpy")
 
 #: ``quality`` values, best first (rule in ``docs/metrics.md``, section *Alignment*).
 QUALITIES: tuple[str, ...] = ("good", "fair", "poor", "none")

@@ -47,14 +47,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
 
+from traceview._dependencies import lazy_module
 from traceview.analyses.align import apply_offsets
 
 from .intervals import clip, complement, flag_overlapping, sweep, union, windowed_sweep
 from .names import per_name
 from .window import STEP_PATTERN
+
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+np = lazy_module("numpy")
 
 Frame = pl.LazyFrame | pl.DataFrame
 

@@ -44,12 +44,26 @@ def host_events(events: Frame, *, without: Sequence[str] = ()) -> pl.DataFrame:
         raise ValueError(f"host_events needs {', '.join(BASE_COLUMNS)}")
     columns = [c for c in HOST_COLUMNS if c not in without]
     kind = pl.col("kind")
-    if "category" not in events.lazy().collect_schema().names():  # no other accelerator
-        return events.lazy().filter(kind.is_in(HOST_KINDS)).select(columns).collect()
+    plain = events.lazy().filter(kind.is_in(HOST_KINDS)).select(columns)
+    if "category" not in events.lazy().collect_schema().names() or not _accelerator_runtime(
+            events):  # no other accelerator's runtime call: no row changes kind
+        return plain.collect()
     # the streaming engine reads the same rows in the same order with ~10% less CPU
     rows = (events.lazy().filter(kind.is_in(HOST_KINDS) | (kind == "other"))
             .select(*columns, "category").collect(engine="streaming"))
     return _other_runtimes_as_cuda(rows).drop("category")
+
+
+def _accelerator_runtime(events: Frame) -> bool:
+    """Whether any row of kind ``other`` is another accelerator's runtime call. Asked of the
+    kind and category columns alone (~5 ms on 1 M rows), so that a trace without any (a CUDA
+    trace, whose few ``other`` rows are profiler bookkeeping) reads its host rows without the
+    category column and without ``_other_runtimes_as_cuda``'s pass over every host row: ~0.1 s
+    of a 1 M-row trace's cached ``summary`` (docs/performance.md, log 40)."""
+    other = events.lazy().filter(pl.col("kind") == "other").select("category").collect()
+    return bool(other.height) and bool(
+        other.get_column("category").cast(pl.String).str.to_lowercase()
+        .is_in(ACCELERATOR_RUNTIME_CATEGORIES).any())
 
 
 def _other_runtimes_as_cuda(rows: pl.DataFrame) -> pl.DataFrame:

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import polars as pl
 
+from traceview._dependencies import lazy_module
 from traceview.schema import RUNTIME_KINDS
 
 from .breakdown import with_self_time
+
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+np = lazy_module("numpy")
 
 #: The per-instance columns of :func:`op_kernel_times`.
 INSTANCE_SCHEMA: dict[str, pl.DataType] = {

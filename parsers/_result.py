@@ -7,10 +7,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
+from traceview._dependencies import lazy_module
 
 if TYPE_CHECKING:
     import polars as pl
+
+#: Imported when a parser builds its table: a run read from the cache needs none of it.
+pa = lazy_module("pyarrow")
 
 
 @dataclass

@@ -69,3 +69,8 @@ def test_other_accelerators_runtime_calls_become_launches() -> None:
         ("a", "cpu_op"), ("b", "cuda_runtime"), ("e", "cuda_runtime")]
     assert host_events(ev.filter(pl.col("kind") != "other")).get_column("name").to_list() == [
         "a", "e"]
+    # other rows, none a runtime call (a CUDA trace's bookkeeping): the plain host rows
+    no_runtime = ev.filter(pl.col("name") != "b")
+    assert host_events(no_runtime).select("name", pl.col("kind").cast(pl.String)).rows() == [
+        ("a", "cpu_op"), ("e", "cuda_runtime")]
+    assert host_events(no_runtime.lazy()).equals(host_events(no_runtime))

@@ -41,3 +41,13 @@ def test_conform_fills_missing_and_rejects_unknown_columns():
         assert "bogus" in str(exc)
     else:
         raise AssertionError("unknown column accepted")
+
+
+def test_polars_schema_is_what_polars_makes_of_the_arrow_schema():
+    # polars_schema() is built without pyarrow (a run read from the cache never imports it):
+    # it must stay what converting the Arrow declaration gives, column for column
+    for columns in (schema.EVENT_COLUMNS, schema.RANK_COLUMNS, schema.FILE_COLUMNS):
+        empty = pa.Table.from_batches([], schema=schema.arrow_schema(columns))
+        assert schema.polars_schema(columns) == pl.from_arrow(empty).schema
+        assert [str(c.type) for c in columns] == [c.arrow for c in columns]
+    assert schema.empty_events().schema == schema.polars_schema()

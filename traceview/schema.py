@@ -12,7 +12,7 @@ nanoseconds) relative to ``baseTimeNanoseconds``; we parse the decimal text exac
 ``ts_ns = baseTimeNanoseconds + ts_us * 1000``: epoch nanoseconds when the trace has a base,
 the profiler's own clock otherwise. Never rounded to microseconds.
 
->>> EVENTS_ARROW.field("ts_ns").type
+>>> arrow_schema(EVENT_COLUMNS).field("ts_ns").type
 DataType(int64)
 >>> "kernel" in KINDS
 True
@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 import polars as pl
-import pyarrow as pa
+
+from traceview._dependencies import lazy_module
+
+#: Imported when an Arrow schema or table is built (writing a store, parsing): a run read from
+#: the cache reads Parquet through Polars and needs none of it (pyarrow and the numpy it imports
+#: cost ~0.15-0.25 s of every command's start; docs/performance.md, log 40).
+pa = lazy_module("pyarrow")
 
 #: Bump when a column is added, removed or changes meaning. Stored in Parquet metadata; a cache
 #: written under another version is never served.
@@ -95,20 +101,39 @@ class Column:
     """One column of a table: the single place its meaning is written down."""
 
     name: str
-    type: pa.DataType
+    #: the Arrow type as pyarrow writes it (``str(pa.int64())``: "int64"); ``type`` builds it
+    arrow: str
     unit: str
     meaning: str
     kineto: str = ""
     nsys: str = ""
     nullable: bool = True
 
+    @property
+    def type(self) -> pa.DataType:
+        """The Arrow type."""
+        return _ARROW_TYPES[self.arrow]()
 
-_dict_str = pa.dictionary(pa.int32(), pa.string())
+    @property
+    def polars_type(self) -> pl.DataType:
+        """The Polars type the Arrow type converts to (a dictionary of strings: Categorical)."""
+        return _POLARS_TYPES[self.arrow]
+
+
+_dict_str = "dictionary<values=string, indices=int32, ordered=0>"
+
+#: Every type a column has, spelt as pyarrow prints it: how to build it in Arrow, and what
+#: Polars makes of it (``pl.from_arrow``; tests/test_schema.py checks the two agree).
+_ARROW_TYPES = {"int32": lambda: pa.int32(), "int64": lambda: pa.int64(),
+                "string": lambda: pa.string(), "large_string": lambda: pa.large_string(),
+                _dict_str: lambda: pa.dictionary(pa.int32(), pa.string())}
+_POLARS_TYPES = {"int32": pl.Int32(), "int64": pl.Int64(), "string": pl.String(),
+                 "large_string": pl.String(), _dict_str: pl.Categorical()}
 
 EVENT_COLUMNS: tuple[Column, ...] = (
-    Column("rank", pa.int32(), "", "global rank of the process that recorded the event",
+    Column("rank", "int32", "", "global rank of the process that recorded the event",
            "distributedInfo.rank, else file name", "process -> rank mapping", nullable=False),
-    Column("file_id", pa.int32(), "", "index of the input file in the files table",
+    Column("file_id", "int32", "", "index of the input file in the files table",
            nullable=False),
     Column("source", _dict_str, "", "source format: kineto or nsys", nullable=False),
     Column("kind", _dict_str, "", "event kind, one of schema.KINDS", "from ph and cat",
@@ -117,25 +142,25 @@ EVENT_COLUMNS: tuple[Column, ...] = (
            "StringIds via shortName/demangledName/nameId/text"),
     Column("category", _dict_str, "", "category as written by the source", "cat",
            "the table name"),
-    Column("pid", pa.int64(), "", "process id (or device id for Kineto GPU rows)", "pid",
+    Column("pid", "int64", "", "process id (or device id for Kineto GPU rows)", "pid",
            "from globalPid / globalTid"),
-    Column("tid", pa.int64(), "", "thread id (or stream id for Kineto GPU rows)", "tid",
+    Column("tid", "int64", "", "thread id (or stream id for Kineto GPU rows)", "tid",
            "from globalTid"),
     Column("pid_label", _dict_str, "", "pid when the source wrote a non-integer", "pid"),
     Column("tid_label", _dict_str, "", "tid when the source wrote a non-integer", "tid"),
-    Column("device", pa.int32(), "", "GPU device index for GPU events", "args.device",
+    Column("device", "int32", "", "GPU device index for GPU events", "args.device",
            "deviceId"),
-    Column("stream", pa.int64(), "", "GPU stream id for GPU events", "args.stream", "streamId"),
-    Column("ts_ns", pa.int64(), "ns", "start time, exact; epoch ns when the source has a base",
+    Column("stream", "int64", "", "GPU stream id for GPU events", "args.stream", "streamId"),
+    Column("ts_ns", "int64", "ns", "start time, exact; epoch ns when the source has a base",
            "baseTimeNanoseconds + ts*1000", "start (+ session start)", nullable=False),
-    Column("dur_ns", pa.int64(), "ns", "duration; null for instants", "dur*1000", "end - start"),
-    Column("correlation", pa.int64(), "", "launch <-> GPU activity correlation id",
+    Column("dur_ns", "int64", "ns", "duration; null for instants", "dur*1000", "end - start"),
+    Column("correlation", "int64", "", "launch <-> GPU activity correlation id",
            "args.correlation", "correlationId"),
-    Column("external_id", pa.int64(), "", "Kineto external id (CPU op <-> runtime call)",
+    Column("external_id", "int64", "", "Kineto external id (CPU op <-> runtime call)",
            "args['External id']"),
-    Column("flow_id", pa.int64(), "", "flow arrow id (ph s/t/f)", "id"),
+    Column("flow_id", "int64", "", "flow arrow id (ph s/t/f)", "id"),
     Column("flow_phase", _dict_str, "", "s (start), t (step) or f (finish)", "ph"),
-    Column("step", pa.int32(), "", "profiler step the event belongs to (GPU events through "
+    Column("step", "int32", "", "profiler step the event belongs to (GPU events through "
            "their launching runtime call)", "ProfilerStep#N containment", "NVTX step ranges"),
     Column("collective", _dict_str, "", "normalised collective name (all_reduce, all_gather, "
            "reduce_scatter, all_to_all, broadcast, reduce, send, recv, barrier, ...)",
@@ -145,27 +170,27 @@ EVENT_COLUMNS: tuple[Column, ...] = (
            "args['Process Group Description']"),
     Column("pg_ranks", _dict_str, "", "ranks of the process group, as written ('[0, 1]')",
            "args['Process Group Ranks']"),
-    Column("seq", pa.int64(), "", "collective sequence number within its process group",
+    Column("seq", "int64", "", "collective sequence number within its process group",
            "args['Seq']"),
-    Column("in_nelems", pa.int64(), "elements", "input message elements",
+    Column("in_nelems", "int64", "elements", "input message elements",
            "args['In msg nelems']"),
-    Column("out_nelems", pa.int64(), "elements", "output message elements",
+    Column("out_nelems", "int64", "elements", "output message elements",
            "args['Out msg nelems']"),
     Column("dtype", _dict_str, "", "element type of a collective or op", "args.dtype"),
-    Column("group_size", pa.int32(), "ranks", "process group size", "args['Group size']"),
-    Column("bytes", pa.int64(), "bytes", "bytes copied/set (memcpy, memset) or the collective's "
+    Column("group_size", "int32", "ranks", "process group size", "args['Group size']"),
+    Column("bytes", "int64", "bytes", "bytes copied/set (memcpy, memset) or the collective's "
            "message size (max(in, out) elements x dtype size)", "args.bytes / nelems x dtype",
            "bytes"),
     Column("copy_kind", _dict_str, "", "memcpy direction: HtoD, DtoH, DtoD, HtoH, PtoP",
            "memcpy name", "copyKind"),
-    Column("flops", pa.int64(), "FLOP", "floating point operations of the op (with_flops)",
+    Column("flops", "int64", "FLOP", "floating point operations of the op (with_flops)",
            "args.flops"),
-    Column("mem_bytes", pa.int64(), "bytes", "allocation (+) or free (-) size", "args.Bytes"),
-    Column("mem_total_allocated", pa.int64(), "bytes", "allocator total allocated after the "
+    Column("mem_bytes", "int64", "bytes", "allocation (+) or free (-) size", "args.Bytes"),
+    Column("mem_total_allocated", "int64", "bytes", "allocator total allocated after the "
            "event", "args['Total Allocated']"),
-    Column("mem_total_reserved", pa.int64(), "bytes", "allocator total reserved after the "
+    Column("mem_total_reserved", "int64", "bytes", "allocator total reserved after the "
            "event", "args['Total Reserved']"),
-    Column("args_json", pa.large_string(), "", "the event's complete args object as JSON text "
+    Column("args_json", "large_string", "", "the event's complete args object as JSON text "
            "(lossless: nothing the columns do not take is lost)", "args", "extra columns"),
 )
 
@@ -200,32 +225,32 @@ KINETO_TEXT_ARGS: frozenset[str] = frozenset(
     {"collective_name", "pg_name", "pg_desc", "pg_ranks", "dtype"})
 
 RANK_COLUMNS: tuple[Column, ...] = (
-    Column("rank", pa.int32(), "", "global rank", nullable=False),
-    Column("file_id", pa.int32(), "", "file the rank was read from", nullable=False),
-    Column("world_size", pa.int32(), "ranks", "world size the trace claims"),
-    Column("host", pa.string(), "", "host name when recorded"),
-    Column("devices", pa.string(), "", "device names, JSON list"),
-    Column("backend", pa.string(), "", "distributed backend (nccl, gloo, ...)"),
-    Column("clock_base_ns", pa.int64(), "ns", "baseTimeNanoseconds added to every ts"),
-    Column("source", pa.string(), "", "kineto or nsys", nullable=False),
-    Column("rank_from", pa.string(), "", "where the rank came from: distributedInfo, "
+    Column("rank", "int32", "", "global rank", nullable=False),
+    Column("file_id", "int32", "", "file the rank was read from", nullable=False),
+    Column("world_size", "int32", "ranks", "world size the trace claims"),
+    Column("host", "string", "", "host name when recorded"),
+    Column("devices", "string", "", "device names, JSON list"),
+    Column("backend", "string", "", "distributed backend (nccl, gloo, ...)"),
+    Column("clock_base_ns", "int64", "ns", "baseTimeNanoseconds added to every ts"),
+    Column("source", "string", "", "kineto or nsys", nullable=False),
+    Column("rank_from", "string", "", "where the rank came from: distributedInfo, "
            "file name, mapping, default"),
-    Column("pg_config", pa.string(), "", "process groups as written, JSON"),
-    Column("device_memory", pa.string(), "bytes", "each device's memory, JSON {device id: "
+    Column("pg_config", "string", "", "process groups as written, JSON"),
+    Column("device_memory", "string", "bytes", "each device's memory, JSON {device id: "
            "bytes}", "deviceProperties[].totalGlobalMem", "TARGET_INFO_GPU.totalMemory"),
 )
 
 FILE_COLUMNS: tuple[Column, ...] = (
-    Column("file_id", pa.int32(), "", "index of the file", nullable=False),
-    Column("path", pa.string(), "", "path as given", nullable=False),
-    Column("format", pa.string(), "", "kineto-json, kineto-json-gz, nsys-sqlite", nullable=False),
-    Column("size_bytes", pa.int64(), "bytes", "size on disk", nullable=False),
-    Column("content_id", pa.string(), "", "content identity used as the cache key",
+    Column("file_id", "int32", "", "index of the file", nullable=False),
+    Column("path", "string", "", "path as given", nullable=False),
+    Column("format", "string", "", "kineto-json, kineto-json-gz, nsys-sqlite", nullable=False),
+    Column("size_bytes", "int64", "bytes", "size on disk", nullable=False),
+    Column("content_id", "string", "", "content identity used as the cache key",
            nullable=False),
-    Column("input_events", pa.int64(), "events", "entries in the input", nullable=False),
-    Column("stored_events", pa.int64(), "events", "rows stored", nullable=False),
-    Column("dropped", pa.string(), "", "JSON map reason -> count; input = stored + sum"),
-    Column("warnings", pa.string(), "", "JSON list of warnings raised while reading"),
+    Column("input_events", "int64", "events", "entries in the input", nullable=False),
+    Column("stored_events", "int64", "events", "rows stored", nullable=False),
+    Column("dropped", "string", "", "JSON map reason -> count; input = stored + sum"),
+    Column("warnings", "string", "", "JSON list of warnings raised while reading"),
 )
 
 
@@ -234,24 +259,34 @@ def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
     return pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in columns])
 
 
-EVENTS_ARROW = arrow_schema(EVENT_COLUMNS).with_metadata(
-    {"traceview.schema_version": str(SCHEMA_VERSION)}
-)
-RANKS_ARROW = arrow_schema(RANK_COLUMNS)
-FILES_ARROW = arrow_schema(FILE_COLUMNS)
+#: The Arrow schemas, built on first use (``schema.EVENTS_ARROW``), so that importing the
+#: vocabulary does not import pyarrow.
+_ARROW_SCHEMAS = {
+    "EVENTS_ARROW": lambda: arrow_schema(EVENT_COLUMNS).with_metadata(
+        {"traceview.schema_version": str(SCHEMA_VERSION)}),
+    "RANKS_ARROW": lambda: arrow_schema(RANK_COLUMNS),
+    "FILES_ARROW": lambda: arrow_schema(FILE_COLUMNS),
+}
 EVENT_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in EVENT_COLUMNS)
 
 
-def polars_schema(columns: tuple[Column, ...] = EVENT_COLUMNS):  # -> pl.Schema
-    """The Polars schema of a column declaration (dictionary strings become Categorical)."""
-    # Table.from_batches, not Schema.empty_table(): the latter imports pandas (~0.7 s).
-    empty = pl.from_arrow(pa.Table.from_batches([], schema=arrow_schema(columns)))
-    return empty.schema
+def __getattr__(name: str) -> object:
+    build = _ARROW_SCHEMAS.get(name)
+    if build is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value = build()  # built once
+    return value
+
+
+def polars_schema(columns: tuple[Column, ...] = EVENT_COLUMNS) -> pl.Schema:
+    """The Polars schema of a column declaration (dictionary strings become Categorical), as
+    ``pl.from_arrow`` gives it, without building the Arrow one."""
+    return pl.Schema([(c.name, c.polars_type) for c in columns])
 
 
 def empty_events():  # -> pl.DataFrame
     """An events frame with no rows and every column typed."""
-    return pl.from_arrow(pa.Table.from_batches([], schema=EVENTS_ARROW))
+    return pl.DataFrame(schema=polars_schema())
 
 
 def events_frame(rows: list[dict]):  # -> pl.DataFrame
@@ -274,8 +309,10 @@ def _plain(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
-def conform(table: pa.Table, schema: pa.Schema = EVENTS_ARROW) -> pa.Table:
-    """Cast a table to ``schema``: missing columns become null, extra columns are an error."""
+def conform(table: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
+    """Cast a table to ``schema`` (default: the events'): missing columns become null, extra
+    columns are an error."""
+    schema = __getattr__("EVENTS_ARROW") if schema is None else schema
     extra = set(table.column_names) - set(schema.names)
     if extra:
         raise ValueError(f"columns not in the schema: {sorted(extra)}")

@@ -2,7 +2,7 @@
 
 import sys
 
-from traceview.cli import main
+from traceview.cli import console_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

@@ -25,10 +25,11 @@ from typing import Any
 
 import orjson
 import polars as pl
-import pyarrow as pa
 
 from traceview._dependencies import lazy_module
 
+# pyarrow only for to_pandas' nullable types.
+pa = lazy_module("pyarrow")
 pd = lazy_module("pandas", missing="to_pandas needs pandas: pip install pandas")
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pyarrow as pa
 
+from traceview._dependencies import lazy_module
 from traceview.errors import TraceviewError, UnreadableTraceError
 from traceview.parsers import (
     PARSER_VERSIONS,
@@ -47,6 +47,10 @@ from traceview.store.executors import (
 from traceview.store.ingested import FileResult, IngestResult
 from traceview.store.placement import place, resolve_ranks
 from traceview.store.steps import StepsOfRows, step_of_events
+
+#: Imported on first use (~0.1-0.2 s with numpy): a run read from the cache reads Parquet
+#: through Polars and needs none of it (log 40 of docs/performance.md).
+pa = lazy_module("pyarrow")
 
 
 def parser_version(fmt: str) -> int:

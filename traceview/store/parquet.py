@@ -21,15 +21,19 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 import xxhash
 
 from traceview import schema
+from traceview._dependencies import lazy_module
 from traceview.store.safe_write import atomic_write, remove_stale_temporaries
 
 if TYPE_CHECKING:
     import polars as pl
+
+#: Imported on first use (~0.1-0.2 s with numpy): a run read from the cache reads Parquet
+#: through Polars and needs none of it (log 40 of docs/performance.md).
+pa = lazy_module("pyarrow")
+pq = lazy_module("pyarrow.parquet")
 
 STORE_MANIFEST = "traceview-store.json"
 #: Part of every cache key. 2: cache files may leave all-null columns out (``scan_events``
@@ -307,8 +311,9 @@ def read_json(path: Path) -> Any:
 
 
 def row_count(path: str | Path) -> int:
-    """Rows in a Parquet file, from its footer."""
-    return pq.read_metadata(path).num_rows
+    """Rows in a Parquet file, from its footer (through Polars, which reads only the footer
+    here: pyarrow's reader would import pyarrow into every command read from the cache)."""
+    return pl.scan_parquet(path).select(pl.len()).collect().item()
 
 
 def parquet_schema_version(path: Path) -> int | None:

@@ -29,9 +29,6 @@ from typing import Any
 
 import orjson
 import polars as pl
-import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 import xxhash
 
 from traceview import schema
@@ -41,6 +38,11 @@ from traceview.store import parquet as store
 from traceview.store.executors import ExecutorSpec, TaskFailure, open_executor, run_tasks
 from traceview.store.parts import Part, confined_name, part_of
 
+#: Imported on first use (~0.1-0.2 s with numpy): a run read from the cache reads Parquet
+#: through Polars and needs none of it (log 40 of docs/performance.md).
+pa = lazy_module("pyarrow")
+pafs = lazy_module("pyarrow.fs")
+pq = lazy_module("pyarrow.parquet")
 # Loaded when a store lies at a URL pyarrow cannot open itself, or is read from one.
 fsspec = lazy_module("fsspec", missing="this URL needs fsspec: pip install fsspec")
 ds = lazy_module("pyarrow.dataset", missing="reading a remote store needs pyarrow.dataset")

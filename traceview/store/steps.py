@@ -21,10 +21,13 @@ containment, which is the best the trace allows.
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
+from traceview._dependencies import lazy_module
 from traceview.schema import GPU_STREAM_KINDS, RUNTIME_KINDS, STEP_PATTERN
+
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+np = lazy_module("numpy")
 
 
 def step_ranges(events: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
