@@ -198,8 +198,11 @@ def _buffer_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     values = np.frombuffer(data, dtype=_NUMPY_TYPES[array.type])[array.offset:array.offset + len(array)]
     if bitmap is None or array.null_count == 0:
         return values, np.ones(len(array), dtype=bool)
-    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
-    return values, bits[array.offset:array.offset + len(array)].astype(bool)
+    # only the bytes of this slice: the bitmap is the whole file's column's
+    first, skip = divmod(array.offset, 8)
+    own = np.frombuffer(bitmap, dtype=np.uint8)[first:first + (skip + len(array) + 7) // 8]
+    bits = np.unpackbits(own, bitorder="little")
+    return values, bits[skip:skip + len(array)].astype(bool)
 
 
 _NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32, pa.uint32(): np.uint32}

@@ -60,7 +60,7 @@ class StepsOfRows:
     range asked for then works out the step of every row at once, by binary search in numpy
     over whole columns (~0.05 s for 1 M rows), and each range is a slice of that column: done
     batch by batch, the conversions and the Polars expression per batch cost more than the
-    searches themselves (0.2-0.4 CPU s of a 260 MB ingest; docs/performance.md, log 40).
+    searches themselves (0.09-0.2 CPU s of a 260 MB ingest; docs/performance.md, log 40).
     """
 
     def __init__(self, events: pl.DataFrame) -> None:
