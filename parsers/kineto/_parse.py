@@ -32,7 +32,8 @@ from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
 from traceview.parsers.kineto._events import REPEATING_TEXT, as_int
 from traceview.parsers.kineto._input import Input, open_input, read_bytes
 from traceview.parsers.kineto._ranks import rank_info
-from traceview.parsers.kineto._rows import batch, empty_columns, key_frame, text_facts
+from traceview.parsers.kineto._derived import text_facts
+from traceview.parsers.kineto._rows import batch, empty_columns, key_frame
 from traceview.parsers.kineto._stream import Column
 from traceview.parsers.kineto._tolerant import read_events
 from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS

@@ -2,9 +2,8 @@
 
 :func:`key_frame` works out, for every row at once, what the steps need (kind, name and exact
 times) and counts what cannot be stored; :func:`batch` builds the rest of one row range (the
-derived device, stream, flow, collective, copy and byte columns, and the columns stored as
-scanned), so the finished table is never whole in memory. Text facts (the collective a kernel
-name implies, a dtype's size) are worked out once per distinct value, not once per row.
+derived device, stream, flow, collective, copy and byte columns, :mod:`._derived`, and the
+columns stored as scanned), so the finished table is never whole in memory.
 """
 
 from __future__ import annotations
@@ -14,9 +13,9 @@ import polars as pl
 import pyarrow as pa
 
 from traceview import schema
-from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
 from traceview.parsers.kineto._arrow_types import as_type, series_of, strings
 from traceview.parsers.kineto._columns import RawColumns
+from traceview.parsers.kineto._derived import DERIVED, TextFacts, derived_columns
 from traceview.parsers.kineto._events import table_of
 
 _CAT_TO_KIND: dict[str, str] = {
@@ -99,67 +98,19 @@ def _kinds(ph: pa.DictionaryArray, category: pa.DictionaryArray,
     return pa.DictionaryArray.from_arrays(indices, strings(names))
 
 
-def text_facts(raw: RawColumns) -> dict[str, pl.DataFrame]:
-    """What the text columns say, worked out once per distinct value (dictionary entry); rows
-    look it up by their dictionary index. From the name: the collective of an NCCL/RCCL kernel
-    or of a c10d/gloo/nccl/mpi op, the memcpy direction; from ``Collective name`` the
-    collective; from ``dtype`` the element size."""
-    def entries(column: str) -> pl.DataFrame:
-        return series_of(raw.columns[column].dictionary, "v").to_frame()
-
-    v = pl.col("v")
-    return {
-        "name": entries("name").select(
-            pl.when(v.str.contains(r"(?i)nccl|rccl")).then(collective_from_text(v))
-            .alias("kernel_collective"),
-            pl.when(v.str.contains(r"(?i)^(nccl|gloo|c10d|mpi)[:_]"))
-            .then(collective_from_text(v)).alias("op_collective"),
-            copy_kind_from_name(v).alias("name_copy_kind")),
-        "collective_name": entries("collective_name").select(
-            collective_from_text(v).alias("arg_collective")),
-        "dtype": entries("dtype").select(dtype_bytes(v).alias("dtype_bytes")),
-        "category": entries("category").select(
-            v.is_in(schema.ACCELERATOR_DEVICE_CATEGORIES).alias("device_category")),
-    }
-
-
-def _looked_up(facts: dict[str, pl.DataFrame], raw: RawColumns, start: int,
-               stop: int) -> list[pl.DataFrame]:
-    return [table.select(pl.all().gather(series_of(raw.slice(column, start, stop).indices)))
-            for column, table in facts.items()]
-
-
-#: Raw columns the derived columns are computed from.
-_DERIVE_INPUTS = ("ph", "flow_id", "device", "mem_device", "stream", "collective_name",
-                  "in_nelems", "out_nelems", "bytes")
-#: Columns the batch builds (the others are stored as the scanner read them), in Polars types
-#: that export as the schema's Arrow types without an Arrow cast (text as Categorical: a
-#: dictionary, so ``as_type`` only narrows it).
-_DERIVED: dict[str, pl.DataType] = {
-    "flow_phase": pl.Categorical(), "flow_id": pl.Int64(), "device": pl.Int32(),
-    "stream": pl.Int64(), "collective": pl.Categorical(), "copy_kind": pl.Categorical(),
-    "bytes": pl.Int64(),
-}
-
-
-def batch(keys: pl.DataFrame, raw: RawColumns, facts: dict[str, pl.DataFrame], start: int,
-           stop: int) -> pa.Table:
-    """Rows ``[start, stop)`` in the events schema (step left null). Only the derived columns
-    go through Polars; the rest are the scanner's arrays, cast to the schema's types."""
+def batch(keys: pl.DataFrame, raw: RawColumns, facts: TextFacts, start: int,
+          stop: int) -> pa.Table:
+    """Rows ``[start, stop)`` in the events schema (step left null): the scanner's arrays
+    cast to the schema's types, and the derived columns (:mod:`._derived`)."""
     rows = stop - start
     key_rows = keys.slice(start, rows)
-    inputs = pl.concat([
-        key_rows.select("kind"),
-        pl.from_arrow(table_of({n: raw.slice(n, start, stop) for n in _DERIVE_INPUTS})),
-        *_looked_up(facts, raw, start, stop),
-    ], how="horizontal")
+    key_columns = {n: key_rows.get_column(n).to_arrow() for n in ("kind", "ts_ns", "dur_ns")}
     columns = {
         "rank": _constant_int32(rows, 0), "file_id": _constant_int32(rows, 0),
         "source": _constant_text(rows, "kineto"), "step": None,
         **{n: raw.slice(n, start, stop) for n in raw.columns if n in schema.EVENT_COLUMN_NAMES},
-        **{n: key_rows.get_column(n).to_arrow() for n in ("kind", "ts_ns", "dur_ns")},
-        **{n: c.to_arrow() for n, c in _derive(inputs).select(
-            pl.col(n).cast(t) for n, t in _DERIVED.items()).to_dict().items()},
+        **key_columns,
+        **derived_columns(key_columns["kind"], raw, facts, start, stop),
     }
     return pa.Table.from_arrays(
         [pa.nulls(rows, f.type) if columns[f.name] is None else as_type(columns[f.name], f.type)
@@ -169,7 +120,7 @@ def batch(keys: pl.DataFrame, raw: RawColumns, facts: dict[str, pl.DataFrame], s
 def empty_columns(raw: RawColumns) -> frozenset[str]:
     """The stored columns that the batches take from the scanner as they are (not derived)
     and that hold no value in any row: labels, memory or FLOP counters a trace never has."""
-    as_scanned = (set(raw.columns) & set(schema.EVENT_COLUMN_NAMES)) - set(_DERIVED) - {
+    as_scanned = (set(raw.columns) & set(schema.EVENT_COLUMN_NAMES)) - set(DERIVED) - {
         "kind", "ts_ns", "dur_ns"}
     return frozenset(name for name in as_scanned if not raw.has_values(name))
 
@@ -181,41 +132,6 @@ def _constant_int32(rows: int, value: int) -> pa.Array:
 
 def _constant_text(rows: int, text: str) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(_constant_int32(rows, 0), strings([text]))
-
-
-def _derive(frame: pl.DataFrame) -> pl.DataFrame:
-    """Device, stream, flow and collective columns, as vectorised expressions. Another
-    accelerator's device work (kind ``other``, an ``ACCELERATOR_DEVICE_CATEGORIES`` category)
-    keeps its ``args.stream`` as a GPU kernel does: without it, the analyses would take its
-    thread id for its stream (MTIA: 4 and 408 where the trace says streams 1 and 102)."""
-    is_gpu = pl.col("kind").is_in(schema.GPU_STREAM_KINDS)
-    on_stream = is_gpu | ((pl.col("kind") == "other") & pl.col("device_category"))
-    collective = pl.coalesce(
-        pl.col("arg_collective"),
-        pl.when(pl.col("kind") == "kernel").then(pl.col("kernel_collective")),
-        pl.when(pl.col("kind").is_in(["cpu_op", "user_annotation"])).then(
-            pl.col("op_collective")),
-        pl.when(pl.col("collective_name").is_not_null()).then(pl.lit("other")),
-    )
-    elements = pl.max_horizontal("in_nelems", "out_nelems")
-    return (
-        frame.with_columns(
-            pl.when(pl.col("kind") == "flow").then(pl.col("ph")).alias("flow_phase"),
-            pl.when(pl.col("kind") == "flow").then(pl.col("flow_id")).alias("flow_id"),
-            pl.when(is_gpu).then(pl.col("device")).otherwise(
-                pl.when(pl.col("kind") == "memory").then(pl.col("mem_device"))).alias("device"),
-            pl.when(on_stream).then(pl.col("stream")).alias("stream"),
-            collective.alias("collective"),
-            pl.when(pl.col("kind") == "memcpy").then(pl.col("name_copy_kind")).alias("copy_kind"),
-        )
-        .with_columns(
-            pl.coalesce(
-                pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.col("bytes")),
-                pl.when(pl.col("collective").is_not_null())
-                .then(elements * pl.col("dtype_bytes")),
-            ).alias("bytes"),
-        )
-    )
 
 
 def _timeless_metadata(frame: pl.DataFrame) -> pl.DataFrame:

@@ -226,11 +226,11 @@ def with_steps(table: pa.Table) -> pa.Table:
 
 def batches_with_steps(batches: EventBatches) -> Iterator[pa.Table]:
     """The batches of a file with their ``step`` column filled. Steps need the whole file's
-    key columns (which the batches carry); :class:`~traceview.store.steps.StepsOfRows` works out the
-    little that needs all of them first, then each batch's steps as it comes."""
-    steps = StepsOfRows(batches.step_keys)
+    key columns (which the batches carry); :class:`~traceview.store.steps.StepsOfRows` works out
+    the steps of every row once, and each batch takes its slice (no copy)."""
+    steps = StepsOfRows(batches.step_keys).column().to_arrow()
     for (start, stop), table in zip(batches.ranges(), batches, strict=True):
-        yield _set_step(table, steps.rows(start, stop).to_arrow())
+        yield _set_step(table, steps.slice(start, stop - start))
 
 
 def _set_step(table: pa.Table, step: pa.Array) -> pa.Table:

@@ -56,13 +56,14 @@ def step_of_events(events: pl.DataFrame) -> pl.Series:
 
 
 class StepsOfRows:
-    """The step of any range of rows of one events table, worked out when asked for.
+    """The step of any range of rows of one events table.
 
     What needs the whole table is small and found first: the step ranges, and the step of the
-    earliest runtime call of each (rank, correlation), which its GPU rows take. A range of
-    rows then takes its steps by binary search over those, so a batched ingest can write its
-    first rows without waiting for the steps of the whole file (they delayed the Parquet
-    writer by ~0.1 s of a 300 MB ingest; docs/performance.md, log 22).
+    earliest runtime call of each (rank, correlation), which its GPU rows take. The first
+    range asked for then works out the step of every row at once, by binary search in numpy
+    over whole columns (~0.05 s for 1 M rows), and each range is a slice of that column: done
+    batch by batch, the conversions and the Polars expression per batch cost more than the
+    searches themselves (0.09-0.2 CPU s of a 260 MB ingest; docs/performance.md, log 40).
     """
 
     def __init__(self, events: pl.DataFrame) -> None:
@@ -74,12 +75,22 @@ class StepsOfRows:
                                  for c in ("step_start_ns", "step_end_ns", "step"))
                         for (r,), group in steps.group_by("rank")}
         self._launches = self._first_launches() if self._ranges else None
+        self._column: pl.Series | None = None
 
     def rows(self, start: int, stop: int) -> pl.Series:
         """Steps of rows ``[start, stop)`` (Int32, null outside every step)."""
+        return self.column().slice(start, stop - start)
+
+    def column(self) -> pl.Series:
+        """Steps of every row (Int32, null outside every step), worked out on first use."""
+        if self._column is None:
+            self._column = self._every_row()
+        return self._column
+
+    def _every_row(self) -> pl.Series:
+        keys = self._keys
         if not self._ranges:
-            return pl.repeat(None, stop - start, dtype=pl.Int32, eager=True).alias("step")
-        keys = self._keys.slice(start, stop - start)
+            return pl.repeat(None, keys.height, dtype=pl.Int32, eager=True).alias("step")
         step = self._containing(keys.get_column("ts_ns"), keys.get_column("rank"))
         if self._launches is not None:
             self._through_launches(keys, step)
