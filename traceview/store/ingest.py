@@ -76,7 +76,8 @@ def discover_with_ignored(paths: Iterable[str | Path]) -> tuple[list[Path], list
             # ingest fails them by name (or --skip-bad skips them), never silently
             inner = sorted(p for p in path.iterdir() if is_trace_name(p) and not p.is_dir())
             traces = [p for p in inner if file_problem(p) or _looks_like_trace(p)]
-            ignored.extend(p for p in inner if p not in traces)
+            kept = set(traces)  # a list's `in` made a folder of N files cost N^2 compares
+            ignored.extend(p for p in inner if p not in kept)
             if not traces:
                 raise UnreadableTraceError(path, "directory holds no trace files "
                                            "(.json, .json.gz, .sqlite)")
