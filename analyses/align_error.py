@@ -67,18 +67,19 @@ def clock_errors(a: pl.DataFrame, ref_clock: str, t0: float) -> dict[str, ClockE
         resid=pl.col("resid").median())
     ref = per.filter(pl.col("clock") == ref_clock).select("instance", ref_y="y")
     per = per.filter(pl.col("clock") != ref_clock).join(ref, on="instance", how="left")
-    out: dict[str, ClockError] = {}
-    for (clock,), g in per.group_by("clock"):
-        shared = g.filter(pl.col("ref_y").is_not_null())
-        if shared.height:
-            d = shared.select(d=pl.col("y") - pl.col("ref_y"), t="t", kind="kind")
-        else:  # no instance shared with the reference: the residual is half a difference
-            d = g.select(d=pl.col("resid") * math.sqrt(2.0), t="t", kind="kind")
-        d = d.sort("t")
-        resid = g.get_column("resid").to_numpy()
-        out[clock] = clock_error(d.get_column("d").to_numpy(), d.get_column("t").to_numpy(),
-                                 d.get_column("kind").cast(pl.String).to_list(), resid)
-    return out
+    shared = pl.col("ref_y").is_not_null().any().over("clock")
+    # Every clock's differences in one frame, gathered per clock by one group_by: a filter,
+    # select and sort per clock cost ~1 ms each, 5 s for 5,000 ranks.
+    diffs = per.filter(pl.col("ref_y").is_not_null() | ~shared).select(
+        "clock", "t", kind=pl.col("kind").cast(pl.String),
+        # no instance shared with the reference: the residual is half a difference
+        d=pl.when(shared).then(pl.col("y") - pl.col("ref_y"))
+        .otherwise(pl.col("resid") * math.sqrt(2.0)),
+    ).sort("clock", "t").group_by("clock", maintain_order=True).agg("d", "t", "kind")
+    resid_of = dict(per.group_by("clock").agg("resid").rows())
+    return {clock: clock_error(np.asarray(d, dtype=float), np.asarray(t, dtype=float), kinds,
+                               np.asarray(resid_of[clock], dtype=float))
+            for clock, d, t, kinds in diffs.rows()}
 
 
 def clock_error(d, t, kinds: list[str], resid=None) -> ClockError:

@@ -58,7 +58,9 @@ Group = tuple[str, tuple[int, ...]]
 def parse_groups(pg_configs: list[str | None]) -> list[Group]:
     """Distinct ``(pg_name, ranks)`` groups of two or more ranks from ``pg_config`` texts."""
     seen: dict[tuple[int, ...], str] = {}
-    for text in pg_configs:
+    # every rank of a job records the same configuration, listing every rank: read each text
+    # once, or N ranks cost N^2 (dict.fromkeys keeps the first-seen order)
+    for text in dict.fromkeys(pg_configs):
         try:
             entries = json.loads(text) if text else []
         except ValueError:

@@ -440,3 +440,38 @@ def test_time_matched_anchors_are_poor() -> None:
     assert timed["offset_ns"] == 2_000_000_000 and timed["anchors"] == 11
     assert timed["quality"] == "poor"
     assert "paired by completion time" in timed["note"]
+
+
+def _pairwise_bounds(a: pl.DataFrame) -> tuple[dict[str, float], dict[str, float]]:
+    """The causality window by its definition: every blocking instance, every clock against
+    each other clock of it (the quadratic pairing ``_causal_bounds`` avoids)."""
+    lows: dict[str, float] = {}
+    highs: dict[str, float] = {}
+    blk = a.filter(pl.col("blocking"))
+    for (_,), g in blk.group_by("instance"):
+        per = {c: (s.get_column("aa").max(), s.get_column("ea").min())
+               for (c,), s in g.group_by("clock")}
+        for c, (own_a, own_e) in per.items():
+            others = [v for o, v in per.items() if o != c]
+            if not others:
+                continue
+            low = own_a - min(e for _, e in others)
+            high = own_e - max(x for x, _ in others)
+            lows[c] = max(lows.get(c, low), low)
+            highs[c] = min(highs.get(c, high), high)
+    return lows, highs
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 5), st.integers(-3, 3),
+                          st.integers(-3, 3), st.booleans()), min_size=1, max_size=40))
+def test_causal_bounds_match_their_pairwise_definition(rows) -> None:
+    # Small integer times make ties (two clocks sharing an instance's extreme) common: the
+    # runner-up then equals the extreme, as the pairwise definition says.
+    from traceview.analyses.align import _causal_bounds
+
+    a = pl.DataFrame([{"instance": i, "clock": f"rank {c}", "aa": float(x), "ea": float(e),
+                       "blocking": b or i % 2 == 0} for i, c, x, e, b in rows],
+                     schema={"instance": pl.Int64, "clock": pl.String, "aa": pl.Float64,
+                             "ea": pl.Float64, "blocking": pl.Boolean})
+    assert _causal_bounds(a) == _pairwise_bounds(a)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traceview.analyses.collective_match import comm_events, match_collectives
 from traceview.analyses.collectives import collective_ranks
@@ -181,3 +183,14 @@ def test_confidence_of_a_long_run_does_not_overflow() -> None:
     assert _binomial_tail(3, 5, 0.5) == pytest.approx(0.5)  # (10 + 5 + 1) / 32
     assert _consistency(5000, 6000, 8) == 1.0
     assert _confidence(True, 1.0, 6000) == "high"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.integers(0, 30), st.integers(-5, 5), max_size=12))
+def test_median_of_the_others_matches_the_median_of_a_new_list(values) -> None:
+    # one sort for every rank's "median of the other ranks" (ties and one-rank runs included)
+    from traceview.analyses.stragglers import _median, _OthersMedian
+
+    others = _OthersMedian(values)
+    for key in [*values, 99]:
+        assert others(key) == _median([v for q, v in values.items() if q != key])

@@ -173,7 +173,7 @@ def is_dask(executor: Executor) -> bool:
     return type(executor).__module__.startswith("distributed")
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
@@ -228,7 +228,7 @@ def run_tasks(
             if attempts[i] <= retries:
                 retry.append(i)
             else:
-                results[i] = TaskFailure(tuple(tasks[i]), _one_line(exc), attempts[i])
+                results[i] = TaskFailure(tuple(tasks[i]), one_line(exc), attempts[i])
                 if on_result:
                     on_result(i, results[i])
         if broken and replace_pool is not None:
@@ -243,7 +243,7 @@ def run_tasks(
                 elif attempts[i] <= retries:
                     retry.append(i)
                 else:
-                    results[i] = TaskFailure(tuple(tasks[i]), _one_line(exc), attempts[i])
+                    results[i] = TaskFailure(tuple(tasks[i]), one_line(exc), attempts[i])
                     if on_result:
                         on_result(i, results[i])
             old, pool = pool, replace_pool()
@@ -257,4 +257,4 @@ def run_tasks(
 
 
 __all__ = ["DEFAULT_RETRIES", "KINDS", "ExecutorSpec", "TaskFailure", "cores", "is_dask",
-           "local_pool", "open_executor", "run_tasks", "stop_local_workers"]
+           "local_pool", "one_line", "open_executor", "run_tasks", "stop_local_workers"]

@@ -36,12 +36,13 @@ from traceview.parsers import (
     refuse_non_json,
 )
 from traceview.store import parquet as store
+from traceview.store.batched import plan_batches, run_batched
 from traceview.store.executors import (
     ExecutorSpec,
     TaskFailure,
+    cores,
     local_pool,
     open_executor,
-    run_tasks,
     warm_local_pool,
 )
 from traceview.store.ingested import FileResult, IngestResult
@@ -80,7 +81,8 @@ def discover_with_ignored(paths: Iterable[str | Path]) -> tuple[list[Path], list
             # ingest fails them by name (or --skip-bad skips them), never silently
             inner = sorted(p for p in path.iterdir() if is_trace_name(p) and not p.is_dir())
             traces = [p for p in inner if file_problem(p) or _looks_like_trace(p)]
-            ignored.extend(p for p in inner if p not in traces)
+            kept = set(traces)  # a list's `in` made a folder of N files cost N^2 compares
+            ignored.extend(p for p in inner if p not in kept)
             if not traces:
                 raise UnreadableTraceError(path, "directory holds no trace files "
                                            "(.json, .json.gz, .sqlite)")
@@ -239,14 +241,17 @@ def _set_step(table: pa.Table, step: pa.Array) -> pa.Table:
                             step)
 
 
+Outcome = FileResult | tuple[str, str, int]
+
+
 def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any],
-                 content: str | None = None) -> FileResult | tuple[str, str, int]:
-    """In this process: :func:`_ingest_task`, with any other failure (a parser bug) reported
-    as that file's error, so it cannot take the other ranks down."""
+                 content: str | None = None) -> tuple[Outcome, str | None]:
+    """In this process: :func:`_lookup_and_ingest`, with any other failure (a parser bug)
+    reported as that file's error, so it cannot take the other ranks down."""
     try:
-        return _ingest_task(path, cache_dir, options, content)
+        return _lookup_and_ingest(path, cache_dir, options, content)
     except Exception as exc:  # noqa: BLE001
-        return (path, f"{path}: cannot parse ({type(exc).__name__}: {exc})", 2)
+        return (path, f"{path}: cannot parse ({type(exc).__name__}: {exc})", 2), None
 
 
 #: Below this much (estimated uncompressed) input, ingest in this process.
@@ -323,12 +328,15 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     remembered = {f: _remembered_id(f, cache) for f in files}
     if executor is None and not _in_process([f for f in files if remembered[f] is None]):
         # files never seen: most likely parsed by the pool, whose fork server imports
-        # while this process hashes them
+        # while this process looks up the others
 
         warm_local_pool()
-    # Cache hits are answered here: starting workers to find them would cost more than reading.
-    looked = {f: cached_result(str(f), cache, options, remembered[f]) for f in files} \
-        if cache else {}
+    # Cache hits of files the cache remembers are answered here (no hashing): starting workers
+    # to find them would cost more than reading. A file never seen is hashed and looked up by
+    # the task that parses it when it is not in the cache: hashing thousands of new files here
+    # first kept the workers waiting (docs/performance.md, log 40).
+    looked = {f: cached_result(str(f), cache, options, remembered[f]) for f in files
+              if remembered[f] is not None} if cache else {}
     hits = {f: hit for f, (hit, _, _) in looked.items()}
     ids = {f: cid for f, (_, cid, _) in looked.items()}  # hashed once, here
     healed = {f: note for f, (_, _, note) in looked.items() if note}
@@ -340,7 +348,8 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
         parsed = [_safe_ingest(str(f), cache, options, ids.get(f)) for f in misses]
     else:
         parsed = _ingest_parallel(misses, cache, options, progress, executor, ids)
-    by_file = {**bad, **dict(zip(misses, parsed))}
+    healed.update({f: note for f, (_, note) in zip(misses, parsed) if note})
+    by_file = {**bad, **{f: outcome for f, (outcome, _) in zip(misses, parsed)}}
     outcomes = [hits[f] if hits.get(f) is not None else by_file[f] for f in named]
     results: list[FileResult] = []
     skipped: list[tuple[str, str]] = []
@@ -359,7 +368,7 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     skipped += left_out
     skipped += [(str(p), f"{p}: passed over, not a trace (no traceEvents)") for p in ignored]
     return IngestResult(files=results, rank_of=rank_of, skipped=skipped, window_of=window_of,
-                        notes=[f"{f}: {note}" for f, note in healed.items()])
+                        notes=[f"{f}: {healed[f]}" for f in files if f in healed])
 
 
 #: Kineto input (uncompressed, estimated) from which a parse on the pure-Python path is worth a
@@ -395,11 +404,30 @@ def _ingest_task(path: str, cache_dir: str | None, options: dict[str, Any],
         return (path, str(exc), exc.exit_code)
 
 
+def _lookup_and_ingest(path: str, cache_dir: str | None, options: dict[str, Any],
+                       content: str | None = None) -> tuple[Outcome, str | None]:
+    """(:func:`_ingest_task`'s answer, the note of a damaged cache entry discarded or None),
+    looking the file up in the cache first when the caller did not (``content`` None)."""
+    note = None
+    if cache_dir is not None and content is None:
+        hit, content, note = cached_result(path, cache_dir, options)
+        if hit is not None:
+            return hit, note
+    return _ingest_task(path, cache_dir, options, content), note
+
+
+#: Small files go to the workers in batches of up to this much estimated input (and
+#: ``batched.MOST_PER_BATCH`` files): a file of a few KB parses in ~40 ms, and a task of its
+#: own added a pool round trip to each (docs/performance.md, log 40).
+BATCH_BYTES = IN_PROCESS_BYTES
+
+
 def _ingest_parallel(files: list[Path], cache: str | None, options: dict[str, Any],
                      progress: bool, executor: Any, ids: dict[Path, str | None] | None = None,
-                     ) -> list[FileResult | tuple[str, str, int]]:
-    """Map :func:`_ingest_task` over the files on ``executor``: an ``Executor``, an
-    ``ExecutorSpec``, ``"local"``/``"dask"``, or None (own local pool sized by memory)."""
+                     ) -> list[tuple[Outcome, str | None]]:
+    """Map :func:`_lookup_and_ingest` over the files on ``executor``: an ``Executor``, an
+    ``ExecutorSpec``, ``"local"``/``"dask"``, or None (own local pool sized by memory).
+    Small files go in batches (:mod:`traceview.store.batched`)."""
     if isinstance(executor, str):
         executor = ExecutorSpec(executor)
     retries = executor.retries if isinstance(executor, ExecutorSpec) else 2
@@ -410,8 +438,11 @@ def _ingest_parallel(files: list[Path], cache: str | None, options: dict[str, An
         replace = lambda: local_pool(workers)  # noqa: E731 - a dead worker breaks the pool
     elif isinstance(executor, ExecutorSpec):
         ctx, replace = open_executor(executor), None
+        workers = executor.max_workers or cores()
     else:
-        ctx, replace = nullcontext(executor), None
+        ctx, replace, workers = nullcontext(executor), None, cores()
+    batches = plan_batches([_estimated_bytes([f]) for f in files], workers=workers,
+                           budget=BATCH_BYTES)
     done = [0]
 
     def tick(_: int, __: Any) -> None:
@@ -421,13 +452,13 @@ def _ingest_parallel(files: list[Path], cache: str | None, options: dict[str, An
                   file=sys.stderr, flush=True)
 
     with ctx as pool:
-        raw = run_tasks(pool, _ingest_task,
-                        [(str(f), cache, options, (ids or {}).get(f)) for f in files],
-                        retries=retries, on_result=tick, replace_pool=replace)
+        raw = run_batched(pool, _lookup_and_ingest,
+                          [(str(f), cache, options, (ids or {}).get(f)) for f in files],
+                          batches, retries=retries, on_result=tick, replace_pool=replace)
     if progress:
         print(file=sys.stderr)
-    return [(t.args[0], f"{t.args[0]}: cannot parse ({t.error}; failed {t.attempts} "
-             f"attempts)", 2) if isinstance(t, TaskFailure) else t for t in raw]
+    return [((t.args[0], f"{t.args[0]}: cannot parse ({t.error}; failed {t.attempts} "
+              f"attempts)", 2), None) if isinstance(t, TaskFailure) else t for t in raw]
 
 
 def _error(outcome: tuple[str, str, int]) -> TraceviewError:

@@ -55,8 +55,12 @@ class TraceSet:
 
     def __init__(self, parts: list[Part], ranks: pl.DataFrame, files: pl.DataFrame,
                  skipped: Sequence[tuple[str, str]] = (),
-                 windows: pl.DataFrame | None = None) -> None:
+                 windows: pl.DataFrame | None = None,
+                 rows: dict[str, int] | None = None) -> None:
         self._parts = parts
+        #: rows of the events files where their ingest counted them (path -> rows): no footer
+        #: read per file to know which ranks have events
+        self._rows = dict(rows or {})
         self.ranks = ranks
         self.files = files
         #: ``rank, window, file_id``: the profiling windows of each rank and their files
@@ -113,7 +117,9 @@ class TraceSet:
         if self._frame is not None or not all(type(p) is Part and p.rank is not None
                                               for p in self._parts):
             return None
-        return sorted({p.rank for p in self._parts if store.row_count(p.path) > 0})
+        return sorted({p.rank for p in self._parts
+                       if (self._rows[p.path] if p.path in self._rows
+                           else store.row_count(p.path)) > 0})
 
     def parts_of(self, rank: int) -> list[Any]:
         """The parts (events files) that hold the events of ``rank``: one per window."""
@@ -352,9 +358,13 @@ _TEMPORARY_CACHE = "traceview-cache"
 
 def _from_ingest(result: IngestResult) -> TraceSet:
     parts = []
+    # each file's ranks gathered in one pass (a pass over every file's ranks per file grew as
+    # files^2: 5,000 rank files made 25 M look-ups)
+    mappings: dict[int, dict[int, int]] = {}
+    for (fi, parsed), final in result.rank_of.items():
+        mappings.setdefault(fi, {})[parsed if parsed is not None else 0] = final
     for i, file in enumerate(result.files):
-        mapping = {parsed if parsed is not None else 0: final
-                   for (fi, parsed), final in result.rank_of.items() if fi == i}
+        mapping = mappings.get(i, {})
         single = next(iter(mapping.values())) if len(file.ranks) == 1 else None
         parts.append(Part(file.events_path, i, single, mapping))
     ranks = pl.DataFrame(rank_info_rows(result), schema=schema.polars_schema(schema.RANK_COLUMNS))
@@ -368,7 +378,8 @@ def _from_ingest(result: IngestResult) -> TraceSet:
         [{"rank": rank, "window": result.window_of.get((i, rank), 0), "file_id": i}
          for i, rank in {(i, rank) for (i, _), rank in result.rank_of.items()}],
         schema=WINDOW_SCHEMA)
-    return TraceSet(parts, ranks.sort("rank"), files, result.skipped, windows)
+    return TraceSet(parts, ranks.sort("rank"), files, result.skipped, windows,
+                    rows={f.events_path: f.stored_events for f in result.files})
 
 
 def _store_file_names(parts: Sequence[Part]) -> list[str]:
