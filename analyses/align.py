@@ -65,7 +65,7 @@ from traceview.analyses.collective_match import (
 from traceview.errors import UsageError
 from traceview.selection import ALIGN_METHODS
 
-#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
 np = lazy_module("numpy")
 
 METHODS: tuple[str, ...] = ALIGN_METHODS

@@ -18,7 +18,7 @@ import polars as pl
 
 from traceview._dependencies import lazy_module
 
-#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
 np = lazy_module("numpy")
 
 #: ``quality`` values, best first (rule in ``docs/metrics.md``, section *Alignment*).

@@ -36,7 +36,7 @@ from traceview._dependencies import lazy_module
 from traceview.analyses.align import apply_offsets
 from traceview.analyses.collective_match import MatchResult
 
-#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
 np = lazy_module("numpy")
 
 #: nccl-tests bus-bandwidth factors as functions of the group size n.

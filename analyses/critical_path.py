@@ -56,7 +56,7 @@ from .intervals import clip, complement, flag_overlapping, sweep, union, windowe
 from .names import per_name
 from .window import STEP_PATTERN
 
-#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
 np = lazy_module("numpy")
 
 Frame = pl.LazyFrame | pl.DataFrame

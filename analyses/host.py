@@ -59,7 +59,7 @@ def _accelerator_runtime(events: Frame) -> bool:
     kind and category columns alone (~5 ms on 1 M rows), so that a trace without any (a CUDA
     trace, whose few ``other`` rows are profiler bookkeeping) reads its host rows without the
     category column and without ``_other_runtimes_as_cuda``'s pass over every host row: ~0.1 s
-    of a 1 M-row trace's cached ``summary`` (docs/performance.md, log 40)."""
+    of a 1 M-row trace's cached ``summary`` (docs/performance.md, log 41)."""
     other = events.lazy().filter(pl.col("kind") == "other").select("category").collect()
     return bool(other.height) and bool(
         other.get_column("category").cast(pl.String).str.to_lowercase()

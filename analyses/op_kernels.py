@@ -30,7 +30,7 @@ from traceview.schema import RUNTIME_KINDS
 
 from .breakdown import with_self_time
 
-#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
 np = lazy_module("numpy")
 
 #: The per-instance columns of :func:`op_kernel_times`.

@@ -8,7 +8,7 @@ two and the Parquet writer's) where a phase ends: imports, reading and hashing, 
 work after it (columns, key frame, text facts), the steps and the first batch, the other
 batches with the Parquet write beside them, and the rest (cache meta, report). Prints the
 fastest of the rounds per phase. CPU seconds are what a phase costs; on a shared machine, read
-the wall column with the load average (printed). docs/performance.md, log 40.
+the wall column with the load average (printed). docs/performance.md, log 42.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from traceview._dependencies import lazy_module
 from traceview.errors import UnreadableTraceError
 from traceview.parsers._files import file_problem
 
-#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
 np = lazy_module("numpy")
 
 #: ncclDataType_t codes -> (name, bytes per element).

@@ -1,5 +1,5 @@
 """What a command imports before it answers: start-up is most of a short command's time
-(docs/performance.md, log 40). Each check runs the command in a fresh interpreter, as a user's
+(docs/performance.md, log 41). Each check runs the command in a fresh interpreter, as a user's
 shell does, and lists the heavy modules it left in ``sys.modules``."""
 
 from __future__ import annotations

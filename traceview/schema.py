@@ -30,7 +30,7 @@ from traceview._dependencies import lazy_module
 
 #: Imported when an Arrow schema or table is built (writing a store, parsing): a run read from
 #: the cache reads Parquet through Polars and needs none of it (pyarrow and the numpy it imports
-#: cost ~0.15-0.25 s of every command's start; docs/performance.md, log 40).
+#: cost ~0.15-0.25 s of every command's start; docs/performance.md, log 41).
 pa = lazy_module("pyarrow")
 
 #: Bump when a column is added, removed or changes meaning. Stored in Parquet metadata; a cache

@@ -5,7 +5,7 @@ What a text says (the collective an NCCL kernel's name implies, a dtype's size) 
 once per file and distinct value (:func:`text_facts`, with Polars' string functions) into
 lookup tables indexed by dictionary code; a batch then picks from them by its rows' codes.
 Built with Polars expressions per batch, the same columns cost ~20 Polars calls and a dozen
-conversions per 65,536 rows, more than the work itself (docs/performance.md, log 40).
+conversions per 65,536 rows, more than the work itself (docs/performance.md, log 42).
 
 >>> _first_valid(np.array([-1, 0, -1]), np.array([2, 1, -1])).tolist()
 [2, 0, -1]

@@ -177,7 +177,7 @@ def console_main() -> int:
     and Polars are imported (tens of thousands of objects, no garbage: each collection walked
     them all again), which then stay out of its way (``gc.freeze``); at the end, what is left
     is collected once and frozen, so that the interpreter's exit does not walk every object
-    again. Together ~0.2 CPU s of every command (docs/performance.md, log 40). Not for
+    again. Together ~0.2 CPU s of every command (docs/performance.md, log 41). Not for
     callers in a process that goes on: frozen objects are never collected."""
     gc.disable()
     try:

@@ -40,7 +40,7 @@ from traceview._dependencies import lazy_module
 from traceview.analyses.breakdown import step_breakdown, top_cpu_ops, top_kernels, with_self_time
 from traceview.schema import STEP_PATTERN
 
-#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
 np = lazy_module("numpy")
 
 Frame = pl.LazyFrame | pl.DataFrame

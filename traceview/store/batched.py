@@ -2,7 +2,7 @@
 
 A run folder of thousands of small rank files is thousands of tasks of a few tens of ms each;
 one submission per task paid a pool round trip and a worker wake-up each (docs/performance.md,
-log 40). :func:`plan_batches` groups small tasks (by a weight, e.g. estimated bytes) into
+log 43). :func:`plan_batches` groups small tasks (by a weight, e.g. estimated bytes) into
 batches, keeping enough batches for every worker to stay busy; :func:`run_batched` runs each
 batch as one submission and keeps :func:`~traceview.store.executors.run_tasks`' promise per
 task: an attempt that raises is retried (alone), and a task that keeps failing comes back as

@@ -50,7 +50,7 @@ from traceview.store.placement import place, resolve_ranks
 from traceview.store.steps import StepsOfRows, step_of_events
 
 #: Imported on first use (~0.1-0.2 s with numpy): a run read from the cache reads Parquet
-#: through Polars and needs none of it (log 40 of docs/performance.md).
+#: through Polars and needs none of it (log 41 of docs/performance.md).
 pa = lazy_module("pyarrow")
 
 
@@ -334,7 +334,7 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     # Cache hits of files the cache remembers are answered here (no hashing): starting workers
     # to find them would cost more than reading. A file never seen is hashed and looked up by
     # the task that parses it when it is not in the cache: hashing thousands of new files here
-    # first kept the workers waiting (docs/performance.md, log 40).
+    # first kept the workers waiting (docs/performance.md, log 43).
     looked = {f: cached_result(str(f), cache, options, remembered[f]) for f in files
               if remembered[f] is not None} if cache else {}
     hits = {f: hit for f, (hit, _, _) in looked.items()}
@@ -418,7 +418,7 @@ def _lookup_and_ingest(path: str, cache_dir: str | None, options: dict[str, Any]
 
 #: Small files go to the workers in batches of up to this much estimated input (and
 #: ``batched.MOST_PER_BATCH`` files): a file of a few KB parses in ~40 ms, and a task of its
-#: own added a pool round trip to each (docs/performance.md, log 40).
+#: own added a pool round trip to each (docs/performance.md, log 43).
 BATCH_BYTES = IN_PROCESS_BYTES
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 #: Imported on first use (~0.1-0.2 s with numpy): a run read from the cache reads Parquet
-#: through Polars and needs none of it (log 40 of docs/performance.md).
+#: through Polars and needs none of it (log 41 of docs/performance.md).
 pa = lazy_module("pyarrow")
 pq = lazy_module("pyarrow.parquet")
 

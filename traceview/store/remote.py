@@ -39,7 +39,7 @@ from traceview.store.executors import ExecutorSpec, TaskFailure, open_executor, 
 from traceview.store.parts import Part, confined_name, part_of
 
 #: Imported on first use (~0.1-0.2 s with numpy): a run read from the cache reads Parquet
-#: through Polars and needs none of it (log 40 of docs/performance.md).
+#: through Polars and needs none of it (log 41 of docs/performance.md).
 pa = lazy_module("pyarrow")
 pafs = lazy_module("pyarrow.fs")
 pq = lazy_module("pyarrow.parquet")

@@ -26,7 +26,7 @@ import polars as pl
 from traceview._dependencies import lazy_module
 from traceview.schema import GPU_STREAM_KINDS, RUNTIME_KINDS, STEP_PATTERN
 
-#: Imported on first use (~0.1-0.2 s): most commands never need it (log 40 of docs/performance.md).
+#: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
 np = lazy_module("numpy")
 
 
@@ -63,7 +63,7 @@ class StepsOfRows:
     range asked for then works out the step of every row at once, by binary search in numpy
     over whole columns (~0.05 s for 1 M rows), and each range is a slice of that column: done
     batch by batch, the conversions and the Polars expression per batch cost more than the
-    searches themselves (0.09-0.2 CPU s of a 260 MB ingest; docs/performance.md, log 40).
+    searches themselves (0.09-0.2 CPU s of a 260 MB ingest; docs/performance.md, log 42).
     """
 
     def __init__(self, events: pl.DataFrame) -> None:
