@@ -332,6 +332,23 @@ def test_sigterm_stops_the_pool_workers_and_frees_the_callers_pipes(large_ranks,
                 pass
 
 
+@pytest.mark.parametrize("after_s", [0.05, 0.2, 0.5])
+def test_ctrl_c_while_the_program_starts_is_exit_130_without_a_traceback(tmp_path, after_s):
+    """SIGINT while the command's libraries are still being imported (before ``main``'s own
+    handler) was a KeyboardInterrupt traceback and death by the signal."""
+    import signal
+    import time
+
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "traceview", "summary", str(GLOO), "--no-cache"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=dict(os.environ))
+    time.sleep(after_s)
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=60)
+    assert driver.returncode in (0, 130), err  # 0: it had already answered
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
+
+
 # ------------------------------------------------------------------ remote inputs, no network
 def test_a_remote_store_that_never_answers_is_one_line_in_bounded_time(tmp_path):
     import socket

@@ -184,11 +184,15 @@ def console_main() -> int:
         named = _command_name(sys.argv[1:])
         if named in COMMANDS:
             module_of(named)
+    except KeyboardInterrupt:  # Ctrl-C while the command's libraries load: no traceback
+        return 130
     finally:
         gc.freeze()
         gc.enable()
     try:
         return main()
+    except KeyboardInterrupt:  # outside the command itself (its parser, its streams)
+        return 130
     finally:
         gc.collect()  # garbage is collected (and finalized) now, as at a normal exit
         gc.freeze()
