@@ -47,7 +47,7 @@ from traceview.store.executors import (
 )
 from traceview.store.ingested import FileResult, IngestResult
 from traceview.store.placement import place, resolve_ranks
-from traceview.store.steps import StepsOfRows, step_of_events
+from traceview.store.steps import StepsOfRows
 
 #: Imported on first use (~0.1-0.2 s with numpy): a run read from the cache reads Parquet
 #: through Polars and needs none of it (log 41 of docs/performance.md).
@@ -193,17 +193,18 @@ def _ingest_once(path: str, cache_dir: str | None, options: dict[str, Any],
         events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
     # the trace set assigns file_id always, and rank to a file of one rank (TraceSet.Part)
     assigned = store.ASSIGNED_COLUMNS if len(parsed.ranks) == 1 else ("file_id",)
+    steps = StepsOfRows(_step_keys(parsed.events))
     if isinstance(parsed.events, EventBatches):
-        store.write_event_batches(batches_with_steps(parsed.events), events_path,
+        store.write_event_batches(batches_with_steps(parsed.events, steps), events_path,
                                   leave_out={*parsed.events.null_columns, *assigned})
     else:
-        store.write_events(with_steps(parsed.events), events_path, omit_null_columns=True,
-                           leave_out=assigned)
+        store.write_events(with_steps(parsed.events, steps), events_path,
+                           omit_null_columns=True, leave_out=assigned)
     result = FileResult(
         path=path, format=parsed.format, size_bytes=file_path.stat().st_size, content_id=cid,
         events_path=str(events_path), ranks=[asdict(r) for r in parsed.ranks],
         input_events=parsed.input_events, stored_events=parsed.events.num_rows,
-        dropped=parsed.dropped, warnings=parsed.warnings,
+        dropped=parsed.dropped, warnings=[*parsed.warnings, *step_warnings(steps)],
     )
     now = store.known_content_id(file_path, base)  # a memo hit when the file is unchanged
     if now != cid:
@@ -215,24 +216,42 @@ def _ingest_once(path: str, cache_dir: str | None, options: dict[str, Any],
     return result, None
 
 
-def with_steps(table: pa.Table) -> pa.Table:
+def _step_keys(events: pa.Table | EventBatches) -> pl.DataFrame:
+    """The key columns steps are worked out from (the batches carry them for the whole file);
+    only these go through Polars, so no other column is copied."""
+    if isinstance(events, EventBatches):
+        return events.step_keys
+    return pl.from_arrow(events.select(["rank", "kind", "name", "ts_ns", "dur_ns",
+                                        "correlation"]))
+
+
+def step_warnings(steps: StepsOfRows) -> list[str]:
+    """What the step assignment has to say: markers whose number no int64 holds are no steps
+    (a wrapped or corrupt counter); their events are kept, outside every step."""
+    if not steps.oversized:
+        return []
+    return [f"{steps.oversized:,} ProfilerStep#N marker(s) number a step beyond 2^63-1; "
+            "passed over: their events have no step"]
+
+
+def with_steps(table: pa.Table, steps: StepsOfRows | None = None) -> pa.Table:
     """Fill the ``step`` column (source-agnostic, so every parser gets it the same way).
+    ``steps``: the table's :class:`~traceview.store.steps.StepsOfRows`, when known already.
 
-    Only the few key columns go through Polars; the step column is set into the Arrow table,
-    so no other column is copied.
+    The step column is set into the Arrow table, so no other column is copied.
     """
-    keys = pl.from_arrow(table.select(["rank", "kind", "name", "ts_ns", "dur_ns",
-                                       "correlation"]))
-    return _set_step(table, step_of_events(keys).cast(pl.Int32).to_arrow())
+    steps = steps if steps is not None else StepsOfRows(_step_keys(table))
+    return _set_step(table, steps.rows(0, table.num_rows).to_arrow())
 
 
-def batches_with_steps(batches: EventBatches) -> Iterator[pa.Table]:
+def batches_with_steps(batches: EventBatches, steps: StepsOfRows | None = None
+                       ) -> Iterator[pa.Table]:
     """The batches of a file with their ``step`` column filled. Steps need the whole file's
     key columns (which the batches carry); :class:`~traceview.store.steps.StepsOfRows` works out
     the steps of every row once, and each batch takes its slice (no copy)."""
-    steps = StepsOfRows(batches.step_keys).column().to_arrow()
+    column = (steps if steps is not None else StepsOfRows(batches.step_keys)).column().to_arrow()
     for (start, stop), table in zip(batches.ranges(), batches, strict=True):
-        yield _set_step(table, steps.slice(start, stop - start))
+        yield _set_step(table, column.slice(start, stop - start))
 
 
 def _set_step(table: pa.Table, step: pa.Array) -> pa.Table:
