@@ -61,9 +61,9 @@ def place(results: list[FileResult], rank_map: dict[str, int],
             parsed.setdefault((j, r), p)
 
         def identity_of(i: int, rank: int) -> RunIdentity:
-            path = results[i].events_path
+            path = results[i].events_path or f"memory:{i}"  # in memory: FileResult.events_data
             if path not in spans:
-                spans[path] = file_span(path)
+                spans[path] = file_span(results[i].events_data or results[i].events_path)
             return run_identity(results[i], parsed.get((i, rank)), spans[path])
         return identity_of
 

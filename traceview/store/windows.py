@@ -58,9 +58,9 @@ class FileSpan:
     pid: int | None = None
 
 
-def file_span(events_path: str | Path) -> FileSpan:
-    """First start, last end, first and last step of an events file, and its host events'
-    process (five columns read)."""
+def file_span(events_path: str | Path | bytes) -> FileSpan:
+    """First start, last end, first and last step of an events file (or its bytes), and its
+    host events' process (five columns read)."""
     host = pl.col("kind").cast(pl.String).is_in(HOST_KINDS)
     row = store.scan_events(events_path).select(
         pl.col("ts_ns").min().alias("start_ns"),
