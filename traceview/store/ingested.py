@@ -28,6 +28,11 @@ class FileResult:
     #: what writing the file said about the cache rather than the data (``IngestResult.notes``)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def events_source(self) -> str | bytes:
+        """The events file to read: its path, or its bytes when it is in memory."""
+        return self.events_path if self.events_data is None else self.events_data
+
 
 @dataclass
 class IngestResult:
