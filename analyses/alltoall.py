@@ -51,13 +51,13 @@ import polars as pl
 from traceview.naming import dtype_bytes
 
 CALL_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int32, "tid": pl.Int64, "ts_ns": pl.Int64, "step": pl.Int32,
+    "rank": pl.Int32, "tid": pl.Int64, "ts_ns": pl.Int64, "step": pl.Int64,
     "name": pl.String, "group": pl.String, "seq": pl.Int64, "pg_ranks": pl.List(pl.Int32),
     "send_splits": pl.List(pl.Int64), "recv_splits": pl.List(pl.Int64),
     "send_bytes": pl.Int64, "recv_bytes": pl.Int64, "source": pl.String,
 }
 MATRIX_SCHEMA: dict[str, pl.DataType] = {
-    "instance": pl.String, "group": pl.String, "step": pl.Int32, "src": pl.Int32,
+    "instance": pl.String, "group": pl.String, "step": pl.Int64, "src": pl.Int32,
     "dst": pl.Int32,
     "bytes": pl.Int64, "source": pl.String,
 }
@@ -67,15 +67,15 @@ RANK_SCHEMA: dict[str, pl.DataType] = {
     "recv_ratio": pl.Float64, "send_ratio": pl.Float64, "hot": pl.Boolean,
 }
 STEP_MATRIX_SCHEMA: dict[str, pl.DataType] = {
-    "step": pl.Int32, "src": pl.Int32, "dst": pl.Int32, "bytes": pl.Int64,
+    "step": pl.Int64, "src": pl.Int32, "dst": pl.Int32, "bytes": pl.Int64,
 }
 EXCHANGE_SCHEMA: dict[str, pl.DataType] = {
-    "instance": pl.String, "group": pl.String, "step": pl.Int32, "ranks": pl.Int32, "bytes": pl.Int64,
+    "instance": pl.String, "group": pl.String, "step": pl.Int64, "ranks": pl.Int32, "bytes": pl.Int64,
     "recv_imbalance": pl.Float64, "send_imbalance": pl.Float64, "max_recv_rank": pl.Int32,
     "max_send_rank": pl.Int32, "source": pl.String,
 }
 COST_SCHEMA: dict[str, pl.DataType] = {
-    "step": pl.Int32, "instance": pl.String, "next_instance": pl.String,
+    "step": pl.Int64, "instance": pl.String, "next_instance": pl.String,
     "hot_rank": pl.Int32, "recv_imbalance": pl.Float64, "hot_stretch_ns": pl.Int64,
     "lead_ns": pl.Int64, "ns_per_byte": pl.Float64, "balanced_ns": pl.Int64,
     "cost_ns": pl.Int64,
@@ -124,7 +124,7 @@ def alltoall_calls(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
                       & pl.col("dur_ns").is_not_null()
                       & (name.is_in(list(_DISPATCH)) | recorded)).select(
         pl.col("rank").cast(pl.Int32), tid=pl.col("tid").cast(pl.Int64).fill_null(0),
-        ts_ns="ts_ns", step=pl.col("step").cast(pl.Int32), name=name,
+        ts_ns="ts_ns", step=pl.col("step").cast(pl.Int64), name=name,
         group=pl.coalesce(pl.col("pg_name").cast(pl.String),
                           pl.col("pg_ranks").cast(pl.String)),
         seq=pl.col("seq").cast(pl.Int64),

@@ -55,7 +55,7 @@ def step_breakdown(
     steps = steps.join(spans, on=["rank", "step"], how="left").with_columns(
         note=pl.lit(None, pl.String))
     parts.append(steps)
-    trace = trace.with_columns(step=pl.lit(None, pl.Int32), step_time_ns=pl.lit(None, pl.Int64))
+    trace = trace.with_columns(step=pl.lit(None, pl.Int64), step_time_ns=pl.lit(None, pl.Int64))
     no_steps = trace.join(steps.select("rank", "device").unique(), on=["rank", "device"],
                           how="anti").select("rank", "device")
     trace = trace.join(no_steps.with_columns(note=pl.lit(NOTE_NO_STEPS)), on=["rank", "device"],

@@ -439,7 +439,7 @@ def with_steps(p: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     out.
     Without steps: ``step`` is null (the whole window is one stretch)."""
     if steps.height == 0:
-        return p.with_columns(step=pl.lit(None, pl.Int32))
+        return p.with_columns(step=pl.lit(None, pl.Int64))
     median = pl.col("step_start_ns").median().round(0).cast(pl.Int64)
     w = (steps.group_by("step").agg(window_start_ns=median, _end=pl.col("step_end_ns").median()
                                      .round(0).cast(pl.Int64)).sort("step")
@@ -452,4 +452,4 @@ def with_steps(p: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
          .with_columns(window_start_ns=pl.when(pl.int_range(pl.len()) == 0)
                        .then(pl.lit(-_FAR_NS)).otherwise(pl.col("window_start_ns"))))
     return clip(p, w.drop("_end"), start="start_ns", end="end_ns", window_keys=["step"]).with_columns(
-        pl.col("step").cast(pl.Int32)).sort("start_ns", "rank")
+        pl.col("step").cast(pl.Int64)).sort("start_ns", "rank")

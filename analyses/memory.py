@@ -202,7 +202,7 @@ def step_start_levels(levels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame
     from, its ``allocated_bytes − mem_bytes``). Columns ``rank, device, step,
     step_start_ns, allocated_bytes``."""
     if levels.height == 0 or steps.height == 0:
-        return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.String, "step": pl.Int32,
+        return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.String, "step": pl.Int64,
                                     "step_start_ns": pl.Int64, "allocated_bytes": pl.Int64})
     first = levels.group_by(LEVEL_KEY).agg(
         before=(pl.col("allocated_bytes") - pl.col("mem_bytes")).first())

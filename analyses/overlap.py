@@ -263,7 +263,7 @@ def overlap(
     if per_step:
         window_sets.append((step_windows_for(gpu, steps, step_windows), ["step"]))
     trace, *per = accountings(gpu, window_sets)  # one sweep for the trace and its steps
-    trace = trace.with_columns(step=pl.lit(None, pl.Int32), note=pl.lit(None, pl.String))
+    trace = trace.with_columns(step=pl.lit(None, pl.Int64), note=pl.lit(None, pl.String))
     if per_step:
         steps = per[0].with_columns(note=pl.lit(None, pl.String))
         have = steps.select("rank", "device").unique()

@@ -58,10 +58,9 @@ def ranks_present(events: Frame) -> pl.DataFrame:
 
 
 def parse_step_name(names: pl.Series | pl.Expr, pattern: str = STEP_PATTERN):
-    """Step number from a marker name, null when it does not match."""
-    if isinstance(names, pl.Series):
-        return names.cast(pl.String).str.extract(pattern, 1).cast(pl.Int32)
-    return names.cast(pl.String).str.extract(pattern, 1).cast(pl.Int32)
+    """Step number from a marker name (Int64), null when it does not match or its number is
+    beyond int64 (ingest warned of those: they are no steps)."""
+    return names.cast(pl.String).str.extract(pattern, 1).cast(pl.Int64, strict=False)
 
 
 def step_spans(events: Frame, *, pattern: str = STEP_PATTERN) -> pl.DataFrame:

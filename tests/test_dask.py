@@ -127,21 +127,51 @@ def test_dask_retries(dask_ex, tmp_path) -> None:
     assert out[1].error == "RuntimeError: worker lost b"
 
 
-def test_dask_failing_file_reported_by_file(dask_ex, tmp_path) -> None:
-    from traceview.store import parquet as store
-    from traceview.store.ingest import parser_version
-    from traceview.parsers import detect_format
+def test_dask_failing_file_reported_by_file(dask_ex, tmp_path, monkeypatch) -> None:
+    import errno
+
+    from traceview.store import ingest as ingest_module
 
     files = sorted(GLOO.glob("*.json.gz"))
-    # A plain file where rank 0's cache folder goes: writing its Parquet raises OSError on
-    # every attempt.
-    key = store.cache_key(store.content_id(files[0]), parser_version(detect_format(files[0])),
-                          {})
-    (tmp_path / key).write_text("not a folder")
+    real = ingest_module.parse_batched
+
+    def parse(path, **options):  # rank 0's file: an I/O error on every read (a bad disk)
+        if Path(path) == files[0]:
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return real(path, **options)
+
+    # the workers are threads of this process (processes=False): they see the patch
+    monkeypatch.setattr(ingest_module, "parse_batched", parse)
     res = ingest(files, cache_dir=tmp_path, skip_bad=True, executor=dask_ex)
     assert [Path(f.path).name for f in res.files] == [files[1].name]
     assert res.skipped[0][0] == str(files[0])
     assert "failed 3 attempts" in res.skipped[0][1]
+    with pytest.raises(traceview.TraceviewError, match="failed 3 attempts"):
+        ingest(files, cache_dir=tmp_path, executor=dask_ex)  # without --skip-bad: an error
+
+
+def test_dask_cache_entry_that_cannot_be_written_is_answered_from_memory(dask_ex,
+                                                                         tmp_path) -> None:
+    """A plain file where rank 0's cache entry goes: its Parquet cannot be written there, which
+    is the cache's fault, not the trace's: the worker sends the events back in memory, and
+    the run says once that the cache was not written."""
+    from traceview.parsers import detect_format
+    from traceview.store import parquet as store
+    from traceview.store.ingest import parser_version
+    from traceview.store.parts import Part
+
+    files = sorted(GLOO.glob("*.json.gz"))
+    key = store.cache_key(store.content_id(files[0]), parser_version(detect_format(files[0])),
+                          {})
+    (tmp_path / key).write_text("not a folder")
+    res = ingest(files, cache_dir=tmp_path, skip_bad=True, executor=dask_ex)
+    assert [Path(f.path).name for f in res.files] == [f.name for f in files] and not res.skipped
+    assert res.files[0].events_data is not None and res.files[1].events_data is None
+    assert [n for n in res.notes if "cache not written" in n] == [
+        f"cache not written: {tmp_path}: File exists; answered from the parse in memory (free "
+        "space there, or set --cache-dir / TRACEVIEW_CACHE_DIR elsewhere)"]
+    rows = Part("", 0, 0, data=res.files[0].events_data).scan().collect()
+    assert rows.height == res.files[0].stored_events
 
 
 def test_spec_starts_and_closes_local_cluster(tmp_path) -> None:

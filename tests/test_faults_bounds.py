@@ -331,6 +331,60 @@ def test_a_store_written_by_workers_records_its_files(capsys, tmp_path):
     _one_line(err, "integrity record")
 
 
+def test_a_store_of_another_schema_version_is_refused(capsys, store_folder):
+    """A store written when ``step`` was int32 (schema 2) is not read as if it were int64."""
+    _edit_manifest(store_folder, lambda doc: doc.update(schema_version=2))
+    code, _, err = _run(capsys, "info", str(store_folder))
+    assert code == 2
+    _one_line(err, str(store_folder), "ingest the traces again")
+
+
+# ------------------------------------------------------------------------- step numbers
+def _stepped_trace(path: Path, first: str) -> Path:
+    """Two steps, ``ProfilerStep#<first>`` then ``ProfilerStep#7``, each with one op."""
+    import json
+    events = []
+    for i, number in enumerate([first, "7"]):
+        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}",
+                    "pid": 1, "tid": 1, "ts": 1000 * i, "dur": 900},
+                   {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                    "ts": 1000 * i + 10, "dur": 100}]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize("number", [str(2**32), str(2**63 - 1)])
+def test_a_step_number_past_int32_is_a_step(capsys, tmp_path, number):
+    import json
+    trace = _stepped_trace(tmp_path / "trace.json", number)
+    code, out, err = _run(capsys, "sql", str(trace), "select step from events where name = "
+                          "'aten::mm' order by ts_ns", "--json", "--cache-dir",
+                          str(tmp_path / "cache"))
+    assert code == 0, err
+    assert json.loads(out) == [{"step": int(number)}, {"step": 7}]
+    # that step alone (2^63-1 too: its exclusive end, 2^63, is past every step)
+    code, out, err = _run(capsys, "summary", str(trace), "--steps", number, "--json",
+                          "--no-cache")
+    assert code == 0, err
+    said = json.loads(out)["ranks"][0]
+    assert (said["steps"], said["step_time_ns_p50"]) == (1, 900_000)
+
+
+@pytest.mark.parametrize("number", ["9" * 30, str(2**63)])
+def test_a_step_number_beyond_int64_is_no_step_with_a_warning(capsys, tmp_path, number):
+    import json
+    trace = _stepped_trace(tmp_path / "trace.json", number)
+    code, out, err = _run(capsys, "summary", str(trace), "--json", "--no-cache")
+    assert code == 0, err
+    said = json.loads(out)
+    assert said["ranks"][0]["steps"] == 1  # step 7; the other marker is no step
+    assert any("beyond 2^63-1" in w and str(trace) in w for w in said["warnings"])
+    assert "beyond 2^63-1" in err and "Traceback" not in err
+    code, out, _ = _run(capsys, "sql", str(trace), "select step from events where name = "
+                        "'aten::mm' order by ts_ns", "--json", "--no-cache")
+    assert code == 0 and json.loads(out) == [{"step": None}, {"step": 7}]
+
+
 # ------------------------------------------------------------------------ kineto input
 def _gzip_bomb(path: Path, inflated: int) -> None:
     """A gzip trace that opens an events array and then inflates to ``inflated`` bytes of

@@ -189,6 +189,61 @@ def test_a_flipped_byte_in_a_cached_events_file_is_healed_for_sql(capsys, tmp_pa
     assert len([line for line in err.splitlines() if "cache entry" in line]) == 2
 
 
+@pytest.mark.parametrize("command", ["summary", "sql"])
+def test_every_cached_parquet_file_flipped_in_the_middle_is_healed(capsys, tmp_path, command):
+    """Issue 19's case: a byte flipped at half the length of every Parquet file in the cache
+    (events entries and derived GPU rows; the byte lands in page data, not the footer), then a
+    command: the same answer, with the warning that the cache was damaged and rebuilt."""
+    trace = FIXTURES / "data" / "gpu_real"  # GPU rows: summary keeps derived rows too
+    cache = str(tmp_path / "cache")
+    argv = {"summary": ["summary", str(trace), "--json"],
+            "sql": ["sql", str(trace), "select count(*) as n, sum(ts_ns) as t, sum(step) as s "
+                    "from events", "--json"]}[command]
+    assert _run(capsys, "summary", str(trace), "--cache-dir", cache)[0] == 0
+    code, truth, _ = _run(capsys, *argv, "--cache-dir", cache)
+    flipped = sorted(Path(cache).rglob("*.parquet"))
+    assert code == 0 and {p.parent.name == "derived" for p in flipped} == {True, False}
+    for path in flipped:
+        _flip(path, path.stat().st_size // 2)
+    code, out, err = _run(capsys, *argv, "--cache-dir", cache)
+    assert code == 0 and "internal error" not in err, err
+    assert "cache entry" in err and "could not be used" in err
+    if command == "sql":
+        assert out == truth
+    else:
+        said, first = json.loads(out), json.loads(truth)
+        assert any("cache entry" in w for w in said.pop("warnings"))
+        said.pop("warnings_plain"), first.pop("warnings"), first.pop("warnings_plain")
+        assert said == first
+
+
+@pytest.mark.parametrize("at", ["middle", "first", "last"])
+def test_a_damaged_content_id_memo_is_hashed_again(capsys, tmp_path, at):
+    """The cache remembers each file's content id by its identity on disk (ids/*.txt). A memo
+    with a byte flipped (invalid UTF-8 in the middle, or another hex digit) is not used: the
+    file is hashed again, so the cache key and the files' content_id stay right."""
+    cache = tmp_path / "cache"
+    query = ["sql", str(GLOO), "select path, content_id, stored_events from files order by path",
+             "--json", "--cache-dir", str(cache)]
+    assert _run(capsys, *query)[0] == 0
+    memos = sorted((cache / "ids").glob("*.txt"))
+    assert len(memos) == 2  # the inputs are old: their ids are remembered
+    code, truth, _ = _run(capsys, *query)
+    for memo in memos:
+        size = memo.stat().st_size
+        where = {"middle": size // 2, "first": 0, "last": size - 1}[at]
+        with open(memo, "r+b") as fh:
+            fh.seek(where)
+            byte = fh.read(1)[0]
+            fh.seek(where)
+            # in the middle: not UTF-8; elsewhere another hex digit ('0' <-> '1', 'a' <-> 'b')
+            fh.write(bytes([byte ^ (0xFF if at == "middle" else 0x01)]))
+    code, out, err = _run(capsys, *query)
+    assert code == 0 and "internal error" not in err, err
+    assert json.loads(out) == json.loads(truth)
+    assert "cache entry" not in err  # the entries themselves were found, whole
+
+
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "emptied", "record garbage"])
 def test_damaged_derived_gpu_rows_are_computed_again_with_one_warning(capsys, tmp_path,
                                                                       damage):

@@ -512,3 +512,71 @@ def test_the_corpus_mtia_trace_has_the_streams_it_names(corpus):
     if not trace.is_file():
         pytest.skip(f"{trace} not in the corpus")
     assert _device_streams(trace) == [1, 102, 801]  # 801: a thread's events with no stream
+
+
+# ------------------------------------------------------- 7. a cache that will not take writes
+def _without_warnings(text: str) -> dict:
+    return {k: v for k, v in json.loads(text).items() if k not in ("warnings", "warnings_plain")}
+
+
+CACHE_COMMANDS = {
+    "summary": ["summary", str(GLOO), "--json"],
+    "sql": ["sql", str(GLOO), "select count(*) as n, sum(step) as s, sum(ts_ns) as t "
+            "from events", "--json"],
+    "info": ["info", str(GLOO), "--json"],
+}
+
+
+@pytest.mark.parametrize("command", list(CACHE_COMMANDS))
+def test_a_cache_past_a_file_size_limit_is_not_blamed_on_the_trace(capsys, tmp_path, command):
+    """The cache's events files cannot be written (EFBIG): the trace was read, so the answer
+    comes from the parse in memory, with one warning naming the cache folder and the reason."""
+    argv = CACHE_COMMANDS[command]
+    code, truth, _ = _run(capsys, *argv, "--no-cache")
+    assert code == 0
+    cache = tmp_path / "cache"
+    done = _traceview(*argv, "--cache-dir", str(cache), file_bytes=20_000)
+    assert done.returncode == 0, done.stderr
+    assert "cannot parse" not in done.stderr and "Traceback" not in done.stderr
+    warned = [line for line in done.stderr.splitlines() if "cache not written" in line]
+    assert len(warned) == 1 and f"{cache}: File too large" in warned[0], done.stderr
+    if command == "sql":  # --json is the query's rows alone; the warning is on stderr
+        assert json.loads(done.stdout) == json.loads(truth)
+        return
+    said = json.loads(done.stdout)
+    assert [w for w in said["warnings"] if "cache not written" in w] == [
+        warned[0].removeprefix("traceview: warning: ")]
+    if command == "summary":
+        assert _without_warnings(done.stdout) == _without_warnings(truth)
+    else:  # info lists the files it read, from the cache or not
+        assert [r["stored_events"] for r in said["ranks"]] == \
+            [r["stored_events"] for r in json.loads(truth)["ranks"]]
+
+
+def test_temporary_files_past_a_file_size_limit_are_not_blamed_on_the_trace(capsys):
+    argv = CACHE_COMMANDS["sql"]
+    code, truth, _ = _run(capsys, *argv, "--no-cache")
+    done = _traceview(*argv, "--no-cache", file_bytes=20_000)
+    assert done.returncode == 0 and json.loads(done.stdout) == json.loads(truth), done.stderr
+    assert done.stderr.count("temporary files not written") == 1, done.stderr
+    assert "File too large" in done.stderr
+
+
+def test_a_full_cache_disk_is_not_blamed_on_the_trace_and_a_store_is_still_written(
+        capsys, tmp_path, small_disk):
+    code, truth, _ = _run(capsys, "summary", str(GLOO), "--json", "--no-cache")
+    cache = small_disk / "cache"
+    cache.mkdir()
+    _fill(small_disk)
+    code, out, err = _run(capsys, "summary", str(GLOO), "--json", "--cache-dir", str(cache))
+    assert code == 0, err
+    assert err.count(f"cache not written: {cache}: No space left on device") == 1, err
+    assert _without_warnings(out) == _without_warnings(truth)
+    # -o on another disk: the store gets the events from memory, whole, and reads back
+    store = tmp_path / "store"
+    code, out, _ = _run(capsys, "ingest", str(GLOO), "-o", str(store), "--cache-dir", str(cache))
+    assert code == 0 and out.count("warning: cache not written") == 1, out
+    query = "select rank, count(*) as n, sum(ts_ns) as t from events group by rank order by rank"
+    code, from_store, _ = _run(capsys, "sql", str(store), query, "--json")
+    assert code == 0
+    assert from_store == _run(capsys, "sql", str(GLOO), query, "--json", "--no-cache")[1]

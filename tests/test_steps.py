@@ -62,10 +62,28 @@ def test_any_range_of_rows_gets_the_steps_of_the_whole(size: int) -> None:
     parts = [steps.rows(start, min(start + size, events.height))
              for start in range(0, events.height, size)]
     assert pl.concat(parts).to_list() == [step for _, step in CASES]
-    assert all(part.dtype == pl.Int32 and part.name == "step" for part in parts)
+    assert all(part.dtype == pl.Int64 and part.name == "step" for part in parts)
 
 
 def test_without_steps_every_row_is_null() -> None:
     events = _events().filter(pl.col("kind") != "user_annotation")
     assert StepsOfRows(events).rows(2, 7).to_list() == [None] * 5
     assert step_of_events(events).null_count() == events.height
+
+
+def test_step_numbers_past_int32_are_kept_and_past_int64_are_no_steps():
+    """The profiler's step counter is unbounded: 2^32 and 2^63-1 are steps like any other; a
+    number no int64 holds is no step (its marker passed over and counted), never a failure."""
+    events = events_frame([
+        _event("user_annotation", "ProfilerStep#4294967296", 0, 100),
+        _event("cpu_op", "aten::mm", 10, 5),
+        _event("user_annotation", "ProfilerStep#9223372036854775807", 100, 100),
+        _event("cpu_op", "aten::mm", 110, 5),
+        _event("user_annotation", "ProfilerStep#" + "9" * 30, 200, 100),
+        _event("cpu_op", "aten::mm", 210, 5),
+        _event("user_annotation", "ProfilerStep#9223372036854775808", 300, 100),
+        _event("cpu_op", "aten::mm", 310, 5)])
+    steps = StepsOfRows(events)
+    assert steps.oversized == 2
+    assert steps.rows(0, events.height).to_list() == [2**32, 2**32, 2**63 - 1, 2**63 - 1,
+                                                      None, None, None, None]

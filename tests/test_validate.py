@@ -261,3 +261,14 @@ def test_many_missing_ranks_are_one_problem(tmp_path, capsys):
     assert text.count("[missing_rank]") == 1
     assert "ranks 2–127 of world size 128 (from run.json) have no trace (126 ranks)" in text
     assert len(text.splitlines()) < 20
+
+
+def test_a_step_marker_past_int64_is_no_step_by_hand():
+    """``ProfilerStep#<30 digits>`` names no step (ingest warns of it): a rank with only such
+    markers has no steps to use."""
+    events = events_frame([
+        dict(rank=0, file_id=0, source="kineto", kind="user_annotation",
+             name="ProfilerStep#" + "9" * 30, ts_ns=0, dur_ns=100),
+        dict(rank=0, file_id=0, source="kineto", kind="cpu_op", name="aten::mm", ts_ns=10,
+             dur_ns=5)])
+    assert [(p.code, p.rank) for p in check_events(events)] == [("no_steps", 0)]

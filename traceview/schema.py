@@ -34,8 +34,9 @@ from traceview._dependencies import lazy_module
 pa = lazy_module("pyarrow")
 
 #: Bump when a column is added, removed or changes meaning. Stored in Parquet metadata; a cache
-#: written under another version is never served.
-SCHEMA_VERSION = 2
+#: written under another version is never served. 3: ``step`` is int64 (was int32: the
+#: profiler's step counter is not bounded, and ``ProfilerStep#4294967296`` failed the ingest).
+SCHEMA_VERSION = 3
 
 #: The kinds of event. Every stored event has exactly one.
 KINDS: tuple[str, ...] = (
@@ -90,7 +91,8 @@ ACCELERATOR_RUNTIME_CATEGORIES: tuple[str, ...] = (
 # The step.
 
 #: A step marker's name: Kineto's ``ProfilerStep#N`` record_function ranges (and NVTX ranges of
-#: that name in nsys); group 1 is the step number.
+#: that name in nsys); group 1 is the step number. A number beyond int64 (the column's type) is no
+#: step: its marker is passed over with a warning (``traceview.store.steps``).
 STEP_PATTERN = r"^ProfilerStep#(\d+)$"
 #: Host-side kinds whose ranges can be step markers.
 STEP_MARKER_KINDS: tuple[str, ...] = ("user_annotation", "cpu_op", "nvtx", "python_function")
@@ -160,7 +162,7 @@ EVENT_COLUMNS: tuple[Column, ...] = (
            "args['External id']"),
     Column("flow_id", "int64", "", "flow arrow id (ph s/t/f)", "id"),
     Column("flow_phase", _dict_str, "", "s (start), t (step) or f (finish)", "ph"),
-    Column("step", "int32", "", "profiler step the event belongs to (GPU events through "
+    Column("step", "int64", "", "profiler step the event belongs to (GPU events through "
            "their launching runtime call)", "ProfilerStep#N containment", "NVTX step ranges"),
     Column("collective", _dict_str, "", "normalised collective name (all_reduce, all_gather, "
            "reduce_scatter, all_to_all, broadcast, reduce, send, recv, barrier, ...)",

@@ -142,9 +142,11 @@ def parse_steps(spec: str | Steps | range | None) -> Steps | None:
         stop = int(hi) if hi.strip() else (None if sep else start + 1 if start is not None else None)
     except ValueError:
         raise UsageError(f"--steps wants A:B, got {spec!r}") from None
-    if any(s is not None and not 0 <= s <= MAX_STEP for s in (start, stop)):
+    # stop is exclusive: the last step, MAX_STEP, is selected by a stop one past it
+    if (start is not None and not 0 <= start <= MAX_STEP) or \
+            (stop is not None and not 0 <= stop <= MAX_STEP + 1):
         raise UsageError(f"--steps wants steps from 0 to {MAX_STEP}, got {spec!r}")
-    return start, stop
+    return start, None if stop == MAX_STEP + 1 else stop  # past every step: no end
 
 
 #: The highest step number (step numbers are int64).

@@ -230,7 +230,7 @@ def check_events(events: pl.LazyFrame | pl.DataFrame,
     if not ranks:
         return []
     out: list[Problem] = []
-    steps = step_ranges(ev).collect()
+    steps = step_ranges(ev).drop_nulls("step").collect()  # a number past int64: no step
     step_sets = {int(r): set(g.get_column("step").to_list())
                  for (r,), g in steps.group_by("rank")}
     for rank in ranks:

@@ -66,7 +66,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                                step_time_ns="step_time_ns")
     else:
         notes["steps"] = ["no ProfilerStep ranges: no step timeline (whole trace is one window)"]
-        spans = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "start_ms": pl.Float64,
+        spans = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "start_ms": pl.Float64,
                                      "dur_ms": pl.Float64, "step_time_ns": pl.Int64})
 
     breakdown = run.breakdown(top=top)

@@ -176,7 +176,7 @@ def _conform(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _empty_steps() -> pl.DataFrame:
-    return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.String, "step": pl.Int32,
+    return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.String, "step": pl.Int64,
                                 "step_start_ns": pl.Int64, "allocated_bytes": pl.Int64})
 
 

@@ -58,7 +58,7 @@ from traceview.store.remote import _RemotePart
 from traceview.store.traceset import Part
 
 STEPS_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int32, "step": pl.Int32, "step_start_ns": pl.Int64, "step_end_ns": pl.Int64,
+    "rank": pl.Int32, "step": pl.Int64, "step_start_ns": pl.Int64, "step_end_ns": pl.Int64,
     "step_time_ns": pl.Int64,
 }
 

@@ -103,8 +103,10 @@ def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None,
     folder = Path(cache_dir).resolve()
     files = []
     for part in getattr(ts, "_parts", None) or [None]:
+        if part is None or getattr(part, "data", None) is not None:  # None, or in memory
+            return None
         path = Path(getattr(part, "path", "") or "").resolve()
-        if part is None or not path.is_relative_to(folder) or not path.is_file():
+        if not path.is_relative_to(folder) or not path.is_file():
             return None
         st = path.stat()
         files.append([str(path), st.st_size, st.st_mtime_ns, part.file_id, part.rank,

@@ -47,7 +47,8 @@ from traceview.store.executors import (
 )
 from traceview.store.ingested import FileResult, IngestResult
 from traceview.store.placement import place, resolve_ranks
-from traceview.store.steps import StepsOfRows, step_of_events
+from traceview.store.safe_write import is_ours
+from traceview.store.steps import StepsOfRows
 
 #: Imported on first use (~0.1-0.2 s with numpy): a run read from the cache reads Parquet
 #: through Polars and needs none of it (log 41 of docs/performance.md).
@@ -189,50 +190,114 @@ def _ingest_once(path: str, cache_dir: str | None, options: dict[str, Any],
     if cached is not None:
         return cached, None
     parsed = parse_batched(file_path, **options)
-    if base is None:
-        events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
-    # the trace set assigns file_id always, and rank to a file of one rank (TraceSet.Part)
-    assigned = store.ASSIGNED_COLUMNS if len(parsed.ranks) == 1 else ("file_id",)
-    if isinstance(parsed.events, EventBatches):
-        store.write_event_batches(batches_with_steps(parsed.events), events_path,
-                                  leave_out={*parsed.events.null_columns, *assigned})
-    else:
-        store.write_events(with_steps(parsed.events), events_path, omit_null_columns=True,
-                           leave_out=assigned)
+    steps = StepsOfRows(_step_keys(parsed.events))
+    written, data, note = _write_parsed(parsed, steps, base, events_path)
     result = FileResult(
         path=path, format=parsed.format, size_bytes=file_path.stat().st_size, content_id=cid,
-        events_path=str(events_path), ranks=[asdict(r) for r in parsed.ranks],
+        events_path=written, ranks=[asdict(r) for r in parsed.ranks],
         input_events=parsed.input_events, stored_events=parsed.events.num_rows,
-        dropped=parsed.dropped, warnings=parsed.warnings,
+        dropped=parsed.dropped, warnings=[*parsed.warnings, *step_warnings(steps)],
+        events_data=data, notes=[note] if note else [],
     )
     now = store.known_content_id(file_path, base)  # a memo hit when the file is unchanged
     if now != cid:
         return result, now
-    if base is not None:  # written last: an entry with its meta.json is complete
-        store.write_json({**{k: v for k, v in asdict(result).items()
-                             if k not in ("path", "from_cache", "events_path")},
-                          "events_file": store.events_record(events_path)}, meta_path)
+    if base is not None and data is None:  # written last: an entry with meta.json is complete
+        try:
+            store.write_json({**{k: v for k, v in asdict(result).items()
+                                 if k not in _NOT_IN_META},
+                              "events_file": store.events_record(events_path)}, meta_path)
+        except OSError as exc:  # the events file is whole: the answer reads it; no entry
+            result.notes = [cache_not_written(base, exc)]
     return result, None
 
 
-def with_steps(table: pa.Table) -> pa.Table:
+#: FileResult fields a cache entry's meta.json leaves out: where this run found the file, and
+#: what only this run's writing had to say
+_NOT_IN_META = ("path", "from_cache", "events_path", "events_data", "notes")
+
+
+def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_path: Path
+                  ) -> tuple[str, bytes | None, str | None]:
+    """Write the parse's events into the cache entry at ``events_path`` (or a private
+    temporary folder when there is no cache): (the file's path, None, None). When the folder
+    will not take them (a full disk, a file size limit, a read-only or vanished folder):
+    ("", the Parquet file's bytes in memory, a note naming the folder and the reason). The
+    trace was read: its answer does not depend on the cache's disk."""
+    # the trace set assigns file_id always, and rank to a file of one rank (TraceSet.Part)
+    assigned = store.ASSIGNED_COLUMNS if len(parsed.ranks) == 1 else ("file_id",)
+    batched = isinstance(parsed.events, EventBatches)
+    leave_out = {*parsed.events.null_columns, *assigned} if batched else assigned
+    folder = base
+    try:
+        if base is None:
+            folder = Path(tempfile.gettempdir())
+            events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
+        if batched:
+            store.write_event_batches(batches_with_steps(parsed.events, steps), events_path,
+                                      leave_out=leave_out)
+        else:
+            store.write_events(with_steps(parsed.events, steps), events_path,
+                               omit_null_columns=True, leave_out=leave_out)
+        return str(events_path), None, None
+    except OSError as exc:
+        note = cache_not_written(folder, exc)
+    if batched:  # batches are built again from the parse (nothing is read twice)
+        data = store.event_batches_bytes(batches_with_steps(parsed.events, steps),
+                                         leave_out=leave_out)
+    else:
+        data = store.events_bytes(with_steps(parsed.events, steps), omit_null_columns=True,
+                                  leave_out=leave_out)
+    return "", data, note
+
+
+def cache_not_written(folder: Path | None, exc: OSError) -> str:
+    """The note when a cache folder will not take a write: the folder and the OS's reason
+    (one text per folder and reason, so that many files make one warning)."""
+    reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or type(exc).__name__)
+    if folder is not None and is_ours(folder):  # --no-cache: this process's private folder
+        return (f"temporary files not written: {folder.parent}: {reason}; answered from the "
+                "parse in memory")
+    return (f"cache not written: {folder}: {reason}; answered from the parse in memory (free "
+            "space there, or set --cache-dir / TRACEVIEW_CACHE_DIR elsewhere)")
+
+
+def _step_keys(events: pa.Table | EventBatches) -> pl.DataFrame:
+    """The key columns steps are worked out from (the batches carry them for the whole file);
+    only these go through Polars, so no other column is copied."""
+    if isinstance(events, EventBatches):
+        return events.step_keys
+    return pl.from_arrow(events.select(["rank", "kind", "name", "ts_ns", "dur_ns",
+                                        "correlation"]))
+
+
+def step_warnings(steps: StepsOfRows) -> list[str]:
+    """What the step assignment has to say: markers whose number no int64 holds are no steps
+    (a wrapped or corrupt counter); their events are kept, outside every step."""
+    if not steps.oversized:
+        return []
+    return [f"{steps.oversized:,} ProfilerStep#N marker(s) number a step beyond 2^63-1; "
+            "passed over: their events have no step"]
+
+
+def with_steps(table: pa.Table, steps: StepsOfRows | None = None) -> pa.Table:
     """Fill the ``step`` column (source-agnostic, so every parser gets it the same way).
+    ``steps``: the table's :class:`~traceview.store.steps.StepsOfRows`, when known already.
 
-    Only the few key columns go through Polars; the step column is set into the Arrow table,
-    so no other column is copied.
+    The step column is set into the Arrow table, so no other column is copied.
     """
-    keys = pl.from_arrow(table.select(["rank", "kind", "name", "ts_ns", "dur_ns",
-                                       "correlation"]))
-    return _set_step(table, step_of_events(keys).cast(pl.Int32).to_arrow())
+    steps = steps if steps is not None else StepsOfRows(_step_keys(table))
+    return _set_step(table, steps.rows(0, table.num_rows).to_arrow())
 
 
-def batches_with_steps(batches: EventBatches) -> Iterator[pa.Table]:
+def batches_with_steps(batches: EventBatches, steps: StepsOfRows | None = None
+                       ) -> Iterator[pa.Table]:
     """The batches of a file with their ``step`` column filled. Steps need the whole file's
     key columns (which the batches carry); :class:`~traceview.store.steps.StepsOfRows` works out
     the steps of every row once, and each batch takes its slice (no copy)."""
-    steps = StepsOfRows(batches.step_keys).column().to_arrow()
+    column = (steps if steps is not None else StepsOfRows(batches.step_keys)).column().to_arrow()
     for (start, stop), table in zip(batches.ranges(), batches, strict=True):
-        yield _set_step(table, steps.slice(start, stop - start))
+        yield _set_step(table, column.slice(start, stop - start))
 
 
 def _set_step(table: pa.Table, step: pa.Array) -> pa.Table:
@@ -367,8 +432,11 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
                                run_of=run_of, left_out=left_out)
     skipped += left_out
     skipped += [(str(p), f"{p}: passed over, not a trace (no traceEvents)") for p in ignored]
+    # a cache folder that will not take writes is said once, not once per file
+    written = list(dict.fromkeys(note for r in results for note in r.notes))
     return IngestResult(files=results, rank_of=rank_of, skipped=skipped, window_of=window_of,
-                        notes=[f"{f}: {healed[f]}" for f in files if f in healed])
+                        notes=[*(f"{f}: {healed[f]}" for f in files if f in healed),
+                               *written])
 
 
 #: Kineto input (uncompressed, estimated) from which a parse on the pure-Python path is worth a

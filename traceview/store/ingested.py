@@ -22,6 +22,16 @@ class FileResult:
     dropped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     from_cache: bool = False
+    #: the events file's bytes when no folder would take them (``events_path`` is then ""):
+    #: the cache's disk full, a file size limit; read from memory (``Part.data``)
+    events_data: bytes | None = None
+    #: what writing the file said about the cache rather than the data (``IngestResult.notes``)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def events_source(self) -> str | bytes:
+        """The events file to read: its path, or its bytes when it is in memory."""
+        return self.events_path if self.events_data is None else self.events_data
 
 
 @dataclass

@@ -136,8 +136,13 @@ def read_cache_meta(entry: Path, cache_dir: Path) -> dict[str, Any] | None:
 
 def discard_cache_entry(entry: Path) -> None:
     """Mark a damaged entry incomplete (its ``meta.json`` removed); parsing the file again
-    writes it anew. The folder stays: a concurrent run may be writing into it right now."""
-    (entry / "meta.json").unlink(missing_ok=True)
+    writes it anew. The folder stays: a concurrent run may be writing into it right now. An
+    entry that cannot be changed (another user's, in a shared cache) stays as it is: it fails
+    its check again next time, and the parse's answer comes from memory meanwhile."""
+    try:
+        (entry / "meta.json").unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 #: A file modified this recently is hashed every time: within one timestamp tick it could change
@@ -162,7 +167,7 @@ def known_content_id(path: Path, cache_dir: Path | None) -> str:
     found = content_id(path)
     if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:
         try:
-            atomic_write(memo, lambda tmp: tmp.write_text(found))
+            atomic_write(memo, lambda tmp: tmp.write_text(_memo_text(found)))
         except OSError:
             pass  # a read-only cache folder: hash next time
     return found
@@ -174,12 +179,21 @@ def remembered_content_id(path: Path, cache_dir: Path) -> str | None:
     return _remembered(_content_id_memo(path, cache_dir, path.stat()))
 
 
+def _memo_text(content: str) -> str:
+    """A remembered content id, followed by its own xxh3-64: a memo damaged on disk (a flipped
+    byte) is then never taken for another file's identity (its cache key, its content_id)."""
+    return content + xxhash.xxh3_64_hexdigest(content.encode())
+
+
 def _remembered(memo: Path) -> str | None:
+    """The content id remembered in ``memo``; None when there is none or it is damaged (the
+    file is then hashed again, and the memo rewritten)."""
     try:
-        known = memo.read_text().strip()
-    except OSError:
+        text = memo.read_bytes().strip().decode("ascii")
+    except (OSError, UnicodeDecodeError):
         return None
-    return known if len(known) == 32 else None
+    known = text[:32]
+    return known if len(text) == 48 and _memo_text(known) == text else None
 
 
 def _content_id_memo(path: Path, cache_dir: Path, st: os.stat_result) -> Path:
@@ -242,13 +256,26 @@ def write_events(table: pa.Table, target: Path, *, omit_null_columns: bool = Fal
     read back through :func:`scan_events`). An nsys kernel table fills 13 of the 35 columns;
     encoding the other 22 took 40 % of its write. ``leave_out``: columns not to write.
     """
+    atomic_write(target, lambda tmp: _write_table(table, tmp, omit_null_columns, leave_out))
+
+
+def events_bytes(table: pa.Table, *, omit_null_columns: bool = False,
+                 leave_out: Collection[str] = ()) -> bytes:
+    """The Parquet file :func:`write_events` writes, in memory: for when no folder takes it (a
+    full disk under the cache); :func:`scan_events` reads the bytes as it reads a file."""
+    sink = pa.BufferOutputStream()
+    _write_table(table, sink, omit_null_columns, leave_out)
+    return sink.getvalue().to_pybytes()
+
+
+def _write_table(table: pa.Table, sink: Path | pa.NativeFile, omit_null_columns: bool,
+                 leave_out: Collection[str]) -> None:
     if omit_null_columns and table.num_rows:
         table = table.select([i for i, column in enumerate(table.columns)
                               if column.null_count < table.num_rows])
     table = table.drop_columns([c for c in leave_out if c in table.column_names])
     table = table.replace_schema_metadata(_with_version(table.schema).metadata)
-    atomic_write(target, lambda tmp: pq.write_table(table, tmp, row_group_size=1 << 20,
-                                                    **parquet_options(table.schema)))
+    pq.write_table(table, sink, row_group_size=1 << 20, **parquet_options(table.schema))
 
 
 def write_event_batches(batches: Iterable[pa.Table], target: Path, *,
@@ -261,33 +288,45 @@ def write_event_batches(batches: Iterable[pa.Table], target: Path, *,
     with ``omit_null_columns``; ``scan_events`` gives them back): each cost the writer ~4 ms
     per 1.4 M rows of a column it had nothing to say about.
     """
-    def write(tmp: Path) -> None:
-        writer = None
-        with ThreadPoolExecutor(1) as pool:
-            pending = None
-            for table in batches:
-                if leave_out:
-                    table = table.drop_columns(list(leave_out))
-                if writer is None:
-                    table_schema = _with_version(table.schema)
-                    writer = pq.ParquetWriter(tmp, table_schema, **parquet_options(table_schema))
-                table = table.replace_schema_metadata(table_schema.metadata)
-                if pending is not None:
-                    pending.result()
-                pending = pool.submit(writer.write_table, table,
-                                      row_group_size=max(1, table.num_rows))
+    atomic_write(target, lambda tmp: _write_batches(batches, tmp, leave_out))
+
+
+def event_batches_bytes(batches: Iterable[pa.Table], *,
+                        leave_out: Collection[str] = ()) -> bytes:
+    """The Parquet file :func:`write_event_batches` writes, in memory (see
+    :func:`events_bytes`)."""
+    sink = pa.BufferOutputStream()
+    _write_batches(batches, sink, leave_out)
+    return sink.getvalue().to_pybytes()
+
+
+def _write_batches(batches: Iterable[pa.Table], sink: Path | pa.NativeFile,
+                   leave_out: Collection[str]) -> None:
+    writer = None
+    with ThreadPoolExecutor(1) as pool:
+        pending = None
+        for table in batches:
+            if leave_out:
+                table = table.drop_columns(list(leave_out))
+            if writer is None:
+                table_schema = _with_version(table.schema)
+                writer = pq.ParquetWriter(sink, table_schema, **parquet_options(table_schema))
+            table = table.replace_schema_metadata(table_schema.metadata)
             if pending is not None:
                 pending.result()
-        if writer is None:
-            raise ValueError("no batches to write")
-        writer.close()
+            pending = pool.submit(writer.write_table, table,
+                                  row_group_size=max(1, table.num_rows))
+        if pending is not None:
+            pending.result()
+    if writer is None:
+        raise ValueError("no batches to write")
+    writer.close()
 
-    atomic_write(target, write)
 
-
-def scan_events(path: str | Path) -> pl.LazyFrame:
-    """An events file as a LazyFrame with every column of the events schema, in schema order;
-    columns the file left out (see ``write_events``) are null."""
+def scan_events(path: str | Path | bytes) -> pl.LazyFrame:
+    """An events file (or its bytes: :func:`events_bytes`) as a LazyFrame with every column of
+    the events schema, in schema order; columns the file left out (see ``write_events``) are
+    null."""
     return pl.scan_parquet(path, schema=events_schema(), missing_columns="insert")
 
 

@@ -23,13 +23,21 @@ class Part:
     rank_map: dict[int, int] = field(default_factory=dict)
     #: keep only the rows of these files (a store's rank file read for one window); None: all
     only_files: tuple[int, ...] | None = None
+    #: the events file's bytes, when it is in memory rather than at ``path`` (no folder would
+    #: take it: ``FileResult.events_data``)
+    data: bytes | None = None
 
     def fields(self) -> tuple[Any, ...]:
         """What rebuilds this part in a worker process: ``Part(*part.fields())``."""
-        return (self.path, self.file_id, self.rank, self.rank_map, self.only_files)
+        return (self.path, self.file_id, self.rank, self.rank_map, self.only_files, self.data)
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether the events are the file at ``path`` (not bytes in memory)."""
+        return self.data is None
 
     def scan(self) -> pl.LazyFrame:
-        return self.assign(store.scan_events(self.path))
+        return self.assign(store.scan_events(self.path if self.data is None else self.data))
 
     def assign(self, frame: pl.LazyFrame) -> pl.LazyFrame:
         """The file's rows (``frame``, every events column) with their final rank and
@@ -57,7 +65,7 @@ def scan_parts(parts: list[Part]) -> pl.LazyFrame:
     ``scan_parquet`` over their paths, rank and file_id looked up from each row's path."""
     plain = (len(parts) >= MANY_PARTS
              and all(type(p) is Part and p.rank is not None and p.file_id is not None
-                     and p.only_files is None for p in parts)
+                     and p.only_files is None and p.on_disk for p in parts)
              and len({p.path for p in parts}) == len(parts))
     if not plain:
         return pl.concat([p.scan() for p in parts], how="vertical")

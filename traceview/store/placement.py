@@ -61,9 +61,9 @@ def place(results: list[FileResult], rank_map: dict[str, int],
             parsed.setdefault((j, r), p)
 
         def identity_of(i: int, rank: int) -> RunIdentity:
-            path = results[i].events_path
+            path = results[i].events_path or f"memory:{i}"  # in memory: FileResult.events_data
             if path not in spans:
-                spans[path] = file_span(path)
+                spans[path] = file_span(results[i].events_source)
             return run_identity(results[i], parsed.get((i, rank)), spans[path])
         return identity_of
 
@@ -162,7 +162,7 @@ def check_one_clock(results: list[FileResult], rank_of: dict[tuple[int, int | No
 def _rank_span(results: list[FileResult], files: list[int], host: str) -> RunIdentity:
     """One rank's files on ``host`` as one span: the first start to the last end, the first
     step to the last; named by its first file."""
-    spans = [rough_span(results[i].events_path) for i in files]
+    spans = [rough_span(results[i].events_source) for i in files]
     starts = [s.start_ns for s in spans if s.start_ns is not None]
     ends = [s.end_ns for s in spans if s.end_ns is not None]
     firsts = [s.first_step for s in spans if s.first_step is not None]

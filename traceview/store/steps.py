@@ -31,14 +31,16 @@ np = lazy_module("numpy")
 
 
 def step_ranges(events: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
-    """One row per step and rank: rank, step, step_start_ns, step_end_ns."""
+    """One row per step and rank: rank, step, step_start_ns, step_end_ns. ``step`` is null
+    where the marker's number is beyond int64 (no step: :class:`StepsOfRows` passes it over)."""
     return (
         events.lazy()
         .filter(pl.col("kind").is_in(["user_annotation", "nvtx"])
                 & pl.col("name").cast(pl.String).str.contains(STEP_PATTERN))
         .select(
             "rank",
-            pl.col("name").cast(pl.String).str.extract(STEP_PATTERN).cast(pl.Int32).alias("step"),
+            pl.col("name").cast(pl.String).str.extract(STEP_PATTERN)
+            .cast(pl.Int64, strict=False).alias("step"),
             pl.col("ts_ns").alias("step_start_ns"),
             (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).alias("step_end_ns"),
         )
@@ -47,7 +49,7 @@ def step_ranges(events: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
 
 
 def step_of_events(events: pl.DataFrame) -> pl.Series:
-    """The step of every row of ``events`` (Int32, null outside every step), in row order.
+    """The step of every row of ``events`` (Int64, null outside every step), in row order.
 
     Works on the few columns it needs (rank, kind, name, ts_ns, dur_ns, correlation); see
     :class:`StepsOfRows`, which answers the same for any range of rows.
@@ -69,6 +71,9 @@ class StepsOfRows:
     def __init__(self, events: pl.DataFrame) -> None:
         self._keys = events.select("rank", "kind", "name", "ts_ns", "dur_ns", "correlation")
         steps = step_ranges(self._keys).collect()
+        #: step markers whose number is beyond int64: passed over (their rows have no step)
+        self.oversized = steps.get_column("step").null_count()
+        steps = steps.drop_nulls("step")
         #: per rank: range starts (sorted), ends and step numbers
         self._ranges = {r: tuple(group.sort("step_start_ns", maintain_order=True)
                                  .get_column(c).to_numpy()
@@ -78,11 +83,11 @@ class StepsOfRows:
         self._column: pl.Series | None = None
 
     def rows(self, start: int, stop: int) -> pl.Series:
-        """Steps of rows ``[start, stop)`` (Int32, null outside every step)."""
+        """Steps of rows ``[start, stop)`` (Int64, null outside every step)."""
         return self.column().slice(start, stop - start)
 
     def column(self) -> pl.Series:
-        """Steps of every row (Int32, null outside every step), worked out on first use."""
+        """Steps of every row (Int64, null outside every step), worked out on first use."""
         if self._column is None:
             self._column = self._every_row()
         return self._column
@@ -90,7 +95,7 @@ class StepsOfRows:
     def _every_row(self) -> pl.Series:
         keys = self._keys
         if not self._ranges:
-            return pl.repeat(None, keys.height, dtype=pl.Int32, eager=True).alias("step")
+            return pl.repeat(None, keys.height, dtype=pl.Int64, eager=True).alias("step")
         step = self._containing(keys.get_column("ts_ns"), keys.get_column("rank"))
         if self._launches is not None:
             self._through_launches(keys, step)
@@ -100,7 +105,7 @@ class StepsOfRows:
     def _containing(self, ts: pl.Series, rank: pl.Series, chunk: int = 1 << 18) -> np.ndarray:
         """The step whose range contains each row's start, on the row's rank (else -1; step
         numbers are >= 0). Rows go through in chunks, so the temporaries stay small."""
-        out = np.full(len(ts), -1, dtype=np.int32)
+        out = np.full(len(ts), -1, dtype=np.int64)
         for start in range(0, len(ts), chunk):
             at = ts.slice(start, chunk).fill_null(-1 << 62).to_numpy()
             on = rank.slice(start, chunk).fill_null(-1).to_numpy()

@@ -115,7 +115,7 @@ class TraceSet:
         event is read); None when a file holds several ranks or is not a local file (then
         only its events can tell)."""
         if self._frame is not None or not all(type(p) is Part and p.rank is not None
-                                              for p in self._parts):
+                                              and p.on_disk for p in self._parts):
             return None
         return sorted({p.rank for p in self._parts
                        if (self._rows[p.path] if p.path in self._rows
@@ -220,7 +220,8 @@ class TraceSet:
         out = check_folder_target(out_dir)
         # Never over what is read: the input files, nor a store's own rank files.
         refuse_input_overlap(out, [*self.files["path"].to_list(),
-                                   *{str(Path(p.path).parent) for p in self._parts}])
+                                   *{str(Path(p.path).parent) for p in self._parts
+                                     if p.on_disk}])
         out.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(out)  # a killed ``ingest -o``'s leftovers
         # Beside, then over: an old store stays whole until every file of the new one is.
@@ -231,7 +232,10 @@ class TraceSet:
         """This set's store files into ``folder``; their names, the manifest last."""
         names = _store_file_names(self._parts)
         for part, name in zip(self._parts, names):
-            _link_or_copy(Path(part.path), folder / name)
+            if part.on_disk:
+                _link_or_copy(Path(part.path), folder / name)
+            else:  # the cache's disk would not take it: the store gets the bytes
+                (folder / name).write_bytes(part.data)
         self.ranks.write_parquet(folder / "ranks.parquet")
         self.files.write_parquet(folder / "files.parquet")
         self.windows.write_parquet(folder / "windows.parquet")
@@ -366,7 +370,7 @@ def _from_ingest(result: IngestResult) -> TraceSet:
     for i, file in enumerate(result.files):
         mapping = mappings.get(i, {})
         single = next(iter(mapping.values())) if len(file.ranks) == 1 else None
-        parts.append(Part(file.events_path, i, single, mapping))
+        parts.append(Part(file.events_path, i, single, mapping, data=file.events_data))
     ranks = pl.DataFrame(rank_info_rows(result), schema=schema.polars_schema(schema.RANK_COLUMNS))
     files = pl.DataFrame([{
         "file_id": i, "path": f.path, "format": f.format, "size_bytes": f.size_bytes,
@@ -502,7 +506,7 @@ def _only_window(ts: TraceSet, window: WindowChoice) -> TraceSet:
     files = tuple(kept["file_id"].to_list())
     # a file of the set is kept or not; a rank file of an older store keeps the chosen rows
     ts._parts = [p if p.file_id is not None else
-                 Part(p.path, p.file_id, p.rank, p.rank_map, files)
+                 Part(p.path, p.file_id, p.rank, p.rank_map, files, p.data)
                  for p in ts._parts if p.file_id is None or p.file_id in files]
     ts.windows = kept
     ts.files = ts.files.filter(pl.col("file_id").is_in(files))

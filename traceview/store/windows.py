@@ -22,6 +22,7 @@ count it as GPU idle or as part of a step (see ``analyses/gaps.py`` and ``analys
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -58,9 +59,9 @@ class FileSpan:
     pid: int | None = None
 
 
-def file_span(events_path: str | Path) -> FileSpan:
-    """First start, last end, first and last step of an events file, and its host events'
-    process (five columns read)."""
+def file_span(events_path: str | Path | bytes) -> FileSpan:
+    """First start, last end, first and last step of an events file (or its bytes), and its
+    host events' process (five columns read)."""
     host = pl.col("kind").cast(pl.String).is_in(HOST_KINDS)
     row = store.scan_events(events_path).select(
         pl.col("ts_ns").min().alias("start_ns"),
@@ -72,7 +73,7 @@ def file_span(events_path: str | Path) -> FileSpan:
     return FileSpan(**row)
 
 
-def rough_span(events_path: str | Path) -> FileSpan:
+def rough_span(events_path: str | Path | bytes) -> FileSpan:
     """First and last event start and first and last step of an events file, from the Parquet
     footer's column statistics (a few hundred bytes, where :func:`file_span` reads five
     columns: a 5,000-rank run asks this of every file). The end is the last *start*, which
@@ -81,7 +82,8 @@ def rough_span(events_path: str | Path) -> FileSpan:
     import pyarrow.parquet as pq  # noqa: PLC0415 - only when files of one host are compared
 
     try:
-        meta = pq.read_metadata(events_path)
+        meta = pq.read_metadata(io.BytesIO(events_path) if isinstance(events_path, bytes)
+                                else events_path)
         names = meta.schema.names
         found: dict[str, tuple[int, int]] = {}
         for column in ("ts_ns", "step"):
