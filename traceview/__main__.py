@@ -2,7 +2,9 @@
 
 import sys
 
-from traceview.cli import console_main
-
 if __name__ == "__main__":
+    try:  # Ctrl-C while the command line's own modules load: exit 130, no traceback
+        from traceview.cli import console_main
+    except KeyboardInterrupt:
+        sys.exit(130)
     sys.exit(console_main())
