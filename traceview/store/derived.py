@@ -55,16 +55,11 @@ def cached_gpu(ts: Any, ranks: Sequence[int] | None, compute: Callable[[], pl.Da
         warn(f"cache entry {path} could not be used ({problem}); discarded, the rows were "
              "computed again")
     gpu = compute()
-    try:  # uncompressed: written in 0.04 s, read in 0.01 s; zstd or LZ4 took 2-3x that.
-        store.atomic_write(path, lambda tmp: gpu.write_parquet(
-            tmp, compression="uncompressed", statistics=False))
-        # Its size and hash beside it, written last: a damaged or half-written file is
-        # computed again rather than read as other numbers. (Parquet page checksums did the
-        # same but needed pyarrow's writer: 0.25-0.30 s against 0.04-0.06 s plus a 0.015 s
-        # hash for 737 k rows, the tail of every cold command; log 30.)
-        store.write_json(store.events_record(path), _record_of(path))
-    except OSError:
-        pass  # a read-only cache folder: compute it next time too
+    # uncompressed: written in 0.04 s, read in 0.01 s; zstd or LZ4 took 2-3x that. Checked by
+    # its record (Parquet page checksums did the same but needed pyarrow's writer: 0.25-0.30 s
+    # against 0.04-0.06 s plus a 0.015 s hash for 737 k rows; log 30). A read-only cache
+    # folder: computed next time too.
+    keep(path, lambda tmp: gpu.write_parquet(tmp, compression="uncompressed", statistics=False))
     return gpu
 
 
@@ -76,33 +71,74 @@ def _read_kept(path: Path) -> tuple[pl.DataFrame | None, str | None]:
     """(the rows kept at ``path``, None); (None, None) when there are none (never kept, or the
     writer stopped before the record, which is written last); (None, why) when the file is not
     the one its record describes (damaged: computing them again replaces it)."""
-    record_path = _record_of(path)
-    if not record_path.exists():
-        return None, None
+    found, problem = check_kept(path)
+    if not found:
+        return None, problem
     try:
-        record = store.read_json(record_path)
-        if not isinstance(record, dict):
-            return None, f"{record_path.name} is not its record"
-        size = path.stat().st_size
-        if size != record.get("bytes"):
-            return None, f"{size} bytes, {record.get('bytes')} were written"
-        if store.content_id(path) != record.get("xxh3"):
-            return None, "content changed since it was written"
         return pl.read_parquet(path), None
     except FileNotFoundError:
         return None, "missing"
-    except Exception as exc:  # noqa: BLE001 - any damage (record, footer, pages, schema)
+    except Exception as exc:  # noqa: BLE001 - any damage (footer, pages, schema)
         return None, f"not readable ({type(exc).__name__})"
+
+
+def keep(path: Path, write: Callable[[Path], None]) -> bool:
+    """Write a derived file with ``write(tmp)`` (atomically), then its record (size and hash)
+    beside it, last: a damaged or half-written file is then computed again rather than read
+    as other numbers. False when the cache folder will not take it (read-only, full)."""
+    try:
+        store.atomic_write(path, write)
+        store.write_json(store.events_record(path), _record_of(path))
+    except OSError:
+        return False
+    return True
+
+
+def check_kept(path: Path) -> tuple[bool, str | None]:
+    """(True, None) when the file kept at ``path`` is the one its record describes; (False,
+    None) when none is kept (never, or its writer stopped before the record); (False, why)
+    when it is damaged (keeping it again replaces it)."""
+    record_path = _record_of(path)
+    if not record_path.exists():
+        return False, None
+    try:
+        record = store.read_json(record_path)
+        if not isinstance(record, dict):
+            return False, f"{record_path.name} is not its record"
+        size = path.stat().st_size
+        if size != record.get("bytes"):
+            return False, f"{size} bytes, {record.get('bytes')} were written"
+        if store.content_id(path) != record.get("xxh3"):
+            return False, "content changed since it was written"
+        return True, None
+    except FileNotFoundError:
+        return False, "missing"
+    except Exception as exc:  # noqa: BLE001 - any damage of the record
+        return False, f"not readable ({type(exc).__name__})"
 
 
 def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None,
          patterns: Any = None) -> str | None:
     """The hash naming the derived rows, or None when the inputs cannot be named safely."""
+    files = parts_identity(getattr(ts, "_parts", None) or [None], cache_dir)
+    if files is None:
+        return None
+    rules = None if patterns is None else dataclasses.asdict(patterns)
+    ident = orjson.dumps([GPU_ROWS_VERSION, __version__, pl.__version__, files,
+                          sorted(ranks) if ranks is not None else None, rules])
+    return xxhash.xxh3_128_hexdigest(ident)
+
+
+def parts_identity(parts: Sequence[Any], cache_dir: str | Path | None) -> list[Any] | None:
+    """What names the events files ``parts`` read, for a key: each file's path, size and
+    modification time (content-addressed cache entries), file id, rank and rank map; None when
+    a part cannot be named safely (in memory, or outside the cache folder, which the cache
+    does not own)."""
     if cache_dir is None:
         return None
     folder = Path(cache_dir).resolve()
     files = []
-    for part in getattr(ts, "_parts", None) or [None]:
+    for part in parts:
         if part is None or getattr(part, "data", None) is not None:  # None, or in memory
             return None
         path = Path(getattr(part, "path", "") or "").resolve()
@@ -111,7 +147,4 @@ def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None,
         st = path.stat()
         files.append([str(path), st.st_size, st.st_mtime_ns, part.file_id, part.rank,
                       sorted(part.rank_map.items())])
-    rules = None if patterns is None else dataclasses.asdict(patterns)
-    ident = orjson.dumps([GPU_ROWS_VERSION, __version__, pl.__version__, files,
-                          sorted(ranks) if ranks is not None else None, rules])
-    return xxhash.xxh3_128_hexdigest(ident)
+    return files

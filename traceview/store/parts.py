@@ -63,11 +63,7 @@ def scan_parts(parts: list[Part]) -> pl.LazyFrame:
     """The events of ``parts`` in their order, as ``pl.concat([p.scan() for p in parts])``
     gives them. Many plain parts (one rank and file_id each, every row kept) are one
     ``scan_parquet`` over their paths, rank and file_id looked up from each row's path."""
-    plain = (len(parts) >= MANY_PARTS
-             and all(type(p) is Part and p.rank is not None and p.file_id is not None
-                     and p.only_files is None and p.on_disk for p in parts)
-             and len({p.path for p in parts}) == len(parts))
-    if not plain:
+    if len(parts) < MANY_PARTS or not is_plain(parts):
         return pl.concat([p.scan() for p in parts], how="vertical")
     path = pl.col("_traceview_path")
     ranks = {p.path: p.rank for p in parts}
@@ -77,6 +73,14 @@ def scan_parts(parts: list[Part]) -> pl.LazyFrame:
     return frame.with_columns(path.replace_strict(ranks, return_dtype=pl.Int32).alias("rank"),
                               path.replace_strict(files, return_dtype=pl.Int32)
                               .alias("file_id")).drop("_traceview_path")
+
+
+def is_plain(parts: list[Part]) -> bool:
+    """Whether ``parts`` are plain files: one rank and file id each, every row kept, on disk,
+    each path once (what :func:`scan_parts` reads with one multi-file scan)."""
+    return (all(type(p) is Part and p.rank is not None and p.file_id is not None
+                and p.only_files is None and p.on_disk for p in parts)
+            and len({p.path for p in parts}) == len(parts))
 
 
 def part_entry(part: Part, name: str) -> dict[str, Any]:

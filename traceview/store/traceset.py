@@ -24,6 +24,7 @@ from traceview import schema
 from traceview.errors import UnreadableTraceError, UsageError
 from traceview.store import parquet as store
 from traceview.store import remote as remote_store
+from traceview.store.compacted import compacted_events
 from traceview.store.executors import ExecutorSpec
 from traceview.store.ingest import ingest
 from traceview.store.ingested import IngestResult
@@ -79,6 +80,10 @@ class TraceSet:
         #: there too: ``traceview.store.derived``); None for a store, a URL or ``cache=False``
         self.cache_dir: str | Path | None = None
         self._frame: pl.LazyFrame | None = None  # events held in memory (``from_frame``)
+        #: where many small events files are compacted into one (``traceview.store.compacted``):
+        #: the cache folder, or this process's private one under ``cache=False``
+        self.compact_dir: str | Path | None = None
+        self._compacted: tuple[list[Part], pl.LazyFrame | None] | None = None
 
     @classmethod
     def from_frame(cls, events: pl.LazyFrame | pl.DataFrame,
@@ -103,7 +108,14 @@ class TraceSet:
             return self._frame
         if not self._parts:
             return schema.empty_events().lazy()
-        return scan_parts(self._parts)
+        if self._compacted is None or self._compacted[0] is not self._parts:
+            # once per set of parts (a window chosen later makes another set)
+            frame, note = compacted_events(self._parts, self.compact_dir)
+            if note:
+                self.notes.append(note)
+            self._compacted = (self._parts, frame)
+        frame = self._compacted[1]
+        return frame if frame is not None else scan_parts(self._parts)
 
     def analysis_events(self) -> pl.LazyFrame:
         """The events without ``args_json``: every column an analysis reads, and a fraction of
@@ -315,6 +327,7 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
     ts.notes = [*notes, *result.notes]
     ts.executor = executor
     ts.cache_dir = cache_dir if cache else None  # a temporary folder is not worth keeping in
+    ts.compact_dir = cache_dir  # ... but many files are worth reading as one within a command
     return ts
 
 
