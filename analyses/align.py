@@ -56,6 +56,7 @@ from traceview.analyses.align_error import (  # noqa: F401  (re-exported: one im
     calibrated_uncertainty,
     clock_error,
     clock_errors,
+    median,
 )
 from traceview.analyses.collective_match import (
     BLOCKING,
@@ -390,8 +391,8 @@ def _fit_drift(a: pl.DataFrame, off: dict[str, float], big_e: pl.DataFrame, t0: 
             continue
         y = np.asarray(ys, dtype=float)
         u = np.asarray(us, dtype=float)
-        med = np.median(y)
-        mad = 1.4826 * np.median(np.abs(y - med))
+        med = median(y)
+        mad = 1.4826 * median(np.abs(y - med))
         keep = np.abs(y - med) <= max(4 * mad, 1.0)
         if keep.sum() < DRIFT_MIN_ANCHORS or np.ptp(u[keep]) <= 0:
             continue

@@ -59,6 +59,21 @@ class ClockError:
         return ClockError(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "", 0.0)
 
 
+def median(values) -> float:
+    """``np.median`` of a 1-D array, without its generic machinery (~60 us a call against ~2
+    here; ~11 calls per clock, ~3 s of a 5,000-rank alignment). NaN when any value is.
+
+    >>> median(np.array([3.0, 1.0, 2.0])), median(np.array([4.0, 1.0, 2.0, 3.0]))
+    (2.0, 2.5)
+    """
+    ordered = np.sort(np.asarray(values, dtype=float))
+    n = len(ordered)
+    if n == 0 or np.isnan(ordered[-1]):
+        return float("nan")
+    mid = n // 2
+    return float(ordered[mid]) if n % 2 else float((ordered[mid - 1] + ordered[mid]) / 2)
+
+
 def clock_errors(a: pl.DataFrame, ref_clock: str, t0: float) -> dict[str, ClockError]:
     """One :class:`ClockError` per clock other than the reference, from the solved anchors
     ``a`` (columns instance, clock, collective, ea = aligned end, E, resid)."""
@@ -90,9 +105,9 @@ def clock_error(d, t, kinds: list[str], resid=None) -> ClockError:
     n = len(d)
     if n == 0:
         return ClockError.none()
-    med = float(np.median(d))
-    spread = 1.4826 * float(np.median(np.abs(d - med)))
-    residual = (1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+    med = float(median(d))
+    spread = 1.4826 * float(median(np.abs(d - med)))
+    residual = (1.4826 * float(median(np.abs(resid - median(resid))))
                 if resid is not None and len(resid) else spread / 2)
     n_eff = _effective_anchors(d, med, spread)
     # A scale read off a few anchors is itself uncertain and the MAD of few values runs low:
@@ -140,7 +155,7 @@ def _disagreement(d, t, kinds: list[str], med: float, spread: float) -> tuple[fl
     groups = [(f"{k} anchors", kinds_arr == k) for k in sorted(set(kinds))] if len(
         set(kinds)) > 1 else []
     if len(t) >= 6:
-        mid = float(np.median(t))
+        mid = float(median(t))
         groups += [("anchors of the first half", t < mid),
                    ("anchors of the second half", t >= mid)]
     best, label = 0.0, ""
@@ -148,7 +163,7 @@ def _disagreement(d, t, kinds: list[str], med: float, spread: float) -> tuple[fl
         m = int(mask.sum())
         if m < 3:
             continue
-        excess = abs(float(np.median(d[mask])) - med) - 2 * 1.2533 * spread / math.sqrt(m)
+        excess = abs(float(median(d[mask])) - med) - 2 * 1.2533 * spread / math.sqrt(m)
         if excess > best:
             best, label = excess, name
     return best, label
