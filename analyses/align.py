@@ -249,11 +249,18 @@ def _alternate(x: pl.DataFrame, ref_clock: str, iters: int = 100) -> tuple[dict[
         cols[clock_of[r]].append(i)
     off = {c: 0.0 for c in clocks}
     big_e = np.zeros(mat.shape[0])
+    # clocks of one rank (one process per host) take their medians together, by columns
+    single = [c for c in clocks if len(cols[c]) == 1]
+    single_cols = [cols[c][0] for c in single]
+    several = [c for c in clocks if len(cols[c]) > 1]
     for _ in range(iters):
         o_vec = np.array([off[clock_of[r]] for r in rank_cols])
         big_e = _nanmedian_rows(mat - o_vec)
-        new = {c: float(_nanmedian_rows((mat[:, cols[c]] - big_e[:, None]).reshape(1, -1))[0])
-               for c in clocks}
+        found = dict(zip(single, _nanmedian_rows((mat[:, single_cols] - big_e[:, None]).T)
+                         .tolist(), strict=True))
+        found.update({c: float(_nanmedian_rows((mat[:, cols[c]] - big_e[:, None])
+                                               .reshape(1, -1))[0]) for c in several})
+        new = {c: found[c] for c in clocks}
         ref = new[ref_clock]
         new = {c: v - ref for c, v in new.items()}
         delta = max(abs(new[c] - off[c]) for c in clocks)
@@ -322,6 +329,7 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
     lows, highs = _causal_bounds(a)
     errors = clock_errors(a, ref_clock, t0)
     by_time = dict(a.group_by("clock").agg(pl.col("by_time").mean()).rows())
+    anchors_of = dict(a.group_by("rank").len().rows())  # one pass, not a filter per rank
     out: dict[int, dict] = {}
     for r in ranks:
         c = clock_of[r]
@@ -364,7 +372,7 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
             "offset": offset,
             "drift_ppm": (drift.get(c, 0.0) - drift.get(ref_clock, 0.0)) * 1e6,
             "uncertainty": unc,
-            "anchors": int(a.filter(pl.col("rank") == r).height),
+            "anchors": int(anchors_of.get(r, 0)),
             "epoch": int(ref_base + round(t0)),
             "residual": int(round(err.residual)),
             "low": None if lo is None else int(math.floor(offset + lo)),
