@@ -47,6 +47,7 @@ from traceview.store.executors import (
 )
 from traceview.store.ingested import FileResult, IngestResult
 from traceview.store.placement import place, resolve_ranks
+from traceview.store.windows import rough_span
 from traceview.store.safe_write import is_ours
 from traceview.store.steps import StepsOfRows
 
@@ -199,6 +200,7 @@ def _ingest_once(path: str, cache_dir: str | None, options: dict[str, Any],
         dropped=parsed.dropped, warnings=[*parsed.warnings, *step_warnings(steps)],
         events_data=data, notes=[note] if note else [],
     )
+    result.rough_span = asdict(rough_span(result.events_source))
     now = store.known_content_id(file_path, base)  # a memo hit when the file is unchanged
     if now != cid:
         return result, now

@@ -162,7 +162,8 @@ def check_one_clock(results: list[FileResult], rank_of: dict[tuple[int, int | No
 def _rank_span(results: list[FileResult], files: list[int], host: str) -> RunIdentity:
     """One rank's files on ``host`` as one span: the first start to the last end, the first
     step to the last; named by its first file."""
-    spans = [rough_span(results[i].events_source) for i in files]
+    spans = [FileSpan(**results[i].rough_span) if results[i].rough_span is not None
+             else rough_span(results[i].events_source) for i in files]
     starts = [s.start_ns for s in spans if s.start_ns is not None]
     ends = [s.end_ns for s in spans if s.end_ns is not None]
     firsts = [s.first_step for s in spans if s.first_step is not None]
