@@ -475,3 +475,30 @@ def test_causal_bounds_match_their_pairwise_definition(rows) -> None:
                      schema={"instance": pl.Int64, "clock": pl.String, "aa": pl.Float64,
                              "ea": pl.Float64, "blocking": pl.Boolean})
     assert _causal_bounds(a) == _pairwise_bounds(a)
+
+
+# ------------------------------------------------------------ clock errors, many clocks at once
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 30), st.integers(0, 30), st.integers(0, 2**32 - 1),
+       st.booleans())
+def test_clock_errors_of_many_clocks_at_once_equal_one_clock_at_a_time(
+        clocks, anchors, residuals, seed, ties):
+    """``clock_errors`` works out the clocks with as many anchors together
+    (``clock_errors_alike``); ``clock_error`` of each clock alone is the definition."""
+    import numpy as np
+
+    from traceview.analyses.align_error import clock_error, clock_errors_alike
+
+    rng = np.random.default_rng(seed)
+    d = rng.normal(0, 1000, (clocks, anchors))
+    if ties:  # whole-ns values repeat: medians of pairs, zero scatter
+        d = np.round(d / 500) * 500
+    d[:, ::7] += rng.choice([0.0, 20_000.0], size=d[:, ::7].shape)  # outliers
+    t = np.sort(rng.uniform(0, 1e9, (clocks, anchors)), axis=1)
+    kinds = [[str(rng.choice(["all_reduce", "barrier", "broadcast"][:1 + seed % 3]))
+              for _ in range(anchors)] for _ in range(clocks)]
+    resid = rng.normal(0, 300, (clocks, residuals))
+    together = clock_errors_alike(d, t, kinds, resid)
+    for i in range(clocks):
+        alone = clock_error(d[i], t[i], kinds[i], resid[i] if residuals else None)
+        assert together[i] == alone
