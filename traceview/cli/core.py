@@ -64,10 +64,14 @@ def info_report(ts: Any) -> dict[str, Any]:
     windows = ts.window_spans()
     # a file read for several ranks (nsys) counts its dropped events on its first rank
     owner = dict(windows.group_by("file_id").agg(pl.col("rank").min()).iter_rows())
+    # each rank's windows and kinds split off once: a filter per rank was quadratic in the
+    # ranks (~2 ms each, 20 s for 5,000 rank files)
+    windows_of = _by_rank(windows)
+    kinds_of = _by_rank(kinds)
     ranks_out = []
     for row in ts.ranks.iter_rows(named=True):
-        own_windows = windows.filter(pl.col("rank") == row["rank"])
-        own = kinds.filter(pl.col("rank") == row["rank"])
+        own_windows = windows_of.get(row["rank"], windows.clear())
+        own = kinds_of.get(row["rank"], kinds.clear())
         stored = int(own["n"].sum())
         dropped: dict[str, int] = {}
         for fid in own_windows["file_id"].to_list():
@@ -102,6 +106,12 @@ def info_report(ts: Any) -> dict[str, Any]:
         "skipped": [{"file": f, "error": e} for f, e in ts.skipped],
         "warnings": ts.warnings,
     }
+
+
+def _by_rank(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:
+    """``frame``'s rows of each rank, in their order."""
+    return {rank: rows for (rank,), rows in frame.partition_by("rank", as_dict=True,
+                                                               maintain_order=True).items()}
 
 
 def _unlaunched_by_rank(ts: Any) -> dict[int, int]:
