@@ -81,6 +81,23 @@ def test_a_damaged_cache_entry_is_parsed_again_with_one_warning(capsys, tmp_path
     assert code == 0 and "cache entry" not in err
 
 
+def test_an_entry_with_a_field_of_a_later_version_is_read_as_it_is(capsys, tmp_path):
+    """A later version adds fields to meta.json (``rough_span`` did): this one reads the
+    entry without a warning and without parsing the file again."""
+    cache = tmp_path / "cache"
+    code, first, _ = _run(capsys, "summary", str(GLOO), "--cache-dir", str(cache), "--json")
+    entries = [e for e in cache.iterdir() if (e / "meta.json").exists()]
+    assert code == 0 and len(entries) == 2
+    written = {}
+    for entry in entries:
+        meta = json.loads((entry / "meta.json").read_text())
+        (entry / "meta.json").write_text(json.dumps({**meta, "added_later": {"x": 1}}))
+        written[entry] = (entry / "events.parquet").stat().st_mtime_ns
+    code, again, err = _run(capsys, "summary", str(GLOO), "--cache-dir", str(cache), "--json")
+    assert code == 0 and "cache entry" not in err and again == first
+    assert all((e / "events.parquet").stat().st_mtime_ns == t for e, t in written.items())
+
+
 def test_a_damaged_derived_table_is_computed_again(capsys, tmp_path):
     cache = tmp_path / "cache"
     code, first, _ = _run(capsys, "summary", str(GLOO), "--cache-dir", str(cache), "--json")

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +131,9 @@ def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
         if meta is None:
             return None, cid, base, meta_path, events_path, None
         meta.update(path=path, from_cache=True, events_path=str(events_path))
-        try:
-            return FileResult(**meta), cid, base, meta_path, events_path, None
+        try:  # fields another version added are left out, not taken for damage
+            return (FileResult(**{k: v for k, v in meta.items() if k in _RESULT_FIELDS}),
+                    cid, base, meta_path, events_path, None)
         except TypeError:
             raise store.BrokenCacheEntry(meta_path, "not a traceview cache record") from None
     except store.BrokenCacheEntry as broken:
@@ -140,6 +141,12 @@ def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
         return None, cid, base, meta_path, events_path, (
             f"cache entry {broken.path} could not be used ({broken.problem}); discarded, "
             "the file was parsed again")
+
+
+#: What a cache entry's meta.json may say of a file; a version that adds a field (e.g.
+#: ``rough_span``) writes entries the versions before it still read. A field whose meaning
+#: changes comes with a new parser version, which is part of the cache key.
+_RESULT_FIELDS = frozenset(f.name for f in fields(FileResult))
 
 
 def cached_result(path: str, cache_dir: str | None, options: dict[str, Any],
