@@ -13,9 +13,15 @@ import polars as pl
 import pyarrow as pa
 
 from traceview import schema
-from traceview.parsers.kineto._arrow_types import as_type, series_of, strings
+from traceview.parsers.kineto._arrow_types import as_type, strings
 from traceview.parsers.kineto._columns import RawColumns
-from traceview.parsers.kineto._derived import DERIVED, TextFacts, derived_columns
+from traceview.parsers.kineto._derived import (
+    DERIVED,
+    MOST_REMEMBERED,
+    TextFacts,
+    derived_columns,
+    dictionary_codes,
+)
 from traceview.parsers.kineto._events import table_of
 
 _CAT_TO_KIND: dict[str, str] = {
@@ -71,31 +77,40 @@ def _kind_of(ph: pl.Expr, category: pl.Expr) -> pl.Expr:
     )
 
 
-def _codes(column: pa.DictionaryArray) -> np.ndarray:
-    """Dictionary indices with null rows as one more code (``len(dictionary)``)."""
-    # through Polars: pyarrow's to_numpy() imports pandas (~0.4 s per worker process)
-    return series_of(column.indices).fill_null(len(column.dictionary)).to_numpy().astype(np.int64)
-
-
 def _kinds(ph: pa.DictionaryArray, category: pa.DictionaryArray,
            name: pa.DictionaryArray) -> pa.DictionaryArray:
     """The kind of every row, worked out once per (ph, category) pair of dictionary entries
     (a few dozen pairs for millions of rows) and spread over the rows by their indices."""
     ph_values = ph.dictionary.to_pylist() + [None]
     cat_values = category.dictionary.to_pylist() + [None]
-    pairs = pl.DataFrame({"ph": [p for p in ph_values for _ in cat_values],
-                          "category": cat_values * len(ph_values)},
-                         schema={"ph": pl.String, "category": pl.String})
-    kinds = pairs.select(_kind_of(pl.col("ph"), pl.col("category")))[:, 0].to_list()
+    kinds = _kinds_of_pairs([(p, c) for p in ph_values for c in cat_values])
     names = sorted(set(kinds) | {"memory"})
     pair_code = np.array([names.index(k) for k in kinds], dtype=np.int32)
-    code = pair_code[_codes(ph) * len(cat_values) + _codes(category)]
-    memory = series_of(name.dictionary).eq("[memory]").arg_true()
-    if len(memory):  # instants named [memory] are memory events
-        is_memory = _codes(name) == memory[0]
+    code = pair_code[dictionary_codes(ph) * len(cat_values) + dictionary_codes(category)]
+    name_values = name.dictionary.to_pylist()
+    if "[memory]" in name_values:  # instants named [memory] are memory events
+        is_memory = dictionary_codes(name) == name_values.index("[memory]")
         code[is_memory & (code == names.index("instant"))] = names.index("memory")
     indices = pa.Array.from_buffers(pa.int32(), len(code), [None, pa.py_buffer(code)])
     return pa.DictionaryArray.from_arrays(indices, strings(names))
+
+
+#: The kind of each (ph, category) pair met by this process (a few dozen): a small file paid
+#: ~1.5 ms of Polars calls to work its pairs out again (docs/performance.md, log 45).
+_KIND_OF_PAIR: dict[tuple[str | None, str | None], str] = {}
+
+
+def _kinds_of_pairs(pairs: list[tuple[str | None, str | None]]) -> list[str]:
+    """:func:`_kind_of` of each (ph, category) pair, each pair worked out once per process."""
+    new = [pair for pair in dict.fromkeys(pairs) if pair not in _KIND_OF_PAIR]
+    if new:
+        if len(_KIND_OF_PAIR) + len(new) > MOST_REMEMBERED:
+            _KIND_OF_PAIR.clear()
+        frame = pl.DataFrame({"ph": [p for p, _ in new], "category": [c for _, c in new]},
+                             schema={"ph": pl.String, "category": pl.String})
+        kinds = frame.select(_kind_of(pl.col("ph"), pl.col("category")))[:, 0].to_list()
+        _KIND_OF_PAIR.update(zip(new, kinds, strict=True))
+    return [_KIND_OF_PAIR[pair] for pair in pairs]
 
 
 def batch(keys: pl.DataFrame, raw: RawColumns, facts: TextFacts, start: int,

@@ -228,6 +228,8 @@ def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_pat
     assigned = store.ASSIGNED_COLUMNS if len(parsed.ranks) == 1 else ("file_id",)
     batched = isinstance(parsed.events, EventBatches)
     leave_out = {*parsed.events.null_columns, *assigned} if batched else assigned
+    # one batch: no batch to build while the writer's thread writes (its start cost ~2 ms)
+    overlap = batched and parsed.events.num_rows > parsed.events.batch_rows
     folder = base
     try:
         if base is None:
@@ -235,7 +237,7 @@ def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_pat
             events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
         if batched:
             store.write_event_batches(batches_with_steps(parsed.events, steps), events_path,
-                                      leave_out=leave_out)
+                                      leave_out=leave_out, overlap=overlap)
         else:
             store.write_events(with_steps(parsed.events, steps), events_path,
                                omit_null_columns=True, leave_out=leave_out)
@@ -244,7 +246,7 @@ def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_pat
         note = cache_not_written(folder, exc)
     if batched:  # batches are built again from the parse (nothing is read twice)
         data = store.event_batches_bytes(batches_with_steps(parsed.events, steps),
-                                         leave_out=leave_out)
+                                         leave_out=leave_out, overlap=overlap)
     else:
         data = store.events_bytes(with_steps(parsed.events, steps), omit_null_columns=True,
                                   leave_out=leave_out)

@@ -279,47 +279,53 @@ def _write_table(table: pa.Table, sink: Path | pa.NativeFile, omit_null_columns:
 
 
 def write_event_batches(batches: Iterable[pa.Table], target: Path, *,
-                        leave_out: Collection[str] = ()) -> None:
+                        leave_out: Collection[str] = (), overlap: bool = True) -> None:
     """Write event batches (one events schema) as one Parquet file, a row group per batch.
 
     A thread writes batch N (pyarrow encodes and compresses without the GIL) while the caller
     builds batch N+1, so the two cores share the work; at most two batches are alive.
+    ``overlap=False`` (one batch: nothing to overlap) writes in this thread: starting the
+    writer's thread cost a file of a few KB ~2 ms (docs/performance.md, log 45).
     ``leave_out``: columns null in every row of every batch, not written (as ``write_events``
     with ``omit_null_columns``; ``scan_events`` gives them back): each cost the writer ~4 ms
     per 1.4 M rows of a column it had nothing to say about.
     """
-    atomic_write(target, lambda tmp: _write_batches(batches, tmp, leave_out))
+    atomic_write(target, lambda tmp: _write_batches(batches, tmp, leave_out, overlap))
 
 
 def event_batches_bytes(batches: Iterable[pa.Table], *,
-                        leave_out: Collection[str] = ()) -> bytes:
+                        leave_out: Collection[str] = (), overlap: bool = True) -> bytes:
     """The Parquet file :func:`write_event_batches` writes, in memory (see
     :func:`events_bytes`)."""
     sink = pa.BufferOutputStream()
-    _write_batches(batches, sink, leave_out)
+    _write_batches(batches, sink, leave_out, overlap)
     return sink.getvalue().to_pybytes()
 
 
 def _write_batches(batches: Iterable[pa.Table], sink: Path | pa.NativeFile,
-                   leave_out: Collection[str]) -> None:
-    writer = None
-    with ThreadPoolExecutor(1) as pool:
-        pending = None
-        for table in batches:
-            if leave_out:
-                table = table.drop_columns(list(leave_out))
-            if writer is None:
-                table_schema = _with_version(table.schema)
-                writer = pq.ParquetWriter(sink, table_schema, **parquet_options(table_schema))
-            table = table.replace_schema_metadata(table_schema.metadata)
-            if pending is not None:
-                pending.result()
-            pending = pool.submit(writer.write_table, table,
-                                  row_group_size=max(1, table.num_rows))
-        if pending is not None:
-            pending.result()
-    if writer is None:
+                   leave_out: Collection[str], overlap: bool = True) -> None:
+    tables = (table.drop_columns(list(leave_out)) if leave_out else table for table in batches)
+    first = next(tables, None)
+    if first is None:
         raise ValueError("no batches to write")
+    stored = _with_version(first.schema)
+    writer = pq.ParquetWriter(sink, stored, **parquet_options(stored))
+
+    def write(table: pa.Table) -> None:
+        writer.write_table(table.replace_schema_metadata(stored.metadata),
+                           row_group_size=max(1, table.num_rows))
+
+    if overlap:
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(write, first)
+            for table in tables:  # built while the batch before it is written
+                pending.result()
+                pending = pool.submit(write, table)
+            pending.result()
+    else:
+        write(first)
+        for table in tables:
+            write(table)
     writer.close()
 
 
