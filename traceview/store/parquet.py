@@ -66,9 +66,11 @@ def content_id(path: Path) -> str:
     OSError or other bytes, where a mapped page that cannot be read kills the process
     (SIGBUS). Reading new blocks (``fh.read``) was ~3x slower: an allocation and copy each."""
     digest = xxhash.xxh3_128()
-    buffer = bytearray(1 << 22)
-    view = memoryview(buffer)
     with open(path, "rb", buffering=0) as fh:
+        # a small file's size, plus one byte to see its end: a 4 MiB buffer zeroed for a
+        # file of a few KB cost ~0.3 ms (twice per ingested file; docs/performance.md, log 45)
+        buffer = bytearray(min(1 << 22, os.fstat(fh.fileno()).st_size + 1))
+        view = memoryview(buffer)
         while n := fh.readinto(buffer):
             digest.update(view[:n])
     return digest.hexdigest()
