@@ -157,16 +157,16 @@ def derived_columns(kind: pa.DictionaryArray, raw: RawColumns, facts: TextFacts,
         np.where(collective_name < len(facts.arg_collective) - 1,
                  facts.collectives.index("other"), -1))
     ph = raw.slice("ph", start, stop)
-    device, device_ok = _ints(raw, "device", start, stop)
-    mem_device, mem_device_ok = _ints(raw, "mem_device", start, stop)
-    flow_id, flow_id_ok = _ints(raw, "flow_id", start, stop)
-    stream, stream_ok = _ints(raw, "stream", start, stop)
+    device, device_ok = int_values(raw, "device", start, stop)
+    mem_device, mem_device_ok = int_values(raw, "mem_device", start, stop)
+    flow_id, flow_id_ok = int_values(raw, "flow_id", start, stop)
+    stream, stream_ok = int_values(raw, "stream", start, stop)
     return {
         "flow_phase": _masked_dictionary(ph, is_flow),
-        "flow_id": _int64s(flow_id, flow_id_ok & is_flow),
-        "device": _int64s(np.where(is_gpu, device, mem_device),
+        "flow_id": int64s(flow_id, flow_id_ok & is_flow),
+        "device": int64s(np.where(is_gpu, device, mem_device),
                           np.where(is_gpu, device_ok, is_memory & mem_device_ok)),
-        "stream": _int64s(stream, stream_ok & on_stream),
+        "stream": int64s(stream, stream_ok & on_stream),
         "collective": _coded(collective, strings(facts.collectives)),
         "copy_kind": _coded(np.where(is_memcpy, facts.name_copy_kind[name], -1),
                             strings(facts.copy_kinds)),
@@ -179,14 +179,14 @@ def _bytes(raw: RawColumns, start: int, stop: int, is_copy: np.ndarray,
            is_collective: np.ndarray, element_bytes: np.ndarray) -> pa.Array:
     """A copy's or memset's own ``bytes``; else a collective's larger element count times
     its dtype's size (null where either is unknown)."""
-    given, given_ok = _ints(raw, "bytes", start, stop)
+    given, given_ok = int_values(raw, "bytes", start, stop)
     given_ok &= is_copy
-    into, into_ok = _ints(raw, "in_nelems", start, stop)
-    out, out_ok = _ints(raw, "out_nelems", start, stop)
+    into, into_ok = int_values(raw, "in_nelems", start, stop)
+    out, out_ok = int_values(raw, "out_nelems", start, stop)
     elements = np.where(into_ok & out_ok, np.maximum(into, out), np.where(into_ok, into, out))
     counted_ok = is_collective & (into_ok | out_ok) & (element_bytes >= 0)
     counted = elements * element_bytes  # wraps on overflow, as Polars' product did
-    return _int64s(np.where(given_ok, given, counted), given_ok | counted_ok)
+    return int64s(np.where(given_ok, given, counted), given_ok | counted_ok)
 
 
 def _first_valid(*codes: np.ndarray) -> np.ndarray:
@@ -214,7 +214,7 @@ def _codes(raw: RawColumns, name: str, start: int, stop: int) -> np.ndarray:
     return dictionary_codes(raw.slice(name, start, stop))
 
 
-def _ints(raw: RawColumns, name: str, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+def int_values(raw: RawColumns, name: str, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """A raw integer column's rows as (values, valid); null rows hold 0."""
     column = raw.columns[name]
     rows = stop - start
@@ -240,7 +240,7 @@ def _validity(valid: np.ndarray) -> pa.Buffer | None:
     return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
-def _int64s(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+def int64s(values: np.ndarray, valid: np.ndarray) -> pa.Array:
     values = np.where(valid, values, 0).astype(np.int64, copy=False)
     return pa.Array.from_buffers(pa.int64(), len(values),
                                  [_validity(valid), pa.py_buffer(values)])
