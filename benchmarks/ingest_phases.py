@@ -49,9 +49,9 @@ def _one_round(path: str) -> list[tuple[str, float, float]]:
         mark("C scan (two threads)")
         return out
 
-    def timed_batches(batches):
-        mark("after the scan: columns, key frame, text facts")
-        for i, table in enumerate(with_steps(batches)):
+    def timed_batches(batches, steps=None):
+        mark("after the scan: columns, row keys, text facts, steps found")
+        for i, table in enumerate(with_steps(batches, steps)):
             if i == 0:
                 mark("steps + first batch")
             yield table

@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import polars as pl
 import pyarrow as pa
 
 from traceview.errors import UnreadableTraceError
@@ -98,9 +97,9 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
     warnings += skipped_warnings(dropped)
     base_ns = clock_base(path, header, raw)
     keys, raw = row_keys(raw, base_ns, dropped, warnings)
-    step_keys = pl.from_arrow(table_of({
+    step_keys = table_of({
         "rank": constant_int32(keys.num_rows, 0), "kind": keys.kind, "name": raw.full("name"),
-        "ts_ns": keys.ts_ns, "dur_ns": keys.dur_ns, "correlation": raw.full("correlation")}))
+        "ts_ns": keys.ts_ns, "dur_ns": keys.dur_ns, "correlation": raw.full("correlation")})
     raw = raw.drop("ts_ns").drop("dur_ns")  # the keys hold them (with the clock base)
     facts = text_facts(raw)
     batches = EventBatches(keys.num_rows, step_keys, partial(batch, keys, raw, facts),

@@ -264,13 +264,12 @@ def cache_not_written(folder: Path | None, exc: OSError) -> str:
             "space there, or set --cache-dir / TRACEVIEW_CACHE_DIR elsewhere)")
 
 
-def _step_keys(events: pa.Table | EventBatches) -> pl.DataFrame:
+def _step_keys(events: pa.Table | EventBatches) -> pl.DataFrame | pa.Table:
     """The key columns steps are worked out from (the batches carry them for the whole file);
-    only these go through Polars, so no other column is copied."""
+    only these are read, so no other column is copied."""
     if isinstance(events, EventBatches):
         return events.step_keys
-    return pl.from_arrow(events.select(["rank", "kind", "name", "ts_ns", "dur_ns",
-                                        "correlation"]))
+    return events.select(["rank", "kind", "name", "ts_ns", "dur_ns", "correlation"])
 
 
 def step_warnings(steps: StepsOfRows) -> list[str]:

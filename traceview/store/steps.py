@@ -72,14 +72,13 @@ class StepsOfRows:
     KB made ~16 of them (log 45).
     """
 
-    def __init__(self, events: pl.DataFrame) -> None:
+    def __init__(self, events: pl.DataFrame | pa.Table) -> None:
         self._keys = _KeyColumns(events)
-        markers = self._keys.step_markers()
-        number, number_ok = self._keys.step_numbers()
+        markers, number, number_ok = self._keys.step_markers()
         #: step markers whose number is beyond int64: passed over (their rows have no step)
-        self.oversized = int((markers & ~number_ok).sum())
+        self.oversized = int((~number_ok).sum())
         #: per rank: range starts (sorted), ends and step numbers
-        self._ranges = self._keys.ranges(markers & number_ok, number)
+        self._ranges = self._keys.ranges(markers[number_ok], number[number_ok])
         self._column: pl.Series | None = None
 
     def rows(self, start: int, stop: int) -> pl.Series:
@@ -152,44 +151,52 @@ class StepsOfRows:
 class _KeyColumns:
     """The columns steps are worked out from, as numpy arrays read from their Arrow buffers:
     rank (null: -1), ts_ns and correlation (each with its validity), and kind and name as
-    codes into their distinct values, so that a text test runs once per value."""
+    codes into their distinct values, so that a text test runs once per value. From an Arrow
+    table (a parser's keys) the dictionaries are read as they are; a Polars Categorical hands
+    its column over rebuilt (~8 ms per 1 M rows)."""
 
-    def __init__(self, events: pl.DataFrame) -> None:
-        self.height = events.height
-        self.rank, self.rank_ok = _integers(events.get_column("rank"), fill=-1)
-        self.ts, self.ts_ok = _integers(events.get_column("ts_ns"))
-        self._dur = events.get_column("dur_ns")  # read for the markers only
-        self.correlation, self.correlation_ok = _integers(events.get_column("correlation"))
-        self._kind, self._kinds = _text_codes(events.get_column("kind"))
-        self._name, self._names = _text_codes(events.get_column("name"))
+    def __init__(self, events: pl.DataFrame | pa.Table) -> None:
+        def column(name: str) -> pa.Array | pa.ChunkedArray:
+            if isinstance(events, pl.DataFrame):
+                return events.get_column(name).to_arrow()
+            return events.column(name)
+
+        self.height = events.height if isinstance(events, pl.DataFrame) else events.num_rows
+        self.rank, self.rank_ok = _integers(column("rank"), fill=-1)
+        self.ts, self.ts_ok = _integers(column("ts_ns"))
+        self.correlation, self.correlation_ok = _integers(column("correlation"))
+        self._dur = column("dur_ns")  # read for the markers only
+        self._kind, self._kinds = _text_codes(column("kind"))
+        self._name, self._names = _text_codes(column("name"))
 
     def of_kinds(self, kinds: tuple[str, ...]) -> np.ndarray:
         """Whether each row's kind is one of ``kinds`` (a null kind is none)."""
         return np.array([k in kinds for k in self._kinds] + [False])[self._kind]
 
-    def step_markers(self) -> np.ndarray:
-        """Whether each row is a step marker: a user annotation or NVTX range named
-        ``ProfilerStep#N`` (as :func:`step_ranges` selects them)."""
-        named = np.array([_step_of_name(n)[0] for n in self._names] + [False])
-        return self.of_kinds(("user_annotation", "nvtx")) & named[self._name]
-
-    def step_numbers(self) -> tuple[np.ndarray, np.ndarray]:
-        """The step number each row's name gives, and where there is one that int64 holds."""
-        facts = [_step_of_name(n) for n in self._names]
-        number = np.array([n or 0 for _, n in facts] + [0], dtype=np.int64)
-        number_ok = np.array([n is not None for _, n in facts] + [False])
-        return number[self._name], number_ok[self._name]
+    def step_markers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows that are step markers (user annotations or NVTX ranges named
+        ``ProfilerStep#N``, as :func:`step_ranges` selects them), their step numbers, and
+        whether int64 holds each number."""
+        rows = np.flatnonzero(self.of_kinds(("user_annotation", "nvtx")))
+        facts = _steps_of_names(self._names)
+        named = np.array([marker for marker, _ in facts] + [False])
+        rows = rows[named[self._name[rows]]]
+        name = self._name[rows]
+        number = np.array([n or 0 for _, n in facts] + [0], dtype=np.int64)[name]
+        return rows, number, np.array([n is not None for _, n in facts] + [False])[name]
 
     def ranges(self, markers: np.ndarray, number: np.ndarray
                ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per rank, the step ranges of the marker rows: starts (ascending), ends, numbers. A
-        marker without a rank or a time contains no row. Ties of start keep the rows' order."""
-        rows = np.flatnonzero(markers & self.rank_ok & self.ts_ok)
+        """Per rank, the step ranges of the marker rows ``markers`` (numbered ``number``):
+        starts (ascending), ends, numbers. A marker without a rank or a time contains no row.
+        Ties of start keep the rows' order."""
+        placed = self.rank_ok[markers] & self.ts_ok[markers]
+        rows, number = markers[placed], number[placed]
         rank, start = self.rank[rows], self.ts[rows]
         dur, dur_ok = _integers(self._dur)
         end = start + np.where(dur_ok[rows], dur[rows], 0)
         order = np.lexsort((start, rank))
-        rank, start, end, number = rank[order], start[order], end[order], number[rows][order]
+        rank, start, end, number = rank[order], start[order], end[order], number[order]
         cuts = np.flatnonzero(rank[1:] != rank[:-1]) + 1
         return {int(r[0]): (s, e, n) for r, s, e, n in zip(
             np.split(rank, cuts), np.split(start, cuts), np.split(end, cuts),
@@ -202,45 +209,60 @@ _STEP_OF_NAME: dict[str, tuple[bool, int | None]] = {}
 _MOST_NAMES = 1 << 15
 
 
-def _step_of_name(name: str) -> tuple[bool, int | None]:
-    """Whether ``name`` is a ``ProfilerStep#N`` marker's, and N (None past int64), read by
-    Polars' regex as :func:`step_ranges` reads it; remembered per name."""
-    known = _STEP_OF_NAME.get(name)
-    if known is None:
-        if len(_STEP_OF_NAME) >= _MOST_NAMES:
+def _steps_of_names(names: list[str]) -> list[tuple[bool, int | None]]:
+    """For each name, whether it is a ``ProfilerStep#N`` marker's and N (None past int64),
+    read by Polars' regex as :func:`step_ranges` reads it. The names this process has not
+    met yet go through Polars together; the others are remembered."""
+    new = [name for name in dict.fromkeys(names) if name not in _STEP_OF_NAME]
+    if new:
+        if len(_STEP_OF_NAME) + len(new) > _MOST_NAMES:
             _STEP_OF_NAME.clear()
         v = pl.col("v")
-        marker, number = pl.DataFrame({"v": [name]}, schema={"v": pl.String}).select(
+        facts = pl.DataFrame({"v": new}, schema={"v": pl.String}).select(
             v.str.contains(STEP_PATTERN).alias("marker"),
-            v.str.extract(STEP_PATTERN).cast(pl.Int64, strict=False).alias("number")).row(0)
-        known = _STEP_OF_NAME[name] = (bool(marker), number)
-    return known
+            v.str.extract(STEP_PATTERN).cast(pl.Int64, strict=False).alias("number"))
+        _STEP_OF_NAME.update(zip(new, facts.iter_rows(), strict=True))
+    return [_STEP_OF_NAME[name] for name in names]
 
 
-def _integers(column: pl.Series, fill: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """An integer column's values (a view of its Arrow buffer where it has no nulls, else a
-    copy with nulls as ``fill``) and validity: Polars' ``fill_null`` alone cost ~0.15 ms a
-    call on a 40-row file, and a copy of each column would add to a big file's peak."""
-    array = column.to_arrow()
-    if pa.types.is_null(array.type):
-        return np.full(len(array), fill, dtype=np.int64), np.zeros(len(array), dtype=bool)
-    values, valid = _buffer_values(array)
+def _integers(array: pa.Array | pa.ChunkedArray, fill: int = 0
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """An integer column's values (a view of its Arrow buffer where it has no nulls and one
+    chunk, else a copy with nulls as ``fill``) and validity: Polars' ``fill_null`` alone cost
+    ~0.15 ms a call on a 40-row file, and a copy of each column would add to a big file's
+    peak."""
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+    parts = [_buffer_values(chunk) for chunk in chunks if len(chunk)]
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    values, valid = parts[0] if len(parts) == 1 else (
+        np.concatenate([v for v, _ in parts]), np.concatenate([ok for _, ok in parts]))
     return (values if valid.all() else np.where(valid, values, fill)), valid
 
 
-def _text_codes(column: pl.Series) -> tuple[np.ndarray, list[str]]:
+def _text_codes(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     """A text column as (each row's code into the distinct values, the distinct values); a
     null row's code is ``len(values)``."""
-    if column.dtype != pl.Categorical:
-        column = column.cast(pl.String).cast(pl.Categorical)
-    array = column.to_arrow()
+    if isinstance(array, pa.ChunkedArray):
+        array = array.chunk(0) if array.num_chunks == 1 else _one_dictionary(array)
+    if not pa.types.is_dictionary(array.type):
+        array = _one_dictionary(array)
     values = array.dictionary.to_pylist()
     codes, valid = _buffer_values(array.indices)
     return (codes if valid.all() else np.where(valid, codes, len(values))), values
 
 
+def _one_dictionary(array: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
+    """Text, or several chunks of dictionary text, as one dictionary array (through Polars;
+    pyarrow's own would import ``pyarrow.compute``)."""
+    series = pl.from_arrow(pa.table({"v": array})).to_series()
+    return series.cast(pl.String).cast(pl.Categorical).to_arrow()
+
+
 def _buffer_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """An integer array's values (a view; null rows hold anything) and validity."""
+    if pa.types.is_null(array.type):
+        return np.zeros(len(array), dtype=np.int64), np.zeros(len(array), dtype=bool)
     bitmap, data = array.buffers()
     if data is None:  # no rows
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
