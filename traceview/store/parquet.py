@@ -232,7 +232,23 @@ def parquet_options(table_schema: pa.Schema) -> dict[str, Any]:
 
     The dictionary-encoded columns are small once encoded, and zstd paid more to set up per
     page (a compression context each) than it saved on them: LZ4 there writes a 300 MB trace's
-    store 0.034 CPU s faster (of 0.41 s), at the same size (docs/performance.md, log 22)."""
+    store 0.034 CPU s faster (of 0.41 s), at the same size (docs/performance.md, log 22).
+
+    Remembered for the last few schemas (names and types): worked out anew, they cost ~0.16
+    ms of a file of a few KB (log 45)."""
+    for known, options in _OPTIONS_OF:
+        if known.equals(table_schema):
+            return dict(options)
+    options = _options_of(table_schema)
+    _OPTIONS_OF[:] = [(table_schema, options), *_OPTIONS_OF[:7]]
+    return dict(options)
+
+
+#: (schema, its write options) of the last schemas written, newest first
+_OPTIONS_OF: list[tuple[pa.Schema, dict[str, Any]]] = []
+
+
+def _options_of(table_schema: pa.Schema) -> dict[str, Any]:
     names = table_schema.names
     return dict(compression={n: "zstd" if n in _UNIQUE_COLUMNS else "lz4" for n in names},
                 compression_level={n: 1 for n in names if n in _UNIQUE_COLUMNS},
