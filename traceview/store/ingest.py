@@ -320,14 +320,19 @@ def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any],
         return (path, f"{path}: cannot parse ({type(exc).__name__}: {exc})", 2), None
 
 
-#: Below this much (estimated uncompressed) input, ingest in this process.
+#: Below this much (estimated uncompressed) input, and at most this many files, ingest in
+#: this process.
 IN_PROCESS_BYTES = 64 << 20
+IN_PROCESS_FILES = 32
 
 
 def _in_process(misses: list[Path]) -> bool:
     """Whether to parse ``misses`` in this process: starting worker processes costs ~0.5 s,
-    and small inputs parse faster than that here."""
-    return len(misses) <= 1 or _estimated_bytes(misses) < IN_PROCESS_BYTES
+    and small inputs parse faster than that here. Each file costs ~10-15 ms however small:
+    1,000 rank files of 4 KB (57 MB estimated) took 20 CPU s on one core in this process
+    (docs/performance.md, log 45), so many files go to the workers."""
+    return len(misses) <= 1 or (len(misses) <= IN_PROCESS_FILES
+                                and _estimated_bytes(misses) < IN_PROCESS_BYTES)
 
 
 def _remembered_id(path: Path, cache: str | None) -> str | None:
