@@ -5,7 +5,7 @@
 Each round is a fresh process that runs ``traceview.cli.main(["ingest", FILE, "--no-cache"])``
 with hooks that only note the wall clock and the process's CPU time (all threads: the scanner's
 two and the Parquet writer's) where a phase ends: imports, reading and hashing, the C scan, the
-work after it (columns, key frame, text facts), the steps and the first batch, the other
+work after it (columns, row keys, text facts), the steps and the first batch, the other
 batches with the Parquet write beside them, and the rest (cache meta, report). Prints the
 fastest of the rounds per phase. CPU seconds are what a phase costs; on a shared machine, read
 the wall column with the load average (printed). docs/performance.md, log 42.
