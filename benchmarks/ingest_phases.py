@@ -5,7 +5,7 @@
 Each round is a fresh process that runs ``traceview.cli.main(["ingest", FILE, "--no-cache"])``
 with hooks that only note the wall clock and the process's CPU time (all threads: the scanner's
 two and the Parquet writer's) where a phase ends: imports, reading and hashing, the C scan, the
-work after it (columns, key frame, text facts), the steps and the first batch, the other
+work after it (columns, row keys, text facts), the steps and the first batch, the other
 batches with the Parquet write beside them, and the rest (cache meta, report). Prints the
 fastest of the rounds per phase. CPU seconds are what a phase costs; on a shared machine, read
 the wall column with the load average (printed). docs/performance.md, log 42.
@@ -49,9 +49,9 @@ def _one_round(path: str) -> list[tuple[str, float, float]]:
         mark("C scan (two threads)")
         return out
 
-    def timed_batches(batches):
-        mark("after the scan: columns, key frame, text facts")
-        for i, table in enumerate(with_steps(batches)):
+    def timed_batches(batches, steps=None):
+        mark("after the scan: columns, row keys, text facts, steps found")
+        for i, table in enumerate(with_steps(batches, steps)):
             if i == 0:
                 mark("steps + first batch")
             yield table

@@ -144,13 +144,15 @@ def nsys_set(root: Path, *, kernels: int, log=print) -> InputSet:
 SMALL_TEMPLATE = REPO / "fixtures" / "data" / "gloo_ddp_2r" / "rank-0.gloo_ddp.pt.trace.json.gz"
 
 
-def many_small_set(root: Path, n: int, log=print) -> InputSet:
+def many_small_set(root: Path, n: int, log=print, events: int | None = None) -> InputSet:
     """A run folder of ``n`` small rank files: the gloo template copied with its rank (and the
     world's size and ranks in ``distributedInfo``) rewritten, and its clock shifted by a few
-    microseconds per rank so that ranks differ. The events are the template's."""
+    microseconds per rank so that ranks differ. The events are the template's, or with
+    ``events=K`` only K of them (:func:`tiny_events`: a large job's rank file of a few KB)."""
     import orjson
 
-    name = f"small-{n}-gloo"
+    count = events
+    name = f"small-{n}-gloo" if count is None else f"tiny-{n}-gloo-{count}ev"
     folder = root / name
     m = _manifest(folder)
     if m is None:
@@ -161,6 +163,8 @@ def many_small_set(root: Path, n: int, log=print) -> InputSet:
         with gzip.open(SMALL_TEMPLATE, "rb") as fh:
             doc = orjson.loads(fh.read())
         events = doc.pop("traceEvents")
+        if count is not None:
+            events = tiny_events(events, count)
         info = doc["distributedInfo"]
         info["world_size"] = n
         for pg in info.get("pg_config", []):
@@ -179,6 +183,22 @@ def many_small_set(root: Path, n: int, log=print) -> InputSet:
         m = _write_manifest(folder, files, n * len(events))
         log(f"  {n} files, {m['disk_bytes'] / 1e6:.1f} MB in {time.perf_counter() - t:.0f} s")
     return _load(name, folder, m)
+
+
+#: Events a cut-down rank keeps first: metadata, the profiler steps and the collectives
+#: (what ``traceview stragglers`` reads); then others, in the template's order.
+_TINY_FIRST = ("ProfilerStep#", "gloo:", "c10d::", "record_param_comms")
+
+
+def tiny_events(events: list[dict], count: int) -> list[dict]:
+    """``count`` of ``events`` in their order: metadata, step markers and collectives first,
+    then the earliest others (a large job's per-rank trace of a few KB)."""
+    def first(e: dict) -> bool:
+        return e.get("ph") == "M" or str(e.get("name", "")).startswith(_TINY_FIRST)
+
+    kept = [i for i, e in enumerate(events) if first(e)][:count]
+    kept += [i for i, e in enumerate(events) if not first(e)][:count - len(kept)]
+    return [events[i] for i in sorted(kept)]
 
 
 def _shifted(event: dict, us: float) -> dict:

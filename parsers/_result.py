@@ -45,7 +45,7 @@ class EventBatches:
     """
 
     num_rows: int
-    step_keys: pl.DataFrame
+    step_keys: pl.DataFrame | pa.Table
     batch: Callable[[int, int], pa.Table]
     batch_rows: int = 1 << 16
     #: columns null in every row, known before the batches are built: cache files leave

@@ -19,6 +19,9 @@ the small dictionary's offsets. Anything else still goes to ``Array.cast``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import lru_cache
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -85,7 +88,24 @@ def _is_string_dictionary(typ: pa.DataType, *, large: bool = False) -> bool:
 
 def strings(values: list[str]) -> pa.Array:
     """A ``string`` array of Python strings, built on buffers: ``pa.array`` imports pandas
-    (~0.4 s) to check whether it was given pandas objects."""
+    (~0.4 s) to check whether it was given pandas objects. A short list (kinds, collectives,
+    a constant) is built once per process: each batch of a small file built ~10 of them."""
+    if len(values) <= _SHORT:
+        return _short_strings(tuple(values))
+    return _strings(values)
+
+
+#: Lists of at most this many strings are remembered by :func:`strings` (Arrow arrays are
+#: immutable: sharing one is safe).
+_SHORT = 64
+
+
+@lru_cache(maxsize=1024)
+def _short_strings(values: tuple[str, ...]) -> pa.Array:
+    return _strings(values)
+
+
+def _strings(values: Sequence[str]) -> pa.Array:
     encoded = [v.encode() for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     np.cumsum([len(e) for e in encoded], out=offsets[1:])
@@ -97,3 +117,20 @@ def series_of(array: pa.Array, name: str = "") -> pl.Series:
     """An Arrow array as a Polars Series. ``pl.Series(array)`` imports ``pyarrow.compute``
     (to combine chunks it is never given here); a one-column table does not."""
     return pl.from_arrow(pa.Table.from_arrays([array], names=[name])).to_series()
+
+
+def values_and_validity(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A primitive array's values (a view) and validity, read from its buffers (pyarrow's
+    ``to_numpy`` would import pandas)."""
+    bitmap, data = array.buffers()
+    values = np.frombuffer(data, dtype=_NUMPY_TYPES[array.type])[array.offset:array.offset + len(array)]
+    if bitmap is None or array.null_count == 0:
+        return values, np.ones(len(array), dtype=bool)
+    # only the bytes of this slice: the bitmap is the whole file's column's
+    first, skip = divmod(array.offset, 8)
+    own = np.frombuffer(bitmap, dtype=np.uint8)[first:first + (skip + len(array) + 7) // 8]
+    bits = np.unpackbits(own, bitorder="little")
+    return values, bits[skip:skip + len(array)].astype(bool)
+
+
+_NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32, pa.uint32(): np.uint32}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from traceview.parsers.kineto._arrow_types import series_of
+from traceview.parsers.kineto._arrow_types import series_of, values_and_validity
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,9 @@ class Sparse:
     @classmethod
     def of(cls, column: pa.Array, first_row: int = 0) -> Sparse:
         """The values of an integer array, its first row numbered ``first_row``."""
-        values = series_of(column)
-        rows = np.flatnonzero(values.is_not_null().to_numpy()) + first_row
-        return cls(rows.astype(np.uint32), values.drop_nulls().to_numpy().astype(np.int64))
+        values, valid = _values(column)
+        rows = np.flatnonzero(valid) + first_row
+        return cls(rows.astype(np.uint32), values[valid].astype(np.int64))
 
     @classmethod
     def concat(cls, parts: list[Sparse]) -> Sparse:
@@ -60,10 +60,9 @@ class SparseText:
     @classmethod
     def of(cls, column: pa.DictionaryArray, first_row: int = 0) -> SparseText:
         """The values of a dictionary array, its first row numbered ``first_row``."""
-        indices = series_of(column.indices)
-        rows = np.flatnonzero(indices.is_not_null().to_numpy()) + first_row
-        codes = indices.drop_nulls().to_numpy().astype(np.int32)
-        return cls(rows.astype(np.uint32), codes, column.dictionary)
+        indices, valid = _values(column.indices)
+        rows = np.flatnonzero(valid) + first_row
+        return cls(rows.astype(np.uint32), indices[valid].astype(np.int32), column.dictionary)
 
     @classmethod
     def concat(cls, parts: list[SparseText]) -> SparseText:
@@ -77,6 +76,16 @@ class SparseText:
     def dense(self, start: int, stop: int) -> pa.DictionaryArray:
         indices = _spread(self.rows, self.codes, start, stop, pa.int32())
         return pa.DictionaryArray.from_arrays(indices, self.dictionary)
+
+
+def _values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(values, valid) of an integer array from its buffers: through Polars, a rare column of
+    a small file cost ~0.5 ms in conversions (seven of them a file; docs/performance.md,
+    log 45)."""
+    if array.type in (pa.int64(), pa.int32(), pa.uint32()):
+        return values_and_validity(array)
+    values = series_of(array)  # another integer type: not what the readers make
+    return values.fill_null(0).to_numpy(), values.is_not_null().to_numpy()
 
 
 def _int32s(values: np.ndarray) -> pa.Array:

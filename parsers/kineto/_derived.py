@@ -16,6 +16,7 @@ conversions per 65,536 rows, more than the work itself (docs/performance.md, log
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -23,7 +24,7 @@ import pyarrow as pa
 
 from traceview import schema
 from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
-from traceview.parsers.kineto._arrow_types import series_of, strings
+from traceview.parsers.kineto._arrow_types import strings, values_and_validity
 from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
 
 
@@ -51,30 +52,74 @@ def text_facts(raw: RawColumns) -> TextFacts:
     """What the text columns say, worked out once per distinct value (dictionary entry): from
     the name, the collective of an NCCL/RCCL kernel or of a c10d/gloo/nccl/mpi op and the
     memcpy direction; from ``Collective name`` the collective; from ``dtype`` the element size;
-    from the category whether it is another accelerator's device work."""
-    def entries(column: str) -> pl.DataFrame:
-        return series_of(raw.columns[column].dictionary, "v").to_frame()
+    from the category whether it is another accelerator's device work.
 
+    Each distinct text is read by Polars' string functions once per process
+    (:func:`_remembered`): the ranks of one job share their names, and a file of a few KB
+    paid ~8 ms of Polars calls for them (docs/performance.md, log 45)."""
+    def entries(column: str) -> list[str]:
+        return raw.columns[column].dictionary.to_pylist()
+
+    names = _remembered(_NAME_FACTS, entries("name"), _name_facts)
+    kernel = [k for k, _, _ in names]
+    op = [o for _, o, _ in names]
+    copy = [c for _, _, c in names]
+    args = _remembered(_ARG_COLLECTIVE, entries("collective_name"), _collectives)
+    collectives = _vocabulary([*kernel, *op, *args, "other"])
+    copy_kinds = _vocabulary(copy)
+    sizes = _remembered(_DTYPE_BYTES, entries("dtype"), _dtype_sizes)
+    device = [c in schema.ACCELERATOR_DEVICE_CATEGORIES for c in entries("category")]
+    return TextFacts(
+        kernel_collective=_codes_in(kernel, collectives),
+        op_collective=_codes_in(op, collectives),
+        name_copy_kind=_codes_in(copy, copy_kinds),
+        arg_collective=_codes_in(args, collectives),
+        dtype_bytes=np.array([-1 if s is None else s for s in sizes] + [-1], dtype=np.int64),
+        device_category=np.array(device + [False]),
+        collectives=collectives, copy_kinds=copy_kinds)
+
+
+#: Distinct texts remembered per process at most (per kind of fact); then forgotten at once.
+MOST_REMEMBERED = 1 << 15
+
+#: What each distinct text said (see text_facts): name -> (kernel collective, op collective,
+#: copy kind); ``Collective name`` -> collective; dtype -> element size
+_NAME_FACTS: dict[str, tuple[str | None, str | None, str | None]] = {}
+_ARG_COLLECTIVE: dict[str, str | None] = {}
+_DTYPE_BYTES: dict[str, int | None] = {}
+
+
+def _remembered(memo: dict, values: list[str], work_out: Any) -> list:
+    """``work_out(values)``, each distinct value worked out once while ``memo`` holds it
+    (``work_out`` is elementwise: a value's answer never depends on the others)."""
+    new = [v for v in dict.fromkeys(values) if v not in memo]
+    if new:
+        if len(memo) + len(new) > MOST_REMEMBERED:
+            memo.clear()
+        memo.update(zip(new, work_out(new), strict=True))
+    return [memo[v] for v in values]
+
+
+def _frame(values: list[str]) -> pl.DataFrame:
+    return pl.DataFrame({"v": values}, schema={"v": pl.String})
+
+
+def _name_facts(values: list[str]) -> list[tuple[str | None, str | None, str | None]]:
     v = pl.col("v")
-    names = entries("name").select(
+    names = _frame(values).select(
         pl.when(v.str.contains(r"(?i)nccl|rccl")).then(collective_from_text(v)).alias("kernel"),
         pl.when(v.str.contains(r"(?i)^(nccl|gloo|c10d|mpi)[:_]"))
         .then(collective_from_text(v)).alias("op"),
         copy_kind_from_name(v).alias("copy"))
-    args = entries("collective_name").select(collective_from_text(v)).to_series().to_list()
-    collectives = _vocabulary([*names["kernel"].to_list(), *names["op"].to_list(), *args,
-                               "other"])
-    copy_kinds = _vocabulary(names["copy"].to_list())
-    sizes = entries("dtype").select(dtype_bytes(v)).to_series().to_list()
-    device = entries("category").select(v.is_in(schema.ACCELERATOR_DEVICE_CATEGORIES))
-    return TextFacts(
-        kernel_collective=_codes_in(names["kernel"].to_list(), collectives),
-        op_collective=_codes_in(names["op"].to_list(), collectives),
-        name_copy_kind=_codes_in(names["copy"].to_list(), copy_kinds),
-        arg_collective=_codes_in(args, collectives),
-        dtype_bytes=np.array([-1 if s is None else s for s in sizes] + [-1], dtype=np.int64),
-        device_category=np.array([bool(d) for d in device.to_series().to_list()] + [False]),
-        collectives=collectives, copy_kinds=copy_kinds)
+    return list(names.iter_rows())
+
+
+def _collectives(values: list[str]) -> list[str | None]:
+    return _frame(values).select(collective_from_text(pl.col("v"))).to_series().to_list()
+
+
+def _dtype_sizes(values: list[str]) -> list[int | None]:
+    return _frame(values).select(dtype_bytes(pl.col("v"))).to_series().to_list()
 
 
 def _vocabulary(values: list[str | None]) -> list[str]:
@@ -94,7 +139,7 @@ def derived_columns(kind: pa.DictionaryArray, raw: RawColumns, facts: TextFacts,
     keeps its ``args.stream`` as a GPU kernel does: without it, the analyses would take its
     thread id for its stream (MTIA: 4 and 408 where the trace says streams 1 and 102)."""
     kinds = kind.dictionary.to_pylist() + [None]
-    code = _dictionary_codes(kind)
+    code = dictionary_codes(kind)
 
     def of_kind(*names: str) -> np.ndarray:
         return np.array([k in names for k in kinds])[code]
@@ -112,16 +157,16 @@ def derived_columns(kind: pa.DictionaryArray, raw: RawColumns, facts: TextFacts,
         np.where(collective_name < len(facts.arg_collective) - 1,
                  facts.collectives.index("other"), -1))
     ph = raw.slice("ph", start, stop)
-    device, device_ok = _ints(raw, "device", start, stop)
-    mem_device, mem_device_ok = _ints(raw, "mem_device", start, stop)
-    flow_id, flow_id_ok = _ints(raw, "flow_id", start, stop)
-    stream, stream_ok = _ints(raw, "stream", start, stop)
+    device, device_ok = int_values(raw, "device", start, stop)
+    mem_device, mem_device_ok = int_values(raw, "mem_device", start, stop)
+    flow_id, flow_id_ok = int_values(raw, "flow_id", start, stop)
+    stream, stream_ok = int_values(raw, "stream", start, stop)
     return {
         "flow_phase": _masked_dictionary(ph, is_flow),
-        "flow_id": _int64s(flow_id, flow_id_ok & is_flow),
-        "device": _int64s(np.where(is_gpu, device, mem_device),
+        "flow_id": int64s(flow_id, flow_id_ok & is_flow),
+        "device": int64s(np.where(is_gpu, device, mem_device),
                           np.where(is_gpu, device_ok, is_memory & mem_device_ok)),
-        "stream": _int64s(stream, stream_ok & on_stream),
+        "stream": int64s(stream, stream_ok & on_stream),
         "collective": _coded(collective, strings(facts.collectives)),
         "copy_kind": _coded(np.where(is_memcpy, facts.name_copy_kind[name], -1),
                             strings(facts.copy_kinds)),
@@ -134,14 +179,14 @@ def _bytes(raw: RawColumns, start: int, stop: int, is_copy: np.ndarray,
            is_collective: np.ndarray, element_bytes: np.ndarray) -> pa.Array:
     """A copy's or memset's own ``bytes``; else a collective's larger element count times
     its dtype's size (null where either is unknown)."""
-    given, given_ok = _ints(raw, "bytes", start, stop)
+    given, given_ok = int_values(raw, "bytes", start, stop)
     given_ok &= is_copy
-    into, into_ok = _ints(raw, "in_nelems", start, stop)
-    out, out_ok = _ints(raw, "out_nelems", start, stop)
+    into, into_ok = int_values(raw, "in_nelems", start, stop)
+    out, out_ok = int_values(raw, "out_nelems", start, stop)
     elements = np.where(into_ok & out_ok, np.maximum(into, out), np.where(into_ok, into, out))
     counted_ok = is_collective & (into_ok | out_ok) & (element_bytes >= 0)
     counted = elements * element_bytes  # wraps on overflow, as Polars' product did
-    return _int64s(np.where(given_ok, given, counted), given_ok | counted_ok)
+    return int64s(np.where(given_ok, given, counted), given_ok | counted_ok)
 
 
 def _first_valid(*codes: np.ndarray) -> np.ndarray:
@@ -152,9 +197,9 @@ def _first_valid(*codes: np.ndarray) -> np.ndarray:
     return out
 
 
-def _dictionary_codes(array: pa.DictionaryArray) -> np.ndarray:
+def dictionary_codes(array: pa.DictionaryArray) -> np.ndarray:
     """Dictionary indices with null rows as ``len(dictionary)``."""
-    indices, valid = _buffer_values(array.indices)
+    indices, valid = values_and_validity(array.indices)
     return np.where(valid, indices, len(array.dictionary)).astype(np.int64)
 
 
@@ -166,10 +211,10 @@ def _codes(raw: RawColumns, name: str, start: int, stop: int) -> np.ndarray:
         lo, hi = np.searchsorted(column.rows, [start, stop])
         codes[column.rows[lo:hi].astype(np.int64) - start] = column.codes[lo:hi]
         return codes
-    return _dictionary_codes(raw.slice(name, start, stop))
+    return dictionary_codes(raw.slice(name, start, stop))
 
 
-def _ints(raw: RawColumns, name: str, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+def int_values(raw: RawColumns, name: str, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """A raw integer column's rows as (values, valid); null rows hold 0."""
     column = raw.columns[name]
     rows = stop - start
@@ -183,7 +228,7 @@ def _ints(raw: RawColumns, name: str, start: int, stop: int) -> tuple[np.ndarray
         return values, valid
     array = raw.slice(name, start, stop)
     chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
-    parts = [_buffer_values(chunk) for chunk in chunks if len(chunk)]
+    parts = [values_and_validity(chunk) for chunk in chunks if len(chunk)]
     if not parts:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
     values = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
@@ -191,28 +236,11 @@ def _ints(raw: RawColumns, name: str, start: int, stop: int) -> tuple[np.ndarray
     return np.where(valid, values, 0), valid
 
 
-def _buffer_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """A primitive array's values (a view) and validity, read from its buffers (pyarrow's
-    ``to_numpy`` would import pandas)."""
-    bitmap, data = array.buffers()
-    values = np.frombuffer(data, dtype=_NUMPY_TYPES[array.type])[array.offset:array.offset + len(array)]
-    if bitmap is None or array.null_count == 0:
-        return values, np.ones(len(array), dtype=bool)
-    # only the bytes of this slice: the bitmap is the whole file's column's
-    first, skip = divmod(array.offset, 8)
-    own = np.frombuffer(bitmap, dtype=np.uint8)[first:first + (skip + len(array) + 7) // 8]
-    bits = np.unpackbits(own, bitorder="little")
-    return values, bits[skip:skip + len(array)].astype(bool)
-
-
-_NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32, pa.uint32(): np.uint32}
-
-
 def _validity(valid: np.ndarray) -> pa.Buffer | None:
     return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
-def _int64s(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+def int64s(values: np.ndarray, valid: np.ndarray) -> pa.Array:
     values = np.where(valid, values, 0).astype(np.int64, copy=False)
     return pa.Array.from_buffers(pa.int64(), len(values),
                                  [_validity(valid), pa.py_buffer(values)])
@@ -228,6 +256,6 @@ def _coded(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
 
 def _masked_dictionary(column: pa.DictionaryArray, keep: np.ndarray) -> pa.DictionaryArray:
     """``column`` with the rows where ``keep`` is false set to null."""
-    codes = _dictionary_codes(column)
+    codes = dictionary_codes(column)
     return _coded(np.where(keep & (codes < len(column.dictionary)), codes, -1),
                   column.dictionary)

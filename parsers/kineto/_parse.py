@@ -15,12 +15,11 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import polars as pl
 import pyarrow as pa
 
 from traceview.errors import UnreadableTraceError
 from traceview.parsers._result import EventBatches, ParsedFile
-from traceview.parsers.kineto._arrow_types import series_of, strings
+from traceview.parsers.kineto._arrow_types import strings
 from traceview.parsers.kineto._bounds import (
     MAX_EVENT_BYTES,
     MAX_EVENT_DEPTH,
@@ -29,11 +28,11 @@ from traceview.parsers.kineto._bounds import (
     skipped_warnings,
 )
 from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
-from traceview.parsers.kineto._events import REPEATING_TEXT, as_int
+from traceview.parsers.kineto._events import REPEATING_TEXT, as_int, table_of
 from traceview.parsers.kineto._input import Input, open_input, read_bytes
 from traceview.parsers.kineto._ranks import rank_info
-from traceview.parsers.kineto._derived import text_facts
-from traceview.parsers.kineto._rows import batch, empty_columns, key_frame
+from traceview.parsers.kineto._derived import int_values, text_facts
+from traceview.parsers.kineto._rows import batch, constant_int32, empty_columns, row_keys
 from traceview.parsers.kineto._stream import Column
 from traceview.parsers.kineto._tolerant import read_events
 from traceview.schema import KINETO_ARGS, KINETO_TEXT_ARGS
@@ -86,7 +85,7 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
     path = Path(path)
     warnings: list[str] = []
     dropped: dict[str, int] = {}
-    with open_input(path, warnings, follow=_kineto_scan is not None) as given:
+    with open_input(path, warnings, follow=_worth_following(path)) as given:
         fast = _scan_fast(path, given, dropped)
         if fast is not None:
             raw, header = fast
@@ -97,12 +96,13 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
             raw = _raw_columns(columns, rows)
     warnings += skipped_warnings(dropped)
     base_ns = clock_base(path, header, raw)
-    keys, raw = key_frame(raw, base_ns, dropped, warnings)
-    step_keys = keys.select(pl.lit(0, dtype=pl.Int32).alias("rank"), "kind", "name", "ts_ns",
-                            "dur_ns", series_of(raw.full("correlation"), "correlation"))
-    raw = raw.drop("ts_ns").drop("dur_ns")  # the key frame holds them (with the clock base)
+    keys, raw = row_keys(raw, base_ns, dropped, warnings)
+    step_keys = table_of({
+        "rank": constant_int32(keys.num_rows, 0), "kind": keys.kind, "name": raw.full("name"),
+        "ts_ns": keys.ts_ns, "dur_ns": keys.dur_ns, "correlation": raw.full("correlation")})
+    raw = raw.drop("ts_ns").drop("dur_ns")  # the keys hold them (with the clock base)
     facts = text_facts(raw)
-    batches = EventBatches(keys.height, step_keys, partial(batch, keys, raw, facts),
+    batches = EventBatches(keys.num_rows, step_keys, partial(batch, keys, raw, facts),
                            null_columns=empty_columns(raw))
     return ParsedFile(
         path=str(path),
@@ -113,6 +113,22 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
         dropped={k: v for k, v in dropped.items() if v},
         warnings=warnings,
     )
+
+
+#: Files on disk from this size are read (inflated) in a thread the scanner follows; a smaller
+#: one is read first: the thread's start cost a file of a few KB more than the overlap gains
+#: (~0.7 ms; docs/performance.md, log 45).
+FOLLOW_FROM_BYTES = 1 << 20
+
+
+def _worth_following(path: Path) -> bool:
+    """Whether to scan the file as it is read (``open_input(follow=True)``)."""
+    if _kineto_scan is None:
+        return False
+    try:
+        return path.stat().st_size >= FOLLOW_FROM_BYTES
+    except OSError:
+        return True  # open_input words the error
 
 
 _INT64_MAX = 2**63 - 1
@@ -131,8 +147,7 @@ def clock_base(path: Path, header: dict[str, Any], raw: RawColumns) -> int:
     if not 0 < base <= _INT64_MAX:
         problem = "is not a time in 64-bit nanoseconds since the epoch"
     else:
-        latest = series_of(raw.full("ts_ns")).max()
-        longest = series_of(raw.full("dur_ns")).max()
+        latest, longest = _largest(raw, "ts_ns"), _largest(raw, "dur_ns")
         end = base + max(0, latest or 0) + max(0, longest or 0)  # Python ints: no wrap here
         if end > _INT64_MAX:
             problem = (f"plus the events' times (up to {latest} + {longest} ns) overflows "
@@ -141,6 +156,12 @@ def clock_base(path: Path, header: dict[str, Any], raw: RawColumns) -> int:
         shown = value if isinstance(value, (int, str)) else type(value).__name__
         raise UnreadableTraceError(path, f"baseTimeNanoseconds {str(shown)[:40]} {problem}")
     return base
+
+
+def _largest(raw: RawColumns, name: str) -> int | None:
+    """The largest value of an integer column (None when it has none)."""
+    values, valid = int_values(raw, name, 0, raw.num_rows)
+    return int(values[valid].max()) if valid.any() else None
 
 
 # --------------------------------------------------------------------------- decoding

@@ -237,6 +237,8 @@ def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_pat
     assigned = store.ASSIGNED_COLUMNS if len(parsed.ranks) == 1 else ("file_id",)
     batched = isinstance(parsed.events, EventBatches)
     leave_out = {*parsed.events.null_columns, *assigned} if batched else assigned
+    # one batch: no batch to build while the writer's thread writes (its start cost ~2 ms)
+    overlap = batched and parsed.events.num_rows > parsed.events.batch_rows
     folder = base
     try:
         if base is None:
@@ -244,7 +246,7 @@ def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_pat
             events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
         if batched:
             store.write_event_batches(batches_with_steps(parsed.events, steps), events_path,
-                                      leave_out=leave_out)
+                                      leave_out=leave_out, overlap=overlap)
         else:
             store.write_events(with_steps(parsed.events, steps), events_path,
                                omit_null_columns=True, leave_out=leave_out)
@@ -253,7 +255,7 @@ def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_pat
         note = cache_not_written(folder, exc)
     if batched:  # batches are built again from the parse (nothing is read twice)
         data = store.event_batches_bytes(batches_with_steps(parsed.events, steps),
-                                         leave_out=leave_out)
+                                         leave_out=leave_out, overlap=overlap)
     else:
         data = store.events_bytes(with_steps(parsed.events, steps), omit_null_columns=True,
                                   leave_out=leave_out)
@@ -271,13 +273,12 @@ def cache_not_written(folder: Path | None, exc: OSError) -> str:
             "space there, or set --cache-dir / TRACEVIEW_CACHE_DIR elsewhere)")
 
 
-def _step_keys(events: pa.Table | EventBatches) -> pl.DataFrame:
+def _step_keys(events: pa.Table | EventBatches) -> pl.DataFrame | pa.Table:
     """The key columns steps are worked out from (the batches carry them for the whole file);
-    only these go through Polars, so no other column is copied."""
+    only these are read, so no other column is copied."""
     if isinstance(events, EventBatches):
         return events.step_keys
-    return pl.from_arrow(events.select(["rank", "kind", "name", "ts_ns", "dur_ns",
-                                        "correlation"]))
+    return events.select(["rank", "kind", "name", "ts_ns", "dur_ns", "correlation"])
 
 
 def step_warnings(steps: StepsOfRows) -> list[str]:
@@ -328,14 +329,19 @@ def _safe_ingest(path: str, cache_dir: str | None, options: dict[str, Any],
         return (path, f"{path}: cannot parse ({type(exc).__name__}: {exc})", 2), None
 
 
-#: Below this much (estimated uncompressed) input, ingest in this process.
+#: Below this much (estimated uncompressed) input, and at most this many files, ingest in
+#: this process.
 IN_PROCESS_BYTES = 64 << 20
+IN_PROCESS_FILES = 32
 
 
 def _in_process(misses: list[Path]) -> bool:
     """Whether to parse ``misses`` in this process: starting worker processes costs ~0.5 s,
-    and small inputs parse faster than that here."""
-    return len(misses) <= 1 or _estimated_bytes(misses) < IN_PROCESS_BYTES
+    and small inputs parse faster than that here. Each file costs ~10-15 ms however small:
+    1,000 rank files of 4 KB (57 MB estimated) took 20 CPU s on one core in this process
+    (docs/performance.md, log 45), so many files go to the workers."""
+    return len(misses) <= 1 or (len(misses) <= IN_PROCESS_FILES
+                                and _estimated_bytes(misses) < IN_PROCESS_BYTES)
 
 
 def _remembered_id(path: Path, cache: str | None) -> str | None:

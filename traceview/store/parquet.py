@@ -66,9 +66,11 @@ def content_id(path: Path) -> str:
     OSError or other bytes, where a mapped page that cannot be read kills the process
     (SIGBUS). Reading new blocks (``fh.read``) was ~3x slower: an allocation and copy each."""
     digest = xxhash.xxh3_128()
-    buffer = bytearray(1 << 22)
-    view = memoryview(buffer)
     with open(path, "rb", buffering=0) as fh:
+        # a small file's size, plus one byte to see its end: a 4 MiB buffer zeroed for a
+        # file of a few KB cost ~0.3 ms (twice per ingested file; docs/performance.md, log 45)
+        buffer = bytearray(min(1 << 22, os.fstat(fh.fileno()).st_size + 1))
+        view = memoryview(buffer)
         while n := fh.readinto(buffer):
             digest.update(view[:n])
     return digest.hexdigest()
@@ -230,7 +232,23 @@ def parquet_options(table_schema: pa.Schema) -> dict[str, Any]:
 
     The dictionary-encoded columns are small once encoded, and zstd paid more to set up per
     page (a compression context each) than it saved on them: LZ4 there writes a 300 MB trace's
-    store 0.034 CPU s faster (of 0.41 s), at the same size (docs/performance.md, log 22)."""
+    store 0.034 CPU s faster (of 0.41 s), at the same size (docs/performance.md, log 22).
+
+    Remembered for the last few schemas (names and types): worked out anew, they cost ~0.16
+    ms of a file of a few KB (log 45)."""
+    for known, options in _OPTIONS_OF:
+        if known.equals(table_schema):
+            return dict(options)
+    options = _options_of(table_schema)
+    _OPTIONS_OF[:] = [(table_schema, options), *_OPTIONS_OF[:7]]
+    return dict(options)
+
+
+#: (schema, its write options) of the last schemas written, newest first
+_OPTIONS_OF: list[tuple[pa.Schema, dict[str, Any]]] = []
+
+
+def _options_of(table_schema: pa.Schema) -> dict[str, Any]:
     names = table_schema.names
     return dict(compression={n: "zstd" if n in _UNIQUE_COLUMNS else "lz4" for n in names},
                 compression_level={n: 1 for n in names if n in _UNIQUE_COLUMNS},
@@ -279,47 +297,53 @@ def _write_table(table: pa.Table, sink: Path | pa.NativeFile, omit_null_columns:
 
 
 def write_event_batches(batches: Iterable[pa.Table], target: Path, *,
-                        leave_out: Collection[str] = ()) -> None:
+                        leave_out: Collection[str] = (), overlap: bool = True) -> None:
     """Write event batches (one events schema) as one Parquet file, a row group per batch.
 
     A thread writes batch N (pyarrow encodes and compresses without the GIL) while the caller
     builds batch N+1, so the two cores share the work; at most two batches are alive.
+    ``overlap=False`` (one batch: nothing to overlap) writes in this thread: starting the
+    writer's thread cost a file of a few KB ~2 ms (docs/performance.md, log 45).
     ``leave_out``: columns null in every row of every batch, not written (as ``write_events``
     with ``omit_null_columns``; ``scan_events`` gives them back): each cost the writer ~4 ms
     per 1.4 M rows of a column it had nothing to say about.
     """
-    atomic_write(target, lambda tmp: _write_batches(batches, tmp, leave_out))
+    atomic_write(target, lambda tmp: _write_batches(batches, tmp, leave_out, overlap))
 
 
 def event_batches_bytes(batches: Iterable[pa.Table], *,
-                        leave_out: Collection[str] = ()) -> bytes:
+                        leave_out: Collection[str] = (), overlap: bool = True) -> bytes:
     """The Parquet file :func:`write_event_batches` writes, in memory (see
     :func:`events_bytes`)."""
     sink = pa.BufferOutputStream()
-    _write_batches(batches, sink, leave_out)
+    _write_batches(batches, sink, leave_out, overlap)
     return sink.getvalue().to_pybytes()
 
 
 def _write_batches(batches: Iterable[pa.Table], sink: Path | pa.NativeFile,
-                   leave_out: Collection[str]) -> None:
-    writer = None
-    with ThreadPoolExecutor(1) as pool:
-        pending = None
-        for table in batches:
-            if leave_out:
-                table = table.drop_columns(list(leave_out))
-            if writer is None:
-                table_schema = _with_version(table.schema)
-                writer = pq.ParquetWriter(sink, table_schema, **parquet_options(table_schema))
-            table = table.replace_schema_metadata(table_schema.metadata)
-            if pending is not None:
-                pending.result()
-            pending = pool.submit(writer.write_table, table,
-                                  row_group_size=max(1, table.num_rows))
-        if pending is not None:
-            pending.result()
-    if writer is None:
+                   leave_out: Collection[str], overlap: bool = True) -> None:
+    tables = (table.drop_columns(list(leave_out)) if leave_out else table for table in batches)
+    first = next(tables, None)
+    if first is None:
         raise ValueError("no batches to write")
+    stored = _with_version(first.schema)
+    writer = pq.ParquetWriter(sink, stored, **parquet_options(stored))
+
+    def write(table: pa.Table) -> None:
+        writer.write_table(table.replace_schema_metadata(stored.metadata),
+                           row_group_size=max(1, table.num_rows))
+
+    if overlap:
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(write, first)
+            for table in tables:  # built while the batch before it is written
+                pending.result()
+                pending = pool.submit(write, table)
+            pending.result()
+    else:
+        write(first)
+        for table in tables:
+            write(table)
     writer.close()
 
 

@@ -109,8 +109,9 @@ def check_folder_target(target: str | Path, *, option: str = "-o") -> Path:
     return path
 
 
-#: Each folder ``atomic_write`` has written into, as this process first listed it.
-_LISTED: dict[str, list[Path]] = {}
+#: The temporaries in each folder ``atomic_write`` has written into, as this process first
+#: listed it, by the name of the file they were for.
+_LISTED: dict[str, dict[str, list[Path]]] = {}
 
 
 def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
@@ -128,10 +129,14 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
         # in its files (the cache's ids/ folder holds one file per input: 5,000 inputs listed
         # it 5,000 times; docs/performance.md, log entry 36). A writer killed since then
         # leaves a temporary that the next process removes.
+        # Each write looks only at its own file's temporaries: going through the whole listing
+        # each time was quadratic again (a reopen of 5,000 cached files: 25 M name checks,
+        # ~45 s; docs/performance.md, log 45).
         folder = str(target.parent)
         if folder not in _LISTED:
-            _LISTED[folder] = _entries(target.parent)
-        remove_stale_temporaries(target.parent, target.name, listing=_LISTED[folder])
+            _LISTED[folder] = temporaries_by_name(_entries(target.parent))
+        remove_stale_temporaries(target.parent, target.name,
+                                 listing=_LISTED[folder].get(target.name[:_LONGEST], []))
         tmp = _new_temporary(target.parent, target.name)
         write(tmp)
         os.replace(tmp, target)
@@ -254,6 +259,21 @@ def _entries(folder: Path) -> list[Path]:
         return [Path(entry.path) for entry in os.scandir(folder)]
     except OSError:
         return []
+
+
+def temporaries_by_name(entries: Iterable[Path]) -> dict[str, list[Path]]:
+    """traceview's temporaries among ``entries``, by the name of the file each was for (cut
+    as :func:`temporary_name` cuts it).
+
+    >>> temporaries_by_name([Path("/d/a.json"), Path("/d/.a.json.traceview-0a1b2c3d-7-"
+    ...                                           "0123456789abcdef.tmp")])
+    {'a.json': [PosixPath('/d/.a.json.traceview-0a1b2c3d-7-0123456789abcdef.tmp')]}
+    """
+    found: dict[str, list[Path]] = {}
+    for path in entries:
+        if (match := _TEMPORARY.match(path.name)) is not None:
+            found.setdefault(match["name"], []).append(path)
+    return found
 
 
 def remove_stale_temporaries(folder: Path, name: str | None = None, *,

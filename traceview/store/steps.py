@@ -28,6 +28,7 @@ from traceview.schema import GPU_STREAM_KINDS, RUNTIME_KINDS, STEP_PATTERN
 
 #: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
 np = lazy_module("numpy")
+pa = lazy_module("pyarrow")
 
 
 def step_ranges(events: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
@@ -66,20 +67,18 @@ class StepsOfRows:
     over whole columns (~0.05 s for 1 M rows), and each range is a slice of that column: done
     batch by batch, the conversions and the Polars expression per batch cost more than the
     searches themselves (0.09-0.2 CPU s of a 260 MB ingest; docs/performance.md, log 42).
+    The columns are read through their Arrow buffers and the kinds and names once per
+    distinct value (:class:`_KeyColumns`): each Polars call cost ~0.2 ms, and a file of a few
+    KB made ~16 of them (log 45).
     """
 
-    def __init__(self, events: pl.DataFrame) -> None:
-        self._keys = events.select("rank", "kind", "name", "ts_ns", "dur_ns", "correlation")
-        steps = step_ranges(self._keys).collect()
+    def __init__(self, events: pl.DataFrame | pa.Table) -> None:
+        self._keys = _KeyColumns(events)
+        markers, number, number_ok = self._keys.step_markers()
         #: step markers whose number is beyond int64: passed over (their rows have no step)
-        self.oversized = steps.get_column("step").null_count()
-        steps = steps.drop_nulls("step")
+        self.oversized = int((~number_ok).sum())
         #: per rank: range starts (sorted), ends and step numbers
-        self._ranges = {r: tuple(group.sort("step_start_ns", maintain_order=True)
-                                 .get_column(c).to_numpy()
-                                 for c in ("step_start_ns", "step_end_ns", "step"))
-                        for (r,), group in steps.group_by("rank")}
-        self._launches = self._first_launches() if self._ranges else None
+        self._ranges = self._keys.ranges(markers[number_ok], number[number_ok])
         self._column: pl.Series | None = None
 
     def rows(self, start: int, stop: int) -> pl.Series:
@@ -96,19 +95,20 @@ class StepsOfRows:
         keys = self._keys
         if not self._ranges:
             return pl.repeat(None, keys.height, dtype=pl.Int64, eager=True).alias("step")
-        step = self._containing(keys.get_column("ts_ns"), keys.get_column("rank"))
-        if self._launches is not None:
-            self._through_launches(keys, step)
-        return (pl.DataFrame({"s": step})
-                .select(pl.when(pl.col("s") >= 0).then(pl.col("s")).alias("step")).to_series())
+        step = self._containing(keys.ts, keys.ts_ok, keys.rank)
+        launches = self._first_launches()
+        if launches is not None:
+            self._through_launches(launches, step)
+        return _int64_series("step", step, step >= 0)
 
-    def _containing(self, ts: pl.Series, rank: pl.Series, chunk: int = 1 << 18) -> np.ndarray:
+    def _containing(self, ts: np.ndarray, ts_ok: np.ndarray, rank: np.ndarray,
+                    chunk: int = 1 << 18) -> np.ndarray:
         """The step whose range contains each row's start, on the row's rank (else -1; step
         numbers are >= 0). Rows go through in chunks, so the temporaries stay small."""
         out = np.full(len(ts), -1, dtype=np.int64)
         for start in range(0, len(ts), chunk):
-            at = ts.slice(start, chunk).fill_null(-1 << 62).to_numpy()
-            on = rank.slice(start, chunk).fill_null(-1).to_numpy()
+            at = np.where(ts_ok[start:start + chunk], ts[start:start + chunk], -1 << 62)
+            on = rank[start:start + chunk]
             for r, (starts, ends, numbers) in self._ranges.items():
                 i = np.searchsorted(starts, at, side="right") - 1
                 inside = (i >= 0) & (on == r) & (at < ends[np.maximum(i, 0)])
@@ -120,36 +120,168 @@ class StepsOfRows:
         """The earliest runtime call of each (rank, correlation), sorted by them, with its step:
         (ranks, correlations, steps). None when there are none."""
         keys = self._keys
-        rows = keys.select("rank", "correlation", "ts_ns").filter(
-            keys.get_column("kind").is_in(RUNTIME_KINDS)
-            & keys.get_column("correlation").is_not_null())  # names too: 7x slower (cold)
-        if rows.is_empty():
+        rows = np.flatnonzero(keys.of_kinds(RUNTIME_KINDS) & keys.correlation_ok)
+        if not len(rows):
             return None
-        rank = rows.get_column("rank").fill_null(-1).to_numpy()
-        corr = rows.get_column("correlation").to_numpy()
-        ts = rows.get_column("ts_ns").fill_null(0).to_numpy()
-        order = np.lexsort((ts, corr, rank))
+        rank, corr, ts, ts_ok = keys.rank[rows], keys.correlation[rows], keys.ts[rows], \
+            keys.ts_ok[rows]
+        order = np.lexsort((np.where(ts_ok, ts, 0), corr, rank))
+        step = self._containing(ts, ts_ok, rank)[order]
         rank, corr = rank[order], corr[order]
         first = np.ones(len(order), dtype=bool)
         first[1:] = (rank[1:] != rank[:-1]) | (corr[1:] != corr[:-1])
-        step = self._containing(rows.get_column("ts_ns"), rows.get_column("rank"))[order]
         return rank[first], corr[first], step[first]
 
-    def _through_launches(self, keys: pl.DataFrame, step: np.ndarray) -> None:
+    def _through_launches(self, launches: tuple[np.ndarray, np.ndarray, np.ndarray],
+                          step: np.ndarray) -> None:
         """GPU rows (with a correlation) take the step of the runtime call that launched them,
         where that call has a step. Sets ``step`` in place."""
-        launch_rank, launch_corr, launch_step = self._launches
-        corr = keys.get_column("correlation")
-        gpus = np.flatnonzero((keys.get_column("kind").is_in(GPU_STREAM_KINDS)
-                               & corr.is_not_null()).to_numpy())
+        launch_rank, launch_corr, launch_step = launches
+        keys = self._keys
+        gpus = np.flatnonzero(keys.of_kinds(GPU_STREAM_KINDS) & keys.correlation_ok)
         if not len(gpus):
             return
-        rank = keys.get_column("rank").fill_null(-1).to_numpy()[gpus]
-        corr = corr.fill_null(0).to_numpy()[gpus]
+        rank, corr = keys.rank[gpus], keys.correlation[gpus]
         at = np.minimum(_search_pairs(launch_rank, launch_corr, rank, corr),
                         len(launch_rank) - 1)
         take = (launch_rank[at] == rank) & (launch_corr[at] == corr) & (launch_step[at] >= 0)
         step[gpus[take]] = launch_step[at][take]
+
+
+class _KeyColumns:
+    """The columns steps are worked out from, as numpy arrays read from their Arrow buffers:
+    rank (null: -1), ts_ns and correlation (each with its validity), and kind and name as
+    codes into their distinct values, so that a text test runs once per value. From an Arrow
+    table (a parser's keys) the dictionaries are read as they are; a Polars Categorical hands
+    its column over rebuilt (~8 ms per 1 M rows)."""
+
+    def __init__(self, events: pl.DataFrame | pa.Table) -> None:
+        def column(name: str) -> pa.Array | pa.ChunkedArray:
+            if isinstance(events, pl.DataFrame):
+                return events.get_column(name).to_arrow()
+            return events.column(name)
+
+        self.height = events.height if isinstance(events, pl.DataFrame) else events.num_rows
+        self.rank, self.rank_ok = _integers(column("rank"), fill=-1)
+        self.ts, self.ts_ok = _integers(column("ts_ns"))
+        self.correlation, self.correlation_ok = _integers(column("correlation"))
+        self._dur = column("dur_ns")  # read for the markers only
+        self._kind, self._kinds = _text_codes(column("kind"))
+        self._name, self._names = _text_codes(column("name"))
+
+    def of_kinds(self, kinds: tuple[str, ...]) -> np.ndarray:
+        """Whether each row's kind is one of ``kinds`` (a null kind is none)."""
+        return np.array([k in kinds for k in self._kinds] + [False])[self._kind]
+
+    def step_markers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows that are step markers (user annotations or NVTX ranges named
+        ``ProfilerStep#N``, as :func:`step_ranges` selects them), their step numbers, and
+        whether int64 holds each number."""
+        rows = np.flatnonzero(self.of_kinds(("user_annotation", "nvtx")))
+        facts = _steps_of_names(self._names)
+        named = np.array([marker for marker, _ in facts] + [False])
+        rows = rows[named[self._name[rows]]]
+        name = self._name[rows]
+        number = np.array([n or 0 for _, n in facts] + [0], dtype=np.int64)[name]
+        return rows, number, np.array([n is not None for _, n in facts] + [False])[name]
+
+    def ranges(self, markers: np.ndarray, number: np.ndarray
+               ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per rank, the step ranges of the marker rows ``markers`` (numbered ``number``):
+        starts (ascending), ends, numbers. A marker without a rank or a time contains no row.
+        Ties of start keep the rows' order."""
+        placed = self.rank_ok[markers] & self.ts_ok[markers]
+        rows, number = markers[placed], number[placed]
+        rank, start = self.rank[rows], self.ts[rows]
+        dur, dur_ok = _integers(self._dur)
+        end = start + np.where(dur_ok[rows], dur[rows], 0)
+        order = np.lexsort((start, rank))
+        rank, start, end, number = rank[order], start[order], end[order], number[order]
+        cuts = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+        return {int(r[0]): (s, e, n) for r, s, e, n in zip(
+            np.split(rank, cuts), np.split(start, cuts), np.split(end, cuts),
+            np.split(number, cuts), strict=True) if len(r)}
+
+
+#: (is it a step marker's name, its step number or None beyond int64) of each name met by
+#: this process; forgotten at once past ``_MOST_NAMES``
+_STEP_OF_NAME: dict[str, tuple[bool, int | None]] = {}
+_MOST_NAMES = 1 << 15
+
+
+def _steps_of_names(names: list[str]) -> list[tuple[bool, int | None]]:
+    """For each name, whether it is a ``ProfilerStep#N`` marker's and N (None past int64),
+    read by Polars' regex as :func:`step_ranges` reads it. The names this process has not
+    met yet go through Polars together; the others are remembered."""
+    new = [name for name in dict.fromkeys(names) if name not in _STEP_OF_NAME]
+    if new:
+        if len(_STEP_OF_NAME) + len(new) > _MOST_NAMES:
+            _STEP_OF_NAME.clear()
+        v = pl.col("v")
+        facts = pl.DataFrame({"v": new}, schema={"v": pl.String}).select(
+            v.str.contains(STEP_PATTERN).alias("marker"),
+            v.str.extract(STEP_PATTERN).cast(pl.Int64, strict=False).alias("number"))
+        _STEP_OF_NAME.update(zip(new, facts.iter_rows(), strict=True))
+    return [_STEP_OF_NAME[name] for name in names]
+
+
+def _integers(array: pa.Array | pa.ChunkedArray, fill: int = 0
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """An integer column's values (a view of its Arrow buffer where it has no nulls and one
+    chunk, else a copy with nulls as ``fill``) and validity: Polars' ``fill_null`` alone cost
+    ~0.15 ms a call on a 40-row file, and a copy of each column would add to a big file's
+    peak."""
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+    parts = [_buffer_values(chunk) for chunk in chunks if len(chunk)]
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    values, valid = parts[0] if len(parts) == 1 else (
+        np.concatenate([v for v, _ in parts]), np.concatenate([ok for _, ok in parts]))
+    return (values if valid.all() else np.where(valid, values, fill)), valid
+
+
+def _text_codes(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """A text column as (each row's code into the distinct values, the distinct values); a
+    null row's code is ``len(values)``."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.chunk(0) if array.num_chunks == 1 else _one_dictionary(array)
+    if not pa.types.is_dictionary(array.type):
+        array = _one_dictionary(array)
+    values = array.dictionary.to_pylist()
+    codes, valid = _buffer_values(array.indices)
+    return (codes if valid.all() else np.where(valid, codes, len(values))), values
+
+
+def _one_dictionary(array: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
+    """Text, or several chunks of dictionary text, as one dictionary array (through Polars;
+    pyarrow's own would import ``pyarrow.compute``)."""
+    series = pl.from_arrow(pa.table({"v": array})).to_series()
+    return series.cast(pl.String).cast(pl.Categorical).to_arrow()
+
+
+def _buffer_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """An integer array's values (a view; null rows hold anything) and validity."""
+    if pa.types.is_null(array.type):
+        return np.zeros(len(array), dtype=np.int64), np.zeros(len(array), dtype=bool)
+    bitmap, data = array.buffers()
+    if data is None:  # no rows
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    values = np.frombuffer(data, dtype=np.dtype(str(array.type)))[
+        array.offset:array.offset + len(array)]
+    if bitmap is None or array.null_count == 0:
+        return values, np.ones(len(array), dtype=bool)
+    first, skip = divmod(array.offset, 8)  # only this slice's bytes of the bitmap
+    own = np.frombuffer(bitmap, dtype=np.uint8)[first:first + (skip + len(array) + 7) // 8]
+    return values, np.unpackbits(own, bitorder="little")[skip:skip + len(array)].astype(bool)
+
+
+def _int64_series(name: str, values: np.ndarray, valid: np.ndarray) -> pl.Series:
+    """An Int64 Series of ``values``, null where ``valid`` is false (built on Arrow buffers)."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    array = pa.Array.from_buffers(pa.int64(), len(values), [bitmap, pa.py_buffer(values)])
+    # through a table: pl.Series(name, array) imports pyarrow.compute (~0.2 s a process)
+    return pl.from_arrow(pa.Table.from_arrays([array], names=[name])).to_series()
 
 
 def _search_pairs(sorted_rank: np.ndarray, sorted_corr: np.ndarray, rank: np.ndarray,
