@@ -30,8 +30,8 @@ def _parts(cache: Path, files: int) -> list[Part]:
 
 def test_the_compacted_file_holds_the_files_rows_in_their_order(tmp_path):
     parts = _parts(tmp_path, 5)
-    frame, note = compacted_events(parts, tmp_path, many=4)
-    assert frame is not None and note is None
+    frame, notes = compacted_events(parts, tmp_path, many=4)
+    assert frame is not None and notes == []
     assert_frame_equal(frame.collect(), scan_parts(parts).collect())
     got = frame.select("rank", "file_id", "name").collect()
     assert got["rank"].to_list()[:4] == [4, 4, 4, 3] and got["file_id"].to_list()[-1] == 4
@@ -40,13 +40,20 @@ def test_the_compacted_file_holds_the_files_rows_in_their_order(tmp_path):
     assert len(kept) == 1
 
 
+def test_compacted_in_groups_of_files_the_rows_stay_in_order(tmp_path):
+    parts = _parts(tmp_path, 7)
+    frame, _ = compacted_events(parts, tmp_path, many=4, per_file=3)
+    assert len(list((tmp_path / "derived").glob("events-*.parquet"))) == 3  # 3 + 3 + 1
+    assert_frame_equal(frame.collect(), scan_parts(parts).collect())
+
+
 def test_it_is_written_once_and_read_again(tmp_path):
     parts = _parts(tmp_path, 4)
     compacted_events(parts, tmp_path, many=4)
     [kept] = (tmp_path / "derived").glob("events-*.parquet")
     written = kept.stat().st_mtime_ns
-    frame, note = compacted_events(parts, tmp_path, many=4)
-    assert note is None and kept.stat().st_mtime_ns == written
+    frame, notes = compacted_events(parts, tmp_path, many=4)
+    assert notes == [] and kept.stat().st_mtime_ns == written
     assert frame.select(pl.len()).collect().item() == 12
 
 
@@ -65,15 +72,15 @@ def test_a_damaged_compacted_file_is_written_again_with_a_note(tmp_path):
     data = bytearray(kept.read_bytes())
     data[len(data) // 2] ^= 0xFF
     kept.write_bytes(bytes(data))
-    frame, note = compacted_events(parts, tmp_path, many=4)
-    assert note and str(kept) in note and "content changed" in note
+    frame, notes = compacted_events(parts, tmp_path, many=4)
+    assert len(notes) == 1 and str(kept) in notes[0] and "content changed" in notes[0]
     assert_frame_equal(frame.collect(), scan_parts(parts).collect())
 
 
 def test_few_files_or_files_outside_the_cache_are_read_as_they_are(tmp_path):
     parts = _parts(tmp_path / "elsewhere", 4)
-    assert compacted_events(parts, tmp_path / "cache", many=4) == (None, None)
-    assert compacted_events(parts, tmp_path / "elsewhere", many=5) == (None, None)
-    assert compacted_events(parts, None, many=4) == (None, None)
+    assert compacted_events(parts, tmp_path / "cache", many=4) == (None, [])
+    assert compacted_events(parts, tmp_path / "elsewhere", many=5) == (None, [])
+    assert compacted_events(parts, None, many=4) == (None, [])
     assert compacted_events([*parts[:3], parts[0]], tmp_path / "elsewhere", many=4) == (
-        None, None)  # one file twice: not plain
+        None, [])  # one file twice: not plain

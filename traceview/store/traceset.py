@@ -110,9 +110,8 @@ class TraceSet:
             return schema.empty_events().lazy()
         if self._compacted is None or self._compacted[0] is not self._parts:
             # once per set of parts (a window chosen later makes another set)
-            frame, note = compacted_events(self._parts, self.compact_dir)
-            if note:
-                self.notes.append(note)
+            frame, notes = compacted_events(self._parts, self.compact_dir)
+            self.notes += notes
             self._compacted = (self._parts, frame)
         frame = self._compacted[1]
         return frame if frame is not None else scan_parts(self._parts)
