@@ -429,6 +429,8 @@ def _real_side_by_side(res: dict[str, Any]) -> str:
     rows = []
     for label, op in (("read bytes", "read"), ("orjson.loads", "orjson"),
                       ("msgspec typed decode", "msgspec"), ("**cold ingest**", "ingest"),
+                      ("`ingest --no-cache`", "ingest_no_cache"),
+                      ("`ingest --no-cache -o DIR`", "ingest_store"),
                       ("reopen from cache", "reopen")):
         row = [label]
         for key, d in sides.items():
@@ -453,18 +455,20 @@ def _small_table(res: dict[str, Any]) -> str:
     rows = []
     for row in res["small"]:
         c, w, n = row["cold"], row["warm"], row["files"]
-        rows.append([f"{n:,}", f"{row['disk_mb']:,.1f}", f"{row['json_mb']:,.0f}",
+        rows.append([f"{n:,}", f"{row.get('events_per_file', 1039):,}", f"{row['disk_mb']:,.1f}", f"{row['json_mb']:,.0f}",
                      _s(c), _cpu(c), _f(_ratio(c.get("cpu_s"), n) and 1e3 * c["cpu_s"] / n, ".1f"),
                      _mb(c), _mb(c, "tree_rss_mb"), _s(w), _cpu(w),
                      _f(w.get("cpu_s") and 1e3 * w["cpu_s"] / n, ".1f"), _mb(w),
                      " / ".join(f"{v:.1f}" for v in row.get("load", ())[:1])])
     return ("## Many small files: `traceview stragglers FOLDER --json`\n\n"
-            + _table(["files", "gz MB", "JSON MB", "cold wall s", "cold CPU s",
+            + _table(["files", "events a file", "gz MB", "JSON MB", "cold wall s", "cold CPU s",
                       "cold CPU ms/file", "cold peak RSS MB", "cold tree RSS MB",
                       "cached wall s", "cached CPU s", "cached CPU ms/file",
                       "cached peak RSS MB", "load (1 min)"], rows)
             + "\n\nEach file is a real 2-rank gloo DDP trace's rank 0 with its rank, world "
-            "size and process-group ranks rewritten (`benchmarks/inputs.py many_small_set`). "
+            "size and process-group ranks rewritten (`benchmarks/inputs.py many_small_set`), whole "
+            "(1,039 events) or cut to its first events (metadata, steps, collectives first): a "
+            "large job's rank files of a few KB. "
             "Cold: empty cache, ingest included. Linear in the files means a flat ms/file; "
             "the target is 5,000 files in under 60 s with memory flat in the files.\n")
 

@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-python", default=None, help="use this interpreter for HTA instead")
     ap.add_argument("--small-counts", default=",".join(map(str, SMALL_COUNTS)),
                     help="file counts of the many-small-files part")
+    ap.add_argument("--small-events", default="full,40",
+                    help="events per file of the many-small-files part: 'full' (the gloo "
+                         "template's 1,039) or a count (a rank file of a few KB)")
     ap.add_argument("--no-real", action="store_true",
                     help="leave out the real-derived sets (built from the corpus when present)")
     ap.add_argument("--analysis-sets", default="single,r8,r64,real,real_r8",
@@ -197,6 +200,12 @@ def main(argv: list[str] | None = None) -> int:
                                   ("read", "orjson", "msgspec")}
             res["decode_real"]["ingest"] = best("ingest", args.repeat, paths=p,
                                                 cache_dir=cache_of("real"))
+            real_forms = alternating(args.repeat, {  # the two forms users type, as above
+                "no_cache": dict(paths=p, cache_dir=cache_of("real-nc"), no_cache=True),
+                "store": dict(paths=p, cache_dir=cache_of("real-nc"), no_cache=True,
+                              store_dir=str(args.out / "store-real"))})
+            res["decode_real"]["ingest_no_cache"] = real_forms["no_cache"]
+            res["decode_real"]["ingest_store"] = real_forms["store"]
             res["decode_real"]["reopen"] = best("reopen", args.repeat, paths=p,
                                                 cache_dir=cache_of("real"))
             log(f"decode real: ingest {res['decode_real']['ingest'].get('wall_s')}")
@@ -307,17 +316,22 @@ def main(argv: list[str] | None = None) -> int:
         # cold (ingest included, empty cache) and again from the cache; time per file should
         # stay flat in N, and so should the peak RSS of the largest process
         res["small"] = []
-        for n in [int(c) for c in args.small_counts.split(",") if c.strip()]:
-            folder = inputs.many_small_set(root, n, log=log)
+        sizes = [None if e.strip() == "full" else int(e)
+                 for e in args.small_events.split(",") if e.strip()]
+        for n, events in [(int(c), e) for e in sizes
+                          for c in args.small_counts.split(",") if c.strip()]:
+            folder = inputs.many_small_set(root, n, log=log, events=events)
             p = [str(folder.paths[0].parent)]
-            row = {"files": n, "disk_mb": folder.disk_bytes / 1e6,
+            cache = cache_of(folder.paths[0].parent.name)
+            row = {"files": n, "events_per_file": folder.events // n,
+                   "disk_mb": folder.disk_bytes / 1e6,
                    "json_mb": folder.json_bytes / 1e6, "events": folder.events,
-                   "cold": measure("first_answer", paths=p, cache_dir=cache_of(f"small-{n}"),
+                   "cold": measure("first_answer", paths=p, cache_dir=cache,
                                    command="stragglers"),
-                   "warm": measure("analysis", paths=p, cache_dir=cache_of(f"small-{n}"),
+                   "warm": measure("analysis", paths=p, cache_dir=cache,
                                    command="stragglers"),
                    "load": machine.load_average()}
-            shutil.rmtree(cache_of(f"small-{n}"), ignore_errors=True)
+            shutil.rmtree(cache, ignore_errors=True)
             res["small"].append(row)
             log(f"small {n}: cold {row['cold'].get('wall_s')} s / {row['cold'].get('cpu_s')} "
                 f"CPU s, warm {row['warm'].get('wall_s')} s, error "
