@@ -47,9 +47,9 @@ from traceview.store.executors import (
 )
 from traceview.store.ingested import FileResult, IngestResult
 from traceview.store.placement import place, resolve_ranks
-from traceview.store.windows import rough_span
 from traceview.store.safe_write import is_ours
 from traceview.store.steps import StepsOfRows
+from traceview.store.windows import rough_span
 
 #: Imported on first use (~0.1-0.2 s with numpy): a run read from the cache reads Parquet
 #: through Polars and needs none of it (log 41 of docs/performance.md).
