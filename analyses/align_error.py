@@ -138,15 +138,27 @@ def clock_errors_alike(d, t, kinds: list[list[str]], resid) -> list[ClockError]:
             for i in range(clocks)]
 
 
-def median_rows(values):
-    """:func:`median` of each row of a 2-D array (NaN for a row holding NaN)."""
-    ordered = np.sort(values, axis=1)
-    n = values.shape[1]
-    if n == 0:
-        return np.full(values.shape[0], np.nan)
-    mid = n // 2
-    middle = ordered[:, mid] if n % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2
-    return np.where(np.isnan(ordered[:, -1]), np.nan, middle)
+def nanmedian_rows(mat):
+    """``np.nanmedian(mat, axis=1)`` (NaN for a row without a value) by one sort: numpy's
+    goes through masked arrays on narrow rows, ~5x slower (150 against 30 us on 200 x 8),
+    and ``align._alternate`` calls it once per iteration, up to 100 iterations.
+
+    >>> nanmedian_rows(np.array([[3.0, np.nan, 1.0], [np.nan] * 3, [4.0, 1.0, 2.0]])).tolist()
+    [2.0, nan, 2.0]
+    """
+    ordered = np.sort(mat, axis=1)  # NaN last
+    n = (~np.isnan(mat)).sum(axis=1)
+    lo = np.take_along_axis(ordered, np.maximum(n - 1, 0)[:, None] // 2, axis=1)[:, 0]
+    hi = np.take_along_axis(ordered, (n // 2)[:, None], axis=1)[:, 0]
+    return np.where(n > 0, (lo + hi) / 2, np.nan)
+
+
+def median_rows(values, mask=None):
+    """:func:`median` of each row of a 2-D array, of the values where ``mask`` holds when it
+    is given: NaN for a row holding NaN there, or nothing."""
+    held = np.isnan(values) if mask is None else np.isnan(values) & mask
+    kept = values if mask is None else np.where(mask, values, np.nan)
+    return np.where(held.any(axis=1), np.nan, nanmedian_rows(kept))
 
 
 def _t_over_z_rows(dof):
@@ -190,7 +202,7 @@ def _disagreement_rows(d, t, kinds: list[list[str]], med, spread) -> tuple[list[
     label = np.full(clocks, -1)
     for g, (_, mask) in enumerate(groups):
         m = mask.sum(axis=1)
-        group_median = _masked_median_rows(d, mask, m)
+        group_median = median_rows(d, mask)
         with np.errstate(divide="ignore", invalid="ignore"):
             excess = np.abs(group_median - med) - 2 * 1.2533 * spread / np.sqrt(m)
         better = (m >= 3) & (excess > best)
@@ -198,15 +210,6 @@ def _disagreement_rows(d, t, kinds: list[list[str]], med, spread) -> tuple[list[
         label = np.where(better, g, label)
     return best.tolist(), [groups[g][0] if g >= 0 else "" for g in label.tolist()]
 
-
-def _masked_median_rows(d, mask, m):
-    """The median of each row's values where ``mask`` holds (``m`` of them; NaN for none)."""
-    ordered = np.sort(np.where(mask, d, np.inf), axis=1)
-    rows = np.arange(d.shape[0])
-    lo = ordered[rows, np.maximum(m - 1, 0) // 2]
-    hi = ordered[rows, np.minimum(m // 2, d.shape[1] - 1)]
-    held_nan = (np.isnan(d) & mask).any(axis=1)
-    return np.where((m > 0) & ~held_nan, np.where(m % 2 == 1, lo, (lo + hi) / 2), np.nan)
 
 
 def clock_error(d, t, kinds: list[str], resid=None) -> ClockError:
