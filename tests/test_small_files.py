@@ -15,7 +15,8 @@ from benchmarks.inputs import tiny_events
 from tests.helpers import write_trace
 from traceview.parsers.kineto import _derived, _rows
 from traceview.parsers.kineto import _parse as kineto
-from traceview.parsers.kineto._arrow_types import strings, values_and_validity
+from traceview.arrow_buffers import remembered, values_and_validity
+from traceview.parsers.kineto._arrow_types import strings
 from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
 from traceview.store import ingest, parquet
 from traceview.store.steps import StepsOfRows
@@ -38,8 +39,8 @@ def test_remembered_works_each_new_value_out_once_and_answers_in_order():
         asked.append(values)
         return [len(v) for v in values]
 
-    assert _derived._remembered(memo, ["ab", "c", "ab"], lengths) == [2, 1, 2]
-    assert _derived._remembered(memo, ["c", "def"], lengths) == [1, 3]
+    assert remembered(memo, ["ab", "c", "ab"], lengths) == [2, 1, 2]
+    assert remembered(memo, ["c", "def"], lengths) == [1, 3]
     assert asked == [["ab", "c"], ["def"]]
 
 

@@ -117,20 +117,3 @@ def series_of(array: pa.Array, name: str = "") -> pl.Series:
     """An Arrow array as a Polars Series. ``pl.Series(array)`` imports ``pyarrow.compute``
     (to combine chunks it is never given here); a one-column table does not."""
     return pl.from_arrow(pa.Table.from_arrays([array], names=[name])).to_series()
-
-
-def values_and_validity(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """A primitive array's values (a view) and validity, read from its buffers (pyarrow's
-    ``to_numpy`` would import pandas)."""
-    bitmap, data = array.buffers()
-    values = np.frombuffer(data, dtype=_NUMPY_TYPES[array.type])[array.offset:array.offset + len(array)]
-    if bitmap is None or array.null_count == 0:
-        return values, np.ones(len(array), dtype=bool)
-    # only the bytes of this slice: the bitmap is the whole file's column's
-    first, skip = divmod(array.offset, 8)
-    own = np.frombuffer(bitmap, dtype=np.uint8)[first:first + (skip + len(array) + 7) // 8]
-    bits = np.unpackbits(own, bitorder="little")
-    return values, bits[skip:skip + len(array)].astype(bool)
-
-
-_NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32, pa.uint32(): np.uint32}

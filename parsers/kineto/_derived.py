@@ -16,7 +16,6 @@ conversions per 65,536 rows, more than the work itself (docs/performance.md, log
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -24,7 +23,8 @@ import pyarrow as pa
 
 from traceview import schema
 from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
-from traceview.parsers.kineto._arrow_types import strings, values_and_validity
+from traceview.arrow_buffers import dictionary_codes, integers, remembered
+from traceview.parsers.kineto._arrow_types import strings
 from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
 
 
@@ -55,19 +55,19 @@ def text_facts(raw: RawColumns) -> TextFacts:
     from the category whether it is another accelerator's device work.
 
     Each distinct text is read by Polars' string functions once per process
-    (:func:`_remembered`): the ranks of one job share their names, and a file of a few KB
-    paid ~8 ms of Polars calls for them (docs/performance.md, log 45)."""
+    (:func:`~traceview.arrow_buffers.remembered`): the ranks of one job share their names,
+    and a file of a few KB paid ~8 ms of Polars calls for them (docs/performance.md, log 45)."""
     def entries(column: str) -> list[str]:
         return raw.columns[column].dictionary.to_pylist()
 
-    names = _remembered(_NAME_FACTS, entries("name"), _name_facts)
+    names = remembered(_NAME_FACTS, entries("name"), _name_facts)
     kernel = [k for k, _, _ in names]
     op = [o for _, o, _ in names]
     copy = [c for _, _, c in names]
-    args = _remembered(_ARG_COLLECTIVE, entries("collective_name"), _collectives)
+    args = remembered(_ARG_COLLECTIVE, entries("collective_name"), _collectives)
     collectives = _vocabulary([*kernel, *op, *args, "other"])
     copy_kinds = _vocabulary(copy)
-    sizes = _remembered(_DTYPE_BYTES, entries("dtype"), _dtype_sizes)
+    sizes = remembered(_DTYPE_BYTES, entries("dtype"), _dtype_sizes)
     device = [c in schema.ACCELERATOR_DEVICE_CATEGORIES for c in entries("category")]
     return TextFacts(
         kernel_collective=_codes_in(kernel, collectives),
@@ -79,25 +79,11 @@ def text_facts(raw: RawColumns) -> TextFacts:
         collectives=collectives, copy_kinds=copy_kinds)
 
 
-#: Distinct texts remembered per process at most (per kind of fact); then forgotten at once.
-MOST_REMEMBERED = 1 << 15
-
 #: What each distinct text said (see text_facts): name -> (kernel collective, op collective,
 #: copy kind); ``Collective name`` -> collective; dtype -> element size
 _NAME_FACTS: dict[str, tuple[str | None, str | None, str | None]] = {}
 _ARG_COLLECTIVE: dict[str, str | None] = {}
 _DTYPE_BYTES: dict[str, int | None] = {}
-
-
-def _remembered(memo: dict, values: list[str], work_out: Any) -> list:
-    """``work_out(values)``, each distinct value worked out once while ``memo`` holds it
-    (``work_out`` is elementwise: a value's answer never depends on the others)."""
-    new = [v for v in dict.fromkeys(values) if v not in memo]
-    if new:
-        if len(memo) + len(new) > MOST_REMEMBERED:
-            memo.clear()
-        memo.update(zip(new, work_out(new), strict=True))
-    return [memo[v] for v in values]
 
 
 def _frame(values: list[str]) -> pl.DataFrame:
@@ -197,12 +183,6 @@ def _first_valid(*codes: np.ndarray) -> np.ndarray:
     return out
 
 
-def dictionary_codes(array: pa.DictionaryArray) -> np.ndarray:
-    """Dictionary indices with null rows as ``len(dictionary)``."""
-    indices, valid = values_and_validity(array.indices)
-    return np.where(valid, indices, len(array.dictionary)).astype(np.int64)
-
-
 def _codes(raw: RawColumns, name: str, start: int, stop: int) -> np.ndarray:
     """Codes of a raw text column's rows into its dictionary (null: ``len(dictionary)``)."""
     column = raw.columns[name]
@@ -226,14 +206,8 @@ def int_values(raw: RawColumns, name: str, start: int, stop: int) -> tuple[np.nd
         at = column.rows[lo:hi].astype(np.int64) - start
         values[at], valid[at] = column.values[lo:hi], True
         return values, valid
-    array = raw.slice(name, start, stop)
-    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
-    parts = [values_and_validity(chunk) for chunk in chunks if len(chunk)]
-    if not parts:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-    values = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
-    valid = np.concatenate([p[1] for p in parts])
-    return np.where(valid, values, 0), valid
+    values, valid = integers(raw.slice(name, start, stop))
+    return values.astype(np.int64, copy=False), valid
 
 
 def _validity(valid: np.ndarray) -> pa.Buffer | None:

@@ -15,14 +15,13 @@ import polars as pl
 import pyarrow as pa
 
 from traceview import schema
+from traceview.arrow_buffers import dictionary_codes, remembered
 from traceview.parsers.kineto._arrow_types import as_type, strings
 from traceview.parsers.kineto._columns import RawColumns
 from traceview.parsers.kineto._derived import (
     DERIVED,
-    MOST_REMEMBERED,
     TextFacts,
     derived_columns,
-    dictionary_codes,
     int64s,
     int_values,
 )
@@ -144,15 +143,13 @@ _KIND_OF_PAIR: dict[tuple[str | None, str | None], str] = {}
 
 def _kinds_of_pairs(pairs: list[tuple[str | None, str | None]]) -> list[str]:
     """:func:`_kind_of` of each (ph, category) pair, each pair worked out once per process."""
-    new = [pair for pair in dict.fromkeys(pairs) if pair not in _KIND_OF_PAIR]
-    if new:
-        if len(_KIND_OF_PAIR) + len(new) > MOST_REMEMBERED:
-            _KIND_OF_PAIR.clear()
-        frame = pl.DataFrame({"ph": [p for p, _ in new], "category": [c for _, c in new]},
-                             schema={"ph": pl.String, "category": pl.String})
-        kinds = frame.select(_kind_of(pl.col("ph"), pl.col("category")))[:, 0].to_list()
-        _KIND_OF_PAIR.update(zip(new, kinds, strict=True))
-    return [_KIND_OF_PAIR[pair] for pair in pairs]
+    return remembered(_KIND_OF_PAIR, pairs, _work_out_kinds)
+
+
+def _work_out_kinds(pairs: list[tuple[str | None, str | None]]) -> list[str]:
+    frame = pl.DataFrame({"ph": [p for p, _ in pairs], "category": [c for _, c in pairs]},
+                         schema={"ph": pl.String, "category": pl.String})
+    return frame.select(_kind_of(pl.col("ph"), pl.col("category")))[:, 0].to_list()
 
 
 def batch(keys: RowKeys, raw: RawColumns, facts: TextFacts, start: int,

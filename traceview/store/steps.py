@@ -24,6 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview._dependencies import lazy_module
+from traceview.arrow_buffers import dictionary_codes, integers, remembered
 from traceview.schema import GPU_STREAM_KINDS, RUNTIME_KINDS, STEP_PATTERN
 
 #: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
@@ -162,9 +163,9 @@ class _KeyColumns:
             return events.column(name)
 
         self.height = events.height if isinstance(events, pl.DataFrame) else events.num_rows
-        self.rank, self.rank_ok = _integers(column("rank"), fill=-1)
-        self.ts, self.ts_ok = _integers(column("ts_ns"))
-        self.correlation, self.correlation_ok = _integers(column("correlation"))
+        self.rank, self.rank_ok = integers(column("rank"), fill=-1)
+        self.ts, self.ts_ok = integers(column("ts_ns"))
+        self.correlation, self.correlation_ok = integers(column("correlation"))
         self._dur = column("dur_ns")  # read for the markers only
         self._kind, self._kinds = _text_codes(column("kind"))
         self._name, self._names = _text_codes(column("name"))
@@ -193,7 +194,7 @@ class _KeyColumns:
         placed = self.rank_ok[markers] & self.ts_ok[markers]
         rows, number = markers[placed], number[placed]
         rank, start = self.rank[rows], self.ts[rows]
-        dur, dur_ok = _integers(self._dur)
+        dur, dur_ok = integers(self._dur)
         end = start + np.where(dur_ok[rows], dur[rows], 0)
         order = np.lexsort((start, rank))
         rank, start, end, number = rank[order], start[order], end[order], number[order]
@@ -204,40 +205,21 @@ class _KeyColumns:
 
 
 #: (is it a step marker's name, its step number or None beyond int64) of each name met by
-#: this process; forgotten at once past ``_MOST_NAMES``
+#: this process
 _STEP_OF_NAME: dict[str, tuple[bool, int | None]] = {}
-_MOST_NAMES = 1 << 15
 
 
 def _steps_of_names(names: list[str]) -> list[tuple[bool, int | None]]:
     """For each name, whether it is a ``ProfilerStep#N`` marker's and N (None past int64),
-    read by Polars' regex as :func:`step_ranges` reads it. The names this process has not
-    met yet go through Polars together; the others are remembered."""
-    new = [name for name in dict.fromkeys(names) if name not in _STEP_OF_NAME]
-    if new:
-        if len(_STEP_OF_NAME) + len(new) > _MOST_NAMES:
-            _STEP_OF_NAME.clear()
-        v = pl.col("v")
-        facts = pl.DataFrame({"v": new}, schema={"v": pl.String}).select(
-            v.str.contains(STEP_PATTERN).alias("marker"),
-            v.str.extract(STEP_PATTERN).cast(pl.Int64, strict=False).alias("number"))
-        _STEP_OF_NAME.update(zip(new, facts.iter_rows(), strict=True))
-    return [_STEP_OF_NAME[name] for name in names]
+    read by Polars' regex as :func:`step_ranges` reads it; each name once per process."""
+    return remembered(_STEP_OF_NAME, names, _work_out_steps)
 
 
-def _integers(array: pa.Array | pa.ChunkedArray, fill: int = 0
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """An integer column's values (a view of its Arrow buffer where it has no nulls and one
-    chunk, else a copy with nulls as ``fill``) and validity: Polars' ``fill_null`` alone cost
-    ~0.15 ms a call on a 40-row file, and a copy of each column would add to a big file's
-    peak."""
-    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
-    parts = [_buffer_values(chunk) for chunk in chunks if len(chunk)]
-    if not parts:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-    values, valid = parts[0] if len(parts) == 1 else (
-        np.concatenate([v for v, _ in parts]), np.concatenate([ok for _, ok in parts]))
-    return (values if valid.all() else np.where(valid, values, fill)), valid
+def _work_out_steps(names: list[str]) -> list[tuple[bool, int | None]]:
+    v = pl.col("v")
+    return list(pl.DataFrame({"v": names}, schema={"v": pl.String}).select(
+        v.str.contains(STEP_PATTERN).alias("marker"),
+        v.str.extract(STEP_PATTERN).cast(pl.Int64, strict=False).alias("number")).iter_rows())
 
 
 def _text_codes(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
@@ -247,9 +229,7 @@ def _text_codes(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str
         array = array.chunk(0) if array.num_chunks == 1 else _one_dictionary(array)
     if not pa.types.is_dictionary(array.type):
         array = _one_dictionary(array)
-    values = array.dictionary.to_pylist()
-    codes, valid = _buffer_values(array.indices)
-    return (codes if valid.all() else np.where(valid, codes, len(values))), values
+    return dictionary_codes(array), array.dictionary.to_pylist()
 
 
 def _one_dictionary(array: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
@@ -257,22 +237,6 @@ def _one_dictionary(array: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
     pyarrow's own would import ``pyarrow.compute``)."""
     series = pl.from_arrow(pa.table({"v": array})).to_series()
     return series.cast(pl.String).cast(pl.Categorical).to_arrow()
-
-
-def _buffer_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """An integer array's values (a view; null rows hold anything) and validity."""
-    if pa.types.is_null(array.type):
-        return np.zeros(len(array), dtype=np.int64), np.zeros(len(array), dtype=bool)
-    bitmap, data = array.buffers()
-    if data is None:  # no rows
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-    values = np.frombuffer(data, dtype=np.dtype(str(array.type)))[
-        array.offset:array.offset + len(array)]
-    if bitmap is None or array.null_count == 0:
-        return values, np.ones(len(array), dtype=bool)
-    first, skip = divmod(array.offset, 8)  # only this slice's bytes of the bitmap
-    own = np.frombuffer(bitmap, dtype=np.uint8)[first:first + (skip + len(array) + 7) // 8]
-    return values, np.unpackbits(own, bitorder="little")[skip:skip + len(array)].astype(bool)
 
 
 def _int64_series(name: str, values: np.ndarray, valid: np.ndarray) -> pl.Series:
