@@ -402,7 +402,10 @@ def test_ctrl_c_while_the_program_starts_is_exit_130_without_a_traceback(tmp_pat
     time.sleep(after_s)
     driver.send_signal(signal.SIGINT)
     _, err = driver.communicate(timeout=60)
-    assert driver.returncode in (0, 130), err  # 0: it had already answered
+    # 0: it had already answered; -SIGINT: the signal came as the interpreter was exiting
+    # after the answer, when Python has handed SIGINT back to the system (a shell reports
+    # that as 130 too; nothing is printed)
+    assert driver.returncode in (0, 130, -signal.SIGINT), err
     assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
 
 

@@ -15,7 +15,7 @@ from benchmarks.inputs import tiny_events
 from tests.helpers import write_trace
 from traceview.parsers.kineto import _derived, _rows
 from traceview.parsers.kineto import _parse as kineto
-from traceview.arrow_buffers import remembered, values_and_validity
+from traceview.parsers._buffers import remembered, values_and_validity
 from traceview.parsers.kineto._arrow_types import strings
 from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
 from traceview.store import ingest, parquet

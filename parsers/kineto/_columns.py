@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from traceview.arrow_buffers import values_and_validity
+from traceview.parsers._buffers import values_and_validity
 from traceview.parsers.kineto._arrow_types import series_of
 
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from traceview import schema
 from traceview.naming import collective_from_text, copy_kind_from_name, dtype_bytes
-from traceview.arrow_buffers import dictionary_codes, integers, remembered
+from traceview.parsers._buffers import dictionary_codes, integers, remembered
 from traceview.parsers.kineto._arrow_types import strings
 from traceview.parsers.kineto._columns import RawColumns, Sparse, SparseText
 
@@ -55,7 +55,7 @@ def text_facts(raw: RawColumns) -> TextFacts:
     from the category whether it is another accelerator's device work.
 
     Each distinct text is read by Polars' string functions once per process
-    (:func:`~traceview.arrow_buffers.remembered`): the ranks of one job share their names,
+    (:func:`~traceview.parsers._buffers.remembered`): the ranks of one job share their names,
     and a file of a few KB paid ~8 ms of Polars calls for them (docs/performance.md, log 45)."""
     def entries(column: str) -> list[str]:
         return raw.columns[column].dictionary.to_pylist()

@@ -15,7 +15,7 @@ import polars as pl
 import pyarrow as pa
 
 from traceview import schema
-from traceview.arrow_buffers import dictionary_codes, remembered
+from traceview.parsers._buffers import dictionary_codes, remembered
 from traceview.parsers.kineto._arrow_types import as_type, strings
 from traceview.parsers.kineto._columns import RawColumns
 from traceview.parsers.kineto._derived import (

@@ -24,7 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview._dependencies import lazy_module
-from traceview.arrow_buffers import dictionary_codes, integers, remembered
+from traceview.parsers._buffers import dictionary_codes, integers, remembered
 from traceview.schema import GPU_STREAM_KINDS, RUNTIME_KINDS, STEP_PATTERN
 
 #: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
