@@ -422,11 +422,37 @@ def test_two_thread_scan_is_used_on_kineto_layouts(tmp_path):
     pretty = ",\n".join(json.dumps({"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1,
                                     "tid": 1, "ts": i, "dur": 1, "args": {"External id": i}},
                                    indent=2) for i in range(200))
+    events = [{"name": f"op{i}", "ph": "X", "ts": i, "dur": 1, "args": {"External id": i}}
+              for i in range(200)]
+    compact = json.dumps({"traceEvents": events}, separators=(",", ":"))  # as orjson writes
     for text in ('{"traceEvents": [\n' + pretty + "\n]}",
                  "[" + ",\n".join(f'{{"ph":"X","name":"a","ts":{i},"dur":1}}'
-                                  for i in range(200)) + "]"):
+                                  for i in range(200)) + "]",
+                 compact, compact.replace(",{", ", {")):
         rows, columns = kineto._kineto_scan.scan(text.encode(), 1)
         assert rows == 200 and columns["threads"] == 2
+
+
+def test_a_split_point_inside_an_args_object_changes_nothing():
+    """On one line, a '},{"name":' may open an object inside args (in a string its quotes are
+    escaped, so it never looks like an event there): the split point is only a hint, proven by
+    the first half landing on it, so a false one leaves the scan on one thread with the same
+    columns."""
+    events = [{"ph": "X", "name": '},{"name":"x"' if i >= 100 else f"op{i}", "ts": i, "dur": 1,
+               "args": {"nested": [{"a": 1}, {"name": 2}] if i >= 100 else [], "Seq": i}}
+              for i in range(200)]
+    data = json.dumps(events, separators=(",", ":")).encode()
+    middle = len(data) // 2
+    assert data.find(b'},{"name":2', middle) < data.find(b'},{"ph"', middle)  # a false hint first
+    rows_one, one = kineto._kineto_scan.scan(data, 1 << 62)
+    rows_two, two = kineto._kineto_scan.scan(data, 1)
+    assert rows_one == rows_two == 200 and two["threads"] == 1  # the hint was refused
+    for name, typ in kineto._RAW_COLUMNS.items():
+        a = kineto.RawColumns(rows_one, {name: kineto._scanned_column(one[name], typ, rows_one)},
+                              {name: typ}).full(name)
+        b = kineto.RawColumns(rows_two, {name: kineto._scanned_column(two[name], typ, rows_two)},
+                              {name: typ}).full(name)
+        assert _whole(a).equals(_whole(b)), name
 
 
 def test_columns_that_change_density_and_interned_names_survive_the_split():

@@ -1224,19 +1224,47 @@ static void free_cols(Col *cols);
 static Py_ssize_t parallel_min_bytes = 8 << 20;
 static int used_threads = 1; /* reported back, so tests can see which path ran */
 
-/* A likely element start in the middle of the array: '{' after ',' and a newline (JSON strings
- * cannot hold a raw newline, so this is outside every string). Only a hint: it is proven by the
- * first half landing on it exactly. */
+static inline int json_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* An event object's first key, right after the '{' at q: one of the keys Kineto writes
+ * (it writes "ph" or "name" first; other writers keep whatever order they read). */
+static int opens_event(const char *q, const char *end) {
+    q++;
+    while (q < end && json_space(*q)) q++;
+    if (q >= end || *q != '"') return 0;
+    const char *k = ++q;
+    while (q < end && q - k <= 4 && *q != '"') q++;
+    if (q >= end || *q != '"') return 0;
+    Py_ssize_t kn = q - k;
+    for (q++; q < end && json_space(*q); q++) {}
+    if (q >= end || *q != ':') return 0;
+    return KEY_IS(k, kn, "ph") || KEY_IS(k, kn, "name") || KEY_IS(k, kn, "cat") ||
+           KEY_IS(k, kn, "pid") || KEY_IS(k, kn, "tid") || KEY_IS(k, kn, "ts") ||
+           KEY_IS(k, kn, "dur") || KEY_IS(k, kn, "id") || KEY_IS(k, kn, "args") ||
+           KEY_IS(k, kn, "s") || KEY_IS(k, kn, "bp");
+}
+
+/* How far past the middle a split point is looked for before the scan stays on one thread. */
+#define SPLIT_SEARCH_BYTES (16 << 20)
+
+/* A likely element start in the middle of the array: a '{' after '}' and ',' (spaces between).
+ * With a newline among those spaces it is outside every string (JSON strings cannot hold a
+ * raw newline), as in the profiler's own files; compact JSON (one line, as json.dumps or
+ * orjson write it) needs the '{' to open with an event key. Only a hint either way: it is
+ * proven by the first half landing on it exactly. */
 static const char *split_hint(const char *from, const char *end) {
-    for (const char *p = from; p < end; p++) {
-        p = memchr(p, '\n', (size_t)(end - p));
-        if (!p) return NULL;
-        const char *b = p;
-        while (b > from && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r' || b[-1] == '\n')) b--;
+    if (end - from > SPLIT_SEARCH_BYTES) end = from + SPLIT_SEARCH_BYTES;
+    for (const char *q = from; q < end; q++) {
+        q = memchr(q, '{', (size_t)(end - q));
+        if (!q) return NULL;
+        const char *b = q;
+        int newline = 0;
+        while (b > from && json_space(b[-1])) newline |= *--b == '\n';
         if (b <= from || b[-1] != ',') continue;
-        const char *q = p;
-        while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n')) q++;
-        if (q < end && *q == '{' && b - 1 > from && b[-2] == '}') return q;
+        b--;
+        while (b > from && json_space(b[-1])) newline |= *--b == '\n';
+        if (b <= from || b[-1] != '}') continue;
+        if (newline || opens_event(q, end)) return q;
     }
     return NULL;
 }
