@@ -18,6 +18,7 @@ from traceview._dependencies import lazy_module
 from traceview.parsers._files import (
     PARSER_VERSIONS,
     TRACE_SUFFIXES,
+    content_hasher,
     detect_format,
     family,
     file_problem,
@@ -33,8 +34,8 @@ kineto = lazy_module("traceview.parsers.kineto")
 nsys = lazy_module("traceview.parsers.nsys")
 
 __all__ = ["PARSER_VERSIONS", "TRACE_SUFFIXES", "EventBatches", "ParsedFile", "RankInfo",
-           "detect_format", "family", "file_problem", "is_trace_name", "parse", "parse_batched",
-           "rank_from_file_name", "refuse_non_json"]
+           "content_hasher", "detect_format", "family", "file_problem", "hashes_as_it_reads",
+           "is_trace_name", "parse", "parse_batched", "rank_from_file_name", "refuse_non_json"]
 
 
 def parse(path: Path, **options: object) -> ParsedFile:
@@ -52,3 +53,11 @@ def parse_batched(path: Path, **options: object) -> ParsedFile:
         return parse(path, **options)
 
     return kineto.parse_batched(path, **options)
+
+
+def hashes_as_it_reads(path: Path) -> bool:
+    """Whether :func:`parse_batched` will hash the file's bytes as it reads them
+    (``ParsedFile.content_id``, when it read them whole): a large uncompressed Kineto file. The
+    store then parses such a file it has never seen before hashing it, instead of reading
+    every byte twice."""
+    return detect_format(path) == "kineto-json" and kineto.hashes_as_it_reads(path)

@@ -78,3 +78,6 @@ class ParsedFile:
     input_events: int
     dropped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: the content id (``content_hasher``) of the bytes parsed, when the parser read the file
+    #: whole in one pass and hashed it as it went (else None: the caller hashes the file)
+    content_id: str | None = None

@@ -272,22 +272,29 @@ def test_damaged_derived_gpu_rows_are_computed_again_with_one_warning(capsys, tm
 
 
 # ------------------------------------------------------------------ a file changing while read
-def _trace_text(n: int) -> str:
+#: Trace sizes: a few events (hashed before the parse), and past 1 MB (uncompressed Kineto
+#: from ``kineto._parse.FOLLOW_FROM_BYTES``: parsed first, keyed by the bytes it read)
+SIZES = {"small": 0, "large": 1 << 20}
+
+
+def _trace_text(n: int, padding: int = 0) -> str:
     events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1,
                "ts": 100 + 10 * i, "dur": 5} for i in range(n)]
-    return json.dumps({"traceEvents": events})
+    return json.dumps({"traceEvents": events, "padding": "x" * padding})
 
 
-def _growing_while_parsed(monkeypatch, trace: Path, every_read: bool) -> list[int]:
+def _growing_while_parsed(monkeypatch, trace: Path, every_read: bool, padding: int = 0
+                          ) -> list[int]:
     """The real parser, with the file grown (rewritten with one more event, as a profiler
-    still writing it would) while each read is under way: after the cache key was hashed."""
+    still writing it would) while each read is under way: after the cache key was hashed
+    (or, for a file parsed first, after its bytes were read)."""
     from traceview.store import ingest
     real, reads = ingest.parse_batched, []
 
     def parse_while_it_grows(path, **options):
         parsed = real(path, **options)
         if every_read or not reads:
-            trace.write_text(_trace_text(5 + len(reads) + 1))
+            trace.write_text(_trace_text(5 + len(reads) + 1, padding))
         reads.append(parsed.input_events)
         return parsed
 
@@ -295,13 +302,22 @@ def _growing_while_parsed(monkeypatch, trace: Path, every_read: bool) -> list[in
     return reads
 
 
-def test_a_file_that_grows_while_read_never_poisons_the_cache(capsys, tmp_path, monkeypatch):
+@pytest.mark.parametrize("settled", [False, True], ids=["just-written", "settled"])
+@pytest.mark.parametrize("size", SIZES)
+def test_a_file_that_grows_while_read_never_poisons_the_cache(capsys, tmp_path, monkeypatch,
+                                                              size, settled):
+    """Written in the last two seconds, a file's identity on disk cannot tell a change (it is
+    hashed again); settled, its identity tells."""
+    import time
+
     import xxhash
     trace = tmp_path / "trace.json"
-    trace.write_text(_trace_text(5))
+    trace.write_text(_trace_text(5, SIZES[size]))
+    if settled:
+        time.sleep(2.1)  # past store.parquet._SETTLED_NS
     old_hash = xxhash.xxh3_128_hexdigest(trace.read_bytes())
     cache = tmp_path / "cache"
-    reads = _growing_while_parsed(monkeypatch, trace, every_read=False)
+    reads = _growing_while_parsed(monkeypatch, trace, every_read=False, padding=SIZES[size])
     code, out, err = _run(capsys, "info", str(trace), "--cache-dir", str(cache), "--json")
     assert code == 0, err
     assert reads == [5, 6] and json.loads(out)["stored_events"] == 6  # the file as it is now
@@ -315,16 +331,17 @@ def test_a_file_that_grows_while_read_never_poisons_the_cache(capsys, tmp_path, 
     assert [m["stored_events"] for m in complete] == [6]
     # and the old bytes, read again, are parsed as what they are
     monkeypatch.undo()
-    trace.write_text(_trace_text(5))
+    trace.write_text(_trace_text(5, SIZES[size]))
     code, out, err = _run(capsys, "info", str(trace), "--cache-dir", str(cache), "--json")
     assert code == 0 and json.loads(out)["stored_events"] == 5 and "changed" not in err
 
 
-def test_a_file_that_keeps_changing_while_read_is_one_line(capsys, tmp_path, monkeypatch):
+@pytest.mark.parametrize("size", SIZES)
+def test_a_file_that_keeps_changing_while_read_is_one_line(capsys, tmp_path, monkeypatch, size):
     trace = tmp_path / "trace.json"
-    trace.write_text(_trace_text(5))
+    trace.write_text(_trace_text(5, SIZES[size]))
     cache = tmp_path / "cache"
-    _growing_while_parsed(monkeypatch, trace, every_read=True)
+    _growing_while_parsed(monkeypatch, trace, every_read=True, padding=SIZES[size])
     code, _, err = _run(capsys, "info", str(trace), "--cache-dir", str(cache))
     line = _one_line(err)
     assert code == 2 and str(trace) in line and "kept changing while it was read" in line

@@ -87,9 +87,11 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
     dropped: dict[str, int] = {}
     with open_input(path, warnings, follow=_worth_following(path)) as given:
         fast = _scan_fast(path, given, dropped)
+        content_id = None
         if fast is not None:
             raw, header = fast
             input_events = raw.num_rows + sum(dropped.values())
+            content_id = given.content_id()  # of exactly the bytes scanned
         else:
             columns, rows, header, input_events = _read_tolerantly(path, given, warnings,
                                                                    dropped)
@@ -112,6 +114,7 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
         input_events=input_events,
         dropped={k: v for k, v in dropped.items() if v},
         warnings=warnings,
+        content_id=content_id,
     )
 
 
@@ -119,6 +122,13 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
 #: one is read first: the thread's start cost a file of a few KB more than the overlap gains
 #: (~0.7 ms; docs/performance.md, log 45).
 FOLLOW_FROM_BYTES = 1 << 20
+
+
+def hashes_as_it_reads(path: Path) -> bool:
+    """Whether :func:`parse_batched` hashes an uncompressed file as it reads it (its
+    ``content_id``): when it is read in a thread the scanner follows. Gzip is hashed by the
+    caller (its compressed bytes are not what is inflated into the map)."""
+    return _worth_following(path)
 
 
 def _worth_following(path: Path) -> bool:

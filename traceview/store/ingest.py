@@ -30,6 +30,7 @@ from traceview.parsers import (
     detect_format,
     family,
     file_problem,
+    hashes_as_it_reads,
     is_trace_name,
     kineto,
     parse_batched,
@@ -173,10 +174,14 @@ def ingest_file(path: str, cache_dir: str | None, options: dict[str, Any],
     events are written (the last time its bytes are read), and an entry is completed only when
     the two agree: a file that changed meanwhile (a profiler still writing it, a copy in
     progress) is read again, with a warning, and refused after ``READS_OF_A_CHANGING_FILE``
-    reads. So no entry ever holds a parse of other bytes than its key's."""
+    reads. So no entry ever holds a parse of other bytes than its key's. A large uncompressed
+    Kineto file never seen is the exception: its parse hashes what it reads, and is keyed by
+    that (``_parse_first``)."""
     changed: list[str] = []
-    for _ in range(READS_OF_A_CHANGING_FILE):
-        result, content = _ingest_once(path, cache_dir, options, content)
+    for attempt in range(READS_OF_A_CHANGING_FILE):
+        first = _parse_first(Path(path), cache_dir, options) \
+            if attempt == 0 and content is None else None
+        result, content = first or _ingest_once(path, cache_dir, options, content)
         if content is None:  # read as hashed
             if changed:
                 result.warnings = [*result.warnings, f"changed while it was read "
@@ -197,7 +202,70 @@ def _ingest_once(path: str, cache_dir: str | None, options: dict[str, Any],
                                                                  content)
     if cached is not None:
         return cached, None
-    parsed = parse_batched(file_path, **options)
+    result = _stored(parse_batched(file_path, **options), path, cid, base, events_path)
+    now = store.known_content_id(file_path, base)  # a memo hit when the file is unchanged
+    if now != cid:
+        return result, now
+    return _completed(result, base, meta_path, events_path), None
+
+
+def _parse_first(path: Path, cache_dir: str | None, options: dict[str, Any]
+                 ) -> tuple[FileResult, str | None] | None:
+    """A large uncompressed Kineto file the cache does not remember: parsed before it is
+    hashed, keyed by the content id of exactly the bytes the parse read (the scanner's reading
+    thread hashes them as they land), then looked up. A cold ingest so reads the file once
+    instead of twice (0.25 of a 262 MB file's 2.3 s; docs/performance.md, log 48); only a copy
+    of a file ingested before under another name is parsed in vain.
+
+    Whether the file changed while it was read: by its identity on disk (as the content-id
+    memo tells), and by hashing it again when its identity changed. Then (the result, the
+    content id now), as ``_ingest_once`` answers.
+
+    None when this does not apply (see ``_read_once``), or when the parse did not hash what
+    it read (the tolerant path) and the file may have changed since: the caller then hashes
+    first and parses again."""
+    before = _read_once(path, cache_dir)
+    if before is None:
+        return None
+    base = Path(cache_dir) if cache_dir else None
+    parsed = parse_batched(path, **options)
+    after = path.stat()
+    unchanged = store.same_identity(before, after)  # settled before: any write shows here
+    if parsed.content_id is None and not unchanged:
+        return None
+    cid = parsed.content_id or store.known_content_id(path, base)
+    cached, cid, base, meta_path, events_path, _ = _cache_lookup(str(path), cache_dir, options,
+                                                                 cid)
+    if cached is not None:
+        return cached, None
+    result = _stored(parsed, str(path), cid, base, events_path)
+    now = cid if unchanged else store.content_id(path)
+    if now != cid:
+        return result, now
+    if base is not None and parsed.content_id is not None:
+        store.remember_content_id(path, base, after, cid)
+    return _completed(result, base, meta_path, events_path), None
+
+
+def _read_once(path: Path, cache_dir: str | None) -> os.stat_result | None:
+    """The file's identity on disk when ``_parse_first`` applies to it, else None: a large
+    uncompressed Kineto file (``hashes_as_it_reads``), not remembered by the cache, and
+    settled. A file written in the last two seconds (or dated in the future, copied from a
+    machine whose clock is ahead) is never remembered, so hashing it first finds it in the
+    cache where a parse first would parse it again at every reopen."""
+    try:
+        if not hashes_as_it_reads(path) or _remembered_id(path, cache_dir) is not None:
+            return None
+        st = path.stat()
+    except OSError:
+        return None  # the usual path words it
+    return st if store.is_settled(st) else None
+
+
+def _stored(parsed: Any, path: str, cid: str, base: Path | None, events_path: Path
+            ) -> FileResult:
+    """The parse's events written into the cache entry (or memory), and the file's result."""
+    file_path = Path(path)
     steps = StepsOfRows(_step_keys(parsed.events))
     written, data, note = _write_parsed(parsed, steps, base, events_path)
     result = FileResult(
@@ -208,17 +276,21 @@ def _ingest_once(path: str, cache_dir: str | None, options: dict[str, Any],
         events_data=data, notes=[note] if note else [],
     )
     result.rough_span = asdict(rough_span(result.events_source))
-    now = store.known_content_id(file_path, base)  # a memo hit when the file is unchanged
-    if now != cid:
-        return result, now
-    if base is not None and data is None:  # written last: an entry with meta.json is complete
+    return result
+
+
+def _completed(result: FileResult, base: Path | None, meta_path: Path, events_path: Path
+               ) -> FileResult:
+    """The cache entry made complete by its ``meta.json``, written last (when the events went
+    to its folder)."""
+    if base is not None and result.events_data is None:
         try:
             store.write_json({**{k: v for k, v in asdict(result).items()
                                  if k not in _NOT_IN_META},
                               "events_file": store.events_record(events_path)}, meta_path)
         except OSError as exc:  # the events file is whole: the answer reads it; no entry
             result.notes = [cache_not_written(base, exc)]
-    return result, None
+    return result
 
 
 #: FileResult fields a cache entry's meta.json leaves out: where this run found the file, and
@@ -492,7 +564,7 @@ def _lookup_and_ingest(path: str, cache_dir: str | None, options: dict[str, Any]
     """(:func:`_ingest_task`'s answer, the note of a damaged cache entry discarded or None),
     looking the file up in the cache first when the caller did not (``content`` None)."""
     note = None
-    if cache_dir is not None and content is None:
+    if cache_dir is not None and content is None and _read_once(Path(path), cache_dir) is None:
         hit, content, note = cached_result(path, cache_dir, options)
         if hit is not None:
             return hit, note

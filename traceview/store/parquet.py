@@ -25,6 +25,7 @@ import xxhash
 
 from traceview import schema
 from traceview._dependencies import lazy_module
+from traceview.parsers import content_hasher
 from traceview.store.safe_write import atomic_write, remove_stale_temporaries
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def content_id(path: Path) -> str:
     memory map (0.044 against 0.046 s for 150 MB), and a file cut or unreadable meanwhile is an
     OSError or other bytes, where a mapped page that cannot be read kills the process
     (SIGBUS). Reading new blocks (``fh.read``) was ~3x slower: an allocation and copy each."""
-    digest = xxhash.xxh3_128()
+    digest = content_hasher()
     with open(path, "rb", buffering=0) as fh:
         # a small file's size, plus one byte to see its end: a 4 MiB buffer zeroed for a
         # file of a few KB cost ~0.3 ms (twice per ingested file; docs/performance.md, log 45)
@@ -162,17 +163,37 @@ def known_content_id(path: Path, cache_dir: Path | None) -> str:
         return content_id(path)
 
     st = path.stat()  # before hashing: a file changed meanwhile is remembered under the old
-    memo = _content_id_memo(path, cache_dir, st)  # identity, which no longer matches
-    known = _remembered(memo)
-    if known is not None:
+    known = _remembered(_content_id_memo(path, cache_dir, st))  # identity, which no longer
+    if known is not None:                                       # matches
         return known
     found = content_id(path)
-    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:
-        try:
-            atomic_write(memo, lambda tmp: tmp.write_text(_memo_text(found)))
-        except OSError:
-            pass  # a read-only cache folder: hash next time
+    remember_content_id(path, cache_dir, st, found)
     return found
+
+
+def remember_content_id(path: Path, cache_dir: Path, st: os.stat_result, content: str) -> None:
+    """Remember ``content`` as the content id of ``path`` while its identity on disk is
+    ``st`` (taken before its bytes were read), unless it was written too recently to tell a
+    later change by its identity (see ``_SETTLED_NS``)."""
+    if not is_settled(st):
+        return
+    try:
+        atomic_write(_content_id_memo(path, cache_dir, st),
+                     lambda tmp: tmp.write_text(_memo_text(content)))
+    except OSError:
+        pass  # a read-only cache folder: hash next time
+
+
+def is_settled(st: os.stat_result) -> bool:
+    """Whether a file of this identity was last written long enough ago that any later write
+    shows in its identity (mtime and ctime tick past it)."""
+    return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS
+
+
+def same_identity(a: os.stat_result, b: os.stat_result) -> bool:
+    """Whether two stats of a file are of the same bytes, as :func:`known_content_id` tells
+    (device, inode, size, mtime and ctime): any write between them changes one."""
+    return _identity(a) == _identity(b)
 
 
 def remembered_content_id(path: Path, cache_dir: Path) -> str | None:
@@ -200,9 +221,12 @@ def _remembered(memo: Path) -> str | None:
 
 def _content_id_memo(path: Path, cache_dir: Path, st: os.stat_result) -> Path:
     """Where the content id of the file with identity ``st`` on disk is remembered."""
-    ident = f"{path.resolve()}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|" \
-            f"{st.st_ctime_ns}"
+    ident = f"{path.resolve()}|" + "|".join(map(str, _identity(st)))
     return Path(cache_dir) / "ids" / f"{xxhash.xxh3_128_hexdigest(os.fsencode(ident))}.txt"
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def cache_key(content: str, parser_version: int, options: dict[str, Any]) -> str:
