@@ -7,4 +7,5 @@ the install still succeeds and the parser uses its pure-Python path (same output
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("traceview.parsers.kineto._scan", ["parsers/kineto/_scan.c"],
+                             depends=["parsers/kineto/vendor/xxhash.h"],
                              extra_compile_args=["-O3"], optional=True)])

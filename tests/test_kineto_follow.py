@@ -155,8 +155,8 @@ def test_parse_follows_gzip_and_stores_what_plain_json_stores(tmp_path):
     packed.write_bytes(gzip.compress(text))
     with open_input(packed, [], follow=True) as given:
         assert given.progress is not None and given.releasable
-    with open_input(plain, [], follow=True) as given:  # read, not mapped: followed as well
-        assert given.progress is not None and given.releasable
+    with open_input(plain, [], follow=True) as given:  # mapped: scanned in place, no copy
+        assert given.progress is None and given.releasable and given.mapped_file
     assert kineto.parse(packed).events.equals(kineto.parse(plain).events)
 
 

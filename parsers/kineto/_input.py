@@ -22,7 +22,6 @@ from typing import Any
 
 import traceview.parsers.kineto._scan as _scan
 from traceview.errors import UnreadableTraceError
-from traceview.parsers._files import content_hasher
 
 try:  # ISA-L inflates 2-3x faster than zlib; fall back to the standard library.
     from isal import igzip as _gzip
@@ -40,13 +39,9 @@ class Input:
     data: bytes | mmap.mmap
     releasable: bool
     progress: mmap.mmap | None = None
-    reader: _InflatingMap | None = None
-
-    def content_id(self) -> str | None:
-        """The content id of an uncompressed file read whole in one pass by the thread the
-        scanner followed: the hash of exactly the bytes in ``data`` (None otherwise: gzip, a
-        small file read first, a read cut short)."""
-        return self.reader.content_id() if self.reader else None
+    #: ``data`` maps the file itself: the scanner hashes it beside the scan (the file's
+    #: content id) and turns a file cut short under it into a failed scan (``_scan.scan``)
+    mapped_file: bool = False
 
 
 @contextmanager
@@ -56,15 +51,18 @@ def open_input(path: Path, warnings: list[str], *, follow: bool = False) -> Iter
     hand scanned pages back, so the input need not stay resident beside the columns. Damaged
     or unusual gzip (truncated, several members, > 4 GiB) is inflated into bytes instead.
 
-    An uncompressed file is read, not memory-mapped: a mapped page that cannot be read (an I/O
-    error, or the file cut by another process during the scan) kills the process with SIGBUS,
-    with no word said. Read, such a file is a failed read, then an error naming it (or a
-    truncated trace, salvaged with a warning, that ingest's second hash sees changed).
+    ``follow`` (the C scanner will read the bytes): an uncompressed file is memory-mapped,
+    not read: the scanner's two threads start at once, with no copy (a 262 MB file scanned in
+    0.85 s wall instead of 1.2, 0.25 CPU s less; docs/performance.md, log 48). A mapped page
+    that cannot be read (the file cut by another process during the scan, an I/O error)
+    raises SIGBUS, which the scanner catches while it reads (``Input.mapped_file``): a failed
+    scan, after which the caller reads the file again with :func:`read_bytes` (a truncated
+    trace, salvaged with a warning, that ingest sees changed). A gzipped file is inflated in a
+    thread while the scanner follows it (``Input.progress``), instead of before the scan:
+    inflating was a third of a gzip ingest's wall time with one core idle. Damage then shows
+    as a failed scan (the producer reports it), handled the same way.
 
-    ``follow``: the file is read or inflated in a thread while the caller's scanner follows it
-    (``Input.progress``), instead of before the scan: inflating was a third of a gzip
-    ingest's wall time with one core idle. Damage then shows as a failed scan (the producer
-    reports it), after which the caller reads the file again with :func:`read_bytes`.
+    Without ``follow`` the bytes are read (or inflated) first, into a private anonymous map.
     """
     inflating = None
     try:
@@ -74,7 +72,10 @@ def open_input(path: Path, warnings: list[str], *, follow: bool = False) -> Iter
             _sniff(path, fh, gzipped)
             if gzipped and _recorded_size(path) > inflate_limit():
                 raise UnreadableTraceError(path, _too_large(inflate_limit()))
-            if follow:
+            file_map = _map_file(fh, size) if follow and not gzipped else None
+            if file_map is not None:
+                mapped = file_map
+            elif follow:
                 inflating = _InflatingMap.start(path) if gzipped else \
                     _InflatingMap.reading(path, size)
                 mapped = inflating.map if inflating else None
@@ -89,7 +90,7 @@ def open_input(path: Path, warnings: list[str], *, follow: bool = False) -> Iter
         return
     try:
         yield Input(mapped, releasable=True, progress=inflating.progress if inflating else None,
-                    reader=inflating)
+                    mapped_file=file_map is not None)
     finally:
         if inflating:
             inflating.stop()
@@ -168,10 +169,8 @@ class _InflatingMap:
     inflated with nothing after it, else FAILED, so a scanner never trusts a short or
     multi-member stream."""
 
-    def __init__(self, path: Path, size: int, chunk: int, opener: Any = None,
-                 hasher: Any = None) -> None:
+    def __init__(self, path: Path, size: int, chunk: int, opener: Any = None) -> None:
         self._scan = _scan  # publish() and the producer's states
-        self._hasher, self._content_id = hasher, None
         self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
         self.progress = mmap.mmap(-1, 16)  # page-aligned, as the atomic counters need
         self._halt = threading.Event()
@@ -189,10 +188,9 @@ class _InflatingMap:
     def reading(cls, path: Path, size: int, chunk: int = 4 * _FOLLOW_CHUNK
                 ) -> _InflatingMap | None:
         """An uncompressed file of ``size`` bytes read the same way (``open`` for
-        ``gzip.open``); it ends DONE only when the file held exactly ``size`` bytes. Each
-        chunk is hashed as it lands (``content_id``): hashing the file again before the parse
-        read every byte twice, 0.25 of 0.35 s for 262 MB (docs/performance.md, log 48)."""
-        return cls(path, size, chunk, opener=open, hasher=content_hasher()) if size else None
+        ``gzip.open``), where it cannot be mapped; it ends DONE only when the file held
+        exactly ``size`` bytes."""
+        return cls(path, size, chunk, opener=open) if size else None
 
     def _inflate(self, path: Path, size: int, chunk: int, opener: Any) -> None:
         scan = self._scan
@@ -203,29 +201,31 @@ class _InflatingMap:
                     n = stream.readinto(view[got:min(size, got + chunk)])
                     if not n:
                         break
-                    if self._hasher is not None:  # before the scanner may hand its pages back
-                        self._hasher.update(view[got:got + n])
                     got += n
                     scan.publish(self.progress, got, scan.PRODUCING)
                 if got == size and not self._halt.is_set() and not stream.read(1):
                     state = scan.DONE
-                    if self._hasher is not None:
-                        self._content_id = self._hasher.hexdigest()
         except Exception:  # noqa: BLE001 - any inflate error: the scan fails, read_bytes words it
             state = scan.FAILED
         finally:
             scan.publish(self.progress, got, state)
-
-    def content_id(self) -> str | None:
-        """The hash of every byte read, once the read ended DONE (None before, or if not)."""
-        self._thread.join()
-        return self._content_id
 
     def stop(self) -> None:
         """Stop inflating (when the scan gave up early) and wait for the thread."""
         self._halt.set()
         self._thread.join()
         self.progress.close()
+
+
+def _map_file(fh: Any, size: int) -> mmap.mmap | None:
+    """The open file mapped read-only (None when it is empty or cannot be mapped: a pipe-like
+    or FUSE file, or no address space left; it is then read)."""
+    if not size:
+        return None
+    try:
+        return mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
 
 
 def _read_into_map(path: Path, size: int, opener: Any) -> mmap.mmap | None:

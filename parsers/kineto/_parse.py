@@ -89,9 +89,8 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
         fast = _scan_fast(path, given, dropped)
         content_id = None
         if fast is not None:
-            raw, header = fast
+            raw, header, content_id = fast
             input_events = raw.num_rows + sum(dropped.values())
-            content_id = given.content_id()  # of exactly the bytes scanned
         else:
             columns, rows, header, input_events = _read_tolerantly(path, given, warnings,
                                                                    dropped)
@@ -126,8 +125,8 @@ FOLLOW_FROM_BYTES = 1 << 20
 
 def hashes_as_it_reads(path: Path) -> bool:
     """Whether :func:`parse_batched` hashes an uncompressed file as it reads it (its
-    ``content_id``): when it is read in a thread the scanner follows. Gzip is hashed by the
-    caller (its compressed bytes are not what is inflated into the map)."""
+    ``content_id``): when the file is mapped for the C scanner, which hashes it beside the
+    scan. Gzip is hashed by the caller (what is scanned is not the file's bytes)."""
     return _worth_following(path)
 
 
@@ -194,15 +193,16 @@ _REPEATING_TEXT = REPEATING_TEXT
 
 
 def _scan_fast(path: Path, given: Input, dropped: dict[str, int]
-               ) -> tuple[RawColumns, dict[str, Any]] | None:
-    """The C scanner over well-formed input; None sends the caller to the tolerant path.
-    Events over the bounds on one event are counted in ``dropped``."""
+               ) -> tuple[RawColumns, dict[str, Any], str | None] | None:
+    """The C scanner over well-formed input: (columns, header, the content id of a mapped
+    file, hashed beside the scan); None sends the caller to the tolerant path. Events over
+    the bounds on one event are counted in ``dropped``."""
     if _kineto_scan is None:
         return None
     try:
         rows, columns = _kineto_scan.scan(given.data, 8 << 20, given.releasable,
                                           given.progress, 256 << 10, MAX_EVENT_BYTES,
-                                          MAX_EVENT_DEPTH)
+                                          MAX_EVENT_DEPTH, given.mapped_file)
         if not columns["has_events"]:
             return None  # no event array: the tolerant path words the error
         header = {key: msgspec.json.decode(raw) for key, raw in columns["header"].items()}
@@ -224,7 +224,8 @@ def _scan_fast(path: Path, given: Input, dropped: dict[str, int]
     for reason, count in ((TOO_LARGE, columns["too_large"]), (TOO_DEEP, columns["too_deep"])):
         if count:
             dropped[reason] = count
-    return RawColumns(rows, _sparse_text(raw, rows), _RAW_COLUMNS), header
+    return (RawColumns(rows, _sparse_text(raw, rows), _RAW_COLUMNS), header,
+            columns["content_id"])
 
 
 #: Text columns that few events carry (labels, process-group fields, dtypes).

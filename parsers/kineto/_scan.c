@@ -17,9 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+
+/* xxHash 0.8 (BSD-2, vendor/xxhash.LICENSE): the content id of a mapped file, hashed while it
+ * is scanned. Inlined: nothing to link. */
+#define XXH_INLINE_ALL
+#include "vendor/xxhash.h"
 
 typedef struct {
     char *data;
@@ -204,7 +211,96 @@ typedef struct {
     Py_ssize_t max_event_bytes;
     int max_depth, level, deepest;
     Py_ssize_t too_large, too_deep;
+    /* The input is a memory-mapped file: reads past an end another process cut it to raise
+     * SIGBUS, which the element scans turn into an error (see guarded_elements). */
+    int mapped_file;
 } Scanner;
+
+/* ------------------------------------------------------------------ a mapped file cut short
+ *
+ * A page of a mapped file past the end another process truncated it to (a profiler rewriting
+ * its trace, a copy started over) raises SIGBUS on the thread that reads it, which kills the
+ * process with no word said. While scan() reads a mapped file, SIGBUS on a thread reading it
+ * jumps back to where that thread began (its landing), and the scan fails like one of damaged
+ * input: the caller reads the file again, sees it changed, and says so. SIGBUS anywhere else
+ * goes to whatever handled it before (Python's faulthandler, or the default: the process
+ * dies, as it would have). */
+static __thread sigjmp_buf *bus_landing;
+static pthread_mutex_t bus_lock = PTHREAD_MUTEX_INITIALIZER;
+static int bus_guards; /* scans reading a mapped file now: the handler is ours while > 0 */
+static struct sigaction bus_before;
+static const char *const CUT_SHORT = "the file was cut short while it was read";
+
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+    if (bus_landing) siglongjmp(*bus_landing, 1);
+    if (bus_before.sa_flags & SA_SIGINFO) {
+        bus_before.sa_sigaction(sig, info, context);
+    } else if (bus_before.sa_handler != SIG_DFL && bus_before.sa_handler != SIG_IGN) {
+        bus_before.sa_handler(sig);
+    } else {
+        /* the default: returning re-runs the faulting read, which now ends the process */
+        struct sigaction fallback;
+        memset(&fallback, 0, sizeof(fallback));
+        fallback.sa_handler = SIG_DFL;
+        sigaction(sig, &fallback, NULL);
+    }
+}
+
+static void guard_mapped_reads(void) {
+    pthread_mutex_lock(&bus_lock);
+    if (bus_guards++ == 0) {
+        struct sigaction ours;
+        memset(&ours, 0, sizeof(ours));
+        ours.sa_sigaction = on_sigbus;
+        ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&ours.sa_mask);
+        sigaction(SIGBUS, &ours, &bus_before);
+    }
+    pthread_mutex_unlock(&bus_lock);
+}
+
+static void unguard_mapped_reads(void) {
+    pthread_mutex_lock(&bus_lock);
+    if (--bus_guards == 0) sigaction(SIGBUS, &bus_before, NULL);
+    pthread_mutex_unlock(&bus_lock);
+}
+
+/* Hashes a mapped file beside the scan (its content id: xxh3-128, as xxhash.xxh3_128), in
+ * chunks, handing each chunk's pages back once hashed: the scan faults them in again from the
+ * page cache when it gets there, and they never all count as resident at once. */
+#define HASH_CHUNK (4 << 20)
+
+typedef struct {
+    const char *data;
+    Py_ssize_t len;
+    XXH128_canonical_t digest;
+    int ok;
+} Hasher;
+
+static void *hash_mapped(void *arg) {
+    Hasher *h = (Hasher *)arg;
+    static __thread XXH3_state_t state; /* 64-byte aligned, too large for a small stack */
+    sigjmp_buf landing;
+    if (sigsetjmp(landing, 1)) {
+        bus_landing = NULL;
+        h->ok = 0;
+        return NULL;
+    }
+    bus_landing = &landing;
+    XXH3_128bits_reset(&state);
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (Py_ssize_t at = 0; at < h->len; at += HASH_CHUNK) {
+        Py_ssize_t n = h->len - at < HASH_CHUNK ? h->len - at : HASH_CHUNK;
+        XXH3_128bits_update(&state, h->data + at, (size_t)n);
+        uintptr_t from = ((uintptr_t)(h->data + at) + page - 1) & ~(page - 1);
+        uintptr_t to = (uintptr_t)(h->data + at + n) & ~(page - 1);
+        if (to > from) madvise((void *)from, to - from, MADV_DONTNEED);
+    }
+    XXH128_canonicalFromHash(&h->digest, XXH3_128bits_digest(&state));
+    h->ok = 1;
+    bus_landing = NULL;
+    return NULL;
+}
 
 #define RELEASE_STEP (16 << 20)
 
@@ -1211,9 +1307,28 @@ static void init_cols(Col *cols) {
     }
 }
 
+/* scan_elements, with a landing for SIGBUS when the input is a mapped file: -1 (sc->err set)
+ * when the file was cut short under the scan. The columns may then be half written; the
+ * caller frees them. */
+static int guarded_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end,
+                            const char *stop) {
+    if (!sc->mapped_file) return scan_elements(sc, cols, rows, begin_end, stop);
+    sigjmp_buf landing;
+    sigjmp_buf *outer = bus_landing;
+    if (sigsetjmp(landing, 1)) {
+        bus_landing = outer;
+        sc->err = CUT_SHORT;
+        return -1;
+    }
+    bus_landing = &landing;
+    int rc = scan_elements(sc, cols, rows, begin_end, stop);
+    bus_landing = outer;
+    return rc;
+}
+
 static void *scan_second_half(void *arg) {
     Half *h = (Half *)arg;
-    h->rc = scan_elements(&h->sc, h->cols, &h->rows, &h->begin_end, NULL);
+    h->rc = guarded_elements(&h->sc, h->cols, &h->rows, &h->begin_end, NULL);
     return NULL;
 }
 
@@ -1298,9 +1413,9 @@ static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin
     const char *hint = NULL;
     if (sc->end - sc->p > parallel_min_bytes)
         hint = split_hint(sc->p + (sc->end - sc->p) / 2, sc->end);
-    if (!hint) return scan_elements(sc, cols, rows, begin_end, NULL);
+    if (!hint) return guarded_elements(sc, cols, rows, begin_end, NULL);
     Half *second = calloc(1, sizeof(Half));
-    if (!second) return scan_elements(sc, cols, rows, begin_end, NULL);
+    if (!second) return guarded_elements(sc, cols, rows, begin_end, NULL);
     init_cols(second->cols);
     second->sc = *sc;
     second->sc.p = hint;
@@ -1310,7 +1425,8 @@ static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin
     pthread_t thread;
     int started = pthread_create(&thread, NULL, scan_second_half, second) == 0;
     if (!started) scan_second_half(second);
-    int rc = scan_elements(sc, cols, rows, begin_end, hint);
+    int rc = guarded_elements(sc, cols, rows, begin_end, hint); /* the second thread is
+                                                                 * joined whatever happens */
     if (started) pthread_join(thread, NULL);
     int ok = rc == 1 && sc->p == hint && second->rc == 0;
     if (ok) {
@@ -1341,10 +1457,10 @@ static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin
     if (rc < 0) return -1;
     if (rc == 1 && sc->p == hint) {
         /* the second half failed on its own: finish sequentially (it reports the error) */
-        return scan_elements(sc, cols, rows, begin_end, NULL);
+        return guarded_elements(sc, cols, rows, begin_end, NULL);
     }
     /* the hint was not an element boundary: continue sequentially from where we are */
-    return rc == 1 ? scan_elements(sc, cols, rows, begin_end, NULL) : rc;
+    return rc == 1 ? guarded_elements(sc, cols, rows, begin_end, NULL) : rc;
 }
 
 /* Top-level keys whose raw values are handed back for the caller to decode. */
@@ -1403,12 +1519,33 @@ static int scan_top(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_
     return -1;
 }
 
-/* scan(buffer, min_parallel, release, progress, follow_step, max_event_bytes, max_depth)
+/* scan_top with a landing for SIGBUS (see guarded_elements), for the reads outside the
+ * element scans: the header, and the document around the event array. */
+static int guarded_top(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end,
+                       const char **spans, Py_ssize_t *span_len, int *found) {
+    if (!sc->mapped_file) return scan_top(sc, cols, rows, begin_end, spans, span_len, found);
+    sigjmp_buf landing;
+    sigjmp_buf *outer = bus_landing;
+    if (sigsetjmp(landing, 1)) {
+        bus_landing = outer;
+        sc->err = CUT_SHORT;
+        return -1;
+    }
+    bus_landing = &landing;
+    int rc = scan_top(sc, cols, rows, begin_end, spans, span_len, found);
+    bus_landing = outer;
+    return rc;
+}
+
+/* scan(buffer, min_parallel, release, progress, follow_step, max_event_bytes, max_depth,
+ *      mapped_file)
  *   -> (rows, {column: see col_to_py,
  *              "begin_end_events": count of ph B/E, which the caller pairs,
  *              "too_large", "too_deep": events skipped for the bounds on one event,
- *              "header": {top-level key: raw JSON bytes}, "has_events": bool})
- * `buffer` is a whole Kineto document (object or bare array).
+ *              "header": {top-level key: raw JSON bytes}, "has_events": bool,
+ *              "content_id": xxh3-128 hex of the buffer, or None})
+ * `buffer` is a whole Kineto document (object or bare array). `mapped_file`: the buffer is a
+ * memory-mapped file, hashed beside the scan (its content id) and read with SIGBUS guarded.
  * Raises ValueError("problem at byte N") on anything the tolerant path should handle. */
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
@@ -1419,8 +1556,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_ssize_t step = FOLLOW_STEP;
     Py_ssize_t max_event_bytes = PY_SSIZE_T_MAX;
     int max_depth = INT_MAX;
-    if (!PyArg_ParseTuple(args, "y*|npOnni", &view, &min_parallel, &release, &progress_obj, &step,
-                          &max_event_bytes, &max_depth))
+    int mapped_file = 0;
+    if (!PyArg_ParseTuple(args, "y*|npOnnip", &view, &min_parallel, &release, &progress_obj,
+                          &step, &max_event_bytes, &max_depth, &mapped_file))
         return NULL;
 
     if (progress_obj != Py_None) {
@@ -1445,6 +1583,14 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     sc.follow_step = step > 0 ? step : 1;
     sc.max_event_bytes = max_event_bytes;
     sc.max_depth = max_depth;
+    sc.mapped_file = mapped_file && !progress.buf;
+    Hasher hasher = {(const char *)view.buf, view.len};
+    pthread_t hashing;
+    int hashed = 0;
+    if (sc.mapped_file) {
+        guard_mapped_reads();
+        hashed = pthread_create(&hashing, NULL, hash_mapped, &hasher) == 0;
+    }
     Py_ssize_t rows = 0, begin_end = 0;
     int rc = 0;
     const char *spans[N_HEADER_KEYS] = {NULL};
@@ -1457,7 +1603,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         rc = wait_for_bytes(&sc);
     }
     while (rc == 0) {
-        rc = scan_top(&sc, cols, &rows, &begin_end, spans, span_len, &found);
+        rc = guarded_top(&sc, cols, &rows, &begin_end, spans, span_len, &found);
         /* cut before the event array by the known end: nothing committed, start again */
         if (rc == 0 || sc.in_array || !following(&sc)) break;
         found = 0;
@@ -1465,6 +1611,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         rc = wait_for_bytes_from(&sc, sc.start);
     }
     if (rc == 0) rc = wait_for_verdict(&sc);
+    if (hashed) pthread_join(hashing, NULL);
+    if (sc.mapped_file) unguard_mapped_reads();
     Py_END_ALLOW_THREADS
     if (progress.buf) PyBuffer_Release(&progress);
     if (rc < 0) {
@@ -1499,6 +1647,22 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         }
         Py_DECREF(raw);
     }
+    PyObject *content_id = Py_None;
+    Py_INCREF(Py_None);
+    if (hasher.ok) {
+        static const char HEX[] = "0123456789abcdef";
+        char hex[2 * sizeof(hasher.digest.digest)];
+        for (size_t i = 0; i < sizeof(hasher.digest.digest); i++) {
+            hex[2 * i] = HEX[hasher.digest.digest[i] >> 4];
+            hex[2 * i + 1] = HEX[hasher.digest.digest[i] & 15];
+        }
+        Py_DECREF(Py_None);
+        content_id = PyUnicode_FromStringAndSize(hex, (Py_ssize_t)sizeof(hex));
+    }
+    if (!content_id || PyDict_SetItemString(out, "content_id", content_id) < 0) {
+        Py_XDECREF(content_id); Py_DECREF(out); return NULL;
+    }
+    Py_DECREF(content_id);
     PyObject *has_events = PyBool_FromLong(found);
     PyDict_SetItemString(out, "has_events", has_events);
     Py_DECREF(has_events);

@@ -212,8 +212,8 @@ def _ingest_once(path: str, cache_dir: str | None, options: dict[str, Any],
 def _parse_first(path: Path, cache_dir: str | None, options: dict[str, Any]
                  ) -> tuple[FileResult, str | None] | None:
     """A large uncompressed Kineto file the cache does not remember: parsed before it is
-    hashed, keyed by the content id of exactly the bytes the parse read (the scanner's reading
-    thread hashes them as they land), then looked up. A cold ingest so reads the file once
+    hashed, keyed by the content id of exactly the bytes the parse read (the scanner hashes the
+    mapped file beside its scan), then looked up. A cold ingest so reads the file once
     instead of twice (0.25 of a 262 MB file's 2.3 s; docs/performance.md, log 48); only a copy
     of a file ingested before under another name is parsed in vain.
 
