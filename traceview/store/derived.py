@@ -26,10 +26,9 @@ import polars as pl
 import xxhash
 
 from traceview import __version__
-
-#: The version of the classified GPU rows' definition: bump it with any change to what
 from traceview.store import parquet as store
 
+#: The version of the classified GPU rows' definition: bump it with any change to what
 #: ``analyses.overlap.prepared_gpu`` gives (classes, patterns, steps, columns). With the
 #: traceview and Polars versions it names the code in the key, so kept rows are never served
 #: to code that would classify differently.
