@@ -60,4 +60,4 @@ def hashes_as_it_reads(path: Path) -> bool:
     (``ParsedFile.content_id``, when it read them whole): a large uncompressed Kineto file. The
     store then parses such a file it has never seen before hashing it, instead of reading
     every byte twice."""
-    return detect_format(path) == "kineto-json" and kineto.hashes_as_it_reads(path)
+    return kineto.hashes_as_it_reads(path) and detect_format(path) == "kineto-json"

@@ -229,11 +229,11 @@ def _parse_first(path: Path, cache_dir: str | None, options: dict[str, Any]
         return None
     base = Path(cache_dir) if cache_dir else None
     parsed = parse_batched(path, **options)
-    after = path.stat()
-    unchanged = store.same_identity(before, after)  # settled before: any write shows here
+    cid = parsed.content_id or store.known_content_id(path, base)
+    after = path.stat()  # after any hashing: a write before it shows, one after it changes
+    unchanged = store.same_identity(before, after)  # neither the parse nor the hash
     if parsed.content_id is None and not unchanged:
         return None
-    cid = parsed.content_id or store.known_content_id(path, base)
     cached, cid, base, meta_path, events_path, _ = _cache_lookup(str(path), cache_dir, options,
                                                                  cid)
     if cached is not None:
