@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from traceview.errors import UnreadableTraceError
+from traceview.parsers._buffers import values_and_validity
 from traceview.parsers._result import EventBatches, ParsedFile
 from traceview.parsers.kineto._arrow_types import strings
 from traceview.parsers.kineto._bounds import (
@@ -168,9 +169,22 @@ def clock_base(path: Path, header: dict[str, Any], raw: RawColumns) -> int:
 
 
 def _largest(raw: RawColumns, name: str) -> int | None:
-    """The largest value of an integer column (None when it has none)."""
-    values, valid = int_values(raw, name, 0, raw.num_rows)
-    return int(values[valid].max()) if valid.any() else None
+    """The largest value of an integer column (None when it has none). Chunk by chunk, over
+    views of the buffers: joining a two-thread scan's two chunks first, then picking the
+    valid rows, copied the column twice (0.02-0.03 s a column of 1 M rows; log 48)."""
+    column = raw.columns[name]
+    if column is None or isinstance(column, Sparse):
+        values, valid = int_values(raw, name, 0, raw.num_rows)
+        return int(values[valid].max()) if valid.any() else None
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    largest = None
+    for chunk in chunks:
+        if len(chunk) == chunk.null_count:
+            continue
+        values, valid = values_and_validity(chunk)
+        top = int(np.max(values, where=valid, initial=np.iinfo(values.dtype).min))
+        largest = top if largest is None else max(largest, top)
+    return largest
 
 
 # --------------------------------------------------------------------------- decoding
