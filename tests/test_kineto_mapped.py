@@ -119,3 +119,26 @@ def test_a_mapped_file_cut_short_under_the_scan_is_a_failed_scan_not_sigbus(tmp_
     assert len(scans) == 4
     assert all(line == "scan whole" or "cut short while it was read" in line for line in scans)
     assert any("cut short" in line for line in scans)  # at least the first delay lands in it
+
+
+def test_a_file_that_cannot_be_mapped_is_read_as_before(tmp_path, monkeypatch):
+    """Some filesystems (FUSE, some network mounts) refuse mmap: the file is then read in a
+    thread the scanner follows, parsed the same, and hashed by the caller (no content id)."""
+    from traceview.parsers.kineto import _input
+
+    path = tmp_path / "trace.json"
+    path.write_bytes(_trace(2000, 600))
+    mapped = kineto.parse_batched(path)
+    real = _input.mmap.mmap
+
+    def refuse_files(fileno, *args, **kwargs):
+        if fileno != -1:  # a file mapping; anonymous maps (-1) are still allowed
+            raise OSError(19, "No such device")
+        return real(fileno, *args, **kwargs)
+
+    monkeypatch.setattr(_input.mmap, "mmap", refuse_files)
+    with _input.open_input(path, [], follow=True) as given:
+        assert not given.mapped_file and given.progress is not None
+    read = kineto.parse_batched(path)
+    assert read.content_id is None and mapped.content_id is not None
+    assert read.events.table().equals(mapped.events.table())
