@@ -385,15 +385,19 @@ def test_two_thread_scan_equals_one_thread(relative, corpus):
     rows_two, two = kineto._kineto_scan.scan(data, 1)  # force the split on any size
     assert one["threads"] == 1 and two["threads"] == 2
     assert rows_one == rows_two and one["header"] == two["header"]
+    _assert_same_columns(rows_one, one, rows_two, two)
+    assert two["args_json"][0] == "chunks"  # the second thread's text is not copied
+
+
+def _assert_same_columns(rows_one: int, one: dict, rows_two: int, two: dict) -> None:
+    """Two scans' columns hold the same values: a column may be dense in one scan and (row,
+    value) pairs in the other, and two chunks (one per thread) in a split scan."""
     for name, typ in kineto._RAW_COLUMNS.items():
-        # a column may be dense in one scan and (row, value) pairs in the other, and two
-        # chunks (one per thread) in the split scan: same values
         a = kineto.RawColumns(rows_one, {name: kineto._scanned_column(one[name], typ, rows_one)},
                               {name: typ}).full(name)
         b = kineto.RawColumns(rows_two, {name: kineto._scanned_column(two[name], typ, rows_two)},
                               {name: typ}).full(name)
         assert _whole(a).equals(_whole(b)), name
-    assert two["args_json"][0] == "chunks"  # the second thread's text is not copied
 
 
 def _whole(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -447,12 +451,7 @@ def test_a_split_point_inside_an_args_object_changes_nothing():
     rows_one, one = kineto._kineto_scan.scan(data, 1 << 62)
     rows_two, two = kineto._kineto_scan.scan(data, 1)
     assert rows_one == rows_two == 200 and two["threads"] == 1  # the hint was refused
-    for name, typ in kineto._RAW_COLUMNS.items():
-        a = kineto.RawColumns(rows_one, {name: kineto._scanned_column(one[name], typ, rows_one)},
-                              {name: typ}).full(name)
-        b = kineto.RawColumns(rows_two, {name: kineto._scanned_column(two[name], typ, rows_two)},
-                              {name: typ}).full(name)
-        assert _whole(a).equals(_whole(b)), name
+    _assert_same_columns(rows_one, one, rows_two, two)
 
 
 def test_columns_that_change_density_and_interned_names_survive_the_split():

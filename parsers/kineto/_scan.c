@@ -1307,22 +1307,29 @@ static void init_cols(Col *cols) {
     }
 }
 
-/* scan_elements, with a landing for SIGBUS when the input is a mapped file: -1 (sc->err set)
- * when the file was cut short under the scan. The columns may then be half written; the
- * caller frees them. */
+/* rc = (call), with a landing in this thread for SIGBUS raised while it runs: then rc = -1
+ * and sc->err says the file was cut short. Landings nest (the outer one is restored). */
+#define LANDED(sc, rc, call)                          \
+    do {                                              \
+        sigjmp_buf landing_;                          \
+        sigjmp_buf *outer_ = bus_landing;             \
+        if (sigsetjmp(landing_, 1)) {                 \
+            (sc)->err = CUT_SHORT;                    \
+            (rc) = -1;                                \
+        } else {                                      \
+            bus_landing = &landing_;                  \
+            (rc) = (call);                            \
+        }                                             \
+        bus_landing = outer_;                         \
+    } while (0)
+
+/* scan_elements, landed when the input is a mapped file: -1 (sc->err set) when the file was
+ * cut short under the scan. The columns may then be half written; the caller frees them. */
 static int guarded_elements(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end,
                             const char *stop) {
     if (!sc->mapped_file) return scan_elements(sc, cols, rows, begin_end, stop);
-    sigjmp_buf landing;
-    sigjmp_buf *outer = bus_landing;
-    if (sigsetjmp(landing, 1)) {
-        bus_landing = outer;
-        sc->err = CUT_SHORT;
-        return -1;
-    }
-    bus_landing = &landing;
-    int rc = scan_elements(sc, cols, rows, begin_end, stop);
-    bus_landing = outer;
+    int rc;
+    LANDED(sc, rc, scan_elements(sc, cols, rows, begin_end, stop));
     return rc;
 }
 
@@ -1524,16 +1531,8 @@ static int scan_top(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_
 static int guarded_top(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin_end,
                        const char **spans, Py_ssize_t *span_len, int *found) {
     if (!sc->mapped_file) return scan_top(sc, cols, rows, begin_end, spans, span_len, found);
-    sigjmp_buf landing;
-    sigjmp_buf *outer = bus_landing;
-    if (sigsetjmp(landing, 1)) {
-        bus_landing = outer;
-        sc->err = CUT_SHORT;
-        return -1;
-    }
-    bus_landing = &landing;
-    int rc = scan_top(sc, cols, rows, begin_end, spans, span_len, found);
-    bus_landing = outer;
+    int rc;
+    LANDED(sc, rc, scan_top(sc, cols, rows, begin_end, spans, span_len, found));
     return rc;
 }
 
