@@ -1545,6 +1545,8 @@ static int guarded_top(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *beg
  *              "content_id": xxh3-128 hex of the buffer, or None})
  * `buffer` is a whole Kineto document (object or bare array). `mapped_file`: the buffer is a
  * memory-mapped file, hashed beside the scan (its content id) and read with SIGBUS guarded.
+ * Never set it for other memory: the hasher hands pages back as it goes, which a file mapping
+ * faults in again from the file and anonymous memory (a bytes object) reads back as zeros.
  * Raises ValueError("problem at byte N") on anything the tolerant path should handle. */
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
