@@ -18,7 +18,6 @@ from traceview._dependencies import lazy_module
 from traceview.parsers._files import (
     PARSER_VERSIONS,
     TRACE_SUFFIXES,
-    content_hasher,
     detect_format,
     family,
     file_problem,
@@ -34,7 +33,7 @@ kineto = lazy_module("traceview.parsers.kineto")
 nsys = lazy_module("traceview.parsers.nsys")
 
 __all__ = ["PARSER_VERSIONS", "TRACE_SUFFIXES", "EventBatches", "ParsedFile", "RankInfo",
-           "content_hasher", "detect_format", "family", "file_problem", "hashes_as_it_reads",
+           "detect_format", "family", "file_problem", "hashes_as_it_reads",
            "is_trace_name", "parse", "parse_batched", "rank_from_file_name", "refuse_non_json"]
 
 

@@ -12,9 +12,6 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
-
-import xxhash
 
 from traceview.errors import UnreadableTraceError
 
@@ -27,13 +24,6 @@ from traceview.errors import UnreadableTraceError
 #: file held negative times).
 #: kineto 7: an event over 32 MiB or nested over 64 levels is skipped (the C path stored it).
 PARSER_VERSIONS: dict[str, int] = {"kineto": 7, "nsys": 2}
-
-
-def content_hasher() -> Any:
-    """A fresh hash of a file's bytes, whose hex digest is the file's content id (the cache
-    key's base): xxh3-128. The store hashes files with it, and a parser that reads a file
-    whole in one pass hashes the bytes it parses with it (``ParsedFile.content_id``)."""
-    return xxhash.xxh3_128()
 
 
 def family(fmt: str) -> str:

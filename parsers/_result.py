@@ -78,6 +78,7 @@ class ParsedFile:
     input_events: int
     dropped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    #: the content id (``content_hasher``) of the bytes parsed, when the parser read the file
-    #: whole in one pass and hashed it as it went (else None: the caller hashes the file)
+    #: the content id of the bytes parsed (xxh3-128, as ``store.parquet.content_id`` hashes
+    #: a file), when the parser hashed them as it read them (else None: the caller hashes the
+    #: file)
     content_id: str | None = None

@@ -25,7 +25,6 @@ import xxhash
 
 from traceview import schema
 from traceview._dependencies import lazy_module
-from traceview.parsers import content_hasher
 from traceview.store.safe_write import atomic_write, remove_stale_temporaries
 
 if TYPE_CHECKING:
@@ -66,7 +65,7 @@ def content_id(path: Path) -> str:
     memory map (0.044 against 0.046 s for 150 MB), and a file cut or unreadable meanwhile is an
     OSError or other bytes, where a mapped page that cannot be read kills the process
     (SIGBUS). Reading new blocks (``fh.read``) was ~3x slower: an allocation and copy each."""
-    digest = content_hasher()
+    digest = xxhash.xxh3_128()
     with open(path, "rb", buffering=0) as fh:
         # a small file's size, plus one byte to see its end: a 4 MiB buffer zeroed for a
         # file of a few KB cost ~0.3 ms (twice per ingested file; docs/performance.md, log 45)
@@ -162,9 +161,11 @@ def known_content_id(path: Path, cache_dir: Path | None) -> str:
     if cache_dir is None:
         return content_id(path)
 
-    st = path.stat()  # before hashing: a file changed meanwhile is remembered under the old
-    known = _remembered(_content_id_memo(path, cache_dir, st))  # identity, which no longer
-    if known is not None:                                       # matches
+    # stat before hashing: a file changed meanwhile is remembered under its old identity,
+    # which no longer matches
+    st = path.stat()
+    known = _remembered(_content_id_memo(path, cache_dir, st))
+    if known is not None:
         return known
     found = content_id(path)
     remember_content_id(path, cache_dir, st, found)
