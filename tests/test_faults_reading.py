@@ -273,7 +273,8 @@ def test_damaged_derived_gpu_rows_are_computed_again_with_one_warning(capsys, tm
 
 # ------------------------------------------------------------------ a file changing while read
 #: Trace sizes: a few events (hashed before the parse), and past 1 MB (uncompressed Kineto
-#: from ``kineto._parse.FOLLOW_FROM_BYTES``: parsed first, keyed by the bytes it read)
+#: from ``kineto._parse.FOLLOW_FROM_BYTES``: mapped, and once settled parsed first, keyed by
+#: the bytes it read)
 SIZES = {"small": 0, "large": 1 << 20}
 
 
