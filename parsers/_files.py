@@ -26,6 +26,13 @@ from traceview.errors import UnreadableTraceError
 PARSER_VERSIONS: dict[str, int] = {"kineto": 7, "nsys": 2}
 
 
+#: Kineto files on disk from this size are scanned as they are read: mapped (uncompressed) or
+#: inflated in a thread the scanner follows (gzip). A smaller one is read first: the thread's
+#: start cost a file of a few KB more than the overlap gains (~0.7 ms; docs/performance.md,
+#: log 45).
+FOLLOW_FROM_BYTES = 1 << 20
+
+
 def family(fmt: str) -> str:
     """The parser family of a format (``detect_format``): ``nsys`` or ``kineto``, the key
     of ``PARSER_VERSIONS``."""

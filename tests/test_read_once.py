@@ -102,3 +102,24 @@ def test_a_large_trace_the_scanner_gives_up_on_is_keyed_by_its_bytes(tmp_path, s
     assert entry["content_id"] == xxhash.xxh3_128_hexdigest(trace.read_bytes())
     assert entry["stored_events"] == 300
     assert any("NaN" in w for w in json.loads(ts.files["warnings"][0]))
+
+
+def test_asking_about_an_nsys_export_does_not_load_the_kineto_parser(tmp_path):
+    """Whether a file is parsed first is asked of every file the cache does not know; for an
+    nsys export (or a small file) the answer costs a stat and a sniff, never the Kineto
+    parser's imports (~0.2 s)."""
+    import os
+    import subprocess
+    import sys
+
+    export = tmp_path / "rank0.sqlite"
+    export.write_bytes(b"SQLite format 3\x00" + b"\x00" * PADDING)
+    small = tmp_path / "small.json"
+    small.write_text('{"traceEvents": []}')
+    probe = ("import sys; from pathlib import Path; from traceview.parsers import "
+             "hashes_as_it_reads as ask; "
+             f"print(ask(Path({str(export)!r})), ask(Path({str(small)!r})), "
+             "'traceview.parsers.kineto' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ), cwd=tmp_path)
+    assert done.stdout.split() == ["False", "False", "False"], done.stderr

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from traceview.errors import UnreadableTraceError
+from traceview.parsers._files import FOLLOW_FROM_BYTES
 from traceview.parsers._buffers import values_and_validity
 from traceview.parsers._result import EventBatches, ParsedFile
 from traceview.parsers.kineto._arrow_types import strings
@@ -116,12 +117,6 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
         warnings=warnings,
         content_id=content_id,
     )
-
-
-#: Files on disk from this size are read (inflated) in a thread the scanner follows; a smaller
-#: one is read first: the thread's start cost a file of a few KB more than the overlap gains
-#: (~0.7 ms; docs/performance.md, log 45).
-FOLLOW_FROM_BYTES = 1 << 20
 
 
 def hashes_as_it_reads(path: Path) -> bool:
