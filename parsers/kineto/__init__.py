@@ -42,12 +42,6 @@ Behind the entry points, one job per private module:
 
 from __future__ import annotations
 
-from traceview.parsers.kineto._parse import (
-    SCANNER_FIX,
-    hashes_as_it_reads,
-    parse,
-    parse_batched,
-    parser_path,
-)
+from traceview.parsers.kineto._parse import SCANNER_FIX, parse, parse_batched, parser_path
 
-__all__ = ["SCANNER_FIX", "hashes_as_it_reads", "parse", "parse_batched", "parser_path"]
+__all__ = ["SCANNER_FIX", "parse", "parse_batched", "parser_path"]

@@ -119,13 +119,6 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
     )
 
 
-def hashes_as_it_reads(path: Path) -> bool:
-    """Whether :func:`parse_batched` hashes an uncompressed file as it reads it (its
-    ``content_id``): when the file is mapped for the C scanner, which hashes it beside the
-    scan. Gzip is hashed by the caller (what is scanned is not the file's bytes)."""
-    return _worth_following(path)
-
-
 def _worth_following(path: Path) -> bool:
     """Whether to scan the file as it is read (``open_input(follow=True)``)."""
     if _kineto_scan is None:
