@@ -273,7 +273,10 @@ def largest_gaps(
     the gap, longest overlap first; ProfilerStep ranges excluded). ``host``: ``host_events``
     rows (with ``external_id``).
     """
-    top = gap_frame.sort("gap_ns", descending=True).head(n).with_row_index("_gap")
+    # Ties in the gaps' own order (rank, device[, stream], start): the same answer whether
+    # the rows were just found or read back from the cache folder.
+    top = gap_frame.sort("gap_ns", descending=True, maintain_order=True).head(n).with_row_index(
+        "_gap")
     host = host.lazy()
     kind = pl.col("kind")
     # Only the few launches, ops and overlaps of these gaps are looked up (semi joins first),

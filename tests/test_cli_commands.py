@@ -33,8 +33,9 @@ def test_a_named_command_imports_its_module_only():
             "print(sorted(m for m in sys.modules if m.startswith('traceview.cli.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert out.strip() == "['traceview.cli._options', 'traceview.cli._render', " \
-                          "'traceview.cli._streams', 'traceview.cli.timeline']"
+    assert out.strip() == "['traceview.cli._answers', 'traceview.cli._options', " \
+                          "'traceview.cli._render', 'traceview.cli._streams', " \
+                          "'traceview.cli.timeline']"
 
 
 def test_without_a_known_command_every_command_is_listed(capsys):

@@ -238,6 +238,7 @@ def test_content_id_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
     import time
 
     import traceview
+    from traceview.store import cache_folder
     from traceview.store import parquet as store
 
     cache = tmp_path / "cache"
@@ -245,7 +246,7 @@ def test_content_id_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
     old = time.time() - 3600
     os.utime(path, (old, old))
     time.sleep(0.01)
-    monkeypatch.setattr(store, "_SETTLED_NS", 0)  # the file was just written; remember it anyway
+    monkeypatch.setattr(cache_folder, "SETTLED_NS", 0)  # the file was just written; remember it anyway
     hashed = []
     real = store.content_id
     # the input's hashes (the cache's own events files are hashed to check them, too)

@@ -30,7 +30,7 @@ def _write_trace(path: Path, *, damaged: bool = False) -> Path:
 
 
 def _settle() -> None:
-    time.sleep(2.1)  # past parquet._SETTLED_NS: the file's identity on disk can be trusted
+    time.sleep(2.1)  # past cache_folder.SETTLED_NS: the file's identity on disk can be trusted
 
 
 def _hashes_of(monkeypatch, trace: Path) -> list[str]:

@@ -6,7 +6,9 @@ of them; it may import every other room, and nothing imports it but ``__main__``
 line. Errors become one line on stderr and an exit code (0 ok, 1 a check found problems, 2
 usage or unreadable input); a traceback only with --debug. Printing is ``_render``'s, the
 shared options ``_options``'; while a command runs, stdout and stderr escape control
-characters (``_streams``), and --json / --csv write past that guard.
+characters (``_streams``), and --json / --csv write past that guard. An analysis command's
+--json / --csv answer is kept for the same command line on unchanged inputs and printed
+again before any command module is imported (``_answers``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import NamedTuple
 
 from traceview import __version__
 from traceview._dependencies import lazy_module
+from traceview.cli import _answers as answers
 from traceview.cli._streams import guarded_streams
 from traceview.errors import TraceviewError
 from traceview.outputs.safe_text import one_line, printable
@@ -179,6 +182,9 @@ def console_main() -> int:
     is collected once and frozen, so that the interpreter's exit does not walk every object
     again. Together ~0.2 CPU s of every command (docs/performance.md, log 41). Not for
     callers in a process that goes on: frozen objects are never collected."""
+    with guarded_streams():  # an answer kept for this command line needs no import below
+        if answers.replay(sys.argv[1:]):
+            return 0
     gc.disable()
     try:
         named = _command_name(sys.argv[1:])
@@ -205,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    if answers.replay(argv):
+        return 0
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
@@ -212,7 +220,10 @@ def _main(argv: list[str]) -> int:
         return 2
     try:
         with _workers_stopped_on_sigterm():
-            return int(args.run(args) or 0)
+            status = int(args.run(args) or 0)
+        if status == 0:
+            answers.keep(argv, args)
+        return status
     except TraceviewError as exc:
         if args.debug:
             raise

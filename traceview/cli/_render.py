@@ -20,8 +20,9 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from traceview.analyses.spread import MANY_RANKS, distribution, outliers
-from traceview.cli._streams import unguarded
-from traceview.outputs.safe_text import ascii_json, one_line, printable
+from traceview.cli import _answers as answers
+from traceview.cli._streams import takes_utf8, unguarded, warning_line
+from traceview.outputs.safe_text import ascii_json, printable
 from traceview.run.result import json_bytes
 
 #: A text cell longer than this is cut (kernel names can run to thousands of characters).
@@ -91,22 +92,25 @@ def duration(ns: int | None) -> str:
 
 # ----------------------------------------------------------------------------- for programs
 def warn(message: str) -> None:
-    print(f"traceview: warning: {one_line(message)}", file=sys.stderr)
+    print(warning_line(message), file=sys.stderr)
 
 
 def emit_result(result: Any, args: argparse.Namespace) -> bool:
     """Print ``result`` (a :class:`~traceview.run.result.Result`) as ``--json`` or ``--csv``
     when asked (True), after its warnings on stderr (in plain words, each once; in full with
     ``--verbose``); False when the command should render its text."""
-    for warning in warnings_for(result, args):
-        warn(warning)
+    lines = [warning_line(w) for w in warnings_for(result, args)]
+    for line in lines:
+        print(line, file=sys.stderr)
     if getattr(args, "json", False):
-        _write_json(result.to_json().decode())
-        return True
-    if getattr(args, "csv", False):
-        unguarded(sys.stdout).write(result.to_csv())  # exact names; backslashreplace'd where
-        return True                                   # the output's encoding lacks one
-    return False
+        text = _json_text(result.to_json().decode())
+    elif getattr(args, "csv", False):
+        text = result.to_csv()  # exact names; backslashreplace'd where the output's
+    else:                       # encoding lacks one
+        return False
+    unguarded(sys.stdout).write(text)
+    answers.printed(args, result, lines, text)
+    return True
 
 
 def warnings_for(result: Any, args: argparse.Namespace) -> list[str]:
@@ -115,12 +119,14 @@ def warnings_for(result: Any, args: argparse.Namespace) -> list[str]:
 
 
 def _write_json(text: str) -> None:
-    """JSON to stdout past the guard (exact names), all ASCII where stdout cannot encode UTF-8
-    (a backslash escape of the stream's own would not be JSON)."""
-    out = unguarded(sys.stdout)
-    if "utf" not in (getattr(out, "encoding", None) or "utf-8").lower().replace("-", ""):
-        text = ascii_json(text)
-    out.write(text + "\n")
+    """JSON to stdout past the guard (exact names)."""
+    unguarded(sys.stdout).write(_json_text(text))
+
+
+def _json_text(text: str) -> str:
+    """A JSON document as written: all ASCII where stdout cannot encode UTF-8 (a backslash
+    escape of the stream's own would not be JSON)."""
+    return (text if takes_utf8(sys.stdout) else ascii_json(text)) + "\n"
 
 
 def dumps(obj: Any) -> str:

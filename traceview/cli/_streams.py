@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from traceview.outputs.safe_text import printable
+from traceview.outputs.safe_text import one_line, printable
 
 
 class GuardedStream:
@@ -54,3 +54,15 @@ def guarded_streams() -> Iterator[None]:
 def unguarded(stream: Any) -> TextIO:
     """The stream under a guard (or ``stream`` itself): for output that programs read."""
     return stream.stream if isinstance(stream, GuardedStream) else stream
+
+
+def takes_utf8(stream: Any) -> bool:
+    """Whether the stream under any guard encodes UTF-8 (else ``--json`` is written as
+    ASCII: a backslash escape of the stream's own would not be JSON)."""
+    encoding = getattr(unguarded(stream), "encoding", None) or "utf-8"
+    return "utf" in encoding.lower().replace("-", "")
+
+
+def warning_line(message: str) -> str:
+    """A warning as the one line a command writes to stderr."""
+    return f"traceview: warning: {one_line(message)}"

@@ -74,7 +74,8 @@ def memory_result(run: Any | None, snapshots: Sequence[str | Path] = (), *,
     return Result("memory", {**window, "devices": devices, "steps": steps,
                              "top_stacks": stacks, "ooms": ooms, "segments": segments,
                              "snapshots": files},
-                  main="devices", warnings=(*base, *warnings))
+                  main="devices", warnings=(*base, *warnings),
+                  reading_notes=tuple(run.traceset.notes) if run is not None else ())
 
 
 # --------------------------------------------------------------------------- traces

@@ -38,13 +38,17 @@ class Result:
     """One command's answer. ``fields``: its ``--json`` document in order (frames for tables);
     ``main``: the key of its main table; ``warnings``: what the run said about the data, in
     full technical detail; ``plain``: the same in plain words, each once (what the text
-    output prints without ``--verbose``; None: the warnings are plain already)."""
+    output prints without ``--verbose``; None: the warnings are plain already);
+    ``reading_notes``: those of the warnings that tell how the files were read this time (a
+    damaged cache entry healed, no cache folder), not what the data holds: an answer that
+    has any is not kept for the next same command line (``traceview.cli._answers``)."""
 
     command: str
     fields: Mapping[str, Any]
     main: str
     warnings: tuple[str, ...] = field(default=())
     plain: tuple[str, ...] | None = None
+    reading_notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def plain_warnings(self) -> list[str]:

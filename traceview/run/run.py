@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from html import escape
@@ -101,7 +101,7 @@ from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
 from traceview.run.result import Result, to_pandas
 from traceview.store import traceset
-from traceview.store.derived import cached_gpu
+from traceview.store import derived
 from traceview.store.traceset import TraceSet
 
 __all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
@@ -275,18 +275,40 @@ class Run:
         """Every classified GPU row; for a window of whole ranks, kept in the cache folder
         under a key that names the classification rules."""
         patterns = self.options.classify_patterns()
-        return cached_gpu(self.traceset, self.window.ranks,
-                          lambda: prepared_gpu(self._analysis_events, patterns=patterns),
-                          self.traceset.cache_dir if self.whole_ranks else None,
-                          patterns=patterns, warn=self.traceset.notes.append)
+        return derived.cached_gpu(self.traceset, self.window.ranks,
+                                  lambda: prepared_gpu(self._analysis_events, patterns=patterns),
+                                  self._derived_dir, patterns=patterns,
+                                  warn=self.traceset.notes.append)
+
+    @property
+    def _derived_dir(self) -> str | Path | None:
+        """Where rows derived from the events are kept: the cache folder, for a window of
+        whole ranks (other windows are collected in memory and computed each time)."""
+        return self.traceset.cache_dir if self.whole_ranks else None
+
+    def _kept(self, kind: str, compute: Callable[[], pl.DataFrame], *,
+              definition: Any = None) -> pl.DataFrame:
+        """``compute()``, a table of the window's events under the run's classification
+        rules (and ``definition``), kept in the cache folder by the first command that
+        needs it (``traceview.store.derived``)."""
+        return derived.cached(kind, self._derivation(definition), self.traceset,
+                              self.window.ranks, compute, self._derived_dir,
+                              warn=self.traceset.notes.append)
+
+    def _derivation(self, definition: Any = None) -> list[Any]:
+        """What a kept table depends on besides the events and the code: the GPU rows'
+        classification rules, the unlaunched rows left out or not, its own options."""
+        return [derived.gpu_definition(self.options.classify_patterns()),
+                self.options.exclude_unlaunched, definition]
 
     @cached_property
     def unlaunched(self) -> pl.DataFrame:
         """GPU rows whose launch is not in the trace (queued before the profiler started)."""
         # The launches from the host rows when a command read them; else from the lazy scan,
         # which reads only the runtime calls' rank and correlation (overlap needs no host row).
-        return unlaunched_gpu(self._classified_gpu,
-                              self.host if "host" in self.__dict__ else self._analysis_events)
+        return self._kept("unlaunched", lambda: unlaunched_gpu(
+            self._classified_gpu,
+            self.host if "host" in self.__dict__ else self._analysis_events))
 
     @cached_property
     def host(self) -> pl.DataFrame:
@@ -299,7 +321,8 @@ class Run:
         # From the host rows when a command already read them; else from the events, whose
         # lazy scan reads only the step markers' four columns (the straggler and alignment
         # commands need no other host row, and the whole table costs them ~40% more).
-        return step_spans(self.host if "host" in self.__dict__ else self._analysis_events)
+        return self._kept("steps", lambda: step_spans(
+            self.host if "host" in self.__dict__ else self._analysis_events))
 
     @cached_property
     def match(self) -> Any:  # MatchResult
@@ -327,7 +350,7 @@ class Run:
     @cached_property
     def overlap_rows(self) -> pl.DataFrame:
         """Whole-trace overlap per (rank, device) (``analyses.overlap.overlap``)."""
-        return overlap(self.gpu, self.ranks_table)
+        return self._kept("overlap", lambda: overlap(self.gpu, self.ranks_table))
 
     @cached_property
     def p2p(self) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -369,13 +392,29 @@ class Run:
         """Every GPU idle gap with its cause (``analyses.gaps.gaps``), once per option set."""
         key = (per_stream, selection.parse_duration(launch_overhead))
         if key not in self._gaps:
-            with ThreadPoolExecutor(1) as beside:  # the host rows beside the GPU rows
-                host = beside.submit(lambda: self.host)
-                gpu = self.gpu
-                host = host.result()
-            self._gaps[key] = gaps(gpu, host, per_stream=per_stream,
-                                   options=GapOptions(launch_overhead_ns=key[1]))
+            self._gaps[key] = self._kept("gaps", lambda: self._found_gaps(*key),
+                                         definition=_gap_options(*key))
         return self._gaps[key]
+
+    def _kept_gaps(self) -> bool:
+        """True when an earlier command kept the default gap rows (now read): a command
+        that needs the host rows only for the gaps then reads none."""
+        key = (False, selection.parse_duration("10us"))
+        if key not in self._gaps:
+            found = derived.kept("gaps", self._derivation(_gap_options(*key)), self.traceset,
+                                 self.window.ranks, self._derived_dir)
+            if found is None:
+                return False
+            self._gaps[key] = found
+        return True
+
+    def _found_gaps(self, per_stream: bool, launch_overhead_ns: int) -> pl.DataFrame:
+        with ThreadPoolExecutor(1) as beside:  # the host rows beside the GPU rows
+            host = beside.submit(lambda: self.host)
+            gpu = self.gpu
+            host = host.result()
+        return gaps(gpu, host, per_stream=per_stream,
+                    options=GapOptions(launch_overhead_ns=launch_overhead_ns))
 
     @property
     def warnings(self) -> list[str]:
@@ -455,7 +494,8 @@ class Run:
         plain["skipped"] = [{"file": f, "error": e} for f, e in self.traceset.skipped]
         warnings = [*self.warnings, *self.table_warnings(*uses)]
         return Result(command, plain, main, tuple(warnings),
-                      plain=(*self.warnings, *self.plain_table_warnings(*uses)))
+                      plain=(*self.warnings, *self.plain_table_warnings(*uses)),
+                      reading_notes=tuple(self.traceset.notes))
 
     # --- the analyses: one method per command -----------------------------------------------
 
@@ -520,15 +560,18 @@ class Run:
         # Independent parts run side by side (mostly in Polars, which leaves the GIL; the
         # first command on a trace set waits for all of them): the straggler analysis reads
         # other rows; the GPU rows are classified while the host rows are read; then the
-        # overlap and the launch lookup behind the warnings run beside the gaps.
+        # overlap and the launch lookup behind the warnings run beside the steps and the
+        # gaps. Gaps an earlier command kept need no host rows: the steps and the launches
+        # then come from the events' few columns they read.
         with ThreadPoolExecutor(3) as beside:
             straggler = beside.submit(self._worst_straggler)
             gpu = beside.submit(lambda: self.gpu)
-            _ = self.host  # the steps and the gaps come from it
-            steps = self.steps
+            if not self._kept_gaps():
+                _ = self.host  # the steps and the gaps come from it
             gpu.result()
             overlap = beside.submit(lambda: self.overlap_rows)
             unlaunched = beside.submit(lambda: self.unlaunched)
+            steps = self.steps
             gaps = self.gap_rows()
             df = summary(overlap.result(), steps, gaps, self.ranks_table)
             straggler, _ = straggler.result(), unlaunched.result()
@@ -975,6 +1018,11 @@ def _unlaunched_warning(unlaunched: pl.DataFrame, excluded: bool) -> str:
             "counted as GPU work; --exclude-unlaunched drops them")
     return (f"gpu: {unlaunched.height} GPU events on rank(s) {shown} have no launch in the "
             f"trace (queued before the profiler started): {what}")
+
+
+def _gap_options(per_stream: bool, launch_overhead_ns: int) -> list[Any]:
+    """The gap rows' options, as a kept table's definition names them."""
+    return [per_stream, dataclasses.asdict(GapOptions(launch_overhead_ns=launch_overhead_ns))]
 
 
 def _capped(lines: list[str], most: int = 20) -> list[str]:

@@ -3,15 +3,20 @@
 Four commands (gaps, overlap, breakdown, summary) start from the same classified GPU rows
 (``analyses.overlap.prepared_gpu``). Classifying them takes 0.13-0.28 s on 8 x 100 MB of
 traces; reading them back takes ~0.02 s (docs/performance.md, log 22). So the first command
-on a trace set keeps them in ``CACHE_DIR/derived/`` and the next ones read them.
+on a trace set keeps them in ``CACHE_DIR/derived/`` and the next ones read them. The GPU idle
+gaps with their causes (``analyses.gaps.gaps``, behind summary, gaps, the report and
+diagnose) are kept the same way: finding them needs every host row besides (0.17 of a cached
+summary's 0.3 s of answer on a 262 MB trace; read back, 0.01 s; log 49).
 
 The key names everything the rows depend on: each events file (a content-addressed cache
 entry, with its size and modification time), how its ranks map to the set's ranks, the
-window's ranks, and the versions of the rows' definition (``GPU_ROWS_VERSION``), traceview and
-Polars. Inputs the key cannot name are computed afresh every time: events outside the cache
-folder (a store folder, ``--no-cache``), windows of steps or time (the CLI collects those in
-memory). The classification rules (``ClassifyPatterns``, e.g. ``--comm-pattern``) are in the
-key, so rows classified under other rules are never served.
+window's ranks, the rows' definition (their kind, its version and options) and the code that
+made them (``cache_folder.code_identity``: traceview's sources and the installed libraries),
+so an edit to a checkout never serves rows its code would not make. Inputs the key cannot
+name are computed afresh every time: events outside the cache folder (a store folder,
+``--no-cache``), windows of steps or time (the CLI collects those in memory). The
+classification rules (``ClassifyPatterns``, e.g. ``--comm-pattern``) are in the key, so rows
+classified under other rules are never served.
 """
 
 from __future__ import annotations
@@ -26,12 +31,12 @@ import polars as pl
 import xxhash
 
 from traceview import __version__
+from traceview.store import cache_folder
 from traceview.store import parquet as store
 
 #: The version of the classified GPU rows' definition: bump it with any change to what
-#: ``analyses.overlap.prepared_gpu`` gives (classes, patterns, steps, columns). With the
-#: traceview and Polars versions it names the code in the key, so kept rows are never served
-#: to code that would classify differently.
+#: ``analyses.overlap.prepared_gpu`` gives (classes, patterns, steps, columns). The code's
+#: hash in the key covers an edit too; the version says that the definition changed.
 GPU_ROWS_VERSION = 3  # 3: other accelerators' device work (MTIA) is GPU work
 
 
@@ -43,23 +48,52 @@ def cached_gpu(ts: Any, ranks: Sequence[int] | None, compute: Callable[[], pl.Da
     read from the cache folder when an earlier command kept them, else computed and kept.
     ``warn(text)``: told when kept rows were damaged and computed again (as a damaged cache
     entry of events is: one note, the answer whole)."""
-    key = _key(ts, ranks, cache_dir, patterns)
-    if key is None:
+    return cached("gpu", gpu_definition(patterns), ts, ranks, compute, cache_dir, warn=warn)
+
+
+def gpu_definition(patterns: Any = None) -> list[Any]:
+    """What names the classified GPU rows' definition in a key: its version and rules."""
+    return [GPU_ROWS_VERSION, None if patterns is None else dataclasses.asdict(patterns)]
+
+
+def cached(kind: str, definition: Any, ts: Any, ranks: Sequence[int] | None,
+           compute: Callable[[], pl.DataFrame], cache_dir: str | Path | None, *,
+           warn: Callable[[str], None] | None = None) -> pl.DataFrame:
+    """``compute()``, the rows of ``kind`` (``gpu``, ``gaps``) of ``ts``'s events restricted
+    to ``ranks`` under ``definition`` (JSON-able: versions and options), read from the cache
+    folder when an earlier command kept them, else computed and kept. ``warn(text)``: told
+    when kept rows were damaged and computed again."""
+    path = _path(kind, definition, ts, ranks, cache_dir)
+    if path is None:
         return compute()
-    path = Path(cache_dir) / "derived" / f"gpu-{key}.parquet"
     kept, problem = _read_kept(path)
     if kept is not None:
         return kept
     if problem and warn is not None:
         warn(f"cache entry {path} could not be used ({problem}); discarded, the rows were "
              "computed again")
-    gpu = compute()
+    rows = compute()
     # uncompressed: written in 0.04 s, read in 0.01 s; zstd or LZ4 took 2-3x that. Checked by
     # its record (Parquet page checksums did the same but needed pyarrow's writer: 0.25-0.30 s
     # against 0.04-0.06 s plus a 0.015 s hash for 737 k rows; log 30). A read-only cache
     # folder: computed next time too.
-    keep(path, lambda tmp: gpu.write_parquet(tmp, compression="uncompressed", statistics=False))
-    return gpu
+    keep(path, lambda tmp: rows.write_parquet(tmp, compression="uncompressed", statistics=False))
+    return rows
+
+
+def kept(kind: str, definition: Any, ts: Any, ranks: Sequence[int] | None,
+         cache_dir: str | Path | None) -> pl.DataFrame | None:
+    """The rows ``cached`` would read back, or None when none are kept (or they are
+    damaged: ``cached`` then says so and computes them again). Nothing is computed: a
+    caller that needs other tables only to compute the rows asks this first."""
+    path = _path(kind, definition, ts, ranks, cache_dir)
+    return None if path is None else _read_kept(path)[0]
+
+
+def _path(kind: str, definition: Any, ts: Any, ranks: Sequence[int] | None,
+          cache_dir: str | Path | None) -> Path | None:
+    key = _key(kind, definition, ts, ranks, cache_dir)
+    return None if key is None else Path(cache_dir) / "derived" / f"{kind}-{key}.parquet"
 
 
 def _record_of(path: Path) -> Path:
@@ -116,15 +150,15 @@ def check_kept(path: Path) -> tuple[bool, str | None]:
         return False, f"not readable ({type(exc).__name__})"
 
 
-def _key(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None,
-         patterns: Any = None) -> str | None:
+def _key(kind: str, definition: Any, ts: Any, ranks: Sequence[int] | None,
+         cache_dir: str | Path | None) -> str | None:
     """The hash naming the derived rows, or None when the inputs cannot be named safely."""
     files = parts_identity(getattr(ts, "_parts", None) or [None], cache_dir)
     if files is None:
         return None
-    rules = None if patterns is None else dataclasses.asdict(patterns)
-    ident = orjson.dumps([GPU_ROWS_VERSION, __version__, pl.__version__, files,
-                          sorted(ranks) if ranks is not None else None, rules])
+    ident = orjson.dumps([kind, definition, __version__, pl.__version__,
+                          cache_folder.code_identity(), files,
+                          sorted(ranks) if ranks is not None else None])
     return xxhash.xxh3_128_hexdigest(ident)
 
 

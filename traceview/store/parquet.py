@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from collections.abc import Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,6 +24,12 @@ import xxhash
 
 from traceview import schema
 from traceview._dependencies import lazy_module
+from traceview.store.cache_folder import (  # noqa: F401 - the store's names for them
+    default_cache_dir,
+    identity,
+    is_settled,
+    same_identity,
+)
 from traceview.store.safe_write import atomic_write, remove_stale_temporaries
 
 if TYPE_CHECKING:
@@ -49,15 +54,6 @@ CACHE_VERSION = 5
 #: assigns them when it reads a file, so a cache file does not store a placeholder that a
 #: store file copied from it, read by another tool, would show as if it were true.
 ASSIGNED_COLUMNS = ("rank", "file_id")
-
-
-def default_cache_dir() -> Path:
-    """``$TRACEVIEW_CACHE_DIR``, else ``$XDG_CACHE_HOME/traceview``, else ``~/.cache/traceview``."""
-    explicit = os.environ.get("TRACEVIEW_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "traceview"
 
 
 def content_id(path: Path) -> str:
@@ -147,17 +143,12 @@ def discard_cache_entry(entry: Path) -> None:
         pass
 
 
-#: A file modified this recently is hashed every time: within one timestamp tick it could change
-#: again without its size, mtime or ctime changing (git calls this the "racy" case).
-_SETTLED_NS = 2_000_000_000
-
-
 def known_content_id(path: Path, cache_dir: Path | None) -> str:
     """:func:`content_id`, remembered in the cache folder by the file's identity on disk
     (device, inode, size, mtime and ctime in ns; as git's index and ccache do), so reopening
     large inputs does not hash them again (~0.1 s per 300 MB). Any write changes the ctime,
     which no tool can set back, so a changed file is always hashed anew; files written in the
-    last two seconds are never remembered (see ``_SETTLED_NS``)."""
+    last two seconds are never remembered (see ``cache_folder.SETTLED_NS``)."""
     if cache_dir is None:
         return content_id(path)
 
@@ -175,7 +166,7 @@ def known_content_id(path: Path, cache_dir: Path | None) -> str:
 def remember_content_id(path: Path, cache_dir: Path, st: os.stat_result, content: str) -> None:
     """Remember ``content`` as the content id of ``path`` while its identity on disk is
     ``st`` (taken before its bytes were read), unless it was written too recently to tell a
-    later change by its identity (see ``_SETTLED_NS``)."""
+    later change by its identity (see ``cache_folder.SETTLED_NS``)."""
     if not is_settled(st):
         return
     try:
@@ -183,18 +174,6 @@ def remember_content_id(path: Path, cache_dir: Path, st: os.stat_result, content
                      lambda tmp: tmp.write_text(_memo_text(content)))
     except OSError:
         pass  # a read-only cache folder: hash next time
-
-
-def is_settled(st: os.stat_result) -> bool:
-    """Whether a file of this identity was last written long enough ago that any later write
-    shows in its identity (mtime and ctime tick past it)."""
-    return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS
-
-
-def same_identity(a: os.stat_result, b: os.stat_result) -> bool:
-    """Whether two stats of a file are of the same bytes, as :func:`known_content_id` tells
-    (device, inode, size, mtime and ctime): any write between them changes one."""
-    return _identity(a) == _identity(b)
 
 
 def remembered_content_id(path: Path, cache_dir: Path) -> str | None:
@@ -222,12 +201,8 @@ def _remembered(memo: Path) -> str | None:
 
 def _content_id_memo(path: Path, cache_dir: Path, st: os.stat_result) -> Path:
     """Where the content id of the file with identity ``st`` on disk is remembered."""
-    ident = f"{path.resolve()}|" + "|".join(map(str, _identity(st)))
+    ident = f"{path.resolve()}|" + "|".join(map(str, identity(st)))
     return Path(cache_dir) / "ids" / f"{xxhash.xxh3_128_hexdigest(os.fsencode(ident))}.txt"
-
-
-def _identity(st: os.stat_result) -> tuple[int, ...]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def cache_key(content: str, parser_version: int, options: dict[str, Any]) -> str:

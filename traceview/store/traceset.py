@@ -351,7 +351,7 @@ def _usable_cache_dir(cache_dir: str | Path | None, inputs: list[Any]
     problem = store.unusable_cache_dir(folder)
     if problem:
         return None, f"cache folder {folder} cannot be written ({problem}); {fix}"
-    for shared in ("ids", "derived"):  # entries' own folders are swept when looked up
+    for shared in ("ids", "derived", "answers"):  # entries' own are swept when looked up
         remove_stale_temporaries(folder / shared)
     return folder, None
 
