@@ -28,6 +28,11 @@ def test_every_command_in_the_table_configures_and_runs(command):
     assert callable(parser.get_default("run"))
 
 
+def test_the_analysis_commands_are_those_whose_answers_are_kept():
+    assert {name for name, command in cli.COMMANDS.items() if command.answers} == \
+        {name.replace("_", "-") for name in ANALYSES}
+
+
 def test_a_named_command_imports_its_module_only():
     code = ("import sys, traceview.cli as c; c.build_parser(['--debug', 'gaps', 'x']); "
             "print(sorted(m for m in sys.modules if m.startswith('traceview.cli.')))")

@@ -25,7 +25,6 @@ from typing import NamedTuple
 
 from traceview import __version__
 from traceview._dependencies import lazy_module
-from traceview.cli import _answers as answers
 from traceview.cli._streams import guarded_streams
 from traceview.errors import TraceviewError
 from traceview.outputs.safe_text import one_line, printable
@@ -37,6 +36,9 @@ kineto = lazy_module("traceview.parsers.kineto")
 class Command(NamedTuple):
     module: str  #: under ``traceview.cli``: ``configure(parser, command)`` and the run functions
     help: str
+    #: an analysis command (``run.ANALYSES``): its --json / --csv answer can be kept
+    #: (``_answers``), so a command line asked again is answered before anything is imported
+    answers: bool = False
 
 
 #: Every subcommand, in the order help lists them. A command line naming one imports its
@@ -49,25 +51,29 @@ COMMANDS: dict[str, Command] = {
     "info": Command("core", "ranks, files, event counts"),
     "sql": Command("core", "SQL over the tables events, kernels, ranks, files, windows, "
                                 "gpu (classified GPU rows)"),
-    "align": Command("distributed", "per-rank clock offsets from collectives"),
+    "align": Command("distributed", "per-rank clock offsets from collectives", True),
     "collectives": Command("distributed",
-                           "collectives matched across ranks: skew, wait, bandwidth, tails"),
-    "stragglers": Command("distributed", "which rank holds the others back"),
+                           "collectives matched across ranks: skew, wait, bandwidth, tails",
+                           True),
+    "stragglers": Command("distributed", "which rank holds the others back", True),
     "pipeline": Command("distributed", "pipeline stages from send/recv: where each stage's step "
-                                       "goes, the bubble, the schedule, the bottleneck stage"),
+                                       "goes, the bubble, the schedule, the bottleneck stage",
+                        True),
     "alltoall": Command("distributed", "all-to-all volumes per rank, the rank x rank matrix, "
-                                       "the hot rank and the step time its imbalance costs"),
+                                       "the hot rank and the step time its imbalance costs",
+                        True),
     "critical-path": Command("diagnosis", "the critical path across ranks, per step: its "
-                                          "ranks, categories and ops"),
+                                          "ranks, categories and ops", True),
     "diagnose": Command("diagnosis", "what to fix first: findings ranked by the time each fix "
-                                     "would save per step"),
-    "gaps": Command("timeline", "GPU idle gaps per device (or stream) and their causes"),
-    "overlap": Command("timeline", "compute/communication overlap per rank (and step)"),
-    "breakdown": Command("timeline", "per-step GPU time breakdown, top kernels and ops"),
-    "summary": Command("timeline", "one screen per run: steps, compute, comm, idle, gaps"),
+                                     "would save per step", True),
+    "gaps": Command("timeline", "GPU idle gaps per device (or stream) and their causes", True),
+    "overlap": Command("timeline", "compute/communication overlap per rank (and step)", True),
+    "breakdown": Command("timeline", "per-step GPU time breakdown, top kernels and ops", True),
+    "summary": Command("timeline", "one screen per run: steps, compute, comm, idle, gaps", True),
     "ops": Command("ops", "per operator: GPU time, FLOPs and bytes from shapes, achieved "
-                          "TFLOP/s and TB/s, roofline bound and fraction"),
-    "memory": Command("memory", "peak memory per rank and device, growth, pressure; snapshots"),
+                          "TFLOP/s and TB/s, roofline bound and fraction", True),
+    "memory": Command("memory", "peak memory per rank and device, growth, pressure; snapshots",
+                      True),
     "report": Command("report", "one self-contained HTML report of a run"),
     "diff": Command("report", "compare two runs: step time, comm, idle, kernels, collectives, "
                               "with a significance test"),
@@ -152,6 +158,8 @@ def _command_name(argv: Sequence[str] | None) -> str | None:
 
 # Imported only when a command is terminated.
 executors = lazy_module("traceview.store.executors")
+# Imported only for an analysis command.
+answers = lazy_module("traceview.cli._answers")
 
 
 @contextmanager
@@ -182,9 +190,8 @@ def console_main() -> int:
     is collected once and frozen, so that the interpreter's exit does not walk every object
     again. Together ~0.2 CPU s of every command (docs/performance.md, log 41). Not for
     callers in a process that goes on: frozen objects are never collected."""
-    with guarded_streams():  # an answer kept for this command line needs no import below
-        if answers.replay(sys.argv[1:]):
-            return 0
+    if _kept_answer_printed(sys.argv[1:]):  # then none of the imports below is needed
+        return 0
     gc.disable()
     try:
         named = _command_name(sys.argv[1:])
@@ -210,8 +217,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
 
 
+def _kept_answer_printed(argv: list[str]) -> bool:
+    """Whether an analysis command's answer kept for ``argv`` was printed (``_answers``)."""
+    named = _command_name(argv)
+    if named not in COMMANDS or not COMMANDS[named].answers:
+        return False  # --version, --help, ingest ...: not even the module is imported
+    with guarded_streams():
+        return answers.replay(argv)
+
+
 def _main(argv: list[str]) -> int:
-    if answers.replay(argv):
+    if _kept_answer_printed(argv):
         return 0
     parser = build_parser(argv)
     args = parser.parse_args(argv)

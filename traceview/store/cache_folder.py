@@ -53,9 +53,9 @@ def same_identity(a: os.stat_result, b: os.stat_result) -> bool:
 def code_identity() -> str:
     """A hash naming the code that computes what the cache keeps (derived tables, answers):
     traceview's version and the identity of each of its source files and compiled modules
-    (a checkout's version stays the same across edits), every folder on ``sys.path``
-    (installing, upgrading or removing a library changes its folder's entries), and the
-    Python. ~250 stats, ~3 ms, once per process."""
+    (a checkout's version stays the same across edits), every folder on ``sys.path`` but the
+    working folder (installing, upgrading or removing a library changes its folder's
+    entries), and the Python. ~250 stats, ~3 ms, once per process."""
     package = Path(__file__).resolve().parents[1]  # traceview/
     digest = xxhash.xxh3_128()
     digest.update(orjson.dumps([__version__, sys.version, sys.executable]))
@@ -64,9 +64,14 @@ def code_identity() -> str:
             if name.endswith((".py", ".so", ".pyd")):
                 st = os.stat(os.path.join(folder, name))
                 digest.update(orjson.dumps([folder, name, st.st_size, st.st_mtime_ns]))
+    cwd = os.path.realpath(".")
     for entry in sys.path:
+        # Not the working folder (`python -m` puts it first): every file a user writes there
+        # would change it, and no library is installed into it.
+        if not entry or os.path.realpath(entry) == cwd:
+            continue
         try:
-            st = os.stat(entry or ".")
+            st = os.stat(entry)
         except OSError:
             continue
         digest.update(orjson.dumps([entry, st.st_ino, st.st_mtime_ns]))
