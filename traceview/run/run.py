@@ -388,7 +388,7 @@ class Run:
                           p2p_rows=self._p2p_rows, graph=self.culprits)
 
     def gap_rows(self, *, per_stream: bool = False,
-                 launch_overhead: str | int = "10us") -> pl.DataFrame:
+                 launch_overhead: str | int = GapOptions.launch_overhead_ns) -> pl.DataFrame:
         """Every GPU idle gap with its cause (``analyses.gaps.gaps``), once per option set."""
         key = (per_stream, selection.parse_duration(launch_overhead))
         if key not in self._gaps:
@@ -399,7 +399,7 @@ class Run:
     def _kept_gaps(self) -> bool:
         """True when an earlier command kept the default gap rows (now read): a command
         that needs the host rows only for the gaps then reads none."""
-        key = (False, selection.parse_duration("10us"))
+        key = (False, GapOptions.launch_overhead_ns)
         if key not in self._gaps:
             found = derived.kept("gaps", self._derivation(_gap_options(*key)), self.traceset,
                                  self.window.ranks, self._derived_dir)

@@ -22,6 +22,8 @@ classified under other rules are never served.
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -169,15 +171,24 @@ def parts_identity(parts: Sequence[Any], cache_dir: str | Path | None) -> list[A
     does not own)."""
     if cache_dir is None:
         return None
-    folder = Path(cache_dir).resolve()
+    # Inside the cache folder as it is named or as it resolves. Each part's own path is not
+    # resolved: ingest placed it under the folder, and resolving 5,000 of them took 0.16 s of
+    # the 0.5 s this took, on every command that keeps a table (log 49).
+    inside = tuple({os.path.join(os.path.abspath(cache_dir), ""),
+                    os.path.join(os.path.realpath(cache_dir), "")})
     files = []
     for part in parts:
         if part is None or getattr(part, "data", None) is not None:  # None, or in memory
             return None
-        path = Path(getattr(part, "path", "") or "").resolve()
-        if not path.is_relative_to(folder) or not path.is_file():
+        path = os.path.abspath(getattr(part, "path", "") or "")
+        if not path.startswith(inside):
             return None
-        st = path.stat()
-        files.append([str(path), st.st_size, st.st_mtime_ns, part.file_id, part.rank,
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        files.append([path, st.st_size, st.st_mtime_ns, part.file_id, part.rank,
                       sorted(part.rank_map.items())])
     return files
