@@ -13,8 +13,9 @@ again, without importing anything that computed it, while all of these are uncha
   size, mtime, ctime: any write changes the ctime, which no tool can set back), a folder's
   entries with theirs (a trace added to a run folder is another run), a name that did not
   exist still missing;
-* the code: every source file of traceview and every folder Python imports from (installing
-  or upgrading a library changes its site-packages folder), and the Python.
+* the code (``cache_folder.code_identity``): every source file of traceview, every folder
+  Python imports from but the working folder (installing or upgrading a library changes its
+  site-packages folder), and the Python.
 
 Kept only when it is the whole answer: an analysis command (its answer is its ``Result``:
 warnings on stderr, the document on stdout, exit 0), caching on, no URL input, every input
