@@ -51,7 +51,10 @@ def log(msg: str) -> None:
 #: install has it. Where ``PYTHONDONTWRITEBYTECODE`` is set every process compiles every module
 #: it imports from source, and a side whose code moved into modules imported later (the Run)
 #: would be charged for compiling them inside its timings.
-CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+#: Each timed command computes its answer from the cache: an answer kept by the run before
+#: (traceview/cli/_answers.py) would time nothing but its printing.
+CHILD_ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+             "TRACEVIEW_ANSWERS": "off"}
 
 
 def checkout_of(python: str) -> Path:

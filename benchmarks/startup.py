@@ -44,8 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"--version": 0.25, "--help": 0.25, "summary (cached)": 0.5}
 
 #: Shown beside them, without a target: the summary computed from the cached events and
-#: tables, as for a command line not asked before (each run sets another value of a
-#: ``TRACEVIEW_*`` variable, which names a kept answer as the command line does).
+#: tables, as for a command line not asked before (``TRACEVIEW_ANSWERS=off``).
 ROWS = (*TARGETS, "summary (cached events)")
 
 
@@ -106,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in ROWS:
                 for side in order:
                     argv_ = commands(trace, caches[side])[name]
-                    env = {"TRACEVIEW_BENCH_RUN": str(round_)} if "events" in name else {}
+                    env = {"TRACEVIEW_ANSWERS": "off"} if "events" in name else {}
                     times.setdefault((name, side), []).append(
                         timed(sides[side], argv_, scratch, **env))
     print(f"trace {trace} ({trace.stat().st_size / 1e6:.0f} MB); {args.repeat} rounds; load "

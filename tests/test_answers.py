@@ -97,7 +97,7 @@ def test_a_changed_input_folder_environment_or_code_is_answered_anew(
     assert computed == ["stragglers"] * 5
 
 
-def test_no_cache_neither_reads_nor_keeps_an_answer(traces, tmp_path, capsys, computed,
+def test_no_cache_or_answers_off_neither_reads_nor_keeps_an_answer(traces, tmp_path, capsys, computed,
                                                     settled, monkeypatch) -> None:
     monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path / "default"))
     for _ in range(2):
@@ -106,6 +106,11 @@ def test_no_cache_neither_reads_nor_keeps_an_answer(traces, tmp_path, capsys, co
     _ask(capsys, "gaps", *traces, "--json")  # the default cache folder, from the environment
     _ask(capsys, "gaps", *traces, "--json")
     assert computed == ["gaps"] * 3 and len(_kept(tmp_path / "default")) == 1
+    # switched off: computed, and nothing more kept
+    monkeypatch.setenv("TRACEVIEW_ANSWERS", "off")
+    for _ in range(2):
+        _ask(capsys, "summary", *traces, "--json")
+    assert computed[3:] == ["summary"] * 2 and len(_kept(tmp_path / "default")) == 1
 
 
 def test_an_answer_is_not_kept_while_its_inputs_may_still_change(traces, tmp_path, capsys,

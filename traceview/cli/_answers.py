@@ -21,8 +21,9 @@ Kept only when it is the whole answer: an analysis command (its answer is its ``
 warnings on stderr, the document on stdout, exit 0), caching on, no URL input, every input
 settled (written more than 2 s before: a later write shows in its identity), and nothing said
 about reading the files themselves (a damaged cache entry's note belongs to that run, not to
-the answer). ``--no-cache`` neither reads nor keeps one. The first run's computation is the
-answer: a kept answer is the same bytes.
+the answer). ``--no-cache`` neither reads nor keeps one, and nor does
+``TRACEVIEW_ANSWERS=off`` (for timing or profiling what a command computes). The first run's
+computation is the answer: a kept answer is the same bytes.
 """
 
 from __future__ import annotations
@@ -109,8 +110,9 @@ def _digest(record: dict[str, Any]) -> str:
 
 
 def _answer_path(argv: Sequence[str]) -> Path | None:
-    """Where the answer for ``argv`` is kept; None with ``--no-cache`` (or no cache folder)."""
-    if "--no-cache" in argv:
+    """Where the answer for ``argv`` is kept; None with ``--no-cache``, with
+    ``TRACEVIEW_ANSWERS=off``, or without a cache folder."""
+    if "--no-cache" in argv or os.environ.get("TRACEVIEW_ANSWERS", "").lower() == "off":
         return None
     folder = _named_cache_dir(argv)
     try:
