@@ -179,3 +179,14 @@ def test_a_damaged_or_unnamed_answer_is_never_printed(traces, tmp_path, capsys, 
         _ask(capsys, "gaps", *traces, "--json", "--cache-d", str(tmp_path / "other"))
     assert computed.count("gaps") == 2
     assert not _kept(tmp_path / "other") and not _kept(tmp_path / "default")
+
+
+def test_a_cache_folder_that_takes_no_answer_still_answers(traces, tmp_path, capsys, computed,
+                                                           settled) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "answers").write_text("a file where the folder would be")
+    argv = ["summary", *traces, "--json", "--cache-dir", str(cache)]
+    first, second = _ask(capsys, *argv), _ask(capsys, *argv)
+    assert first == second and first[0] == 0 and json.loads(first[1])["ranks"]
+    assert computed == ["summary", "summary"]

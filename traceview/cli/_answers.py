@@ -57,11 +57,13 @@ def replay(argv: Sequence[str]) -> bool:
         return False
     try:
         kept = orjson.loads(path.read_bytes())
+        same = (isinstance(kept, dict) and kept.get("digest") == _digest(kept)
+                and kept.get("argv") == list(argv)
+                and kept.get("code") == cache_folder.code_identity()
+                and kept.get("inputs") == _on_disk(argv, path.parent.parent)[0])
     except (OSError, orjson.JSONDecodeError):
-        return False  # never kept, or damaged: the command runs (and keeps it again)
-    if not isinstance(kept, dict) or kept.get("digest") != _digest(kept) \
-            or kept.get("argv") != list(argv) or kept.get("code") != cache_folder.code_identity() \
-            or kept.get("inputs") != _on_disk(argv, path.parent.parent)[0]:
+        return False  # never kept: the command runs (and keeps it)
+    if not same:
         return False  # damaged, or asked of other inputs or code: the command runs
     for line in kept["stderr"]:
         print(line, file=sys.stderr)
@@ -86,21 +88,21 @@ def keep(argv: Sequence[str], args: argparse.Namespace) -> None:
     result, stderr, stdout = answer
     if getattr(result, "reading_notes", ()) or any("://" in a for a in argv):
         return
-    parsed_folder = getattr(args, "cache_dir", None) or cache_folder.default_cache_dir()
-    if Path(parsed_folder).expanduser().resolve() != path.parent.parent:
-        return  # the folder was named in a way argv alone does not show (an abbreviation)
-    inputs, stats = _on_disk(argv, path.parent.parent)
-    if inputs is None or not all(cache_folder.is_settled(st) for st in stats):
-        return  # written in the last 2 s: a write within one timestamp tick would not show
     try:
+        parsed_folder = getattr(args, "cache_dir", None) or cache_folder.default_cache_dir()
+        if Path(parsed_folder).expanduser().resolve() != path.parent.parent:
+            return  # the folder was named in a way argv alone does not show (an abbreviation)
+        inputs, stats = _on_disk(argv, path.parent.parent)
+        if inputs is None or not all(cache_folder.is_settled(st) for st in stats):
+            return  # written in the last 2 s: a write within one timestamp tick would not show
         record = {"argv": list(argv), "code": cache_folder.code_identity(), "inputs": inputs,
                   "stderr": stderr, "stdout": stdout}
         record["digest"] = _digest(record)
         from traceview.store.safe_write import atomic_write  # only when keeping
 
         atomic_write(path, lambda tmp: tmp.write_bytes(orjson.dumps(record)))
-    except OSError:
-        pass  # a read-only or full cache folder: computed next time too
+    except (OSError, RuntimeError):
+        pass  # a read-only or full cache folder, no home folder: computed next time too
 
 
 def _digest(record: dict[str, Any]) -> str:

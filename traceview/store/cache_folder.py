@@ -62,8 +62,11 @@ def code_identity() -> str:
     for folder, _dirs, files in sorted(os.walk(package, followlinks=True)):
         for name in sorted(files):
             if name.endswith((".py", ".so", ".pyd")):
-                st = os.stat(os.path.join(folder, name))
-                digest.update(orjson.dumps([folder, name, st.st_size, st.st_mtime_ns]))
+                try:
+                    st = os.stat(os.path.join(folder, name))
+                except OSError:  # gone meanwhile (an install under way): named as missing
+                    st = None
+                digest.update(orjson.dumps([folder, name, st and (st.st_size, st.st_mtime_ns)]))
     cwd = os.path.realpath(".")
     for entry in sys.path:
         # Not the working folder (`python -m` puts it first): every file a user writes there
