@@ -3,10 +3,12 @@
 Four commands (gaps, overlap, breakdown, summary) start from the same classified GPU rows
 (``analyses.overlap.prepared_gpu``). Classifying them takes 0.13-0.28 s on 8 x 100 MB of
 traces; reading them back takes ~0.02 s (docs/performance.md, log 22). So the first command
-on a trace set keeps them in ``CACHE_DIR/derived/`` and the next ones read them. The GPU idle
-gaps with their causes (``analyses.gaps.gaps``, behind summary, gaps, the report and
-diagnose) are kept the same way: finding them needs every host row besides (0.17 of a cached
-summary's 0.3 s of answer on a 262 MB trace; read back, 0.01 s; log 49).
+on a trace set keeps them in ``CACHE_DIR/derived/`` and the next ones read them. The tables
+the Run builds from them and the host rows are kept the same way (``Run._kept``): the GPU
+idle gaps with their causes (``analyses.gaps.gaps``, behind summary, gaps, the report and
+diagnose: finding them needs every host row besides), the steps, the overlap rows and the
+GPU work launched before the profiler started. Together they were 0.25-0.36 s of a cached
+summary's answer on a 262 MB trace; read back, 0.03 s (log 49).
 
 The key names everything the rows depend on: each events file (a content-addressed cache
 entry, with its size and modification time), how its ranks map to the set's ranks, the
@@ -61,10 +63,10 @@ def gpu_definition(patterns: Any = None) -> list[Any]:
 def cached(kind: str, definition: Any, ts: Any, ranks: Sequence[int] | None,
            compute: Callable[[], pl.DataFrame], cache_dir: str | Path | None, *,
            warn: Callable[[str], None] | None = None) -> pl.DataFrame:
-    """``compute()``, the rows of ``kind`` (``gpu``, ``gaps``) of ``ts``'s events restricted
-    to ``ranks`` under ``definition`` (JSON-able: versions and options), read from the cache
-    folder when an earlier command kept them, else computed and kept. ``warn(text)``: told
-    when kept rows were damaged and computed again."""
+    """``compute()``, the rows of ``kind`` (``gpu``, ``gaps``, ``steps`` ...) of ``ts``'s
+    events restricted to ``ranks`` under ``definition`` (JSON-able: versions and options),
+    read from the cache folder when an earlier command kept them, else computed and kept.
+    ``warn(text)``: told when kept rows were damaged and computed again."""
     path = _path(kind, definition, ts, ranks, cache_dir)
     if path is None:
         return compute()
