@@ -246,7 +246,7 @@ def test_content_id_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
     old = time.time() - 3600
     os.utime(path, (old, old))
     time.sleep(0.01)
-    monkeypatch.setattr(cache_folder, "SETTLED_NS", 0)  # the file was just written; remember it anyway
+    monkeypatch.setattr(cache_folder, "SETTLED_NS", 0)  # just written; remember it anyway
     hashed = []
     real = store.content_id
     # the input's hashes (the cache's own events files are hashed to check them, too)
