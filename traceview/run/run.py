@@ -275,24 +275,24 @@ class Run:
         """Every classified GPU row; for a window of whole ranks, kept in the cache folder
         under a key that names the classification rules."""
         patterns = self.options.classify_patterns()
-        return derived.cached_gpu(self.traceset, self.window.ranks,
-                                  lambda: prepared_gpu(self._analysis_events, patterns=patterns),
-                                  self._derived_dir, patterns=patterns,
-                                  warn=self.traceset.notes.append)
+        return derived.cached("gpu", derived.gpu_definition(patterns), self._kept_inputs,
+                              lambda: prepared_gpu(self._analysis_events, patterns=patterns),
+                              warn=self.traceset.notes.append)
 
-    @property
-    def _derived_dir(self) -> str | Path | None:
-        """Where rows derived from the events are kept: the cache folder, for a window of
-        whole ranks (other windows are collected in memory and computed each time)."""
-        return self.traceset.cache_dir if self.whole_ranks else None
+    @cached_property
+    def _kept_inputs(self) -> derived.Inputs | None:
+        """What tables derived from the events are kept under: the events files in the cache
+        folder, for a window of whole ranks (other windows are collected in memory and
+        computed each time)."""
+        return derived.inputs_of(self.traceset, self.window.ranks,
+                                 self.traceset.cache_dir if self.whole_ranks else None)
 
     def _kept(self, kind: str, compute: Callable[[], pl.DataFrame], *,
               definition: Any = None) -> pl.DataFrame:
         """``compute()``, a table of the window's events under the run's classification
         rules (and ``definition``), kept in the cache folder by the first command that
         needs it (``traceview.store.derived``)."""
-        return derived.cached(kind, self._derivation(definition), self.traceset,
-                              self.window.ranks, compute, self._derived_dir,
+        return derived.cached(kind, self._derivation(definition), self._kept_inputs, compute,
                               warn=self.traceset.notes.append)
 
     def _derivation(self, definition: Any = None) -> list[Any]:
@@ -401,8 +401,8 @@ class Run:
         that needs the host rows only for the gaps then reads none."""
         key = (False, GapOptions.launch_overhead_ns)
         if key not in self._gaps:
-            found = derived.kept("gaps", self._derivation(_gap_options(*key)), self.traceset,
-                                 self.window.ranks, self._derived_dir)
+            found = derived.kept("gaps", self._derivation(_gap_options(*key)),
+                                 self._kept_inputs)
             if found is None:
                 return False
             self._gaps[key] = found

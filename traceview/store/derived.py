@@ -28,7 +28,7 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import polars as pl
@@ -44,6 +44,25 @@ from traceview.store import parquet as store
 GPU_ROWS_VERSION = 3  # 3: other accelerators' device work (MTIA) is GPU work
 
 
+class Inputs(NamedTuple):
+    """What a kept table is computed from: the events files of a set of ranks in a cache
+    folder (``inputs_of``). Named once per Run: stat'ing 5,000 files for each of the five
+    tables a summary keeps took 0.2 s."""
+
+    folder: Path  #: the cache folder, where the tables are kept
+    names: list[Any]  #: each events file's identity (``parts_identity``) and the ranks
+
+
+def inputs_of(ts: Any, ranks: Sequence[int] | None, cache_dir: str | Path | None
+              ) -> Inputs | None:
+    """The inputs of tables kept from ``ts``'s events restricted to ``ranks``; None when they
+    cannot be named safely (see ``parts_identity``): such tables are computed every time."""
+    files = parts_identity(getattr(ts, "_parts", None) or [None], cache_dir)
+    if files is None:
+        return None
+    return Inputs(Path(cache_dir), [files, sorted(ranks) if ranks is not None else None])
+
+
 def cached_gpu(ts: Any, ranks: Sequence[int] | None, compute: Callable[[], pl.DataFrame],
                cache_dir: str | Path | None, *, patterns: Any = None,
                warn: Callable[[str], None] | None = None) -> pl.DataFrame:
@@ -52,7 +71,8 @@ def cached_gpu(ts: Any, ranks: Sequence[int] | None, compute: Callable[[], pl.Da
     read from the cache folder when an earlier command kept them, else computed and kept.
     ``warn(text)``: told when kept rows were damaged and computed again (as a damaged cache
     entry of events is: one note, the answer whole)."""
-    return cached("gpu", gpu_definition(patterns), ts, ranks, compute, cache_dir, warn=warn)
+    return cached("gpu", gpu_definition(patterns), inputs_of(ts, ranks, cache_dir), compute,
+                  warn=warn)
 
 
 def gpu_definition(patterns: Any = None) -> list[Any]:
@@ -60,16 +80,16 @@ def gpu_definition(patterns: Any = None) -> list[Any]:
     return [GPU_ROWS_VERSION, None if patterns is None else dataclasses.asdict(patterns)]
 
 
-def cached(kind: str, definition: Any, ts: Any, ranks: Sequence[int] | None,
-           compute: Callable[[], pl.DataFrame], cache_dir: str | Path | None, *,
+def cached(kind: str, definition: Any, inputs: Inputs | None,
+           compute: Callable[[], pl.DataFrame], *,
            warn: Callable[[str], None] | None = None) -> pl.DataFrame:
-    """``compute()``, the rows of ``kind`` (``gpu``, ``gaps``, ``steps`` ...) of ``ts``'s
-    events restricted to ``ranks`` under ``definition`` (JSON-able: versions and options),
-    read from the cache folder when an earlier command kept them, else computed and kept.
-    ``warn(text)``: told when kept rows were damaged and computed again."""
-    path = _path(kind, definition, ts, ranks, cache_dir)
-    if path is None:
+    """``compute()``, the rows of ``kind`` (``gpu``, ``gaps``, ``steps`` ...) of ``inputs``
+    under ``definition`` (JSON-able: versions and options), read from the cache folder when
+    an earlier command kept them, else computed and kept; computed every time without
+    ``inputs``. ``warn(text)``: told when kept rows were damaged and computed again."""
+    if inputs is None:
         return compute()
+    path = _path(kind, definition, inputs)
     kept, problem = _read_kept(path)
     if kept is not None:
         return kept
@@ -85,19 +105,19 @@ def cached(kind: str, definition: Any, ts: Any, ranks: Sequence[int] | None,
     return rows
 
 
-def kept(kind: str, definition: Any, ts: Any, ranks: Sequence[int] | None,
-         cache_dir: str | Path | None) -> pl.DataFrame | None:
+def kept(kind: str, definition: Any, inputs: Inputs | None) -> pl.DataFrame | None:
     """The rows ``cached`` would read back, or None when none are kept (or they are
     damaged: ``cached`` then says so and computes them again). Nothing is computed: a
     caller that needs other tables only to compute the rows asks this first."""
-    path = _path(kind, definition, ts, ranks, cache_dir)
-    return None if path is None else _read_kept(path)[0]
+    return None if inputs is None else _read_kept(_path(kind, definition, inputs))[0]
 
 
-def _path(kind: str, definition: Any, ts: Any, ranks: Sequence[int] | None,
-          cache_dir: str | Path | None) -> Path | None:
-    key = _key(kind, definition, ts, ranks, cache_dir)
-    return None if key is None else Path(cache_dir) / "derived" / f"{kind}-{key}.parquet"
+def _path(kind: str, definition: Any, inputs: Inputs) -> Path:
+    """Where the rows are kept: named by everything they depend on, the code included."""
+    key = xxhash.xxh3_128_hexdigest(orjson.dumps(
+        [kind, definition, __version__, pl.__version__, cache_folder.code_identity(),
+         inputs.names]))
+    return inputs.folder / "derived" / f"{kind}-{key}.parquet"
 
 
 def _record_of(path: Path) -> Path:
@@ -152,18 +172,6 @@ def check_kept(path: Path) -> tuple[bool, str | None]:
         return False, "missing"
     except Exception as exc:  # noqa: BLE001 - any damage of the record
         return False, f"not readable ({type(exc).__name__})"
-
-
-def _key(kind: str, definition: Any, ts: Any, ranks: Sequence[int] | None,
-         cache_dir: str | Path | None) -> str | None:
-    """The hash naming the derived rows, or None when the inputs cannot be named safely."""
-    files = parts_identity(getattr(ts, "_parts", None) or [None], cache_dir)
-    if files is None:
-        return None
-    ident = orjson.dumps([kind, definition, __version__, pl.__version__,
-                          cache_folder.code_identity(), files,
-                          sorted(ranks) if ranks is not None else None])
-    return xxhash.xxh3_128_hexdigest(ident)
 
 
 def parts_identity(parts: Sequence[Any], cache_dir: str | Path | None) -> list[Any] | None:
