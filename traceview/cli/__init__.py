@@ -184,17 +184,19 @@ def _workers_stopped_on_sigterm() -> Iterator[None]:
 
 def console_main() -> int:
     """``traceview`` as a program (the console script, ``python -m traceview``): :func:`main`
-    on ``sys.argv``. The cyclic garbage collector is kept off while the named command's module
+    on ``sys.argv``, a kept answer looked up before the command's imports. The cyclic garbage collector is kept off while the named command's module
     and Polars are imported (tens of thousands of objects, no garbage: each collection walked
     them all again), which then stay out of its way (``gc.freeze``); at the end, what is left
     is collected once and frozen, so that the interpreter's exit does not walk every object
     again. Together ~0.2 CPU s of every command (docs/performance.md, log 41). Not for
     callers in a process that goes on: frozen objects are never collected."""
-    if _kept_answer_printed(sys.argv[1:]):  # then none of the imports below is needed
-        return 0
+    argv = sys.argv[1:]
+    with guarded_streams():
+        if _kept_answer_printed(argv):  # then none of the imports below is needed
+            return 0
     gc.disable()
     try:
-        named = _command_name(sys.argv[1:])
+        named = _command_name(argv)
         if named in COMMANDS:
             module_of(named)
     except KeyboardInterrupt:  # Ctrl-C while the command's libraries load: no traceback
@@ -203,7 +205,8 @@ def console_main() -> int:
         gc.freeze()
         gc.enable()
     try:
-        return main()
+        with guarded_streams():
+            return _command(argv)
     except KeyboardInterrupt:  # outside the command itself (its parser, its streams)
         return 130
     finally:
@@ -214,7 +217,7 @@ def console_main() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     with guarded_streams():
-        return _main(argv)
+        return 0 if _kept_answer_printed(argv) else _command(argv)
 
 
 def _kept_answer_printed(argv: list[str]) -> bool:
@@ -222,13 +225,11 @@ def _kept_answer_printed(argv: list[str]) -> bool:
     named = _command_name(argv)
     if named not in COMMANDS or not COMMANDS[named].answers:
         return False  # --version, --help, ingest ...: not even the module is imported
-    with guarded_streams():
-        return answers.replay(argv)
+    return answers.replay(argv)
 
 
-def _main(argv: list[str]) -> int:
-    if _kept_answer_printed(argv):
-        return 0
+def _command(argv: list[str]) -> int:
+    """Parse ``argv`` and run its command (its answer not kept, or not asked before)."""
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
