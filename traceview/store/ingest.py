@@ -36,6 +36,7 @@ from traceview.parsers import (
     parse_batched,
     refuse_non_json,
 )
+from traceview.store import cache_folder
 from traceview.store import parquet as store
 from traceview.store.batched import plan_batches, run_batched
 from traceview.store.executors import (
@@ -231,7 +232,7 @@ def _parse_first(path: Path, cache_dir: str | None, options: dict[str, Any]
     parsed = parse_batched(path, **options)
     cid = parsed.content_id or store.known_content_id(path, base)
     after = path.stat()  # after any hashing: a write before it shows, one after it changes
-    unchanged = store.same_identity(before, after)  # neither the parse nor the hash
+    unchanged = cache_folder.same_identity(before, after)  # neither the parse nor the hash
     if parsed.content_id is None and not unchanged:
         return None
     cached, cid, base, meta_path, events_path, _ = _cache_lookup(str(path), cache_dir, options,
@@ -259,7 +260,7 @@ def _read_once(path: Path, cache_dir: str | None) -> os.stat_result | None:
         st = path.stat()
     except OSError:
         return None  # the usual path words it
-    return st if store.is_settled(st) else None
+    return st if cache_folder.is_settled(st) else None
 
 
 def _stored(parsed: Any, path: str, cid: str, base: Path | None, events_path: Path

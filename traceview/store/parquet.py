@@ -24,12 +24,7 @@ import xxhash
 
 from traceview import schema
 from traceview._dependencies import lazy_module
-from traceview.store.cache_folder import (  # noqa: F401 - the store's names for them
-    default_cache_dir,
-    identity,
-    is_settled,
-    same_identity,
-)
+from traceview.store.cache_folder import identity, is_settled
 from traceview.store.safe_write import atomic_write, remove_stale_temporaries
 
 if TYPE_CHECKING:

@@ -22,6 +22,7 @@ import polars as pl
 
 from traceview import schema
 from traceview.errors import UnreadableTraceError, UsageError
+from traceview.store import cache_folder
 from traceview.store import parquet as store
 from traceview.store import remote as remote_store
 from traceview.store.compacted import compacted_events
@@ -335,7 +336,7 @@ def _usable_cache_dir(cache_dir: str | Path | None, inputs: list[Any]
     """(the cache folder to use, None; or None and a warning saying why there is none): the
     default or given folder when it can be written, never one inside an input folder."""
     try:
-        folder = Path(cache_dir) if cache_dir not in (None, "") else store.default_cache_dir()
+        folder = Path(cache_dir) if cache_dir not in (None, "") else cache_folder.default_cache_dir()
     except RuntimeError as exc:  # no home folder to put the default under
         return None, (f"no cache folder ({exc}); working without a cache (set "
                       "TRACEVIEW_CACHE_DIR or --cache-dir to a writable folder)")
@@ -478,7 +479,7 @@ def _hash_memo_dir() -> Path | None:
     """Where the hashes of checked store files are remembered (the cache folder, when there
     is one), so a large store is hashed once, not on every open."""
     try:
-        folder = store.default_cache_dir()
+        folder = cache_folder.default_cache_dir()
     except RuntimeError:
         return None
     return folder if folder.is_dir() else None
