@@ -28,6 +28,16 @@
 #define XXH_INLINE_ALL
 #include "vendor/xxhash.h"
 
+/* The per-byte and per-value helpers are inlined into the element loop whatever the
+ * compiler's heuristics say: called as functions, each stored the cursor (and a column's
+ * buffer fields) to memory and loaded them back, ~20 % of the scan's CPU time
+ * (docs/performance.md, log 50). */
+#if defined(__GNUC__)
+#define HOT static inline __attribute__((always_inline))
+#else
+#define HOT static inline
+#endif
+
 typedef struct {
     char *data;
     Py_ssize_t len, cap;
@@ -63,7 +73,7 @@ static int map_grow(Buf *b, Py_ssize_t cap) {
     return 0;
 }
 
-static int buf_reserve(Buf *b, Py_ssize_t extra) {
+HOT int buf_reserve(Buf *b, Py_ssize_t extra) {
     if (b->len + extra <= b->cap) return 0;
     Py_ssize_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + extra) cap *= 2;
@@ -81,7 +91,7 @@ static void buf_free(Buf *b) {
     memset(b, 0, sizeof(Buf));
 }
 
-static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
+HOT int buf_put(Buf *b, const void *src, Py_ssize_t n) {
     if (buf_reserve(b, n) < 0) return -1;
     memcpy(b->data + b->len, src, (size_t)n);
     b->len += n;
@@ -387,7 +397,7 @@ static inline uint64_t quote_or_backslash(uint64_t w) {
 
 /* At an opening quote: find the closing quote, in one pass. Sets *escaped when a backslash
  * occurs (the caller then unescapes). */
-static int scan_string(Scanner *sc, const char **s, Py_ssize_t *n, int *escaped) {
+HOT int scan_string(Scanner *sc, const char **s, Py_ssize_t *n, int *escaped) {
     const char *start = sc->p + 1, *p = start, *end = sc->end;
     int esc = 0;
     for (;;) {
@@ -416,7 +426,7 @@ static int skip_value(Scanner *sc);
 /* Bytes that matter inside a container being skipped. */
 static unsigned char SKIP_STOP[256];
 
-static int skip_container(Scanner *sc) {
+HOT int skip_container(Scanner *sc) {
     int depth = 0;
     while (sc->p < sc->end) {
         const char *p = sc->p, *end = sc->end;
@@ -445,7 +455,7 @@ static int skip_container(Scanner *sc) {
 /* Bytes that end a scalar. */
 static unsigned char SCALAR_END[256];
 
-static int skip_scalar(Scanner *sc) {
+HOT int skip_scalar(Scanner *sc) {
     const char *p = sc->p;
     while (p < sc->end && !SCALAR_END[(unsigned char)*p]) p++;
     if (p == sc->p) { sc->err = "expected a value"; return -1; }
@@ -470,7 +480,7 @@ static int skip_scalar(Scanner *sc) {
     return 0;
 }
 
-static int skip_value(Scanner *sc) {
+HOT int skip_value(Scanner *sc) {
     skip_ws(sc);
     if (sc->p >= sc->end) { sc->err = "unexpected end"; return -1; }
     char c = *sc->p;
@@ -485,7 +495,7 @@ static int skip_value(Scanner *sc) {
 /* ------------------------------------------------------------------ numbers */
 
 /* Parse an integer-valued JSON number (or integral float) into int64. 1 ok, 0 not an int64. */
-static int parse_int_text(const char *s, Py_ssize_t n, int64_t *out) {
+HOT int parse_int_text(const char *s, Py_ssize_t n, int64_t *out) {
     Py_ssize_t i = 0;
     int neg = 0;
     while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
@@ -528,7 +538,7 @@ static int parse_int_text(const char *s, Py_ssize_t n, int64_t *out) {
 
 /* Decimal microseconds -> int64 ns, exact; rounding half to even past the 3rd decimal.
  * Returns 1 ok, 0 not representable / not a plain decimal (caller falls back or nulls). */
-static int parse_us_to_ns(const char *s, Py_ssize_t n, int64_t *out) {
+HOT int parse_us_to_ns(const char *s, Py_ssize_t n, int64_t *out) {
     Py_ssize_t i = 0;
     int neg = 0;
     if (i < n && s[i] == '-') { neg = 1; i++; }
@@ -651,7 +661,7 @@ static int put_unescaped(Buf *b, const char *s, Py_ssize_t n) {
 static void col_clear_stage(Col *c) { c->has = 0; }
 
 /* Stage a value of the current event for column c: the scanner is at the value. */
-static int stage_value(Scanner *sc, Col *c) {
+HOT int stage_value(Scanner *sc, Col *c) {
     skip_ws(sc);
     if (sc->p >= sc->end) { sc->err = "unexpected end"; return -1; }
     const char *v0 = sc->p;
@@ -672,7 +682,7 @@ static int stage_value(Scanner *sc, Col *c) {
  * the end. Most args columns are null on most rows, so this is where the time goes. */
 static const char VALID = 1; /* a validity byte */
 
-static int grow_zeroed(Buf *b, Py_ssize_t len) {
+HOT int grow_zeroed(Buf *b, Py_ssize_t len) {
     if (b->len >= len) return 0;
     if (buf_reserve(b, len - b->len) < 0) return -1;
     memset(b->data + b->len, 0, (size_t)(len - b->len));
@@ -680,7 +690,7 @@ static int grow_zeroed(Buf *b, Py_ssize_t len) {
     return 0;
 }
 
-static int fill_offsets(Col *c, Py_ssize_t rows) {
+HOT int fill_offsets(Col *c, Py_ssize_t rows) {
     /* offsets hold rows+1 entries; null rows repeat the current end */
     if (c->offsets.len == 0) {
         int64_t zero = 0;
@@ -698,7 +708,7 @@ static int fill_offsets(Col *c, Py_ssize_t rows) {
 
 /* ---- dictionaries */
 
-static uint64_t hash_bytes(const char *s, Py_ssize_t n) {
+HOT uint64_t hash_bytes(const char *s, Py_ssize_t n) {
     uint64_t h = 1469598103934665603ULL;
     Py_ssize_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -729,7 +739,7 @@ static int dict_grow(Dict *d) {
 }
 
 /* The index of string s in d, added if new; -1 when out of memory. */
-static int64_t dict_intern(Dict *d, const char *s, Py_ssize_t n) {
+HOT int64_t dict_intern(Dict *d, const char *s, Py_ssize_t n) {
     if ((d->n + 1) * 2 > d->cap && dict_grow(d) < 0) return -1;
     if (d->n >= INT32_MAX) return -1;
     uint64_t h = hash_bytes(s, n);
@@ -780,7 +790,7 @@ static int to_dense(Col *c, Py_ssize_t rows) {
     return 0;
 }
 
-static int set_int(Col *c, Py_ssize_t row, int64_t v) {
+HOT int set_int(Col *c, Py_ssize_t row, int64_t v) {
     c->any = 1;
     if (c->dense) { /* null rows before this one are zero-filled, this one appended */
         if (grow_zeroed(&c->values, row * 8) < 0 || grow_zeroed(&c->valid, row) < 0
@@ -797,7 +807,7 @@ static int set_int(Col *c, Py_ssize_t row, int64_t v) {
 
 /* ---- text */
 
-static int set_str(Col *c, Py_ssize_t row) {
+HOT int set_str(Col *c, Py_ssize_t row) {
     if (c->is_dict) {
         const char *s = c->s;
         Py_ssize_t n = c->slen;
@@ -836,7 +846,7 @@ static int finish_col(Col *c, Py_ssize_t rows) {
 }
 
 /* Commit the staged value of column c for this row (strings, or integers). */
-static inline int commit(Col *c, Py_ssize_t row) {
+HOT int commit(Col *c, Py_ssize_t row) {
     if (!c->has) return 0;
     if (c->is_str) return set_str(c, row);
     int64_t v = 0;
@@ -847,7 +857,7 @@ static inline int commit(Col *c, Py_ssize_t row) {
     return valid ? set_int(c, row, v) : 0;
 }
 
-static inline int commit_time(Col *c, Py_ssize_t row) {
+HOT int commit_time(Col *c, Py_ssize_t row) {
     if (!c->has) return 0;
     if (c->s_escaped) return -2;
     int64_t v = 0;
@@ -857,7 +867,7 @@ static inline int commit_time(Col *c, Py_ssize_t row) {
 }
 
 /* pid/tid: an integer goes to the int column, anything else to the label column. */
-static int commit_id(Col *ints, Col *labels, Py_ssize_t row) {
+HOT int commit_id(Col *ints, Col *labels, Py_ssize_t row) {
     if (!ints->has) return 0;
     int64_t v = 0;
     int is_int = ints->s_raw && parse_int_text(ints->s, ints->slen, &v);
@@ -871,7 +881,7 @@ static int commit_id(Col *ints, Col *labels, Py_ssize_t row) {
 }
 
 /* At a member of an object: read its key and the ':' after it. */
-static int read_key(Scanner *sc, const char **k, Py_ssize_t *kn, int *ke) {
+HOT int read_key(Scanner *sc, const char **k, Py_ssize_t *kn, int *ke) {
     skip_ws(sc);
     if (sc->p >= sc->end || *sc->p != '"') { sc->err = "expected a key"; return -1; }
     if (scan_string(sc, k, kn, ke) < 0) return -1;
@@ -882,7 +892,7 @@ static int read_key(Scanner *sc, const char **k, Py_ssize_t *kn, int *ke) {
 }
 
 /* After a member's value: 1 when another member follows, 0 at the closing '}', -1 on error. */
-static int next_member(Scanner *sc) {
+HOT int next_member(Scanner *sc) {
     skip_ws(sc);
     if (sc->p >= sc->end) { sc->err = "unexpected end (truncated?)"; return -1; }
     if (*sc->p == ',') { sc->p++; return 1; }
