@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -182,6 +183,16 @@ def _workers_stopped_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
+def _one_blas_thread() -> None:
+    """OpenBLAS (numpy's) keeps one thread per core, which spins ~0.1 s after numpy is
+    imported, waiting for work a command never gives it: 0.15 CPU s of every command that
+    reads a trace (the Kineto parser uses numpy; traceview does no linear algebra worth a
+    thread). The program is its own process, so it asks for one thread unless the user chose
+    (docs/performance.md, log 50). A library caller's process is left as it is."""
+    if "numpy" not in sys.modules:  # read once, when numpy loads OpenBLAS
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def console_main() -> int:
     """``traceview`` as a program (the console script, ``python -m traceview``): :func:`main`
     on ``sys.argv``, a kept answer looked up before the command's imports. The cyclic garbage collector is kept off while the named command's module
@@ -194,6 +205,7 @@ def console_main() -> int:
     with guarded_streams():
         if _kept_answer_printed(argv):  # then none of the imports below is needed
             return 0
+    _one_blas_thread()
     gc.disable()
     try:
         named = _command_name(argv)
