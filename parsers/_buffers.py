@@ -56,17 +56,26 @@ def integers(array: Any, fill: int = 0) -> tuple[Any, Any]:
     parts = [values_and_validity(chunk) for chunk in chunks if len(chunk)]
     if not parts:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-    values, valid = parts[0] if len(parts) == 1 else (
-        np.concatenate([v for v, _ in parts]), np.concatenate([ok for _, ok in parts]))
-    return (values if valid.all() else np.where(valid, values, fill)), valid
+    if len(parts) == 1:
+        values, valid = parts[0]
+        return (values if valid.all() else np.where(valid, values, fill)), valid
+    # the chunks (a two-thread scan's halves) copied once, nulls filled in place
+    values = np.concatenate([v for v, _ in parts])
+    valid = np.concatenate([ok for _, ok in parts])
+    if not valid.all():
+        values[~valid] = fill
+    return values, valid
 
 
 def dictionary_codes(array: Any) -> Any:
-    """A dictionary array's indices as int64, with its null rows as ``len(dictionary)``."""
+    """A dictionary array's indices (int32, read-only), with its null rows as
+    ``len(dictionary)``. Without nulls, a view of the indices' buffer: widened to int64, the
+    copies were a third of the work between a 262 MB trace's scan and its first batch
+    (docs/performance.md, log 50)."""
     indices, valid = values_and_validity(array.indices)
-    if array.null_count == 0:  # most are: one copy, not a mask, a select and a copy
-        return indices.astype(np.int64)
-    return np.where(valid, indices, len(array.dictionary)).astype(np.int64)
+    if array.null_count == 0:
+        return indices
+    return np.where(valid, indices, np.int32(len(array.dictionary)))
 
 
 def remembered(memo: dict, values: Sequence[Hashable],

@@ -127,6 +127,7 @@ def _kinds(ph: pa.DictionaryArray, category: pa.DictionaryArray,
     kinds = _kinds_of_pairs([(p, c) for p in ph_values for c in cat_values])
     names = sorted(set(kinds) | {"memory"})
     pair_code = np.array([names.index(k) for k in kinds], dtype=np.int32)
+    # int32 holds every pair's number: pair_code has an entry for each
     code = pair_code[dictionary_codes(ph) * len(cat_values) + dictionary_codes(category)]
     name_values = name.dictionary.to_pylist()
     if "[memory]" in name_values:  # instants named [memory] are memory events
