@@ -68,10 +68,10 @@ def integers(array: Any, fill: int = 0) -> tuple[Any, Any]:
 
 
 def dictionary_codes(array: Any) -> Any:
-    """A dictionary array's indices (int32, read-only), with its null rows as
-    ``len(dictionary)``. Without nulls, a view of the indices' buffer: widened to int64, the
-    copies were a third of the work between a 262 MB trace's scan and its first batch
-    (docs/performance.md, log 50)."""
+    """A dictionary array's indices in their own integer type (int32 from the parsers), with
+    its null rows as ``len(dictionary)``. Without nulls, a read-only view of the indices'
+    buffer: widened to int64, the copies were a third of the work between a 262 MB trace's
+    scan and its first batch (docs/performance.md, log 50)."""
     indices, valid = values_and_validity(array.indices)
     if array.null_count == 0:
         return indices

@@ -410,19 +410,26 @@ def test_quality_none_and_warnings() -> None:
        seed=st.integers(0, 10**6))
 def test_property_error_within_3x_uncertainty_for_95_percent(noise, n, sigma, seed) -> None:
     """20 runs of 3 ranks with known offsets (+-5 s) and the drawn completion noise: at
-    least 95% of the 40 non-reference ranks have |error| <= 3 x uncertainty_ns."""
+    least 95% of the non-reference ranks given an offset have |error| <= 3 x uncertainty_ns.
+    A rank none of whose few calls could be matched (heavy noise, 5 calls: drawn once in
+    a full test run) gets no offset and says so; that is no claim to cover, and it stays rare."""
     from fixtures.noisy_clocks import noisy_run
 
-    covered = total = 0
+    covered = total = unsure = 0
     for i in range(20):
         run = noisy_run(3, n, noise, sigma_ns=sigma, seed=seed + i)
         off = offsets_of(run.events, reference_rank=0)
         epoch = off.get_column("drift_epoch_ns").drop_nulls()[0]
         for r in (1, 2):
             row = off.filter(pl.col("rank") == r).row(0, named=True)
+            if row["uncertainty_ns"] is None:
+                assert row["quality"] == "none" and "not comparable" in row["note"], row
+                unsure += 1
+                continue
             err = abs(row["offset_ns"] - run.true_offset_at(r, epoch))
             covered += err <= 3 * row["uncertainty_ns"] + 1
             total += 1
+    assert unsure <= 4, unsure
     assert covered >= 0.95 * total, (covered, total)
 
 

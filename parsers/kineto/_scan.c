@@ -421,8 +421,6 @@ HOT int scan_string(Scanner *sc, const char **s, Py_ssize_t *n, int *escaped) {
     return 0;
 }
 
-static int skip_value(Scanner *sc);
-
 /* Bytes that matter inside a container being skipped. */
 static unsigned char SKIP_STOP[256];
 
