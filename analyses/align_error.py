@@ -165,7 +165,9 @@ def _t_over_z_rows(dof):
     """:func:`_t_over_z` of each value of ``dof``."""
     nu = np.maximum(dof, 1.0)
     z = 1.959964
-    t = z + (z**3 + z) / (4 * nu) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * nu**2)
+    # nu * nu, not nu**2: Python's float power (C pow) and numpy's square may round apart,
+    # and the rows of clock_errors_alike must equal clock_error exactly
+    t = z + (z**3 + z) / (4 * nu) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * (nu * nu))
     return t / z
 
 
@@ -243,7 +245,9 @@ def _t_over_z(dof: float) -> float:
     """Student's t 97.5% quantile over the normal one (Cornish-Fisher, two terms)."""
     nu = max(dof, 1.0)
     z = 1.959964
-    t = z + (z**3 + z) / (4 * nu) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * nu**2)
+    # nu * nu, not nu**2: Python's float power (C pow) and numpy's square may round apart,
+    # and the rows of clock_errors_alike must equal clock_error exactly
+    t = z + (z**3 + z) / (4 * nu) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * (nu * nu))
     return t / z
 
 
