@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from traceview.analyses.align import (
@@ -408,6 +408,7 @@ def test_quality_none_and_warnings() -> None:
 @given(noise=st.sampled_from(["clean", "gauss", "heavy", "step", "bias", "drift", "kinds"]),
        n=st.integers(3, 40), sigma=st.sampled_from([1_000, 20_000, 300_000]),
        seed=st.integers(0, 10**6))
+@example(noise="heavy", n=5, sigma=300_000, seed=10213)  # a rank none of whose calls match
 def test_property_error_within_3x_uncertainty_for_95_percent(noise, n, sigma, seed) -> None:
     """20 runs of 3 ranks with known offsets (+-5 s) and the drawn completion noise: at
     least 95% of the non-reference ranks given an offset have |error| <= 3 x uncertainty_ns.
@@ -488,6 +489,7 @@ def test_causal_bounds_match_their_pairwise_definition(rows) -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.integers(1, 6), st.integers(0, 30), st.integers(0, 30), st.integers(0, 2**32 - 1),
        st.booleans())
+@example(6, 6, 0, 982, False)  # pow(nu, 2) and nu * nu rounded apart here
 def test_clock_errors_of_many_clocks_at_once_equal_one_clock_at_a_time(
         clocks, anchors, residuals, seed, ties):
     """``clock_errors`` works out the clocks with as many anchors together
