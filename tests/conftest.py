@@ -64,10 +64,9 @@ _installed_traceview_first()
 
 # Timing-based failures are not failures of the code: CI machines are shared and slow.
 # Property tests draw the same examples at every run (derandomized from each test's source),
-# so a run is reproducible and CI never turns red on a new draw that no change caused (two
-# real corners were found that way, docs/performance.md log 50); set
-# TRACEVIEW_HYPOTHESIS_EXPLORE=1 to draw fresh examples, and add what they find as
-# @example cases.
+# so a run is reproducible and CI never turns red on a new draw that no change caused. Set
+# TRACEVIEW_HYPOTHESIS_EXPLORE=1 to draw fresh examples, and keep what they find as @example
+# cases (two corners of tests/test_align.py were found that way).
 settings.register_profile("traceview", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow],
                           derandomize="TRACEVIEW_HYPOTHESIS_EXPLORE" not in os.environ)
