@@ -1,5 +1,5 @@
 """The program asks OpenBLAS for one thread (its idle spin cost every command 0.15 CPU s), and
-leaves alone a user's own choice and a library caller's process."""
+leaves alone a user's own choice, the job ``capture`` starts, and a library caller's process."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "gloo_ddp_2r"
+ASKED_BY = "from traceview.cli import _one_blas_thread; _one_blas_thread({!r})"
 
 
 def _threads_seen(code: str, **env: str) -> str:
@@ -23,17 +24,19 @@ def _threads_seen(code: str, **env: str) -> str:
 
 
 def test_the_program_asks_for_one_blas_thread():
-    assert _threads_seen("from traceview.cli import _one_blas_thread; _one_blas_thread()") == "1"
+    assert _threads_seen(ASKED_BY.format("summary")) == "1"
 
 
 def test_a_users_choice_is_kept():
-    code = "from traceview.cli import _one_blas_thread; _one_blas_thread()"
-    assert _threads_seen(code, OPENBLAS_NUM_THREADS="4") == "4"
+    assert _threads_seen(ASKED_BY.format("summary"), OPENBLAS_NUM_THREADS="4") == "4"
 
 
 def test_numpy_loaded_already_is_left_as_it_is():
-    code = "import numpy\nfrom traceview.cli import _one_blas_thread; _one_blas_thread()"
-    assert _threads_seen(code) == "?"
+    assert _threads_seen("import numpy\n" + ASKED_BY.format("summary")) == "?"
+
+
+def test_the_job_capture_starts_keeps_its_threads():
+    assert _threads_seen(ASKED_BY.format("capture")) == "?"
 
 
 def test_a_library_caller_is_left_as_it_is():

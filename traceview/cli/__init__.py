@@ -183,13 +183,15 @@ def _workers_stopped_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
-def _one_blas_thread() -> None:
+def _one_blas_thread(command: str | None) -> None:
     """OpenBLAS (numpy's) keeps one thread per core, which spins ~0.1 s after numpy is
     imported, waiting for work a command never gives it: 0.15 CPU s of every command that
     reads a trace (the Kineto parser uses numpy; traceview does no linear algebra worth a
     thread). The program is its own process, so it asks for one thread unless the user chose
-    (docs/performance.md, log 50). A library caller's process is left as it is."""
-    if "numpy" not in sys.modules:  # read once, when numpy loads OpenBLAS
+    (docs/performance.md, log 50). Not for ``capture``: the job it starts inherits the
+    environment, and its numpy (or an OpenBLAS build of torch) must keep its threads. A
+    library caller's process is left alone."""
+    if command != "capture" and "numpy" not in sys.modules:  # read when OpenBLAS loads
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
@@ -205,10 +207,10 @@ def console_main() -> int:
     with guarded_streams():
         if _kept_answer_printed(argv):  # then none of the imports below is needed
             return 0
-    _one_blas_thread()
+    named = _command_name(argv)
+    _one_blas_thread(named)
     gc.disable()
     try:
-        named = _command_name(argv)
         if named in COMMANDS:
             module_of(named)
     except KeyboardInterrupt:  # Ctrl-C while the command's libraries load: no traceback
