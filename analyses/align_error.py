@@ -162,11 +162,12 @@ def median_rows(values, mask=None):
 
 
 def _t_over_z_rows(dof):
-    """:func:`_t_over_z` of each value of ``dof``."""
+    """Student's t 97.5% quantile over the normal one (Cornish-Fisher, two terms), of each
+    value of ``dof``: the one definition :func:`_t_over_z` takes too, so the rows of
+    clock_errors_alike equal clock_error exactly (two copies, one with ``nu**2`` in Python's
+    float power and one in numpy's square, rounded apart in the last place)."""
     nu = np.maximum(dof, 1.0)
     z = 1.959964
-    # nu * nu, not nu**2: Python's float power (C pow) and numpy's square may round apart,
-    # and the rows of clock_errors_alike must equal clock_error exactly
     t = z + (z**3 + z) / (4 * nu) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * (nu * nu))
     return t / z
 
@@ -242,13 +243,8 @@ def clock_error(d, t, kinds: list[str], resid=None) -> ClockError:
 
 
 def _t_over_z(dof: float) -> float:
-    """Student's t 97.5% quantile over the normal one (Cornish-Fisher, two terms)."""
-    nu = max(dof, 1.0)
-    z = 1.959964
-    # nu * nu, not nu**2: Python's float power (C pow) and numpy's square may round apart,
-    # and the rows of clock_errors_alike must equal clock_error exactly
-    t = z + (z**3 + z) / (4 * nu) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * (nu * nu))
-    return t / z
+    """:func:`_t_over_z_rows` of one value."""
+    return float(_t_over_z_rows(dof))
 
 
 def _effective_anchors(d, med: float, spread: float) -> float:
