@@ -429,6 +429,24 @@ def test_ctrl_c_while_the_program_starts_is_exit_130_without_a_traceback(tmp_pat
     assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
 
 
+def test_ctrl_c_in_the_final_collection_is_exit_130(monkeypatch):
+    """The program's last step, collecting what the command left, is after its own handlers:
+    a Ctrl-C there (CI caught one at 0.5 s) was a KeyboardInterrupt traceback."""
+    import gc
+
+    from traceview import cli
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.gc, "collect", interrupted)
+    monkeypatch.setattr(sys, "argv", ["traceview"])  # no command: help, then the collection
+    try:
+        assert cli.console_main() == 130
+    finally:
+        gc.unfreeze()  # console_main froze this process's objects, as at a program's end
+
+
 # ------------------------------------------------------------------ remote inputs, no network
 def test_a_remote_store_that_never_answers_is_one_line_in_bounded_time(tmp_path):
     import socket

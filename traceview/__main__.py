@@ -3,8 +3,10 @@
 import sys
 
 if __name__ == "__main__":
-    try:  # Ctrl-C while the command line's own modules load: exit 130, no traceback
+    try:  # Ctrl-C while the command line's own modules load, or as it ends: 130, no traceback
         from traceview.cli import console_main
+
+        status = console_main()
     except KeyboardInterrupt:
-        sys.exit(130)
-    sys.exit(console_main())
+        status = 130
+    sys.exit(status)

@@ -197,13 +197,23 @@ def _one_blas_thread(command: str | None) -> None:
 
 def console_main() -> int:
     """``traceview`` as a program (the console script, ``python -m traceview``): :func:`main`
-    on ``sys.argv``, a kept answer looked up before the command's imports. The cyclic garbage collector is kept off while the named command's module
-    and Polars are imported (tens of thousands of objects, no garbage: each collection walked
+    on ``sys.argv``, a kept answer looked up before the command's imports. The cyclic garbage
+    collector is kept off while the named command's module and Polars are imported (tens of thousands of objects, no garbage: each collection walked
     them all again), which then stay out of its way (``gc.freeze``); at the end, what is left
     is collected once and frozen, so that the interpreter's exit does not walk every object
     again. Together ~0.2 CPU s of every command (docs/performance.md, log 41). Not for
-    callers in a process that goes on: frozen objects are never collected."""
-    argv = sys.argv[1:]
+    callers in a process that goes on: frozen objects are never collected.
+
+    Ctrl-C anywhere in it, the imports and the final collection included, is exit 130
+    without a traceback."""
+    try:
+        return _program(sys.argv[1:])
+    except KeyboardInterrupt:
+        return 130
+
+
+def _program(argv: list[str]) -> int:
+    """:func:`console_main`'s work; its caller turns a KeyboardInterrupt into 130."""
     with guarded_streams():
         if _kept_answer_printed(argv):  # then none of the imports below is needed
             return 0
@@ -213,16 +223,12 @@ def console_main() -> int:
     try:
         if named in COMMANDS:
             module_of(named)
-    except KeyboardInterrupt:  # Ctrl-C while the command's libraries load: no traceback
-        return 130
     finally:
         gc.freeze()
         gc.enable()
     try:
         with guarded_streams():
             return _command(argv)
-    except KeyboardInterrupt:  # outside the command itself (its parser, its streams)
-        return 130
     finally:
         gc.collect()  # garbage is collected (and finalized) now, as at a normal exit
         gc.freeze()
