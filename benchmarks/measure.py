@@ -81,6 +81,9 @@ def run_child(argv: list[str], *, timeout: float = 1800, env: dict[str, str] | N
         result["error"] = f"exit {proc.returncode}: {stderr.strip().splitlines()[-1:] }"
     if result.get("error"):
         result["stderr_tail"] = stderr[-1500:]
+    if result.get("modules_loaded"):  # imports timed as work: add them to ops._LAZY_MODULES
+        print(f"note: {' '.join(argv[2:3])} loaded {result['modules_loaded']} module(s) "
+              "inside its clock", file=sys.stderr)
     result["outer_s"] = outer
     result["tree_rss_mb"] = sampled.get("tree", 0) / 2**20
     return result
