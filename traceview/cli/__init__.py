@@ -201,8 +201,9 @@ def console_main() -> int:
     collector is kept off while the named command's module and Polars are imported (tens of
     thousands of objects, no garbage: each collection walked them all again), which then stay
     out of its way (``gc.freeze``); at the end, what is left is collected once and frozen, so
-    that the interpreter's exit does not walk every object again. Together ~0.2 CPU s of every command (docs/performance.md, log 41). Not for
-    callers in a process that goes on: frozen objects are never collected.
+    that the interpreter's exit does not walk every object again. Together ~0.2 CPU s of
+    every command (docs/performance.md, log 41). Not for callers in a process that goes on:
+    frozen objects are never collected.
 
     Ctrl-C anywhere in it, the imports and the final collection included, is exit 130
     without a traceback."""
