@@ -198,8 +198,10 @@ def render(res: dict[str, Any]) -> str:
                             f"{_f(sp, ',.0f')}x", _ok(sp, 20)])
         out.append("")
 
-    if "decode_real" in res and "decode" in res:
+    if "decode" in res and any(f"decode_{k}" in res for k in REAL_SINGLES):
         out.append(_real_side_by_side(res))
+    for key in [k for k in REAL_SINGLES if f"decode_{k}" in res]:
+        targets += _ingest_bar(res, key)
 
     if "gzip" in res:
         g = res["gzip"]
@@ -422,9 +424,50 @@ def render(res: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+#: The real-derived single-rank traces (results ``decode_KEY``): TraceLens's owlv2 H100
+#: inference trace and HTA's NCCL training rank 0 (``inputs.REAL_SOURCES``), two event mixes
+REAL_SINGLES = ("real", "real_nccl")
+
+#: Issue 23's ingest bar on a real-derived trace: both forms against msgspec's typed decode
+#: (the limit) measured in the same run
+BAR_OF_LIMIT_WALL, BAR_OF_LIMIT_CPU, BAR_OF_HTA = 2 / 3, 1 / 2, 20
+
+
+def _ingest_bar(res: dict[str, Any], key: str) -> list[list[str]]:
+    """Target rows of the ingest bar on the real-derived trace ``key``: each form's share of
+    the typed-decode limit on wall time and per CPU second (the limit's CPU time over the
+    form's), its multiple of HTA's load when HTA ran on the set, and its tree RSS."""
+    d, i = res[f"decode_{key}"], res["inputs"].get(key, {})
+    limit, mb, name = d.get("msgspec") or {}, i.get("json_mb"), i.get("name", key)
+    h = res.get("hta", {}).get(key) or {}
+    rows = []
+    for label, form in (("ingest --no-cache", d.get("ingest_no_cache")),
+                        ("ingest --no-cache -o DIR", d.get("ingest_store"))):
+        if not form:
+            continue
+        wall = _ratio(limit.get("wall_s"), form.get("wall_s"))
+        cpu = _ratio(limit.get("cpu_s"), form.get("cpu_s"))
+        rows.append([f"{name}: {label} >= 2/3 of the typed-decode limit (wall)",
+                     f"{_f(wall, '.2f')} ({_s(form)} s against {_s(limit)} s)",
+                     _ok(wall, BAR_OF_LIMIT_WALL)])
+        rows.append([f"{name}: {label} >= 1/2 of the limit per CPU second",
+                     f"{_f(cpu, '.2f')} ({_cpu(form)} CPU s against {_cpu(limit)})",
+                     _ok(cpu, BAR_OF_LIMIT_CPU)])
+        if h.get("load_s") and not h.get("error"):
+            sp = _ratio(h["load_s"], form.get("wall_s"))
+            rows.append([f"{name}: {label} >= 20x HTA's load (wall)",
+                         f"{_f(sp, '.1f')}x of {_f(h['load_s'], '.1f')} s", _ok(sp, BAR_OF_HTA)])
+        bound = 1.5 * (mb or 0) + 150  # the interpreter and its imports included
+        rows.append([f"{name}: {label}: tree RSS <= 1.5x file + 150 MB",
+                     f"{_mb(form, 'tree_rss_mb')} MB against {bound:,.0f} MB",
+                     _ok(bound, form.get("tree_rss_mb"))])
+    return rows
+
+
 def _real_side_by_side(res: dict[str, Any]) -> str:
-    """The single-rank operations on the synthetic trace and on the real-derived one."""
-    sides = {"single": res["decode"], "real": res["decode_real"]}
+    """The single-rank operations on the synthetic trace and on the real-derived ones."""
+    sides = {"single": res["decode"],
+             **{k: res[f"decode_{k}"] for k in REAL_SINGLES if f"decode_{k}" in res}}
     names = {k: res["inputs"].get(k, {}).get("name", k) for k in sides}
     rows = []
     for label, op in (("read bytes", "read"), ("orjson.loads", "orjson"),
@@ -444,9 +487,10 @@ def _real_side_by_side(res: dict[str, Any]) -> str:
     return ("## Single rank: synthetic and real-derived side by side\n\n"
             + _table(["operation", *(f"{names[k]}: wall s / CPU s / MB/s / peak RSS MB"
                                      for k in sides)], rows)
-            + "\n\nThe real-derived trace replicates a corpus H100 trace's events (Python "
-            "functions, CPU ops, runtime and driver calls, kernels, memory events, flows) with "
-            "ids and times shifted per replica (`benchmarks/inputs.py real_set`). Ingest CPU as "
+            + "\n\nEach real-derived trace replicates a corpus trace's events with ids and times "
+            "shifted per replica (`benchmarks/inputs.py real_set`): an H100 inference trace "
+            "(Python functions, CPU ops, runtime and driver calls, kernels, memory events, "
+            "flows) and an NCCL training job's rank 0 (38 % flow events). Ingest CPU as "
             "a share of msgspec's typed-decode CPU limit (1 = at the limit): "
             + ", ".join(share) + ".\n")
 

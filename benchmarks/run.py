@@ -105,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="leave out the real-derived sets (built from the corpus when present)")
     ap.add_argument("--analysis-sets", default="single,r8,r64,real,real_r8",
                     help="input sets the analysis suite runs on (r8 is the target's)")
-    ap.add_argument("--hta-sets", default="single,r8,r64", help="input sets HTA runs on")
+    ap.add_argument("--hta-sets", default="single,r8,r64",
+                    help="input sets HTA runs on (also real, real_nccl: the real-derived "
+                         "single-rank traces, whose ingest bars then include HTA)")
     ap.add_argument("--docs", type=Path, default=REPO / "docs" / "performance.md")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/performance.md")
     ap.add_argument("--from-results", type=Path, default=None, metavar="JSON",
@@ -152,10 +154,17 @@ def main(argv: list[str] | None = None) -> int:
                                         gzip_files=True, log=log)
     # real-derived sets (issue 23): corpus GPU traces replicated to the synthetic sets' sizes;
     # absent corpus -> skipped, and every table shows only what was built
-    if not args.no_real and {"decode", "ingest", "analyses", "first_answer"} & set(parts):
+    hta_sets = [k.strip() for k in args.hta_sets.split(",") if k.strip()] if "hta" in parts else []
+    if not args.no_real and ({"decode", "ingest", "analyses", "first_answer"} & set(parts)
+                             or "real" in hta_sets):
         real = inputs.real_set(root, "single", ranks=1, mb_per_rank=round(250 * s, 1), log=log)
         if real is not None:
             sets["real"] = real
+    if not args.no_real and ("decode" in parts or "real_nccl" in hta_sets):
+        # a second event mix (HTA's NCCL rank 0: 38 % flows), so that no bar rests on one
+        nccl = inputs.real_set(root, "ranks", ranks=1, mb_per_rank=round(250 * s, 1), log=log)
+        if nccl is not None:
+            sets["real_nccl"] = nccl
     if not args.no_real and {"ingest", "analyses", "first_answer"} & set(parts):
         real_r8 = inputs.real_set(root, "ranks", ranks=8, mb_per_rank=round(100 * s, 1), log=log)
         if real_r8 is not None:
@@ -194,21 +203,22 @@ def main(argv: list[str] | None = None) -> int:
             f"-o: {d['ingest_store'].get('wall_s')}, pure: {d['ingest_pure'].get('wall_s')}")
         d["reopen"] = best("reopen", args.repeat, paths=p, cache_dir=cache_of("single"))
         res["decode"] = d
-        if "real" in sets:  # the same operations on the real-derived trace, side by side
-            p = _paths(sets["real"])
-            res["decode_real"] = {name: best(name, args.repeat, paths=p) for name in
-                                  ("read", "orjson", "msgspec")}
-            res["decode_real"]["ingest"] = best("ingest", args.repeat, paths=p,
-                                                cache_dir=cache_of("real"))
+        # the same operations on each real-derived trace, side by side (report.REAL_SINGLES)
+        for key in [k for k in report.REAL_SINGLES if k in sets]:
+            p = _paths(sets[key])
+            r = res[f"decode_{key}"] = {name: best(name, args.repeat, paths=p) for name in
+                                        ("read", "orjson", "msgspec")}
+            r["ingest"] = best("ingest", args.repeat, paths=p, cache_dir=cache_of(key))
             real_forms = alternating(args.repeat, {  # the two forms users type, as above
-                "no_cache": dict(paths=p, cache_dir=cache_of("real-nc"), no_cache=True),
-                "store": dict(paths=p, cache_dir=cache_of("real-nc"), no_cache=True,
-                              store_dir=str(args.out / "store-real"))})
-            res["decode_real"]["ingest_no_cache"] = real_forms["no_cache"]
-            res["decode_real"]["ingest_store"] = real_forms["store"]
-            res["decode_real"]["reopen"] = best("reopen", args.repeat, paths=p,
-                                                cache_dir=cache_of("real"))
-            log(f"decode real: ingest {res['decode_real']['ingest'].get('wall_s')}")
+                "no_cache": dict(paths=p, cache_dir=cache_of(f"{key}-nc"), no_cache=True),
+                "store": dict(paths=p, cache_dir=cache_of(f"{key}-nc"), no_cache=True,
+                              store_dir=str(args.out / f"store-{key}"))})
+            r["ingest_no_cache"] = real_forms["no_cache"]
+            r["ingest_store"] = real_forms["store"]
+            r["reopen"] = best("reopen", args.repeat, paths=p, cache_dir=cache_of(key))
+            log(f"decode {key}: ingest {r['ingest'].get('wall_s')}, --no-cache "
+                f"{r['ingest_no_cache'].get('wall_s')}, -o {r['ingest_store'].get('wall_s')}, "
+                f"msgspec {r['msgspec'].get('wall_s')}")
         checkpoint("decode")
 
     if "gzip" in parts:
@@ -356,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             exe = hta.ensure_venv(args.hta_venv or args.out / "hta-venv", args.hta_python, log=log)
             res["hta"]["versions"] = hta.versions(exe)
-            for key in [k.strip() for k in args.hta_sets.split(",") if k.strip()]:
+            for key in hta_sets:
                 folder = hta.trace_dir_for(sets[key].paths, args.out)
                 res["hta"][key] = run_child(hta.command(exe, folder), parse=hta.parse_output)
                 shutil.rmtree(folder, ignore_errors=True)
