@@ -215,9 +215,13 @@ def _validity(valid: np.ndarray) -> pa.Buffer | None:
 
 
 def int64s(values: np.ndarray, valid: np.ndarray) -> pa.Array:
-    values = np.where(valid, values, 0).astype(np.int64, copy=False)
-    return pa.Array.from_buffers(pa.int64(), len(values),
-                                 [_validity(valid), pa.py_buffer(values)])
+    """``values`` as an int64 array, null where ``valid`` is false (those rows zeroed: a
+    copy, made only when there are any; a whole file's times have none)."""
+    bitmap = _validity(valid)
+    if bitmap is not None:
+        values = np.where(valid, values, 0)
+    values = values.astype(np.int64, copy=False)
+    return pa.Array.from_buffers(pa.int64(), len(values), [bitmap, pa.py_buffer(values)])
 
 
 def _coded(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
