@@ -63,7 +63,7 @@ def row_keys(raw: RawColumns, base_ns: int, dropped: dict[str, int],
     ts, ts_ok = int_values(raw, "ts_ns", 0, rows)
     dur, dur_ok = int_values(raw, "dur_ns", 0, rows)
     if base_ns:  # clock_base checked that no time overflows; in place where ts is a copy
-        ts = np.add(ts, base_ns, out=ts if ts.flags.writeable else None)
+        ts = np.add(ts, base_ns, out=ts if ts.flags.owndata else None)
     missing_ts = int((~ts_ok & ~is_metadata).sum())
     no_dur = int((~dur_ok & _is_text(raw.full("ph"), "X")).sum())
     negative = dur_ok & (dur < 0)
