@@ -8,6 +8,7 @@ from ``fixtures.nsys_synthetic.write_bulk``. A set is reused when its ``manifest
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import shutil
 import subprocess
@@ -286,11 +287,14 @@ def real_set(root: Path, kind: str, *, ranks: int, mb_per_rank: float,
             doc["distributedInfo"] = info
         path = folder / f"rank-{rank}.{source.name.split('.')[0]}.x{replicas}.pt.trace.json"
         with open(path, "wb") as out:
-            out.write(orjson.dumps(doc)[:-1] + b',"traceEvents":[')
-            out.write(orjson.dumps(once)[1:-1])
-            for k in range(replicas):
-                chunk = [_replica(e, k * span + rank * 7, k * ids, k * step_span) for e in timed]
-                out.write(b"," + orjson.dumps(chunk)[1:-1])
+            out.write(_opening(doc))
+            # elements joined by commas: a source without metadata events (TraceLens's B200
+            # trace) once began the array with one, which no JSON reader accepts
+            pieces = itertools.chain([once] if once else [], (
+                [_replica(e, k * span + rank * 7, k * ids, k * step_span) for e in timed]
+                for k in range(replicas)))  # one replica in memory at a time
+            for i, piece in enumerate(pieces):
+                out.write((b"," if i else b"") + orjson.dumps(piece)[1:-1])
             out.write(b"]}")
         total_events += len(once) + replicas * len(timed)
         files.append(path)
@@ -298,6 +302,14 @@ def real_set(root: Path, kind: str, *, ranks: int, mb_per_rank: float,
     log(f"  {ranks} files x {replicas} replicas, {m['json_bytes'] / 1e6:.0f} MB JSON in "
         f"{time.perf_counter() - t:.0f} s")
     return _load(name, folder, m)
+
+
+def _opening(doc: dict) -> bytes:
+    """The document's top-level values and the opening of its events array."""
+    import orjson
+
+    head = orjson.dumps(doc)[:-1]
+    return head + (b"," if doc else b"") + b'"traceEvents":['
 
 
 def _id_span(events: list[dict]) -> int:
