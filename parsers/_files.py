@@ -23,7 +23,9 @@ from traceview.errors import UnreadableTraceError
 #: kineto 6: a ``baseTimeNanoseconds`` that wraps the times is refused (entries kept from such a
 #: file held negative times).
 #: kineto 7: an event over 32 MiB or nested over 64 levels is skipped (the C path stored it).
-PARSER_VERSIONS: dict[str, int] = {"kineto": 7, "nsys": 2}
+#: kineto 8: a trace cut short is read by the C scanner up to the damage: ``args_json`` keeps
+#: the file's own text there too (the salvage wrote the decoded objects back out, compact).
+PARSER_VERSIONS: dict[str, int] = {"kineto": 8, "nsys": 2}
 
 
 #: Kineto files on disk from this size are scanned as they are read: mapped (uncompressed) or

@@ -60,6 +60,15 @@ class Salvage:
         self.header = _header(data)
         self._start = opening + 1
 
+    @classmethod
+    def resumed(cls, data: bytes, start: int) -> Salvage:
+        """The salvage of ``data``'s events array from byte ``start`` on (where an element, or
+        the comma after one, begins), as it goes on past the elements before it; no header."""
+        salvage = cls.__new__(cls)
+        salvage.data, salvage.truncated, salvage.skipped = data, False, {}
+        salvage.bare, salvage.header, salvage._start = False, {}, start
+        return salvage
+
     def batches(self) -> Iterator[list[Any]]:
         """The elements, in order, one window's worth at a time."""
         data, size, pos, span = self.data, len(self.data), self._start, WINDOW
@@ -139,6 +148,20 @@ class Salvage:
         return after.start
 
 
+def ends_in_damage(data: bytes, start: int) -> bool:
+    """Whether the events array of ``data`` from byte ``start`` (where an element, or the comma
+    after one, begins) holds no complete element, only damage: then the salvage of the whole
+    array ends with exactly the elements before ``start``. The C scanner's rows before a
+    failure are kept when this holds (``_parse._scan_fast``)."""
+    salvage = Salvage.resumed(data, start)
+    return not any(salvage.batches()) and salvage.truncated and not salvage.skipped
+
+
+def truncation_warning(kept: int) -> str:
+    """The warning of a trace read up to its damage (either path says it the same way)."""
+    return f"input is truncated; kept the {kept} complete events before the damage"
+
+
 def _char_start(data: bytes, end: int) -> int:
     """``end`` moved back to the start of a UTF-8 character (a window never splits one)."""
     back = end
@@ -168,4 +191,5 @@ def _header(data: bytes) -> dict[str, Any]:
     return header
 
 
-__all__ = ["HEADER_KEYS", "TOO_DEEP", "TOO_LARGE", "WINDOW", "Salvage"]
+__all__ = ["HEADER_KEYS", "TOO_DEEP", "TOO_LARGE", "WINDOW", "Salvage", "ends_in_damage",
+           "truncation_warning"]

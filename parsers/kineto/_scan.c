@@ -224,6 +224,12 @@ typedef struct {
     /* The input is a memory-mapped file: reads past an end another process cut it to raise
      * SIGBUS, which the element scans turn into an error (see guarded_elements). */
     int mapped_file;
+    /* keep_damaged (scan()'s last argument): a failure inside the event array keeps the rows
+     * committed before it, and `resume` says where the first element not read begins (the
+     * caller checks that nothing complete follows it: _salvage.ends_in_damage).
+     * `broken`: the columns may hold part of a row (a commit that failed, a file cut short
+     * under a read), so no row can be kept. */
+    int keep_damaged, broken;
 } Scanner;
 
 /* ------------------------------------------------------------------ a mapped file cut short
@@ -1170,7 +1176,7 @@ static int scan_elements_from(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize
             r |= commit(&cols[staged[a]], *rows) == 0 ? 0 : 1;
             cols[staged[a]].has = 0;
         }
-        if (r) { sc->err = "value needs the general path"; return -1; }
+        if (r) { sc->err = "value needs the general path"; sc->broken = 1; return -1; }
         (*rows)++;
         sc->resume = sc->p;
         sc->resume_after = 1;
@@ -1329,6 +1335,7 @@ static void init_cols(Col *cols) {
         sigjmp_buf *outer_ = bus_landing;             \
         if (sigsetjmp(landing_, 1)) {                 \
             (sc)->err = CUT_SHORT;                    \
+            (sc)->broken = 1;                         \
             (rc) = -1;                                \
         } else {                                      \
             bus_landing = &landing_;                  \
@@ -1449,12 +1456,17 @@ static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin
     int rc = guarded_elements(sc, cols, rows, begin_end, hint); /* the second thread is
                                                                  * joined whatever happens */
     if (started) pthread_join(thread, NULL);
-    int ok = rc == 1 && sc->p == hint && second->rc == 0;
-    if (ok) {
+    /* The halves join when both scanned cleanly, or when the second met damage with whole
+     * rows only and the rows before damage are kept (keep_damaged): its error is the scan's. */
+    int joins = rc == 1 && sc->p == hint
+                && (second->rc == 0 || (sc->keep_damaged && !second->sc.broken));
+    if (joins) {
         Py_ssize_t second_rows = second->rows, second_begin_end = second->begin_end;
         sc->too_large += second->sc.too_large;
         sc->too_deep += second->sc.too_deep;
         const char *second_end = second->sc.p;
+        Scanner damaged = second->sc;
+        int second_rc = second->rc;
         /* each half column freed once appended: they were all alive until the end, ~1/5
          * of the scan's peak memory */
         int merged = 1;
@@ -1466,11 +1478,21 @@ static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin
         }
         free_cols(second->cols);
         free(second);
-        if (!merged) { sc->err = "out of memory"; return -1; } /* columns half merged */
+        if (!merged) { /* columns half merged */
+            sc->err = "out of memory";
+            sc->broken = 1;
+            return -1;
+        }
         used_threads = 2;
         *rows += second_rows;
         *begin_end += second_begin_end;
         sc->p = second_end;
+        if (second_rc < 0) {
+            sc->err = damaged.err;
+            sc->resume = damaged.resume;
+            sc->resume_after = damaged.resume_after;
+            return -1;
+        }
         return 0;
     }
     free_cols(second->cols);
@@ -1551,17 +1573,22 @@ static int guarded_top(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *beg
 }
 
 /* scan(buffer, min_parallel, release, progress, follow_step, max_event_bytes, max_depth,
- *      mapped_file)
+ *      mapped_file, keep_damaged)
  *   -> (rows, {column: see col_to_py,
  *              "begin_end_events": count of ph B/E, which the caller pairs,
  *              "too_large", "too_deep": events skipped for the bounds on one event,
  *              "header": {top-level key: raw JSON bytes}, "has_events": bool,
- *              "content_id": xxh3-128 hex of the buffer, or None})
+ *              "content_id": xxh3-128 hex of the buffer, or None,
+ *              "damage": None, or with keep_damaged (message, byte, resume): the event array
+ *                        broke at `byte`; the rows are every event before `resume`, where
+ *                        the first element not read begins})
  * `buffer` is a whole Kineto document (object or bare array). `mapped_file`: the buffer is a
  * memory-mapped file, hashed beside the scan (its content id) and read with SIGBUS guarded.
  * Never set it for other memory: the hasher hands pages back as it goes, which a file mapping
  * faults in again from the file and anonymous memory (a bytes object) reads back as zeros.
- * Raises ValueError("problem at byte N") on anything the tolerant path should handle. */
+ * `keep_damaged`: damage inside the event array (a file cut short, a bad element) keeps the
+ * rows before it (see "damage"; not behind a producer). Raises ValueError("problem at byte
+ * N") on anything else the tolerant path should handle. */
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view, progress = {0};
@@ -1572,8 +1599,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_ssize_t max_event_bytes = PY_SSIZE_T_MAX;
     int max_depth = INT_MAX;
     int mapped_file = 0;
-    if (!PyArg_ParseTuple(args, "y*|npOnnip", &view, &min_parallel, &release, &progress_obj,
-                          &step, &max_event_bytes, &max_depth, &mapped_file))
+    int keep_damaged = 0;
+    if (!PyArg_ParseTuple(args, "y*|npOnnipp", &view, &min_parallel, &release, &progress_obj,
+                          &step, &max_event_bytes, &max_depth, &mapped_file, &keep_damaged))
         return NULL;
 
     if (progress_obj != Py_None) {
@@ -1599,6 +1627,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     sc.max_event_bytes = max_event_bytes;
     sc.max_depth = max_depth;
     sc.mapped_file = mapped_file && !progress.buf;
+    sc.keep_damaged = keep_damaged && !progress.buf; /* behind a producer, the end is its */
     Hasher hasher = {(const char *)view.buf, view.len};
     pthread_t hashing;
     int hashed = 0;
@@ -1630,6 +1659,16 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (sc.mapped_file) unguard_mapped_reads();
     Py_END_ALLOW_THREADS
     if (progress.buf) PyBuffer_Release(&progress);
+    /* damage inside the event array, with whole rows behind it: they are kept */
+    PyObject *damage = NULL;
+    if (rc < 0 && sc.keep_damaged && sc.in_array && !sc.broken && sc.resume) {
+        damage = Py_BuildValue("(snn)", sc.err ? sc.err : "error", sc.p - sc.start,
+                               sc.resume - sc.start);
+        if (!damage) { free_cols(cols); PyBuffer_Release(&view); return NULL; }
+        for (int i = 0; i < N_COLS; i++) col_clear_stage(&cols[i]);
+        found = 1;
+        rc = 0;
+    }
     if (rc < 0) {
         Py_ssize_t pos = sc.p - sc.start;
         free_cols(cols);
@@ -1638,7 +1677,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *out = PyDict_New();
-    if (!out) { free_cols(cols); PyBuffer_Release(&view); return NULL; }
+    if (!out || PyDict_SetItemString(out, "damage", damage ? damage : Py_None) < 0) {
+        Py_XDECREF(out); Py_XDECREF(damage); free_cols(cols); PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_XDECREF(damage);
     for (int i = 0; i < N_COLS; i++) {
         PyObject *v = col_to_py(&cols[i], rows);
         if (!v || PyDict_SetItemString(out, COL_NAMES[i], v) < 0) {
@@ -1730,7 +1773,8 @@ static PyObject *publish(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(buffer, min_parallel_bytes=8 MiB, release=False, progress=None, follow_step=256 KiB, "
-     "max_event_bytes=unbounded, max_depth=unbounded) -> (rows, columns); "
+     "max_event_bytes=unbounded, max_depth=unbounded, mapped_file=False, keep_damaged=False) "
+     "-> (rows, columns); "
      "an event over either bound is skipped and counted (columns' too_large, too_deep); "
      "release only for a memory map: scanned pages are dropped from memory as the scan goes; "
      "progress: 16 writable bytes through which a producer filling `buffer` in another thread "

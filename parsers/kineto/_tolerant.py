@@ -23,7 +23,7 @@ from traceview.errors import UnreadableTraceError
 from traceview.parsers.kineto._bounds import MAX_EVENT_BYTES, MAX_EVENT_DEPTH, TOO_LARGE
 from traceview.parsers.kineto._events import Event, columns_of, valid_utf8
 from traceview.parsers.kineto._input import read_bytes, repair_text
-from traceview.parsers.kineto._salvage import Salvage
+from traceview.parsers.kineto._salvage import Salvage, truncation_warning
 from traceview.parsers.kineto._stream import (
     BatchedColumns,
     Column,
@@ -166,8 +166,7 @@ def _salvaged(path: Path, data: bytes, bare: bool, warnings: list[str],
     except ValueError:
         raise UnreadableTraceError(path, _not_json_reason(data)) from None
     if salvage.truncated:
-        warnings.append(f"input is truncated; kept the {decoded} complete events before "
-                        "the damage")
+        warnings.append(truncation_warning(decoded))
         dropped["truncated"] = dropped.get("truncated", 0) + 1
     if not bare and not decoded and not salvage.truncated and "traceEvents" not in data[
             :2000].decode("utf-8", "replace") and not salvage.header:
