@@ -220,7 +220,20 @@ def _shifted(event: dict, us: float) -> dict:
 REAL_SOURCES = {
     "single": "tracelens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
     "ranks": "hta-tests-data/tests/data/negative_queue_length_values_check/rank0.json.gz",
+    # the other corpus GPU traces, for the sweep (run.py --real-extra): other event mixes
+    # and layouts than the two the code was measured on
+    "b200": "tracelens/tests/traces/b200/eager_trace.json.gz",  # 62 % Python functions
+    "mi300": "tracelens/tests/traces/mi300/resnet_act_checkpoint.json.gz",  # AMD HIP
+    "mtia": "hta-tests-data/tests/data/mtia_trace_single_rank/mtia_rank_0.json.gz",  # no CUDA
+    "timesformer": "tracelens/tests/traces/h100/"
+                   "facebook_timesformer-base-finetuned-k400__1016002.json.gz",
+    "ns_resolution": "hta-tests-data/tests/data/ns_resolution_trace/"
+                     "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",  # sub-us float times
+    "param_resnet": "param/et_replay/tests/inputs/resnet_kineto.json.gz",
 }
+
+#: The sweep's sources (every entry but the two the harness always builds).
+EXTRA_REAL_SOURCES = tuple(k for k in REAL_SOURCES if k not in ("single", "ranks"))
 
 #: Integer ids in ``args`` that must stay unique per replica (shifted by the replica's offset).
 _ID_ARGS = ("correlation", "External id", "Python id", "Python parent id", "Record function id",

@@ -198,9 +198,9 @@ def render(res: dict[str, Any]) -> str:
                             f"{_f(sp, ',.0f')}x", _ok(sp, 20)])
         out.append("")
 
-    if "decode" in res and any(f"decode_{k}" in res for k in REAL_SINGLES):
+    if "decode" in res and real_singles(res):
         out.append(_real_side_by_side(res))
-    for key in [k for k in REAL_SINGLES if f"decode_{k}" in res]:
+    for key in real_singles(res):
         targets += _ingest_bar(res, key)
 
     if "gzip" in res:
@@ -425,8 +425,18 @@ def render(res: dict[str, Any]) -> str:
 
 
 #: The real-derived single-rank traces (results ``decode_KEY``): TraceLens's owlv2 H100
-#: inference trace and HTA's NCCL training rank 0 (``inputs.REAL_SOURCES``), two event mixes
+#: inference trace and HTA's NCCL training rank 0 (``inputs.REAL_SOURCES``), two event mixes;
+#: ``--real-extra`` adds the other corpus GPU traces as ``real_SOURCE`` (``real_singles``)
 REAL_SINGLES = ("real", "real_nccl")
+
+
+def real_singles(res: dict[str, Any]) -> list[str]:
+    """The real-derived single-rank traces measured in ``res`` (its ``decode_real*``
+    results): the two of :data:`REAL_SINGLES` first, then the sweep's in their order."""
+    measured = [k.removeprefix("decode_") for k in res if k.startswith("decode_real")]
+    return ([k for k in REAL_SINGLES if k in measured]
+            + [k for k in measured if k not in REAL_SINGLES])
+
 
 #: Issue 23's ingest bar on a real-derived trace: both forms against msgspec's typed decode
 #: (the limit) measured in the same run
@@ -467,7 +477,7 @@ def _ingest_bar(res: dict[str, Any], key: str) -> list[list[str]]:
 def _real_side_by_side(res: dict[str, Any]) -> str:
     """The single-rank operations on the synthetic trace and on the real-derived ones."""
     sides = {"single": res["decode"],
-             **{k: res[f"decode_{k}"] for k in REAL_SINGLES if f"decode_{k}" in res}}
+             **{k: res[f"decode_{k}"] for k in real_singles(res)}}
     names = {k: res["inputs"].get(k, {}).get("name", k) for k in sides}
     rows = []
     for label, op in (("read bytes", "read"), ("orjson.loads", "orjson"),
@@ -490,7 +500,9 @@ def _real_side_by_side(res: dict[str, Any]) -> str:
             + "\n\nEach real-derived trace replicates a corpus trace's events with ids and times "
             "shifted per replica (`benchmarks/inputs.py real_set`): an H100 inference trace "
             "(Python functions, CPU ops, runtime and driver calls, kernels, memory events, "
-            "flows) and an NCCL training job's rank 0 (38 % flow events). Ingest CPU as "
+            "flows) and an NCCL training job's rank 0 (38 % flow events); with `--real-extra`, "
+            "the other corpus GPU traces (B200 eager with Python functions, MI300 HIP, MTIA, "
+            "...). Ingest CPU as "
             "a share of msgspec's typed-decode CPU limit (1 = at the limit): "
             + ", ".join(share) + ".\n")
 

@@ -108,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-sets", default="single,r8,r64",
                     help="input sets HTA runs on (also real, real_nccl: the real-derived "
                          "single-rank traces, whose ingest bars then include HTA)")
+    ap.add_argument("--real-extra", default="",
+                    help="more real-derived single-rank traces for the decode part: a comma "
+                         f"list of {', '.join(inputs.EXTRA_REAL_SOURCES)}, or 'all' (each "
+                         "corpus GPU trace replicated to 250 MB, with the ingest bar)")
     ap.add_argument("--docs", type=Path, default=REPO / "docs" / "performance.md")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/performance.md")
     ap.add_argument("--from-results", type=Path, default=None, metavar="JSON",
@@ -165,6 +169,15 @@ def main(argv: list[str] | None = None) -> int:
         nccl = inputs.real_set(root, "ranks", ranks=1, mb_per_rank=round(250 * s, 1), log=log)
         if nccl is not None:
             sets["real_nccl"] = nccl
+    extra = (list(inputs.EXTRA_REAL_SOURCES) if args.real_extra.strip() == "all" else
+             [k.strip() for k in args.real_extra.split(",") if k.strip()])
+    for key in extra if not args.no_real and "decode" in parts else []:
+        if key not in inputs.EXTRA_REAL_SOURCES:
+            ap.error(f"--real-extra: unknown source {key!r} "
+                     f"(one of {', '.join(inputs.EXTRA_REAL_SOURCES)})")
+        made = inputs.real_set(root, key, ranks=1, mb_per_rank=round(250 * s, 1), log=log)
+        if made is not None:
+            sets[f"real_{key}"] = made
     if not args.no_real and {"ingest", "analyses", "first_answer"} & set(parts):
         real_r8 = inputs.real_set(root, "ranks", ranks=8, mb_per_rank=round(100 * s, 1), log=log)
         if real_r8 is not None:
@@ -203,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
             f"-o: {d['ingest_store'].get('wall_s')}, pure: {d['ingest_pure'].get('wall_s')}")
         d["reopen"] = best("reopen", args.repeat, paths=p, cache_dir=cache_of("single"))
         res["decode"] = d
-        # the same operations on each real-derived trace, side by side (report.REAL_SINGLES)
-        for key in [k for k in report.REAL_SINGLES if k in sets]:
+        # the same operations on each real-derived trace, side by side (report.real_singles)
+        for key in [k for k in (*report.REAL_SINGLES, *(f"real_{e}" for e in extra))
+                    if k in sets]:
             p = _paths(sets[key])
             r = res[f"decode_{key}"] = {name: best(name, args.repeat, paths=p) for name in
                                         ("read", "orjson", "msgspec")}

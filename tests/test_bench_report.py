@@ -48,3 +48,16 @@ def test_a_set_hta_did_not_run_on_has_no_hta_row_and_both_sets_are_side_by_side(
     res["inputs"]["single"] = {"name": "synthetic", "json_mb": 300.0}
     table = report._real_side_by_side(res)
     assert "synthetic: wall s" in table and "owlv2: wall s" in table and "nccl: wall s" in table
+
+
+def test_the_sweep_traces_get_the_bar_after_the_two_the_harness_always_builds():
+    # run.py --real-extra mtia,b200: their results sit beside the two, in the order asked
+    res = _results(real_mtia={}, real_nccl={}, real_b200={}, real={})
+    assert report.real_singles(res) == ["real", "real_nccl", "real_mtia", "real_b200"]
+    res["inputs"]["real_mtia"] = {"name": "mtia", "json_mb": 300.0}
+    res["decode_real_mtia"] = {"msgspec": _form(0.7, 0.8, 900),
+                               "ingest_no_cache": _form(1.2, 1.7, 601)}  # bound 600
+    rows = {label: met for label, _, met in report._ingest_bar(res, "real_mtia")}
+    assert rows["mtia: ingest --no-cache >= 2/3 of the typed-decode limit (wall)"] == "**no**"
+    assert rows["mtia: ingest --no-cache >= 1/2 of the limit per CPU second"] == "**no**"
+    assert rows["mtia: ingest --no-cache: tree RSS <= 1.5x file + 150 MB"] == "**no**"
