@@ -152,3 +152,45 @@ def test_validate_accepts_the_windows_and_still_flags_overlap(capsys, tmp_path) 
     _trace(tmp_path / "b.json", 15, steps=(3, 4))
     code, out, _ = _run(capsys, "validate", str(tmp_path), "--json")
     assert code == 1 and [p["code"] for p in json.loads(out)["problems"]] == ["duplicate_rank"]
+
+
+# ---- a file's span, from the footer or from the parse's columns -----------------------------
+
+@pytest.mark.parametrize("with_steps", [True, False], ids=["steps", "no-step-markers"])
+def test_the_span_an_ingest_records_is_the_one_its_events_file_holds(tmp_path, monkeypatch,
+                                                                     with_steps):
+    """Hand-drawn: a marker 100-400 ns (when there are steps), an op 150-250, a kernel
+    starting last at 500 for 300 ns. With step markers the footer's statistics answer (the end
+    is the last start, 500); without them the span comes from the parse's own columns, as
+    reading the file back would give it (the end is the last end, 800)."""
+    from traceview.store import ingest as ingest_module
+    from traceview.store.parquet import scan_events
+    from traceview.store.windows import file_span, span_of_rows
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 0.15,
+               "dur": 0.1},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0.5,
+               "dur": 0.3}]
+    if with_steps:
+        events.insert(0, {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3",
+                          "pid": 1, "tid": 1, "ts": 0.1, "dur": 0.3})
+    path = write_trace(tmp_path / "rank0.pt.trace.json", events)
+    from traceview.store import windows
+
+    def read_back(_):
+        raise AssertionError("the ingest read its events file back for its span")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(windows, "file_span", read_back)
+        result = ingest_module.ingest([path], cache_dir=tmp_path / "cache").files[0]
+    span = result.rough_span
+    start = 100 if with_steps else 150
+    assert (span["start_ns"], span["end_ns"]) == (start, 500 if with_steps else 800)
+    assert (span["first_step"], span["last_step"]) == ((3, 3) if with_steps else (None, None))
+    if not with_steps:  # what reading the file back says
+        read = file_span(result.events_path)
+        assert (read.start_ns, read.end_ns, read.first_step, read.last_step) == \
+            (150, 800, None, None)
+        frame = scan_events(result.events_path).collect()
+        again = span_of_rows(frame["ts_ns"], frame["dur_ns"], frame["step"])
+        assert again == read.__class__(**{**read.__dict__, "pid": None})

@@ -51,7 +51,7 @@ from traceview.store.ingested import FileResult, IngestResult
 from traceview.store.placement import place, resolve_ranks
 from traceview.store.safe_write import is_ours
 from traceview.store.steps import StepsOfRows
-from traceview.store.windows import rough_span
+from traceview.store.windows import rough_span, span_of_rows
 
 #: Imported on first use (~0.1-0.2 s with numpy): a run read from the cache reads Parquet
 #: through Polars and needs none of it (log 41 of docs/performance.md).
@@ -267,7 +267,8 @@ def _stored(parsed: Any, path: str, cid: str, base: Path | None, events_path: Pa
             ) -> FileResult:
     """The parse's events written into the cache entry (or memory), and the file's result."""
     file_path = Path(path)
-    steps = StepsOfRows(_step_keys(parsed.events))
+    keys = _step_keys(parsed.events)
+    steps = StepsOfRows(keys)
     written, data, note = _write_parsed(parsed, steps, base, events_path)
     result = FileResult(
         path=path, format=parsed.format, size_bytes=file_path.stat().st_size, content_id=cid,
@@ -276,7 +277,8 @@ def _stored(parsed: Any, path: str, cid: str, base: Path | None, events_path: Pa
         dropped=parsed.dropped, warnings=[*parsed.warnings, *step_warnings(steps)],
         events_data=data, notes=[note] if note else [],
     )
-    result.rough_span = asdict(rough_span(result.events_source))
+    result.rough_span = asdict(rough_span(result.events_source, exact=lambda: span_of_rows(
+        keys["ts_ns"], keys["dur_ns"], steps.column())))
     return result
 
 
