@@ -18,6 +18,9 @@ import pytest
 
 from traceview.parsers.kineto import _parse
 
+pytestmark = pytest.mark.skipif(_parse._kineto_scan is None,
+                                reason="the C scanner is not built here")
+
 _SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "gpu_real" / \
     "sampled_rank-0.json.gz"
 
@@ -57,6 +60,15 @@ def scanner_threads(monkeypatch, request):
     return request.param
 
 
+@pytest.fixture
+def salvage_reads(monkeypatch) -> list[int]:
+    """One entry each time a parse left its file to the tolerant reader (the salvage)."""
+    tolerant = _parse._read_tolerantly
+    reads: list[int] = []
+    monkeypatch.setattr(_parse, "_read_tolerantly", lambda *a: reads.append(1) or tolerant(*a))
+    return reads
+
+
 def _same_events(fast, slow) -> bool:
     """Equal tables, ``args_json`` compared as the values it holds: the scanner keeps each
     args object's text as the file wrote it (as it does for an intact file), the salvage
@@ -75,36 +87,30 @@ def _parsed(path: Path, monkeypatch, scanner) -> tuple:
     return parsed.events, parsed.dropped, parsed.warnings, parsed.input_events
 
 
-@pytest.mark.skipif(_parse._kineto_scan is None, reason="the C scanner is not built here")
 @pytest.mark.parametrize("scanner_threads", [1, 2], indirect=True)
 def test_a_trace_cut_anywhere_reads_as_the_salvage_reads_it(tmp_path, monkeypatch,
-                                                            scanner_threads):
+                                                            scanner_threads, salvage_reads):
     data = _trace()
     fast_scanner = _parse._kineto_scan
-    tolerant = _parse._read_tolerantly
-    slow_reads = []
-    monkeypatch.setattr(_parse, "_read_tolerantly",
-                        lambda *a: slow_reads.append(1) or tolerant(*a))
     for cut in _cuts(data, 14, seed=scanner_threads):
         path = tmp_path / f"cut-{cut}.pt.trace.json"
         path.write_bytes(data[:cut])
         fast = _parsed(path, monkeypatch, fast_scanner)
-        assert not slow_reads, f"cut at {cut}: the C scanner left it to the salvage"
+        assert not salvage_reads, f"cut at {cut}: the C scanner left it to the salvage"
         slow = _parsed(path, monkeypatch, None)
         assert fast[1:] == slow[1:], f"cut at {cut}"
         assert _same_events(fast[0], slow[0]), f"cut at {cut}"
         assert fast[1] == {"truncated": 1} and "input is truncated" in fast[2][0]
-        slow_reads.clear()
+        salvage_reads.clear()
 
 
-@pytest.mark.skipif(_parse._kineto_scan is None, reason="the C scanner is not built here")
 @pytest.mark.parametrize("scanner_threads", [1, 2], indirect=True)
 @pytest.mark.parametrize("damage,salvage_reads_on", [
     (b"{@@@@", False),  # an element that is no JSON: the salvage stops there, and so do we
     (b"7, {", True),    # a number where an event should be: the salvage reads on past it
 ], ids=["bad-element", "number-element"])
 def test_damage_inside_the_events_array(tmp_path, monkeypatch, scanner_threads, damage,
-                                        salvage_reads_on):
+                                        salvage_reads_on, salvage_reads):
     """Damage in the middle, events after it. Where the salvage stops at the damage, the
     scanner's rows before it are its answer; where the salvage reads on (a complete element
     the scanner does not take), the file is left to it."""
@@ -114,18 +120,13 @@ def test_damage_inside_the_events_array(tmp_path, monkeypatch, scanner_threads, 
     path = tmp_path / "damaged.pt.trace.json"
     path.write_bytes(bytes(data))
     fast_scanner = _parse._kineto_scan
-    tolerant = _parse._read_tolerantly
-    slow_reads = []
-    monkeypatch.setattr(_parse, "_read_tolerantly",
-                        lambda *a: slow_reads.append(1) or tolerant(*a))
     fast = _parsed(path, monkeypatch, fast_scanner)
-    assert slow_reads == ([1] if salvage_reads_on else [])
+    assert salvage_reads == ([1] if salvage_reads_on else [])
     slow = _parsed(path, monkeypatch, None)
     assert fast[1:] == slow[1:] and _same_events(fast[0], slow[0])
     assert ("truncated" in fast[1]) is not salvage_reads_on
 
 
-@pytest.mark.skipif(_parse._kineto_scan is None, reason="the C scanner is not built here")
 def test_a_document_cut_after_its_events_array_keeps_every_event(tmp_path, monkeypatch):
     """Cut after the events array's ``]``: every event is there, and nothing is said to be
     missing (the salvage's reading), whichever path reads it."""
@@ -139,9 +140,9 @@ def test_a_document_cut_after_its_events_array_keeps_every_event(tmp_path, monke
     assert fast[0].num_rows == fast[3] and not fast[1]
 
 
-@pytest.mark.skipif(_parse._kineto_scan is None, reason="the C scanner is not built here")
 @pytest.mark.parametrize("follow", [True, False], ids=["inflated-beside-the-scan", "inflated-first"])
-def test_a_gzip_stream_cut_short_reads_as_the_salvage_reads_it(tmp_path, monkeypatch, follow):
+def test_a_gzip_stream_cut_short_reads_as_the_salvage_reads_it(tmp_path, monkeypatch, follow,
+                                                               salvage_reads):
     """A .json.gz cut short: the scan that followed the inflating thread fails with it, and
     what inflates is read once and scanned again up to the damage."""
     monkeypatch.setattr(_parse, "FOLLOW_FROM_BYTES", 0 if follow else 1 << 40)
@@ -149,12 +150,8 @@ def test_a_gzip_stream_cut_short_reads_as_the_salvage_reads_it(tmp_path, monkeyp
     path = tmp_path / "cut.pt.trace.json.gz"
     path.write_bytes(packed[:len(packed) * 2 // 3])
     fast_scanner = _parse._kineto_scan
-    tolerant = _parse._read_tolerantly
-    slow_reads = []
-    monkeypatch.setattr(_parse, "_read_tolerantly",
-                        lambda *a: slow_reads.append(1) or tolerant(*a))
     fast = _parsed(path, monkeypatch, fast_scanner)
-    assert not slow_reads
+    assert not salvage_reads
     slow = _parsed(path, monkeypatch, None)
     assert fast[1:] == slow[1:] and _same_events(fast[0], slow[0])
     assert fast[2] == ["gzip stream is truncated; reading what inflates",
