@@ -157,3 +157,47 @@ def test_a_gzip_stream_cut_short_reads_as_the_salvage_reads_it(tmp_path, monkeyp
     assert fast[2] == ["gzip stream is truncated; reading what inflates",
                        f"input is truncated; kept the {fast[0].num_rows} complete events "
                        "before the damage"]
+
+
+def _small_trace(bare: bool = False, begin_end: bool = False) -> bytes:
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i,
+               "dur": 5, "args": {"External id": i}} for i in range(6)]
+    if begin_end:
+        events[2:4] = [{"ph": "B", "name": "span", "pid": 1, "tid": 1, "ts": 20},
+                       {"ph": "E", "name": "span", "pid": 1, "tid": 1, "ts": 30}]
+    if bare:
+        return json.dumps(events).encode()
+    return json.dumps({"distributedInfo": {"rank": 3}, "traceEvents": events,
+                       "deviceProperties": [{"id": 0}]}).encode()
+
+
+@pytest.mark.parametrize("shape,cut", [
+    ("object", lambda d: d.index(b'"traceEvents"') + 5),   # inside the key: no events array
+    ("object", lambda d: d.index(b"[") + 1),                # just after the array opens
+    ("object", lambda d: d.index(b'"op3"') + 2),            # inside an event's name
+    ("object", lambda d: d.index(b'"External id": 4') + 15),  # inside a number in args
+    ("object", lambda d: d.index(b'"deviceProperties"') + 4),  # in a value after the array
+    ("bare", lambda d: d.index(b'"op4"')),                  # the old layout, a bare array
+    ("begin_end", lambda d: d.index(b'"op5"')),             # B/E pairs: the tolerant path
+], ids=["in-the-key", "after-the-bracket", "in-a-name", "in-a-number", "after-the-array",
+        "bare-array", "begin-end-pairs"])
+def test_small_traces_cut_at_the_awkward_places(tmp_path, monkeypatch, shape, cut):
+    """Whatever the cut, the parse with the C scanner says what the pure-Python path says:
+    the same rows, dropped counts and warnings, or the same one-line error."""
+    from traceview.errors import UnreadableTraceError
+
+    data = _small_trace(bare=shape == "bare", begin_end=shape == "begin_end")
+    path = tmp_path / "cut.pt.trace.json"
+    path.write_bytes(data[:cut(data)])
+
+    def outcome(scanner):
+        try:
+            return _parsed(path, monkeypatch, scanner)
+        except UnreadableTraceError as exc:
+            return str(exc)
+
+    fast, slow = outcome(_parse._kineto_scan), outcome(None)
+    if isinstance(slow, str):
+        assert fast == slow
+    else:
+        assert fast[1:] == slow[1:] and _same_events(fast[0], slow[0])
