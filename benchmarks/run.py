@@ -120,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_results:
         return _emit(json.loads(args.from_results.read_text()), args)
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    extra = (list(inputs.EXTRA_REAL_SOURCES) if args.real_extra.strip() == "all" else
+             [k.strip() for k in args.real_extra.split(",") if k.strip()])
+    if unknown_sources := sorted(set(extra) - set(inputs.EXTRA_REAL_SOURCES)):
+        ap.error(f"--real-extra: unknown source(s) {', '.join(unknown_sources)} "
+                 f"(one of {', '.join(inputs.EXTRA_REAL_SOURCES)})")
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         ap.error(f"unknown part(s) {unknown}; choose from {', '.join(PARTS)}")
@@ -169,12 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         nccl = inputs.real_set(root, "ranks", ranks=1, mb_per_rank=round(250 * s, 1), log=log)
         if nccl is not None:
             sets["real_nccl"] = nccl
-    extra = (list(inputs.EXTRA_REAL_SOURCES) if args.real_extra.strip() == "all" else
-             [k.strip() for k in args.real_extra.split(",") if k.strip()])
     for key in extra if not args.no_real and "decode" in parts else []:
-        if key not in inputs.EXTRA_REAL_SOURCES:
-            ap.error(f"--real-extra: unknown source {key!r} "
-                     f"(one of {', '.join(inputs.EXTRA_REAL_SOURCES)})")
         made = inputs.real_set(root, key, ranks=1, mb_per_rank=round(250 * s, 1), log=log)
         if made is not None:
             sets[f"real_{key}"] = made
