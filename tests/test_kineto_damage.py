@@ -141,20 +141,27 @@ def test_a_document_cut_after_its_events_array_keeps_every_event(tmp_path, monke
 
 
 @pytest.mark.parametrize("follow", [True, False], ids=["inflated-beside-the-scan", "inflated-first"])
-def test_a_gzip_stream_cut_short_reads_as_the_salvage_reads_it(tmp_path, monkeypatch, follow,
-                                                               salvage_reads):
-    """A .json.gz cut short: the scan that followed the inflating thread fails with it, and
-    what inflates is read once and scanned again up to the damage."""
+@pytest.mark.parametrize("what_was_cut", ["the-gzip-stream", "the-json-then-gzipped"])
+def test_a_gzip_trace_cut_short_reads_as_the_salvage_reads_it(tmp_path, monkeypatch, follow,
+                                                              what_was_cut, salvage_reads):
+    """A .json.gz cut short, or a trace cut short and then gzipped whole: the scan that
+    followed the inflating thread fails, and what inflates is read once and scanned again up
+    to the damage."""
     monkeypatch.setattr(_parse, "FOLLOW_FROM_BYTES", 0 if follow else 1 << 40)
-    packed = gzip.compress(_trace(), compresslevel=1)
+    data = _trace()
     path = tmp_path / "cut.pt.trace.json.gz"
-    path.write_bytes(packed[:len(packed) * 2 // 3])
+    if what_was_cut == "the-gzip-stream":
+        packed = gzip.compress(data, compresslevel=1)
+        path.write_bytes(packed[:len(packed) * 2 // 3])
+    else:
+        path.write_bytes(gzip.compress(data[:len(data) * 2 // 3], compresslevel=1))
     fast_scanner = _parse._kineto_scan
     fast = _parsed(path, monkeypatch, fast_scanner)
     assert not salvage_reads
     slow = _parsed(path, monkeypatch, None)
     assert fast[1:] == slow[1:] and _same_events(fast[0], slow[0])
-    assert fast[2] == ["gzip stream is truncated; reading what inflates",
+    assert fast[2] == [*(["gzip stream is truncated; reading what inflates"]
+                         if what_was_cut == "the-gzip-stream" else []),
                        f"input is truncated; kept the {fast[0].num_rows} complete events "
                        "before the damage"]
 

@@ -43,13 +43,6 @@ class Input:
     #: content id) and turns a file cut short under it into a failed scan (``_scan.scan``)
     mapped_file: bool = False
 
-    def producer_failed(self) -> bool:
-        """Whether the thread filling ``data`` stopped short of the size the gzip trailer
-        records (a stream cut short or damaged, several members, over 4 GiB): the bytes are
-        then read again with :func:`read_bytes`, which inflates what there is."""
-        return self.progress is not None and \
-            int.from_bytes(self.progress[8:16], "little", signed=True) == _scan.FAILED
-
 
 @contextmanager
 def open_input(path: Path, warnings: list[str], *, follow: bool = False) -> Iterator[Input]:

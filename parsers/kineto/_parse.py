@@ -89,12 +89,15 @@ def parse_batched(path: Path, **_options: object) -> ParsedFile:
     warnings: list[str] = []
     dropped: dict[str, int] = {}
     with open_input(path, warnings, follow=_worth_following(path)) as given:
-        fast = _scan_fast(path, given, dropped, warnings)
-        if fast is None and given.producer_failed():
-            # a gzip stream cut short under the scan: what inflates, read once, is scanned
-            # again up to the damage (the tolerant path reads the same bytes if not)
+        scanned = _scan(given)
+        if scanned is None and given.progress is not None:
+            # the scan that followed an inflating thread failed (a gzip stream cut short, a
+            # trace cut short before it was gzipped, anything the scanner does not read):
+            # what inflates, read once, is scanned again keeping the rows before any damage,
+            # and the tolerant path reads the same bytes if that declines too
             given = Input(read_bytes(path, warnings), releasable=False)
-            fast = _scan_fast(path, given, dropped, warnings)
+            scanned = _scan(given)
+        fast = None if scanned is None else _fast_columns(given, scanned, dropped, warnings)
         content_id = None
         if fast is not None:
             raw, header, content_id = fast
@@ -200,10 +203,24 @@ _RAW_COLUMNS: dict[str, pa.DataType] = {
 _REPEATING_TEXT = REPEATING_TEXT
 
 
-def _scan_fast(path: Path, given: Input, dropped: dict[str, int], warnings: list[str]
-               ) -> tuple[RawColumns, dict[str, Any], str | None] | None:
-    """The C scanner over well-formed input, or input whose events array ends in damage (a
-    file cut short): (columns, header, the content id of a mapped file, hashed beside the
+def _scan(given: Input) -> tuple[int, dict[str, Any]] | None:
+    """The C scanner's rows and columns (``_scan.c``'s ``scan``), keeping the rows before any
+    damage inside the events array (not behind an inflating thread); None when there is no
+    scanner or it does not read the input."""
+    if _kineto_scan is None:
+        return None
+    try:
+        return _kineto_scan.scan(given.data, 8 << 20, given.releasable, given.progress,
+                                 256 << 10, MAX_EVENT_BYTES, MAX_EVENT_DEPTH, given.mapped_file,
+                                 True)
+    except ValueError:
+        return None
+
+
+def _fast_columns(given: Input, scanned: tuple[int, dict[str, Any]], dropped: dict[str, int],
+                  warnings: list[str]) -> tuple[RawColumns, dict[str, Any], str | None] | None:
+    """The scan of well-formed input, or of input whose events array ends in damage (a file
+    cut short), as (columns, header, the content id of a mapped file, hashed beside the
     scan); None sends the caller to the tolerant path. Events over the bounds on one event
     are counted in ``dropped``.
 
@@ -211,12 +228,8 @@ def _scan_fast(path: Path, given: Input, dropped: dict[str, int], warnings: list
     when nothing complete follows that element (``ends_in_damage``): exactly what the salvage
     would keep, with its warning, without its ~15x slower element-by-element decode
     (a 200 MB trace cut short: 17 s and 740 MB before; docs/performance.md, log 52)."""
-    if _kineto_scan is None:
-        return None
+    rows, columns = scanned
     try:
-        rows, columns = _kineto_scan.scan(given.data, 8 << 20, given.releasable,
-                                          given.progress, 256 << 10, MAX_EVENT_BYTES,
-                                          MAX_EVENT_DEPTH, given.mapped_file, True)
         if not columns["has_events"]:
             return None  # no event array: the tolerant path words the error
         damage = columns["damage"]

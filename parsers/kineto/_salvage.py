@@ -152,7 +152,7 @@ def ends_in_damage(data: bytes, start: int) -> bool:
     """Whether the events array of ``data`` from byte ``start`` (where an element, or the comma
     after one, begins) holds no complete element, only damage: then the salvage of the whole
     array ends with exactly the elements before ``start``. The C scanner's rows before a
-    failure are kept when this holds (``_parse._scan_fast``)."""
+    failure are kept when this holds (``_parse._fast_columns``)."""
     salvage = Salvage.resumed(data, start)
     return not any(salvage.batches()) and salvage.truncated and not salvage.skipped
 
