@@ -43,13 +43,19 @@ class Salvage:
     that decode (an empty dict for a bare array). Raises ValueError when there is no events
     array."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, resume_at: int | None = None) -> None:
         self.data = data
         self.truncated = False
         self.skipped: dict[str, int] = {}
+        self.bare = False
+        self.header: dict[str, Any] = {}
+        if resume_at is not None:
+            # read on from byte ``resume_at`` (an element, or the comma after one), as the
+            # salvage of the whole array goes on past the elements before it; no header
+            self._start = resume_at
+            return
         first = _NON_SPACE_BYTES.search(data)
         self.bare = first is not None and data[first.start():first.start() + 1] == b"["
-        self.header: dict[str, Any] = {}
         if self.bare:
             self._start = first.start() + 1
             return
@@ -59,15 +65,6 @@ class Salvage:
             raise ValueError("no traceEvents array")
         self.header = _header(data)
         self._start = opening + 1
-
-    @classmethod
-    def resumed(cls, data: bytes, start: int) -> Salvage:
-        """The salvage of ``data``'s events array from byte ``start`` on (where an element, or
-        the comma after one, begins), as it goes on past the elements before it; no header."""
-        salvage = cls.__new__(cls)
-        salvage.data, salvage.truncated, salvage.skipped = data, False, {}
-        salvage.bare, salvage.header, salvage._start = False, {}, start
-        return salvage
 
     def batches(self) -> Iterator[list[Any]]:
         """The elements, in order, one window's worth at a time."""
@@ -153,7 +150,7 @@ def ends_in_damage(data: bytes, start: int) -> bool:
     after one, begins) holds no complete element, only damage: then the salvage of the whole
     array ends with exactly the elements before ``start``. The C scanner's rows before a
     failure are kept when this holds (``_parse._fast_columns``)."""
-    salvage = Salvage.resumed(data, start)
+    salvage = Salvage(data, resume_at=start)
     return not any(salvage.batches()) and salvage.truncated and not salvage.skipped
 
 

@@ -1465,8 +1465,9 @@ static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin
         sc->too_large += second->sc.too_large;
         sc->too_deep += second->sc.too_deep;
         const char *second_end = second->sc.p;
-        Scanner damaged = second->sc;
-        int second_rc = second->rc;
+        /* where the second half met damage, if it did (its state is freed below) */
+        int second_rc = second->rc, second_resume_after = second->sc.resume_after;
+        const char *second_err = second->sc.err, *second_resume = second->sc.resume;
         /* each half column freed once appended: they were all alive until the end, ~1/5
          * of the scan's peak memory */
         int merged = 1;
@@ -1488,9 +1489,9 @@ static int scan_rest(Scanner *sc, Col *cols, Py_ssize_t *rows, Py_ssize_t *begin
         *begin_end += second_begin_end;
         sc->p = second_end;
         if (second_rc < 0) {
-            sc->err = damaged.err;
-            sc->resume = damaged.resume;
-            sc->resume_after = damaged.resume_after;
+            sc->err = second_err;
+            sc->resume = second_resume;
+            sc->resume_after = second_resume_after;
             return -1;
         }
         return 0;
