@@ -1,0 +1,130 @@
+"""Step times from a replay, and the replay's self-check against the measured run.
+
+A rank's step time is its step marker's end minus its start; a step's time is the mean over
+the ranks (replayed: the same on the replayed times of the same two points). The
+**replay error** of a step is |replayed - measured| / measured; the run's ``median`` and
+``p90`` are over the window's steps (linear interpolation). The replay is **trusted** when
+the p90 is at most ``TRUSTED_P90`` (the OSDI'25 straggler study kept only traces within 5%).
+Where it is not, each step beyond it names the point whose replayed time moved most against
+its queue's previous point: the rank, the queue, the kind of point and the dependency it
+waited on, so a missing or wrong edge is named, not hidden.
+
+>>> import polars as pl
+>>> pts = pl.DataFrame({"point": [0, 1, 2, 3], "rank": [0, 0, 1, 1], "kind": ["step_start",
+...     "step_end"] * 2, "t_ns": [0, 100, 0, 110], "step": [1, 1, 1, 1]})
+>>> step_times(pts, [0, 100, 0, 100]).rows()
+[(1, 105, 100)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceview._dependencies import lazy_module
+
+from .graph import ReplayGraph
+from .simulate import Replayed
+
+np = lazy_module("numpy")
+
+#: Above this p90 of the per-step error, verdicts built on the replay are low-confidence.
+TRUSTED_P90 = 0.05
+
+STEP_SCHEMA: dict[str, pl.DataType] = {"step": pl.Int64, "measured_ns": pl.Int64,
+                                       "replayed_ns": pl.Int64}
+
+
+def rank_step_times(points: pl.DataFrame, time: object) -> pl.DataFrame:
+    """``rank, step, measured_ns, replayed_ns`` per rank and step (``time``: replayed time
+    per node, the points first)."""
+    marks = points.filter(pl.col("kind").is_in(["step_start", "step_end"])).select(
+        "rank", "step", "kind", "t_ns", r=pl.Series(np.asarray(time)[:points.height])
+        .gather(points.filter(pl.col("kind").is_in(["step_start", "step_end"]))
+                .get_column("point")))
+    wide = marks.pivot("kind", index=["rank", "step"], values=["t_ns", "r"],
+                       aggregate_function="first")
+    if "t_ns_step_end" not in wide.columns or "t_ns_step_start" not in wide.columns:
+        return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64,
+                                    "measured_ns": pl.Int64, "replayed_ns": pl.Int64})
+    return wide.select(
+        "rank", "step", measured_ns=pl.col("t_ns_step_end") - pl.col("t_ns_step_start"),
+        replayed_ns=pl.col("r_step_end") - pl.col("r_step_start")).drop_nulls() \
+        .sort("step", "rank")
+
+
+def step_times(points: pl.DataFrame, time: object) -> pl.DataFrame:
+    """``STEP_SCHEMA``: per step, the mean over ranks of the measured and replayed times."""
+    per = rank_step_times(points, time)
+    return per.group_by("step").agg(
+        measured_ns=pl.col("measured_ns").mean().round(0).cast(pl.Int64),
+        replayed_ns=pl.col("replayed_ns").mean().round(0).cast(pl.Int64)) \
+        .sort("step").select(list(STEP_SCHEMA))
+
+
+@dataclass(frozen=True)
+class SelfCheck:
+    """The replay of the measured run against the run: ``steps`` (``STEP_SCHEMA`` with
+    ``error``), the error's ``median`` and ``p90``, ``trusted``, and ``causes``: per step
+    beyond ``TRUSTED_P90``, the point that reproduces worst (empty when trusted)."""
+
+    steps: pl.DataFrame
+    median: float | None
+    p90: float | None
+    trusted: bool
+    causes: pl.DataFrame
+    forced: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"median": self.median, "p90": self.p90}
+
+
+def self_check(graph: ReplayGraph, replayed: Replayed) -> SelfCheck:
+    steps = step_times(graph.points, replayed.time).with_columns(
+        error=((pl.col("replayed_ns") - pl.col("measured_ns")).abs()
+               / pl.col("measured_ns").cast(pl.Float64)))
+    if steps.height == 0:
+        return SelfCheck(steps, None, None, False, _no_causes(), replayed.forced)
+    err = steps.get_column("error")
+    median = float(err.median())
+    p90 = float(err.quantile(0.9, "linear"))
+    trusted = p90 <= TRUSTED_P90 and replayed.forced == 0
+    bad = steps.filter(pl.col("error") > TRUSTED_P90).get_column("step")
+    causes = _causes(graph, replayed, bad) if bad.len() else _no_causes()
+    return SelfCheck(steps, median, p90, trusted, causes, replayed.forced)
+
+
+def _no_causes() -> pl.DataFrame:
+    return pl.DataFrame(schema={"step": pl.Int64, "rank": pl.Int32, "role": pl.String,
+                                "kind": pl.String, "instance": pl.String,
+                                "drift_ns": pl.Int64, "what": pl.String})
+
+
+def _causes(graph: ReplayGraph, replayed: Replayed, steps: pl.Series) -> pl.DataFrame:
+    """Per step, the point whose replayed time drifts most from the measured one relative
+    to its queue's previous point: there the replay's dependencies and the run disagree."""
+    pts = graph.points
+    measured = np.concatenate([pts.get_column("t_ns").to_numpy(),
+                               graph.instances.get_column("last_arrival_ns").to_numpy()])
+    dev = replayed.time - measured
+    # drift: how far the point moved against the node that set its replayed time
+    by = np.where(replayed.pred >= 0, replayed.pred, np.arange(len(dev)))
+    drift = (dev - dev[by])[:pts.height]
+    pts = pts.with_columns(drift_ns=pl.Series(drift, dtype=pl.Int64))
+    worst = pts.filter(pl.col("step").is_in(steps.implode())).sort(
+        pl.col("drift_ns").abs(), descending=True).group_by("step", maintain_order=True) \
+        .first().sort("step")
+    on = pl.when(pl.col("instance").is_null()).then(pl.lit("")).otherwise(
+        pl.lit(" of ") + pl.col("instance"))
+    what = pl.format("step {}: rank {} thread {} ({}): {}{} {} ms {} in the replay than measured",
+                     "step", "rank", "tid", "role", "kind", on,
+                     (pl.col("drift_ns").abs() / 1e6).round(3),
+                     pl.when(pl.col("drift_ns") < 0).then(pl.lit("earlier"))
+                     .otherwise(pl.lit("later")))
+    return worst.select("step", "rank", "role", "kind", "instance", "drift_ns", what=what) \
+        .cast(_no_causes().schema)
+
+
+__all__ = ["STEP_SCHEMA", "SelfCheck", "TRUSTED_P90", "rank_step_times", "self_check",
+           "step_times"]

@@ -1,0 +1,313 @@
+"""The replay's graph: each rank's threads as queues of points in program order, and the
+dependencies between queues and ranks.
+
+Definitions with a worked example: ``docs/metrics.md``, section *Replay*. A **point** is an
+instant on one queue (a rank's thread) where something else can hold the queue up:
+
+=============== ===========================================================================
+``step_start``   a ``ProfilerStep#N`` marker starts (``step_end``: it ends)
+``issue``        a host call enqueues a communication op that runs on another thread (the
+                 c10d dispatcher op of gloo's worker-thread collectives)
+``arrive``       a communication op starts on its own queue: the rank is ready
+``complete``     it ends: a collective at its instance's last arrival plus the transfer,
+                 a recv at the later of its send and itself plus the transfer
+``wait``         a thread resumes after being blocked on a communication op of its rank
+                 (found by :mod:`.waits`: DDP's reducer inside ``backward``, ``Work.wait()``)
+=============== ===========================================================================
+
+Between two consecutive points of a queue lies the queue's **work** (``work_ns``): measured
+time, ops and uncovered gaps alike, less any time the queue was blocked; it is replayed as
+it is. Everything a point waits for is an **edge** (``EDGE_SCHEMA``) from another node: an
+issue to its op's arrival (with the measured enqueue lag), every member's arrival to the
+instance's node (lag 0), the instance's node to each waiting member's completion (lag: the
+instance's **transfer**, the median over its members of end minus last arrival, so the
+replay of the measured run is not exact by construction), and an op's completion to the
+wait that ends at it (with the measured resume lag).
+
+A point's **stretch** is the run of work since the last point that is not a ``wait`` (an
+*anchor*: present on every rank running the same program), keyed across ranks by the
+queue's role, the step, the anchor's ordinal in the step and its label; ``typical``
+scenarios (:mod:`.scenarios`) compare ranks stretch by stretch.
+
+>>> import polars as pl
+>>> ops = pl.DataFrame({"rank": [0, 0, 1, 1], "tid": [1, 1, 1, 1],
+...     "name": ["ProfilerStep#1", "gloo:all_reduce"] * 2, "ts_ns": [0, 40, 0, 10],
+...     "end_ns": [100, 60, 100, 60], "collective": [None, "all_reduce"] * 2})
+>>> comm = pl.DataFrame({"instance": ["a", "a"], "rank": [0, 1], "collective": "all_reduce",
+...     "name": "gloo:all_reduce", "arrival_ns": [40, 10], "end_ns": [60, 60]})
+>>> g = build_graph(ops, comm)
+>>> g.points.select("rank", "kind", "t_ns", "work_ns").rows()[:4]
+[(0, 'step_start', 0, 0), (0, 'arrive', 40, 40), (0, 'complete', 60, 0), (0, 'step_end', 100, 40)]
+>>> g.edges.filter(pl.col("kind") == "transfer").get_column("lag_ns").to_list()
+[20, 20]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceview.schema import STEP_PATTERN
+
+from .waits import WaitOptions, find_waits
+
+POINT_SCHEMA: dict[str, pl.DataType] = {
+    "point": pl.Int64, "rank": pl.Int32, "tid": pl.Int64, "t_ns": pl.Int64,
+    "kind": pl.String, "instance": pl.String, "collective": pl.String, "prev": pl.Int64,
+    "work_from_ns": pl.Int64, "work_to_ns": pl.Int64, "work_ns": pl.Int64,
+    "blocked_ns": pl.Int64, "step": pl.Int64, "role": pl.String, "stretch": pl.String,
+}
+EDGE_SCHEMA: dict[str, pl.DataType] = {
+    "src": pl.Int64, "dst": pl.Int64, "lag_ns": pl.Int64, "kind": pl.String,
+    "instance": pl.String,
+}
+INSTANCE_SCHEMA: dict[str, pl.DataType] = {
+    "instance": pl.String, "node": pl.Int64, "collective": pl.String,
+    "last_arrival_ns": pl.Int64, "transfer_ns": pl.Int64, "n_ranks": pl.UInt32,
+}
+
+#: Order of points at one instant on one queue: what ends before what begins.
+_KIND_ORDER = {"complete": 0, "wait": 1, "step_end": 2, "step_start": 3, "issue": 4,
+               "arrive": 5}
+#: Host calls that enqueue a collective for another thread (gloo's worker, a GPU stream).
+_DISPATCH = r"^(c10d::|record_param_comms$)"
+
+
+@dataclass(frozen=True)
+class ReplayGraph:
+    """Points (``POINT_SCHEMA``, ``point`` = row), edges between nodes (``EDGE_SCHEMA``;
+    nodes are the points, then one per instance), instances (``INSTANCE_SCHEMA``), and the
+    ops the graph was built from (``rank, tid, name, ts_ns, end_ns``: scenarios read them)."""
+
+    points: pl.DataFrame
+    edges: pl.DataFrame
+    instances: pl.DataFrame
+    ops: pl.DataFrame
+
+    @property
+    def n_nodes(self) -> int:
+        return self.points.height + self.instances.height
+
+
+def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
+                p2p_pairs: pl.DataFrame | None = None, *,
+                options: WaitOptions = WaitOptions()) -> ReplayGraph:
+    """The graph of one window, on the aligned timeline.
+
+    ``ops``: host ops, ``rank, tid, name, ts_ns, end_ns, collective`` (aligned; the step
+    markers among them). ``collective_rows``: one row per (instance, rank) of a matched
+    collective, ``instance, rank, collective, name, arrival_ns, end_ns``
+    (:func:`~traceview.analyses.collectives.collective_ranks`). ``p2p_pairs``:
+    :func:`~traceview.analyses.p2p.pair_p2p` pairs."""
+    ops = ops.select(pl.col("rank").cast(pl.Int32), pl.col("tid").cast(pl.Int64).fill_null(0),
+                     pl.col("name").cast(pl.String), pl.col("ts_ns").cast(pl.Int64),
+                     pl.col("end_ns").cast(pl.Int64),
+                     pl.col("collective").cast(pl.String)).sort("rank", "tid", "ts_ns")
+    comm = _comm_rows(collective_rows, p2p_pairs, ops)
+    instances = _instances(comm)
+    issues = _issues(ops, comm)
+    completes = comm.select("instance", "rank", "tid", end_ns="end_ns",
+                            issued_ns=pl.coalesce(
+                                comm.join(issues, on=["instance", "rank"], how="left")
+                                .get_column("issue_ns"), pl.col("arrival_ns")))
+    waits = find_waits(ops, completes, options=options)
+    points = _points(ops, comm, issues, waits)
+    points = _with_work(points)
+    points = _with_stretches(points, ops)
+    edges = _edges(points, comm, instances)
+    return ReplayGraph(points, edges, instances,
+                       ops.select("rank", "tid", "name", "ts_ns", "end_ns"))
+
+
+def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
+               ops: pl.DataFrame) -> pl.DataFrame:
+    """One row per (instance, rank): ``tid`` (the thread the op ran on, found by its start
+    and name among ``ops``), ``arrival_ns, end_ns``, ``waits`` (false for a send: it never
+    waits for its receiver) and ``dir`` (a p2p instance's ``src->dst``, for its transfer)."""
+    cols = ["instance", "rank", "collective", "name", "arrival_ns", "end_ns", "waits", "dir"]
+    parts = []
+    if collective_rows.height:
+        parts.append(collective_rows.select(
+            pl.col("instance").cast(pl.String), pl.col("rank").cast(pl.Int32),
+            pl.col("collective").cast(pl.String), pl.col("name").cast(pl.String),
+            pl.col("arrival_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64),
+            waits=pl.lit(True), dir=pl.lit(None, pl.String)))
+    if p2p_pairs is not None and p2p_pairs.height:
+        direction = pl.format("{}->{}", "src", "dst")
+        for side, rank, start, end in (("send", "src", "send_ns", "send_end_ns"),
+                                       ("recv", "dst", "recv_ns", "recv_end_ns")):
+            parts.append(p2p_pairs.select(
+                pl.col("instance").cast(pl.String), pl.col(rank).cast(pl.Int32).alias("rank"),
+                collective=pl.lit(side), name=pl.lit(None, pl.String),
+                arrival_ns=pl.col(start).cast(pl.Int64), end_ns=pl.col(end).cast(pl.Int64),
+                waits=pl.lit(side == "recv"), dir=direction))
+    if not parts:
+        return pl.DataFrame(schema={"instance": pl.String, "rank": pl.Int32,
+                                    "collective": pl.String, "name": pl.String,
+                                    "arrival_ns": pl.Int64, "end_ns": pl.Int64,
+                                    "waits": pl.Boolean, "dir": pl.String, "tid": pl.Int64})
+    comm = pl.concat(parts).select(cols)
+    # the op's thread: the op (of that name, for a collective) starting at its arrival; a
+    # merged call or a p2p dispatcher op may not start exactly there: the nearest start
+    named = comm.sort("arrival_ns").join_asof(
+        ops.select("rank", "tid", "ts_ns", _op=pl.col("name")).sort("ts_ns"),
+        left_on="arrival_ns", right_on="ts_ns", by="rank", strategy="nearest",
+        check_sortedness=False)
+    return named.select(*cols, "tid").sort("rank", "arrival_ns")
+
+
+def _instances(comm: pl.DataFrame) -> pl.DataFrame:
+    """One node per instance with its transfer: the median over its waiting members of end
+    minus last arrival (for a p2p pair, the median over the pairs of its direction and
+    collective, one exchange alone would replay exactly by construction)."""
+    if comm.height == 0:
+        return pl.DataFrame(schema=INSTANCE_SCHEMA)
+    per = comm.with_columns(last=pl.col("arrival_ns").max().over("instance"))
+    per = per.with_columns(own=(pl.col("end_ns") - pl.col("last")).clip(0))
+    inst = per.filter(pl.col("waits")).group_by("instance").agg(
+        pl.col("collective").first(), pl.col("dir").first(),
+        last_arrival_ns=pl.col("last").first(), transfer_ns=pl.col("own").median())
+    # pairs: one transfer per direction (the median of its exchanges)
+    inst = inst.with_columns(transfer_ns=pl.when(pl.col("dir").is_not_null()).then(
+        pl.col("transfer_ns").median().over("dir")).otherwise(pl.col("transfer_ns")))
+    members = comm.group_by("instance").agg(n_ranks=pl.col("rank").n_unique())
+    return inst.join(members, on="instance").sort("last_arrival_ns", "instance") \
+        .select("instance", node=pl.int_range(pl.len(), dtype=pl.Int64), collective="collective",
+                last_arrival_ns="last_arrival_ns",
+                transfer_ns=pl.col("transfer_ns").round(0).cast(pl.Int64),
+                n_ranks=pl.col("n_ranks").cast(pl.UInt32))
+
+
+def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
+    """``instance, rank, issue_tid, issue_ns``: the host call that enqueued each op that runs
+    on another thread: the latest dispatcher op of the same collective on the same rank
+    started at or before the op's arrival, on a thread other than the op's."""
+    calls = ops.filter(pl.col("name").str.contains(_DISPATCH) & pl.col("collective").is_not_null())
+    schema = {"instance": pl.String, "rank": pl.Int32, "issue_tid": pl.Int64,
+              "issue_ns": pl.Int64}
+    if calls.height == 0 or comm.height == 0:
+        return pl.DataFrame(schema=schema)
+    # outermost calls only (a dispatcher op nests record_param_comms)
+    calls = calls.sort("rank", "tid", "ts_ns").with_columns(
+        inner=pl.col("end_ns").cum_max().shift(1).over("rank", "tid") >= pl.col("end_ns"))
+    calls = calls.filter(~pl.col("inner").fill_null(False)).select(
+        "rank", "collective", issue_tid="tid", issue_ns="ts_ns")
+    found = comm.sort("arrival_ns").join_asof(
+        calls.sort("issue_ns"), left_on="arrival_ns", right_on="issue_ns",
+        by=["rank", "collective"], strategy="backward", check_sortedness=False)
+    return found.filter(pl.col("issue_ns").is_not_null() & (pl.col("issue_tid") != pl.col("tid"))) \
+        .select(list(schema)).cast(schema)
+
+
+def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
+            waits: pl.DataFrame) -> pl.DataFrame:
+    steps = ops.filter(pl.col("name").str.contains(STEP_PATTERN)).select(
+        "rank", "tid", step=pl.col("name").str.extract(STEP_PATTERN, 1).cast(pl.Int64),
+        start="ts_ns", end="end_ns")
+    cols = ["rank", "tid", "t_ns", "kind", "instance", "collective", "blocked_ns", "step_mark"]
+
+    def part(frame: pl.DataFrame, kind: str, t: str, **extra: pl.Expr) -> pl.DataFrame:
+        base = {"instance": pl.lit(None, pl.String), "collective": pl.lit(None, pl.String),
+                "blocked_ns": pl.lit(0, pl.Int64), "step_mark": pl.lit(None, pl.Int64)}
+        base.update(extra)
+        return frame.select(pl.col("rank").cast(pl.Int32), pl.col("tid").cast(pl.Int64),
+                            t_ns=pl.col(t).cast(pl.Int64), kind=pl.lit(kind),
+                            **base).select(cols)
+
+    parts = [
+        part(steps, "step_start", "start", step_mark=pl.col("step")),
+        part(steps, "step_end", "end", step_mark=pl.col("step")),
+        part(comm, "arrive", "arrival_ns", instance=pl.col("instance"),
+             collective=pl.col("collective")),
+        part(comm, "complete", "end_ns", instance=pl.col("instance"),
+             collective=pl.col("collective")),
+        part(issues.rename({"issue_tid": "tid"}), "issue", "issue_ns",
+             instance=pl.col("instance")),
+        part(waits, "wait", "t_ns", instance=pl.col("instance"),
+             blocked_ns=pl.col("blocked_ns")),
+    ]
+    order = pl.col("kind").replace_strict(_KIND_ORDER, return_dtype=pl.Int8)
+    pts = pl.concat(parts).with_columns(_o=order).sort("rank", "tid", "t_ns", "_o").drop("_o")
+    return pts.with_columns(point=pl.int_range(pl.len(), dtype=pl.Int64))
+
+
+def _with_work(points: pl.DataFrame) -> pl.DataFrame:
+    """``prev`` (the queue's previous point), ``work_from_ns``/``work_to_ns``: the stretch of
+    measured time replayed as work before the point (empty where the queue only waited: a
+    waiting member's completion, an arrival on a thread that waits for its issue)."""
+    q = ["rank", "tid"]
+    prev_t = pl.col("t_ns").shift(1).over(q)
+    waited = (pl.col("kind") == "complete") & pl.col("_waits")
+    fed = (pl.col("kind") == "arrive") & pl.col("_issued")
+    return points.with_columns(
+        prev=pl.col("point").shift(1).over(q),
+        _waits=pl.col("collective").ne_missing("send"),
+        _issued=pl.col("instance").is_in(
+            points.filter(pl.col("kind") == "issue").get_column("instance").implode())
+        & (pl.col("kind") == "arrive"),
+    ).with_columns(
+        work_from_ns=prev_t,
+        work_to_ns=pl.when(prev_t.is_null()).then(None)
+        .when(waited | fed).then(prev_t)
+        .otherwise(pl.max_horizontal(prev_t, pl.col("t_ns") - pl.col("blocked_ns"))),
+    ).with_columns(
+        work_ns=(pl.col("work_to_ns") - pl.col("work_from_ns")).fill_null(0),
+        work_from_ns=pl.col("work_from_ns").fill_null(pl.col("t_ns")),
+        work_to_ns=pl.col("work_to_ns").fill_null(pl.col("t_ns")),
+    ).drop("_waits", "_issued")
+
+
+def _with_stretches(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """``step`` (the rank's step the point falls in, by the step markers' starts), ``role``
+    (``main``: the step markers' thread; else ``thread``) and ``stretch``: the key that
+    names the same stretch on every rank (role, step, the opening anchor's ordinal in the
+    step and label)."""
+    q = ["rank", "tid"]
+    starts = points.filter(pl.col("kind") == "step_start").select(
+        "rank", _st="t_ns", step="step_mark").sort("_st")
+    main = points.filter(pl.col("kind") == "step_start").select("rank", "tid").unique() \
+        .with_columns(_main=pl.lit(True))
+    pts = points.sort("t_ns").join_asof(starts, left_on="t_ns", right_on="_st", by="rank",
+                                        strategy="backward", check_sortedness=False)
+    pts = pts.join(main, on=q, how="left").sort("point")
+    anchor = pl.col("kind") != "wait"
+    label = pl.when(anchor).then(pl.col("kind") + ":" + pl.col("collective").fill_null(""))
+    pts = pts.with_columns(
+        role=pl.when(pl.col("_main").fill_null(False)).then(pl.lit("main"))
+        .otherwise(pl.lit("thread")),
+        _n=anchor.cast(pl.Int64).cum_sum().shift(1, fill_value=0).over(q),
+        _label=label.forward_fill().shift(1).over(q))
+    pts = pts.with_columns(_ord=pl.col("_n") - pl.col("_n").min().over([*q, "step"]))
+    stretch = pl.format("{}|{}|{}|{}", "role", "step", "_ord", pl.col("_label").fill_null(""))
+    return pts.with_columns(stretch=pl.when(pl.col("step").is_null()).then(None)
+                            .otherwise(stretch)).select(list(POINT_SCHEMA)).cast(POINT_SCHEMA)
+
+
+def _edges(points: pl.DataFrame, comm: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
+    n = points.height
+    node = instances.select("instance", inode=pl.col("node") + n, transfer="transfer_ns")
+    chain = points.filter(pl.col("prev").is_not_null()).select(
+        src="prev", dst="point", lag_ns="work_ns", kind=pl.lit("queue"), instance="instance")
+    arrive = points.filter(pl.col("kind") == "arrive")
+    complete = points.filter(pl.col("kind") == "complete")
+    issue = points.filter(pl.col("kind") == "issue")
+    waits = comm.select("instance", "rank", "waits")
+    into = arrive.join(node, on="instance").select(
+        src="point", dst="inode", lag_ns=pl.lit(0, pl.Int64), kind=pl.lit("arrive"),
+        instance="instance")
+    out = complete.join(waits, on=["instance", "rank"]).filter(pl.col("waits")) \
+        .join(node, on="instance").select(src="inode", dst="point", lag_ns="transfer",
+                                          kind=pl.lit("transfer"), instance="instance")
+    issued = issue.join(arrive, on=["instance", "rank"], suffix="_a").select(
+        src="point", dst="point_a", lag_ns=(pl.col("t_ns_a") - pl.col("t_ns")).clip(0),
+        kind=pl.lit("issue"), instance="instance")
+    resumed = points.filter(pl.col("kind") == "wait").join(
+        complete.select("instance", "rank", c_point="point", c_t="t_ns"),
+        on=["instance", "rank"]).select(
+        src="c_point", dst="point", lag_ns=pl.col("t_ns") - pl.col("c_t"), kind=pl.lit("wait"),
+        instance="instance")
+    return pl.concat([chain, into, out, issued, resumed]).cast(EDGE_SCHEMA)
+
+
+__all__ = ["EDGE_SCHEMA", "INSTANCE_SCHEMA", "POINT_SCHEMA", "ReplayGraph", "build_graph"]

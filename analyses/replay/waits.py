@@ -1,0 +1,89 @@
+"""Waits that frameworks hide inside other ops, found by one framework-agnostic rule.
+
+DDP's reducer waits for its gradient all-reduce inside ``backward`` (gloo runs it on a worker
+thread); FSDP waits inside its hooks; ``Work.wait()`` of an ``isend`` or an async collective
+is often no op at all. None of them is a sync point the trace names, yet the thread is
+blocked on a specific communication op, and a replay that keeps that time as work keeps the
+wait when the op it waited for moves.
+
+**The rule.** A *stretch* of a thread is the time between two consecutive op boundaries (an
+op's start or end): a gap no op covers, or a piece of an op's self time. A stretch at least
+``min_wait_ns`` long that ends within ``tolerance_ns`` of the completion of a communication
+op of the same rank on another thread, which was issued before the stretch ended and not
+complete when it began, is a **wait** on that op: the thread resumes at the op's completion.
+Its blocked part runs from the later of the stretch's start and the op's issue to the
+stretch's end. Where several ops complete near one stretch end, the latest is the one waited
+for; where one completion ends several stretches of a thread, the longest is the wait.
+
+Host time that is no such wait (a stall, data loading, GC) stays work: a measured gap.
+
+>>> import polars as pl
+>>> ops = pl.DataFrame({"rank": [0, 0], "tid": [1, 1], "name": ["aten::mm", "opt.step"],
+...     "ts_ns": [0, 900_000], "end_ns": [100_000, 950_000]})
+>>> done = pl.DataFrame({"instance": ["ar"], "rank": [0], "tid": [2], "end_ns": [880_000],
+...     "issued_ns": [50_000]})
+>>> find_waits(ops, done).rows()
+[(0, 1, 900000, 'ar', 800000)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+WAIT_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32, "tid": pl.Int64, "t_ns": pl.Int64, "instance": pl.String,
+    "blocked_ns": pl.Int64,
+}
+#: Threads that only run a backend's work items (gloo's workers) wait for work, never on it.
+_BACKEND_WORK = r"^(gloo|mpi|ucc):"
+
+
+@dataclass(frozen=True)
+class WaitOptions:
+    """``tolerance_ns``: how far a resume may be from the completion it follows (a thread's
+    wake-up on a busy host, the profiler's own records around it); ``min_wait_ns``: shorter
+    stretches are work (an op's own short self time ends near some completion by chance)."""
+
+    tolerance_ns: int = 200_000
+    min_wait_ns: int = 50_000
+
+
+def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
+               options: WaitOptions = WaitOptions()) -> pl.DataFrame:
+    """One row per wait (``WAIT_SCHEMA``): the thread, the resume time ``t_ns``, the
+    instance waited on and the blocked time. ``ops``: ``rank, tid, name, ts_ns, end_ns``;
+    ``completes``: ``instance, rank, tid, end_ns, issued_ns`` of the communication ops."""
+    if ops.height == 0 or completes.height == 0:
+        return pl.DataFrame(schema=WAIT_SCHEMA)
+    q = ["rank", "tid"]
+    waiter = ops.group_by(q).agg(
+        _any=(~pl.col("name").cast(pl.String).str.contains(_BACKEND_WORK)).any())
+    bounds = pl.concat([ops.select(*q, b="ts_ns"), ops.select(*q, b="end_ns")]) \
+        .join(waiter.filter(pl.col("_any")).select(q), on=q).unique().sort(*q, "b")
+    stretches = bounds.with_columns(a=pl.col("b").shift(1).over(q)).filter(
+        pl.col("a").is_not_null() & (pl.col("b") - pl.col("a") >= options.min_wait_ns))
+    if stretches.height == 0:
+        return pl.DataFrame(schema=WAIT_SCHEMA)
+    tol = options.tolerance_ns
+    done = completes.select(pl.col("rank").cast(pl.Int32), "instance", c_tid="tid", e="end_ns",
+                            issued="issued_ns")
+    pairs = stretches.with_columns(pl.col("rank").cast(pl.Int32)).join_where(
+        done, pl.col("rank") == pl.col("rank_right"),
+        pl.col("e") >= pl.col("b") - tol, pl.col("e") <= pl.col("b") + tol)
+    pairs = pairs.filter((pl.col("e") > pl.col("a")) & (pl.col("issued") < pl.col("b"))
+                         & (pl.col("c_tid") != pl.col("tid")))
+    if pairs.height == 0:
+        return pl.DataFrame(schema=WAIT_SCHEMA)
+    # the latest completion near each stretch's end; then the longest stretch per op+thread
+    latest = pairs.sort("e", "instance").group_by([*q, "b"]).last()
+    best = latest.with_columns(len=pl.col("b") - pl.col("a")).sort("len", "b") \
+        .group_by([*q, "instance"]).last()
+    return best.select(
+        *q, t_ns="b", instance="instance",
+        blocked_ns=pl.col("b") - pl.max_horizontal("a", "issued")).cast(WAIT_SCHEMA) \
+        .sort(*q, "t_ns")
+
+
+__all__ = ["WAIT_SCHEMA", "WaitOptions", "find_waits"]
