@@ -105,6 +105,8 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
                      pl.col("end_ns").cast(pl.Int64),
                      pl.col("collective").cast(pl.String)).sort("rank", "tid", "ts_ns")
     comm = _comm_rows(collective_rows, p2p_pairs, ops)
+    if comm.height:
+        comm = _with_transfers(comm)
     instances = _instances(comm)
     issues = _issues(ops, comm)
     completes = comm.select("instance", "rank", "tid", end_ns="end_ns",
@@ -123,8 +125,8 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
 def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
                ops: pl.DataFrame) -> pl.DataFrame:
     """One row per (instance, rank): ``tid`` (the thread the op ran on, found by its start
-    and name among ``ops``), ``arrival_ns, end_ns``, ``waits`` (false for a send: it never
-    waits for its receiver) and ``dir`` (a p2p instance's ``src->dst``, for its transfer)."""
+    and name among ``ops``), ``arrival_ns, end_ns``, ``waits`` (true: gloo's and NCCL's
+    sends are rendezvous, the sender completes once its receiver has posted) and ``dir`` (a p2p instance's ``src->dst``, for its transfer)."""
     cols = ["instance", "rank", "collective", "name", "arrival_ns", "end_ns", "waits", "dir"]
     parts = []
     if collective_rows.height:
@@ -141,7 +143,7 @@ def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
                 pl.col("instance").cast(pl.String), pl.col(rank).cast(pl.Int32).alias("rank"),
                 collective=pl.lit(side), name=pl.lit(None, pl.String),
                 arrival_ns=pl.col(start).cast(pl.Int64), end_ns=pl.col(end).cast(pl.Int64),
-                waits=pl.lit(side == "recv"), dir=direction))
+                waits=pl.lit(True), dir=direction))
     if not parts:
         return pl.DataFrame(schema={"instance": pl.String, "rank": pl.Int32,
                                     "collective": pl.String, "name": pl.String,
@@ -157,26 +159,29 @@ def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
     return named.select(*cols, "tid").sort("rank", "arrival_ns")
 
 
+def _with_transfers(comm: pl.DataFrame) -> pl.DataFrame:
+    """``comm`` with each member's ``transfer_ns``, its completion after the last arrival:
+    at a collective the median over the instance's members of end minus last arrival; at a
+    send or recv the median over the window's exchanges of the same direction and side (one
+    exchange alone would replay exactly by construction)."""
+    per = comm.with_columns(last=pl.col("arrival_ns").max().over("instance"))
+    own = (pl.col("end_ns") - pl.col("last")).clip(0)
+    key = pl.when(pl.col("dir").is_null()).then(pl.col("instance")) \
+        .otherwise(pl.col("dir") + ":" + pl.col("collective"))
+    return per.with_columns(_key=key).with_columns(
+        transfer_ns=own.median().over("_key").round(0).cast(pl.Int64)).drop("_key")
+
+
 def _instances(comm: pl.DataFrame) -> pl.DataFrame:
-    """One node per instance with its transfer: the median over its waiting members of end
-    minus last arrival (for a p2p pair, the median over the pairs of its direction and
-    collective, one exchange alone would replay exactly by construction)."""
+    """One node per instance: its last arrival, members and median transfer."""
     if comm.height == 0:
         return pl.DataFrame(schema=INSTANCE_SCHEMA)
-    per = comm.with_columns(last=pl.col("arrival_ns").max().over("instance"))
-    per = per.with_columns(own=(pl.col("end_ns") - pl.col("last")).clip(0))
-    inst = per.filter(pl.col("waits")).group_by("instance").agg(
-        pl.col("collective").first(), pl.col("dir").first(),
-        last_arrival_ns=pl.col("last").first(), transfer_ns=pl.col("own").median())
-    # pairs: one transfer per direction (the median of its exchanges)
-    inst = inst.with_columns(transfer_ns=pl.when(pl.col("dir").is_not_null()).then(
-        pl.col("transfer_ns").median().over("dir")).otherwise(pl.col("transfer_ns")))
-    members = comm.group_by("instance").agg(n_ranks=pl.col("rank").n_unique())
-    return inst.join(members, on="instance").sort("last_arrival_ns", "instance") \
-        .select("instance", node=pl.int_range(pl.len(), dtype=pl.Int64), collective="collective",
-                last_arrival_ns="last_arrival_ns",
-                transfer_ns=pl.col("transfer_ns").round(0).cast(pl.Int64),
-                n_ranks=pl.col("n_ranks").cast(pl.UInt32))
+    inst = comm.group_by("instance").agg(
+        pl.col("collective").first(), last_arrival_ns=pl.col("last").first(),
+        transfer_ns=pl.col("transfer_ns").median().round(0).cast(pl.Int64),
+        n_ranks=pl.col("rank").n_unique().cast(pl.UInt32))
+    return inst.sort("last_arrival_ns", "instance").with_columns(
+        node=pl.int_range(pl.len(), dtype=pl.Int64)).select(list(INSTANCE_SCHEMA))
 
 
 def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
@@ -238,11 +243,10 @@ def _with_work(points: pl.DataFrame) -> pl.DataFrame:
     waiting member's completion, an arrival on a thread that waits for its issue)."""
     q = ["rank", "tid"]
     prev_t = pl.col("t_ns").shift(1).over(q)
-    waited = (pl.col("kind") == "complete") & pl.col("_waits")
+    waited = pl.col("kind") == "complete"
     fed = (pl.col("kind") == "arrive") & pl.col("_issued")
     return points.with_columns(
         prev=pl.col("point").shift(1).over(q),
-        _waits=pl.col("collective").ne_missing("send"),
         _issued=pl.col("instance").is_in(
             points.filter(pl.col("kind") == "issue").get_column("instance").implode())
         & (pl.col("kind") == "arrive"),
@@ -255,7 +259,7 @@ def _with_work(points: pl.DataFrame) -> pl.DataFrame:
         work_ns=(pl.col("work_to_ns") - pl.col("work_from_ns")).fill_null(0),
         work_from_ns=pl.col("work_from_ns").fill_null(pl.col("t_ns")),
         work_to_ns=pl.col("work_to_ns").fill_null(pl.col("t_ns")),
-    ).drop("_waits", "_issued")
+    ).drop("_issued")
 
 
 def _with_stretches(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -286,13 +290,13 @@ def _with_stretches(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
 
 def _edges(points: pl.DataFrame, comm: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
     n = points.height
-    node = instances.select("instance", inode=pl.col("node") + n, transfer="transfer_ns")
+    node = instances.select("instance", inode=pl.col("node") + n)
     chain = points.filter(pl.col("prev").is_not_null()).select(
         src="prev", dst="point", lag_ns="work_ns", kind=pl.lit("queue"), instance="instance")
     arrive = points.filter(pl.col("kind") == "arrive")
     complete = points.filter(pl.col("kind") == "complete")
     issue = points.filter(pl.col("kind") == "issue")
-    waits = comm.select("instance", "rank", "waits")
+    waits = comm.select("instance", "rank", "waits", transfer="transfer_ns")
     into = arrive.join(node, on="instance").select(
         src="point", dst="inode", lag_ns=pl.lit(0, pl.Int64), kind=pl.lit("arrive"),
         instance="instance")
