@@ -78,7 +78,7 @@ _DISPATCH = r"^(c10d::|record_param_comms$)"
 class ReplayGraph:
     """Points (``POINT_SCHEMA``, ``point`` = row), edges between nodes (``EDGE_SCHEMA``;
     nodes are the points, then one per instance), instances (``INSTANCE_SCHEMA``), and the
-    ops the graph was built from (``rank, tid, name, ts_ns, end_ns``: scenarios read them)."""
+    ops the graph was built from (``rank, tid, kind, name, ts_ns, end_ns``: scenarios read them)."""
 
     points: pl.DataFrame
     edges: pl.DataFrame
@@ -100,7 +100,9 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     collective, ``instance, rank, collective, name, arrival_ns, end_ns``
     (:func:`~traceview.analyses.collectives.collective_ranks`). ``p2p_pairs``:
     :func:`~traceview.analyses.p2p.pair_p2p` pairs."""
+    kind = pl.col("kind").cast(pl.String) if "kind" in ops.columns else pl.lit("cpu_op")
     ops = ops.select(pl.col("rank").cast(pl.Int32), pl.col("tid").cast(pl.Int64).fill_null(0),
+                     kind.alias("kind"),
                      pl.col("name").cast(pl.String), pl.col("ts_ns").cast(pl.Int64),
                      pl.col("end_ns").cast(pl.Int64),
                      pl.col("collective").cast(pl.String)).sort("rank", "tid", "ts_ns")
@@ -119,7 +121,7 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     points = _with_stretches(points, ops)
     edges = _edges(points, comm, instances)
     return ReplayGraph(points, edges, instances,
-                       ops.select("rank", "tid", "name", "ts_ns", "end_ns"))
+                       ops.select("rank", "tid", "kind", "name", "ts_ns", "end_ns"))
 
 
 def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
@@ -127,28 +129,35 @@ def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
     """One row per (instance, rank): ``tid`` (the thread the op ran on, found by its start
     and name among ``ops``), ``arrival_ns, end_ns``, ``waits`` (true: gloo's and NCCL's
     sends are rendezvous, the sender completes once its receiver has posted) and ``dir`` (a p2p instance's ``src->dst``, for its transfer)."""
-    cols = ["instance", "rank", "collective", "name", "arrival_ns", "end_ns", "waits", "dir"]
+    cols = ["instance", "rank", "collective", "name", "arrival_ns", "end_ns", "waits", "dir",
+            "own_ns"]
     parts = []
     if collective_rows.height:
         parts.append(collective_rows.select(
             pl.col("instance").cast(pl.String), pl.col("rank").cast(pl.Int32),
             pl.col("collective").cast(pl.String), pl.col("name").cast(pl.String),
             pl.col("arrival_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64),
-            waits=pl.lit(True), dir=pl.lit(None, pl.String)))
+            waits=pl.lit(True), dir=pl.lit(None, pl.String), own_ns=pl.lit(0, pl.Int64)))
     if p2p_pairs is not None and p2p_pairs.height:
         direction = pl.format("{}->{}", "src", "dst")
+        # a send's own time: its call less the time before its receiver arrived (the
+        # rendezvous wait, replayed); what is left (the sender descheduled) stays its own
+        send_dur = pl.col("send_end_ns") - pl.col("send_ns")
+        send_own = send_dur - (pl.col("recv_ns") - pl.col("send_ns")).clip(0).clip(None, send_dur)
         for side, rank, start, end in (("send", "src", "send_ns", "send_end_ns"),
                                        ("recv", "dst", "recv_ns", "recv_end_ns")):
             parts.append(p2p_pairs.select(
                 pl.col("instance").cast(pl.String), pl.col(rank).cast(pl.Int32).alias("rank"),
                 collective=pl.lit(side), name=pl.lit(None, pl.String),
                 arrival_ns=pl.col(start).cast(pl.Int64), end_ns=pl.col(end).cast(pl.Int64),
-                waits=pl.lit(True), dir=direction))
+                waits=pl.lit(True), dir=direction,
+                own_ns=(send_own if side == "send" else pl.lit(0)).cast(pl.Int64)))
     if not parts:
         return pl.DataFrame(schema={"instance": pl.String, "rank": pl.Int32,
                                     "collective": pl.String, "name": pl.String,
                                     "arrival_ns": pl.Int64, "end_ns": pl.Int64,
-                                    "waits": pl.Boolean, "dir": pl.String, "tid": pl.Int64})
+                                    "waits": pl.Boolean, "dir": pl.String, "own_ns": pl.Int64,
+                                    "tid": pl.Int64})
     comm = pl.concat(parts).select(cols)
     # the op's thread: the op (of that name, for a collective) starting at its arrival; a
     # merged call or a p2p dispatcher op may not start exactly there: the nearest start
@@ -226,7 +235,8 @@ def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
         part(comm, "arrive", "arrival_ns", instance=pl.col("instance"),
              collective=pl.col("collective")),
         part(comm, "complete", "end_ns", instance=pl.col("instance"),
-             collective=pl.col("collective")),
+             collective=pl.col("collective"),
+             blocked_ns=pl.col("end_ns") - pl.col("arrival_ns") - pl.col("own_ns")),
         part(issues.rename({"issue_tid": "tid"}), "issue", "issue_ns",
              instance=pl.col("instance")),
         part(waits, "wait", "t_ns", instance=pl.col("instance"),
@@ -243,7 +253,6 @@ def _with_work(points: pl.DataFrame) -> pl.DataFrame:
     waiting member's completion, an arrival on a thread that waits for its issue)."""
     q = ["rank", "tid"]
     prev_t = pl.col("t_ns").shift(1).over(q)
-    waited = pl.col("kind") == "complete"
     fed = (pl.col("kind") == "arrive") & pl.col("_issued")
     return points.with_columns(
         prev=pl.col("point").shift(1).over(q),
@@ -253,7 +262,7 @@ def _with_work(points: pl.DataFrame) -> pl.DataFrame:
     ).with_columns(
         work_from_ns=prev_t,
         work_to_ns=pl.when(prev_t.is_null()).then(None)
-        .when(waited | fed).then(prev_t)
+        .when(fed).then(prev_t)
         .otherwise(pl.max_horizontal(prev_t, pl.col("t_ns") - pl.col("blocked_ns"))),
     ).with_columns(
         work_ns=(pl.col("work_to_ns") - pl.col("work_from_ns")).fill_null(0),
