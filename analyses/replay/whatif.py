@@ -16,6 +16,7 @@ the mean scenario step.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -24,6 +25,20 @@ from .check import SelfCheck, self_check, step_times
 from .graph import ReplayGraph
 from .scenarios import parse_scenario, scenario_work
 from .simulate import Replayed, replay_graph
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A run's graph, the replay of the measured run and its self-check."""
+
+    graph: ReplayGraph
+    base: Replayed
+    check: SelfCheck
+
+
+def replay_run(graph: ReplayGraph) -> Replay:
+    base = replay_graph(graph)
+    return Replay(graph, base, self_check(graph, base))
 
 
 def scenario_summary(spec: str, base: pl.DataFrame, replayed_steps: pl.Series) -> dict[str, Any]:
@@ -67,4 +82,4 @@ def whatif(graph: ReplayGraph, scenarios: Sequence[str] = (), *,
     return check, out
 
 
-__all__ = ["replay_scenario", "scenario_summary", "whatif"]
+__all__ = ["Replay", "replay_run", "replay_scenario", "scenario_summary", "whatif"]

@@ -67,6 +67,9 @@ COMMANDS: dict[str, Command] = {
                                           "ranks, categories and ops", True),
     "diagnose": Command("diagnosis", "what to fix first: findings ranked by the time each fix "
                                      "would save per step", True),
+    "whatif": Command("whatif", "replay the run from its dependency graph: the replay's error "
+                                "against the measured steps, and what-if scenarios' step "
+                                "times and gains", True),
     "gaps": Command("timeline", "GPU idle gaps per device (or stream) and their causes", True),
     "overlap": Command("timeline", "compute/communication overlap per rank (and step)", True),
     "breakdown": Command("timeline", "per-step GPU time breakdown, top kernels and ops", True),

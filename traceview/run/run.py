@@ -100,6 +100,7 @@ from traceview.run.compare import diff_tables, run_tables
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
 from traceview.run.result import Result, to_pandas
+from traceview.run.replay import replay_of, whatif_result
 from traceview.store import traceset
 from traceview.store import derived
 from traceview.store.traceset import TraceSet
@@ -110,7 +111,7 @@ __all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
 #: The command's name is the method's with ``-`` for ``_`` (``critical-path``).
 ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
                              "stragglers", "pipeline", "alltoall", "memory", "critical_path",
-                             "diagnose", "ops")
+                             "diagnose", "ops", "whatif")
 
 
 class Run:
@@ -777,6 +778,17 @@ class Run:
         res = self._result(command, {"window": self.window_info, **fields}, main=main,
                            uses=self._gpu_and_alignment)
         return res.with_warnings(*self._path_notes, *notes)
+
+    @cached_property
+    def replay(self) -> Any:  # analyses.replay.whatif.Replay
+        """The window's dependency graph replayed once, with its self-check
+        (``traceview.run.replay``); every verdict that reads the replay reads this one."""
+        return replay_of(self)
+
+    def whatif(self, *scenarios: str) -> Result:
+        """The replay's self-check and each scenario's predicted steps (SPECs:
+        ``docs/metrics.md``, section *Replay*); main table ``steps``."""
+        return whatif_result(self, scenarios)
 
     def critical_path(self, *, top: int = 10) -> Result:
         """The cross-rank critical path: per step ``path_ns`` against ``step_ns``, each rank's

@@ -1,0 +1,98 @@
+"""``traceview whatif``: the run's dependency graph replayed, checked, and changed.
+
+:func:`replay_of` gathers what :mod:`traceview.analyses.replay` reads from a Run (its host
+ops and matched communication on the aligned timeline) and replays it once; every command
+that reads the replay reads that one. :func:`whatif_result` composes the answer that
+``Run.whatif`` returns and the CLI prints.
+
+``--json`` contract: ``{"window", "steps": [{"step", "measured_ns", "replayed_ns", "error"}],
+"replay_error": {"median", "p90"}, "trusted", "not_reproduced": [{"step", "rank", "role",
+"kind", "instance", "drift_ns", "what"}], "scenarios": [{"spec", "step_ns_mean",
+"step_ns_p50", "gain_ns_per_step", "slowdown", "steps": [{"step", "predicted_ns",
+"replayed_ns"}]}], "graph": {"points", "waits", "instances", "forced"}, "warnings"}``.
+Definitions: docs/metrics.md, section "Replay".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from traceview.analyses.align import apply_offsets
+from traceview.analyses.collective_match import P2P
+from traceview.analyses.replay import build_graph
+from traceview.analyses.replay.whatif import Replay, replay_run, whatif
+from traceview.run.result import Result
+
+if TYPE_CHECKING:
+    from traceview.run.run import Run
+
+#: The host rows the graph reads: ops and annotations with a duration.
+_OP_KINDS = ("cpu_op", "user_annotation")
+
+
+def replay_of(run: Run) -> Replay:
+    """The run's graph and its replay (one per Run)."""
+    events = run._analysis_events.filter(
+        pl.col("kind").is_in(list(_OP_KINDS)) & pl.col("dur_ns").is_not_null()).select(
+        "rank", "tid", "kind", "name", "ts_ns", "dur_ns", "collective")
+    if len(run.ranks_present) > 1:
+        events = apply_offsets(events, run.offsets).with_columns(ts_ns="ts_aligned_ns")
+    ops = events.select("rank", "tid", "kind", "name", "ts_ns",
+                        end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
+                        collective="collective").collect()
+    many = len(run.ranks_present) > 1
+    collectives = run.collective_ranks.filter(~pl.col("collective").is_in(list(P2P))) \
+        if many else None
+    pairs = run.p2p[0] if many else None
+    return replay_run(build_graph(ops, collectives if collectives is not None
+                                  else pl.DataFrame(), pairs))
+
+
+def whatif_result(run: Run, scenarios: Sequence[str] = ()) -> Result:
+    """The self-check and each scenario (``SpecError`` for an unreadable SPEC, before any
+    replay)."""
+    from traceview.analyses.replay.scenarios import parse_scenario
+    for spec in scenarios:
+        parse_scenario(spec)
+    replay = run.replay
+    check, found = whatif(replay.graph, scenarios, base=replay.base)
+    notes = replay_notes(replay)
+    return run._result("whatif", {
+        "window": run.window_info,
+        "steps": check.steps,
+        "replay_error": check.to_dict(),
+        "trusted": check.trusted,
+        "not_reproduced": check.causes,
+        "scenarios": found,
+        "graph": graph_counts(replay),
+        "notes": notes,
+    }, main="steps", uses=("match", "offsets", "p2p"))
+
+
+def graph_counts(replay: Replay) -> dict[str, Any]:
+    pts = replay.graph.points
+    return {"points": pts.height,
+            "waits": int((pts.get_column("kind") == "wait").sum()),
+            "instances": replay.graph.instances.height, "forced": replay.base.forced}
+
+
+def replay_notes(replay: Replay) -> list[str]:
+    """What the reader should know about the replay: no steps, untrusted and why."""
+    check = replay.check
+    if check.steps.height == 0:
+        return ["replay: no step markers (ProfilerStep#N) in the window: nothing to compare"]
+    if check.trusted:
+        return []
+    notes = [f"replay: not trusted: replay error p90 {check.p90:.1%} (above 5%): verdicts "
+             "built on it have low confidence"]
+    if check.forced:
+        notes.append(f"replay: {check.forced} node(s) taken out of dependency order (the "
+                     "graph's edges form a cycle: a wrong edge)")
+    notes += [f"replay: {what}" for what in check.causes.get_column("what").head(5)]
+    return notes
+
+
+__all__ = ["replay_of", "whatif_result"]
