@@ -15,7 +15,11 @@ Its blocked part runs from the later of the stretch's start and the op's issue t
 stretch's end. Where several ops complete near one stretch end, the latest is the one waited
 for; where one completion ends several stretches of a thread, the longest is the wait.
 
-Host time that is no such wait (a stall, data loading, GC) stays work: a measured gap.
+A leaf op's whole body (an op with nothing inside it) is its own work, not a wait, unless its
+name says it waits (``WaitOptions.wait_op_pattern``: ``aten::wait``, ``c10d::``, a
+synchronize, a barrier): the slow rank's last backward op may well end just as its own
+all-reduce completes, and that is no wait. Host time that is no such wait (a stall, data
+loading, GC) stays work: a measured gap.
 
 >>> import polars as pl
 >>> ops = pl.DataFrame({"rank": [0, 0], "tid": [1, 1], "name": ["aten::mm", "opt.step"],
@@ -48,6 +52,7 @@ class WaitOptions:
 
     tolerance_ns: int = 200_000
     min_wait_ns: int = 50_000
+    wait_op_pattern: str = r"(?i)wait|synchroni[sz]e|barrier|^c10d::|^record_param_comms$"
 
 
 def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
@@ -64,6 +69,13 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
         .join(waiter.filter(pl.col("_any")).select(q), on=q).unique().sort(*q, "b")
     stretches = bounds.with_columns(a=pl.col("b").shift(1).over(q)).filter(
         pl.col("a").is_not_null() & (pl.col("b") - pl.col("a") >= options.min_wait_ns))
+    # a leaf op's whole body is work (unless the op is a wait by name)
+    ordered = ops.sort(*q, "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
+    nxt = pl.col("ts_ns").shift(-1).over(q)
+    bodies = ordered.filter((nxt.is_null() | (nxt >= pl.col("end_ns")))
+                            & ~pl.col("name").cast(pl.String).str.contains(
+                                options.wait_op_pattern)).select(*q, a="ts_ns", b="end_ns")
+    stretches = stretches.join(bodies.unique(), on=[*q, "a", "b"], how="anti")
     if stretches.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
     tol = options.tolerance_ns

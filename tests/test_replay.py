@@ -1,0 +1,279 @@
+"""The what-if replay (analyses/replay) on a hand-drawn DDP step whose answers are derived by
+hand, then through the CLI, then on the real gloo fixtures.
+
+Three ranks, one step, times in ms. Every rank's main thread (tid 1) runs forward, issues the
+gradient all-reduce (``c10d::allreduce_``, 1 ms), runs backward, waits (DDP's reducer: a
+gap no op covers) until gloo's worker thread (tid 2) has finished the all-reduce, then the
+optimizer (10 ms) and a tail op (5 ms). The worker starts the all-reduce 1 ms after the
+issue. Rank 1 stalls 40 ms before issuing (an unannotated sleep)::
+
+    rank 0, 2   fwd [0,10)  issue [10,11)  bwd [11,20)  (wait 20..60)  opt [60,70) tail [70,75)
+    rank 1      fwd [0,10)  (stall 10..50) issue [50,51) bwd [51,60)   opt [60,70) tail [70,75)
+    worker      all_reduce from issue + 1 ms to 59.9 (last arrival 51, transfer 8.9)
+
+By hand:
+* ranks 0 and 2 wait on the all-reduce from the end of bwd (20) to 60: blocked 40 ms, so their
+  work between the issue and the wait is 10 - 0 = bwd's 9 ms plus the issue's 1 ms;
+* the replay of the measured run reproduces it: all steps 75 ms, error 0;
+* ``rank=1:typical``: rank 1's stretch from the step's start to its issue (50 ms) becomes the
+  median of (10, 50, 10) = 10; it issues at 10, arrives at 11, the all-reduce completes at
+  11 + 8.9 = 19.9; ranks 0 and 2 resume at max(20, 19.9 + 0.1) = 20 and end at 35, rank 1 at
+  10 + 25 = 35: every step 35 ms, a gain of 40 ms;
+* ``comm=x2``: the transfer is 17.8, completion 68.8, ranks 0 and 2 resume at 68.9 and end at
+  83.9, rank 1 (no wait) at 75: mean (83.9 + 75 + 83.9) / 3 = 80.933 ms, gain -5.933 ms;
+* ``stalls=off``: rank 1's stretch before the issue has 40 ms outside every leaf op against
+  the median 0: cut to 0, the same 35 ms as ``rank=1:typical``;
+* a replay that kept the wait as work (no wait found) would gain nothing: checked below.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from helpers import write_trace
+from traceview.analyses.replay import build_graph, find_waits, replay_graph, self_check
+from traceview.analyses.replay.scenarios import SpecError, parse_scenario
+from traceview.analyses.replay.waits import WaitOptions
+from traceview.analyses.replay.whatif import whatif
+
+MS = 1_000_000
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _rank_ops(rank: int) -> list[tuple]:
+    issue = 50 if rank == 1 else 10
+    rows = [("ProfilerStep#1", 0, 75, None), ("fwd", 0, 10, None),
+            ("c10d::allreduce_", issue, issue + 1, "all_reduce"),
+            ("bwd", issue + 1, issue + 1 + 9 if rank != 1 else 60, None),
+            ("opt", 60, 70, None), ("tail", 70, 75, None)]
+    out = [(rank, 1, name, s * MS, e * MS, c) for name, s, e, c in rows]
+    out.append((rank, 2, "gloo:all_reduce", (issue + 1) * MS, int(59.9 * MS), "all_reduce"))
+    return out
+
+
+def _ops() -> pl.DataFrame:
+    rows = [r for rank in range(3) for r in _rank_ops(rank)]
+    return pl.DataFrame(rows, schema=["rank", "tid", "name", "ts_ns", "end_ns", "collective"],
+                        orient="row")
+
+
+def _collectives(ops: pl.DataFrame) -> pl.DataFrame:
+    return ops.filter(pl.col("name") == "gloo:all_reduce").select(
+        instance=pl.lit("default#0"), rank="rank", collective=pl.lit("all_reduce"),
+        name="name", arrival_ns="ts_ns", end_ns="end_ns")
+
+
+@pytest.fixture(scope="module")
+def graph():
+    ops = _ops()
+    return build_graph(ops, _collectives(ops))
+
+
+def test_the_reducers_hidden_wait_is_found_with_its_blocked_time(graph):
+    waits = graph.points.filter(pl.col("kind") == "wait").sort("rank")
+    assert waits.select("rank", "t_ns", "blocked_ns", "instance").rows() == [
+        (0, 60 * MS, 40 * MS, "default#0"), (2, 60 * MS, 40 * MS, "default#0")]
+
+
+def test_the_slow_ranks_own_backward_ending_at_the_completion_is_no_wait(graph):
+    # rank 1's bwd [51, 60) ends 0.1 ms after its all-reduce completes: a leaf op's body
+    assert graph.points.filter((pl.col("rank") == 1) & (pl.col("kind") == "wait")).height == 0
+
+
+def test_a_leaf_op_named_as_a_wait_is_a_wait():
+    ops = pl.DataFrame({"rank": [0, 0], "tid": [1, 1], "name": ["c10d::wait", "x"],
+                        "ts_ns": [0, 0], "end_ns": [900_000, 950_000]})
+    done = pl.DataFrame({"instance": ["a"], "rank": [0], "tid": [2], "end_ns": [880_000],
+                         "issued_ns": [10_000]})
+    assert find_waits(ops.head(1), done).get_column("blocked_ns").to_list() == [890_000]
+
+
+def test_the_replay_of_the_measured_run_reproduces_it(graph):
+    check = self_check(graph, replay_graph(graph))
+    assert check.steps.select("step", "measured_ns", "replayed_ns").rows() == [
+        (1, 75 * MS, 75 * MS)]
+    assert (check.median, check.p90, check.trusted) == (0.0, 0.0, True)
+
+
+def test_typical_slow_rank_gains_its_stall(graph):
+    _, (typical,) = whatif(graph, ["rank=1:typical"])
+    assert typical["steps"] == [{"step": 1, "predicted_ns": 35 * MS, "replayed_ns": 35 * MS}]
+    assert typical["gain_ns_per_step"] == 40 * MS
+    assert typical["step_ns_mean"] == typical["step_ns_p50"] == 35 * MS
+    assert typical["slowdown"] == pytest.approx(75 / 35)
+
+
+def test_a_fast_ranks_typical_changes_nothing(graph):
+    _, (fast,) = whatif(graph, ["rank=0:typical"])
+    assert fast["gain_ns_per_step"] == 0
+
+
+def test_comm_scaled_moves_the_waiting_ranks_only(graph):
+    _, (slower,) = whatif(graph, ["comm=x2"])
+    assert slower["step_ns_mean"] == pytest.approx((83.9 + 75 + 83.9) / 3 * MS, abs=1)
+    assert slower["gain_ns_per_step"] == pytest.approx(-(80.9333333 - 75) * MS, abs=1)
+
+
+def test_stalls_off_cuts_the_unannotated_stall(graph):
+    _, (off,) = whatif(graph, ["stalls=off"])
+    assert off["step_ns_mean"] == 35 * MS
+
+
+def test_specs_combine(graph):
+    _, (both,) = whatif(graph, ["rank=1:typical,comm=x2"])
+    # issue at 10, arrive 11, completion 11 + 17.8 = 28.8: ranks 0, 2 resume at 28.9 -> 43.9;
+    # rank 1 ends at 35
+    assert both["step_ns_mean"] == pytest.approx((43.9 + 35 + 43.9) / 3 * MS, abs=1)
+
+
+def test_op_scaling_scales_the_matched_ops_time(graph):
+    _, (opt,) = whatif(graph, ["op=^opt$:x0.5"])
+    assert opt["gain_ns_per_step"] == 5 * MS  # opt's 10 ms halved on every rank
+
+
+def test_a_wait_kept_as_work_would_gain_nothing():
+    ops = _ops()
+    blind = build_graph(ops, _collectives(ops), options=WaitOptions(tolerance_ns=0))
+    assert blind.points.filter(pl.col("kind") == "wait").height == 0
+    _, (typical,) = whatif(blind, ["rank=1:typical"])
+    assert typical["gain_ns_per_step"] == 0
+
+
+def test_a_dependency_that_does_not_reproduce_is_named():
+    # rank 2's all-reduce ends 20 ms after the others' (and it resumes then): one transfer
+    # per instance (the median, 8.9) replays it 20 ms early
+    ops = _ops().with_columns(
+        end_ns=pl.when((pl.col("rank") == 2) & (pl.col("name") == "gloo:all_reduce"))
+        .then(int(79.9 * MS)).otherwise(pl.col("end_ns")),
+        ts_ns=pl.when((pl.col("rank") == 2) & pl.col("name").is_in(["opt", "tail"]))
+        .then(pl.col("ts_ns") + 20 * MS).otherwise(pl.col("ts_ns")))
+    ops = ops.with_columns(end_ns=pl.when((pl.col("rank") == 2) & pl.col("name").is_in(
+        ["opt", "tail", "ProfilerStep#1"])).then(pl.col("end_ns") + 20 * MS)
+        .otherwise(pl.col("end_ns")))
+    g = build_graph(ops, _collectives(ops))
+    check = self_check(g, replay_graph(g))
+    # measured (75 + 75 + 95) / 3, replayed 75 everywhere
+    assert check.steps.get_column("replayed_ns").to_list() == [75 * MS]
+    assert check.p90 == pytest.approx((245 / 3 - 75) / (245 / 3))
+    assert not check.trusted
+    cause = check.causes.row(0, named=True)
+    assert (cause["rank"], cause["kind"], cause["instance"]) == (2, "complete", "default#0")
+    assert "earlier in the replay" in cause["what"]
+
+
+@pytest.mark.parametrize("text", ["", "rank=x:typical", "rank=1", "comm=2", "comm=x",
+                                  "op=(:x2", "op=a", "stalls=on", "ranks=some:typical",
+                                  "kernel=:x2"])
+def test_bad_specs_are_refused(text):
+    with pytest.raises(SpecError):
+        parse_scenario(text)
+
+
+def test_a_regex_with_commas_stays_one_spec():
+    (spec,) = parse_scenario("op=a{1,2}:x3")
+    assert (spec.kind, spec.pattern, spec.factor) == ("op", "a{1,2}", 3.0)
+
+
+# ----------------------------------------------------------------------------- the CLI
+def _kineto(rank: int) -> list[dict]:
+    events = []
+    for _, tid, name, s, e, coll in _rank_ops(rank):
+        cat = "user_annotation" if name.startswith(("ProfilerStep", "gloo:")) else "cpu_op"
+        ev = {"ph": "X", "cat": cat, "name": name, "pid": 100 + rank, "tid": tid,
+              "ts": s / 1000, "dur": (e - s) / 1000, "args": {}}
+        if coll:
+            ev["args"] = {"Collective name": coll, "Process Group Name": "default"}
+        events.append(ev)
+    return events
+
+
+@pytest.fixture(scope="module")
+def hand_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("replay")
+    for rank in range(3):
+        write_trace(root / f"rank-{rank}.pt.trace.json", _kineto(rank),
+                    distributedInfo={"rank": rank, "world_size": 3, "backend": "gloo"})
+    return root
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "traceview", *argv], capture_output=True,
+                          text=True, cwd=ROOT)
+
+
+def test_cli_json_contract_on_the_hand_drawn_run(hand_run, tmp_path):
+    out = _cli("whatif", str(hand_run), "--align", "none", "--json", "--cache-dir",
+               str(tmp_path), "--scenario", "rank=1:typical", "--scenario", "ranks=all:typical")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["steps"] == [{"step": 1, "measured_ns": 75 * MS, "replayed_ns": 75 * MS,
+                             "error": 0.0}]
+    assert doc["replay_error"] == {"median": 0.0, "p90": 0.0} and doc["trusted"] is True
+    typical, every = doc["scenarios"]
+    assert typical["spec"] == "rank=1:typical"
+    assert (typical["step_ns_mean"], typical["step_ns_p50"], typical["gain_ns_per_step"]) \
+        == (35 * MS, 35 * MS, 40 * MS)
+    assert typical["steps"][0]["step"] == 1 and typical["steps"][0]["predicted_ns"] == 35 * MS
+    assert every["gain_ns_per_step"] == 40 * MS  # the fast ranks are the median already
+
+
+def test_cli_bad_spec_is_a_one_line_usage_error(hand_run):
+    out = _cli("whatif", str(hand_run), "--scenario", "rank=one:typical")
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "rank=one:typical" in out.stderr
+
+
+def test_api_answers_as_the_cli(hand_run, tmp_path):
+    import traceview
+    run = traceview.open(str(hand_run), align="none", cache_dir=str(tmp_path))
+    result = run.whatif("rank=1:typical")
+    out = _cli("whatif", str(hand_run), "--align", "none", "--json", "--cache-dir",
+               str(tmp_path), "--scenario", "rank=1:typical")
+    assert result.to_dict() == json.loads(out.stdout)
+
+
+# ----------------------------------------------------------------------------- real runs
+FIXTURES = sorted(p for p in (ROOT / "fixtures" / "data" / "scenarios").iterdir() if p.is_dir()) \
+    + sorted(p for p in (ROOT / "fixtures" / "data").glob("gloo_*") if p.is_dir())
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_every_multi_rank_fixture_gets_a_replay_error_and_its_reasons(path):
+    import traceview
+    result = traceview.open(str(path)).whatif()
+    err = result["replay_error"]
+    assert result["steps"].height >= 3 and err["median"] is not None
+    assert result["graph"]["forced"] == 0
+    if result["trusted"]:
+        assert err["p90"] <= 0.05
+    else:  # every step beyond 5% names the point that does not reproduce
+        bad = result["steps"].filter(pl.col("error") > 0.05).get_column("step").to_list()
+        assert result["not_reproduced"].get_column("step").to_list() == bad
+        assert any("not trusted" in n for n in result["notes"])
+
+
+def test_a_real_ddp_straggler_typical_gain_is_the_twins_difference():
+    """ddp_stall_r2: rank 2 sleeps in forward each step; ddp_balanced is its twin (truth.json:
+    mean step per rank, measured by the generator). DDP's reducer waits inside backward on
+    the other ranks: found, so rank 2's typical gains what the twins differ by (4 ranks on
+    2 cores: the sleep frees a core, so it costs less than its length)."""
+    import traceview
+    scenarios = ROOT / "fixtures" / "data" / "scenarios"
+
+    def mean_step_ns(name: str) -> float:
+        steps = json.loads((scenarios / name / "truth.json").read_text())["measured"]["step_ms"]
+        return sum(steps.values()) / len(steps) * MS
+
+    twins = mean_step_ns("ddp_stall_r2") - mean_step_ns("ddp_balanced")
+    result = traceview.open(str(scenarios / "ddp_stall_r2")).whatif("rank=2:typical",
+                                                                     "rank=0:typical")
+    assert result["trusted"]
+    slow, fast = result["scenarios"]
+    assert slow["gain_ns_per_step"] == pytest.approx(twins, rel=0.25)
+    assert abs(fast["gain_ns_per_step"]) < 0.25 * slow["gain_ns_per_step"]
