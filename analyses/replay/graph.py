@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceview.schema import STEP_PATTERN
+from traceview.schema import GPU_KINDS, RUNTIME_KINDS, STEP_PATTERN
 
 from .waits import WaitOptions, find_waits
 
@@ -57,6 +57,7 @@ POINT_SCHEMA: dict[str, pl.DataType] = {
     "kind": pl.String, "instance": pl.String, "collective": pl.String, "prev": pl.Int64,
     "work_from_ns": pl.Int64, "work_to_ns": pl.Int64, "work_ns": pl.Int64,
     "blocked_ns": pl.Int64, "step": pl.Int64, "role": pl.String, "stretch": pl.String,
+    "correlation": pl.Int64,
 }
 EDGE_SCHEMA: dict[str, pl.DataType] = {
     "src": pl.Int64, "dst": pl.Int64, "lag_ns": pl.Int64, "kind": pl.String,
@@ -68,8 +69,10 @@ INSTANCE_SCHEMA: dict[str, pl.DataType] = {
 }
 
 #: Order of points at one instant on one queue: what ends before what begins.
-_KIND_ORDER = {"complete": 0, "wait": 1, "step_end": 2, "step_start": 3, "issue": 4,
-               "arrive": 5}
+_KIND_ORDER = {"complete": 0, "kernel": 0, "wait": 1, "step_end": 2, "step_start": 3,
+               "issue": 4, "launch": 4, "arrive": 5}
+#: The points every rank running the same program has: they delimit the stretches.
+_ANCHORS = ("step_start", "step_end", "issue", "arrive", "complete")
 #: Host calls that enqueue a collective for another thread (gloo's worker, a GPU stream).
 _DISPATCH = r"^(c10d::|record_param_comms$)"
 
@@ -100,28 +103,75 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     collective, ``instance, rank, collective, name, arrival_ns, end_ns``
     (:func:`~traceview.analyses.collectives.collective_ranks`). ``p2p_pairs``:
     :func:`~traceview.analyses.p2p.pair_p2p` pairs."""
-    kind = pl.col("kind").cast(pl.String) if "kind" in ops.columns else pl.lit("cpu_op")
-    ops = ops.select(pl.col("rank").cast(pl.Int32), pl.col("tid").cast(pl.Int64).fill_null(0),
-                     kind.alias("kind"),
-                     pl.col("name").cast(pl.String), pl.col("ts_ns").cast(pl.Int64),
-                     pl.col("end_ns").cast(pl.Int64),
-                     pl.col("collective").cast(pl.String)).sort("rank", "tid", "ts_ns")
+    ops = _queued(ops)
     comm = _comm_rows(collective_rows, p2p_pairs, ops)
     if comm.height:
         comm = _with_transfers(comm)
     instances = _instances(comm)
     issues = _issues(ops, comm)
+    launches = _launches(ops)
     completes = comm.select("instance", "rank", "tid", end_ns="end_ns",
                             issued_ns=pl.coalesce(
                                 comm.join(issues, on=["instance", "rank"], how="left")
                                 .get_column("issue_ns"), pl.col("arrival_ns")))
-    waits = find_waits(ops, completes, options=options)
-    points = _points(ops, comm, issues, waits)
+    host = ops.filter(pl.col("tid") >= 0)
+    waits = find_waits(host, completes, options=options)
+    if launches.height:  # a host sync waits for the GPU work launched before it
+        gpu_done = launches.select(instance=pl.format("gpu#{}", "correlation"), rank="rank",
+                                   tid="tid", end_ns="end_ns", issued_ns="launch_ns")
+        syncs = host.filter(pl.col("name").str.contains(options.sync_pattern))
+        waits = pl.concat([waits, find_waits(syncs, gpu_done, options=options)])
+    points = _points(ops, comm, issues, waits, launches)
     points = _with_work(points)
     points = _with_stretches(points, ops)
-    edges = _edges(points, comm, instances)
+    edges = _edges(points, comm, instances, launches)
     return ReplayGraph(points, edges, instances,
                        ops.select("rank", "tid", "kind", "name", "ts_ns", "end_ns"))
+
+
+def _queued(ops: pl.DataFrame) -> pl.DataFrame:
+    """``ops`` with one queue id per thread and GPU stream: a host op's ``tid``, a GPU op's
+    ``-1 - stream`` (negative: never a thread's)."""
+    has = set(ops.columns)
+    kind = pl.col("kind").cast(pl.String) if "kind" in has else pl.lit("cpu_op")
+    gpu = kind.is_in(list(GPU_KINDS))
+    stream = pl.col("stream").cast(pl.Int64) if "stream" in has else pl.lit(None, pl.Int64)
+    corr = pl.col("correlation").cast(pl.Int64) if "correlation" in has else \
+        pl.lit(None, pl.Int64)
+    tid = pl.col("tid").cast(pl.Int64).fill_null(0)
+    return ops.select(
+        pl.col("rank").cast(pl.Int32),
+        tid=pl.when(gpu).then(-1 - pl.coalesce(stream, tid)).otherwise(tid),
+        kind=kind, name=pl.col("name").cast(pl.String), ts_ns=pl.col("ts_ns").cast(pl.Int64),
+        end_ns=pl.col("end_ns").cast(pl.Int64),
+        collective=(pl.col("collective").cast(pl.String) if "collective" in has
+                    else pl.lit(None, pl.String)),
+        correlation=corr).sort("rank", "tid", "ts_ns")
+
+
+def _launches(ops: pl.DataFrame) -> pl.DataFrame:
+    """One row per GPU op with its launch: ``rank, tid`` (its stream's queue),
+    ``correlation, ts_ns, end_ns``, the launching thread ``launch_tid`` and time
+    ``launch_ns``, and ``lag_ns``: how long after its launch it could start, the measured
+    delay capped at the rank's typical delay when the stream was idle (a kernel queued
+    behind others waited for them, which the stream's order replays)."""
+    gpu = ops.filter(pl.col("tid") < 0)
+    if gpu.height == 0 or gpu.get_column("correlation").null_count() == gpu.height:
+        return pl.DataFrame(schema={"rank": pl.Int32, "tid": pl.Int64, "correlation": pl.Int64,
+                                    "ts_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.String,
+                                    "launch_tid": pl.Int64, "launch_ns": pl.Int64,
+                                    "lag_ns": pl.Int64})
+    calls = ops.filter(pl.col("kind").is_in(list(RUNTIME_KINDS))
+                       & pl.col("correlation").is_not_null()).select(
+        "rank", "correlation", launch_tid="tid", launch_ns="ts_ns")
+    found = gpu.join(calls.unique(["rank", "correlation"]), on=["rank", "correlation"])
+    found = found.sort("rank", "tid", "ts_ns").with_columns(
+        delay=(pl.col("ts_ns") - pl.col("launch_ns")).clip(0),
+        idle=pl.col("end_ns").shift(1).over("rank", "tid").fill_null(0) <= pl.col("launch_ns"))
+    typical = found.filter(pl.col("idle")).group_by("rank").agg(cap=pl.col("delay").median())
+    return found.join(typical, on="rank", how="left").select(
+        "rank", "tid", "correlation", "ts_ns", "end_ns", "name", "launch_tid", "launch_ns",
+        lag_ns=pl.min_horizontal("delay", pl.col("cap").fill_null(0)).round(0).cast(pl.Int64))
 
 
 def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
@@ -215,25 +265,36 @@ def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
 
 
 def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
-            waits: pl.DataFrame) -> pl.DataFrame:
-    steps = ops.filter(pl.col("name").str.contains(STEP_PATTERN)).select(
+            waits: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    steps = ops.filter(pl.col("name").str.contains(STEP_PATTERN) & (pl.col("tid") >= 0)).select(
         "rank", "tid", step=pl.col("name").str.extract(STEP_PATTERN, 1).cast(pl.Int64),
         start="ts_ns", end="end_ns")
-    cols = ["rank", "tid", "t_ns", "kind", "instance", "collective", "blocked_ns", "step_mark"]
+    cols = ["rank", "tid", "t_ns", "kind", "instance", "collective", "blocked_ns", "span_ns",
+            "step_mark", "correlation"]
 
     def part(frame: pl.DataFrame, kind: str, t: str, **extra: pl.Expr) -> pl.DataFrame:
         base = {"instance": pl.lit(None, pl.String), "collective": pl.lit(None, pl.String),
-                "blocked_ns": pl.lit(0, pl.Int64), "step_mark": pl.lit(None, pl.Int64)}
+                "blocked_ns": pl.lit(0, pl.Int64), "span_ns": pl.lit(None, pl.Int64),
+                "step_mark": pl.lit(None, pl.Int64), "correlation": pl.lit(None, pl.Int64)}
         base.update(extra)
         return frame.select(pl.col("rank").cast(pl.Int32), pl.col("tid").cast(pl.Int64),
                             t_ns=pl.col(t).cast(pl.Int64), kind=pl.lit(kind),
-                            **base).select(cols)
+                            **base).select(cols).cast({"span_ns": pl.Int64,
+                                                       "correlation": pl.Int64})
 
+    # the GPU ops that are not a matched collective's kernel: one point at their end, their
+    # duration their work; a collective's kernel is its arrive and complete points
+    comm_keys = comm.select("rank", "tid", ts_ns="arrival_ns")
+    kernels = launches.join(comm_keys, on=["rank", "tid", "ts_ns"], how="anti")
+    comm_launch = launches.join(comm_keys, on=["rank", "tid", "ts_ns"]).select(
+        "rank", "tid", "ts_ns", "correlation")
+    comm = comm.join(comm_launch, left_on=["rank", "tid", "arrival_ns"],
+                     right_on=["rank", "tid", "ts_ns"], how="left")
     parts = [
         part(steps, "step_start", "start", step_mark=pl.col("step")),
         part(steps, "step_end", "end", step_mark=pl.col("step")),
         part(comm, "arrive", "arrival_ns", instance=pl.col("instance"),
-             collective=pl.col("collective")),
+             collective=pl.col("collective"), correlation=pl.col("correlation")),
         part(comm, "complete", "end_ns", instance=pl.col("instance"),
              collective=pl.col("collective"),
              blocked_ns=pl.col("end_ns") - pl.col("arrival_ns") - pl.col("own_ns")),
@@ -241,6 +302,10 @@ def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
              instance=pl.col("instance")),
         part(waits, "wait", "t_ns", instance=pl.col("instance"),
              blocked_ns=pl.col("blocked_ns")),
+        part(kernels, "kernel", "end_ns", instance=pl.format("gpu#{}", "correlation"),
+             span_ns=pl.col("end_ns") - pl.col("ts_ns"), correlation=pl.col("correlation")),
+        part(launches.select("rank", "correlation", "launch_ns", tid="launch_tid"), "launch",
+             "launch_ns", correlation=pl.col("correlation")),
     ]
     order = pl.col("kind").replace_strict(_KIND_ORDER, return_dtype=pl.Int8)
     pts = pl.concat(parts).with_columns(_o=order).sort("rank", "tid", "t_ns", "_o").drop("_o")
@@ -249,26 +314,29 @@ def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
 
 def _with_work(points: pl.DataFrame) -> pl.DataFrame:
     """``prev`` (the queue's previous point), ``work_from_ns``/``work_to_ns``: the stretch of
-    measured time replayed as work before the point (empty where the queue only waited: a
-    waiting member's completion, an arrival on a thread that waits for its issue)."""
+    measured time replayed as work before the point. Empty where the queue only waited: an
+    arrival fed by its issue or launch (a worker thread or a stream waits for work), a
+    waiting member's completion (its blocked time is the whole call); a GPU op's work is its
+    own duration (the stream's idle time before it waited for its launch)."""
     q = ["rank", "tid"]
     prev_t = pl.col("t_ns").shift(1).over(q)
-    fed = (pl.col("kind") == "arrive") & pl.col("_issued")
-    return points.with_columns(
-        prev=pl.col("point").shift(1).over(q),
-        _issued=pl.col("instance").is_in(
-            points.filter(pl.col("kind") == "issue").get_column("instance").implode())
-        & (pl.col("kind") == "arrive"),
-    ).with_columns(
-        work_from_ns=prev_t,
-        work_to_ns=pl.when(prev_t.is_null()).then(None)
+    issued = points.filter(pl.col("kind") == "issue").select(
+        "instance", "rank", _issued=pl.lit(True))
+    pts = points.join(issued, on=["instance", "rank"], how="left", maintain_order="left")
+    fed = (pl.col("kind") == "arrive") & (pl.col("_issued").fill_null(False)
+                                          | pl.col("correlation").is_not_null())
+    return pts.with_columns(prev=pl.col("point").shift(1).over(q)).with_columns(
+        work_from_ns=pl.when(pl.col("span_ns").is_not_null())
+        .then(pl.col("t_ns") - pl.col("span_ns")).otherwise(prev_t),
+        work_to_ns=pl.when(pl.col("span_ns").is_not_null()).then(pl.col("t_ns"))
+        .when(prev_t.is_null()).then(None)
         .when(fed).then(prev_t)
         .otherwise(pl.max_horizontal(prev_t, pl.col("t_ns") - pl.col("blocked_ns"))),
     ).with_columns(
         work_ns=(pl.col("work_to_ns") - pl.col("work_from_ns")).fill_null(0),
         work_from_ns=pl.col("work_from_ns").fill_null(pl.col("t_ns")),
         work_to_ns=pl.col("work_to_ns").fill_null(pl.col("t_ns")),
-    ).drop("_issued")
+    ).drop("_issued").sort("point")
 
 
 def _with_stretches(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -284,11 +352,11 @@ def _with_stretches(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     pts = points.sort("t_ns").join_asof(starts, left_on="t_ns", right_on="_st", by="rank",
                                         strategy="backward", check_sortedness=False)
     pts = pts.join(main, on=q, how="left").sort("point")
-    anchor = pl.col("kind") != "wait"
+    anchor = pl.col("kind").is_in(list(_ANCHORS))
     label = pl.when(anchor).then(pl.col("kind") + ":" + pl.col("collective").fill_null(""))
     pts = pts.with_columns(
         role=pl.when(pl.col("_main").fill_null(False)).then(pl.lit("main"))
-        .otherwise(pl.lit("thread")),
+        .when(pl.col("tid") < 0).then(pl.lit("stream")).otherwise(pl.lit("thread")),
         _n=anchor.cast(pl.Int64).cum_sum().shift(1, fill_value=0).over(q),
         _label=label.forward_fill().shift(1).over(q))
     pts = pts.with_columns(_ord=pl.col("_n") - pl.col("_n").min().over([*q, "step"]))
@@ -297,7 +365,8 @@ def _with_stretches(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
                             .otherwise(stretch)).select(list(POINT_SCHEMA)).cast(POINT_SCHEMA)
 
 
-def _edges(points: pl.DataFrame, comm: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
+def _edges(points: pl.DataFrame, comm: pl.DataFrame, instances: pl.DataFrame,
+           launches: pl.DataFrame) -> pl.DataFrame:
     n = points.height
     node = instances.select("instance", inode=pl.col("node") + n)
     chain = points.filter(pl.col("prev").is_not_null()).select(
@@ -315,12 +384,21 @@ def _edges(points: pl.DataFrame, comm: pl.DataFrame, instances: pl.DataFrame) ->
     issued = issue.join(arrive, on=["instance", "rank"], suffix="_a").select(
         src="point", dst="point_a", lag_ns=(pl.col("t_ns_a") - pl.col("t_ns")).clip(0),
         kind=pl.lit("issue"), instance="instance")
+    done = points.filter(pl.col("kind").is_in(["complete", "kernel"]))
     resumed = points.filter(pl.col("kind") == "wait").join(
-        complete.select("instance", "rank", c_point="point", c_t="t_ns"),
+        done.select("instance", "rank", c_point="point", c_t="t_ns"),
         on=["instance", "rank"]).select(
         src="c_point", dst="point", lag_ns=pl.col("t_ns") - pl.col("c_t"), kind=pl.lit("wait"),
         instance="instance")
-    return pl.concat([chain, into, out, issued, resumed]).cast(EDGE_SCHEMA)
+    # a launch to its GPU op (lag: the launch delay; the replay adds a kernel's own work)
+    on = ["rank", "correlation"]
+    started = points.filter(pl.col("kind") == "launch").select(*on, src="point").join(
+        points.filter(pl.col("kind").is_in(["kernel", "arrive"])
+                      & pl.col("correlation").is_not_null()).select(*on, "instance",
+                                                                    dst="point"), on=on) \
+        .join(launches.select(*on, lag_ns="lag_ns"), on=on).select(
+        "src", "dst", "lag_ns", kind=pl.lit("launch"), instance="instance")
+    return pl.concat([chain, into, out, issued, resumed, started]).cast(EDGE_SCHEMA)
 
 
 __all__ = ["EDGE_SCHEMA", "INSTANCE_SCHEMA", "POINT_SCHEMA", "ReplayGraph", "build_graph"]

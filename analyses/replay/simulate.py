@@ -97,9 +97,13 @@ def replay_graph(graph: ReplayGraph, *, work_ns: np.ndarray | None = None,
     dst = edges.get_column("dst").to_numpy()
     lag = edges.get_column("lag_ns").to_numpy().copy()
     kind = edges.get_column("kind").to_numpy()
+    work = pts.get_column("work_ns").to_numpy() if work_ns is None \
+        else np.asarray(work_ns, dtype=np.int64)
     if work_ns is not None:
         queue = kind == "queue"
-        lag[queue] = np.asarray(work_ns, dtype=np.int64)[dst[queue]]
+        lag[queue] = work[dst[queue]]
+    launched = kind == "launch"  # a GPU op starts after its launch, and ends its work later
+    lag[launched] += work[dst[launched]]
     if transfer_scale != 1.0:
         moved = kind == "transfer"
         lag[moved] = np.round(lag[moved] * transfer_scale).astype(np.int64)

@@ -53,6 +53,10 @@ class WaitOptions:
     tolerance_ns: int = 200_000
     min_wait_ns: int = 50_000
     wait_op_pattern: str = r"(?i)wait|synchroni[sz]e|barrier|^c10d::|^record_param_comms$"
+    #: The host calls that wait for the GPU (GPU work's completion is waited on only inside
+    #: them: kernels complete every few microseconds, any gap ends near one).
+    sync_pattern: str = (r"(?i)^(cuda|hip)(Device|Stream|Event|Ctx)Synchroni[sz]e$"
+                         r"|^(cuda|hip)Memcpy(Async)?$|^cuMemcpy")
 
 
 def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,

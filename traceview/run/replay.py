@@ -25,24 +25,28 @@ from traceview.analyses.collective_match import P2P
 from traceview.analyses.replay import build_graph
 from traceview.analyses.replay.whatif import Replay, replay_run, whatif
 from traceview.run.result import Result
+from traceview.schema import GPU_KINDS, RUNTIME_KINDS
 
 if TYPE_CHECKING:
     from traceview.run.run import Run
 
-#: The host rows the graph reads: ops and annotations with a duration.
-_OP_KINDS = ("cpu_op", "user_annotation")
+#: The rows the graph reads: host ops and annotations, GPU runtime calls (launches and
+#: synchronisations) and GPU work, each with a duration.
+_OP_KINDS = ("cpu_op", "user_annotation", *RUNTIME_KINDS, *GPU_KINDS)
 
 
 def replay_of(run: Run) -> Replay:
     """The run's graph and its replay (one per Run)."""
     events = run._analysis_events.filter(
         pl.col("kind").is_in(list(_OP_KINDS)) & pl.col("dur_ns").is_not_null()).select(
-        "rank", "tid", "kind", "name", "ts_ns", "dur_ns", "collective")
+        "rank", "tid", "kind", "name", "ts_ns", "dur_ns", "collective", "stream",
+        "correlation")
     if len(run.ranks_present) > 1:
         events = apply_offsets(events, run.offsets).with_columns(ts_ns="ts_aligned_ns")
     ops = events.select("rank", "tid", "kind", "name", "ts_ns",
                         end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
-                        collective="collective").collect()
+                        collective="collective", stream="stream",
+                        correlation="correlation").collect()
     many = len(run.ranks_present) > 1
     collectives = run.collective_ranks.filter(~pl.col("collective").is_in(list(P2P))) \
         if many else None
