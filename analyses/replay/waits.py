@@ -69,26 +69,34 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
     q = ["rank", "tid"]
     waiter = ops.group_by(q).agg(
         _any=(~pl.col("name").cast(pl.String).str.contains(_BACKEND_WORK)).any())
-    bounds = pl.concat([ops.select(*q, b="ts_ns"), ops.select(*q, b="end_ns")]) \
-        .join(waiter.filter(pl.col("_any")).select(q), on=q).unique().sort(*q, "b")
-    stretches = bounds.with_columns(a=pl.col("b").shift(1).over(q)).filter(
+    ops = ops.join(waiter.filter(pl.col("_any")).select(q), on=q, how="semi")
+    bounds = pl.concat([ops.select(*q, b="ts_ns"), ops.select(*q, b="end_ns")]).sort(*q, "b")
+    same = (pl.col("rank") == pl.col("rank").shift(1)) & (pl.col("tid") == pl.col("tid").shift(1))
+    stretches = bounds.with_columns(a=pl.when(same).then(pl.col("b").shift(1))).filter(
         pl.col("a").is_not_null() & (pl.col("b") - pl.col("a") >= options.min_wait_ns))
     # a leaf op's whole body is work (unless the op is a wait by name)
     ordered = ops.sort(*q, "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
-    nxt = pl.col("ts_ns").shift(-1).over(q)
-    bodies = ordered.filter((nxt.is_null() | (nxt >= pl.col("end_ns")))
-                            & ~pl.col("name").cast(pl.String).str.contains(
-                                options.wait_op_pattern)).select(*q, a="ts_ns", b="end_ns")
-    stretches = stretches.join(bodies.unique(), on=[*q, "a", "b"], how="anti")
+    later = (pl.col("rank") == pl.col("rank").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
+    leaf = ~later | (pl.col("ts_ns").shift(-1) >= pl.col("end_ns"))
+    bodies = ordered.filter(leaf & (pl.col("end_ns") - pl.col("ts_ns") >= options.min_wait_ns))
+    named = bodies.select(pl.col("name").unique()).filter(
+        pl.col("name").cast(pl.String).str.contains(options.wait_op_pattern))
+    bodies = bodies.join(named, on="name", how="anti").select(*q, a="ts_ns", b="end_ns")
+    stretches = stretches.join(bodies, on=[*q, "a", "b"], how="anti")
     if stretches.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
     tol = options.tolerance_ns
     done = completes.select(pl.col("rank").cast(pl.Int32), "instance", c_tid="tid", e="end_ns",
                             issued="issued_ns")
-    pairs = stretches.with_columns(pl.col("rank").cast(pl.Int32)).join_where(
-        done, pl.col("rank") == pl.col("rank_right"),
-        pl.col("e") >= pl.col("b") - tol, pl.col("e") <= pl.col("b") + tol)
-    pairs = pairs.filter((pl.col("e") > pl.col("a")) & (pl.col("issued") < pl.col("b"))
+    # the completions within the tolerance of each stretch's end: by buckets of twice the
+    # tolerance (an end probes the two buckets its window spans), linear in the rows
+    width = max(2 * tol, 1)
+    stretches = stretches.with_columns(pl.col("rank").cast(pl.Int32))
+    probes = pl.concat([stretches.with_columns(k=(pl.col("b") - tol) // width),
+                        stretches.with_columns(k=(pl.col("b") + tol) // width)]).unique()
+    pairs = probes.join(done.with_columns(k=pl.col("e") // width), on=["rank", "k"])
+    pairs = pairs.filter(((pl.col("e") - pl.col("b")).abs() <= tol)
+                         & (pl.col("e") > pl.col("a")) & (pl.col("issued") < pl.col("b"))
                          & (pl.col("c_tid") != pl.col("tid")))
     if pairs.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
