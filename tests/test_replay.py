@@ -139,7 +139,8 @@ def test_op_scaling_scales_the_matched_ops_time(graph):
 
 def test_a_wait_kept_as_work_would_gain_nothing():
     ops = _ops()
-    blind = build_graph(ops, _collectives(ops), options=WaitOptions(tolerance_ns=0))
+    blind = build_graph(ops, _collectives(ops), options=WaitOptions(tolerance_ns=0,
+                                                                   relative_tolerance=0.0))
     assert blind.points.filter(pl.col("kind") == "wait").height == 0
     _, (typical,) = whatif(blind, ["rank=1:typical"])
     assert typical["gain_ns_per_step"] == 0
@@ -261,8 +262,9 @@ def test_every_multi_rank_fixture_gets_a_replay_error_and_its_reasons(path):
 def test_a_real_ddp_straggler_typical_gain_is_the_twins_difference():
     """ddp_stall_r2: rank 2 sleeps in forward each step; ddp_balanced is its twin (truth.json:
     mean step per rank, measured by the generator). DDP's reducer waits inside backward on
-    the other ranks: found, so rank 2's typical gains what the twins differ by (4 ranks on
-    2 cores: the sleep frees a core, so it costs less than its length)."""
+    the other ranks: found, so rank 2's typical gains at least what the twins differ by and
+    at most the sleep. (4 ranks on 2 cores: the sleep frees a core for the others, so the
+    twins differ by less than the sleep; the replay knows no CPU contention.)"""
     import traceview
     scenarios = ROOT / "fixtures" / "data" / "scenarios"
 
@@ -275,5 +277,6 @@ def test_a_real_ddp_straggler_typical_gain_is_the_twins_difference():
                                                                      "rank=0:typical")
     assert result["trusted"]
     slow, fast = result["scenarios"]
-    assert slow["gain_ns_per_step"] == pytest.approx(twins, rel=0.25)
+    delay = json.loads((scenarios / "ddp_stall_r2" / "truth.json").read_text())["delay_ms"]
+    assert 0.9 * twins <= slow["gain_ns_per_step"] <= 1.1 * delay * MS
     assert abs(fast["gain_ns_per_step"]) < 0.25 * slow["gain_ns_per_step"]

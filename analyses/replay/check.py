@@ -112,13 +112,17 @@ def _causes(graph: ReplayGraph, replayed: Replayed, steps: pl.Series) -> pl.Data
     by = np.where(replayed.pred >= 0, replayed.pred, np.arange(len(dev)))
     drift = (dev - dev[by])[:pts.height]
     pts = pts.with_columns(drift_ns=pl.Series(drift, dtype=pl.Int64))
-    worst = pts.filter(pl.col("step").is_in(steps.implode())).sort(
-        pl.col("drift_ns").abs(), descending=True).group_by("step", maintain_order=True) \
-        .first().sort("step")
+    # a step's time is its end minus its start: a drift in the step before moves its start
+    bad = pl.DataFrame({"bad": steps.cast(pl.Int64)})
+    near = pts.drop_nulls("step").join(bad, how="cross").filter(
+        (pl.col("step") == pl.col("bad")) | (pl.col("step") == pl.col("bad") - 1))
+    worst = near.sort(pl.col("drift_ns").abs(), descending=True).group_by(
+        "bad", maintain_order=True).first().sort("bad").with_columns(
+        pl.col("step").alias("at_step"), pl.col("bad").alias("step"))
     on = pl.when(pl.col("instance").is_null()).then(pl.lit("")).otherwise(
         pl.lit(" of ") + pl.col("instance"))
-    what = pl.format("step {}: rank {} thread {} ({}): {}{} {} ms {} in the replay than measured",
-                     "step", "rank", "tid", "role", "kind", on,
+    what = pl.format("step {}: rank {} thread {} ({}, step {}): {}{} {} ms {} in the replay "
+                     "than measured", "step", "rank", "tid", "role", "at_step", "kind", on,
                      (pl.col("drift_ns").abs() / 1e6).round(3),
                      pl.when(pl.col("drift_ns") < 0).then(pl.lit("earlier"))
                      .otherwise(pl.lit("later")))

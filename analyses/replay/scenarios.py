@@ -9,6 +9,7 @@ or more SPECs joined by commas (``rank=2:typical,comm=x0.5``):
                         its points keep their shares of the stretch
 ``ranks=all:typical``   the same for every rank
 ``comm=xF``             every transfer scaled by F
+``comm=typical``        every transfer set to the median transfer of its collective kind
 ``op=REGEX:xF``         the time host ops whose name matches REGEX cover, scaled by F
 ``kernel=REGEX:xF``     the same for GPU kernels (no effect on a CPU-only run)
 ``stalls=off``          each stretch's *idle* time (its work outside every leaf op: an
@@ -76,6 +77,8 @@ def _parse_one(text: str) -> Spec:
         if m:
             return Spec("typical", ranks=tuple(int(r) for r in m.group(1).split("+")))
     elif key == "comm":
+        if value == "typical":
+            return Spec("comm_typical")
         m = re.fullmatch(_FACTOR, value)
         if m:
             return Spec("comm", factor=float(m.group(1)))
@@ -96,13 +99,15 @@ def _parse_one(text: str) -> Spec:
         "kernel=REGEX:xF, stalls=off)")
 
 
-def scenario_work(graph: ReplayGraph, specs: tuple[Spec, ...]) -> tuple[np.ndarray, float]:
-    """The points' work under ``specs`` and the transfer scale: what
-    :func:`~.simulate.replay_graph` replays."""
+def scenario_work(graph: ReplayGraph, specs: tuple[Spec, ...]
+                  ) -> tuple[np.ndarray, float, np.ndarray | None]:
+    """The points' work under ``specs``, the transfer scale and the transfer edges' lags
+    (None: as measured): what :func:`~.simulate.replay_graph` replays."""
     pts = graph.points
     work = pts.get_column("work_ns").cast(pl.Float64).to_numpy().copy()
     scale = 1.0
-    order = {"op": 0, "kernel": 0, "stalls": 1, "typical": 2, "comm": 3}
+    order = {"op": 0, "kernel": 0, "stalls": 1, "typical": 2, "comm": 3, "comm_typical": 3}
+    transfers = None
     for spec in sorted(specs, key=lambda s: order[s.kind]):
         if spec.kind in ("op", "kernel"):
             kinds = ("kernel",) if spec.kind == "kernel" else ("cpu_op", "user_annotation")
@@ -117,7 +122,19 @@ def scenario_work(graph: ReplayGraph, specs: tuple[Spec, ...]) -> tuple[np.ndarr
             work = _typical(pts, work, set(spec.ranks) if spec.ranks else None)
         elif spec.kind == "comm":
             scale *= spec.factor
-    return np.round(np.clip(work, 0, None)).astype(np.int64), scale
+        elif spec.kind == "comm_typical":
+            transfers = _typical_transfers(graph)
+    return np.round(np.clip(work, 0, None)).astype(np.int64), scale, transfers
+
+
+def _typical_transfers(graph: ReplayGraph) -> np.ndarray:
+    """Each transfer edge's lag set to the median over the edges of its collective kind."""
+    edges = graph.edges.select("kind", "instance", "lag_ns").join(
+        graph.instances.select("instance", "collective"), on="instance", how="left",
+        maintain_order="left")
+    typical = pl.col("lag_ns").median().over("collective").round(0).cast(pl.Int64)
+    return edges.select(pl.when(pl.col("kind") == "transfer").then(typical)
+                        .otherwise(pl.col("lag_ns"))).to_series().to_numpy()
 
 
 def _typical(pts: pl.DataFrame, values: np.ndarray, ranks: set[int] | None, *,

@@ -87,15 +87,17 @@ def simulate(measured: np.ndarray, src: np.ndarray, dst: np.ndarray, lag: np.nda
 
 
 def replay_graph(graph: ReplayGraph, *, work_ns: np.ndarray | None = None,
-                 transfer_scale: float = 1.0) -> Replayed:
-    """Replay ``graph`` with each point's work ``work_ns`` (None: as measured) and every
-    transfer scaled by ``transfer_scale``."""
+                 transfer_scale: float = 1.0, edge_lags: np.ndarray | None = None) -> Replayed:
+    """Replay ``graph`` with each point's work ``work_ns`` (None: as measured), the edges'
+    lags ``edge_lags`` (None: as built; queue edges take the work) and every transfer scaled
+    by ``transfer_scale``."""
     pts, edges = graph.points, graph.edges
     measured = np.concatenate([pts.get_column("t_ns").to_numpy(),
                                graph.instances.get_column("last_arrival_ns").to_numpy()])
     src = edges.get_column("src").to_numpy()
     dst = edges.get_column("dst").to_numpy()
-    lag = edges.get_column("lag_ns").to_numpy().copy()
+    lag = (edges.get_column("lag_ns").to_numpy() if edge_lags is None
+           else np.asarray(edge_lags, dtype=np.int64)).copy()
     kind = edges.get_column("kind").to_numpy()
     work = pts.get_column("work_ns").to_numpy() if work_ns is None \
         else np.asarray(work_ns, dtype=np.int64)

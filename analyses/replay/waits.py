@@ -8,7 +8,8 @@ wait when the op it waited for moves.
 
 **The rule.** A *stretch* of a thread is the time between two consecutive op boundaries (an
 op's start or end): a gap no op covers, or a piece of an op's self time. A stretch at least
-``min_wait_ns`` long that ends within ``tolerance_ns`` of the completion of a communication
+``min_wait_ns`` long that ends within its tolerance (``tolerance_ns``, or 5% of the stretch
+up to 5 ms when larger) of the completion of a communication
 op of the same rank on another thread, which was issued before the stretch ended and not
 complete when it began, is a **wait** on that op: the thread resumes at the op's completion.
 Its blocked part runs from the later of the stretch's start and the op's issue to the
@@ -51,6 +52,11 @@ class WaitOptions:
     stretches are work (an op's own short self time ends near some completion by chance)."""
 
     tolerance_ns: int = 200_000
+    #: A long stretch's tolerance grows with it (up to ``max_tolerance_ns``): a thread blocked
+    #: 100 ms on an oversubscribed host may take 1-2 ms to run again, and a chance
+    #: completion within 5% of a long stretch's end is rare.
+    relative_tolerance: float = 0.05
+    max_tolerance_ns: int = 5_000_000
     min_wait_ns: int = 50_000
     wait_op_pattern: str = r"(?i)wait|synchroni[sz]e|barrier|^c10d::|^record_param_comms$"
     #: The host calls that wait for the GPU (GPU work's completion is waited on only inside
@@ -85,17 +91,20 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
     stretches = stretches.join(bodies, on=[*q, "a", "b"], how="anti")
     if stretches.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
-    tol = options.tolerance_ns
+    tol = max(options.tolerance_ns, options.max_tolerance_ns)
     done = completes.select(pl.col("rank").cast(pl.Int32), "instance", c_tid="tid", e="end_ns",
                             issued="issued_ns")
     # the completions within the tolerance of each stretch's end: by buckets of twice the
     # tolerance (an end probes the two buckets its window spans), linear in the rows
     width = max(2 * tol, 1)
-    stretches = stretches.with_columns(pl.col("rank").cast(pl.Int32))
+    own_tol = pl.max_horizontal(pl.lit(options.tolerance_ns), pl.min_horizontal(
+        pl.lit(options.max_tolerance_ns),
+        ((pl.col("b") - pl.col("a")) * options.relative_tolerance).cast(pl.Int64)))
+    stretches = stretches.with_columns(pl.col("rank").cast(pl.Int32), tol=own_tol)
     probes = pl.concat([stretches.with_columns(k=(pl.col("b") - tol) // width),
                         stretches.with_columns(k=(pl.col("b") + tol) // width)]).unique()
     pairs = probes.join(done.with_columns(k=pl.col("e") // width), on=["rank", "k"])
-    pairs = pairs.filter(((pl.col("e") - pl.col("b")).abs() <= tol)
+    pairs = pairs.filter(((pl.col("e") - pl.col("b")).abs() <= pl.col("tol"))
                          & (pl.col("e") > pl.col("a")) & (pl.col("issued") < pl.col("b"))
                          & (pl.col("c_tid") != pl.col("tid")))
     if pairs.height == 0:

@@ -61,8 +61,8 @@ def scenario_summary(spec: str, base: pl.DataFrame, replayed_steps: pl.Series) -
 
 def replay_scenario(graph: ReplayGraph, spec: str) -> Replayed:
     """The replay of ``graph`` under one scenario text (``SpecError`` when unreadable)."""
-    work, scale = scenario_work(graph, parse_scenario(spec))
-    return replay_graph(graph, work_ns=work, transfer_scale=scale)
+    work, scale, lags = scenario_work(graph, parse_scenario(spec))
+    return replay_graph(graph, work_ns=work, transfer_scale=scale, edge_lags=lags)
 
 
 def whatif(graph: ReplayGraph, scenarios: Sequence[str] = (), *,

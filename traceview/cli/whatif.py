@@ -51,6 +51,18 @@ def run_whatif(args: argparse.Namespace) -> int:
                  for r in steps.iter_rows(named=True)]))
     for note in result["notes"]:
         print(note)
+    verdict = result["verdict"]
+    if verdict["pattern"] == "moving":
+        print(f"a stall moving between ranks {verdict['moving_ranks']}: "
+              f"{ms(verdict['moving_cost_ns_per_step'])} ms per step; no single straggler")
+    for c in verdict["culprits"]:
+        where = f" on steps {c['steps']} ({ms(c['cost_ns_per_occurrence'])} ms each)" \
+            if c["steps"] else ""
+        print(f"culprit: rank {c['rank']}{where}: its typical gains "
+              f"{ms(c['gain_ns_per_step'])} ms per step ({c['confidence']} confidence)")
+    if len(verdict["culprits"]) > 1:
+        print(f"all culprits typical at once: {ms(verdict['combined_gain_ns_per_step'])} ms "
+              "per step (replayed, not summed)")
     if result["scenarios"]:
         print()
         print(table(["scenario", "step_ms_mean", "step_ms_p50", "gain_ms_per_step", "slowdown"],

@@ -9,7 +9,12 @@ that reads the replay reads that one. :func:`whatif_result` composes the answer 
 "replay_error": {"median", "p90"}, "trusted", "not_reproduced": [{"step", "rank", "role",
 "kind", "instance", "drift_ns", "what"}], "scenarios": [{"spec", "step_ns_mean",
 "step_ns_p50", "gain_ns_per_step", "slowdown", "steps": [{"step", "predicted_ns",
-"replayed_ns"}]}], "graph": {"points", "waits", "instances", "forced"}, "warnings"}``.
+"replayed_ns"}]}], "verdict": {"pattern", "culprits": [{"rank", "gain_ns_per_step",
+"slowdown", "steps", "cost_ns_per_occurrence", "confidence"}], "combined_gain_ns_per_step",
+"moving_cost_ns_per_step", "trusted"}, "ranks": [{"rank", "gain_ns_per_step", "slowdown"
+(S_w), "step_gains"}], "types": [{"type", "spec", "gain_ns_per_step", "slowdown" (S_t)}],
+"critical_path": {"ranks": [{"rank", "path_ns", "share", "top_kind"}], "kinds": [{"kind",
+"ns"}]}, "graph": {"points", "waits", "instances", "forced"}, "notes", "warnings"}``.
 Definitions: docs/metrics.md, section "Replay".
 """
 
@@ -23,6 +28,13 @@ import polars as pl
 from traceview.analyses.align import apply_offsets
 from traceview.analyses.collective_match import P2P
 from traceview.analyses.replay import build_graph
+from traceview.analyses.replay.verdicts import (
+    critical_path,
+    culprits,
+    path_ranks,
+    rank_gains,
+    type_slowdowns,
+)
 from traceview.analyses.replay.whatif import Replay, replay_run, whatif
 from traceview.run.result import Result
 from traceview.schema import GPU_KINDS, RUNTIME_KINDS
@@ -64,6 +76,8 @@ def whatif_result(run: Run, scenarios: Sequence[str] = ()) -> Result:
     replay = run.replay
     check, found = whatif(replay.graph, scenarios, base=replay.base)
     notes = replay_notes(replay)
+    gains = rank_gains(replay)
+    path = critical_path(replay)
     return run._result("whatif", {
         "window": run.window_info,
         "steps": check.steps,
@@ -71,6 +85,12 @@ def whatif_result(run: Run, scenarios: Sequence[str] = ()) -> Result:
         "trusted": check.trusted,
         "not_reproduced": check.causes,
         "scenarios": found,
+        "verdict": culprits(replay, gains),
+        "ranks": gains,
+        "types": type_slowdowns(replay),
+        "critical_path": {"ranks": path_ranks(path).to_dicts(),
+                          "kinds": path.group_by("kind").agg(ns=pl.col("ns").sum())
+                          .sort("ns", descending=True).to_dicts()},
         "graph": graph_counts(replay),
         "notes": notes,
     }, main="steps", uses=("match", "offsets", "p2p"))
