@@ -19,8 +19,10 @@ By hand:
   median of (10, 50, 10) = 10; it issues at 10, arrives at 11, the all-reduce completes at
   11 + 8.9 = 19.9; ranks 0 and 2 resume at max(20, 19.9 + 0.1) = 20 and end at 35, rank 1 at
   10 + 25 = 35: every step 35 ms, a gain of 40 ms;
-* ``comm=x2``: the transfer is 17.8, completion 68.8, ranks 0 and 2 resume at 68.9 and end at
-  83.9, rank 1 (no wait) at 75: mean (83.9 + 75 + 83.9) / 3 = 80.933 ms, gain -5.933 ms;
+* rank 1 did not wait (its all-reduce completed 0.1 ms before its bwd ended), but as the
+  others waited on it, it depends on it too: a wait of nothing at bwd's end (60);
+* ``comm=x2``: the transfer is 17.8, completion 68.8, every rank resumes at 68.9 and ends at
+  83.9: gain -8.9 ms;
 * ``stalls=off``: rank 1's stretch before the issue has 40 ms outside every leaf op against
   the median 0: cut to 0, the same 35 ms as ``rank=1:typical``;
 * a replay that kept the wait as work (no wait found) would gain nothing: checked below.
@@ -40,7 +42,14 @@ from helpers import write_trace
 from traceview.analyses.replay import build_graph, find_waits, replay_graph, self_check
 from traceview.analyses.replay.scenarios import SpecError, parse_scenario
 from traceview.analyses.replay.waits import WaitOptions
-from traceview.analyses.replay.whatif import whatif
+from traceview.analyses.replay.verdicts import (
+    critical_path,
+    culprits,
+    path_ranks,
+    rank_gains,
+    type_slowdowns,
+)
+from traceview.analyses.replay.whatif import replay_run, whatif
 
 MS = 1_000_000
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,12 +87,17 @@ def graph():
 def test_the_reducers_hidden_wait_is_found_with_its_blocked_time(graph):
     waits = graph.points.filter(pl.col("kind") == "wait").sort("rank")
     assert waits.select("rank", "t_ns", "blocked_ns", "instance").rows() == [
-        (0, 60 * MS, 40 * MS, "default#0"), (2, 60 * MS, 40 * MS, "default#0")]
+        (0, 60 * MS, 40 * MS, "default#0"), (1, 60 * MS, 0, "default#0"),
+        (2, 60 * MS, 40 * MS, "default#0")]
 
 
 def test_the_slow_ranks_own_backward_ending_at_the_completion_is_no_wait(graph):
-    # rank 1's bwd [51, 60) ends 0.1 ms after its all-reduce completes: a leaf op's body
-    assert graph.points.filter((pl.col("rank") == 1) & (pl.col("kind") == "wait")).height == 0
+    # rank 1's bwd [51, 60) ends 0.1 ms after its all-reduce completes: a leaf op's body,
+    # not a wait; but as the others waited there, rank 1 depends on the all-reduce too:
+    # a wait of nothing at its first boundary after the completion (bwd's end)
+    (wait,) = graph.points.filter((pl.col("rank") == 1) & (pl.col("kind") == "wait")).rows(
+        named=True)
+    assert (wait["t_ns"], wait["blocked_ns"], wait["work_ns"]) == (60 * MS, 0, 10 * MS)
 
 
 def test_a_leaf_op_named_as_a_wait_is_a_wait():
@@ -114,10 +128,10 @@ def test_a_fast_ranks_typical_changes_nothing(graph):
     assert fast["gain_ns_per_step"] == 0
 
 
-def test_comm_scaled_moves_the_waiting_ranks_only(graph):
+def test_comm_scaled_holds_every_rank_that_depends_on_it(graph):
     _, (slower,) = whatif(graph, ["comm=x2"])
-    assert slower["step_ns_mean"] == pytest.approx((83.9 + 75 + 83.9) / 3 * MS, abs=1)
-    assert slower["gain_ns_per_step"] == pytest.approx(-(80.9333333 - 75) * MS, abs=1)
+    assert slower["step_ns_mean"] == pytest.approx(83.9 * MS, abs=1)
+    assert slower["gain_ns_per_step"] == pytest.approx(-8.9 * MS, abs=1)
 
 
 def test_stalls_off_cuts_the_unannotated_stall(graph):
@@ -127,9 +141,8 @@ def test_stalls_off_cuts_the_unannotated_stall(graph):
 
 def test_specs_combine(graph):
     _, (both,) = whatif(graph, ["rank=1:typical,comm=x2"])
-    # issue at 10, arrive 11, completion 11 + 17.8 = 28.8: ranks 0, 2 resume at 28.9 -> 43.9;
-    # rank 1 ends at 35
-    assert both["step_ns_mean"] == pytest.approx((43.9 + 35 + 43.9) / 3 * MS, abs=1)
+    # issue at 10, arrive 11, completion 11 + 17.8 = 28.8: every rank resumes at 28.9 -> 43.9
+    assert both["step_ns_mean"] == pytest.approx(43.9 * MS, abs=1)
 
 
 def test_op_scaling_scales_the_matched_ops_time(graph):
@@ -280,3 +293,82 @@ def test_a_real_ddp_straggler_typical_gain_is_the_twins_difference():
     delay = json.loads((scenarios / "ddp_stall_r2" / "truth.json").read_text())["delay_ms"]
     assert 0.9 * twins <= slow["gain_ns_per_step"] <= 1.1 * delay * MS
     assert abs(fast["gain_ns_per_step"]) < 0.25 * slow["gain_ns_per_step"]
+
+
+# ----------------------------------------------------------------------------- verdicts
+def _many(ranks: int, steps: int, stalls: dict[tuple[int, int], int]) -> tuple:
+    """The hand-drawn step above, ``steps`` times 200 ms apart, on ``ranks`` ranks, rank r
+    stalling ``stalls[(r, s)]`` ms before its issue in step s. By hand, a step lasts
+    35 ms + its largest stall: the all-reduce completes 1 + 8.9 ms after the last issue at
+    10 + stall, every rank resumes 0.1 ms later and runs 15 ms more."""
+    rows, coll = [], []
+    for s in range(steps):
+        base = s * 200
+        stall = [stalls.get((r, s), 0) for r in range(ranks)]
+        done = 10 + max(stall) + 1 + 8.9
+        for r in range(ranks):
+            issue = 10 + stall[r]
+            resume = done + 0.1
+            ops = [(f"ProfilerStep#{s}", 0, resume + 15, None), ("fwd", 0, 10, None),
+                   ("c10d::allreduce_", issue, issue + 1, "all_reduce"),
+                   ("bwd", issue + 1, issue + 10, None), ("opt", resume, resume + 10, None),
+                   ("tail", resume + 10, resume + 15, None)]
+            rows += [(r, 1, n, round((base + a) * MS), round((base + b) * MS), c)
+                     for n, a, b, c in ops]
+            rows.append((r, 2, "gloo:all_reduce", round((base + issue + 1) * MS),
+                         round((base + done) * MS), "all_reduce"))
+            coll.append((f"default#{s}", r, "all_reduce", "gloo:all_reduce",
+                         round((base + issue + 1) * MS), round((base + done) * MS)))
+    ops = pl.DataFrame(rows, schema=["rank", "tid", "name", "ts_ns", "end_ns", "collective"],
+                       orient="row")
+    coll = pl.DataFrame(coll, schema=["instance", "rank", "collective", "name", "arrival_ns",
+                                      "end_ns"], orient="row")
+    return replay_run(build_graph(ops, coll))
+
+
+def test_a_stall_on_two_of_eight_steps_is_named_with_its_steps_and_cost():
+    replay = _many(4, 8, {(1, 2): 40, (1, 5): 40})
+    assert replay.check.steps.get_column("replayed_ns").to_list() == \
+        [35 * MS] * 2 + [75 * MS] + [35 * MS] * 2 + [75 * MS] + [35 * MS] * 2
+    verdict = culprits(replay)
+    assert verdict["pattern"] == "few_steps"
+    (only,) = verdict["culprits"]
+    assert (only["rank"], only["steps"]) == (1, [2, 5])
+    assert only["cost_ns_per_occurrence"] == pytest.approx(40 * MS)
+    assert only["gain_ns_per_step"] == pytest.approx(10 * MS)  # 80 ms over 8 steps
+    assert only["confidence"] == "high"
+
+
+def test_a_stall_moving_between_ranks_has_a_total_cost_and_no_single_straggler():
+    replay = _many(4, 8, {(s % 4, s): 40 for s in range(8)})
+    verdict = culprits(replay)
+    assert verdict["pattern"] == "moving" and verdict["culprits"] == []
+    assert verdict["moving_ranks"] == [0, 1, 2, 3]
+    assert verdict["moving_cost_ns_per_step"] == pytest.approx(40 * MS)
+
+
+def test_two_culprits_each_with_its_own_gain_and_the_combined_gain_replayed():
+    replay = _many(6, 8, {**{(1, s): 40 for s in range(8)}, **{(3, s): 25 for s in range(8)}})
+    # alone, rank 3's typical gains nothing: rank 1 still sets the pace
+    gains = dict(rank_gains(replay).select("rank", "gain_ns_per_step").rows())
+    assert gains[1] == pytest.approx(15 * MS) and gains[3] == pytest.approx(0)
+    verdict = culprits(replay)
+    assert verdict["pattern"] == "steady"
+    assert [(c["rank"], round(c["gain_ns_per_step"] / MS, 6)) for c in verdict["culprits"]] \
+        == [(1, 15.0), (3, 25.0)]
+    assert verdict["combined_gain_ns_per_step"] == pytest.approx(40 * MS)  # 75 -> 35
+
+
+def test_the_replays_critical_path_runs_through_the_slow_rank():
+    replay = _many(6, 8, {**{(1, s): 40 for s in range(8)}, **{(3, s): 25 for s in range(8)}})
+    ranks = path_ranks(critical_path(replay))
+    assert ranks.row(0, named=True)["rank"] == 1
+    # the path tiles the time from the first step's start to the last step's end
+    assert ranks.get_column("path_ns").sum() == 7 * 200 * MS + 75 * MS
+
+
+def test_type_slowdowns_name_the_stalls():
+    replay = _many(4, 8, {(1, s): 40 for s in range(8)})
+    types = {t: s for t, s in type_slowdowns(replay).select("type", "slowdown").rows()}
+    assert types["stalls"] == pytest.approx(75 / 35) and types["work"] == pytest.approx(75 / 35)
+    assert types["transfer"] == pytest.approx(1.0)

@@ -121,6 +121,7 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
                                    tid="tid", end_ns="end_ns", issued_ns="launch_ns")
         syncs = host.filter(pl.col("name").str.contains(options.sync_pattern))
         waits = pl.concat([waits, find_waits(syncs, gpu_done, options=options)])
+    waits = pl.concat([waits, _unseen_waits(host, waits, completes, issues)])
     points = _points(ops, comm, issues, waits, launches)
     points = _with_work(points)
     points = _with_stretches(points, ops)
@@ -147,6 +148,33 @@ def _queued(ops: pl.DataFrame) -> pl.DataFrame:
         collective=(pl.col("collective").cast(pl.String) if "collective" in has
                     else pl.lit(None, pl.String)),
         correlation=corr).sort("rank", "tid", "ts_ns")
+
+
+def _unseen_waits(host: pl.DataFrame, waits: pl.DataFrame, completes: pl.DataFrame,
+                  issues: pl.DataFrame) -> pl.DataFrame:
+    """Waits the measured run did not show: where other ranks waited on an instance, a rank
+    that did not (its op had completed before it got there: the slow rank's own all-reduce)
+    still depends on it. Its issuing thread gets a wait of nothing blocked at its first op
+    boundary at or after the op's completion, so a replay where the op completes later holds
+    the thread there. (The measured run's position: a later completion may in truth be
+    waited on later in the program; this is the conservative place.)"""
+    waited = waits.filter(~pl.col("instance").str.starts_with("gpu#")).select(
+        "instance").unique()
+    if waited.height == 0 or issues.height == 0:
+        return pl.DataFrame(schema=waits.schema)
+    missing = completes.drop("tid").join(waited, on="instance").join(
+        waits.select("instance", "rank"), on=["instance", "rank"], how="anti").join(
+        issues.select("instance", "rank", tid="issue_tid"), on=["instance", "rank"])
+    if missing.height == 0:
+        return pl.DataFrame(schema=waits.schema)
+    bounds = pl.concat([host.select("rank", "tid", b="ts_ns"),
+                        host.select("rank", "tid", b="end_ns")]).sort("b")
+    found = missing.select("instance", "rank", "tid", e="end_ns").sort("e").join_asof(
+        bounds, left_on="e", right_on="b", by=["rank", "tid"], strategy="forward",
+        check_sortedness=False)
+    return found.filter(pl.col("b").is_not_null()).select(
+        "rank", "tid", t_ns="b", instance="instance", blocked_ns=pl.lit(0, pl.Int64)) \
+        .cast(waits.schema)
 
 
 def _launches(ops: pl.DataFrame) -> pl.DataFrame:

@@ -132,7 +132,9 @@ def _typical_transfers(graph: ReplayGraph) -> np.ndarray:
     edges = graph.edges.select("kind", "instance", "lag_ns").join(
         graph.instances.select("instance", "collective"), on="instance", how="left",
         maintain_order="left")
-    typical = pl.col("lag_ns").median().over("collective").round(0).cast(pl.Int64)
+    moved = pl.col("kind") == "transfer"
+    typical = pl.col("lag_ns").filter(moved).median().over("collective").round(0) \
+        .cast(pl.Int64)
     return edges.select(pl.when(pl.col("kind") == "transfer").then(typical)
                         .otherwise(pl.col("lag_ns"))).to_series().to_numpy()
 
