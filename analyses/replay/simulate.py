@@ -9,11 +9,12 @@ earliest measured node among those left is taken as it is (``forced``, reported 
 self-check).
 
 >>> import numpy as np
->>> # two queues: 0 -> 1 (work 5), 2 -> 3 (work 1); node 4 joins 1 and 3; 3 waits on it
->>> out = simulate(np.array([0, 0, 0, 0, 0]), np.array([0, 2, 1, 3, 4]),
-...                np.array([1, 4, 3, 4, 3]), np.array([5, 0, 1, 0, 2]))
+>>> # queues 0 -> 1 (work 5) and 2 -> 3 (work 1); node 4 joins the arrivals 1 and 2, and 3
+>>> # waits on it (lag 2)
+>>> out = simulate(np.array([0, 0, 0, 0, 0]), np.array([0, 2, 1, 2, 4]),
+...                np.array([1, 3, 4, 4, 3]), np.array([5, 1, 0, 0, 2]))
 >>> out.time.tolist(), out.pred.tolist()
-[[0, 5, 0, 7, 5], [-1, 0, -1, 4, 1]]
+([0, 5, 0, 7, 5], [-1, 0, -1, 4, 1])
 """
 
 from __future__ import annotations
