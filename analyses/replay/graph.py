@@ -104,11 +104,13 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     (:func:`~traceview.analyses.collectives.collective_ranks`). ``p2p_pairs``:
     :func:`~traceview.analyses.p2p.pair_p2p` pairs."""
     ops = _queued(ops)
-    comm = _comm_rows(collective_rows, p2p_pairs, ops)
+    comm, detached = _detach_async(_comm_rows(collective_rows, p2p_pairs, ops), ops)
     if comm.height:
         comm = _with_transfers(comm)
     instances = _instances(comm)
-    issues = _issues(ops, comm)
+    issues = pl.concat([_issues(ops, comm.join(detached.select("instance", "rank"),
+                                               on=["instance", "rank"], how="anti")),
+                        detached])
     launches = _launches(ops)
     completes = comm.select("instance", "rank", "tid", end_ns="end_ns",
                             issued_ns=pl.coalesce(
@@ -154,11 +156,13 @@ def _unseen_waits(host: pl.DataFrame, waits: pl.DataFrame, completes: pl.DataFra
                   issues: pl.DataFrame) -> pl.DataFrame:
     """Waits the measured run did not show: where other ranks waited on an instance, a rank
     that did not (its op had completed before it got there: the slow rank's own all-reduce)
-    still depends on it. Its issuing thread gets a wait of nothing blocked at its first op
+    still depends on it (a collective: a sender never waits for its receiver's recv). Its
+    issuing thread gets a wait of nothing blocked at its first op
     boundary at or after the op's completion, so a replay where the op completes later holds
     the thread there. (The measured run's position: a later completion may in truth be
     waited on later in the program; this is the conservative place.)"""
-    waited = waits.filter(~pl.col("instance").str.starts_with("gpu#")).select(
+    waited = waits.filter(~pl.col("instance").str.starts_with("gpu#")
+                          & ~pl.col("instance").str.starts_with("p2p ")).select(
         "instance").unique()
     if waited.height == 0 or issues.height == 0:
         return pl.DataFrame(schema=waits.schema)
@@ -208,14 +212,15 @@ def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
     and name among ``ops``), ``arrival_ns, end_ns``, ``waits`` (true: gloo's and NCCL's
     sends are rendezvous, the sender completes once its receiver has posted) and ``dir`` (a p2p instance's ``src->dst``, for its transfer)."""
     cols = ["instance", "rank", "collective", "name", "arrival_ns", "end_ns", "waits", "dir",
-            "own_ns"]
+            "own_ns", "peer_end_ns"]
     parts = []
     if collective_rows.height:
         parts.append(collective_rows.select(
             pl.col("instance").cast(pl.String), pl.col("rank").cast(pl.Int32),
             pl.col("collective").cast(pl.String), pl.col("name").cast(pl.String),
             pl.col("arrival_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64),
-            waits=pl.lit(True), dir=pl.lit(None, pl.String), own_ns=pl.lit(0, pl.Int64)))
+            waits=pl.lit(True), dir=pl.lit(None, pl.String), own_ns=pl.lit(0, pl.Int64),
+            peer_end_ns=pl.lit(None, pl.Int64)))
     if p2p_pairs is not None and p2p_pairs.height:
         direction = pl.format("{}->{}", "src", "dst")
         # a send's own time: its call less the time before its receiver arrived (the
@@ -229,13 +234,15 @@ def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
                 collective=pl.lit(side), name=pl.lit(None, pl.String),
                 arrival_ns=pl.col(start).cast(pl.Int64), end_ns=pl.col(end).cast(pl.Int64),
                 waits=pl.lit(True), dir=direction,
-                own_ns=(send_own if side == "send" else pl.lit(0)).cast(pl.Int64)))
+                own_ns=(send_own if side == "send" else pl.lit(0)).cast(pl.Int64),
+                peer_end_ns=pl.col("recv_end_ns" if side == "send" else "send_end_ns")
+                .cast(pl.Int64)))
     if not parts:
         return pl.DataFrame(schema={"instance": pl.String, "rank": pl.Int32,
                                     "collective": pl.String, "name": pl.String,
                                     "arrival_ns": pl.Int64, "end_ns": pl.Int64,
                                     "waits": pl.Boolean, "dir": pl.String, "own_ns": pl.Int64,
-                                    "tid": pl.Int64})
+                                    "peer_end_ns": pl.Int64, "tid": pl.Int64})
     comm = pl.concat(parts).select(cols)
     # the op's thread: the op (of that name, for a collective) starting at its arrival; a
     # merged call or a p2p dispatcher op may not start exactly there: the nearest start
@@ -244,6 +251,48 @@ def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
         left_on="arrival_ns", right_on="ts_ns", by="rank", strategy="nearest",
         check_sortedness=False)
     return named.select(*cols, "tid").sort("rank", "arrival_ns")
+
+
+#: Queue ids of async ops on their own queue start here (above any thread id).
+_OWN_QUEUE = 1 << 48
+#: Names of communication calls and their backend work items (never another op's work).
+_COMM_NAME = r"^(gloo|mpi|ucc|nccl):|^c10d::|^record_param_comms$|(?i)nccl"
+
+
+def _detach_async(comm: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Ops that ran asynchronously on the thread that issued them (an ``isend``/``irecv``
+    whose work item spans until ``wait()``, while the thread computes): their own thread
+    did other work between their start and end, so their arrival and completion go on a
+    queue of their own, issued by the thread at their start (lag 0); the thread's
+    ``wait()`` is then found as any hidden wait. Returns the comm rows (those moved with
+    their own queue id) and the issues of the moved ones."""
+    schema = {"instance": pl.String, "rank": pl.Int32, "issue_tid": pl.Int64,
+              "issue_ns": pl.Int64}
+    # only on threads that issue communication (a backend's worker thread runs its work
+    # items' own ops inside them: children, not other work)
+    issuing = ops.filter(pl.col("name").str.contains(_DISPATCH)).select("rank", "tid").unique()
+    work = ops.filter(~pl.col("name").str.contains(_COMM_NAME) & (pl.col("tid") >= 0)) \
+        .join(issuing, on=["rank", "tid"], how="semi") \
+        .select("rank", "tid", next_ns="ts_ns").sort("next_ns")
+    if comm.height == 0 or work.height == 0:
+        return comm, pl.DataFrame(schema=schema)
+    found = comm.with_row_index("_row").sort("arrival_ns").join_asof(
+        work, left_on="arrival_ns", right_on="next_ns", by=["rank", "tid"],
+        strategy="forward", allow_exact_matches=False, check_sortedness=False).sort("_row")
+    moved = (pl.col("next_ns") < pl.col("end_ns")).fill_null(False) & (pl.col("tid") >= 0)
+    found = found.with_columns(_moved=moved)
+    detached = found.filter(pl.col("_moved")).select(
+        "instance", "rank", issue_tid="tid", issue_ns="arrival_ns").cast(schema)
+    # an async send's recorded end is its wait()'s return: it was complete once its
+    # receiver had the data, if that was earlier
+    sent = pl.col("_moved") & (pl.col("collective") == "send") & pl.col("peer_end_ns").is_not_null()
+    end = pl.when(sent).then(pl.min_horizontal("end_ns", "peer_end_ns")).otherwise(pl.col("end_ns"))
+    out = found.with_columns(
+        tid=pl.when(pl.col("_moved")).then(_OWN_QUEUE + pl.col("_row").cast(pl.Int64))
+        .otherwise(pl.col("tid")),
+        own_ns=pl.when(sent).then(pl.lit(0, pl.Int64)).otherwise(pl.col("own_ns")),
+        end_ns=end).drop("_row", "next_ns", "_moved")
+    return out, detached
 
 
 def _with_transfers(comm: pl.DataFrame) -> pl.DataFrame:
@@ -384,7 +433,8 @@ def _with_stretches(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     label = pl.when(anchor).then(pl.col("kind") + ":" + pl.col("collective").fill_null(""))
     pts = pts.with_columns(
         role=pl.when(pl.col("_main").fill_null(False)).then(pl.lit("main"))
-        .when(pl.col("tid") < 0).then(pl.lit("stream")).otherwise(pl.lit("thread")),
+        .when(pl.col("tid") < 0).then(pl.lit("stream"))
+        .when(pl.col("tid") >= _OWN_QUEUE).then(pl.lit("async")).otherwise(pl.lit("thread")),
         _n=anchor.cast(pl.Int64).cum_sum().shift(1, fill_value=0).over(q),
         _label=label.forward_fill().shift(1).over(q))
     pts = pts.with_columns(_ord=pl.col("_n") - pl.col("_n").min().over([*q, "step"]))
