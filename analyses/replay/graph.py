@@ -322,11 +322,14 @@ def _instances(comm: pl.DataFrame) -> pl.DataFrame:
 
 def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     """``instance, rank, issue_tid, issue_ns``: the host call that enqueued each op that runs
-    on another thread: the latest dispatcher op of the same collective on the same rank
-    started at or before the op's arrival, on a thread other than the op's."""
-    calls = ops.filter(pl.col("name").str.contains(_DISPATCH) & pl.col("collective").is_not_null())
+    on another thread. A backend's queue is first in, first out: where a rank has as many
+    dispatcher calls as ops on other threads, the k-th call issued the k-th op (by start;
+    FSDP2's reduce-scatter is run by gloo as an all-reduce: kinds may differ); else the
+    latest dispatcher call of the same collective started at or before the op's arrival."""
     schema = {"instance": pl.String, "rank": pl.Int32, "issue_tid": pl.Int64,
               "issue_ns": pl.Int64}
+    calls = ops.filter(pl.col("name").str.contains(_DISPATCH) & pl.col("collective").is_not_null()
+                       & ~pl.col("collective").is_in(["send", "recv"]))
     if calls.height == 0 or comm.height == 0:
         return pl.DataFrame(schema=schema)
     # outermost calls only (a dispatcher op nests record_param_comms)
@@ -334,11 +337,22 @@ def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
         inner=pl.col("end_ns").cum_max().shift(1).over("rank", "tid") >= pl.col("end_ns"))
     calls = calls.filter(~pl.col("inner").fill_null(False)).select(
         "rank", "collective", issue_tid="tid", issue_ns="ts_ns")
-    found = comm.sort("arrival_ns").join_asof(
+    threads = calls.select("rank", tid="issue_tid").unique()
+    away = comm.filter((pl.col("tid") >= 0) & (pl.col("tid") < _OWN_QUEUE)).join(
+        threads, on=["rank", "tid"], how="anti")
+    order = pl.int_range(pl.len()).over("rank")
+    fifo_calls = calls.sort("issue_ns").with_columns(k=order)
+    fifo_ops = away.sort("arrival_ns").with_columns(k=order)
+    same = fifo_calls.group_by("rank").len().join(fifo_ops.group_by("rank").len(), on="rank") \
+        .filter(pl.col("len") == pl.col("len_right")).select("rank")
+    paired = fifo_ops.join(same, on="rank").join(
+        fifo_calls.drop("collective"), on=["rank", "k"])
+    rest = away.join(same, on="rank", how="anti").sort("arrival_ns").join_asof(
         calls.sort("issue_ns"), left_on="arrival_ns", right_on="issue_ns",
         by=["rank", "collective"], strategy="backward", check_sortedness=False)
-    return found.filter(pl.col("issue_ns").is_not_null() & (pl.col("issue_tid") != pl.col("tid"))) \
-        .select(list(schema)).cast(schema)
+    return pl.concat([paired.select(list(schema)).cast(schema),
+                      rest.filter(pl.col("issue_ns").is_not_null()).select(list(schema))
+                      .cast(schema)])
 
 
 def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
