@@ -372,3 +372,39 @@ def test_type_slowdowns_name_the_stalls():
     types = {t: s for t, s in type_slowdowns(replay).select("type", "slowdown").rows()}
     assert types["stalls"] == pytest.approx(75 / 35) and types["work"] == pytest.approx(75 / 35)
     assert types["transfer"] == pytest.approx(1.0)
+
+
+# ----------------------------------------------------------------------------- GPU
+def _gpu_step() -> pl.DataFrame:
+    """One rank, one step (ms): the host launches a kernel at 10 (cudaLaunchKernel [10, 12),
+    correlation 1), the kernel runs on stream 7 [15, 60), the host waits in
+    cudaDeviceSynchronize [12, 61), then `opt` [61, 70) and a tail [70, 75)."""
+    rows = [("ProfilerStep#1", "user_annotation", 0, 75, None, None),
+            ("cudaLaunchKernel", "cuda_runtime", 10, 12, None, 1),
+            ("cudaDeviceSynchronize", "cuda_runtime", 12, 61, None, None),
+            ("opt", "cpu_op", 61, 70, None, None), ("tail", "cpu_op", 70, 75, None, None),
+            ("gemm", "kernel", 15, 60, 7, 1)]
+    return pl.DataFrame(
+        [(0, 1 if k != "kernel" else 7, n, k, a * MS, b * MS, st, c)
+         for n, k, a, b, st, c in rows],
+        schema=["rank", "tid", "name", "kind", "ts_ns", "end_ns", "stream", "correlation"],
+        orient="row")
+
+
+def test_a_host_sync_waits_on_the_kernel_it_ends_at():
+    g = build_graph(_gpu_step(), pl.DataFrame())
+    (wait,) = g.points.filter(pl.col("kind") == "wait").rows(named=True)
+    # blocked from the sync's start (12, after the launch at 10) to its end (61)
+    assert (wait["t_ns"], wait["blocked_ns"], wait["instance"]) == (61 * MS, 49 * MS, "gpu#1")
+    launch = g.edges.filter(pl.col("kind") == "launch").row(0, named=True)
+    assert launch["lag_ns"] == 5 * MS  # the kernel started 5 ms after its launch, stream idle
+    check = self_check(g, replay_graph(g))
+    assert check.steps.select("measured_ns", "replayed_ns").row(0) == (75 * MS, 75 * MS)
+
+
+def test_kernel_scaling_moves_the_host_through_its_sync():
+    g = build_graph(_gpu_step(), pl.DataFrame())
+    _, (slower, host) = whatif(g, ["kernel=gemm:x2", "op=^opt$:x0.5"])
+    # the kernel ends at 10 + 5 + 90 = 105, the sync at 106, the step at 120
+    assert slower["step_ns_mean"] == 120 * MS and slower["gain_ns_per_step"] == -45 * MS
+    assert host["gain_ns_per_step"] == 4.5 * MS  # opt [61, 70) halved

@@ -105,8 +105,8 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     :func:`~traceview.analyses.p2p.pair_p2p` pairs."""
     ops = _queued(ops)
     comm, detached = _detach_async(_comm_rows(collective_rows, p2p_pairs, ops), ops)
-    if comm.height:
-        comm = _with_transfers(comm)
+    comm = _with_transfers(comm) if comm.height else comm.with_columns(
+        last=pl.lit(None, pl.Int64), transfer_ns=pl.lit(None, pl.Int64))
     instances = _instances(comm)
     issues = pl.concat([_issues(ops, comm.join(detached.select("instance", "rank"),
                                                on=["instance", "rank"], how="anti")),
