@@ -399,7 +399,11 @@ def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
              "launch_ns", correlation=pl.col("correlation")),
     ]
     order = pl.col("kind").replace_strict(_KIND_ORDER, return_dtype=pl.Int8)
-    pts = pl.concat(parts).with_columns(_o=order).sort("rank", "tid", "t_ns", "_o").drop("_o")
+    # at one instant, the wait that was blocked first: a wait of nothing there adds only
+    # its dependency
+    pts = pl.concat(parts).with_columns(_o=order).sort(
+        "rank", "tid", "t_ns", "_o", "blocked_ns",
+        descending=[False, False, False, False, True]).drop("_o")
     return pts.with_columns(point=pl.int_range(pl.len(), dtype=pl.Int64))
 
 

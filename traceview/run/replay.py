@@ -77,7 +77,6 @@ def whatif_result(run: Run, scenarios: Sequence[str] = ()) -> Result:
     check, found = whatif(replay.graph, scenarios, base=replay.base)
     notes = replay_notes(replay)
     gains = rank_gains(replay)
-    path = critical_path(replay)
     return run._result("whatif", {
         "window": run.window_info,
         "steps": check.steps,
@@ -88,12 +87,20 @@ def whatif_result(run: Run, scenarios: Sequence[str] = ()) -> Result:
         "verdict": culprits(replay, gains),
         "ranks": gains,
         "types": type_slowdowns(replay),
-        "critical_path": {"ranks": path_ranks(path).to_dicts(),
-                          "kinds": path.group_by("kind").agg(ns=pl.col("ns").sum())
-                          .sort("ns", descending=True).to_dicts()},
+        "critical_path": replay_path(replay),
         "graph": graph_counts(replay),
         "notes": notes,
     }, main="steps", uses=("match", "offsets", "p2p"))
+
+
+def replay_path(replay: Replay) -> dict[str, Any]:
+    """The replay's critical path for ``critical-path --json`` (field ``replay``): its time per
+    rank and per kind of edge, with the self-check that says whether to believe it."""
+    path = critical_path(replay)
+    return {"trusted": replay.check.trusted, "replay_error": replay.check.to_dict(),
+            "ranks": path_ranks(path).to_dicts(),
+            "kinds": path.group_by("kind").agg(ns=pl.col("ns").sum())
+            .sort("ns", descending=True).to_dicts()}
 
 
 def graph_counts(replay: Replay) -> dict[str, Any]:
@@ -119,4 +126,4 @@ def replay_notes(replay: Replay) -> list[str]:
     return notes
 
 
-__all__ = ["replay_of", "whatif_result"]
+__all__ = ["replay_of", "replay_path", "whatif_result"]

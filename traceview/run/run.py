@@ -100,7 +100,7 @@ from traceview.run.compare import diff_tables, run_tables
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
 from traceview.run.result import Result, to_pandas
-from traceview.run.replay import replay_of, whatif_result
+from traceview.run.replay import replay_of, replay_path, whatif_result
 from traceview.store import traceset
 from traceview.store import derived
 from traceview.store.traceset import TraceSet
@@ -796,7 +796,8 @@ class Run:
         path = self.path
         return self._path_result("critical_path", {
             "ranks": path_ranks(path, self.ranks_table), "steps": path_steps(path),
-            "categories": path_categories(path), "top_ops": path_top_ops(path, n=top)},
+            "categories": path_categories(path), "top_ops": path_top_ops(path, n=top),
+            "replay": replay_path(self.replay)},  # the replay's longest path (docs: Replay)
             main="steps")
 
     def diagnose(self, **model: Any) -> Result:
