@@ -86,11 +86,27 @@ def test_profile_without_distributed(tmp_path, monkeypatch, capsys):
     assert info["schedule"] == {"wait": 1, "warmup": 1, "active": 2, "repeat": 1,
                                 "skip_first": 0}
     assert info["sync_probe"]["enabled"] is False and info["torch"]
+    assert info["options"]["cuda_sync_events"] is False  # no CUDA profiled here
     ts = traceview.open(tmp_path, cache=False)
     steps = ts.sql("select distinct step from events where step is not null order by step")
     assert steps["step"].to_list() == [2, 3]  # steps wait + warmup .. + active - 1
     assert main(["validate", str(tmp_path), "--no-cache"]) == 0
     capsys.readouterr()
+
+
+@needs_torch
+def test_cuda_sync_events_asked_for_whenever_cuda_is_profiled():
+    """Kineto writes the stream-wait edges a replay needs only with enable_cuda_sync_events."""
+    import torch
+
+    from traceview.capture.profiler import cuda_sync_config
+
+    cpu, cuda = torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA
+    assert cuda_sync_config(torch, [cpu]) is None
+    config = cuda_sync_config(torch, [cpu, cuda])
+    experimental = torch._C._profiler._ExperimentalConfig
+    assert config.__getstate__() == experimental(enable_cuda_sync_events=True).__getstate__()
+    assert config.__getstate__() != experimental().__getstate__()
 
 
 @pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")

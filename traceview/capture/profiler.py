@@ -19,6 +19,13 @@ What it adds to a bare ``torch.profiler.profile``:
   when the block exits with an exception (other ranks might never reach the barrier).
 * **run.json**, written by rank 0: world size, ranks with their hosts, pids and file names,
   torch/CUDA/NCCL versions, the command line and the schedule. ``traceview validate`` reads it.
+* **CUDA sync events** whenever CUDA is profiled: Kineto then writes every stream and event
+  synchronisation (``cuda_sync``: ``Stream Wait Event``, ``Event Sync``, ...) with the stream
+  and the ``cudaEventRecord`` it waits on (``wait_on_stream``,
+  ``wait_on_cuda_event_record_corr_id``). Without them a replay of the trace cannot see one
+  stream waiting for another (NCCL's stream for the compute stream, and back):
+  ``traceview.analyses.stream_waits``. A torch without the option records without them and
+  says so in run.json (``options.cuda_sync_events``).
 * **Allocator snapshots** with ``memory=True``: the CUDA caching allocator records its history
   (``torch.cuda.memory._record_memory_history``) from the start of the block, and every rank
   writes ``rank-<R>.<host>.<pid>.memory_snapshot.pickle`` when the block ends (also when it
@@ -195,6 +202,20 @@ def _write_json(path: Path, obj: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def cuda_sync_config(torch: Any, activities: Iterable[Any]) -> Any | None:
+    """The profiler's ``experimental_config`` asking Kineto for CUDA sync events, when CUDA is
+    among ``activities`` and this torch has the option (torch >= 2.3); else None."""
+    if not any(str(a).rsplit(".", 1)[-1] == "CUDA" for a in activities):
+        return None
+    config = getattr(getattr(torch._C, "_profiler", None), "_ExperimentalConfig", None)
+    if config is None:
+        return None
+    try:
+        return config(enable_cuda_sync_events=True)
+    except TypeError:  # a torch from before the option
+        return None
+
+
 def _peers(torch: Any, ident: Identity, file_name: str) -> list[dict[str, Any]]:
     """Every rank's identity (one all_gather_object, before profiling starts)."""
     me = {"rank": ident.rank, "host": ident.host, "pid": ident.pid,
@@ -236,13 +257,16 @@ def profile(out_dir: str | os.PathLike[str], *, wait: int = 1, warmup: int = 1, 
     if activities is None:
         activity = torch.profiler.ProfilerActivity
         activities = [activity.CPU] + ([activity.CUDA] if torch.cuda.is_available() else [])
+    activities = list(activities)
     sched = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat,
              "skip_first": skip_first}
+    sync_config = cuda_sync_config(torch, activities)
     record_memory = memory and torch.cuda.is_available()
     options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
                "memory": memory, "with_stack": with_stack, "with_flops": with_flops,
                "activities": [str(a).rsplit(".", 1)[-1] for a in activities],
-               "sync": sync, "sync_rounds": sync_rounds, "cuda_profiler_api": cuda_profiler_api}
+               "sync": sync, "sync_rounds": sync_rounds, "cuda_profiler_api": cuda_profiler_api,
+               "cuda_sync_events": sync_config is not None}
     peers = _peers(torch, ident, _file_name(ident, None if repeat == 1 else 0))
     run_path = out / RUN_FILE
     info = _run_info(torch, ident, peers, schedule=sched, options=options)
@@ -263,11 +287,12 @@ def profile(out_dir: str | os.PathLike[str], *, wait: int = 1, warmup: int = 1, 
         assert handle is not None
         handle._trace_ready(prof)
 
-    prof = torch.profiler.profile(activities=list(activities),
+    extra = {} if sync_config is None else {"experimental_config": sync_config}
+    prof = torch.profiler.profile(activities=activities,
                                   schedule=torch.profiler.schedule(**sched),
-                         on_trace_ready=on_ready, record_shapes=record_shapes,
-                         profile_memory=profile_memory, with_stack=with_stack,
-                         with_flops=with_flops)
+                                  on_trace_ready=on_ready, record_shapes=record_shapes,
+                                  profile_memory=profile_memory, with_stack=with_stack,
+                                  with_flops=with_flops, **extra)
     handle = Capture(torch, prof, out, ident, repeat=repeat, sync=sync,
                      sync_rounds=sync_rounds, cuda_profiler_api=cuda_profiler_api)
     handle.notes = notes

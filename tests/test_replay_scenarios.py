@@ -1,0 +1,130 @@
+"""The replay scenarios (``fixtures/replay_scenarios.py``, ``fixtures/data/replay``): real gloo
+runs of kinds the analyses were not written around, each slow run with a balanced twin.
+
+Here, what needs no replay engine: every scenario folder opens, has the ranks and steps its
+truth says, the measured twin difference in truth.json is reproduced from the traces through
+the Run's step table (so the truth is the traces', not the generator's clock), the slowness
+carries no label, and the straggler verdict of today names the slowed rank on the scenarios
+with one steady slow rank.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+import traceview
+from fixtures.replay_scenarios import BY_NAME, LAYOUTS, SCENARIOS, STEPS, trace_path
+
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "replay"
+NAMES = [s.name for s in SCENARIOS]
+SLOW = [s.name for s in SCENARIOS if s.kind != "none"]
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+TRUTH_KEYS = {"scenario", "layout", "kind", "pattern", "world_size", "steps", "threads", "groups",
+              "twin", "slow_ranks", "expected", "delays_ms", "steps_affected",
+              "nominal_delay_ms_per_step", "profiler_steps", "measured"}
+MEASURED_KEYS = {"step_ns", "step_ms_mean", "step_ms_by_rank", "injected_ms",
+                 "twin_step_ms_mean", "twin_difference_ms"}
+
+
+@cache
+def truth(name: str) -> dict[str, Any]:
+    return json.loads((DATA / name / "truth.json").read_text())
+
+
+@cache
+def run(name: str) -> traceview.Run:
+    return traceview.open(DATA / name, cache=False)
+
+
+def mean_step_ms(name: str) -> float:
+    """The run's mean step from the Run's step table: per step, the slowest rank's step."""
+    per_step = run(name).steps.group_by("step").agg(pl.col("step_time_ns").max())
+    return per_step["step_time_ns"].mean() / 1e6
+
+
+def test_every_scenario_is_committed_and_small() -> None:
+    assert sorted(p.name for p in DATA.iterdir() if p.is_dir()) == sorted(NAMES)
+    assert sum(p.stat().st_size for p in DATA.rglob("*") if p.is_file()) < 3_200_000  # ~3 MB, with room for a re-recording
+    # every layout has its balanced twin, and every slow run names it
+    assert {s.layout for s in SCENARIOS if s.kind == "none"} == set(LAYOUTS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_truth(name: str) -> None:
+    t, spec = truth(name), BY_NAME[name]
+    assert TRUTH_KEYS <= set(t) and MEASURED_KEYS <= set(t["measured"])
+    assert (t["scenario"], t["layout"], t["kind"], t["pattern"], t["world_size"], t["steps"],
+            t["twin"]) == (name, spec.layout, spec.kind, spec.pattern, spec.world, STEPS,
+                           f"{spec.layout}_balanced")
+    m = t["measured"]
+    assert len(m["step_ns"]) == len(t["profiler_steps"]) == STEPS
+    assert sorted(map(int, m["injected_ms"])) == list(range(spec.world))
+    if spec.kind == "none":
+        assert t["slow_ranks"] == [] and t["nominal_delay_ms_per_step"] == 0
+        assert m["twin_difference_ms"] == 0 and m["twin_step_ms_mean"] == m["step_ms_mean"]
+        assert all(ms == 0 for per in m["injected_ms"].values() for ms in per)
+        return
+    assert m["twin_step_ms_mean"] == truth(t["twin"])["measured"]["step_ms_mean"]
+    # the slowness was really spent where and when the truth says (sleeps to the ms; compute
+    # and the GIL thread are timed, and vary with the load)
+    for rank, steps in t["steps_affected"].items():
+        spent = m["injected_ms"][rank]
+        assert all(spent[k] > 0 for k in steps)
+        assert all(spent[k] == 0 for k in range(STEPS) if k not in steps)
+        if spec.kind in ("stall", "backward_stall", "slow_comm"):
+            assert all(spent[k] >= t["delays_ms"][rank] for k in steps)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_folder_opens_with_the_ranks_and_steps_of_its_truth(name: str) -> None:
+    t = truth(name)
+    r = run(name)
+    assert r.ranks_present == list(range(t["world_size"]))
+    steps = r.steps
+    assert steps.group_by("rank").len().sort("rank")["len"].to_list() == \
+        [t["steps"]] * t["world_size"]
+    assert sorted(steps["step"].unique().to_list()) == t["profiler_steps"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_measured_mean_step_is_the_traces(name: str) -> None:
+    """truth.json's mean step (from the ProfilerStep spans, read by the generator) is what the
+    Run's step table gives; hence the twin difference too."""
+    t = truth(name)
+    assert mean_step_ms(name) == pytest.approx(t["measured"]["step_ms_mean"], abs=0.002)
+    if t["kind"] != "none":
+        difference = mean_step_ms(name) - mean_step_ms(t["twin"])
+        assert difference == pytest.approx(t["measured"]["twin_difference_ms"], abs=0.004)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_label_on_the_slowness_and_a_real_dataloader(name: str) -> None:
+    t = truth(name)
+    for rank in range(t["world_size"]):
+        doc = json.loads(gzip.decompress(trace_path(DATA / name, rank, name).read_bytes()))
+        names = Counter(e.get("name") for e in doc["traceEvents"] if e.get("ph") == "X")
+        assert names[LOADER] == t["steps"]
+        annotations = {e["name"] for e in doc["traceEvents"]
+                       if e.get("cat") == "user_annotation" and e.get("ph") == "X"}
+        assert not {a for a in annotations if a.startswith("fixture")}
+
+
+@pytest.mark.parametrize("name", [s.name for s in SCENARIOS
+                                  if s.kind == "none" or (s.pattern == "steady"
+                                  and len(s.delays) == 1)])
+def test_stragglers_names_the_one_steady_slow_rank_or_nobody(name: str) -> None:
+    """Today's verdict where it holds: one rank slow on every step is flagged, a twin flags
+    nobody. (Two slow ranks, a stall on 2 of 8 steps and a stall that moves between ranks get
+    no straggler today, which is no answer: the replay's verdicts are to name them.)"""
+    t = truth(name)
+    assert t["expected"] == (t["slow_ranks"][0] if t["slow_ranks"] else None)
+    flagged = run(name).stragglers()["ranks"].filter(pl.col("flagged"))["rank"].to_list()
+    assert flagged == ([] if t["expected"] is None else [t["expected"]])
