@@ -1,7 +1,7 @@
 """Step times from a replay, and the replay's self-check against the measured run.
 
-A rank's step time is its step marker's end minus its start; a step's time is the mean over
-the ranks (replayed: the same on the replayed times of the same two points). The
+A rank's step time is its step marker's end minus its start; a step's time is the longest
+rank's (replayed: the same on the replayed times of the same two points). The
 **replay error** of a step is |replayed - measured| / measured; the run's ``median`` and
 ``p90`` are over the window's steps (linear interpolation). The replay is **trusted** when
 the p90 is at most ``TRUSTED_P90`` (the OSDI'25 straggler study kept only traces within 5%).
@@ -13,7 +13,7 @@ waited on, so a missing or wrong edge is named, not hidden.
 >>> pts = pl.DataFrame({"point": [0, 1, 2, 3], "rank": [0, 0, 1, 1], "kind": ["step_start",
 ...     "step_end"] * 2, "t_ns": [0, 100, 0, 110], "step": [1, 1, 1, 1]})
 >>> step_times(pts, [0, 100, 0, 100]).rows()
-[(1, 105, 100)]
+[(1, 110, 100)]
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ def rank_step_times(points: pl.DataFrame, time: object) -> pl.DataFrame:
 
 
 def step_times(points: pl.DataFrame, time: object) -> pl.DataFrame:
-    """``STEP_SCHEMA``: per step, the mean over ranks of the measured and replayed times."""
+    """``STEP_SCHEMA``: per step, the longest rank's measured and replayed times (the job's
+    step lasts as long as its slowest rank's)."""
     per = rank_step_times(points, time)
     return per.group_by("step").agg(
-        measured_ns=pl.col("measured_ns").mean().round(0).cast(pl.Int64),
-        replayed_ns=pl.col("replayed_ns").mean().round(0).cast(pl.Int64)) \
+        measured_ns=pl.col("measured_ns").max(), replayed_ns=pl.col("replayed_ns").max()) \
         .sort("step").select(list(STEP_SCHEMA))
 
 
