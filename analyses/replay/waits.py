@@ -13,7 +13,9 @@ up to 5 ms when larger) of the completion of a communication
 op of the same rank on another thread, which was issued before the stretch ended and not
 complete when it began, is a **wait** on that op: the thread resumes at the op's completion.
 Its blocked part runs from the later of the stretch's start and the op's issue to the
-stretch's end. Where several ops complete near one stretch end, the latest is the one waited
+stretch's end. A gap (no op of the thread running but its step marker) that a completion falls inside is a wait
+on the latest such op too, however late the thread resumed (a descheduled thread on an
+oversubscribed host): the replay keeps the resume delay as the wait's lag. Where several ops complete near one stretch end, the latest is the one waited
 for; where one completion ends several stretches of a thread, the longest is the wait.
 
 A leaf op's whole body (an op with nothing inside it) is its own work, not a wait, unless its
@@ -37,6 +39,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceview.schema import STEP_PATTERN
+
 WAIT_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "tid": pl.Int64, "t_ns": pl.Int64, "instance": pl.String,
     "blocked_ns": pl.Int64,
@@ -58,6 +62,8 @@ class WaitOptions:
     relative_tolerance: float = 0.05
     max_tolerance_ns: int = 5_000_000
     min_wait_ns: int = 50_000
+    #: Whether a gap a completion falls inside is a wait however late the thread resumed.
+    late_resumes: bool = True
     wait_op_pattern: str = r"(?i)wait|synchroni[sz]e|barrier|^c10d::|^record_param_comms$"
     #: The host calls that wait for the GPU (GPU work's completion is waited on only inside
     #: them: kernels complete every few microseconds, any gap ends near one).
@@ -107,16 +113,40 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
     pairs = pairs.filter(((pl.col("e") - pl.col("b")).abs() <= pl.col("tol"))
                          & (pl.col("e") > pl.col("a")) & (pl.col("issued") < pl.col("b"))
                          & (pl.col("c_tid") != pl.col("tid")))
-    if pairs.height == 0:
-        return pl.DataFrame(schema=WAIT_SCHEMA)
     # the latest completion near each stretch's end; then the longest stretch per op+thread
     latest = pairs.sort("e", "instance").group_by([*q, "b"]).last()
     best = latest.with_columns(len=pl.col("b") - pl.col("a")).sort("len", "b") \
-        .group_by([*q, "instance"]).last()
-    return best.select(
+        .group_by([*q, "instance"]).last().select(*q, "a", "b", "instance", "issued")
+    # a gap (no op running) that an op's completion falls inside, but that ends later than the
+    # tolerance: the thread was idle when the op completed and resumed late (descheduled)
+    idle = _gaps(ops, stretches).join(best.select(*q, "b"), on=[*q, "b"], how="anti") \
+        if options.late_resumes else stretches.head(0)
+    inside = idle.sort("b").join_asof(
+        done.sort("e"), left_on="b", right_on="e", by="rank", strategy="backward",
+        check_sortedness=False).filter(
+        (pl.col("e") > pl.col("a")) & (pl.col("issued") < pl.col("e"))
+        & (pl.col("c_tid") != pl.col("tid")))
+    inside = inside.join(best.select(*q, "instance"), on=[*q, "instance"], how="anti")
+    found = pl.concat([best, inside.select(*q, "a", "b", "instance", "issued")])
+    if found.height == 0:
+        return pl.DataFrame(schema=WAIT_SCHEMA)
+    return found.select(
         *q, t_ns="b", instance="instance",
         blocked_ns=pl.col("b") - pl.max_horizontal("a", "issued")).cast(WAIT_SCHEMA) \
         .sort(*q, "t_ns")
+
+
+def _gaps(ops: pl.DataFrame, stretches: pl.DataFrame) -> pl.DataFrame:
+    """The ``stretches`` during which no op of their thread runs (depth 0 after ``a``; the
+    step markers, which cover everything, do not count)."""
+    q = ["rank", "tid"]
+    ops = ops.filter(~pl.col("name").cast(pl.String).str.contains(STEP_PATTERN))
+    events = pl.concat([ops.select(*q, t="ts_ns", d=pl.lit(1, pl.Int64)),
+                        ops.select(*q, t="end_ns", d=pl.lit(-1, pl.Int64))]).sort(*q, "t", "d")
+    depth = events.with_columns(depth=pl.col("d").cum_sum().over(q)) \
+        .group_by([*q, "t"]).agg(pl.col("depth").last())
+    return stretches.join(depth.rename({"t": "a"}).with_columns(pl.col("rank").cast(pl.Int32)),
+                          on=[*q, "a"]).filter(pl.col("depth") == 0).drop("depth")
 
 
 __all__ = ["WAIT_SCHEMA", "WaitOptions", "find_waits"]
