@@ -45,8 +45,10 @@ WAIT_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "tid": pl.Int64, "t_ns": pl.Int64, "instance": pl.String,
     "blocked_ns": pl.Int64,
 }
-#: Threads that only run a backend's work items (gloo's workers) wait for work, never on it.
+#: Threads that run a backend's work items (gloo's workers) but call no dispatcher op wait for
+#: work, never on it.
 _BACKEND_WORK = r"^(gloo|mpi|ucc):"
+_DISPATCH = r"^c10d::|^record_param_comms$"
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,11 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
     if ops.height == 0 or completes.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
     q = ["rank", "tid"]
+    # a backend's worker thread (its work items, their own ops inside them, no dispatcher
+    # call) waits for work, never on it
+    name = pl.col("name").cast(pl.String)
     waiter = ops.group_by(q).agg(
-        _any=(~pl.col("name").cast(pl.String).str.contains(_BACKEND_WORK)).any())
+        _any=~name.str.contains(_BACKEND_WORK).any() | name.str.contains(_DISPATCH).any())
     ops = ops.join(waiter.filter(pl.col("_any")).select(q), on=q, how="semi")
     bounds = pl.concat([ops.select(*q, b="ts_ns"), ops.select(*q, b="end_ns")]).sort(*q, "b")
     same = (pl.col("rank") == pl.col("rank").shift(1)) & (pl.col("tid") == pl.col("tid").shift(1))
