@@ -5,8 +5,9 @@ or more SPECs joined by commas (``rank=2:typical,comm=x0.5``):
 
 =====================  ===================================================================
 ``rank=R:typical``      each of rank R's stretches (the work between two anchors, see
-                        :mod:`.graph`) takes the median over the ranks of the same stretch;
-                        its points keep their shares of the stretch
+                        :mod:`.graph`) takes the median over the other ranks of the same
+                        stretch; its points keep their shares of the stretch
+``ranks=A+B:typical``   the same for ranks A and B (the median over the ranks not named)
 ``ranks=all:typical``   the same for every rank
 ``comm=xF``             every transfer scaled by F
 ``comm=typical``        every transfer set to the median transfer of its collective kind
@@ -142,12 +143,16 @@ def _typical_transfers(graph: ReplayGraph) -> np.ndarray:
 def _typical(pts: pl.DataFrame, values: np.ndarray, ranks: set[int] | None, *,
              cut_only: bool = False) -> np.ndarray:
     """``values`` with each stretch's total on the ``ranks`` (None: all) set to the median
-    over the ranks of the same stretch, spread over its points in their proportions (a
-    stretch of nothing gets the median on its last point); ``cut_only``: never raised."""
+    over the other ranks of the same stretch (all of them for ``None``, or when no other
+    rank has it: two slow ranks of four would make the median half slow), spread over its
+    points in their proportions (a stretch of nothing gets the median on its last point);
+    ``cut_only``: never raised."""
     frame = pts.select("rank", "stretch", "point").with_columns(v=pl.Series(values))
     totals = frame.filter(pl.col("stretch").is_not_null()).group_by("stretch", "rank").agg(
         total=pl.col("v").sum(), last=pl.col("point").max())
-    totals = totals.with_columns(median=pl.col("total").median().over("stretch"))
+    others = pl.col("total").filter(~pl.col("rank").is_in(list(ranks or ())))
+    totals = totals.with_columns(median=pl.coalesce(others.median().over("stretch"),
+                                                    pl.col("total").median().over("stretch")))
     if cut_only:
         totals = totals.with_columns(median=pl.min_horizontal("median", "total"))
     chosen = totals if ranks is None else totals.filter(pl.col("rank").is_in(list(ranks)))
