@@ -117,7 +117,9 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
                                 comm.join(issues, on=["instance", "rank"], how="left")
                                 .get_column("issue_ns"), pl.col("arrival_ns")))
     host = ops.filter(pl.col("tid") >= 0)
-    waits = find_waits(host, completes, options=options)
+    # a host thread waits on a GPU op only inside a sync call (below): NCCL kernels run
+    # while the host goes on launching
+    waits = find_waits(host, completes.filter(pl.col("tid") >= 0), options=options)
     if launches.height:  # a host sync waits for the GPU work launched before it
         gpu_done = launches.select(instance=pl.format("gpu#{}", "correlation"), rank="rank",
                                    tid="tid", end_ns="end_ns", issued_ns="launch_ns")
