@@ -145,12 +145,17 @@ def _gaps(ops: pl.DataFrame, stretches: pl.DataFrame) -> pl.DataFrame:
     """The ``stretches`` during which no op of their thread runs (depth 0 after ``a``; the
     step markers, which cover everything, do not count)."""
     q = ["rank", "tid"]
-    ops = ops.filter(~pl.col("name").cast(pl.String).str.contains(STEP_PATTERN))
+    markers = ops.select(pl.col("name").unique()).filter(
+        pl.col("name").cast(pl.String).str.contains(STEP_PATTERN))
+    ops = ops.join(markers, on="name", how="anti")
     events = pl.concat([ops.select(*q, t="ts_ns", d=pl.lit(1, pl.Int64)),
                         ops.select(*q, t="end_ns", d=pl.lit(-1, pl.Int64))]).sort(*q, "t", "d")
-    depth = events.with_columns(depth=pl.col("d").cum_sum().over(q)) \
-        .group_by([*q, "t"]).agg(pl.col("depth").last())
-    return stretches.join(depth.rename({"t": "a"}).with_columns(pl.col("rank").cast(pl.Int32)),
+    # every thread's ops all close: a running sum over all threads is each one's depth; the
+    # depth after an instant is the sum at its last event
+    last = (pl.col("t") != pl.col("t").shift(-1)) | (pl.col("tid") != pl.col("tid").shift(-1)) \
+        | (pl.col("rank") != pl.col("rank").shift(-1))
+    depth = events.with_columns(depth=pl.col("d").cum_sum()).filter(last.fill_null(True))
+    return stretches.join(depth.select(pl.col("rank").cast(pl.Int32), "tid", a="t", depth="depth"),
                           on=[*q, "a"]).filter(pl.col("depth") == 0).drop("depth")
 
 
