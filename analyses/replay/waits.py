@@ -87,10 +87,19 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
     waiter = ops.group_by(q).agg(
         _any=~name.str.contains(_BACKEND_WORK).any() | name.str.contains(_DISPATCH).any())
     ops = ops.join(waiter.filter(pl.col("_any")).select(q), on=q, how="semi")
-    bounds = pl.concat([ops.select(*q, b="ts_ns"), ops.select(*q, b="end_ns")]).sort(*q, "b")
-    same = (pl.col("rank") == pl.col("rank").shift(1)) & (pl.col("tid") == pl.col("tid").shift(1))
-    stretches = bounds.with_columns(a=pl.when(same).then(pl.col("b").shift(1))).filter(
-        pl.col("a").is_not_null() & (pl.col("b") - pl.col("a") >= options.min_wait_ns))
+    # every op boundary, in time order per thread, with the thread's depth after it (ops
+    # running then, the step markers, which cover everything, aside): every thread's ops
+    # all close, so one running sum over all threads is each one's depth
+    markers = ops.select(pl.col("name").unique()).filter(name.str.contains(STEP_PATTERN))
+    inner = pl.when(pl.col("name").is_in(markers.get_column("name").implode())).then(0) \
+        .otherwise(1).cast(pl.Int64)
+    bounds = pl.concat([ops.select(*q, a="ts_ns", d=inner),
+                        ops.select(*q, a="end_ns", d=-inner)]).sort(*q, "a", "d")
+    same = (pl.col("rank") == pl.col("rank").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
+    stretches = bounds.with_columns(depth=pl.col("d").cum_sum(),
+                                    b=pl.when(same).then(pl.col("a").shift(-1))).filter(
+        pl.col("b").is_not_null() & (pl.col("b") - pl.col("a") >= options.min_wait_ns)) \
+        .drop("d")
     # a leaf op's whole body is work (unless the op is a wait by name)
     ordered = ops.sort(*q, "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
     later = (pl.col("rank") == pl.col("rank").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
@@ -124,7 +133,8 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
         .group_by([*q, "instance"]).last().select(*q, "a", "b", "instance", "issued")
     # a gap (no op running) that an op's completion falls inside, but that ends later than the
     # tolerance: the thread was idle when the op completed and resumed late (descheduled)
-    idle = _gaps(ops, stretches).join(best.select(*q, "b"), on=[*q, "b"], how="anti") \
+    idle = stretches.filter(pl.col("depth") == 0).join(
+        best.select(*q, "b"), on=[*q, "b"], how="anti") \
         if options.late_resumes else stretches.head(0)
     inside = idle.sort("b").join_asof(
         done.sort("e"), left_on="b", right_on="e", by="rank", strategy="backward",
@@ -139,24 +149,6 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
         *q, t_ns="b", instance="instance",
         blocked_ns=pl.col("b") - pl.max_horizontal("a", "issued")).cast(WAIT_SCHEMA) \
         .sort(*q, "t_ns")
-
-
-def _gaps(ops: pl.DataFrame, stretches: pl.DataFrame) -> pl.DataFrame:
-    """The ``stretches`` during which no op of their thread runs (depth 0 after ``a``; the
-    step markers, which cover everything, do not count)."""
-    q = ["rank", "tid"]
-    markers = ops.select(pl.col("name").unique()).filter(
-        pl.col("name").cast(pl.String).str.contains(STEP_PATTERN))
-    ops = ops.join(markers, on="name", how="anti")
-    events = pl.concat([ops.select(*q, t="ts_ns", d=pl.lit(1, pl.Int64)),
-                        ops.select(*q, t="end_ns", d=pl.lit(-1, pl.Int64))]).sort(*q, "t", "d")
-    # every thread's ops all close: a running sum over all threads is each one's depth; the
-    # depth after an instant is the sum at its last event
-    last = (pl.col("t") != pl.col("t").shift(-1)) | (pl.col("tid") != pl.col("tid").shift(-1)) \
-        | (pl.col("rank") != pl.col("rank").shift(-1))
-    depth = events.with_columns(depth=pl.col("d").cum_sum()).filter(last.fill_null(True))
-    return stretches.join(depth.select(pl.col("rank").cast(pl.Int32), "tid", a="t", depth="depth"),
-                          on=[*q, "a"]).filter(pl.col("depth") == 0).drop("depth")
 
 
 __all__ = ["WAIT_SCHEMA", "WaitOptions", "find_waits"]
