@@ -4,7 +4,8 @@ measured steps, and replayed again under what-if scenarios.
 ``--json`` contract (``traceview.run.replay``): ``{"window", "steps": [{"step", "measured_ns",
 "replayed_ns", "error"}], "replay_error": {"median", "p90"}, "trusted", "not_reproduced",
 "scenarios": [{"spec", "step_ns_mean", "step_ns_p50", "gain_ns_per_step", "slowdown",
-"steps": [{"step", "predicted_ns", "replayed_ns"}]}], "graph", "notes", "warnings"}``.
+"steps": [{"step", "predicted_ns", "replayed_ns"}]}], "verdict", "ranks" (S_w), "types" (S_t),
+"critical_path", "graph", "notes", "warnings"}``; fields in full: ``traceview.run.replay``.
 """
 
 from __future__ import annotations
