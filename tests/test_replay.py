@@ -444,3 +444,16 @@ def test_a_stall_on_two_of_eight_steps_in_a_real_run():
         ("few_steps", 1, steps)
     gain = result["scenarios"][0]["gain_ns_per_step"]
     assert gain == pytest.approx(truth["measured"]["twin_difference_ms"] * MS, rel=0.25)
+
+
+def test_the_corpus_nccl_pair_replays_within_the_trusted_bound():
+    """The sampled NCCL pair of the corpus (GPU; launches, host syncs, SendRecv kernels)."""
+    from fixtures.corpus import absent, corpus_dir
+    import traceview
+    folder = corpus_dir() / "hta-tests-data" / "tests" / "data" / "trace_filter"
+    files = [folder / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
+    if not all(f.exists() for f in files):
+        pytest.skip(absent(folder))
+    result = traceview.open([str(f) for f in files]).whatif()
+    assert result["trusted"] and result["replay_error"]["p90"] <= 0.05
+    assert result["graph"]["forced"] == 0 and result["graph"]["points"] > 4000
