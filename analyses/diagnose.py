@@ -210,7 +210,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
              table: tuple[Peak, ...] = PEAK_TABLE,
              pipeline: dict[str, Any] | None = None,
              alltoall: dict[str, Any] | None = None,
-             ops: pl.DataFrame | None = None) -> dict[str, Any]:
+             ops: pl.DataFrame | None = None,
+             replayed: dict[int, tuple[float, bool]] | None = None) -> dict[str, Any]:
     """``findings`` (``FINDING_SCHEMA``, in the module docstring's order, information last),
     ``bound``, ``mfu``, ``step_ns`` (the mean step time the gains are shares of) and
     ``notes`` (warnings: a refused MFU).
@@ -222,14 +223,16 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     rank's clock), to tell Python functions that launch GPU work from those that do not
     (None: none does); ``pipeline``: ``analyses.pipeline.pipeline`` (None: no send/recv
     pairs); ``alltoall``: the all-to-all answer (``alltoall.alltoall``), when the run has
-    any; ``ops``: ``analyses.ops.ops`` rows by shape (the roofline finding; None: none)."""
+    any; ``ops``: ``analyses.ops.ops`` rows by shape (the roofline finding; None: none);
+    ``replayed``: per straggler rank, the replay's gain of making it typical and whether the
+    replay is trusted (``analyses.replay``): evidence beside the path's estimate (None: none)."""
     steps = path_steps(path)
     n_steps = max(steps.height, 1)
     step_ns = _mean_step(steps)
     cats = path_categories(path)
     total = sum(v["path_ns"] for v in cats.values())
     found: list[dict[str, Any]] = []
-    found += _stragglers(path, collective_rows, stragglers, n_steps, step_ns)
+    found += _stragglers(path, collective_rows, stragglers, n_steps, step_ns, replayed)
     found.append(_exposed_comm(path, cats, n_steps))
     found += _host_findings(path, gaps, sorted(gpu_ranks), n_steps, total, host)
     found.append(_pageable(path, n_steps))
@@ -345,12 +348,16 @@ def _with_severity(f: dict[str, Any]) -> dict[str, Any]:
 # --- the findings ----------------------------------------------------------------------------
 
 def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame | None,
-                n_steps: int, step_ns: int | None) -> list[dict[str, Any]]:
+                n_steps: int, step_ns: int | None,
+                replayed: dict[int, tuple[float, bool]] | None = None) -> list[dict[str, Any]]:
     """The straggler finding, severity high, for the rank the straggler analysis flags
     (``analyses.stragglers`` on the dependency graph), and for no other rank: one answer
     everywhere (an unsure lead stays in ``stragglers``, with its low confidence). Its gain is
     what the path's jumps to it would lose were it as fast as the median rank; where the path
-    does not jump to it, the wait its own time caused per step."""
+    does not jump to it, the wait its own time caused per step. The replay's gain for the
+    rank (``replayed``) is evidence beside it: on the oversubscribed gloo runs of
+    ``fixtures/data/replay`` the path's estimate is the closer to the twins (docs/metrics.md,
+    *Replay*), so it stays the finding's gain."""
     named = [] if verdicts is None else verdicts.filter(pl.col("flagged")).to_dicts()
     if not named:
         return []
@@ -394,6 +401,11 @@ def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame |
             evidence.append(_ev("step_ratio", verdict["step_ratio"], "ratio"))
         if top is not None:
             evidence.append(_ev("top_op_on_path_ns_per_step", top[1] // n_steps, "ns", top[0]))
+        if replayed is not None and rank in replayed:
+            replay_gain, trusted = replayed[rank]
+            evidence.append(_ev("replay_gain_ns_per_step", int(round(replay_gain)), "ns",
+                                "replayed with the rank typical" +
+                                ("" if trusted else " (the replay is not trusted)")))
         what = f"; most of its path time is in {top[0]}" if top else ""
         out.append({
             "id": "straggler", "rank": rank, "gain_ns_per_step": gain, "keep": True,

@@ -35,7 +35,8 @@ from traceview.analyses.replay.verdicts import (
     rank_gains,
     type_slowdowns,
 )
-from traceview.analyses.replay.whatif import Replay, replay_run, whatif
+from traceview.analyses.replay.check import step_times
+from traceview.analyses.replay.whatif import Replay, replay_run, replay_scenario, whatif
 from traceview.run.result import Result
 from traceview.schema import GPU_KINDS, RUNTIME_KINDS
 
@@ -93,6 +94,34 @@ def whatif_result(run: Run, scenarios: Sequence[str] = ()) -> Result:
     }, main="steps", uses=("match", "offsets", "p2p"))
 
 
+def straggler_gains(run: Run, verdicts: pl.DataFrame | None
+                    ) -> dict[int, tuple[float, bool]] | None:
+    """Per rank the straggler analysis flags, the replay's gain of making it typical and
+    whether the replay is trusted: ``diagnose``'s straggler gain (one replay per flagged
+    rank). None when nothing is flagged or the replay cannot be built (diagnose keeps the
+    path's estimate)."""
+    if verdicts is None or "flagged" not in verdicts.columns:
+        return None
+    flagged = verdicts.filter(pl.col("flagged")).get_column("rank").to_list()
+    if not flagged:
+        return None
+    try:
+        replay = run.replay
+    except Exception:  # noqa: BLE001 - a partial answer: diagnose keeps the path's estimate
+        return None
+    if replay.check.steps.height == 0:
+        return None
+    steps = replay.check.steps.select("step", "replayed_ns")
+    out = {}
+    for rank in flagged:
+        found = step_times(replay.graph.points,
+                           replay_scenario(replay.graph, f"rank={rank}:typical").time)
+        both = steps.join(found.select("step", s="replayed_ns"), on="step")
+        out[int(rank)] = (float((both.get_column("replayed_ns") - both.get_column("s")).mean()),
+                          replay.check.trusted)
+    return out
+
+
 def replay_path(replay: Replay) -> dict[str, Any]:
     """The replay's critical path for ``critical-path --json`` (field ``replay``): its time per
     rank and per kind of edge, with the self-check that says whether to believe it."""
@@ -126,4 +155,4 @@ def replay_notes(replay: Replay) -> list[str]:
     return notes
 
 
-__all__ = ["replay_of", "replay_path", "whatif_result"]
+__all__ = ["replay_of", "replay_path", "straggler_gains", "whatif_result"]

@@ -100,7 +100,7 @@ from traceview.run.compare import diff_tables, run_tables
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
 from traceview.run.result import Result, to_pandas
-from traceview.run.replay import replay_of, replay_path, whatif_result
+from traceview.run.replay import replay_of, replay_path, straggler_gains, whatif_result
 from traceview.store import traceset
 from traceview.store import derived
 from traceview.store.traceset import TraceSet
@@ -833,7 +833,8 @@ class Run:
                          gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
                          devices=self.ranks, model=ModelSize(**model), pipeline=staged,
                          alltoall=self._alltoall if self.has_alltoall else None,
-                         host=self.host if self.gpu.height else None, ops=roofline)
+                         host=self.host if self.gpu.height else None, ops=roofline,
+                         replayed=straggler_gains(self, verdicts))
         notes += found.pop("notes")  # a refused MFU
         return self._path_result("diagnose", found, main="findings", notes=notes)
 
