@@ -299,15 +299,23 @@ def _detach_async(comm: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.DataFrame, 
 
 def _with_transfers(comm: pl.DataFrame) -> pl.DataFrame:
     """``comm`` with each member's ``transfer_ns``, its completion after the last arrival:
-    at a collective the median over the instance's members of end minus last arrival; at a
-    send or recv the median over the window's exchanges of the same direction and side (one
-    exchange alone would replay exactly by construction)."""
+    at a collective the median over the instance's members of end minus last arrival, plus
+    the rank's systematic lead on it (the median over the rank's instances of the same
+    collective: a ring's last rank ends last every time); at a send or recv the median over
+    the window's exchanges of the same direction and side. Neither is one member's own
+    (which would replay exactly by construction)."""
     per = comm.with_columns(last=pl.col("arrival_ns").max().over("instance"))
     own = (pl.col("end_ns") - pl.col("last")).clip(0)
     key = pl.when(pl.col("dir").is_null()).then(pl.col("instance")) \
         .otherwise(pl.col("dir") + ":" + pl.col("collective"))
-    return per.with_columns(_key=key).with_columns(
-        transfer_ns=own.median().over("_key").round(0).cast(pl.Int64)).drop("_key")
+    per = per.with_columns(_key=key, _own=own).with_columns(
+        _typ=pl.col("_own").median().over("_key"))
+    # a rank's systematic place in the completion order (a ring's last rank ends last every
+    # time): the median over its instances of the same collective of its lead on the median
+    offset = (pl.col("_own") - pl.col("_typ")).median().over("rank", "collective")
+    return per.with_columns(
+        transfer_ns=pl.when(pl.col("dir").is_null()).then(pl.col("_typ") + offset)
+        .otherwise(pl.col("_typ")).clip(0).round(0).cast(pl.Int64)).drop("_key", "_own", "_typ")
 
 
 def _instances(comm: pl.DataFrame) -> pl.DataFrame:
