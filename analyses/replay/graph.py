@@ -255,6 +255,8 @@ def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
     return named.select(*cols, "tid").sort("rank", "arrival_ns")
 
 
+#: A rank's systematic lead on its instances' median transfer needs this many instances.
+MIN_LEAD_INSTANCES = 4
 #: Queue ids of async ops on their own queue start here (above any thread id).
 _OWN_QUEUE = 1 << 48
 #: Names of communication calls and their backend work items (never another op's work).
@@ -312,7 +314,10 @@ def _with_transfers(comm: pl.DataFrame) -> pl.DataFrame:
         _typ=pl.col("_own").median().over("_key"))
     # a rank's systematic place in the completion order (a ring's last rank ends last every
     # time): the median over its instances of the same collective of its lead on the median
-    offset = (pl.col("_own") - pl.col("_typ")).median().over("rank", "collective")
+    # (from 4 instances on: fewer would copy each member's own end)
+    lead = pl.col("_own") - pl.col("_typ")
+    offset = pl.when(pl.len().over("rank", "collective") >= MIN_LEAD_INSTANCES) \
+        .then(lead.median().over("rank", "collective")).otherwise(0)
     return per.with_columns(
         transfer_ns=pl.when(pl.col("dir").is_null()).then(pl.col("_typ") + offset)
         .otherwise(pl.col("_typ")).clip(0).round(0).cast(pl.Int64)).drop("_key", "_own", "_typ")
