@@ -457,3 +457,41 @@ def test_the_corpus_nccl_pair_replays_within_the_trusted_bound():
     result = traceview.open([str(f) for f in files]).whatif()
     assert result["trusted"] and result["replay_error"]["p90"] <= 0.05
     assert result["graph"]["forced"] == 0 and result["graph"]["points"] > 4000
+
+
+def _two_streams() -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One rank (ms): `a` on stream 7 [15, 40) launched at 10; cudaEventRecord on stream 7 at
+    12; cudaStreamWaitEvent for stream 9 at 13; `b` on stream 9 launched at 14 runs [40, 50):
+    it waited for `a` through the event; the host waits in cudaDeviceSynchronize [16, 51),
+    then a tail [51, 60)."""
+    rows = [("ProfilerStep#1", "user_annotation", 0, 60, None, None),
+            ("cudaLaunchKernel", "cuda_runtime", 10, 11, None, 1),
+            ("cudaEventRecord", "cuda_runtime", 12, 12.5, None, 2),
+            ("cudaStreamWaitEvent", "cuda_runtime", 13, 13.5, None, 3),
+            ("cudaLaunchKernel", "cuda_runtime", 14, 15, None, 4),
+            ("cudaDeviceSynchronize", "cuda_runtime", 16, 51, None, None),
+            ("tail", "cpu_op", 51, 60, None, None),
+            ("a", "kernel", 15, 40, 7, 1), ("b", "kernel", 40, 50, 9, 4)]
+    ops = pl.DataFrame([(0, st or 1, n, k, round(a * MS), round(b * MS), st, c)
+                        for n, k, a, b, st, c in rows],
+                       schema=["rank", "tid", "name", "kind", "ts_ns", "end_ns", "stream",
+                               "correlation"], orient="row")
+    waits = pl.DataFrame({"rank": [0], "waiter": ["stream"], "stream": [9],
+                          "wait_on_stream": [7], "record_ts_ns": [12 * MS],
+                          "call_ts_ns": [13 * MS]})
+    return ops, waits
+
+
+def test_a_stream_wait_event_holds_the_waiting_streams_kernel():
+    ops, waits = _two_streams()
+    blind = build_graph(ops, pl.DataFrame())
+    g = build_graph(ops, pl.DataFrame(), stream_waits=waits)
+    assert g.edges.filter(pl.col("kind") == "stream_wait").height == 1
+    # without the edge `b` replays 15.5 ms after its launch (the median delay on an idle
+    # stream): the step comes out short, a missing dependency as replay error
+    assert self_check(blind, replay_graph(blind)).steps.get_column("replayed_ns")[0] < 60 * MS
+    assert self_check(g, replay_graph(g)).steps.select("measured_ns", "replayed_ns").row(0) \
+        == (60 * MS, 60 * MS)
+    # `a` twice as long: 15 + 5 + 50 = 65 (wait: 10 + 5 + 50), `b` ends 75, the sync 76, step 85
+    _, (slower,) = whatif(g, ["kernel=^a$:x2"])
+    assert slower["step_ns_mean"] == 85 * MS

@@ -36,9 +36,20 @@ STEP_SCHEMA: dict[str, pl.DataType] = {"step": pl.Int64, "measured_ns": pl.Int64
                                        "replayed_ns": pl.Int64}
 
 
+#: The step of a run without step markers: its whole window, as one step.
+WHOLE_WINDOW = -1
+
+
 def rank_step_times(points: pl.DataFrame, time: object) -> pl.DataFrame:
     """``rank, step, measured_ns, replayed_ns`` per rank and step (``time``: replayed time
-    per node, the points first)."""
+    per node, the points first). A run without step markers is one step, ``WHOLE_WINDOW``:
+    per rank, its first point to its last."""
+    if points.height and not points.get_column("kind").is_in(["step_start"]).any():
+        r = pl.Series(np.asarray(time)[:points.height])
+        return points.select("rank", "t_ns", r=r).group_by("rank").agg(
+            step=pl.lit(WHOLE_WINDOW, pl.Int64),
+            measured_ns=pl.col("t_ns").max() - pl.col("t_ns").min(),
+            replayed_ns=pl.col("r").max() - pl.col("r").min()).sort("rank")
     marks = points.filter(pl.col("kind").is_in(["step_start", "step_end"])).select(
         "rank", "step", "kind", "t_ns", r=pl.Series(np.asarray(time)[:points.height])
         .gather(points.filter(pl.col("kind").is_in(["step_start", "step_end"]))
@@ -130,5 +141,5 @@ def _causes(graph: ReplayGraph, replayed: Replayed, steps: pl.Series) -> pl.Data
         .cast(_no_causes().schema)
 
 
-__all__ = ["STEP_SCHEMA", "SelfCheck", "TRUSTED_P90", "rank_step_times", "self_check",
-           "step_times"]
+__all__ = ["STEP_SCHEMA", "SelfCheck", "TRUSTED_P90", "WHOLE_WINDOW", "rank_step_times",
+           "self_check", "step_times"]

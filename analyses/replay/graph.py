@@ -95,6 +95,7 @@ class ReplayGraph:
 
 def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
                 p2p_pairs: pl.DataFrame | None = None, *,
+                stream_waits: pl.DataFrame | None = None,
                 options: WaitOptions = WaitOptions()) -> ReplayGraph:
     """The graph of one window, on the aligned timeline.
 
@@ -102,7 +103,10 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     markers among them). ``collective_rows``: one row per (instance, rank) of a matched
     collective, ``instance, rank, collective, name, arrival_ns, end_ns``
     (:func:`~traceview.analyses.collectives.collective_ranks`). ``p2p_pairs``:
-    :func:`~traceview.analyses.p2p.pair_p2p` pairs."""
+    :func:`~traceview.analyses.p2p.pair_p2p` pairs. ``stream_waits``:
+    :func:`~traceview.analyses.stream_waits.stream_waits` rows (aligned): a stream's first op
+    queued after a ``cudaStreamWaitEvent`` starts after the last op queued on the other
+    stream before the event's record."""
     ops = _queued(ops)
     comm, detached = _detach_async(_comm_rows(collective_rows, p2p_pairs, ops), ops)
     comm = _with_transfers(comm) if comm.height else comm.with_columns(
@@ -130,6 +134,8 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     points = _with_work(points)
     points = _with_stretches(points, ops)
     edges = _edges(points, comm, instances, launches)
+    if stream_waits is not None and stream_waits.height and launches.height:
+        edges = pl.concat([edges, _stream_wait_edges(stream_waits, launches, points)])
     return ReplayGraph(points, edges, instances,
                        ops.select("rank", "tid", "kind", "name", "ts_ns", "end_ns"))
 
@@ -402,7 +408,7 @@ def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
         part(comm, "arrive", "arrival_ns", instance=pl.col("instance"),
              collective=pl.col("collective"), correlation=pl.col("correlation")),
         part(comm, "complete", "end_ns", instance=pl.col("instance"),
-             collective=pl.col("collective"),
+             collective=pl.col("collective"), correlation=pl.col("correlation"),
              blocked_ns=pl.col("end_ns") - pl.col("arrival_ns") - pl.col("own_ns")),
         part(issues.rename({"issue_tid": "tid"}), "issue", "issue_ns",
              instance=pl.col("instance")),
@@ -510,6 +516,39 @@ def _edges(points: pl.DataFrame, comm: pl.DataFrame, instances: pl.DataFrame,
         .join(launches.select(*on, lag_ns="lag_ns"), on=on).select(
         "src", "dst", "lag_ns", kind=pl.lit("launch"), instance="instance")
     return pl.concat([chain, into, out, issued, resumed, started]).cast(EDGE_SCHEMA)
+
+
+def _stream_wait_edges(waits: pl.DataFrame, launches: pl.DataFrame,
+                       points: pl.DataFrame) -> pl.DataFrame:
+    """``cudaStreamWaitEvent`` edges: from the end of the last op launched on the waited-on
+    stream at or before the event's record to the first op launched on the waiting stream at
+    or after the wait call (kind ``stream_wait``; the replay adds the op's own work, as for a
+    launch). A wait without its record or call in the trace gives no edge."""
+    on = waits.filter((pl.col("waiter") == "stream") & pl.col("record_ts_ns").is_not_null()
+                      & pl.col("call_ts_ns").is_not_null() & pl.col("stream").is_not_null()
+                      & pl.col("wait_on_stream").is_not_null()).select(
+        pl.col("rank").cast(pl.Int32), src_tid=-1 - pl.col("wait_on_stream"),
+        dst_tid=-1 - pl.col("stream"), record_ns="record_ts_ns", call_ns="call_ts_ns")
+    if on.height == 0:
+        return pl.DataFrame(schema=EDGE_SCHEMA)
+    queued = launches.select("rank", "tid", "correlation", "launch_ns").sort("launch_ns")
+    src = on.sort("record_ns").join_asof(
+        queued.rename({"tid": "src_tid", "correlation": "src_corr"}), left_on="record_ns",
+        right_on="launch_ns", by=["rank", "src_tid"], strategy="backward",
+        check_sortedness=False).drop("launch_ns")
+    both = src.sort("call_ns").join_asof(
+        queued.rename({"tid": "dst_tid", "correlation": "dst_corr"}), left_on="call_ns",
+        right_on="launch_ns", by=["rank", "dst_tid"], strategy="forward",
+        check_sortedness=False).drop_nulls(["src_corr", "dst_corr"])
+    ends = points.filter(pl.col("kind").is_in(["kernel", "complete"])
+                         & pl.col("correlation").is_not_null()).select(
+        "rank", src_corr="correlation", src="point")
+    starts = points.filter(pl.col("kind").is_in(["kernel", "arrive"])
+                           & pl.col("correlation").is_not_null()).select(
+        "rank", dst_corr="correlation", dst="point")
+    return both.join(ends, on=["rank", "src_corr"]).join(starts, on=["rank", "dst_corr"]) \
+        .select("src", "dst", lag_ns=pl.lit(0, pl.Int64), kind=pl.lit("stream_wait"),
+                instance=pl.lit(None, pl.String)).unique(["src", "dst"]).cast(EDGE_SCHEMA)
 
 
 __all__ = ["EDGE_SCHEMA", "INSTANCE_SCHEMA", "POINT_SCHEMA", "ReplayGraph", "build_graph"]

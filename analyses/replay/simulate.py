@@ -105,7 +105,8 @@ def replay_graph(graph: ReplayGraph, *, work_ns: np.ndarray | None = None,
     if work_ns is not None:
         queue = kind == "queue"
         lag[queue] = work[dst[queue]]
-    launched = kind == "launch"  # a GPU op starts after its launch, and ends its work later
+    # a GPU op starts after its launch (and a stream wait's event), and ends its work later
+    launched = (kind == "launch") | (kind == "stream_wait")
     lag[launched] += work[dst[launched]]
     if transfer_scale != 1.0:
         moved = kind == "transfer"

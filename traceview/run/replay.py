@@ -28,6 +28,7 @@ import polars as pl
 from traceview.analyses.align import apply_offsets
 from traceview.analyses.collective_match import P2P
 from traceview.analyses.replay import build_graph
+from traceview.analyses.stream_waits import stream_waits
 from traceview.analyses.replay.verdicts import (
     critical_path,
     culprits,
@@ -35,7 +36,7 @@ from traceview.analyses.replay.verdicts import (
     rank_gains,
     type_slowdowns,
 )
-from traceview.analyses.replay.check import step_times
+from traceview.analyses.replay.check import WHOLE_WINDOW, step_times
 from traceview.analyses.replay.whatif import Replay, replay_run, replay_scenario, whatif
 from traceview.run.result import Result
 from traceview.schema import GPU_KINDS, RUNTIME_KINDS
@@ -65,7 +66,27 @@ def replay_of(run: Run) -> Replay:
         if many else None
     pairs = run.p2p[0] if many else None
     return replay_run(build_graph(ops, collectives if collectives is not None
-                                  else pl.DataFrame(), pairs))
+                                  else pl.DataFrame(), pairs,
+                                  stream_waits=_stream_waits(run, ops)))
+
+
+def _stream_waits(run: Run, ops: pl.DataFrame) -> pl.DataFrame | None:
+    """The window's ``cudaStreamWaitEvent`` waits (``analyses.stream_waits``), on the aligned
+    timeline; None without GPU work or sync rows. Read from the rows with ``args_json`` (a
+    few sync rows); kept to the window's time."""
+    if not ops.filter(pl.col("kind").is_in(list(GPU_KINDS))).height:
+        return None
+    waits = stream_waits(run._rank_comm_source)
+    if waits.height == 0:
+        return None
+    if len(run.ranks_present) > 1:
+        for col in ("record_ts_ns", "call_ts_ns"):
+            waits = apply_offsets(waits.with_columns(ts_ns=col), run.offsets).collect() \
+                .with_columns(pl.when(pl.col(col).is_not_null()).then(pl.col("ts_aligned_ns"))
+                              .alias(col)).drop("ts_aligned_ns", "ts_ns")
+    span = ops.group_by("rank").agg(lo=pl.col("ts_ns").min(), hi=pl.col("end_ns").max())
+    return waits.join(span, on="rank").filter(
+        pl.col("call_ts_ns").is_between(pl.col("lo"), pl.col("hi"))).drop("lo", "hi")
 
 
 def whatif_result(run: Run, scenarios: Sequence[str] = ()) -> Result:
@@ -143,10 +164,14 @@ def replay_notes(replay: Replay) -> list[str]:
     """What the reader should know about the replay: no steps, untrusted and why."""
     check = replay.check
     if check.steps.height == 0:
-        return ["replay: no step markers (ProfilerStep#N) in the window: nothing to compare"]
+        return ["replay: no events to replay in the window"]
+    notes = []
+    if check.steps.get_column("step").to_list() == [WHOLE_WINDOW]:
+        notes.append("replay: no step markers (ProfilerStep#N): the window is replayed as one "
+                     "step (step -1), from each rank's first point to its last")
     if check.trusted:
-        return []
-    notes = [f"replay: not trusted: replay error p90 {check.p90:.1%} (above 5%): verdicts "
+        return notes
+    notes += [f"replay: not trusted: replay error p90 {check.p90:.1%} (above 5%): verdicts "
              "built on it have low confidence"]
     if check.forced:
         notes.append(f"replay: {check.forced} node(s) taken out of dependency order (the "
