@@ -495,3 +495,13 @@ def test_a_stream_wait_event_holds_the_waiting_streams_kernel():
     # `a` twice as long: 15 + 5 + 50 = 65 (wait: 10 + 5 + 50), `b` ends 75, the sync 76, step 85
     _, (slower,) = whatif(g, ["kernel=^a$:x2"])
     assert slower["step_ns_mean"] == 85 * MS
+
+
+def test_a_run_without_step_markers_is_one_step_its_window():
+    ops, waits = _two_streams()
+    g = build_graph(ops.filter(pl.col("name") != "ProfilerStep#1"), pl.DataFrame(),
+                    stream_waits=waits)
+    check = self_check(g, replay_graph(g))
+    # from the first point (the launch at 10) to the last (the sync's end at 51)
+    assert check.steps.select("step", "measured_ns", "replayed_ns").rows() == [
+        (-1, 41 * MS, 41 * MS)]
