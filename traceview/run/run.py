@@ -81,6 +81,7 @@ from traceview.analyses.op_kernels import op_kernel_times
 from traceview.analyses.op_models import family
 from traceview.analyses.ops import op_args, ops
 from traceview.analyses.overlap import overlap, prepared_gpu
+from traceview.analyses.nodes import late_nodes, rank_nodes, shared_nodes
 from traceview.analyses.p2p import p2p_calls, p2p_sync_rows, pair_p2p
 from traceview.analyses.path_summary import (
     path_categories,
@@ -345,7 +346,13 @@ class Run:
     @cached_property
     def collective_ranks(self) -> pl.DataFrame:
         """One row per (collective instance, rank) on the aligned timeline."""
-        return collective_ranks(self.match, offsets=self.offsets)
+        return collective_ranks(self.match, offsets=self.offsets, nodes=self.nodes)
+
+    @cached_property
+    def nodes(self) -> pl.DataFrame:
+        """Each rank's node (``analyses.nodes.rank_nodes``): ``--gpus-per-node``, else the
+        host its trace names."""
+        return rank_nodes(self.traceset.ranks, gpus_per_node=self.options.gpus_per_node)
 
     @cached_property
     def overlap_rows(self) -> pl.DataFrame:
@@ -622,9 +629,26 @@ class Run:
     def stragglers(self) -> Result:
         """Which rank holds the others back, with evidence; main table ``ranks``, largest
         imposed wait first."""
-        return self._result("stragglers", {"ranks": self._stragglers,
-                                           "alignment": self._alignment_summary()},
+        ranks = self._stragglers.join(self.nodes.select("rank", "node"), on="rank",
+                                      how="left")
+        return self._result("stragglers", {"ranks": ranks,
+                                           "alignment": self._alignment_summary(),
+                                           **self._node_verdicts(ranks)},
                             main="ranks", uses=("match", "offsets", "p2p"))
+
+    def _node_verdicts(self, verdicts: pl.DataFrame | None) -> dict[str, Any]:
+        """Late ranks that share a node (``analyses.nodes``): ``late_nodes``, nodes whose
+        ranks all arrive late together (which a rank-level lead cannot see), and
+        ``shared_nodes``, the nodes holding two or more flagged stragglers; ``node_findings``:
+        their sentences ("node 3: ranks 24–31 all late")."""
+        late = late_nodes(self.collective_ranks) if len(self.ranks_present) > 1 \
+            else late_nodes(self.collective_ranks.clear())
+        flagged = [] if verdicts is None or verdicts.height == 0 else \
+            verdicts.filter(pl.col("flagged")).get_column("rank").to_list()
+        shared = shared_nodes(flagged, self.nodes)
+        return {"late_nodes": late, "shared_nodes": shared,
+                "node_findings": [*late.filter(pl.col("flagged")).get_column("sentence"),
+                                  *(d["sentence"] for d in shared)]}
 
     @cached_property
     def _pipeline(self) -> dict[str, Any]:
@@ -822,6 +846,11 @@ class Run:
                          alltoall=self._alltoall if self.has_alltoall else None,
                          host=self.host if self.gpu.height else None, ops=roofline)
         notes += found.pop("notes")  # a refused MFU
+        if len(self.ranks_present) > 1:
+            found["node_findings"] = self._node_verdicts(verdicts)["node_findings"]
+            found["collectives_time_is"] = collective_summary(self.collective_ranks).select(
+                "group", "name", "size_bucket", "locality", "node_span", "instances",
+                "time_is", "wait_share", "skew_p50_ns", "comm_p50_ns")
         return self._path_result("diagnose", found, main="findings", notes=notes)
 
     def diff(self, other: Run | str | Path | Iterable[str | Path], *, alpha: float = 0.05,
@@ -1045,7 +1074,7 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
          align: str = "auto", reference_rank: int | None = None,
          tolerance_us: float | None = None, exclude_unlaunched: bool = False,
          comm_patterns: Sequence[str] = (), comm_config: str | Path | None = None,
-         **open_options: Any) -> Run:
+         gpus_per_node: int | None = None, **open_options: Any) -> Run:
     """Open traces (files, folders of per-rank traces, a store folder or URL) as a Run.
 
     The window, alignment and classification keywords are :class:`RunOptions`; the others
@@ -1055,6 +1084,7 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
     options = RunOptions(ranks=ranks, steps=steps, time=time, skip_warmup=skip_warmup,
                          align=align, reference_rank=reference_rank, tolerance_us=tolerance_us,
                          exclude_unlaunched=exclude_unlaunched,
-                         comm_patterns=tuple(comm_patterns), comm_config=comm_config)
+                         comm_patterns=tuple(comm_patterns), comm_config=comm_config,
+                         gpus_per_node=gpus_per_node)
     options.check()  # a bad option fails before any file is read
     return Run(traceset.open(paths, **open_options), options)
