@@ -44,7 +44,7 @@ from typing import Any
 
 import polars as pl
 
-from traceview.analyses.nodes import rank_ranges
+from traceview.analyses.nodes import ranks_text as _ranks
 
 #: Ops whose per-rank sizes may differ by design (uneven splits): only the op is compared.
 UNEVEN_SIZES: tuple[str, ...] = ("all_to_all", "alltoall", "alltoall_base", "all_to_all_single",
@@ -85,11 +85,10 @@ def hang(entries: pl.DataFrame, status: pl.DataFrame, config: pl.DataFrame, *,
                               g["group"]))
     culprits = sorted({r for g in groups for r in g["culprits"]})
     return {"culprit_ranks": culprits, "stuck_seq": stuck[0]["stuck_seq"] if stuck else None,
-            "stuck_group": stuck[0]["group"] if stuck else None,
             "missing_dumps": missing,
             "mismatches": [{k: m[k] for k in ("seq", "ranks", "ops", "group", "sizes")}
                            for m in mismatches],
-            "groups": groups, "world_size": world, "dumped_ranks": dumped, "notes": notes,
+            "groups": groups, "stuck_group": stuck[0]["group"] if stuck else None, "world_size": world, "dumped_ranks": dumped, "notes": notes,
             "consistent": not culprits and not stuck and not missing and not mismatches}
 
 
@@ -158,7 +157,7 @@ def _group(group: str, g: pl.DataFrame, status: pl.DataFrame, members: list[int]
         lag = sorted(r for r, v in enq.items() if v < stuck)
         culprits |= set(lag)
         rule, confidence = "lagging", "high"
-        reasons.append(f"ranks {rank_ranges(lag)} never called collective #{stuck} "
+        reasons.append(f"{_ranks(lag)} never called collective #{stuck} "
                        f"(their last: #{low}); the others did")
     if mismatches:  # 2. desynchronised
         m = mismatches[0]
@@ -173,14 +172,14 @@ def _group(group: str, g: pl.DataFrame, status: pl.DataFrame, members: list[int]
         stuck = m["seq"] if stuck is None else min(stuck, m["seq"])
         rule = rule or "mismatch"
         confidence = confidence or ("high" if len(major) == 1 else "low")
-        reasons.append(f"at collective #{m['seq']} ranks {rank_ranges(odd)} called "
+        reasons.append(f"at collective #{m['seq']} {_ranks(odd)} called "
                        f"{', '.join(sorted({c for r, c in zip(m['ranks'], m['calls'], strict=True) if r in odd}))}"
                        f" while the others called {' / '.join(major) if len(major) == 1 else 'other ops'}")
     if stuck is None and missing:  # 3. missing dumps
         culprits |= set(missing)
         stuck = top if top else None
         rule, confidence = "missing_dump", "low"
-        reasons.append(f"ranks {rank_ranges(missing)} wrote no dump (exited, or died before "
+        reasons.append(f"{_ranks(missing)} wrote no dump (exited, or died before "
                        f"dumping); the others last called collective #{top}")
     if stuck is None and top:  # 4. states (NCCL)
         at = g.filter(pl.col("seq") == top).unique("rank", keep="last")
@@ -191,7 +190,7 @@ def _group(group: str, g: pl.DataFrame, status: pl.DataFrame, members: list[int]
         if moved and waiting:
             culprits |= set(waiting)
             stuck, rule, confidence = top, "not_started", "high"
-            reasons.append(f"ranks {rank_ranges(waiting)} never started collective #{top}; "
+            reasons.append(f"{_ranks(waiting)} never started collective #{top}; "
                            f"the others did")
         elif moved and not finished and len(state) == len(dumped):
             stuck, rule, confidence = top, "all_inside", "medium"

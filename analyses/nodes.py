@@ -77,6 +77,11 @@ def rank_ranges(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
+def ranks_text(ranks: list[int]) -> str:
+    """``rank 1`` / ``ranks 0–2, 5``."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+
+
 def shared_nodes(culprit_ranks: list[int], nodes: pl.DataFrame) -> list[dict[str, Any]]:
     """The nodes that hold two or more of ``culprit_ranks`` (the flagged stragglers): a host
     problem rather than a rank problem when every rank of the node is among them. One dict
@@ -178,4 +183,4 @@ def late_nodes(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 __all__ = ["LATE_NODE_SCHEMA", "NODES_SCHEMA", "late_nodes", "rank_nodes", "rank_ranges",
-           "shared_nodes", "with_nodes"]
+           "ranks_text", "shared_nodes", "with_nodes"]

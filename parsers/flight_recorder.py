@@ -42,7 +42,8 @@ from traceview.errors import UnreadableTraceError
 from traceview.parsers._files import file_problem, rank_from_file_name
 from traceview.parsers.torch_snapshot._unpickle import RefusedPickle, plain_load
 
-__all__ = ["ENTRY_SCHEMA", "MAX_DUMP_BYTES", "MAX_ENTRIES", "Dump", "dump_paths", "read"]
+__all__ = ["ENTRY_SCHEMA", "MAX_DUMP_BYTES", "MAX_ENTRIES", "Dump", "dump_paths",
+           "looks_like_dumps", "read"]
 
 #: A dump holds ``TORCH_FR_BUFFER_SIZE`` entries (2,000 by default, each ~2 KB with its
 #: frames): a file far beyond that is not a dump, and is refused before it is read.
@@ -90,7 +91,7 @@ def dump_paths(paths: list[str | Path]) -> list[Path]:
     for item in paths:
         p = Path(item)
         if not os.path.lexists(p):
-            raise UnreadableTraceError(f"{p}: no such file or directory")
+            raise UnreadableTraceError(p, "no such file or directory")
         if p.is_dir():
             out += sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
         else:
@@ -98,30 +99,45 @@ def dump_paths(paths: list[str | Path]) -> list[Path]:
     return out
 
 
+def looks_like_dumps(path: str | Path) -> bool:
+    """Whether ``path`` is a dump or a folder of them, by names and first bytes only: files
+    named ``<prefix><rank>`` that start as a pickle (protocol 2 or later), and no trace."""
+    p = Path(path)
+    try:
+        files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith(".")) \
+            if p.is_dir() else [p]
+        if not files or not all(re.search(r"\d+$", f.name) for f in files):
+            return False
+        with files[0].open("rb") as fh:
+            return fh.read(1) == b"\x80"
+    except OSError:
+        return False
+
+
 def read(path: str | Path) -> Dump:
     """One dump file as a :class:`Dump`; UnreadableTraceError (one line) when it is not one."""
     p = Path(path)
     if problem := file_problem(p):
-        raise UnreadableTraceError(f"{p}: cannot read flight-recorder dump ({problem})")
+        raise UnreadableTraceError(p, f"cannot read flight-recorder dump ({problem})")
     rank = _rank_of(p)
     if rank is None:
-        raise UnreadableTraceError(f"{p}: no rank in the file name (flight-recorder dumps are "
-                                   f"named <prefix><rank>)")
+        raise UnreadableTraceError(p, "no rank in the file name (flight-recorder dumps are "
+                                   "named <prefix><rank>)")
     if p.stat().st_size > MAX_DUMP_BYTES:
-        raise UnreadableTraceError(f"{p}: {p.stat().st_size} bytes, more than a flight-recorder "
+        raise UnreadableTraceError(p, f"{p.stat().st_size} bytes, more than a flight-recorder "
                                    f"dump holds ({MAX_DUMP_BYTES >> 20} MB at most)")
     try:
         with p.open("rb") as fh:
             data = plain_load(fh)
     except RefusedPickle as exc:
-        raise UnreadableTraceError(f"{p}: not read: {exc}") from None
+        raise UnreadableTraceError(p, f"not read: {exc}") from None
     except (Exception, RecursionError) as exc:  # any damage: one line, never a traceback
-        raise UnreadableTraceError(f"{p}: not a flight-recorder dump ({type(exc).__name__}: "
+        raise UnreadableTraceError(p, f"not a flight-recorder dump ({type(exc).__name__}: "
                                    f"{exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
-        raise UnreadableTraceError(f"{p}: not a flight-recorder dump (no 'entries' list)")
+        raise UnreadableTraceError(p, "not a flight-recorder dump (no 'entries' list)")
     if len(data["entries"]) > MAX_ENTRIES:
-        raise UnreadableTraceError(f"{p}: {len(data['entries'])} entries, more than "
+        raise UnreadableTraceError(p, f"{len(data['entries'])} entries, more than "
                                    f"{MAX_ENTRIES} (not a flight-recorder dump)")
     return Dump(str(p), rank, str(data.get("version", "")),
                 _entries(rank, data["entries"]), _status(rank, data.get("pg_status")),
@@ -148,9 +164,12 @@ def _entries(rank: int, entries: list[Any]) -> pl.DataFrame:
             continue
         pg = e.get("process_group")
         pg = pg if isinstance(pg, (tuple, list)) and len(pg) == 2 else (None, None)
-        frames = e.get("frames")
-        top = frames[0] if isinstance(frames, list) and frames and isinstance(frames[0],
-                                                                              dict) else {}
+        frames = [f for f in e.get("frames") or () if isinstance(f, dict)] \
+            if isinstance(e.get("frames"), list) else []
+        # the caller: the first frame outside torch.distributed (its own wrappers say nothing)
+        top = next((f for f in frames if "torch/distributed/" not in str(f.get("filename"))
+                    and "torch/nn/parallel/" not in str(f.get("filename"))),
+                   frames[0] if frames else {})
         where = (f"{top.get('filename')}:{top.get('line')} ({top.get('name')})"
                  if top else None)
         rows.append({

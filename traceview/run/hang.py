@@ -39,11 +39,10 @@ def read_dumps(paths: Sequence[str | Path]) -> list[flight_recorder.Dump]:
     for d in dumps:
         if d.rank in seen:
             raise UnreadableTraceError(
-                f"{d.path}: rank {d.rank} again (also {seen[d.rank]}): one dump per rank")
+                d.path, f"rank {d.rank} again (also {seen[d.rank]}): one dump per rank")
         seen[d.rank] = d.path
     if not dumps:
-        raise UnreadableTraceError(
-            f"{', '.join(map(str, paths))}: no flight-recorder dump found")
+        raise UnreadableTraceError(', '.join(map(str, paths)), "no flight-recorder dump found")
     return dumps
 
 

@@ -95,9 +95,10 @@ from traceview.analyses.stragglers import stragglers
 from traceview.analyses.summary import summary
 from traceview.analyses.window import Window, ranks_present, select, step_spans
 from traceview.errors import UsageError
-from traceview.parsers import file_problem, nccl_log
+from traceview.parsers import file_problem, flight_recorder, nccl_log
 from traceview.run import plain
 from traceview.run.compare import diff_tables, run_tables
+from traceview.run.hang import hang_result
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
 from traceview.run.result import Result, to_pandas
@@ -105,7 +106,7 @@ from traceview.store import traceset
 from traceview.store import derived
 from traceview.store.traceset import TraceSet
 
-__all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
+__all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "hang", "open"]
 
 #: The analysis commands a Run answers, in the order help lists them. Each is a method.
 #: The command's name is the method's with ``-`` for ``_`` (``critical-path``).
@@ -1087,4 +1088,16 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
                          comm_patterns=tuple(comm_patterns), comm_config=comm_config,
                          gpus_per_node=gpus_per_node)
     options.check()  # a bad option fails before any file is read
+    named = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if named and all(flight_recorder.looks_like_dumps(p) for p in named):
+        raise UsageError(f"{', '.join(map(str, named))}: flight-recorder dumps, not traces: "
+                         f"traceview.hang(PATHS) (or `traceview hang DUMPS`) reads them")
     return Run(traceset.open(paths, **open_options), options)
+
+
+def hang(paths: str | Path | Iterable[str | Path], *, world_size: int | None = None) -> Result:
+    """Why a job hung, from flight-recorder dumps (``traceview hang DUMPS --json``;
+    ``traceview.run.hang``): per process group the last collective all completed, the
+    culprit ranks, mismatches and missing dumps."""
+    named = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    return hang_result(named, world_size=world_size)
