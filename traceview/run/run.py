@@ -630,11 +630,11 @@ class Run:
     def stragglers(self) -> Result:
         """Which rank holds the others back, with evidence; main table ``ranks``, largest
         imposed wait first."""
-        ranks = self._stragglers.join(self.nodes.select("rank", "node"), on="rank",
-                                      how="left")
-        return self._result("stragglers", {"ranks": ranks,
+        # each rank's node is in ``late_nodes``/``shared_nodes``: the ranks table stays the
+        # one `traceview analyse` computes per rank too
+        return self._result("stragglers", {"ranks": self._stragglers,
                                            "alignment": self._alignment_summary(),
-                                           **self._node_verdicts(ranks)},
+                                           **self._node_verdicts(self._stragglers)},
                             main="ranks", uses=("match", "offsets", "p2p"))
 
     def _node_verdicts(self, verdicts: pl.DataFrame | None) -> dict[str, Any]:
