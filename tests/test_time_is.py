@@ -142,3 +142,27 @@ def test_nodes_set_names_the_late_host(capsys) -> None:
     assert skew["node_findings"] == []
     assert main(["diagnose", str(SETS / "nodes"), "--no-cache"]) == 0
     assert "node: host node1: ranks 2–3 all late" in capsys.readouterr().out
+
+
+def test_node_from_the_nsys_target_host(tmp_path) -> None:
+    from fixtures.nsys_synthetic import write_export
+
+    path = tmp_path / "run.sqlite"
+    write_export(path, ranks=2)  # its TARGET_INFO_SYSTEM_ENV names Hostname node0
+    run = traceview.open(path, cache=False)
+    assert run.nodes.select("node", "node_from").unique().rows() == [("host node0", "host")]
+    inst = run.collectives()["instances"]
+    assert inst.height and set(inst.get_column("node_span")) == {1}
+    assert set(traceview.open(path, cache=False, gpus_per_node=1).collectives()["instances"]
+               .get_column("node_span")) == {2}
+
+
+def test_gpus_per_node_option(capsys) -> None:
+    assert main(["collectives", str(SETS / "skew"), "--gpus-per-node", "2", "--json",
+                 "--no-cache"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {i["node_span"] for i in doc["instances"]} == {2}
+    assert {r["locality"] for r in doc["summary"]} == {"inter-node"}
+    assert {f["locality"] for f in doc["alpha_beta"]} == {"inter-node"}
+    assert main(["collectives", str(SETS / "skew"), "--gpus-per-node", "0"]) == 2
+    assert "--gpus-per-node" in capsys.readouterr().err
