@@ -23,6 +23,11 @@ member rank:
      started never started it (culprits); when all started and none completed, the group
      is stuck with no culprit (the network or the library, not one rank).
 
+  5. *point-to-point* (NCCL: gloo records no send or recv): between two members, the
+     sends one posted to the other and the receives the other posted from it differ in
+     number: the side with fewer never posted its half (culprit, confidence medium; counted
+     over the entries both ranks' buffers still hold). Its seq is ``stuck_p2p_seq``.
+
   Otherwise the group is consistent.
 
 >>> import polars as pl
@@ -45,6 +50,7 @@ from typing import Any
 import polars as pl
 
 from traceview.analyses.nodes import ranks_text as _ranks
+from traceview.parsers.flight_recorder import ENTRY_SCHEMA
 
 #: Ops whose per-rank sizes may differ by design (uneven splits): only the op is compared.
 UNEVEN_SIZES: tuple[str, ...] = ("all_to_all", "alltoall", "alltoall_base", "all_to_all_single",
@@ -57,12 +63,16 @@ def hang(entries: pl.DataFrame, status: pl.DataFrame, config: pl.DataFrame, *,
     ``missing_dumps``, ``mismatches`` (``seq``, ``ranks``, ``ops``, ``group``, ``sizes``),
     ``groups`` (one dict per process group, with its evidence) and ``notes``."""
     dumped = sorted(set(dumped))
+    entries = entries.with_columns(pl.lit(None, t).alias(k) for k, t in ENTRY_SCHEMA.items()
+                                   if k not in entries.columns)  # older dumps lack some
     configured = sorted({r for rs in config.get_column("ranks").to_list() for r in rs}) \
         if config.height else []
     world = world_size or (max([*dumped, *configured, -1]) + 1)
     missing = sorted(set(range(world)) - set(dumped))
     coll = entries.filter(~pl.col("is_p2p").fill_null(False) & pl.col("seq").is_not_null()
                           & pl.col("group").is_not_null())
+    p2p = entries.filter(pl.col("is_p2p").fill_null(False) & pl.col("group").is_not_null()
+                         & pl.col("op").is_in(["send", "recv"]))
     notes = []
     states = set(coll.get_column("state").drop_nulls().unique().to_list())
     if coll.height and states <= {"scheduled"}:
@@ -70,15 +80,26 @@ def hang(entries: pl.DataFrame, status: pl.DataFrame, config: pl.DataFrame, *,
                       "its entries): ranks are compared by the collectives they called "
                       "(sequence numbers) and pg_status' last completed one, which on gloo "
                       "counts a call that failed or timed out as completed; whether a rank "
-                      "that called the stuck collective was still inside it cannot be told")
+                      "that called the stuck collective was still inside it cannot be told; "
+                      "and gloo records no send or recv, so a point-to-point hang is not in "
+                      "these dumps")
     mismatches = _mismatches(coll)
     groups = []
-    for group in sorted(coll.get_column("group").unique().to_list()):
+    for group in sorted({*coll.get_column("group").unique().to_list(),
+                         *p2p.get_column("group").unique().to_list()}):
         g = coll.filter(pl.col("group") == group)
-        members = _members(group, g, config, dumped, world)
-        groups.append(_group(group, g, status.filter(pl.col("group") == group), members,
-                             [m for m in missing if m in members],
-                             [m for m in mismatches if m["group"] == group]))
+        members, members_from = _members(group, entries.filter(pl.col("group") == group),
+                                         config, dumped, world)
+        found = _group(group, g, status.filter(pl.col("group") == group), members,
+                       [m for m in missing if m in members],
+                       [m for m in mismatches if m["group"] == group])
+        found["members_from"] = members_from
+        if members_from == "entries" and missing:
+            found["reason"] += (f" (members as far as the dumps show: the group's ranks are "
+                                f"not recorded, and {_ranks(missing)} wrote no dump)")
+        if found["stuck_seq"] is None:
+            _p2p_verdict(found, p2p.filter(pl.col("group") == group), members)
+        groups.append(found)
     stuck = [g for g in groups if g["stuck_seq"] is not None]
     # the root: the stuck collective created first (the others waited behind it)
     stuck.sort(key=lambda g: (g["stuck_created_ns"] is None, g["stuck_created_ns"] or 0,
@@ -93,15 +114,58 @@ def hang(entries: pl.DataFrame, status: pl.DataFrame, config: pl.DataFrame, *,
 
 
 def _members(group: str, g: pl.DataFrame, config: pl.DataFrame, dumped: list[int],
-             world: int) -> list[int]:
-    """The group's ranks: its ``pg_config`` where a dump names them; else every rank of the
-    world when every dump has the group's entries (a world group, or one whose membership
-    gloo did not record); else the dumped ranks that have its entries."""
+             world: int) -> tuple[list[int], str]:
+    """The group's ranks and where they come from: its ``pg_config`` where a dump names them;
+    else every rank of the world when every dump has the group's entries (a world group, or
+    one whose membership gloo did not record); else the dumped ranks that have its
+    entries."""
     named = config.filter(pl.col("group") == group)
     if named.height:
-        return sorted({r for rs in named.get_column("ranks").to_list() for r in rs})
+        return sorted({r for rs in named.get_column("ranks").to_list() for r in rs}), \
+            "pg_config"
     having = sorted(set(g.get_column("rank").to_list()))
-    return list(range(world)) if having == dumped else having
+    return (list(range(world)), "every dump") if having == dumped else (having, "entries")
+
+
+def _p2p_verdict(found: dict[str, Any], p2p: pl.DataFrame, members: list[int]) -> None:
+    """Rule 5 on ``found`` (a group with no stuck collective): sends and receives between
+    two members that differ in number. Group-local ranks in the entries' names are mapped to
+    global ones through the sorted members."""
+    if p2p.height == 0:
+        return
+    index = pl.DataFrame({"local": list(range(len(members))), "global": members},
+                         schema={"local": pl.Int32, "global": pl.Int32})
+    calls = p2p.filter(pl.col("src").is_not_null() & pl.col("dst").is_not_null()) \
+        .join(index.rename({"local": "src", "global": "src_rank"}), on="src", how="left") \
+        .join(index.rename({"local": "dst", "global": "dst_rank"}), on="dst", how="left")
+    # both ends' buffers must still hold a call: from the later of the two first entries
+    first = p2p.group_by("rank").agg(since=pl.col("time_created_ns").min())
+    calls = calls.join(first.rename({"rank": "src_rank", "since": "s_since"}), on="src_rank",
+                       how="left").join(first.rename({"rank": "dst_rank", "since": "d_since"}),
+                                        on="dst_rank", how="left")
+    calls = calls.filter(pl.col("time_created_ns").is_null()
+                         | (pl.col("time_created_ns") >= pl.max_horizontal("s_since",
+                                                                           "d_since")))
+    counts = calls.group_by("src_rank", "dst_rank").agg(
+        sends=(pl.col("op") == "send").sum(), recvs=(pl.col("op") == "recv").sum())
+    odd = counts.filter(pl.col("sends") != pl.col("recvs")).sort("src_rank", "dst_rank")
+    if odd.height == 0:
+        return
+    culprits, reasons, waiting = set(), [], []
+    for src, dst, sends, recvs in odd.select("src_rank", "dst_rank", "sends", "recvs").rows():
+        short, other, missing = (dst, src, "receive") if sends > recvs else (src, dst, "send")
+        culprits.add(short)
+        reasons.append(f"rank {short} never posted the {missing} matching rank {other}'s "
+                       f"({sends} send(s) {src}->{dst}, {recvs} receive(s))")
+        last = calls.filter((pl.col("rank") == other) & (pl.col("src_rank") == src)
+                            & (pl.col("dst_rank") == dst)).sort("record_id").tail(1)
+        waiting += [{"rank": r["rank"], "op": r["op"], "sizes": r["sizes"], "seq": None,
+                     "p2p_seq": r["p2p_seq"], "state": r["state"], "frame": r["frame"]}
+                    for r in last.iter_rows(named=True)]
+    found.update(culprits=sorted(culprits), rule="p2p", confidence="medium",
+                 reason="; ".join(reasons), waiting=waiting,
+                 stuck_p2p_seq=min((w["p2p_seq"] for w in waiting
+                                    if w["p2p_seq"] is not None), default=None))
 
 
 def _mismatches(coll: pl.DataFrame) -> list[dict[str, Any]]:
@@ -159,6 +223,11 @@ def _group(group: str, g: pl.DataFrame, status: pl.DataFrame, members: list[int]
         rule, confidence = "lagging", "high"
         reasons.append(f"{_ranks(lag)} never called collective #{stuck} "
                        f"(their last: #{low}); the others did")
+        ahead = sorted(r for r, v in enq.items() if v >= stuck)
+        if len(ahead) < len(lag):  # the few ahead may have called one the others never do
+            confidence = "medium"
+            reasons.append(f"or {_ranks(ahead)} called a collective the others never call "
+                           f"(they are fewer): check #{stuck} on {_ranks(ahead)}")
     if mismatches:  # 2. desynchronised
         m = mismatches[0]
         counts: dict[str, int] = {}
@@ -208,7 +277,7 @@ def _group(group: str, g: pl.DataFrame, status: pl.DataFrame, members: list[int]
         "confidence": confidence, "culprits": sorted(culprits),
         "reason": "; ".join(reasons) if reasons else "consistent: every rank called and "
                                                       "completed the same collectives",
-        "waiting": waiting_rows, "stuck_created_ns": created,
+        "waiting": waiting_rows, "stuck_created_ns": created, "stuck_p2p_seq": None,
         "per_rank": last.sort("rank").to_dicts(),
     }
 

@@ -55,7 +55,7 @@ ENTRY_SCHEMA: dict[str, pl.DataType] = {
     "p2p_seq": pl.Int64, "is_p2p": pl.Boolean, "op": pl.String, "profiling_name": pl.String,
     "sizes": pl.String, "out_sizes": pl.String, "state": pl.String, "retired": pl.Boolean,
     "record_id": pl.Int64, "time_created_ns": pl.Int64, "timeout_ms": pl.Int64,
-    "frame": pl.String,
+    "frame": pl.String, "src": pl.Int32, "dst": pl.Int32,
 }
 STATUS_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "group": pl.String, "last_enqueued": pl.Int64, "last_started": pl.Int64,
@@ -152,9 +152,18 @@ def _text(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def _op(name: str | None) -> str | None:
-    """``nccl:all_reduce`` -> ``all_reduce`` (the backend prefix says nothing of the op)."""
-    return None if name is None else name.split(":", 1)[-1]
+def _op(name: str | None) -> tuple[str | None, int | None, int | None]:
+    """``nccl:all_reduce`` -> (``all_reduce``, None, None); a point-to-point call names its
+    group-local ranks as fr_trace reads them: ``nccl:send 0->1`` -> (``send``, 0, 1),
+    ``nccl:recv 1<-0`` -> (``recv``, 0, 1) (source, destination)."""
+    if name is None:
+        return None, None, None
+    op, _, meta = name.split(":", 1)[-1].partition(" ")
+    if m := re.fullmatch(r"(\d+)->(\d+)", meta):
+        return op, int(m.group(1)), int(m.group(2))
+    if m := re.fullmatch(r"(\d+)<-(\d+)", meta):
+        return op, int(m.group(2)), int(m.group(1))
+    return op, None, None
 
 
 def _entries(rank: int, entries: list[Any]) -> pl.DataFrame:
@@ -172,11 +181,12 @@ def _entries(rank: int, entries: list[Any]) -> pl.DataFrame:
                    frames[0] if frames else {})
         where = (f"{top.get('filename')}:{top.get('line')} ({top.get('name')})"
                  if top else None)
+        op, src, dst = _op(_text(e.get("profiling_name")))
         rows.append({
-            "rank": rank, "group": _text(pg[0]) if pg[0] is not None else None,
+            "src": src, "dst": dst, "rank": rank, "group": _text(pg[0]) if pg[0] is not None else None,
             "group_desc": _text(pg[1]), "seq": _int(e.get("collective_seq_id")),
             "p2p_seq": _int(e.get("p2p_seq_id")), "is_p2p": bool(e.get("is_p2p", False)),
-            "op": _op(_text(e.get("profiling_name"))),
+            "op": op,
             "profiling_name": _text(e.get("profiling_name")),
             "sizes": orjson.dumps(e.get("input_sizes")).decode()
             if e.get("input_sizes") is not None else None,

@@ -219,3 +219,40 @@ def test_python_api_and_report_section(tmp_path) -> None:
     page = out.read_text()
     assert 'id="hang"' in page and "rank 3 called broadcast" in page
     assert "host node1: ranks 2–3 all late" in page  # the late node, in the stragglers
+
+
+def test_point_to_point_by_hand() -> None:
+    # NCCL-like pipeline group "pp" of global ranks [4, 6] (local 0 and 1): rank 4 sent twice
+    # to rank 6 (local "0->1"), rank 6 posted one receive ("1<-0"): rank 6 never posted the
+    # second; rank 4 waits in its second send (p2p seq 2)
+    def p2p(rank: int, op: str, meta: str, p2p_seq: int) -> dict:
+        src, dst = (int(x) for x in (meta.split("->") if "->" in meta
+                                      else reversed(meta.split("<-"))))
+        return dict(rank=rank, group="pp", group_desc="pp", seq=0, p2p_seq=p2p_seq,
+                    is_p2p=True, op=op, sizes="[[4]]", state="started", record_id=p2p_seq,
+                    time_created_ns=p2p_seq, src=src, dst=dst)
+    rows = [p2p(4, "send", "0->1", 1), p2p(4, "send", "0->1", 2), p2p(6, "recv", "1<-0", 1)]
+    config = [dict(rank=4, group="pp", group_desc="pp", ranks=[4, 6])]
+    v = verdict(rows, dumped=[4, 6], config=config, world_size=8)
+    g = next(g for g in v["groups"] if g["group"] == "pp")
+    assert g["culprits"] == [6] and g["rule"] == "p2p" and g["stuck_p2p_seq"] == 2
+    assert [(w["rank"], w["op"], w["p2p_seq"]) for w in g["waiting"]] == [(4, "send", 2)]
+    assert 6 in v["culprit_ranks"] and not v["consistent"]
+
+
+def test_p2p_names_parse_as_fr_trace_reads_them() -> None:
+    from traceview.parsers.flight_recorder import _op
+
+    assert _op("nccl:send 0->1") == ("send", 0, 1)
+    assert _op("nccl:recv 1<-0") == ("recv", 0, 1)
+    assert _op("gloo:all_reduce") == ("all_reduce", None, None)
+
+
+def test_few_ahead_lowers_confidence() -> None:
+    # rank 0 alone called a 3rd collective the other three never called: the rule still names
+    # the ranks that never called #3 (as fr_trace's "missing ranks"), with medium confidence,
+    # and the reason gives the other reading
+    rows = [entry(r, s) for r in range(4) for s in (1, 2)] + [entry(0, 3)]
+    g = verdict(rows, dumped=[0, 1, 2, 3])["groups"][0]
+    assert g["culprits"] == [1, 2, 3] and g["confidence"] == "medium"
+    assert "or rank 0 called a collective the others never call" in g["reason"]
