@@ -219,6 +219,7 @@ def test_python_api_and_report_section(tmp_path) -> None:
     page = out.read_text()
     assert 'id="hang"' in page and "rank 3 called broadcast" in page
     assert "host node1: ranks 2–3 all late" in page  # the late node, in the stragglers
+    assert "made of (<code>time_is</code>" in page and "inter-node" in page  # time_is rows
 
 
 def test_point_to_point_by_hand() -> None:

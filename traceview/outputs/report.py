@@ -27,7 +27,7 @@ from traceview import __version__
 from traceview._dependencies import lazy_module
 from traceview.analyses.align import apply_offsets
 from traceview.analyses.breakdown import kernels_across_ranks
-from traceview.analyses.collectives import instances
+from traceview.analyses.collectives import collective_summary, instances
 from traceview.analyses.gaps import gap_causes, largest_gaps
 from traceview.analyses.memory import timeline_points
 from traceview.outputs import report_html as H
@@ -163,6 +163,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                       kernel_totals=totals, flops=run.flops_per_step(),
                       nccl=run.nccl_log_view(nccl_logs) if nccl_logs else None,
                       hang=hang_result(fr_dumps).to_dict() if fr_dumps else None,
+                      collective_summary=collective_summary(per) if n_ranks > 1 else None,
                       memory_points=memory_points, memory_peaks=memory_peaks,
                       critical_path=path, diagnose=todo, pipeline=pipe,
                       alltoall=alltoall, ops=roofline)

@@ -221,6 +221,17 @@ def _collectives(data: ReportData, fig: _Figures) -> list[str]:
         return [*out, H.sentence("No skew to draw: no collective was matched across ranks."),
                 "</section>"]
     out.append(fig(plots.skew_heatmap(data.lateness)))
+    rows = data.collective_summary
+    if rows is not None and rows.height:
+        out += ["<p>What each collective's time is made of (<code>time_is</code>: arrival "
+                "spread against transfer, docs/metrics.md), per group, op, size and node "
+                "span:</p>", table(rows, [
+                    ("group", "group", "text"), ("name", "collective", "text"),
+                    ("size_bucket", "size", "text"), ("locality", "nodes", "text"),
+                    ("instances", "instances", "text"), ("skew_p50_ns", "spread p50 (ms)", "ms"),
+                    ("comm_p50_ns", "transfer p50 (ms)", "ms"),
+                    ("busbw_p50_gbps", "bus GB/s p50", "f3"), ("time_is", "time is", "text")],
+                    every_row="traceview collectives --json (field summary)")]
     inst = data.collectives
     if inst.height:
         worst = inst.sort("skew_ns", descending=True, nulls_last=True)
