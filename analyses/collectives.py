@@ -174,6 +174,17 @@ def size_bucket(bytes_: pl.Expr) -> pl.Expr:
         pl.lit("[") + label(lo) + pl.lit(", ") + label(lo * 2) + pl.lit(")"))
 
 
+SUMMARY_SCHEMA: dict[str, pl.DataType] = {
+    "name": pl.String, "size_bucket": pl.String, "instances": pl.UInt32,
+    "samples": pl.UInt32, "p50_ns": pl.Float64, "p90_ns": pl.Float64, "p99_ns": pl.Float64,
+    "tail_ratio": pl.Float64, "comm_p50_ns": pl.Float64, "skew_p50_ns": pl.Float64,
+    "busbw_p50_gbps": pl.Float64, "group": pl.String, "locality": pl.String,
+    "node_span": pl.Int32, "uncertainty_p50_ns": pl.Float64, "time_is": pl.String,
+    "wait_share": pl.Float64, "time_is_transfer": pl.Int64, "time_is_skew": pl.Int64,
+    "time_is_mixed": pl.Int64, "time_is_inconclusive": pl.Int64,
+}
+
+
 def collective_summary(per_rank: pl.DataFrame) -> pl.DataFrame:
     """Per (process group, collective, size bucket, locality): count, p50/p90/p99 of per-rank
     duration, tail ratio, and what the time is.
@@ -187,8 +198,7 @@ def collective_summary(per_rank: pl.DataFrame) -> pl.DataFrame:
     inter-node (rows are split by it, so bandwidths of the two never mix).
     """
     if per_rank.height == 0:
-        return pl.DataFrame(schema={"group": pl.String, "name": pl.String,
-                                    "size_bucket": pl.String, "instances": pl.UInt32})
+        return pl.DataFrame(schema=SUMMARY_SCHEMA)
     inst = instances(per_rank).select(
         "instance", "group", "name", "bytes", "comm_ns", "uncertainty_ns", "node_span",
         "locality", "time_is", busbw="busbw_gbps", skew="skew_ns")
