@@ -84,19 +84,22 @@ def _rank_of(path: Path) -> int | None:
     return int(found.group(1)) if found else rank_from_file_name(path.name)
 
 
-def dump_paths(paths: list[str | Path]) -> list[Path]:
-    """The dump files named by ``paths``: files as given, folders' regular files (not hidden,
-    sorted); a usage-level problem (missing path) is an UnreadableTraceError naming it."""
+def dump_paths(paths: list[str | Path]) -> tuple[list[Path], list[Path]]:
+    """(dumps, passed over): files as given; in folders, the regular files named
+    ``<prefix><rank>`` (not hidden, sorted), the others passed over as fr_trace passes over
+    names without its prefix (a README, a log). A missing path is an UnreadableTraceError."""
     out: list[Path] = []
+    other: list[Path] = []
     for item in paths:
         p = Path(item)
         if not os.path.lexists(p):
             raise UnreadableTraceError(p, "no such file or directory")
         if p.is_dir():
-            out += sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+            for f in sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith(".")):
+                (out if re.search(r"\d+(\.(pkl|pickle))?$", f.name) else other).append(f)
         else:
             out.append(p)
-    return out
+    return out, other
 
 
 def looks_like_dumps(path: str | Path) -> bool:

@@ -257,3 +257,11 @@ def test_few_ahead_lowers_confidence() -> None:
     g = verdict(rows, dumped=[0, 1, 2, 3])["groups"][0]
     assert g["culprits"] == [1, 2, 3] and g["confidence"] == "medium"
     assert "or rank 0 called a collective the others never call" in g["reason"]
+
+
+def test_other_files_in_a_dump_folder_are_passed_over_with_a_warning(tmp_path) -> None:
+    shutil.copytree(DUMPS / "skip", tmp_path / "d")
+    (tmp_path / "d" / "notes.txt").write_text("not a dump")
+    res = hang_result([tmp_path / "d"])
+    assert res["culprit_ranks"] == [2]
+    assert any("passed over 1 file" in w and "notes.txt" in w for w in res.warnings)

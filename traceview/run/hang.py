@@ -32,9 +32,11 @@ RANKS_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def read_dumps(paths: Sequence[str | Path]) -> list[flight_recorder.Dump]:
-    """Every dump the paths name (files, or folders of them); one-line errors."""
-    dumps = [flight_recorder.read(p) for p in flight_recorder.dump_paths(list(paths))]
+def read_dumps(paths: Sequence[str | Path]) -> tuple[list[flight_recorder.Dump], list[str]]:
+    """Every dump the paths name (files, or folders of them), and the folders' other files
+    passed over (their names); one-line errors."""
+    found, other = flight_recorder.dump_paths(list(paths))
+    dumps = [flight_recorder.read(p) for p in found]
     seen: dict[int, str] = {}
     for d in dumps:
         if d.rank in seen:
@@ -43,7 +45,7 @@ def read_dumps(paths: Sequence[str | Path]) -> list[flight_recorder.Dump]:
         seen[d.rank] = d.path
     if not dumps:
         raise UnreadableTraceError(', '.join(map(str, paths)), "no flight-recorder dump found")
-    return dumps
+    return dumps, [str(p) for p in other]
 
 
 def hang_verdict(dumps: Sequence[flight_recorder.Dump], *,
@@ -59,7 +61,7 @@ def hang_verdict(dumps: Sequence[flight_recorder.Dump], *,
 
 def hang_result(paths: Sequence[str | Path], *, world_size: int | None = None) -> Result:
     """The ``hang`` answer for the dumps at ``paths``."""
-    dumps = read_dumps(paths)
+    dumps, passed = read_dumps(paths)
     found = hang_verdict(dumps, world_size=world_size)
     rows = [{"group": g["group"], "rank": r, "dump": r not in g["missing_dumps"],
              **{k: None for k in ("last_enqueued", "last_started", "last_completed")},
@@ -69,6 +71,9 @@ def hang_result(paths: Sequence[str | Path], *, world_size: int | None = None) -
     ranks = pl.DataFrame(rows, schema=RANKS_SCHEMA) if rows else pl.DataFrame(schema=RANKS_SCHEMA)
     versions = sorted({d.version for d in dumps})
     warnings = [*found["notes"]]
+    if passed:
+        warnings.append(f"passed over {len(passed)} file(s) not named <prefix><rank>: "
+                        f"{', '.join(passed[:5])}{' ...' if len(passed) > 5 else ''}")
     if len(versions) > 1:
         warnings.append(f"dumps of different formats ({', '.join(versions)}): compared as far "
                         f"as their common fields go")
