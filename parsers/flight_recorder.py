@@ -2,7 +2,7 @@
 
 A dump (``torch._C._distributed_c10d._dump_fr_trace()``, or the file the watchdog writes at
 ``TORCH_FR_DUMP_TEMP_FILE`` + rank, read by ``torch.distributed.flight_recorder.fr_trace``) is
-a dict of ``version``, ``pg_config`` (per process group: ``name``, ``desc``, ``ranks`` as
+a dict (pickled; or JSON, from ``_dump_fr_trace_json``) of ``version``, ``pg_config`` (per process group: ``name``, ``desc``, ``ranks`` as
 text), ``pg_status`` (per group id: ``last_enqueued_collective``, ``last_started_collective``,
 ``last_completed_collective``) and ``entries``: one per call, with ``process_group`` (name,
 desc), ``collective_seq_id``, ``p2p_seq_id``, ``profiling_name`` (``nccl:all_reduce``,
@@ -131,7 +131,10 @@ def read(path: str | Path) -> Dump:
                                    f"dump holds ({MAX_DUMP_BYTES >> 20} MB at most)")
     try:
         with p.open("rb") as fh:
-            data = plain_load(fh)
+            # the JSON form (``_dump_fr_trace_json``) has the same keys, its counters as text
+            is_json = fh.read(1) == b"{"
+            fh.seek(0)
+            data = orjson.loads(fh.read()) if is_json else plain_load(fh)
     except RefusedPickle as exc:
         raise UnreadableTraceError(p, f"not read: {exc}") from None
     except (Exception, RecursionError) as exc:  # any damage: one line, never a traceback
@@ -175,7 +178,7 @@ def _entries(rank: int, entries: list[Any]) -> pl.DataFrame:
         if not isinstance(e, dict):
             continue
         pg = e.get("process_group")
-        pg = pg if isinstance(pg, (tuple, list)) and len(pg) == 2 else (None, None)
+        pg = pg if isinstance(pg, (tuple, list)) and len(pg) == 2 else (None, None)  # JSON: list
         frames = [f for f in e.get("frames") or () if isinstance(f, dict)] \
             if isinstance(e.get("frames"), list) else []
         # the caller: the first frame outside torch.distributed (its own wrappers say nothing)
@@ -204,10 +207,18 @@ def _entries(rank: int, entries: list[Any]) -> pl.DataFrame:
         pl.DataFrame(schema=ENTRY_SCHEMA)
 
 
+def _counter(v: Any) -> int | None:
+    """A ``pg_status`` counter: an int in pickles, its text in the JSON form."""
+    if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
+        return int(v)
+    return _int(v)
+
+
 def _status(rank: int, status: Any) -> pl.DataFrame:
-    rows = [{"rank": rank, "group": str(g), "last_enqueued": _int(s.get("last_enqueued_collective")),
-             "last_started": _int(s.get("last_started_collective")),
-             "last_completed": _int(s.get("last_completed_collective"))}
+    rows = [{"rank": rank, "group": str(g),
+             "last_enqueued": _counter(s.get("last_enqueued_collective")),
+             "last_started": _counter(s.get("last_started_collective")),
+             "last_completed": _counter(s.get("last_completed_collective"))}
             for g, s in (status.items() if isinstance(status, dict) else ())
             if isinstance(s, dict)]
     return pl.DataFrame(rows, schema=STATUS_SCHEMA) if rows else pl.DataFrame(schema=STATUS_SCHEMA)

@@ -265,3 +265,19 @@ def test_other_files_in_a_dump_folder_are_passed_over_with_a_warning(tmp_path) -
     res = hang_result([tmp_path / "d"])
     assert res["culprit_ranks"] == [2]
     assert any("passed over 1 file" in w and "notes.txt" in w for w in res.warnings)
+
+
+def test_json_dumps_read_as_the_pickles(tmp_path) -> None:
+    # _dump_fr_trace_json writes the same keys, pg_status counters as text
+    for f in sorted((DUMPS / "skip").glob("rank_*")):
+        data = pickle.loads(f.read_bytes())
+        data["pg_status"] = {g: {k: str(v) for k, v in st.items()}
+                             for g, st in data["pg_status"].items()}
+        data["entries"] = [{**e, "process_group": list(e["process_group"])}
+                           for e in data["entries"]]
+        (tmp_path / f.name).write_text(json.dumps(data))
+    as_json = hang_result([tmp_path]).to_dict()
+    as_pickle = hang_result([DUMPS / "skip"]).to_dict()
+    for key in ("culprit_ranks", "stuck_seq", "missing_dumps", "mismatches"):
+        assert as_json[key] == as_pickle[key]
+    assert as_json["groups"][0]["completed_by_all"] == 3
