@@ -35,6 +35,7 @@ import polars as pl
 from traceview._dependencies import lazy_module
 from traceview.analyses.align import apply_offsets
 from traceview.analyses.collective_match import MatchResult
+from traceview.analyses.dependency_graph import sync_points
 from traceview.analyses.nodes import with_nodes
 from traceview.analyses.time_is import label_counts, time_is, wait_share
 
@@ -133,6 +134,11 @@ def instances(per: pl.DataFrame) -> pl.DataFrame:
     """One row per instance from :func:`collective_ranks` rows."""
     if "locality" not in per.columns:  # rows drawn without nodes
         per = with_nodes(per, None)
+    # each member's previous release on the graph (program order): how much of the last
+    # arriver's lateness it spent still held in an earlier collective
+    gate = sync_points(per).select("instance", "rank", "prev_end_ns") if per.height else \
+        pl.DataFrame(schema={"instance": pl.String, "rank": pl.Int32, "prev_end_ns": pl.Int64})
+    per = per.join(gate, on=["instance", "rank"], how="left")
     return (
         per.group_by("instance", maintain_order=True)
         .agg(
@@ -150,12 +156,25 @@ def instances(per: pl.DataFrame) -> pl.DataFrame:
             last_rank=pl.col("last_rank").first(), first_rank=pl.col("first_rank").first(),
             uncertainty_ns=pl.col("uncertainty_ns").first(),
             node_span=pl.col("node_span").first(), locality=pl.col("locality").first(),
+            _held_until=pl.col("prev_end_ns").sort_by("arrival_ns", "rank").last(),
         )
+        .with_columns(own_spread_ns=own_spread(pl.col("first_arrival_ns"),
+                                               pl.col("last_arrival_ns"), pl.col("_held_until")))
+        .drop("_held_until")
         .with_columns(skew_resolved=pl.col("skew_ns") > 2 * pl.col("uncertainty_ns"),
-                      time_is=time_is(pl.col("skew_ns"), pl.col("comm_ns"),
+                      time_is=time_is(pl.col("own_spread_ns"), pl.col("comm_ns"),
                                       pl.col("uncertainty_ns")),
-                      wait_share=wait_share(pl.col("skew_ns"), pl.col("comm_ns")))
+                      wait_share=wait_share(pl.col("own_spread_ns"), pl.col("comm_ns")))
     )
+
+
+def own_spread(first: pl.Expr, last: pl.Expr, held_until: pl.Expr) -> pl.Expr:
+    """The arrival spread the last arriver's own time made: last arrival minus the later of
+    the first arrival and the last arriver's previous release (null: it had none, the whole
+    spread). A rank let go last by the previous collective arrives last without being slow:
+    that part of the spread is the previous collective's staggered release, not skew."""
+    start = pl.max_horizontal(first, held_until.fill_null(first))
+    return (last - start).clip(0)
 
 
 def size_bucket(bytes_: pl.Expr) -> pl.Expr:
@@ -179,7 +198,8 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "samples": pl.UInt32, "p50_ns": pl.Float64, "p90_ns": pl.Float64, "p99_ns": pl.Float64,
     "tail_ratio": pl.Float64, "comm_p50_ns": pl.Float64, "skew_p50_ns": pl.Float64,
     "busbw_p50_gbps": pl.Float64, "group": pl.String, "locality": pl.String,
-    "node_span": pl.Int32, "uncertainty_p50_ns": pl.Float64, "time_is": pl.String,
+    "node_span": pl.Int32, "uncertainty_p50_ns": pl.Float64, "own_spread_p50_ns": pl.Float64,
+    "time_is": pl.String,
     "wait_share": pl.Float64, "time_is_transfer": pl.Int64, "time_is_skew": pl.Int64,
     "time_is_mixed": pl.Int64, "time_is_inconclusive": pl.Int64,
 }
@@ -191,9 +211,9 @@ def collective_summary(per_rank: pl.DataFrame) -> pl.DataFrame:
 
     Takes :func:`collective_ranks` output. ``tail_ratio`` = p99 / p50 of ``dur_ns``;
     ``comm_p50_ns`` is the median of the instances' ``comm_ns`` (clock-free transfer time).
-    Percentiles use linear interpolation. ``time_is`` labels the row's medians (spread
-    ``skew_p50_ns`` against transfer ``comm_p50_ns``, clocks ``uncertainty_p50_ns``) by the
-    instances' rule; ``time_is_<label>`` count its instances by their own label.
+    Percentiles use linear interpolation. ``time_is`` labels the row's medians (own spread
+    ``own_spread_p50_ns`` against transfer ``comm_p50_ns``, clocks ``uncertainty_p50_ns``)
+    by the instances' rule; ``time_is_<label>`` count its instances by their own label.
     ``node_span``: the most nodes one of its instances spans; ``locality``: intra- or
     inter-node (rows are split by it, so bandwidths of the two never mix).
     """
@@ -201,7 +221,7 @@ def collective_summary(per_rank: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=SUMMARY_SCHEMA)
     inst = instances(per_rank).select(
         "instance", "group", "name", "bytes", "comm_ns", "uncertainty_ns", "node_span",
-        "locality", "time_is", busbw="busbw_gbps", skew="skew_ns")
+        "locality", "time_is", "own_spread_ns", busbw="busbw_gbps", skew="skew_ns")
     inst = inst.with_columns(size_bucket=size_bucket(pl.col("bytes")),
                              _lo=pl.col("bytes").fill_null(-1))
     keys = ["group", "name", "size_bucket", "locality"]
@@ -215,19 +235,22 @@ def collective_summary(per_rank: pl.DataFrame) -> pl.DataFrame:
     per_inst = inst.group_by(keys).agg(
         instances=pl.len(), comm_p50_ns=pl.col("comm_ns").cast(pl.Float64).median(),
         skew_p50_ns=pl.col("skew").cast(pl.Float64).median(),
+        own_spread_p50_ns=pl.col("own_spread_ns").cast(pl.Float64).median(),
         busbw_p50_gbps=pl.col("busbw").median(),
         uncertainty_p50_ns=pl.col("uncertainty_ns").cast(pl.Float64).median(),
         node_span=pl.col("node_span").max(), *label_counts(pl.col("time_is")))
     return (
         per_inst.join(durs, on=keys)
         .with_columns(tail_ratio=pl.col("p99_ns") / pl.col("p50_ns"),
-                      time_is=time_is(pl.col("skew_p50_ns"), pl.col("comm_p50_ns"),
+                      time_is=time_is(pl.col("own_spread_p50_ns"), pl.col("comm_p50_ns"),
                                       pl.col("uncertainty_p50_ns")),
-                      wait_share=wait_share(pl.col("skew_p50_ns"), pl.col("comm_p50_ns")))
+                      wait_share=wait_share(pl.col("own_spread_p50_ns"),
+                                            pl.col("comm_p50_ns")))
         .sort("group", "name", "min_bytes", "locality").drop("min_bytes")
         .select("name", "size_bucket", "instances", "samples", "p50_ns", "p90_ns", "p99_ns",
                 "tail_ratio", "comm_p50_ns", "skew_p50_ns", "busbw_p50_gbps", "group",
-                "locality", "node_span", "uncertainty_p50_ns", "time_is", "wait_share",
+                "locality", "node_span", "uncertainty_p50_ns", "own_spread_p50_ns", "time_is",
+                "wait_share",
                 "time_is_transfer", "time_is_skew", "time_is_mixed", "time_is_inconclusive")
     )
 

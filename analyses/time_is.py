@@ -2,8 +2,9 @@
 
 Definition, thresholds and their derivation: ``docs/metrics.md``, section *Collectives: what
 the time is*. Per instance, on the dependency graph's terms
-(:mod:`traceview.analyses.dependency_graph`): the *arrival spread* ``S`` (last arrival − first
-arrival, ``skew_ns``: what the first arriver waits before any byte can move), the *transfer*
+(:mod:`traceview.analyses.dependency_graph`): the *arrival spread* ``S`` the ranks' own time
+made (``own_spread_ns``: last arrival minus the later of the first arrival and the last
+arriver's previous release; ``collectives.own_spread``), the *transfer*
 ``T`` (``comm_ns``: the last arriver's call, which waits for nobody; clock-free) and the
 clocks' uncertainty ``U`` (``uncertainty_ns``, :mod:`traceview.analyses.align_error`:
 ``|error| <= 3U`` for 95% of clocks).

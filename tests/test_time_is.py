@@ -166,3 +166,21 @@ def test_gpus_per_node_option(capsys) -> None:
     assert {f["locality"] for f in doc["alpha_beta"]} == {"inter-node"}
     assert main(["collectives", str(SETS / "skew"), "--gpus-per-node", "0"]) == 2
     assert "--gpus-per-node" in capsys.readouterr().err
+
+
+def test_a_staggered_release_is_not_skew() -> None:
+    # two all-reduces back to back on 2 ranks (one clock, us x 1000). #0: both arrive at 0;
+    # rank 0 is let go at 100, rank 1 at 900 (the ring's staggered release). #1: rank 0
+    # arrives at 150, rank 1 at 950, 50 after its release; both end at 1150.
+    # Spread 800, but the last arriver was held in #0 until 900: its own time made 50 of it.
+    # T (rank 1's call) = 200: own spread 50 <= T/2 -> transfer (the raw spread would say skew)
+    us = 1000
+    ev = events_frame([k(0, 0, 100 * us), k(1, 0, 900 * us),
+                       k(0, 150 * us, 1000 * us), k(1, 950 * us, 200 * us)])
+    inst = instances(collective_ranks(match_collectives(comm_events(ev)))).sort(
+        "first_arrival_ns")
+    second = inst.row(1, named=True)
+    assert second["skew_ns"] == 800 * us and second["own_spread_ns"] == 50 * us
+    assert second["comm_ns"] == 200 * us and second["time_is"] == "transfer"
+    # the first has no earlier release: its whole spread (0) is its own
+    assert inst.row(0, named=True)["own_spread_ns"] == 0
