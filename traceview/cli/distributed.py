@@ -125,11 +125,11 @@ def run_collectives(args: argparse.Namespace) -> int:
     print(f"{inst.height} collective instances matched across ranks "
           f"(alignment uncertainty up to {result['alignment']['max_uncertainty_ns']} ns)")
     print(table(["group", "name", "size", "nodes", "n", "p50_us", "p90_us", "p99_us", "tail",
-                 "skew_p50_us", "comm_p50_us", "busbw_GB/s", "time_is"],
+                 "skew_p50_us", "own_p50_us", "comm_p50_us", "busbw_GB/s", "time_is"],
                 [[r["group"], r["name"], r["size_bucket"], _span(r), r["instances"],
                   us(r["p50_ns"]), us(r["p90_ns"]), us(r["p99_ns"]), fixed(r["tail_ratio"], 2),
-                  us(r["skew_p50_ns"]), us(r["comm_p50_ns"]), fixed(r["busbw_p50_gbps"], 2),
-                  r["time_is"]]
+                  us(r["skew_p50_ns"]), us(r["own_spread_p50_ns"]), us(r["comm_p50_ns"]),
+                  fixed(r["busbw_p50_gbps"], 2), r["time_is"]]
                  for r in summary.iter_rows(named=True)],
                 left={"group", "name", "size", "nodes", "time_is"}))
     several = fits.height and fits.get_column("locality").n_unique() > 1

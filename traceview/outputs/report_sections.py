@@ -229,6 +229,7 @@ def _collectives(data: ReportData, fig: _Figures) -> list[str]:
                     ("group", "group", "text"), ("name", "collective", "text"),
                     ("size_bucket", "size", "text"), ("locality", "nodes", "text"),
                     ("instances", "instances", "text"), ("skew_p50_ns", "spread p50 (ms)", "ms"),
+                    ("own_spread_p50_ns", "own spread p50 (ms)", "ms"),
                     ("comm_p50_ns", "transfer p50 (ms)", "ms"),
                     ("busbw_p50_gbps", "bus GB/s p50", "f3"), ("time_is", "time is", "text")],
                     every_row="traceview collectives --json (field summary)")]
