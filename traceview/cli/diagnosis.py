@@ -135,6 +135,13 @@ def run_diagnose(args: argparse.Namespace) -> int:
         print(f"   evidence: {_evidence(f['evidence'])}; confidence: {f['confidence']}")
     for f in findings.filter(findings["severity"] == "info").iter_rows(named=True):
         print(f"note: {f['title']}")
+    for sentence in result.fields.get("node_findings", []):
+        print(f"node: {sentence}")
+    time_is = result.fields.get("collectives_time_is")
+    if time_is is not None and time_is.height:
+        print("collectives, what the time is: " + "; ".join(
+            f"{r['name']} {r['size_bucket']} ({r['locality']}): {r['time_is']}"
+            for r in time_is.iter_rows(named=True)))
     mfu = result["mfu"]
     if mfu is not None and mfu.get("note") and not mfu.get("refused"):
         print(f"note: MFU: {mfu['note']}")  # a refused MFU is a warning (stderr)

@@ -79,6 +79,9 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=whole(0, MAX_ROWS), default=10, metavar="N", help="kernels / gaps to list")
     p.add_argument("--nccl-log", nargs="+", default=[], metavar="FILE",
                    help="NCCL debug logs: add the algorithms and protocols NCCL chose")
+    p.add_argument("--fr-dumps", nargs="+", default=[], metavar="DUMPS",
+                   help="flight-recorder dumps (or folders): add the hang verdict "
+                        "(traceview hang)")
     p.add_argument("--history", metavar="URL", default=None,
                    help="add the trend of a gate metric over the runs recorded in this "
                         "database (`traceview history record`), this run marked")
@@ -208,7 +211,8 @@ def run_report(args: argparse.Namespace) -> int:
         history.probe(db)
     run = _open(args)
     title = args.title or "traceview report: " + ", ".join(Path(p).name for p in args.paths)
-    data = gather(run, title=title, top=args.top, nccl_logs=args.nccl_log)
+    data = gather(run, title=title, top=args.top, nccl_logs=args.nccl_log,
+                  fr_dumps=args.fr_dumps)
     if db is not None:
         data = replace(data, history=_history_trend(args, db, run))
     buf = io.StringIO()

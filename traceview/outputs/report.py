@@ -27,13 +27,14 @@ from traceview import __version__
 from traceview._dependencies import lazy_module
 from traceview.analyses.align import apply_offsets
 from traceview.analyses.breakdown import kernels_across_ranks
-from traceview.analyses.collectives import instances
+from traceview.analyses.collectives import collective_summary, instances
 from traceview.analyses.gaps import gap_causes, largest_gaps
 from traceview.analyses.memory import timeline_points
 from traceview.outputs import report_html as H
 from traceview.outputs.plots import PLOTLY_MISSING, PlotsUnavailable
 from traceview.outputs.report_data import ReportData
 from traceview.outputs.report_sections import render_body
+from traceview.run.hang import hang_result
 from traceview.run.run import as_run
 
 plotly_offline = lazy_module("plotly.offline", error=PlotsUnavailable, missing=PLOTLY_MISSING)
@@ -44,17 +45,22 @@ __all__ = ["ReportData", "gather", "render_body", "write_html"]
 
 
 def gather(source: Any, *, title: str = "traceview report", top: int = 10,
-           nccl_logs: list[str] | None = None, **run_options: Any) -> ReportData:
+           nccl_logs: list[str] | None = None, fr_dumps: list[str] | None = None,
+           **run_options: Any) -> ReportData:
     """The report's tables, all from one Run (``source``: a Run, or events in memory with
     ``RunOptions`` such as ``align=`` and ``ranks=`` for their ranks table; ``nccl_logs``:
-    NCCL debug log files whose algorithm and protocol choices the report shows)."""
+    NCCL debug log files whose algorithm and protocol choices the report shows; ``fr_dumps``:
+    flight-recorder dumps whose hang verdict it shows)."""
     run = as_run(source, **run_options)
     notes: dict[str, list[str]] = {}
     n_ranks = len(run.ranks_present)
     summ = run.summary()
     offsets = run.offsets
     per = run.collective_ranks
-    strag = run.stragglers()["ranks"]
+    straggling = run.stragglers()
+    strag = straggling["ranks"]
+    if straggling["node_findings"]:  # late ranks sharing a node: a host problem
+        notes["nodes"] = list(straggling["node_findings"])
 
     spans = run.steps
     if spans.height:
@@ -156,6 +162,8 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                                   if w.startswith("critical path:"))],
                       kernel_totals=totals, flops=run.flops_per_step(),
                       nccl=run.nccl_log_view(nccl_logs) if nccl_logs else None,
+                      hang=hang_result(fr_dumps).to_dict() if fr_dumps else None,
+                      collective_summary=collective_summary(per) if n_ranks > 1 else None,
                       memory_points=memory_points, memory_peaks=memory_peaks,
                       critical_path=path, diagnose=todo, pipeline=pipe,
                       alltoall=alltoall, ops=roofline)

@@ -24,7 +24,8 @@ pio = lazy_module("plotly.io", error=plots.PlotsUnavailable, missing=plots.PLOTL
 _SECTIONS = (("verdict", "Verdict"), ("summary", "Run summary"), ("steps", "Steps"),
              ("breakdown", "Compute, exposed communication and idle"),
              ("flops", "FLOPs and MFU"), ("collectives", "Collective skew"),
-             ("nccl", "NCCL log"), ("stragglers", "Stragglers"), ("pipeline", "Pipeline"),
+             ("nccl", "NCCL log"), ("hang", "Hang (flight recorder)"),
+             ("stragglers", "Stragglers"), ("pipeline", "Pipeline"),
              ("alltoall", "All-to-all"),
              ("critical-path", "Critical path and what to fix"),
              ("gaps", "Gap causes"), ("kernels", "Top kernels"),
@@ -220,13 +221,26 @@ def _collectives(data: ReportData, fig: _Figures) -> list[str]:
         return [*out, H.sentence("No skew to draw: no collective was matched across ranks."),
                 "</section>"]
     out.append(fig(plots.skew_heatmap(data.lateness)))
+    rows = data.collective_summary
+    if rows is not None and rows.height:
+        out += ["<p>What each collective's time is made of (<code>time_is</code>: arrival "
+                "spread against transfer, docs/metrics.md), per group, op, size and node "
+                "span:</p>", table(rows, [
+                    ("group", "group", "text"), ("name", "collective", "text"),
+                    ("size_bucket", "size", "text"), ("locality", "nodes", "text"),
+                    ("instances", "instances", "text"), ("skew_p50_ns", "spread p50 (ms)", "ms"),
+                    ("own_spread_p50_ns", "own spread p50 (ms)", "ms"),
+                    ("comm_p50_ns", "transfer p50 (ms)", "ms"),
+                    ("busbw_p50_gbps", "bus GB/s p50", "f3"), ("time_is", "time is", "text")],
+                    every_row="traceview collectives --json (field summary)")]
     inst = data.collectives
     if inst.height:
         worst = inst.sort("skew_ns", descending=True, nulls_last=True)
         out += ["<p>Instances, largest skew first:</p>", table(worst, [
             ("instance", "instance", "name"), ("name", "collective", "text"),
             ("n_ranks", "ranks", "text"), ("skew_ns", "skew (ms)", "ms"),
-            ("comm_ns", "transfer (ms)", "ms"), ("last_rank", "last rank", "text")],
+            ("comm_ns", "transfer (ms)", "ms"), ("last_rank", "last rank", "text"),
+            ("time_is", "time is", "text"), ("node_span", "nodes", "text")],
             every_row="traceview collectives --csv")]
     return [*out, "</section>"]
 
@@ -255,6 +269,36 @@ def _nccl(data: ReportData) -> list[str]:
     return [*out, "</section>"]
 
 
+def _hang(data: ReportData) -> list[str]:
+    """``report --fr-dumps``: the flight-recorder verdict (``traceview hang``)."""
+    h = data.hang
+    if h is None:
+        return []
+    out = ['<section id="hang"><h2>Hang (flight recorder)</h2>',
+           H.notes(h["notes"]),
+           H.sentence(f"Dumps from ranks {', '.join(map(str, h['dumped_ranks']))} of "
+                      f"{h['world_size']}; missing: "
+                      f"{', '.join(map(str, h['missing_dumps'])) or 'none'}. "
+                      + ("Every process group is consistent." if h["consistent"] else
+                         f"Culprit ranks: {', '.join(map(str, h['culprit_ranks'])) or 'none'};"
+                         f" stuck at collective #{h['stuck_seq']} of group "
+                         f"{h['stuck_group']}."))]
+    groups = pl.DataFrame([{k: g[k] for k in ("group", "group_desc", "completed_by_all",
+                                               "stuck_seq", "confidence", "reason")}
+                           | {"culprits": ", ".join(map(str, g["culprits"])),
+                              "waiting": "; ".join(f"rank {w['rank']}: {w['op']} #{w['seq']} "
+                                                   f"{w['sizes']}" for w in g["waiting"])}
+                           for g in h["groups"]], infer_schema_length=None)
+    if groups.height:
+        out.append(table(groups, [
+            ("group", "group", "text"), ("group_desc", "description", "text"),
+            ("completed_by_all", "last completed by all", "text"),
+            ("stuck_seq", "stuck at", "text"), ("culprits", "culprits", "text"),
+            ("confidence", "confidence", "text"), ("reason", "why", "prose"),
+            ("waiting", "the others wait in", "prose")], every_row="traceview hang --json"))
+    return [*out, "</section>"]
+
+
 def _stragglers(data: ReportData, fig: _Figures) -> list[str]:
     s = data.stragglers
     out = ['<section id="stragglers"><h2>Stragglers</h2>']
@@ -262,6 +306,7 @@ def _stragglers(data: ReportData, fig: _Figures) -> list[str]:
         reason = data.worst_straggler.get("reason") or "fewer than two ranks"
         return [*out, H.sentence(f"No straggler analysis: {reason}."), "</section>"]
     flagged = s.filter(pl.col("flagged"))
+    out += [H.sentence(f"Node: {n}.") for n in data.notes.get("nodes", [])]
     if s["imposed_wait_ns"].max() or flagged.height:
         out.append(fig(plots.straggler_bars(s)))
     else:
@@ -553,6 +598,7 @@ def render_body(data: ReportData) -> tuple[str, int]:
     fig = _Figures()
     gpu = _has_gpu(data)
     shown = {"flops": data.flops is not None and data.flops.height > 0, "nccl": bool(data.nccl),
+             "hang": data.hang is not None,
              "memory": data.memory_peaks.height > 0,
              "alltoall": data.alltoall is not None or bool(data.notes.get("alltoall")),
              "critical-path": data.critical_path is not None
@@ -575,6 +621,7 @@ def render_body(data: ReportData) -> tuple[str, int]:
     if shown["collectives"]:
         out += _collectives(data, fig)
     out += _nccl(data)
+    out += _hang(data)
     if shown["stragglers"]:
         out += _stragglers(data, fig)
     out += _pipeline_section(data, fig)
