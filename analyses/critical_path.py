@@ -54,6 +54,7 @@ from traceview.analyses.align import apply_offsets
 
 from .intervals import clip, complement, flag_overlapping, sweep, union, windowed_sweep
 from .names import per_name
+from .op_tree import innermost_open, op_tree
 from .window import STEP_PATTERN
 
 #: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
@@ -348,42 +349,21 @@ def _latest_started(p: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _innermost(p: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """The innermost op running at each piece's start. Ops of one thread nest, so on each
-    thread the open op at the current nesting depth is the one that started last at that
-    depth; of the rank's threads, the op that started last is what the path waits for."""
+    """The innermost op running at each piece's start, from the one op tree
+    (``analyses/op_tree.py``) of each thread; of the rank's threads, the op that started
+    last is what the path waits for."""
     if p.height == 0 or ops.height == 0:
         return p.with_columns(name=pl.lit(None, pl.String))
-    op_depth, level = _nesting(ops)
-    threads = ops.select("rank", "tid").unique()
-    each = p.with_row_index("_piece").join(threads, on="rank").sort("start_ns")
-    at = each.join_asof(level, left_on="start_ns", right_on="_t", by=["rank", "tid"],
-                        strategy="backward", check_sortedness=False).drop("_t")
-    right = op_depth.select("rank", "tid", "depth", _ts="ts_ns", _end="end_ns",
-                            _name="name").sort("_ts")
-    hit = at.join_asof(right, left_on="start_ns", right_on="_ts", by=["rank", "tid", "depth"],
-                       strategy="backward", check_sortedness=False).filter(
-        pl.col("_end") > pl.col("start_ns"))
-    best = hit.sort("_ts", "tid").group_by("_piece").agg(name=pl.col("_name").last())
+    thread = ("rank", "tid")
+    rows = ops.select(*thread, "ts_ns", "name", dur_ns=pl.col("end_ns") - pl.col("ts_ns"))
+    tree = op_tree(rows, thread=thread)
+    each = p.with_row_index("_piece").join(rows.select(*thread).unique(), on="rank")
+    open_at = innermost_open(each, rows, tree, at="start_ns", thread=thread)
+    found = rows.select("ts_ns", _name="name", _tid="tid").with_row_index("op_idx")
+    hit = (each.select("_piece", open_at).drop_nulls("op_idx")
+           .join(found, on="op_idx"))
+    best = hit.sort("ts_ns", "_tid").group_by("_piece").agg(name=pl.col("_name").last())
     return p.with_row_index("_piece").join(best, on="_piece", how="left").drop("_piece")
-
-
-def _nesting(ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``ops`` with ``depth``, how many ops of its thread are open at its start, itself
-    included; and ``rank, tid, _t, depth``: each thread's depth from each start or end point
-    on. One sweep per thread: +1 at a start, -1 at an end; at one time ends first, and of two
-    ops starting together the longer (the parent) first."""
-    tagged = ops.with_row_index("_i")
-    points = pl.concat([
-        tagged.select("rank", "tid", "_i", _t="ts_ns", _d=pl.lit(1, pl.Int32),
-                      _o=pl.lit(1, pl.Int8), _len=pl.col("ts_ns") - pl.col("end_ns")),
-        tagged.select("rank", "tid", "_i", _t="end_ns", _d=pl.lit(-1, pl.Int32),
-                      _o=pl.lit(0, pl.Int8), _len=pl.lit(0, pl.Int64)),
-    ]).sort("rank", "tid", "_t", "_o", "_len", "_i").with_columns(
-        depth=pl.col("_d").cum_sum().over("rank", "tid"))
-    op_depth = tagged.join(points.filter(pl.col("_o") == 1).select("_i", "depth"), on="_i")
-    level = points.group_by("rank", "tid", "_t", maintain_order=True).agg(
-        pl.col("depth").last()).sort("_t")
-    return op_depth.drop("_i"), level
 
 
 # --- the whole analysis ------------------------------------------------------------------

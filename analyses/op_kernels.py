@@ -2,9 +2,9 @@
 
 A GPU event's launch is the runtime call with its correlation id (``cudaLaunchKernel``,
 ``cudaMemcpyAsync``, ...); the op that launched it is the innermost ``cpu_op`` open on the
-launch's thread when the call starts. Ops of one thread nest, so the op tree comes from
-``breakdown.with_self_time`` (depth and parent from a sweep, no loop), with the runtime calls
-placed in it as leaves.
+launch's thread that contains the call. The op tree is the one of ``analyses/op_tree.py``
+(through ``breakdown.with_self_time``), with the runtime calls placed in it as leaves: ties at
+equal microseconds follow the trace's nesting, and a 0-duration op contains nothing.
 
 Per op instance:
 
@@ -46,7 +46,9 @@ def op_kernel_times(gpu: pl.DataFrame, host: pl.DataFrame, *,
                     ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``(instances, kernels)``. ``instances``: one row per op instance that owns GPU time
     (``INSTANCE_SCHEMA``; ``op_idx`` names it within this call); ``kernels``: one row per
-    launched GPU event: ``op_idx`` (its owner), ``launch_op_idx``, ``name``, ``dur_ns``.
+    launched GPU event: ``op_idx`` (its owner), ``launch_op_idx``, ``name``, ``dur_ns``, and
+    ``launch_ts_ns``/``launch_end_ns`` (the runtime call), ``op_ts_ns``/``op_end_ns`` (the
+    launching op, which contains the call).
     ``gpu``: ``prepared_gpu`` rows; ``host``: ``host_events`` rows (ops and launches);
     ``modelled``: whether an op name has a performance model (decides ownership)."""
     rows = (host.lazy()
@@ -94,9 +96,15 @@ def op_kernel_times(gpu: pl.DataFrame, host: pl.DataFrame, *,
                                subtree_ns=pl.Series(subtree[idx]),
                                kernel_ns=pl.Series(owned[idx]))
                  .select(list(INSTANCE_SCHEMA)).cast(INSTANCE_SCHEMA))  # type: ignore[arg-type]
+    ts = rows.get_column("ts_ns").to_numpy()
+    end = ts + rows.get_column("dur_ns").to_numpy()
+    launch_row = work.get_column("_row").to_numpy()
     kernels = pl.DataFrame({"op_idx": pl.Series(owner, dtype=pl.UInt32),
                             "launch_op_idx": pl.Series(launch_op, dtype=pl.UInt32),
-                            "name": work.get_column("name"), "dur_ns": work.get_column("dur_ns")})
+                            "name": work.get_column("name"), "dur_ns": work.get_column("dur_ns"),
+                            # where the launch and its op lie: the op contains the launch
+                            "launch_ts_ns": ts[launch_row], "launch_end_ns": end[launch_row],
+                            "op_ts_ns": ts[launch_op], "op_end_ns": end[launch_op]})
     return instances, kernels
 
 
