@@ -1,0 +1,96 @@
+"""What a trace already does, read before any advice is given: the precision its kernels run
+in, whether its attention is already fused, which host time is start-up rather than steady
+state. ``diagnose`` asks here first, so it never tells an FP8 run to use bf16 autocast, a run on
+FlashAttention-3 to use FlashAttention, or a process's ``MPI_Init`` to capture CUDA graphs.
+Each finding and the evidence it needs: ``docs/metrics.md``, "Diagnose: advice and its
+evidence".
+
+>>> [kernel_precision(n) for n in ("sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n",
+...     "ampere_bf16_s16816gemm_bf16_128x64", "ampere_h16816gemm_256x128", "volta_sgemm_128x64_nn",
+...     "nvjet_tst_192x192_64x4_1x2_h_bz_coopA_TNT", "flash_fwd_kernel")]
+['fp8', 'bf16', 'fp16', 'fp32', None, None]
+>>> fused_attention("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>(...)")
+True
+>>> fused_attention("void at::native::softmax_warp_forward<float, float, float, 10>(...)")
+False
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+#: Kernel-name rules for precision, the first that matches wins (lower precisions first, so
+#: ``bf16bf16_bf16f32``, which accumulates in fp32, reads bf16). Tokens from cuBLAS/cuBLASLt
+#: (``h16816gemm``, ``bf16_s16816gemm``, ``sgemm``), CUTLASS (``e4m3``, ``half_t``,
+#: ``bfloat16_t``), PyTorch templates (``c10::Half``, ``c10::BFloat16``) and CUDA types
+#: (``__half``, ``__nv_bfloat16``, ``__nv_fp8_e4m3``).
+PRECISION_RULES: tuple[tuple[str, str], ...] = (
+    ("fp4", r"(?i)e2m1|nvfp4|mxfp4|\bfp4"),
+    ("fp8", r"(?i)e4m3|e5m2|fp8|float8|_f8_|\bf8f8|qgmma|mxf8"),
+    ("bf16", r"(?i)bf16|bfloat16|__nv_bfloat"),
+    ("fp16", r"(?i)fp16|f16|\bhalf\b|c10::half|__half|half_t|h16816|h1688|hgemm|hmma"),
+    ("tf32", r"(?i)tf32|xf32|s1688gemm"),
+    ("fp32", r"(?i)sgemm|\bfp32\b|f32f32_f32f32|<float\b|\bfloat,"),
+)
+
+#: Precisions below fp32: matmul advice to lower the precision does not apply to them.
+LOWER: frozenset[str] = frozenset({"fp4", "fp8", "bf16", "fp16", "tf32"})
+
+#: Fused attention kernels: FlashAttention 1-3 (``flash_fwd``, ``flash::``,
+#: ``FlashAttnFwdSm90``), PyTorch's memory-efficient (xFormers/CUTLASS ``fmha_cutlass``,
+#: ``mem_eff``), cuDNN's (``cudnn``, ``sdpa`` graphs), TensorRT-LLM's and FlashInfer's
+#: (``fmha``, ``xqa``, ``flashinfer``), AMD's CK/aiter (``fmha_fwd``, ``aiter``), Triton's
+#: (``_attn_fwd``).
+FUSED_ATTENTION = (r"(?i)flash|fmha|mem_eff|efficient_attention|cudnn|sdpa|xqa|flashinfer"
+                   r"|_attn_fwd|_attn_bwd|aiter")
+
+#: Start-up calls: done once per process, not a step's launches (MPI and CUDA initialisation,
+#: context creation, device selection, the first copies to a device: numba's and CuPy's
+#: ``to_device``, PyTorch's lazy CUDA init and process-group set-up).
+STARTUP_PATTERN = (r"(?i)^p?mpi_init|^cuInit$|^cu(Ctx|DevicePrimaryCtx)(Create|Retain)"
+                   r"|^cudaSetDevice$|^cudaGetDeviceCount$|^cuDeviceGet|to_device"
+                   r"|_lazy_init|init_process_group|cudaDeviceReset")
+
+
+def kernel_precision(name: str | None) -> str | None:
+    """The precision a kernel's name says it runs in (``PRECISION_RULES``), else None."""
+    if not name:
+        return None
+    for precision, pattern in PRECISION_RULES:
+        if re.search(pattern, name):
+            return precision
+    return None
+
+
+def fused_attention(name: str | None) -> bool:
+    """Whether an attention kernel is a fused one (``FUSED_ATTENTION``)."""
+    return bool(name) and re.search(FUSED_ATTENTION, name or "") is not None
+
+
+def precision_shares(kernel_ns: Mapping[str, int],
+                     op_dtypes: Mapping[str, str] | None = None) -> dict[str, int]:
+    """GPU time by precision of ``kernel_ns`` (name -> ns): from each kernel's name, else the
+    dtype of the op that owns it (``op_dtypes``: kernel name -> ``ops``' dtype), else
+    ``unknown``."""
+    out: dict[str, int] = {}
+    for name, ns in kernel_ns.items():
+        p = kernel_precision(name) or (op_dtypes or {}).get(name) or "unknown"
+        out[p] = out.get(p, 0) + int(ns)
+    return out
+
+
+def lower_precision(shares: Mapping[str, int]) -> tuple[float, list[str]]:
+    """The share of known-precision time already below fp32, and those precisions (most time
+    first); ``(0.0, [])`` when no time has a known precision."""
+    known = {p: ns for p, ns in shares.items() if p != "unknown"}
+    total = sum(known.values())
+    if not total:
+        return 0.0, []
+    lower = sorted((p for p in known if p in LOWER), key=lambda p: -known[p])
+    return sum(known[p] for p in lower) / total, lower
+
+
+def startup(name: str | None) -> bool:
+    """Whether a host call is start-up (``STARTUP_PATTERN``)."""
+    return bool(name) and re.search(STARTUP_PATTERN, name or "") is not None
