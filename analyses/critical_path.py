@@ -210,8 +210,9 @@ def host_threads(host: pl.DataFrame, *, step_pattern: str = STEP_PATTERN) -> pl.
 def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
              options: PathOptions = DEFAULT_OPTIONS) -> pl.DataFrame:
     """Everything the path can be doing on a rank, one interval per row (``rank, tid, ts_ns,
-    end_ns, name`` and the flags ``gpu_compute, gpu_comm, host_comm, loader, host, sync``), on
-    the timeline of the inputs. Host rows: communication calls on any thread; other ops on
+    end_ns, name`` and the flags ``gpu_compute, gpu_comm, host_comm, loader, host, sync,
+    annotation``), on the timeline of the inputs. NVTX ranges are annotations, never
+    ``host`` work; ``annotation``: an NVTX or ``record_function`` range (not a DataLoader's). Host rows: communication calls on any thread; other ops on
     the threads that drive the rank's work (:func:`host_threads`; step markers excluded).
     GPU rows have a null ``tid``."""
     kernels = gpu.filter(pl.col("dur_ns") > 0).select(
@@ -219,7 +220,8 @@ def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
         end_ns=pl.col("ts_ns") + pl.col("dur_ns"), name=pl.col("name").cast(pl.String),
         gpu_compute=pl.col("gpu_class").cast(pl.String) != "comm",
         gpu_comm=pl.col("gpu_class").cast(pl.String) == "comm",
-        host_comm=pl.lit(False), loader=pl.lit(False), host=pl.lit(False), sync=pl.lit(False))
+        host_comm=pl.lit(False), loader=pl.lit(False), host=pl.lit(False), sync=pl.lit(False),
+        annotation=pl.lit(False))
     timed = host.filter(pl.col("dur_ns").is_not_null() & (pl.col("dur_ns") > 0)
                         & pl.col("kind").cast(pl.String).is_in(
                             ["cpu_op", "user_annotation", "python_function", "cuda_runtime",
@@ -238,7 +240,12 @@ def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
         end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
         name=pl.col("name").cast(pl.String), gpu_compute=pl.lit(False), gpu_comm=pl.lit(False),
         host_comm="_comm", loader=pl.col("_loader") & ~pl.col("_comm"),
-        host=~pl.col("_comm"), sync=pl.col("_sync") | (pl.col("kind").cast(pl.String) == "sync"))
+        # NVTX ranges are annotations, never work; record_function ranges are the host's
+        # on a GPU rank (Python between launches) but not where a CPU rank blocks in gloo
+        host=~pl.col("_comm") & (pl.col("kind").cast(pl.String) != "nvtx"),
+        sync=pl.col("_sync") | (pl.col("kind").cast(pl.String) == "sync"),
+        annotation=pl.col("kind").cast(pl.String).is_in(["user_annotation", "nvtx"])
+        & ~pl.col("_loader") & ~pl.col("_comm"))
     return pl.concat([kernels, host_rows]).sort("rank", "ts_ns")
 
 
@@ -260,7 +267,7 @@ def wait_intervals(act: pl.DataFrame) -> pl.DataFrame:
 
     seg = sweep({"compute": merged(pl.col("gpu_compute")),
                  "gpu": merged(pl.col("gpu_compute") | pl.col("gpu_comm")),
-                 "host": merged(pl.col("host") & ~pl.col("sync")),
+                 "host": merged(pl.col("host") & ~pl.col("sync") & ~pl.col("annotation")),
                  "comm": merged(pl.col("gpu_comm") | pl.col("host_comm"))}, by=["rank"])
     bit = {name: (pl.col("mask") & (1 << i)) != 0
            for i, name in enumerate(("compute", "gpu", "host", "comm"))}
@@ -269,7 +276,7 @@ def wait_intervals(act: pl.DataFrame) -> pl.DataFrame:
         "rank", ts_ns="seg_start_ns", end_ns="seg_end_ns"), by=["rank"])
 
 
-_BITS = ("gpu_compute", "gpu_comm", "host_comm", "loader", "host")
+_BITS = ("gpu_compute", "gpu_comm", "host_comm", "loader", "host", "host_op")
 
 
 def pieces(segments: pl.DataFrame, act: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
@@ -277,7 +284,9 @@ def pieces(segments: pl.DataFrame, act: pl.DataFrame, gpu_ranks: set[int]) -> pl
     op, kernel or collective behind it. Together they tile the path exactly."""
     local = segments.filter(pl.col("kind") == "local").with_row_index("segment").select(
         "rank", "segment", window_start_ns="start_ns", window_end_ns="end_ns")
-    swept = windowed_sweep(act, local, {b: pl.col(b) for b in _BITS}, by=["rank"],
+    flags = {b: pl.col(b) for b in _BITS if b != "host_op"}
+    flags["host_op"] = pl.col("host") & ~pl.col("annotation")
+    swept = windowed_sweep(act, local, flags, by=["rank"],
                            window_keys=["segment"]) if local.height else pl.DataFrame(
         schema={"rank": pl.Int32, "segment": pl.UInt32, "seg_start_ns": pl.Int64,
                 "seg_end_ns": pl.Int64, "mask": pl.Int64})
@@ -302,9 +311,12 @@ def _category(gpu_ranks: set[int]) -> pl.Expr:
                 .when(comm).then(pl.lit("communication_wait"))
                 .when(bit["loader"]).then(pl.lit("data_loading"))
                 .when(bit["host"]).then(pl.lit("launch_host")).otherwise(pl.lit("idle")))
+    # a CPU rank inside a record_function range alone while a collective (gloo) is in flight
+    # is blocked in it: waiting, not compute
     cpu_rank = (pl.when(bit["loader"]).then(pl.lit("data_loading"))
-                .when(bit["host"]).then(pl.lit("compute"))
-                .when(comm).then(pl.lit("communication_wait")).otherwise(pl.lit("idle")))
+                .when(bit["host_op"]).then(pl.lit("compute"))
+                .when(comm).then(pl.lit("communication_wait"))
+                .when(bit["host"]).then(pl.lit("compute")).otherwise(pl.lit("idle")))
     return pl.when(on_gpu).then(gpu_rank).otherwise(cpu_rank)
 
 

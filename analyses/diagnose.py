@@ -293,7 +293,7 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
         if f["id"] == "straggler":
             f.setdefault("confidence", confidence.get(f["rank"], "low"))
     found = [_with_severity(f) for f in found if f.get("keep") or _kept(f)]
-    bound = _bound(cats)
+    bound = _bound(cats, cpu_only=not gpu_ranks)
     mfu = model_flops_utilisation(model, step_ns, devices, table)
     info = [_bound_finding(bound)] if path.pieces.height else []
     if mfu is not None and mfu.get("mfu") is not None:
@@ -959,15 +959,22 @@ def _alltoall_imbalance(alltoall: dict[str, Any] | None,
 
 # --- what the run is bound by, and MFU --------------------------------------------------------
 
-def _bound(cats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _bound(cats: dict[str, dict[str, Any]], *, cpu_only: bool = False) -> dict[str, Any]:
     """Shares of the path: compute, communication (transfer + wait), input (data loading),
     host (launching), idle; ``bound``: by the one rule of every output
     (``overlap.bound_of``): the largest share when at least 1.2x the next, else
-    ``balanced`` (``idle``: the path is mostly time where nothing recorded runs)."""
+    ``balanced`` (``idle``: the path is mostly time where nothing recorded runs).
+    ``cpu_only`` (no rank has GPU work): the host's ops are the host's time, not GPU compute,
+    and the bound is ``host``, as ``summary`` and ``overlap`` say of a trace without GPU
+    work; the shares still show what the host did (its waits in gloo included)."""
     s = {c: (v["share"] or 0.0) for c, v in cats.items()}
     shares = {"compute": s["compute"],
               "communication": s["communication_transfer"] + s["communication_wait"],
               "input": s["data_loading"], "host": s["launch_host"], "idle": s["idle"]}
+    if cpu_only:
+        shares = {**shares, "compute": 0.0, "host": shares["host"] + shares["compute"]}
+        return {"bound": "host" if any(shares.values()) else None, "shares": shares,
+                "cpu_only": True}
     return {"bound": bound_of(shares), "shares": shares}
 
 
@@ -982,6 +989,7 @@ def _bound_finding(bound: dict[str, Any]) -> dict[str, Any]:
             "profiler)" if bound["bound"] == "idle" else
             f"balanced between {two[0]} ({100 * sh[two[0]]:.0f}%) and {two[1]} "
             f"({100 * sh[two[1]]:.0f}%)" if bound["bound"] == "balanced" else
+            "host-bound (CPU-only: no GPU work)" if bound.get("cpu_only") else
             f"{bound['bound']}-bound" if bound["bound"] else "not bound by any category")
     return {"id": "bound", "rank": None, "gain_ns_per_step": None, "gain_share": None,
             "severity": "info", "confidence": "high",
