@@ -4,7 +4,7 @@
    ``info --json``, kept by default with a warning, dropped with ``--exclude-unlaunched``.
 2. Other accelerators (MTIA): ``mtia_ccp_events`` are device work, ``mtia_runtime`` calls are
    their launches; the stored table is unchanged (kind ``other``).
-3. Custom all-reduce kernels (vLLM ``cross_device_reduce_*``) become communication with
+3. Custom all-reduce kernels (a project's own; vLLM's ``cross_device_reduce_*`` are known) become communication with
    ``--comm-pattern`` or ``--comm-config``; the kept classified rows key on the patterns.
 
 Times below are microseconds in the trace, nanoseconds in the answers.
