@@ -55,6 +55,7 @@ from .critical_path import CriticalPath
 from .flops import PEAK_TABLE, Peak
 from .mfu import ModelSize, model_flops_utilisation
 from .names import short_name
+from .op_models import PEAK_DTYPES
 from .overlap import bound_of
 from .path_summary import host_time, path_categories, path_steps, stretch_own
 from .roofline_finding import roofline_finding
@@ -319,10 +320,16 @@ def in_the_window(text: str, window_ns: int) -> str:
 
 
 def _op_dtypes(ops: pl.DataFrame | None) -> dict[str, str]:
-    """Kernel name -> the dtype of the op that owns it (``ops`` rows by shape)."""
+    """Kernel name -> the dtype of the op that owns it (``ops`` rows by shape): its model's,
+    else its first recorded floating input type (an op without a model, ``_scaled_mm`` of
+    ``c10::Float8_e4m3fn`` inputs, still says fp8)."""
     if ops is None or ops.height == 0 or not {"kernels", "dtype"} <= set(ops.columns):
         return {}
-    rows = (ops.select("kernels", "dtype").explode("kernels").drop_nulls()
+    recorded = (pl.col("dtypes").list.eval(pl.element().replace_strict(
+        PEAK_DTYPES, default=None, return_dtype=pl.String).drop_nulls()).list.first()
+        if "dtypes" in ops.columns else pl.lit(None, pl.String))
+    rows = (ops.select("kernels", dtype=pl.coalesce("dtype", recorded))
+            .explode("kernels").drop_nulls()
             .unique("kernels", keep="first", maintain_order=True))
     return dict(rows.iter_rows())
 

@@ -115,3 +115,22 @@ def test_mpi_init_is_start_up_not_a_cuda_graph_case() -> None:
 def test_in_the_window_wording() -> None:
     assert in_the_window("Communication: 2.00 ms per step not hidden", 30_000_000) == \
         "Communication: 2.00 ms in the window (30.00 ms) not hidden"
+
+
+def test_an_unnamed_fp8_gemm_is_read_from_its_ops_input_types() -> None:
+    """A cuBLASLt kernel whose name gives no precision (``nvjet_qqtst_...``), launched by an
+    ``aten::_scaled_mm`` (no model) of ``c10::Float8_e4m3fn`` inputs: the op's recorded
+    types say fp8, so the matrix-multiply fix gives no precision advice."""
+    import json
+
+    fp8 = "c10::Float8_e4m3fn"
+    args = {"Input Dims": [[64, 128], [128, 256], [], []],
+            "Input type": [fp8, fp8, "float", "float"],
+            "Input Strides": [[], [], [], []], "Concrete Inputs": ["", "", "", ""]}
+    run = traceview.Run.from_events(frame([
+        step(1, 0, 1000),
+        row("cpu_op", "aten::_scaled_mm", 5, 10, pid=1, tid=1, args_json=json.dumps(args)),
+        launch(8, 2, 1), kernel("nvjet_qqtst_128x256_64x4_2x1_v_bz_TNT", 20, 900, corr=1)]))
+    gemm = _finding(run.diagnose(), "kernels", "gemm")
+    assert "already run in fp8" in gemm["recommendation"]
+    assert "autocast" not in gemm["recommendation"]
