@@ -33,6 +33,9 @@ from .breakdown import with_self_time
 #: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
 np = lazy_module("numpy")
 
+#: Runtime calls that replay a captured graph (``cudaGraphLaunch``, ``hipGraphLaunch``).
+GRAPH_LAUNCH = r"(?i)GraphLaunch"
+
 #: The per-instance columns of :func:`op_kernel_times`.
 INSTANCE_SCHEMA: dict[str, pl.DataType] = {
     "op_idx": pl.UInt32, "rank": pl.Int32, "pid": pl.Int64, "tid": pl.Int64,
@@ -48,7 +51,9 @@ def op_kernel_times(gpu: pl.DataFrame, host: pl.DataFrame, *,
     (``INSTANCE_SCHEMA``; ``op_idx`` names it within this call); ``kernels``: one row per
     launched GPU event: ``op_idx`` (its owner), ``launch_op_idx``, ``name``, ``dur_ns``, and
     ``launch_ts_ns``/``launch_end_ns`` (the runtime call), ``op_ts_ns``/``op_end_ns`` (the
-    launching op, which contains the call).
+    launching op, which contains the call); ``graph_replayed``: a kernel replayed from a
+    CUDA/HIP graph (launched by ``cudaGraphLaunch``), attributed to no op (null ``op_idx``):
+    the ops captured into the graph launched it, and their capture is not in the trace.
     ``gpu``: ``prepared_gpu`` rows; ``host``: ``host_events`` rows (ops and launches);
     ``modelled``: whether an op name has a performance model (decides ownership)."""
     rows = (host.lazy()
@@ -67,10 +72,15 @@ def op_kernel_times(gpu: pl.DataFrame, host: pl.DataFrame, *,
                 .filter(~pl.col("kind").cast(pl.String).eq("cpu_op")
                         & pl.col("correlation").is_not_null())
                 .sort("ts_ns").unique(["rank", "correlation"], keep="first")
-                .select("rank", "correlation", "_row"))
+                .select("rank", "correlation", "_row",
+                        _graph=pl.col("name").cast(pl.String).str.contains(GRAPH_LAUNCH)))
     work = (gpu.select("rank", "correlation", pl.col("name").cast(pl.String), "dur_ns")
             .filter(pl.col("correlation").is_not_null() & pl.col("dur_ns").is_not_null())
             .join(launches, on=["rank", "correlation"], how="inner"))
+    # a graph replay's kernels share the graph launch's correlation: the op around the launch
+    # did not launch them, the ops captured into the graph did (not in this trace)
+    replayed = work.filter(pl.col("_graph"))
+    work = work.filter(~pl.col("_graph"))
     launch_op = up[work.get_column("_row").to_numpy()] if work.height else np.zeros(0, int)
     keep = launch_op >= 0
     work, launch_op = work.filter(pl.Series(keep)), launch_op[keep]
@@ -104,7 +114,11 @@ def op_kernel_times(gpu: pl.DataFrame, host: pl.DataFrame, *,
                             "name": work.get_column("name"), "dur_ns": work.get_column("dur_ns"),
                             # where the launch and its op lie: the op contains the launch
                             "launch_ts_ns": ts[launch_row], "launch_end_ns": end[launch_row],
-                            "op_ts_ns": ts[launch_op], "op_end_ns": end[launch_op]})
+                            "op_ts_ns": ts[launch_op], "op_end_ns": end[launch_op],
+                            "graph_replayed": pl.Series([False] * owner.size, dtype=pl.Boolean)})
+    if replayed.height:  # unattributed: no op, marked
+        kernels = pl.concat([kernels, replayed.select(
+            "name", "dur_ns", graph_replayed=pl.lit(True))], how="diagonal_relaxed")
     return instances, kernels
 
 

@@ -106,3 +106,25 @@ def test_innermost_open_at_a_time() -> None:
     names = rows.get_column("name").cast(pl.String).to_list()
     # at 10: B (C is 0 µs, closed); at 29: B; at 30: B closed -> A; 55: D; 100: none
     assert [None if i is None else names[i] for i in got] == ["B", "B", "A", "D", None]
+
+
+def test_kernels_replayed_from_a_graph_are_unattributed() -> None:
+    """``CUDAGraph::replay`` [0,100) holds a cudaGraphLaunch [10,15) (correlation 7) whose
+    two kernels (30 + 50 ns) the graph's captured ops launched, not the replay op: they are
+    marked ``graph_replayed`` with no owner; a plain launch in the same op stays its own."""
+    from traceview.analyses.ops import ops
+
+    ev = frame([op("CUDAGraph::replay", 0, 100), launch(10, 5, 7, name="cudaGraphLaunch"),
+                kernel("captured_gemm", 200, 30, corr=7), kernel("captured_add", 240, 50, corr=7),
+                launch(50, 5, 8), kernel("plain", 300, 20, corr=8)])
+    inst, kernels = op_kernel_times(prepared_gpu(ev), host_events(ev))
+    replayed = kernels.filter(pl.col("graph_replayed"))
+    assert sorted(replayed["name"].to_list()) == ["captured_add", "captured_gemm"]
+    assert replayed["op_idx"].null_count() == 2
+    assert inst.select("name", "kernel_ns").rows() == [("CUDAGraph::replay", 20)]
+    none = pl.lit(None, pl.String)
+    found = ops(inst.with_columns(input_dims=none, dtypes=none, strides=none,
+                                  concrete_inputs=none, trace_flops=pl.lit(None, pl.Int64)),
+                kernels, device=None)
+    assert any("2 GPU events (0.000 ms) were replayed from CUDA/HIP graphs" in w
+               for w in found["warnings"])
