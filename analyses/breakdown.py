@@ -157,12 +157,16 @@ def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl
         events.lazy()
         .filter(pl.col("kind").is_in(list(kinds)) & pl.col("dur_ns").is_not_null()
                 & (pl.col("dur_ns") >= 0))
-        .select(*thread, "name", "ts_ns", "dur_ns")
+        .select(*thread, "name", "ts_ns", "dur_ns",
+                # identical intervals: an op around its runtime call around a driver call
+                _level=pl.col("kind").cast(pl.String).replace_strict(
+                    {"cpu_op": 0, "cuda_runtime": 1}, default=2, return_dtype=pl.Int8))
         .with_row_index("_idx")
         .with_columns(_end=pl.col("ts_ns") + pl.col("dur_ns"))
         .collect()
     )
-    tree = op_tree(ops, thread=tuple(thread))  # the one tree (analyses/op_tree.py)
+    # the one tree (analyses/op_tree.py)
+    tree = op_tree(ops, thread=tuple(thread), level=pl.col("_level"))
     ops = ops.with_columns(tree.get_column("depth"), tree.get_column("parent_idx"))
     child = ops.filter(pl.col("parent_idx").is_not_null()).group_by("parent_idx").agg(
         _child_ns=pl.col("dur_ns").sum())
@@ -172,7 +176,7 @@ def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl
         ops.with_columns(child_ns)
         .with_columns(self_ns=pl.max_horizontal(pl.col("dur_ns") - pl.col("_child_ns"),
                                                 pl.lit(0)))
-        .drop("_child_ns", "_end")
+        .drop("_child_ns", "_end", "_level")
     )
 
 

@@ -30,16 +30,21 @@ np = lazy_module("numpy")
 THREAD: tuple[str, ...] = ("rank", "pid", "tid")
 
 
-def op_tree(rows: pl.DataFrame, *, thread: tuple[str, ...] = THREAD) -> pl.DataFrame:
+def op_tree(rows: pl.DataFrame, *, thread: tuple[str, ...] = THREAD,
+            level: pl.Expr | None = None) -> pl.DataFrame:
     """``depth`` (1: a root) and ``parent_idx`` (the row number in ``rows`` of the innermost
     row containing it, null for a root) of each row of ``rows``, in ``rows``' order.
-    ``rows``: ``thread`` columns, ``ts_ns``, ``dur_ns`` (non-null, >= 0)."""
+    ``rows``: ``thread`` columns, ``ts_ns``, ``dur_ns`` (non-null, >= 0). ``level``: an
+    integer expression over ``rows`` breaking ties of equal start and duration before the
+    written order, lower outside (ops 0 around their runtime calls 1 around driver calls 2)."""
     n = rows.height
     if n == 0:
         return pl.DataFrame(schema={"depth": pl.Int64, "parent_idx": pl.UInt32})
-    ops = rows.select(*thread, "ts_ns", "dur_ns").with_row_index("_idx")
+    ops = rows.select(*thread, "ts_ns", "dur_ns",
+                      _level=pl.lit(0) if level is None else level).with_row_index("_idx")
     # pre-order: parents before children, written order for exact ties (stable sort)
-    pre = ops.sort([*thread, "ts_ns", "dur_ns"], descending=[*[False] * len(thread), False, True],
+    pre = ops.sort([*thread, "ts_ns", "dur_ns", "_level"],
+                   descending=[*[False] * len(thread), False, True, False],
                    maintain_order=True).with_columns(_pre=pl.int_range(pl.len(), dtype=pl.Int64))
     zero = pl.col("dur_ns") == 0
     starts = pre.select(*thread, "_idx", _t=pl.col("ts_ns"), _cls=pl.lit(1, pl.Int8),

@@ -128,3 +128,15 @@ def test_kernels_replayed_from_a_graph_are_unattributed() -> None:
                 kernels, device=None)
     assert any("2 GPU events (0.000 ms) were replayed from CUDA/HIP graphs" in w
                for w in found["warnings"])
+
+
+def test_an_op_and_its_call_with_the_same_interval_nest_op_outside() -> None:
+    """µs rounding makes an op and the one runtime call it makes identical, [10,13): whatever
+    the written order, the call is the op's child, so its kernel is the op's."""
+    for rows in ([launch(10, 3, 1), op("aten::fill_", 10, 3)],
+                 [op("aten::fill_", 10, 3), launch(10, 3, 1)]):
+        ev = frame([op("step", 0, 100), *rows, kernel("fill_kernel", 20, 5, corr=1)])
+        _, kernels = op_kernel_times(prepared_gpu(ev), host_events(ev))
+        names = host_events(ev).filter(pl.col("kind").cast(pl.String).is_in(
+            ["cpu_op", "cuda_runtime"])).get_column("name").cast(pl.String).to_list()
+        assert names[kernels["launch_op_idx"][0]] == "aten::fill_"
