@@ -8,7 +8,7 @@ evidence".
 >>> [kernel_precision(n) for n in ("sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n",
 ...     "ampere_bf16_s16816gemm_bf16_128x64", "ampere_h16816gemm_256x128", "volta_sgemm_128x64_nn",
 ...     "nvjet_tst_192x192_64x4_1x2_h_bz_coopA_TNT", "flash_fwd_kernel")]
-['fp8', 'bf16', 'fp16', 'fp32', None, None]
+['fp8', 'bf16', 'fp16', 'fp32', 'bf16', None]
 >>> fused_attention("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>(...)")
 True
 >>> fused_attention("void at::native::softmax_warp_forward<float, float, float, 10>(...)")
@@ -23,15 +23,18 @@ from collections.abc import Mapping
 #: Kernel-name rules for precision, the first that matches wins (lower precisions first, so
 #: ``bf16bf16_bf16f32``, which accumulates in fp32, reads bf16). Tokens from cuBLAS/cuBLASLt
 #: (``h16816gemm``, ``bf16_s16816gemm``, ``sgemm``), CUTLASS (``e4m3``, ``half_t``,
-#: ``bfloat16_t``), PyTorch templates (``c10::Half``, ``c10::BFloat16``) and CUDA types
-#: (``__half``, ``__nv_bfloat16``, ``__nv_fp8_e4m3``).
+#: ``bfloat16_t``), PyTorch templates (``c10::Half``, ``c10::BFloat16``), CUDA types
+#: (``__half``, ``__nv_bfloat16``, ``__nv_fp8_e4m3``) and cuBLASLt's ``nvjet_`` type letters
+#: (``tst`` bf16, as the corpus B200 trace's bf16 ``addmm`` shows; ``hsh`` fp16, ``sss``
+#: fp32, ``qq``/``ee`` fp8 operands).
 PRECISION_RULES: tuple[tuple[str, str], ...] = (
     ("fp4", r"(?i)e2m1|nvfp4|mxfp4|\bfp4"),
-    ("fp8", r"(?i)e4m3|e5m2|fp8|float8|_f8_|\bf8f8|qgmma|mxf8"),
-    ("bf16", r"(?i)bf16|bfloat16|__nv_bfloat"),
-    ("fp16", r"(?i)fp16|f16|\bhalf\b|c10::half|__half|half_t|h16816|h1688|hgemm|hmma"),
+    ("fp8", r"(?i)e4m3|e5m2|fp8|float8|_f8_|\bf8f8|qgmma|mxf8|^nvjet_[qe]{2}"),
+    ("bf16", r"(?i)bf16|bfloat16|__nv_bfloat|^nvjet_tst"),
+    ("fp16", r"(?i)fp16|f16|\bhalf\b|c10::half|__half|half_t|h16816|h1688|hgemm|hmma"
+             r"|^nvjet_hsh"),
     ("tf32", r"(?i)tf32|xf32|s1688gemm"),
-    ("fp32", r"(?i)sgemm|\bfp32\b|f32f32_f32f32|<float\b|\bfloat,"),
+    ("fp32", r"(?i)sgemm|\bfp32\b|f32f32_f32f32|<float\b|\bfloat,|^nvjet_sss"),
 )
 
 #: Precisions below fp32: matmul advice to lower the precision does not apply to them.

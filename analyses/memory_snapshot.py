@@ -29,8 +29,10 @@ RESERVED_DELTA = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "seg
 #: Frames of the allocator itself (``file:line:function``): skipped when a stack is named, so
 #: the name points at the code that asked for the memory (the stack stays whole in --json).
 ALLOCATOR_FRAMES = r"c10::|CUDACachingAllocator|^torch/cuda/memory\.py:"
-#: A Python frame (``file.py:line:function``): the user's code, where the stack has one.
+#: A Python frame (``file.py:line:function``).
 PYTHON_FRAME = r"^[^:;]*\.py:"
+#: PyTorch's own Python (its files are named from the package: ``torch/nn/modules/...``).
+TORCH_FRAME = r"^torch/"
 
 
 def user_frames(stack: pl.Expr) -> pl.Expr:
@@ -41,12 +43,15 @@ def user_frames(stack: pl.Expr) -> pl.Expr:
 
 
 def user_frame(stack: pl.Expr) -> pl.Expr:
-    """The frame that names a stack: the innermost Python frame outside the allocator, else
-    the innermost frame outside it, else the innermost frame (a stack of allocator frames
-    alone)."""
+    """The frame that names a stack: the user's innermost, i.e. the innermost Python frame
+    outside PyTorch (the line of the model or loop that asked: ``model.py:12:forward``, not
+    ``torch/nn/modules/linear.py``), else the innermost Python frame outside the allocator,
+    else the innermost frame outside it, else the innermost frame (allocator frames alone)."""
     kept = user_frames(stack)
     python = kept.list.eval(pl.element().filter(pl.element().str.contains(PYTHON_FRAME)))
-    return pl.coalesce(python.list.last(), kept.list.last(), stack.str.split(";").list.last())
+    own = python.list.eval(pl.element().filter(~pl.element().str.contains(TORCH_FRAME)))
+    return pl.coalesce(own.list.last(), python.list.last(), kept.list.last(),
+                       stack.str.split(";").list.last())
 
 
 def snapshot_state(segments: pl.DataFrame, blocks: pl.DataFrame) -> pl.DataFrame:

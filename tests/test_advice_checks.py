@@ -25,7 +25,11 @@ from traceview.outputs.words import finding_headline
     ("volta_sgemm_128x64_nn", "fp32"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::Half>>",
      "fp16"),
-    ("nvjet_tst_192x192_64x4_1x2_h_bz_coopA_TNT", None),  # says nothing: the op's dtype decides
+    ("nvjet_tst_192x192_64x4_1x2_h_bz_coopA_TNT", "bf16"),
+    ("nvjet_qqtst_128x256_64x4_2x1_v_bz_TNT", "fp8"),
+    ("sm90_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x64", "fp16"),
+    ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>(Flash_fwd_params)",
+     None),  # says nothing: the op's dtype decides
 ])
 def test_kernel_precision_from_names(name: str, precision: str | None) -> None:
     assert kernel_precision(name) == precision
@@ -120,7 +124,8 @@ def test_in_the_window_wording() -> None:
 def test_an_unnamed_fp8_gemm_is_read_from_its_ops_input_types() -> None:
     """A cuBLASLt kernel whose name gives no precision (``nvjet_qqtst_...``), launched by an
     ``aten::_scaled_mm`` (no model) of ``c10::Float8_e4m3fn`` inputs: the op's recorded
-    types say fp8, so the matrix-multiply fix gives no precision advice."""
+    types say fp8, so the matrix-multiply fix gives no precision advice (the kernel here is
+    named ``cublasLt_gemm_kernel``: no type letters)."""
     import json
 
     fp8 = "c10::Float8_e4m3fn"
@@ -130,7 +135,7 @@ def test_an_unnamed_fp8_gemm_is_read_from_its_ops_input_types() -> None:
     run = traceview.Run.from_events(frame([
         step(1, 0, 1000),
         row("cpu_op", "aten::_scaled_mm", 5, 10, pid=1, tid=1, args_json=json.dumps(args)),
-        launch(8, 2, 1), kernel("nvjet_qqtst_128x256_64x4_2x1_v_bz_TNT", 20, 900, corr=1)]))
+        launch(8, 2, 1), kernel("cublasLt_gemm_kernel", 20, 900, corr=1)]))
     gemm = _finding(run.diagnose(), "kernels", "gemm")
     assert "already run in fp8" in gemm["recommendation"]
     assert "autocast" not in gemm["recommendation"]

@@ -61,10 +61,15 @@ def test_user_frame_skips_the_allocator() -> None:
         "train.py:11:train;TensorFactories.cpp:88:at::native::empty_cuda;"
         "CUDACachingAllocator.cpp:1:c10::cuda::CUDACachingAllocator::malloc",
         "CUDACachingAllocator.cpp:1:c10::cuda::CUDACachingAllocator::malloc",
+        # PyTorch's own Python between the user and the allocator: the user's line names it
+        "train.py:11:train;model.py:20:forward;torch/nn/modules/linear.py:125:forward;"
+        "TensorFactories.cpp:88:at::native::empty_cuda;CUDACachingAllocator.cpp:1:malloc",
+        "torch/optim/adam.py:90:step;torch/cuda/memory.py:170:caching_allocator_alloc",
         None]})
     got = stacks.select(user_frame(pl.col("stack"))).to_series().to_list()
     assert got == ["model.py:10:forward", "train.py:11:train",
-                   "CUDACachingAllocator.cpp:1:c10::cuda::CUDACachingAllocator::malloc", None]
+                   "CUDACachingAllocator.cpp:1:c10::cuda::CUDACachingAllocator::malloc",
+                   "model.py:20:forward", "torch/optim/adam.py:90:step", None]
 
 
 def test_peak_op_and_top_stacks_name_the_user(tmp_path: Path, capsys) -> None:
