@@ -19,6 +19,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from .op_models import PEAK_DTYPES
 
 #: Kernel-name rules for precision, the first that matches wins (lower precisions first, so
 #: ``bf16bf16_bf16f32``, which accumulates in fp32, reads bf16). Tokens from cuBLAS/cuBLASLt
@@ -97,3 +102,97 @@ def lower_precision(shares: Mapping[str, int]) -> tuple[float, list[str]]:
 def startup(name: str | None) -> bool:
     """Whether a host call is start-up (``STARTUP_PATTERN``)."""
     return bool(name) and re.search(STARTUP_PATTERN, name or "") is not None
+
+
+# --- the advice, checked ----------------------------------------------------------------------
+
+#: Fixes for kernel families whose kernels already run lower precision or fused attention
+#: (``checked_fix``): the precision or fusion advice would contradict the trace.
+KERNEL_FIXES_CHECKED: dict[str, str] = {
+    "gemm": (
+        "Matrix multiplies already run in {precision}: a lower precision is not the lever. "
+        "Use dimensions that are multiples of 16 (32 for fp8), more work per kernel (fused "
+        "projections, larger batch), and compare the achieved FLOP/s with the {top} peak "
+        "(`traceview ops`; diagnose --params and --tokens-per-step give MFU)."),
+    "convolution": (
+        "Convolutions, already in {precision}: torch.backends.cudnn.benchmark = True, "
+        "channels_last memory format."),
+    "attention": (
+        "Attention already runs fused kernels ({fused}): tune its shapes instead: sequence "
+        "lengths that are multiples of 64 (128 for FlashAttention-3), variable-length packing "
+        "instead of padding, grouped-query attention{fp8}."),
+    "attention_unfused": (
+        "Use fused attention: torch.nn.functional.scaled_dot_product_attention (flash or "
+        "memory-efficient backend) or FlashAttention, with sequence lengths that are multiples "
+        "of 64{precision}."),
+}
+
+
+def op_dtypes(ops: pl.DataFrame | None) -> dict[str, str]:
+    """Kernel name -> the dtype of the op that owns it (``ops`` rows by shape): its model's,
+    else its first recorded floating input type (an op without a model, ``_scaled_mm`` of
+    ``c10::Float8_e4m3fn`` inputs, still says fp8)."""
+    if ops is None or ops.height == 0 or not {"kernels", "dtype"} <= set(ops.columns):
+        return {}
+    recorded = (pl.col("dtypes").list.eval(pl.element().replace_strict(
+        PEAK_DTYPES, default=None, return_dtype=pl.String).drop_nulls()).list.first()
+        if "dtypes" in ops.columns else pl.lit(None, pl.String))
+    rows = (ops.select("kernels", dtype=pl.coalesce("dtype", recorded))
+            .explode("kernels").drop_nulls()
+            .unique("kernels", keep="first", maintain_order=True))
+    return dict(rows.iter_rows())
+
+
+
+def checked_fix(family: str, fix: str, names: dict[str, int],
+                 op_dtypes: dict[str, str]) -> tuple[str, list[dict[str, Any]]]:
+    """A ``diagnose`` kernel family's fix (``fix``, for kernels ``names``: name -> ns) once
+    the trace is read, and the evidence read (``diagnose`` evidence rows): matrix multiplies and convolutions already below fp32 for most of their known
+    time get no precision advice; attention that is mostly fused (flash, memory-efficient,
+    cuDNN) gets no "use fused attention"."""
+    if family not in ("gemm", "convolution", "attention"):
+        return fix, []
+    low, precisions = lower_precision(precision_shares(names, op_dtypes))
+    said = ", ".join(precisions) or "unknown"
+    evidence = [_evidence("lower_precision_share", low, "ratio",
+                    f"of the known-precision time, below fp32: {said}")]
+    lowered = low >= 0.5
+    if family == "attention":
+        fused = {n: ns for n, ns in names.items() if fused_attention(n)}
+        share = sum(fused.values()) / max(sum(names.values()), 1)
+        evidence.append(_evidence("fused_attention_share", share, "ratio",
+                            max(fused, key=fused.__getitem__) if fused
+                            else None))
+        if share >= 0.5:
+            kinds = _fused_kinds(fused)
+            fp8 = "" if "fp8" in precisions or "fp4" in precisions else \
+                ", fp8 attention (FlashAttention-3) where accuracy allows"
+            return KERNEL_FIXES_CHECKED["attention"].format(fused=kinds, fp8=fp8), evidence
+        return KERNEL_FIXES_CHECKED["attention_unfused"].format(
+            precision="" if lowered else ", in bf16/fp16"), evidence
+    if lowered:
+        return KERNEL_FIXES_CHECKED[family].format(precision=" and ".join(precisions),
+                                                   top=precisions[0]), evidence
+    return fix, evidence
+
+
+def _fused_kinds(fused: dict[str, int]) -> str:
+    """Which fused attention the kernels are, most time first (FlashAttention, cuDNN,
+    memory-efficient, other fused)."""
+    kinds: dict[str, int] = {}
+    for name, ns in fused.items():
+        kind = ("FlashAttention-3" if re.search(r"(?i)sm90|FlashAttnFwdSm9|hopper|fa3", name)
+                and re.search(r"(?i)flash", name) else
+                "FlashAttention" if re.search(r"(?i)flash", name) else
+                "cuDNN" if re.search(r"(?i)cudnn", name) else
+                "memory-efficient" if re.search(r"(?i)fmha_cutlass|mem_eff|efficient", name)
+                else "fused")
+        kinds[kind] = kinds.get(kind, 0) + ns
+    return ", ".join(sorted(kinds, key=lambda k: -kinds[k]))
+
+
+def _evidence(metric: str, value: float | None = None, unit: str | None = None,
+              text: str | None = None) -> dict[str, Any]:
+    """One ``diagnose`` evidence row."""
+    return {"metric": metric, "value": None if value is None else float(value), "unit": unit,
+            "text": text}

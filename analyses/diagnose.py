@@ -50,12 +50,11 @@ from typing import Any
 
 import polars as pl
 
-from .advice_checks import fused_attention, lower_precision, precision_shares, startup
+from .advice_checks import checked_fix, lower_precision, op_dtypes, precision_shares, startup
 from .critical_path import CriticalPath
 from .flops import PEAK_TABLE, Peak
 from .mfu import ModelSize, model_flops_utilisation
 from .names import short_name
-from .op_models import PEAK_DTYPES
 from .overlap import bound_of
 from .path_summary import host_time, path_categories, path_steps, stretch_own
 from .roofline_finding import roofline_finding
@@ -222,27 +221,6 @@ KERNEL_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
-#: Fixes for kernel families whose kernels already run lower precision or fused attention
-#: (``advice_checks``): the precision or fusion advice would contradict the trace.
-KERNEL_FIXES_CHECKED: dict[str, str] = {
-    "gemm": (
-        "Matrix multiplies already run in {precision}: a lower precision is not the lever. "
-        "Use dimensions that are multiples of 16 (32 for fp8), more work per kernel (fused "
-        "projections, larger batch), and compare the achieved FLOP/s with the {top} peak "
-        "(`traceview ops`; diagnose --params and --tokens-per-step give MFU)."),
-    "convolution": (
-        "Convolutions, already in {precision}: torch.backends.cudnn.benchmark = True, "
-        "channels_last memory format."),
-    "attention": (
-        "Attention already runs fused kernels ({fused}): tune its shapes instead: sequence "
-        "lengths that are multiples of 64 (128 for FlashAttention-3), variable-length packing "
-        "instead of padding, grouped-query attention{fp8}."),
-    "attention_unfused": (
-        "Use fused attention: torch.nn.functional.scaled_dot_product_attention (flash or "
-        "memory-efficient backend) or FlashAttention, with sequence lengths that are multiples "
-        "of 64{precision}."),
-}
-
 #: Kernels at or above this median length on the path: launch overhead (a few µs a launch)
 #: does not explain the GPU's wait, so CUDA graphs are not advised for it.
 GRAPH_KERNEL_NS = 100_000
@@ -273,14 +251,14 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     step_ns = _mean_step(steps)
     cats = path_categories(path)
     total = sum(v["path_ns"] for v in cats.values())
-    op_dtypes = _op_dtypes(ops)
+    owned_dtypes = op_dtypes(ops)
     found: list[dict[str, Any]] = []
     found += _stragglers(path, collective_rows, stragglers, n_steps, step_ns)
     found.append(_exposed_comm(path, cats, n_steps))
     found += _host_findings(path, gaps, sorted(gpu_ranks), n_steps, total, host)
     found.append(_pageable(path, n_steps))
     found.append(pipeline_bottleneck(pipeline))
-    found += _kernel_findings(path, sorted(gpu_ranks), n_steps, total, op_dtypes)
+    found += _kernel_findings(path, sorted(gpu_ranks), n_steps, total, owned_dtypes)
     found.append(roofline_finding(ops, n_steps=n_steps, gpu_ranks=len(gpu_ranks),
                                   path_compute_ns_per_step=cats["compute"]["per_step_ns"]))
     found.append(_alltoall_imbalance(alltoall, found))
@@ -299,7 +277,7 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     info = [_bound_finding(bound)] if path.pieces.height else []
     if mfu is not None and mfu.get("mfu") is not None:
         info.append(_mfu_finding(mfu, bound, _path_precision(path, sorted(gpu_ranks),
-                                                            op_dtypes)))
+                                                            owned_dtypes)))
     notes = [mfu["warning"]] if mfu is not None and mfu.get("warning") else []
     rows = _cause_first(sorted(found, key=_order))
     # without steps every gain is the window's: said so, with the window's length
@@ -317,21 +295,6 @@ def in_the_window(text: str, window_ns: int) -> str:
     """``text`` with "per step" said of the window: a trace without steps has no step to
     divide by, so its gains are the window's (of ``window_ns``)."""
     return re.sub(r"\bper step\b", f"in the window ({_time(window_ns)})", text)
-
-
-def _op_dtypes(ops: pl.DataFrame | None) -> dict[str, str]:
-    """Kernel name -> the dtype of the op that owns it (``ops`` rows by shape): its model's,
-    else its first recorded floating input type (an op without a model, ``_scaled_mm`` of
-    ``c10::Float8_e4m3fn`` inputs, still says fp8)."""
-    if ops is None or ops.height == 0 or not {"kernels", "dtype"} <= set(ops.columns):
-        return {}
-    recorded = (pl.col("dtypes").list.eval(pl.element().replace_strict(
-        PEAK_DTYPES, default=None, return_dtype=pl.String).drop_nulls()).list.first()
-        if "dtypes" in ops.columns else pl.lit(None, pl.String))
-    rows = (ops.select("kernels", dtype=pl.coalesce("dtype", recorded))
-            .explode("kernels").drop_nulls()
-            .unique("kernels", keep="first", maintain_order=True))
-    return dict(rows.iter_rows())
 
 
 def _path_precision(path: CriticalPath, gpu_ranks: list[int],
@@ -809,7 +772,7 @@ def _kernel_findings(path: CriticalPath, gpu_ranks: list[int], n_steps: int,
                      ) -> list[dict[str, Any]]:
     """One finding per kernel family (``KERNEL_FAMILIES``) holding at least ``KERNEL_SHARE``
     of the path in GPU compute pieces (copies from pageable memory are ``pageable_copy``'s).
-    The fix is checked against the family's kernels (``_checked_fix``): no precision advice
+    The fix is checked against the family's kernels (``advice_checks.checked_fix``): no precision advice
     to kernels already below fp32, no "use FlashAttention" to fused attention."""
     p = path.pieces.filter(pl.col("rank").is_in(gpu_ranks) & (pl.col("category") == "compute")
                            & ~pl.col("name").str.contains("(?i)pageable"))
@@ -831,7 +794,7 @@ def _kernel_findings(path: CriticalPath, gpu_ranks: list[int], n_steps: int,
         per_step = f["ns"] // n_steps
         top = _top(f["names"])
         assert top is not None
-        fix, checked = _checked_fix(key, fix, f["names"], op_dtypes or {})
+        fix, checked = checked_fix(key, fix, f["names"], op_dtypes or {})
         out.append({
             "id": "kernels", "rank": None, "name": key, "gain_ns_per_step": None,
             "path_ns_per_step": per_step, "confidence": "high",
@@ -845,51 +808,6 @@ def _kernel_findings(path: CriticalPath, gpu_ranks: list[int], n_steps: int,
     return out
 
 
-def _checked_fix(family: str, fix: str, names: dict[str, int],
-                 op_dtypes: dict[str, str]) -> tuple[str, list[dict[str, Any]]]:
-    """A kernel family's fix once the trace is read (``advice_checks``), and the evidence
-    read: matrix multiplies and convolutions already below fp32 for most of their known
-    time get no precision advice; attention that is mostly fused (flash, memory-efficient,
-    cuDNN) gets no "use fused attention"."""
-    if family not in ("gemm", "convolution", "attention"):
-        return fix, []
-    low, precisions = lower_precision(precision_shares(names, op_dtypes))
-    said = ", ".join(precisions) or "unknown"
-    evidence = [_ev("lower_precision_share", low, "ratio",
-                    f"of the known-precision time, below fp32: {said}")]
-    lowered = low >= 0.5
-    if family == "attention":
-        fused = {n: ns for n, ns in names.items() if fused_attention(n)}
-        share = sum(fused.values()) / max(sum(names.values()), 1)
-        evidence.append(_ev("fused_attention_share", share, "ratio",
-                            short_name(max(fused, key=fused.__getitem__), 50) if fused
-                            else None))
-        if share >= 0.5:
-            kinds = _fused_kinds(fused)
-            fp8 = "" if "fp8" in precisions or "fp4" in precisions else \
-                ", fp8 attention (FlashAttention-3) where accuracy allows"
-            return KERNEL_FIXES_CHECKED["attention"].format(fused=kinds, fp8=fp8), evidence
-        return KERNEL_FIXES_CHECKED["attention_unfused"].format(
-            precision="" if lowered else ", in bf16/fp16"), evidence
-    if lowered:
-        return KERNEL_FIXES_CHECKED[family].format(precision=" and ".join(precisions),
-                                                   top=precisions[0]), evidence
-    return fix, evidence
-
-
-def _fused_kinds(fused: dict[str, int]) -> str:
-    """Which fused attention the kernels are, most time first (FlashAttention, cuDNN,
-    memory-efficient, other fused)."""
-    kinds: dict[str, int] = {}
-    for name, ns in fused.items():
-        kind = ("FlashAttention-3" if re.search(r"(?i)sm90|FlashAttnFwdSm9|hopper|fa3", name)
-                and re.search(r"(?i)flash", name) else
-                "FlashAttention" if re.search(r"(?i)flash", name) else
-                "cuDNN" if re.search(r"(?i)cudnn", name) else
-                "memory-efficient" if re.search(r"(?i)fmha_cutlass|mem_eff|efficient", name)
-                else "fused")
-        kinds[kind] = kinds.get(kind, 0) + ns
-    return ", ".join(sorted(kinds, key=lambda k: -kinds[k]))
 def pipeline_bottleneck(pipeline: dict[str, Any] | None) -> dict[str, Any] | None:
     """The pipeline's clear bottleneck stage (``analyses.pipeline.bottleneck``) as a finding:
     its gain is its compute per step over the median stage's; None without one."""
