@@ -42,34 +42,37 @@ def op_tree(rows: pl.DataFrame, *, thread: tuple[str, ...] = THREAD,
         return pl.DataFrame(schema={"depth": pl.Int64, "parent_idx": pl.UInt32})
     ops = rows.select(*thread, "ts_ns", "dur_ns",
                       _level=pl.lit(0) if level is None else level).with_row_index("_idx")
-    # pre-order: parents before children, written order for exact ties (stable sort)
-    pre = ops.sort([*thread, "ts_ns", "dur_ns", "_level"],
-                   descending=[*[False] * len(thread), False, True, False],
-                   maintain_order=True).with_columns(_pre=pl.int_range(pl.len(), dtype=pl.Int64))
+    # pre-order: parents before children, written order (the row number) for exact ties
+    pre = ops.sort([*thread, "ts_ns", "dur_ns", "_level", "_idx"],
+                   descending=[*[False] * len(thread), False, True, False, False]
+                   ).with_columns(_pre=pl.int_range(pl.len(), dtype=pl.Int64))
+    # one thread number and one tie key, so the sweep sorts three integer columns: at one
+    # time, ends (0 .. 1 - 2n) before starts (2n + 2 + 2·pre), the inner end (later pre-order)
+    # first; a 0-duration row's end (+1) right after its own start
+    span = 2 * n + 2
     zero = pl.col("dur_ns") == 0
-    starts = pre.select(*thread, "_idx", _t=pl.col("ts_ns"), _cls=pl.lit(1, pl.Int8),
-                        _key=pl.col("_pre"), _sub=pl.lit(0, pl.Int8), _d=pl.lit(1, pl.Int64))
-    # a 0-duration row's end right after its own start; others' ends before the starts at
-    # their time, the inner (later in pre-order) first
-    ends = pre.select(*thread, "_idx", _t=pl.col("ts_ns") + pl.col("dur_ns"),
-                      _cls=pl.when(zero).then(1).otherwise(0).cast(pl.Int8),
-                      _key=pl.when(zero).then(pl.col("_pre")).otherwise(-pl.col("_pre")),
-                      _sub=pl.lit(1, pl.Int8), _d=pl.lit(-1, pl.Int64))
+    pre = pre.with_columns(_thr=pl.struct(thread).rle_id())
+    starts = pre.select("_thr", "_idx", _t=pl.col("ts_ns"), _key=span + 2 * pl.col("_pre"),
+                        _d=pl.lit(1, pl.Int64))
+    ends = pre.select("_thr", "_idx", _t=pl.col("ts_ns") + pl.col("dur_ns"),
+                      _key=pl.when(zero).then(span + 2 * pl.col("_pre") + 1)
+                      .otherwise(1 - 2 * pl.col("_pre")), _d=pl.lit(-1, pl.Int64))
     pts = (
-        pl.concat([starts, ends]).sort([*thread, "_t", "_cls", "_key", "_sub"])
+        pl.concat([starts, ends]).sort("_thr", "_t", "_key")
         # each thread's +1/-1 sum to zero and its points are contiguous: a running sum over
         # all rows is the running sum per thread
         .with_columns(_depth=pl.col("_d").cum_sum(), _order=pl.int_range(pl.len()))
-        .filter((pl.col("_d") == 1))
-        .select(*thread, "_idx", "_depth", "_order")
+        .filter(pl.col("_d") == 1)
+        .select("_thr", "_idx", "_depth", "_order")
     )
-    cand = pts.select(*thread, pl.col("_depth").alias("_pdepth"), "_order",
+    cand = pts.select("_thr", pl.col("_depth").alias("_pdepth"), "_order",
                       pl.col("_idx").alias("_parent"))
     linked = (pts.with_columns(_pdepth=pl.col("_depth") - 1)
-              .join_asof(cand, on="_order", by=[*thread, "_pdepth"], strategy="backward",
-                         allow_exact_matches=False, check_sortedness=False)
-              .sort("_idx"))
-    parent = linked.get_column("_parent").fill_null(-1).cast(pl.Int64).to_numpy().copy()
+              .join_asof(cand, on="_order", by=["_thr", "_pdepth"], strategy="backward",
+                         allow_exact_matches=False, check_sortedness=False))
+    parent = np.empty(n, dtype=np.int64)  # back in the rows' order, without a sort
+    parent[linked.get_column("_idx").to_numpy()] = (
+        linked.get_column("_parent").fill_null(-1).cast(pl.Int64).to_numpy())
     ts = rows.get_column("ts_ns").to_numpy()
     end = ts + rows.get_column("dur_ns").to_numpy()
     parent = _containing(parent, ts, end)
