@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceview.analyses.classify import DEFAULT_PATTERNS
+from traceview.analyses.comm_kernels import NCCL_KERNELS
 from traceview.analyses.names import matching, per_name
 from traceview.analyses.process_groups import recover_groups
 from traceview.analyses.window import ranks_present
@@ -141,7 +141,9 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
     # names then go into the scan's filter, so only the communication kernels' other columns
     # are decoded (a few hundred of ~700 k kernels in a large trace).
     names = lf.filter(pl.col("kind") == "kernel").select(pl.col("name").unique())
-    comm_names = matching(names, DEFAULT_PATTERNS.comm).collect().get_column("name")
+    # NCCL/RCCL kernels only: the calls matched across ranks by sequence (a DeepEP or custom
+    # all-reduce kernel is communication time, but carries no collective sequence)
+    comm_names = matching(names, NCCL_KERNELS).collect().get_column("name")
     gpu = (
         kernels.filter(pl.col("name").is_in(comm_names.implode()))
         .select(

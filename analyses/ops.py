@@ -130,7 +130,21 @@ def ops(instances: pl.DataFrame, kernels: pl.DataFrame, *, device: str | None,
     grouped = _with_kernels(_grouped(inst, keys), kernels, inst, keys)
     return {"ops": grouped.sort("kernel_time_ns", "name", descending=[True, False],
                                 nulls_last=True),
-            "device": device, "peaks": peaks, "warnings": _warnings(device, dtypes, peaks)}
+            "device": device, "peaks": peaks,
+            "warnings": _warnings(device, dtypes, peaks) + _replayed_warning(kernels)}
+
+
+def _replayed_warning(kernels: pl.DataFrame) -> list[str]:
+    """GPU events replayed from CUDA/HIP graphs: in no op's row (``op_kernels``)."""
+    if "graph_replayed" not in kernels.columns:
+        return []
+    replayed = kernels.filter(pl.col("graph_replayed"))
+    if replayed.height == 0:
+        return []
+    ms = replayed.get_column("dur_ns").sum() / 1e6
+    return [f"ops: {replayed.height} GPU events ({ms:.3f} ms) were replayed from CUDA/HIP "
+            "graphs: unattributed (the ops captured into the graphs launched them, and the "
+            "trace does not hold their capture)"]
 
 
 def _rates(inst: pl.DataFrame, peaks: dict[str, Any]) -> pl.DataFrame:

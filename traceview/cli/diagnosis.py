@@ -127,7 +127,9 @@ def run_diagnose(args: argparse.Namespace) -> int:
     findings = result["findings"]
     todo = findings.filter(findings["severity"] != "info")
     step = result["step_ns"]
-    print(f"to do, biggest gain first (step {ms(step)} ms):" if todo.height else
+    windowed = todo.height and todo["per"][0] == "window" if "per" in todo.columns else False
+    span = f"window {ms(step)} ms, no steps" if windowed else f"step {ms(step)} ms"
+    print(f"to do, biggest gain first ({span}):" if todo.height else
           "nothing to fix found on the critical path")
     for i, f in enumerate(todo.iter_rows(named=True), 1):
         print(f"{i}. [{f['severity']}] {finding_headline(f)}")

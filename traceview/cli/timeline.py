@@ -159,6 +159,8 @@ def _bound_cell(r: dict) -> str:
     """A row's bound with the share it rests on: ``idle 86%``, ``compute-bound 60%``."""
     if r.get("bound") is None:
         return "-"
+    if r.get("bound_share") is None:  # a rank without GPU work: host-bound, no GPU share
+        return str(r["bound"])
     return f"{r['bound']} {pct(r.get('bound_share'))}"
 
 

@@ -566,14 +566,19 @@ def _critical_path_section(data: ReportData) -> list[str]:
     todo = dx["findings"].filter(pl.col("severity") != "info")
     info = [f["title"] for f in dx["findings"].filter(pl.col("severity") == "info")
             .iter_rows(named=True)]
+    # a trace without steps: the gains are the window's, never "per step"
+    per = "in the window" if "per" in todo.columns and todo.height \
+        and todo["per"][0] == "window" else "per step"
+    unit = "ms in the window" if per == "in the window" else "ms/step"
     return ['<section id="critical-path"><h2>Critical path and what to fix</h2>',
             "<p>The longest chain of dependent work across ranks, step by step: it jumps to the "
             "rank that arrived last at each collective. A fix's gain is what the path would "
-            "lose per step.</p>", H.notes(info),
+            f"lose {per}.</p>", H.notes(info),
             table(todo, [("severity", "severity", "text"),
-                         ("gain_ns_per_step", "gain (ms/step)", "ms"),
-                         ("gain_share", "of the step", "pct"),
-                         ("path_ns_per_step", "on the path (ms/step)", "ms"),
+                         ("gain_ns_per_step", f"gain ({unit})", "ms"),
+                         ("gain_share", "of the step" if per == "per step" else "of the window",
+                          "pct"),
+                         ("path_ns_per_step", f"on the path ({unit})", "ms"),
                          ("title", "finding", "prose"), ("confidence", "confidence", "text"),
                          ("recommendation", "what to do", "prose")]),
             table(cp["ranks"].filter(pl.col("path_ns") > 0), [

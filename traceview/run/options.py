@@ -38,7 +38,8 @@ class RunOptions:
                     the profiler started; ``analyses.launches.unlaunched_gpu``). Default: keep
                     them, and say how many there are in the results' warnings.
     comm_patterns:  more kernel-name regexes (Rust regex syntax) that mean communication,
-                    e.g. vLLM's ``^cross_device_reduce_`` (``classify.with_comm_patterns``).
+                    beyond the known ones (``comm_kernels.COMM_KERNELS``), e.g. ``^my_allreduce_``
+                    (``classify.with_comm_patterns``).
     comm_config:    a TOML file whose ``comm_patterns = [...]`` adds to ``comm_patterns``.
     gpus_per_node:  ranks ``kN .. kN+N-1`` are node k (``analyses.nodes``); None: the host
                     each trace names.

@@ -77,6 +77,7 @@ from traceview.analyses.host import host_events
 from traceview.analyses.launches import unlaunched_gpu
 from traceview.analyses.memory import memory_levels
 from traceview.analyses.nccl import log_calls, log_choices
+from traceview.analyses.comm_kernels import unseen_comm_warning
 from traceview.analyses.op_kernels import op_kernel_times
 from traceview.analyses.op_models import family
 from traceview.analyses.ops import op_args, ops
@@ -465,6 +466,9 @@ class Run:
                             for r, n in enqueued.group_by("rank").len().sort("rank").rows()])
         if "gpu" in tables and self.unlaunched.height:
             out.append(_unlaunched_warning(self.unlaunched, self.options.exclude_unlaunched))
+        if "gpu" in tables and (unseen := unseen_comm_warning(
+                self.gpu, self._world.get("world_size"))):
+            out.append(unseen)
         if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
             out += _capped([*(f"alignment: rank {r}: {note}" for r, note in self.offsets.filter(
                 pl.col("method") == "none").select("rank", "note").rows()),
