@@ -204,8 +204,7 @@ def run_report(args: argparse.Namespace) -> int:
         if args.history_last < 1:
             raise UsageError(f"report: --history-last wants a number >= 1, got "
                              f"{args.history_last}")
-        db = history.open_database(args.history, create=False)
-        history.probe(db)
+        db = _history_if_any(args.history, "report")
     run = _open(args)
     title = args.title or "traceview report: " + ", ".join(Path(p).name for p in args.paths)
     data = gather(run, title=title, top=args.top, nccl_logs=args.nccl_log)
@@ -231,6 +230,20 @@ def run_report(args: argparse.Namespace) -> int:
         for item in items:
             print(f"note: {section}: {item}")
     return 0
+
+
+def _history_if_any(url: str, command: str) -> Any:
+    """The history database ``url`` names, checked before any trace is read (one that cannot
+    be used is exit 2); None, with a warning, where there is none yet: a SQLite file no run
+    was recorded into, or an empty URL (an unset secret on a fork's pull request). The first
+    run of a CI job then passes and reports without a trend, instead of failing."""
+    try:
+        db = history.open_database(url, create=False)
+    except history.NoHistoryYet as exc:
+        warn(f"{command}: {exc}; going on without recorded runs")
+        return None
+    history.probe(db)
+    return db
 
 
 def _history_trend(args: argparse.Namespace, db: Any, run: Any) -> HistoryTrend:
@@ -330,17 +343,24 @@ def run_check(args: argparse.Namespace) -> int:
         _output(args, args.junit, "--junit")
     source: dict[str, Any] = {}
     if args.history is not None:
-        db = history.open_database(args.history, create=False)
-        history.probe(db)  # before the traces are read: a database we cannot use is exit 2
+        db = _history_if_any(args.history, "check")  # before the traces are read
         run = _open(args)
         now = gate.measure(run)
         # the run being checked is no evidence about itself, if it was recorded already
         _, digest = history.inputs_of(run.files)
-        stored = history.recorded_runs(db, label=args.label, last=args.last,
-                                       exclude_inputs=digest)
-        doc = history.baseline_doc(stored, source=db.where)
-        source = {"history": db.where, "label": args.label, "last": args.last,
-                  "history_runs": [s.id for s in stored]}
+        stored = [] if db is None else history.recorded_runs(
+            db, label=args.label, last=args.last, exclude_inputs=digest)
+        if stored:
+            doc = history.baseline_doc(stored, source=db.where)
+        else:  # the first run: every metric is "not_in_baseline" (skipped), the gate passes
+            if db is not None:
+                warn(f"check: {db.where}: no recorded run matches"
+                     + (f" label {args.label}" if args.label else "")
+                     + ": nothing to compare with yet (`traceview history record` builds "
+                     "the baseline); passing")
+            doc = {"metrics": {}}
+        source = {"history": None if db is None else db.where, "label": args.label,
+                  "last": args.last, "history_runs": [s.id for s in stored]}
     else:
         path = Path(args.baseline)
         problem = file_problem(path)  # before opening: a FIFO would block the open
@@ -363,7 +383,9 @@ def run_check(args: argparse.Namespace) -> int:
     if args.json:  # notes: how the input was read (the cache), no damage of it
         emit_json({**result.to_dict(), "notes": list(run.traceset.notes), **source})
         return result.exit_code
-    if source:
+    if source and not source["history_runs"]:
+        print("baseline: no recorded run yet: every metric skipped")
+    elif source:
         ids = source["history_runs"]
         print(f"baseline: {len(ids)} recorded run{'s' if len(ids) > 1 else ''} "
               f"(#{', #'.join(map(str, ids))}) from {source['history']}"
