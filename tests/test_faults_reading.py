@@ -574,3 +574,21 @@ def test_a_dangling_symlink_in_a_folder_is_skipped_with_a_warning(capsys, tmp_pa
     assert code == 0 and out.count('"rank":') == 2
     said = [line for line in err.splitlines() if str(link) in line]
     assert len(said) == 1 and "does not exist" in said[0] and "warning" in said[0]
+
+
+def test_sql_says_a_damaged_kept_table_was_made_again(capsys, tmp_path):
+    """A flipped byte in a kept table that a query reads (the classified GPU rows) is found
+    and the table made again; sql says so on stderr, as every other command does, and its
+    answer is the undamaged one."""
+    gpu = FIXTURES / "data" / "gpu_real"
+    cache = str(tmp_path / "c")
+    query = "select count(*) as n, sum(dur_ns) as busy from gpu"
+    code, before, _ = _run(capsys, "sql", str(gpu), query, "--cache-dir", cache, "--json")
+    assert code == 0
+    kept = next((tmp_path / "c" / "derived").glob("gpu-*.parquet"))
+    data = bytearray(kept.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    kept.write_bytes(bytes(data))
+    code, after, err = _run(capsys, "sql", str(gpu), query, "--cache-dir", cache, "--json")
+    assert code == 0 and after == before
+    assert str(kept) in err and "could not be used" in err
