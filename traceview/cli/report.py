@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,13 @@ from traceview.errors import UsageError
 from traceview.outputs import gate
 from traceview.outputs.perfetto import export
 from traceview.parsers import file_problem
-from traceview.outputs.report import gather, write_html
+from traceview.outputs.report import (
+    PLOTLY_CDN,
+    PLOTLY_INLINE,
+    gather,
+    shared_plotly,
+    write_html,
+)
 from traceview.outputs.report_data import HistoryTrend
 from traceview.store.safe_write import (
     atomic_write,
@@ -79,6 +86,11 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=whole(0, MAX_ROWS), default=10, metavar="N", help="kernels / gaps to list")
     p.add_argument("--nccl-log", nargs="+", default=[], metavar="FILE",
                    help="NCCL debug logs: add the algorithms and protocols NCCL chose")
+    p.add_argument("--plotly", default="inline", metavar="inline|cdn|FILE",
+                   help="where the figures' plotly.js comes from: inline (default: one "
+                        "self-contained file), cdn (loaded from cdn.plot.ly when opened), or "
+                        "FILE: a shared copy written there once, which reports of many runs "
+                        "reference instead of holding 4.9 MB each")
     p.add_argument("--history", metavar="URL", default=None,
                    help="add the trend of a gate metric over the runs recorded in this "
                         "database (`traceview history record`), this run marked")
@@ -199,6 +211,8 @@ def _output(args: argparse.Namespace, path: str, option: str = "-o") -> str:
 
 def run_report(args: argparse.Namespace) -> int:
     _output(args, args.output)
+    if args.plotly not in (PLOTLY_INLINE, PLOTLY_CDN):
+        _output(args, args.plotly, "--plotly")  # before any trace is read
     db = None
     if args.history is not None:
         if args.history_last < 1:
@@ -211,7 +225,7 @@ def run_report(args: argparse.Namespace) -> int:
     if db is not None:
         data = replace(data, history=_history_trend(args, db, run))
     buf = io.StringIO()
-    figures = write_html(data, buf)
+    figures = write_html(data, buf, plotly=_plotly_source(args))
     write_text(args.output, buf.getvalue())
     sections = {k: v for k, v in data.notes.items()}
     for warning in data.warnings[len(run.warnings):]:  # the inputs' were printed on opening
@@ -230,6 +244,17 @@ def run_report(args: argparse.Namespace) -> int:
         for item in items:
             print(f"note: {section}: {item}")
     return 0
+
+
+def _plotly_source(args: argparse.Namespace) -> str:
+    """``--plotly``: inline, cdn, or a shared copy written now (never over an input), named
+    in the report relative to the report's folder."""
+    if args.plotly in (PLOTLY_INLINE, PLOTLY_CDN):
+        return args.plotly
+    copy = Path(args.plotly)
+    _output(args, args.plotly, "--plotly")
+    shared_plotly(copy)
+    return Path(os.path.relpath(copy.resolve(), Path(args.output).resolve().parent)).as_posix()
 
 
 def _history_if_any(url: str, command: str) -> Any:
