@@ -139,7 +139,8 @@ def ops(instances: pl.DataFrame, kernels: pl.DataFrame, *, device: str | None,
     keys = list(GROUPINGS[by])
     grouped = _with_kernels(_grouped(inst, keys), kernels, inst, keys)
     return {"ops": _ordered(grouped, keys),
-            "device": device, "peaks": peaks, "warnings": _warnings(device, dtypes, peaks)}
+            "device": device, "peaks": peaks,
+            "warnings": _no_shapes(inst) + _warnings(device, dtypes, peaks)}
 
 
 def _rates(inst: pl.DataFrame, peaks: dict[str, Any]) -> pl.DataFrame:
@@ -231,6 +232,16 @@ def _with_kernels(grouped: pl.DataFrame, kernels: pl.DataFrame, inst: pl.DataFra
 def _string_list(text: str) -> list[str] | None:
     value = _json(text)
     return [str(v) for v in value] if isinstance(value, list) else None
+
+
+def _no_shapes(inst: pl.DataFrame) -> list[str]:
+    """Why every shape, FLOP and rate column is empty: no op recorded its inputs (the
+    profiler ran without ``record_shapes``). An op table of dashes said nothing of it."""
+    if inst.height == 0 or inst.get_column("input_dims").drop_nulls().len() > 0:
+        return []
+    return ["ops: the trace records no input shapes (profiled without record_shapes=True): "
+            "GPU time per op only, no FLOPs, bytes, rates or roofline; profile with "
+            "torch.profiler.profile(record_shapes=True) for them"]
 
 
 def _warnings(device: str | None, dtypes: list[str], peaks: dict[str, Any]) -> list[str]:
