@@ -84,3 +84,10 @@ def test_alignment_notes_of_a_one_host_run_are_routine() -> None:
     two = SimpleNamespace(offsets=pl.DataFrame({"rank": [0, 1], "host": ["a", "b"]}))
     assert _routine_alignment(one)(note) and not _routine_alignment(two)(note)
     assert not _routine_alignment(one)("collectives: group 0: unmatched")
+
+
+def test_a_short_breakdown_table_is_in_step_order(tmp_path: Path, capsys) -> None:
+    html = _report(capsys, tmp_path / "r.html", "--plotly", "cdn")
+    section = html.split('<section id="breakdown">', 1)[1].split("</section>", 1)[0]
+    steps = re.findall(r"<tr><td>0</td><td>0</td><td>(\d+)</td>", section)
+    assert steps == sorted(steps) and len(steps) == 2  # gpu_real: steps 551, 552
