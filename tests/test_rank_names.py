@@ -67,3 +67,28 @@ def test_byte_identical_exports_under_two_rank_names(tmp_path: Path,
     code, info, err = _info(capsys, tmp_path)
     assert code == 0 and sorted(r["rank"] for r in info["ranks"]) == [0, 1]
     assert "records rank" not in err
+
+
+def test_an_export_of_processes_none_of_which_has_a_rank_is_refused_by_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two CPU-only processes, neither naming its rank: every row would be dropped, and
+    summary printed an empty table with exit 0. Now one line naming the file and the way out
+    (a rank per process id), which then reads both."""
+    import sqlite3
+
+    import traceview
+    from fixtures.nsys_synthetic import write_export
+
+    path = tmp_path / "app.sqlite"
+    write_export(path, ranks=2, rank_source="none")
+    with sqlite3.connect(path) as con:
+        for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                    "AND name LIKE 'CUPTI_ACTIVITY_KIND_%'").fetchall():
+            con.execute(f"DELETE FROM {table}")  # noqa: S608 - names from the file itself
+    assert main(["summary", str(path), "--no-cache"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "rank_map" in err[0]
+    pids = [int(p) for p in err[0].split("(pids ", 1)[1].split(")", 1)[0].split(", ")]
+    run = traceview.open(path, cache=False,
+                         options={"rank_map": {f"pid:{pid}": r for r, pid in enumerate(pids)}})
+    assert run.summary().to_polars()["rank"].to_list() == [0, 1]
