@@ -271,6 +271,7 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
         f["path_share"] = f["path_ns_per_step"] * n_steps / total if total else None
         if f["id"] == "straggler":
             f.setdefault("confidence", confidence.get(f["rank"], "low"))
+        f.setdefault("confidence", "low")  # never None: a finding that does not say is unsure
     found = [_with_severity(f) for f in found if f.get("keep") or _kept(f)]
     bound = _bound(cats, cpu_only=not gpu_ranks)
     mfu = model_flops_utilisation(model, step_ns, devices, table)
@@ -832,7 +833,10 @@ def pipeline_bottleneck(pipeline: dict[str, Any] | None) -> dict[str, Any] | Non
                                               else "unknown")),
         _ev("step_ns_at_median_speed", b.get("step_ns_at_median_speed"), "ns"),
     ]
+    # how often the stage computes the most: every step, it is the bottleneck for sure
+    leading = (b.get("steps_leading") or 0) / max(int(b.get("steps") or 1), 1)
     return {"id": "pipeline_bottleneck", "rank": b["rank"], "gain_ns_per_step": gain,
+            "confidence": "high" if leading >= 0.8 else "medium" if leading >= 0.5 else "low",
             "title": (f"Pipeline stage {b['stage']} (rank {b['rank']}) is the bottleneck: "
                       f"{_time(gain)} per step more compute than the median stage, the others "
                       "wait for it"),
@@ -874,7 +878,9 @@ def _alltoall_imbalance(alltoall: dict[str, Any] | None,
         straggler["recommendation"] = (
             f"Rank {rank} receives {ratio:.2f}x the mean all-to-all volume: balance the "
             "routing first (alltoall_imbalance). " + straggler["recommendation"])
+    # the volumes are counted exactly; the gain is a model's (a balanced assignment)
     return {"id": "alltoall_imbalance", "rank": rank, "gain_ns_per_step": cost,
+            "confidence": "medium",
             "title": f"All-to-all imbalance: rank {rank} receives {ratio:.2f}x the mean "
                      f"volume; a balanced assignment would save {_time(cost)} per step",
             "evidence": evidence,

@@ -199,6 +199,9 @@ def run_stragglers(args: argparse.Namespace) -> int:
               f"{r['last_arrivals']} of {r['instances']}: {why}")
     if not verbose and rows.filter(~pl.col("flagged")).height:
         print("(--verbose: the evidence behind each verdict)")
+    print("imposed: the others' wait at the collectives the rank reached last, over the window; "
+          "caused: the part of the waits its own time caused (not passed on from another "
+          "rank), per step, as diagnose counts it")
     if many:
         print(not_shown(rows.height, res.height, "stragglers"))
     return 0

@@ -446,7 +446,12 @@ class Run:
         paired (``match``), GPU work without its launch (``gpu``), ranks whose clock could not
         be aligned or only poorly (``offsets``)."""
         out: list[str] = []
-        tables = tuple(t for t in tables if t in self.__dict__)  # computed (not failed) only
+        # computed (not failed) only; the GPU rows also when only a table made from them was
+        # read from the cache folder: a warning is the data's, not the cache's (the same
+        # command said it on a cold cache)
+        made_from_gpu = "overlap_rows" in self.__dict__ or bool(getattr(self, "_gaps", None))
+        tables = tuple(t for t in tables
+                       if t in self.__dict__ or (t == "gpu" and made_from_gpu))
         if "match" in tables:
             out += _capped([f"collectives: group {g}{'' if r is None else f' rank {r}'}: "
                             f"{p}: {d}" for g, r, p, d in self.match.problems.select(
