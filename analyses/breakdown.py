@@ -19,6 +19,7 @@ import polars as pl
 
 from .launches import launch_table, with_launches
 from .names import matching
+from .op_tree import op_tree
 from .overlap import NOTE_NO_STEPS, accounting, accountings, finish, step_windows_for
 from .window import gpu_trace_windows
 
@@ -133,10 +134,8 @@ def kernels_across_ranks(gpu: pl.DataFrame, *, n: int = 20) -> pl.DataFrame:
 def top_cpu_ops(ops: pl.DataFrame, *, n: int = 20, by: str = "self_ns") -> pl.DataFrame:
     """Host operators (kind ``cpu_op``) by self or total time, per rank.
 
-    self time = duration − durations of the direct children on the same thread. Nesting is
-    found without a loop: a sweep (+1 at starts, −1 at ends, ends first on ties) gives each
-    op's depth; its parent is the latest earlier op one level up on the same thread (an as-of
-    join: :func:`with_self_time`). Columns: rank, name, count, total_ns, self_ns, mean_ns,
+    self time = duration − durations of the direct children on the same thread, the
+    children from the one op tree (``analyses/op_tree.py``: :func:`with_self_time`). Columns: rank, name, count, total_ns, self_ns, mean_ns,
     mean_self_ns. ``ops``: ``with_self_time(host rows)`` (both rankings share it).
     """
     out = (
@@ -152,41 +151,23 @@ def top_cpu_ops(ops: pl.DataFrame, *, n: int = 20, by: str = "self_ns") -> pl.Da
 
 def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl.DataFrame:
     """Host ops (rank, pid, tid, name as stored, ts_ns, dur_ns, _idx) with ``depth``,
-    ``parent_idx`` and ``self_ns`` columns added."""
+    ``parent_idx`` (``op_tree``) and ``self_ns`` columns added."""
     thread = ["rank", "pid", "tid"]
     ops = (
         events.lazy()
         .filter(pl.col("kind").is_in(list(kinds)) & pl.col("dur_ns").is_not_null()
                 & (pl.col("dur_ns") >= 0))
-        .select(*thread, "name", "ts_ns", "dur_ns")
+        .select(*thread, "name", "ts_ns", "dur_ns",
+                # identical intervals: an op around its runtime call around a driver call
+                _level=pl.col("kind").cast(pl.String).replace_strict(
+                    {"cpu_op": 0, "cuda_runtime": 1}, default=2, return_dtype=pl.Int8))
         .with_row_index("_idx")
         .with_columns(_end=pl.col("ts_ns") + pl.col("dur_ns"))
         .collect()
     )
-    # sweep points: ends sort before starts at equal time; starts of longer ops first
-    starts = ops.select(*thread, "_idx", _t=pl.col("ts_ns"), _kind=pl.lit(1),
-                        _tie=-pl.col("dur_ns"), _d=pl.lit(1))
-    ends = ops.select(*thread, "_idx", _t=pl.col("_end"), _kind=pl.lit(0),
-                      _tie=pl.lit(0, pl.Int64), _d=pl.lit(-1))
-    pts = (
-        # stable: exact ties keep the ops' order; and fast on traces written in time order
-        pl.concat([starts, ends]).sort([*thread, "_t", "_kind", "_tie"], maintain_order=True)
-        # each thread's +1/-1 sum to zero and its points are contiguous: a running sum over
-        # all rows is the running sum per thread (no window expression needed)
-        .with_columns(_depth=pl.col("_d").cum_sum(), _order=pl.int_range(pl.len()))
-        .filter(pl.col("_kind") == 1)
-        .select(*thread, "_idx", "_depth", "_order")
-    )
-    cand = pts.select(*thread, pl.col("_depth").alias("_pdepth"), pl.col("_order"),
-                      pl.col("_idx").alias("parent_idx"))
-    linked = (  # one row per op (its start), put back in the ops' order
-        pts.with_columns(_pdepth=pl.col("_depth") - 1)
-        .join_asof(cand, on="_order", by=[*thread, "_pdepth"], strategy="backward",
-                   allow_exact_matches=False, check_sortedness=False)
-        .select("_idx", pl.col("_depth").alias("depth"), "parent_idx")
-        .sort("_idx")
-    )
-    ops = ops.with_columns(linked.get_column("depth"), linked.get_column("parent_idx"))
+    # the one tree (analyses/op_tree.py)
+    tree = op_tree(ops, thread=tuple(thread), level=pl.col("_level"))
+    ops = ops.with_columns(tree.get_column("depth"), tree.get_column("parent_idx"))
     child = ops.filter(pl.col("parent_idx").is_not_null()).group_by("parent_idx").agg(
         _child_ns=pl.col("dur_ns").sum())
     child_ns = pl.Series("_child_ns", [0] * 0, dtype=pl.Int64).extend_constant(0, ops.height) \
@@ -195,7 +176,7 @@ def with_self_time(events: Frame, *, kinds: tuple[str, ...] = ("cpu_op",)) -> pl
         ops.with_columns(child_ns)
         .with_columns(self_ns=pl.max_horizontal(pl.col("dur_ns") - pl.col("_child_ns"),
                                                 pl.lit(0)))
-        .drop("_child_ns", "_end")
+        .drop("_child_ns", "_end", "_level")
     )
 
 

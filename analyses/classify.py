@@ -12,8 +12,9 @@ recognise them) with one of those categories. Each gets
   ``memcpy_other``;
 * ``end_ns`` = ``ts_ns + dur_ns``.
 
-A kernel is communication when its name matches ``ClassifyPatterns.comm`` (default: contains
-``nccl`` or ``rccl``, any case: ``ncclKernel_*``, ``ncclDevKernel_*``, ``rcclKernel*``);
+A kernel is communication when its name matches ``ClassifyPatterns.comm`` (default: the table
+of known communication kernels, ``comm_kernels.COMM_KERNELS``: NCCL and RCCL, DeepEP, NVSHMEM,
+vLLM's, SGLang's and TensorRT-LLM's custom all-reduce, PyTorch symmetric memory, MSCCL++);
 every other kernel is compute. The patterns are data: pass your own ``ClassifyPatterns``.
 
 >>> from traceview.schema import events_frame
@@ -35,6 +36,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceview.schema import ACCELERATOR_DEVICE_CATEGORIES, ACCELERATOR_DEVICE_WAITS, GPU_KINDS
+
+from .comm_kernels import DEFAULT_COMM_PATTERN
 
 #: Categories (lower-cased) that mean GPU work even if a reader left the kind as "other".
 GPU_CATEGORIES: dict[str, str] = {
@@ -62,7 +65,8 @@ GPU_SUBCLASSES: tuple[str, ...] = (
 class ClassifyPatterns:
     """User-overridable classification rules (regular expressions, Rust regex syntax).
 
-    comm:        kernel names that are communication (default: nccl or rccl, any case).
+    comm:        kernel names that are communication (default: ``DEFAULT_COMM_PATTERN``,
+                 the union of ``comm_kernels.COMM_KERNELS``).
     memcpy_kernel: kernel names that are really copies (e.g. AMD ``__amd_rocclr_copyBuffer``);
                  default None: every non-comm kernel is compute, as the issue defines.
     memset_kernel: kernel names that are really memsets (e.g. ``__amd_rocclr_fillBuffer``);
@@ -70,7 +74,7 @@ class ClassifyPatterns:
     ignore:      GPU event names to drop entirely (default None).
     """
 
-    comm: str = r"(?i)nccl|rccl"
+    comm: str = DEFAULT_COMM_PATTERN
     memcpy_kernel: str | None = None
     memset_kernel: str | None = None
     ignore: str | None = None
@@ -85,8 +89,8 @@ def with_comm_patterns(extra: tuple[str, ...] | list[str],
     ``cross_device_reduce_``): a kernel is communication when the default rule or any of them
     matches. Each pattern keeps its own flags: the default's ``(?i)`` stays inside its group.
 
-    >>> with_comm_patterns(["^cross_device_reduce_"]).comm
-    '(?:(?i)nccl|rccl)|(?:^cross_device_reduce_)'
+    >>> with_comm_patterns(["^my_allreduce_"]).comm.endswith("|(?:^my_allreduce_)")
+    True
     """
     if not extra:
         return patterns

@@ -21,6 +21,10 @@ Two steps, both pure functions over tables:
 2. :func:`match_collectives` gives every call an ``instance`` key shared by the same collective
    on every participating rank:
 
+   * ``comms_id``: the call's ``Comms Id`` when the trace carries one (recent PyTorch writes
+     it in ``record_param_comms`` and NCCL kernel args: a hash of the process group, its
+     sequence number and its ranks, so one value names one collective on every rank,
+     whatever each rank calls the group);
    * ``seq``: (process group, sequence number) when the trace carries ``Seq`` (Kineto
      ``record_param_comms`` / NCCL kernel args, nsys NCCL payloads);
    * ``order``: otherwise (group, position within the group on that rank), accepted only when
@@ -50,7 +54,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceview.analyses.classify import DEFAULT_PATTERNS
+from traceview.analyses.comm_kernels import NCCL_KERNELS
 from traceview.analyses.names import matching, per_name
 from traceview.analyses.process_groups import recover_groups
 from traceview.analyses.window import ranks_present
@@ -73,7 +77,7 @@ COMM_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "side": pl.String, "group": pl.String, "seq": pl.Int64,
     "collective": pl.String, "name": pl.String, "ts_ns": pl.Int64, "end_ns": pl.Int64,
     "dur_ns": pl.Int64, "bytes": pl.Int64, "group_size": pl.Int32, "dtype": pl.String,
-    "pg_ranks": pl.String, "enqueue_only": pl.Boolean,
+    "pg_ranks": pl.String, "enqueue_only": pl.Boolean, "comms_id": pl.String,
 }
 
 INSTANCE_SCHEMA: dict[str, pl.DataType] = {
@@ -106,6 +110,18 @@ def _text(col: str) -> pl.Expr:
     return pl.col(col).cast(pl.String)
 
 
+def comms_id(args_json: pl.Expr) -> pl.Expr:
+    """The ``Comms Id`` in a row's raw args (text: the hash is an unsigned 64-bit number),
+    null without one. It is not one of the parsed ``KINETO_ARGS`` columns: it is read from
+    the raw args of the communication rows only (a few per step).
+
+    >>> pl.DataFrame({"a": ['{"Seq": 3, "Comms Id": 18446744073709551615}', '{"Seq": 3}']}
+    ...              ).select(c=comms_id(pl.col("a"))).get_column("c").to_list()
+    ['18446744073709551615', None]
+    """
+    return args_json.str.extract(r'"Comms Id"\s*:\s*"?(-?\d+)', 1)
+
+
 def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
                 ranks: Sequence[int] | None = None) -> pl.DataFrame:
     """One row per collective call per rank (see the module docstring for the selection).
@@ -118,13 +134,16 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
     lf = events.lazy()
     name = _text("name")
     norm = pl.coalesce(_text("collective"), collective_from_text(name))
+    has_args = "args_json" in lf.collect_schema().names()
 
     kernels = lf.filter((pl.col("kind") == "kernel") & pl.col("dur_ns").is_not_null())
     # The rule runs once per distinct kernel name (reading kind and name only); the matching
     # names then go into the scan's filter, so only the communication kernels' other columns
     # are decoded (a few hundred of ~700 k kernels in a large trace).
     names = lf.filter(pl.col("kind") == "kernel").select(pl.col("name").unique())
-    comm_names = matching(names, DEFAULT_PATTERNS.comm).collect().get_column("name")
+    # NCCL/RCCL kernels only: the calls matched across ranks by sequence (a DeepEP or custom
+    # all-reduce kernel is communication time, but carries no collective sequence)
+    comm_names = matching(names, NCCL_KERNELS).collect().get_column("name")
     gpu = (
         kernels.filter(pl.col("name").is_in(comm_names.implode()))
         .select(
@@ -142,6 +161,7 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
             dtype=_text("dtype"),
             pg_ranks=_text("pg_ranks"),
             enqueue_only=pl.lit(False),
+            comms_id=comms_id(_text("args_json")) if has_args else pl.lit(None, pl.String),
         )
         # a send or recv kernel (NCCL's SendRecv kernel carrying its call's p2p args) has
         # no all-ranks completion: it is paired by analyses/p2p.py, as on the CPU side
@@ -228,9 +248,17 @@ def _cpu_calls(lf: pl.LazyFrame) -> pl.DataFrame:
                              ).select("rank", "tid", "ts_ns", "name",
                                       shape_bytes=shape_bytes(pl.col("args_json")
                                                               .cast(pl.String)))
+        # the dispatcher's record of the call (record_param_comms) may carry its Comms Id
+        ids = rows.filter(pl.col("name").cast(pl.String) == "record_param_comms").select(
+            "rank", "tid", "ts_ns", "name",
+            comms_id=comms_id(pl.col("args_json").cast(pl.String)))
         rows = rows.drop("args_json").join(shapes, on=["rank", "tid", "ts_ns", "name"],
                                            how="left", nulls_equal=True, maintain_order="left")
+        rows = rows.join(ids, on=["rank", "tid", "ts_ns", "name"], how="left",
+                         nulls_equal=True, maintain_order="left")
         rows = rows.with_columns(bytes=pl.coalesce("bytes", "shape_bytes"))
+    else:
+        rows = rows.with_columns(comms_id=pl.lit(None, pl.String))
     ops = per_name(  # the name rules run once per distinct name
         rows, _backend=name.str.contains(_BACKEND_WORK), _dispatch=name.str.contains(_DISPATCH))
     cand = ops.filter(
@@ -244,7 +272,7 @@ def _cpu_calls(lf: pl.LazyFrame) -> pl.DataFrame:
         norm=pl.coalesce(_text("collective"), collective_from_text(name)),
         seq="seq", pg_name=_text("pg_name"), pg_ranks=_text("pg_ranks"), bytes="bytes",
         group_size=pl.col("group_size").cast(pl.Int32), dtype=_text("dtype"),
-        backend_work=pl.col("_backend"),
+        backend_work=pl.col("_backend"), comms_id="comms_id",
     ).sort("rank", "tid", "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
     # Merge nested events: a new call starts where ts > running max of previous ends.
     cand = cand.with_columns(
@@ -264,6 +292,7 @@ def _cpu_calls(lf: pl.LazyFrame) -> pl.DataFrame:
         group_size=pl.col("group_size").drop_nulls().first(),
         dtype=pl.col("dtype").drop_nulls().first(),
         backend_work=pl.col("backend_work").any(),
+        comms_id=pl.col("comms_id").drop_nulls().first(),
     ).collect()
     calls = calls.with_columns(
         has_backend=pl.col("backend_work").any().over("rank"),
@@ -279,6 +308,7 @@ def _cpu_calls(lf: pl.LazyFrame) -> pl.DataFrame:
         seq="seq", collective="collective", name="name", ts_ns="ts_ns", end_ns="end_ns",
         dur_ns=pl.col("end_ns") - pl.col("ts_ns"), bytes="bytes", group_size="group_size",
         dtype="dtype", pg_ranks="pg_ranks", enqueue_only=~pl.col("backend_work"),
+        comms_id="comms_id",
     ).cast({"rank": pl.Int32})
 
 
@@ -325,7 +355,7 @@ def match_collectives(
     ``max_vote`` caps the calls per rank used to vote on a clock offset. Returns
     ``MatchResult(instances, problems, groups)``; instances add ``instance`` (text key),
     ``position`` (sequence number, or position in the group) and ``match``
-    (``seq``/``order``/``time``); ``groups`` says per group how it was matched.
+    (``comms_id``/``seq``/``order``/``time``); ``groups`` says per group how it was matched.
     """
     if comm.height == 0:
         return MatchResult(pl.DataFrame(schema=INSTANCE_SCHEMA),
@@ -336,6 +366,17 @@ def match_collectives(
                                      floor_ns=tolerance_ns or TOLERANCE_FLOOR_NS)
         problems.append(pl.DataFrame(found, schema=PROBLEM_SCHEMA))
     comm = comm.sort("rank", "group", "ts_ns")
+    if "comms_id" not in comm.columns:
+        comm = comm.with_columns(comms_id=pl.lit(None, pl.String))
+    # Comms Id first: it names the collective itself (group, sequence number and ranks), so
+    # it pairs calls that a per-rank group name or a restarted Seq would not
+    with_id = comm.filter(pl.col("comms_id").is_not_null())
+    by_id = with_id.with_columns(
+        position=pl.coalesce("seq", pl.int_range(pl.len()).over("rank", "group")).cast(pl.Int64),
+        instance=pl.lit("comms ") + pl.col("comms_id"),
+        match=pl.lit("comms_id"),
+    ).with_columns(group=pl.col("group").first().over("instance"))
+    every_call, comm = comm, comm.filter(pl.col("comms_id").is_null())
     with_seq = comm.filter(pl.col("seq").is_not_null())
     by_seq = with_seq.with_columns(
         position=pl.col("seq"),
@@ -344,8 +385,10 @@ def match_collectives(
     )
     rest = comm.filter(pl.col("seq").is_null()).with_columns(
         position=pl.int_range(pl.len()).over("rank", "group").cast(pl.Int64))
-    parts = [by_seq]
-    tolerances = {g: 0 for g in by_seq.get_column("group").unique()}
+    parts = [by_id, by_seq]
+    tolerances = {g: 0 for g in pl.concat([by_id.get_column("group"),
+                                           by_seq.get_column("group")]).unique()}
+    problems.append(_seq_problems(by_id))
     problems.append(_seq_problems(by_seq))
     for (group,), g in rest.group_by("group", maintain_order=True):
         if str(group).startswith("unresolved:"):
@@ -368,7 +411,7 @@ def match_collectives(
     inst = pl.concat([p.select(list(INSTANCE_SCHEMA)).cast(INSTANCE_SCHEMA) for p in parts])
     probs = pl.concat([p.select(list(PROBLEM_SCHEMA)).cast(PROBLEM_SCHEMA) for p in problems])
     return MatchResult(inst.sort("instance", "rank"), probs.sort("group", "rank"),
-                       _groups(comm, inst, tolerances))
+                       _groups(every_call, inst, tolerances))
 
 
 def _groups(comm: pl.DataFrame, inst: pl.DataFrame, tolerances: dict) -> pl.DataFrame:

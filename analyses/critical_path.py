@@ -54,6 +54,7 @@ from traceview.analyses.align import apply_offsets
 
 from .intervals import clip, complement, flag_overlapping, sweep, union, windowed_sweep
 from .names import per_name
+from .op_tree import innermost_open, op_tree
 from .window import STEP_PATTERN
 
 #: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
@@ -209,8 +210,9 @@ def host_threads(host: pl.DataFrame, *, step_pattern: str = STEP_PATTERN) -> pl.
 def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
              options: PathOptions = DEFAULT_OPTIONS) -> pl.DataFrame:
     """Everything the path can be doing on a rank, one interval per row (``rank, tid, ts_ns,
-    end_ns, name`` and the flags ``gpu_compute, gpu_comm, host_comm, loader, host, sync``), on
-    the timeline of the inputs. Host rows: communication calls on any thread; other ops on
+    end_ns, name`` and the flags ``gpu_compute, gpu_comm, host_comm, loader, host, sync,
+    annotation``), on the timeline of the inputs. NVTX ranges are annotations, never
+    ``host`` work; ``annotation``: an NVTX or ``record_function`` range (not a DataLoader's). Host rows: communication calls on any thread; other ops on
     the threads that drive the rank's work (:func:`host_threads`; step markers excluded).
     GPU rows have a null ``tid``."""
     kernels = gpu.filter(pl.col("dur_ns") > 0).select(
@@ -218,7 +220,8 @@ def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
         end_ns=pl.col("ts_ns") + pl.col("dur_ns"), name=pl.col("name").cast(pl.String),
         gpu_compute=pl.col("gpu_class").cast(pl.String) != "comm",
         gpu_comm=pl.col("gpu_class").cast(pl.String) == "comm",
-        host_comm=pl.lit(False), loader=pl.lit(False), host=pl.lit(False), sync=pl.lit(False))
+        host_comm=pl.lit(False), loader=pl.lit(False), host=pl.lit(False), sync=pl.lit(False),
+        annotation=pl.lit(False))
     timed = host.filter(pl.col("dur_ns").is_not_null() & (pl.col("dur_ns") > 0)
                         & pl.col("kind").cast(pl.String).is_in(
                             ["cpu_op", "user_annotation", "python_function", "cuda_runtime",
@@ -237,7 +240,12 @@ def activity(gpu: pl.DataFrame, host: pl.DataFrame, *,
         end_ns=pl.col("ts_ns") + pl.col("dur_ns"),
         name=pl.col("name").cast(pl.String), gpu_compute=pl.lit(False), gpu_comm=pl.lit(False),
         host_comm="_comm", loader=pl.col("_loader") & ~pl.col("_comm"),
-        host=~pl.col("_comm"), sync=pl.col("_sync") | (pl.col("kind").cast(pl.String) == "sync"))
+        # NVTX ranges are annotations, never work; record_function ranges are the host's
+        # on a GPU rank (Python between launches) but not where a CPU rank blocks in gloo
+        host=~pl.col("_comm") & (pl.col("kind").cast(pl.String) != "nvtx"),
+        sync=pl.col("_sync") | (pl.col("kind").cast(pl.String) == "sync"),
+        annotation=pl.col("kind").cast(pl.String).is_in(["user_annotation", "nvtx"])
+        & ~pl.col("_loader") & ~pl.col("_comm"))
     return pl.concat([kernels, host_rows]).sort("rank", "ts_ns")
 
 
@@ -259,7 +267,7 @@ def wait_intervals(act: pl.DataFrame) -> pl.DataFrame:
 
     seg = sweep({"compute": merged(pl.col("gpu_compute")),
                  "gpu": merged(pl.col("gpu_compute") | pl.col("gpu_comm")),
-                 "host": merged(pl.col("host") & ~pl.col("sync")),
+                 "host": merged(pl.col("host") & ~pl.col("sync") & ~pl.col("annotation")),
                  "comm": merged(pl.col("gpu_comm") | pl.col("host_comm"))}, by=["rank"])
     bit = {name: (pl.col("mask") & (1 << i)) != 0
            for i, name in enumerate(("compute", "gpu", "host", "comm"))}
@@ -268,7 +276,7 @@ def wait_intervals(act: pl.DataFrame) -> pl.DataFrame:
         "rank", ts_ns="seg_start_ns", end_ns="seg_end_ns"), by=["rank"])
 
 
-_BITS = ("gpu_compute", "gpu_comm", "host_comm", "loader", "host")
+_BITS = ("gpu_compute", "gpu_comm", "host_comm", "loader", "host", "host_op")
 
 
 def pieces(segments: pl.DataFrame, act: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
@@ -276,7 +284,9 @@ def pieces(segments: pl.DataFrame, act: pl.DataFrame, gpu_ranks: set[int]) -> pl
     op, kernel or collective behind it. Together they tile the path exactly."""
     local = segments.filter(pl.col("kind") == "local").with_row_index("segment").select(
         "rank", "segment", window_start_ns="start_ns", window_end_ns="end_ns")
-    swept = windowed_sweep(act, local, {b: pl.col(b) for b in _BITS}, by=["rank"],
+    flags = {b: pl.col(b) for b in _BITS if b != "host_op"}
+    flags["host_op"] = pl.col("host") & ~pl.col("annotation")
+    swept = windowed_sweep(act, local, flags, by=["rank"],
                            window_keys=["segment"]) if local.height else pl.DataFrame(
         schema={"rank": pl.Int32, "segment": pl.UInt32, "seg_start_ns": pl.Int64,
                 "seg_end_ns": pl.Int64, "mask": pl.Int64})
@@ -301,9 +311,12 @@ def _category(gpu_ranks: set[int]) -> pl.Expr:
                 .when(comm).then(pl.lit("communication_wait"))
                 .when(bit["loader"]).then(pl.lit("data_loading"))
                 .when(bit["host"]).then(pl.lit("launch_host")).otherwise(pl.lit("idle")))
+    # a CPU rank inside a record_function range alone while a collective (gloo) is in flight
+    # is blocked in it: waiting, not compute
     cpu_rank = (pl.when(bit["loader"]).then(pl.lit("data_loading"))
-                .when(bit["host"]).then(pl.lit("compute"))
-                .when(comm).then(pl.lit("communication_wait")).otherwise(pl.lit("idle")))
+                .when(bit["host_op"]).then(pl.lit("compute"))
+                .when(comm).then(pl.lit("communication_wait"))
+                .when(bit["host"]).then(pl.lit("compute")).otherwise(pl.lit("idle")))
     return pl.when(on_gpu).then(gpu_rank).otherwise(cpu_rank)
 
 
@@ -348,42 +361,21 @@ def _latest_started(p: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _innermost(p: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """The innermost op running at each piece's start. Ops of one thread nest, so on each
-    thread the open op at the current nesting depth is the one that started last at that
-    depth; of the rank's threads, the op that started last is what the path waits for."""
+    """The innermost op running at each piece's start, from the one op tree
+    (``analyses/op_tree.py``) of each thread; of the rank's threads, the op that started
+    last is what the path waits for."""
     if p.height == 0 or ops.height == 0:
         return p.with_columns(name=pl.lit(None, pl.String))
-    op_depth, level = _nesting(ops)
-    threads = ops.select("rank", "tid").unique()
-    each = p.with_row_index("_piece").join(threads, on="rank").sort("start_ns")
-    at = each.join_asof(level, left_on="start_ns", right_on="_t", by=["rank", "tid"],
-                        strategy="backward", check_sortedness=False).drop("_t")
-    right = op_depth.select("rank", "tid", "depth", _ts="ts_ns", _end="end_ns",
-                            _name="name").sort("_ts")
-    hit = at.join_asof(right, left_on="start_ns", right_on="_ts", by=["rank", "tid", "depth"],
-                       strategy="backward", check_sortedness=False).filter(
-        pl.col("_end") > pl.col("start_ns"))
-    best = hit.sort("_ts", "tid").group_by("_piece").agg(name=pl.col("_name").last())
+    thread = ("rank", "tid")
+    rows = ops.select(*thread, "ts_ns", "name", dur_ns=pl.col("end_ns") - pl.col("ts_ns"))
+    tree = op_tree(rows, thread=thread)
+    each = p.with_row_index("_piece").join(rows.select(*thread).unique(), on="rank")
+    open_at = innermost_open(each, rows, tree, at="start_ns", thread=thread)
+    found = rows.select("ts_ns", _name="name", _tid="tid").with_row_index("op_idx")
+    hit = (each.select("_piece", open_at).drop_nulls("op_idx")
+           .join(found, on="op_idx"))
+    best = hit.sort("ts_ns", "_tid").group_by("_piece").agg(name=pl.col("_name").last())
     return p.with_row_index("_piece").join(best, on="_piece", how="left").drop("_piece")
-
-
-def _nesting(ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``ops`` with ``depth``, how many ops of its thread are open at its start, itself
-    included; and ``rank, tid, _t, depth``: each thread's depth from each start or end point
-    on. One sweep per thread: +1 at a start, -1 at an end; at one time ends first, and of two
-    ops starting together the longer (the parent) first."""
-    tagged = ops.with_row_index("_i")
-    points = pl.concat([
-        tagged.select("rank", "tid", "_i", _t="ts_ns", _d=pl.lit(1, pl.Int32),
-                      _o=pl.lit(1, pl.Int8), _len=pl.col("ts_ns") - pl.col("end_ns")),
-        tagged.select("rank", "tid", "_i", _t="end_ns", _d=pl.lit(-1, pl.Int32),
-                      _o=pl.lit(0, pl.Int8), _len=pl.lit(0, pl.Int64)),
-    ]).sort("rank", "tid", "_t", "_o", "_len", "_i").with_columns(
-        depth=pl.col("_d").cum_sum().over("rank", "tid"))
-    op_depth = tagged.join(points.filter(pl.col("_o") == 1).select("_i", "depth"), on="_i")
-    level = points.group_by("rank", "tid", "_t", maintain_order=True).agg(
-        pl.col("depth").last()).sort("_t")
-    return op_depth.drop("_i"), level
 
 
 # --- the whole analysis ------------------------------------------------------------------

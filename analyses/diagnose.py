@@ -44,11 +44,13 @@ communication that was hidden behind its lateness).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 import polars as pl
 
+from .advice_checks import checked_fix, lower_precision, op_dtypes, precision_shares, startup
 from .critical_path import CriticalPath
 from .flops import PEAK_TABLE, Peak
 from .mfu import ModelSize, model_flops_utilisation
@@ -73,6 +75,8 @@ FINDING_SCHEMA: dict[str, pl.DataType] = {
     # added fields (the ones above are the contract as first published)
     "confidence": pl.String, "path_ns_per_step": pl.Int64, "path_share": pl.Float64,
     "name": pl.String,
+    # "step": the gains are per step; "window": the trace has no steps, they are the window's
+    "per": pl.String, "window_ns": pl.Int64,
 }
 
 RECOMMENDATIONS: dict[str, str] = {
@@ -118,11 +122,25 @@ RECOMMENDATIONS: dict[str, str] = {
         "Strengthen the router's load-balancing loss, cap expert capacity (capacity factor, "
         "dropping or rerouting overflow tokens), replicate the hot expert or place experts by "
         "measured load; `traceview alltoall` shows the volumes per rank and step."),
+    "launch_bound_host": (
+        "The host is slower than the GPU between launches, though the kernels are long enough "
+        "that launch overhead alone does not explain it: see what the host runs there "
+        "(py-spy, `traceview critical-path`), cut Python overhead with torch.compile, move "
+        "host work off the launching thread."),
+    "startup": (
+        "Start-up (MPI_Init, CUDA context creation, device selection, the first copies to the "
+        "device) runs once per process: CUDA graphs and launch tuning do not shorten it. "
+        "Profile steady-state steps (a profiler schedule with wait and warmup steps, "
+        "--skip-warmup N, an nsys capture range) to see what the loop itself waits for."),
     "bound": "Work on the largest share first; the findings above say how.",
     "mfu": (
         "Low MFU with a compute-bound path: use bf16/fp16 autocast or TF32 matmuls, larger "
         "matrices per kernel, torch.compile; check the top kernels with `traceview "
         "breakdown`."),
+    "mfu_low_precision": (
+        "Low MFU with a compute-bound path already in {precision}: larger matrices per kernel "
+        "(fused projections, larger batch), fewer small kernels (torch.compile), dimensions "
+        "that are multiples of 16 (32 for fp8); check the top kernels with `traceview ops`."),
 }
 
 #: Runtime calls by family (the first pattern that matches): what the host waits for in them.
@@ -203,6 +221,11 @@ KERNEL_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
+#: Kernels at or above this median length on the path: launch overhead (a few µs a launch)
+#: does not explain the GPU's wait, so CUDA graphs are not advised for it.
+GRAPH_KERNEL_NS = 100_000
+
+
 def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
              stragglers: pl.DataFrame | None = None, gaps: pl.DataFrame | None = None,
              gpu_ranks: tuple[int, ...] = (), devices: pl.DataFrame | None = None,
@@ -231,13 +254,14 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     step_ns = _mean_step(steps)
     cats = path_categories(path)
     total = sum(v["path_ns"] for v in cats.values())
+    owned_dtypes = op_dtypes(ops)
     found: list[dict[str, Any]] = []
     found += _stragglers(path, collective_rows, stragglers, n_steps, step_ns, replayed)
     found.append(_exposed_comm(path, cats, n_steps))
     found += _host_findings(path, gaps, sorted(gpu_ranks), n_steps, total, host)
     found.append(_pageable(path, n_steps))
     found.append(pipeline_bottleneck(pipeline))
-    found += _kernel_findings(path, sorted(gpu_ranks), n_steps, total)
+    found += _kernel_findings(path, sorted(gpu_ranks), n_steps, total, owned_dtypes)
     found.append(roofline_finding(ops, n_steps=n_steps, gpu_ranks=len(gpu_ranks),
                                   path_compute_ns_per_step=cats["compute"]["per_step_ns"]))
     found.append(_alltoall_imbalance(alltoall, found))
@@ -250,17 +274,41 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
         f["path_share"] = f["path_ns_per_step"] * n_steps / total if total else None
         if f["id"] == "straggler":
             f.setdefault("confidence", confidence.get(f["rank"], "low"))
+        f.setdefault("confidence", "low")  # never None: a finding that does not say is unsure
     found = [_with_severity(f) for f in found if f.get("keep") or _kept(f)]
-    bound = _bound(cats)
+    bound = _bound(cats, cpu_only=not gpu_ranks)
     mfu = model_flops_utilisation(model, step_ns, devices, table)
     info = [_bound_finding(bound)] if path.pieces.height else []
     if mfu is not None and mfu.get("mfu") is not None:
-        info.append(_mfu_finding(mfu, bound))
+        info.append(_mfu_finding(mfu, bound, _path_precision(path, sorted(gpu_ranks),
+                                                            owned_dtypes)))
     notes = [mfu["warning"]] if mfu is not None and mfu.get("warning") else []
     rows = _cause_first(sorted(found, key=_order))
+    # without steps every gain is the window's: said so, with the window's length
+    windowed = path.steps.height == 0
+    for f in [*rows, *info]:
+        f["per"], f["window_ns"] = ("window", total) if windowed else ("step", None)
+        if windowed:
+            f["title"] = in_the_window(f["title"], total)
     findings = pl.DataFrame([_row(f) for f in [*rows, *info]], schema=FINDING_SCHEMA)
     return {"step_ns": step_ns, "findings": findings, "bound": bound, "mfu": mfu,
             "notes": notes}
+
+
+def in_the_window(text: str, window_ns: int) -> str:
+    """``text`` with "per step" said of the window: a trace without steps has no step to
+    divide by, so its gains are the window's (of ``window_ns``)."""
+    return re.sub(r"\bper step\b", f"in the window ({_time(window_ns)})", text)
+
+
+def _path_precision(path: CriticalPath, gpu_ranks: list[int],
+                    op_dtypes: dict[str, str]) -> tuple[float, list[str]]:
+    """The compute on the path: the share of its known-precision time below fp32, and
+    those precisions (``advice_checks.lower_precision``)."""
+    p = path.pieces.filter(pl.col("rank").is_in(gpu_ranks) & (pl.col("category") == "compute"))
+    per_name = p.group_by("name").agg(ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+    return lower_precision(precision_shares(dict(per_name.drop_nulls("name").iter_rows()),
+                                            op_dtypes))
 
 
 def _cause_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -562,12 +610,21 @@ def _host_findings(path: CriticalPath, gaps: pl.DataFrame | None, gpu_ranks: lis
     python = [n for n in rows.get_column("name").drop_nulls().unique().to_list()
               if re.search(PYTHON_PATTERN, n)]
     launching = launching_functions(host, python)
+    early = _startup_time(path, gaps, gpu_ranks)
+    begun: dict[str, int] = {}  # start-up time by name: never the step's launch overhead
     per: dict[str, dict[str, Any]] = {}
     calls: dict[str, dict[str, int]] = {}
     for category, name, cause, ns in rows.iter_rows():
         topic, direct = _topic(category, name, cause, launching)
         if topic is None:
             continue
+        if topic in ("launch_bound", "host_work"):
+            first = min(early.get((category, name, cause), 0), ns)
+            if first:
+                begun[name or "(idle)"] = begun.get(name or "(idle)", 0) + first
+                ns -= first
+            if ns <= 0:
+                continue
         if topic == "runtime_call":
             c = calls.setdefault(name, {"ns": 0, "pageable": 0})
             c["ns"] += ns
@@ -588,7 +645,51 @@ def _host_findings(path: CriticalPath, gaps: pl.DataFrame | None, gpu_ranks: lis
     out = [_call_finding(name, c, n_steps, total) for name, c in calls.items()]
     for topic, t in per.items():
         out.append(_host_finding(topic, t, path, gpu_ranks, n_steps))
-    return out
+    out.append(_startup_finding(begun, n_steps, total))
+    return [f for f in out if f is not None]
+
+
+def _startup_time(path: CriticalPath, gaps: pl.DataFrame | None,
+                  gpu_ranks: list[int]) -> dict[tuple, int]:
+    """The host time on the path that is start-up, by ``host_time``'s (category, name,
+    cause): in a start-up call (``advice_checks.STARTUP_PATTERN``: MPI_Init, context
+    creation, first copies), or before the rank's first GPU work and outside every step (a
+    trace with steps: before them; without: from the window's start). The first launches of
+    a step are the step's own launch overhead."""
+    if not gpu_ranks or path.pieces.height == 0:
+        return {}
+    first = path.busy.group_by("rank").agg(_first=pl.col("ts_ns").min()) \
+        if path.busy.height else pl.DataFrame(schema={"rank": pl.Int32, "_first": pl.Int64})
+    named = path.pieces.get_column("name").cast(pl.String).unique().drop_nulls().to_list()
+    starting = [n for n in named if startup(n)]
+    p = (path.pieces.join(first.with_columns(pl.col("rank").cast(path.pieces.schema["rank"])),
+                          on="rank", how="left")
+         .filter(pl.col("name").is_in(starting) | (
+                 (pl.col("_first").is_null() | (pl.col("end_ns") <= pl.col("_first")))
+                 & (pl.col("step").is_null() if path.steps.height else pl.lit(True))))
+         .drop("_first"))
+    if p.height == 0:
+        return {}
+    rows = host_time(dataclasses.replace(path, pieces=p), gaps, gpu_ranks)
+    return {(c, n, cause): ns for c, n, cause, ns in rows.iter_rows()}
+
+
+def _startup_finding(begun: dict[str, int], n_steps: int, total: int) -> dict[str, Any] | None:
+    """Start-up on the path (``_startup_time``): said as such, with no CUDA-graph or launch
+    advice; no gain (it is not the loop's). None below ``KEEP`` of the path."""
+    ns = sum(begun.values())
+    if not total or ns / total < KEEP:
+        return None
+    top = _top(begun)
+    assert top is not None
+    return {"id": "startup", "rank": None, "name": top[0], "gain_ns_per_step": None,
+            "path_ns_per_step": ns // n_steps, "confidence": "high", "max_severity": "medium",
+            "title": f"Start-up on the critical path: {_time(ns / n_steps)} per step before "
+                     f"the first GPU work or in start-up calls (mostly "
+                     f"{short_name(top[0], 50)}): not the steady state",
+            "evidence": [_ev("startup_ns_per_step", ns // n_steps, "ns"),
+                         _ev("top_startup_ns_per_step", top[1] // n_steps, "ns", top[0])],
+            "recommendation": RECOMMENDATIONS["startup"]}
 
 
 def _share_text(ns: float, total: int) -> str:
@@ -657,6 +758,10 @@ def _host_finding(topic: str, t: dict[str, Any], path: CriticalPath, gpu_ranks: 
             (pl.col("end_ns") - pl.col("start_ns")).median()).item(), "ns"))
     evidence += top_ev
     mostly = f" (mostly in {short_name(top[0], 50)})" if top else ""
+    median = evidence[1]["value"] if len(evidence) > 1 and \
+        evidence[1]["metric"] == "median_kernel_piece_ns" else None
+    if median is not None and median >= GRAPH_KERNEL_NS:  # long kernels: not launch overhead
+        base["recommendation"] = RECOMMENDATIONS["launch_bound_host"]
     return {**base, "title": f"The GPU waits for launches on the path: "
                              f"{_time(ns / n_steps)} per step{mostly}",
             "evidence": evidence}
@@ -676,9 +781,12 @@ def _pageable(path: CriticalPath, n_steps: int) -> dict[str, Any] | None:
 
 
 def _kernel_findings(path: CriticalPath, gpu_ranks: list[int], n_steps: int,
-                     total: int) -> list[dict[str, Any]]:
+                     total: int, op_dtypes: dict[str, str] | None = None,
+                     ) -> list[dict[str, Any]]:
     """One finding per kernel family (``KERNEL_FAMILIES``) holding at least ``KERNEL_SHARE``
-    of the path in GPU compute pieces (copies from pageable memory are ``pageable_copy``'s)."""
+    of the path in GPU compute pieces (copies from pageable memory are ``pageable_copy``'s).
+    The fix is checked against the family's kernels (``advice_checks.checked_fix``): no precision advice
+    to kernels already below fp32, no "use FlashAttention" to fused attention."""
     p = path.pieces.filter(pl.col("rank").is_in(gpu_ranks) & (pl.col("category") == "compute")
                            & ~pl.col("name").str.contains("(?i)pageable"))
     if p.height == 0 or not total:
@@ -699,6 +807,7 @@ def _kernel_findings(path: CriticalPath, gpu_ranks: list[int], n_steps: int,
         per_step = f["ns"] // n_steps
         top = _top(f["names"])
         assert top is not None
+        fix, checked = checked_fix(key, fix, f["names"], op_dtypes or {})
         out.append({
             "id": "kernels", "rank": None, "name": key, "gain_ns_per_step": None,
             "path_ns_per_step": per_step, "confidence": "high",
@@ -707,9 +816,11 @@ def _kernel_findings(path: CriticalPath, gpu_ranks: list[int], n_steps: int,
             "evidence": [_ev("kernels_ns_per_step", per_step, "ns"),
                          _ev("path_share", f["ns"] / total, "ratio"),
                          _ev("top_kernel_ns_per_step", top[1] // n_steps, "ns", top[0]),
-                         _ev("kernel_names", len(f["names"]), "count")],
+                         _ev("kernel_names", len(f["names"]), "count"), *checked],
             "max_severity": "medium", "recommendation": fix})
     return out
+
+
 def pipeline_bottleneck(pipeline: dict[str, Any] | None) -> dict[str, Any] | None:
     """The pipeline's clear bottleneck stage (``analyses.pipeline.bottleneck``) as a finding:
     its gain is its compute per step over the median stage's; None without one."""
@@ -734,7 +845,10 @@ def pipeline_bottleneck(pipeline: dict[str, Any] | None) -> dict[str, Any] | Non
                                               else "unknown")),
         _ev("step_ns_at_median_speed", b.get("step_ns_at_median_speed"), "ns"),
     ]
+    # how often the stage computes the most: every step, it is the bottleneck for sure
+    leading = (b.get("steps_leading") or 0) / max(int(b.get("steps") or 1), 1)
     return {"id": "pipeline_bottleneck", "rank": b["rank"], "gain_ns_per_step": gain,
+            "confidence": "high" if leading >= 0.8 else "medium" if leading >= 0.5 else "low",
             "title": (f"Pipeline stage {b['stage']} (rank {b['rank']}) is the bottleneck: "
                       f"{_time(gain)} per step more compute than the median stage, the others "
                       "wait for it"),
@@ -776,7 +890,9 @@ def _alltoall_imbalance(alltoall: dict[str, Any] | None,
         straggler["recommendation"] = (
             f"Rank {rank} receives {ratio:.2f}x the mean all-to-all volume: balance the "
             "routing first (alltoall_imbalance). " + straggler["recommendation"])
+    # the volumes are counted exactly; the gain is a model's (a balanced assignment)
     return {"id": "alltoall_imbalance", "rank": rank, "gain_ns_per_step": cost,
+            "confidence": "medium",
             "title": f"All-to-all imbalance: rank {rank} receives {ratio:.2f}x the mean "
                      f"volume; a balanced assignment would save {_time(cost)} per step",
             "evidence": evidence,
@@ -786,15 +902,22 @@ def _alltoall_imbalance(alltoall: dict[str, Any] | None,
 
 # --- what the run is bound by, and MFU --------------------------------------------------------
 
-def _bound(cats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _bound(cats: dict[str, dict[str, Any]], *, cpu_only: bool = False) -> dict[str, Any]:
     """Shares of the path: compute, communication (transfer + wait), input (data loading),
     host (launching), idle; ``bound``: by the one rule of every output
     (``overlap.bound_of``): the largest share when at least 1.2x the next, else
-    ``balanced`` (``idle``: the path is mostly time where nothing recorded runs)."""
+    ``balanced`` (``idle``: the path is mostly time where nothing recorded runs).
+    ``cpu_only`` (no rank has GPU work): the host's ops are the host's time, not GPU compute,
+    and the bound is ``host``, as ``summary`` and ``overlap`` say of a trace without GPU
+    work; the shares still show what the host did (its waits in gloo included)."""
     s = {c: (v["share"] or 0.0) for c, v in cats.items()}
     shares = {"compute": s["compute"],
               "communication": s["communication_transfer"] + s["communication_wait"],
               "input": s["data_loading"], "host": s["launch_host"], "idle": s["idle"]}
+    if cpu_only:
+        shares = {**shares, "compute": 0.0, "host": shares["host"] + shares["compute"]}
+        return {"bound": "host" if any(shares.values()) else None, "shares": shares,
+                "cpu_only": True}
     return {"bound": bound_of(shares), "shares": shares}
 
 
@@ -809,6 +932,7 @@ def _bound_finding(bound: dict[str, Any]) -> dict[str, Any]:
             "profiler)" if bound["bound"] == "idle" else
             f"balanced between {two[0]} ({100 * sh[two[0]]:.0f}%) and {two[1]} "
             f"({100 * sh[two[1]]:.0f}%)" if bound["bound"] == "balanced" else
+            "host-bound (CPU-only: no GPU work)" if bound.get("cpu_only") else
             f"{bound['bound']}-bound" if bound["bound"] else "not bound by any category")
     return {"id": "bound", "rank": None, "gain_ns_per_step": None, "gain_share": None,
             "severity": "info", "confidence": "high",
@@ -817,7 +941,11 @@ def _bound_finding(bound: dict[str, Any]) -> dict[str, Any]:
             "recommendation": RECOMMENDATIONS["bound"]}
 
 
-def _mfu_finding(mfu: dict[str, Any], bound: dict[str, Any]) -> dict[str, Any]:
+def _mfu_finding(mfu: dict[str, Any], bound: dict[str, Any],
+                 precision: tuple[float, list[str]] = (0.0, [])) -> dict[str, Any]:
+    low, precisions = precision
+    advice = (RECOMMENDATIONS["mfu_low_precision"].format(precision=" and ".join(precisions))
+              if low >= 0.5 else RECOMMENDATIONS["mfu"])
     return {"id": "mfu", "rank": None, "gain_ns_per_step": None, "gain_share": None,
             "severity": "info", "confidence": "medium" if mfu["peak_source"] != "user"
             else "high",
@@ -830,5 +958,5 @@ def _mfu_finding(mfu: dict[str, Any], bound: dict[str, Any]) -> dict[str, Any]:
                          _ev("peak_tflops", mfu["peak_tflops"], "TFLOP/s", mfu["peak_source"]),
                          _ev("flops_per_step", mfu["flops_per_step"], "FLOP"),
                          _ev("devices", mfu["devices"], "count", mfu["devices_source"])],
-            "recommendation": RECOMMENDATIONS["mfu"] if bound["bound"] == "compute" else
+            "recommendation": advice if bound["bound"] == "compute" else
             RECOMMENDATIONS["bound"]}

@@ -26,6 +26,33 @@ HELD_STATES = ("active_allocated", "active_pending_free", "active_awaiting_free"
 ALLOCATED_DELTA = {"alloc": 1, "free_completed": -1}
 RESERVED_DELTA = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 
+#: Frames of the allocator itself (``file:line:function``): skipped when a stack is named, so
+#: the name points at the code that asked for the memory (the stack stays whole in --json).
+ALLOCATOR_FRAMES = r"c10::|CUDACachingAllocator|^torch/cuda/memory\.py:"
+#: A Python frame (``file.py:line:function``).
+PYTHON_FRAME = r"^[^:;]*\.py:"
+#: PyTorch's own Python (its files are named from the package: ``torch/nn/modules/...``).
+TORCH_FRAME = r"^torch/"
+
+
+def user_frames(stack: pl.Expr) -> pl.Expr:
+    """The frames of a ``;``-joined stack (outermost first) without the allocator's own
+    (``ALLOCATOR_FRAMES``), as a list."""
+    return stack.str.split(";").list.eval(
+        pl.element().filter(~pl.element().str.contains(ALLOCATOR_FRAMES)))
+
+
+def user_frame(stack: pl.Expr) -> pl.Expr:
+    """The frame that names a stack: the user's innermost, i.e. the innermost Python frame
+    outside PyTorch (the line of the model or loop that asked: ``model.py:12:forward``, not
+    ``torch/nn/modules/linear.py``), else the innermost Python frame outside the allocator,
+    else the innermost frame outside it, else the innermost frame (allocator frames alone)."""
+    kept = user_frames(stack)
+    python = kept.list.eval(pl.element().filter(pl.element().str.contains(PYTHON_FRAME)))
+    own = python.list.eval(pl.element().filter(~pl.element().str.contains(TORCH_FRAME)))
+    return pl.coalesce(own.list.last(), python.list.last(), kept.list.last(),
+                       stack.str.split(";").list.last())
+
 
 def snapshot_state(segments: pl.DataFrame, blocks: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, device) at snapshot time: ``segments``, ``reserved_bytes`` (sum of segment
@@ -91,7 +118,8 @@ def snapshot_peaks(replayed: pl.DataFrame, state: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, device): ``peak_allocated_bytes`` / ``peak_reserved_bytes`` over the inferred
     start state and the state after every action; ``peak_seq`` (the action that reached the
     allocated peak first; −1: the start state), ``peak_time_ns`` (its ``time_us`` × 1000 when
-    recorded), ``peak_op`` (its innermost frame), ``start_allocated_bytes``, ``ooms`` and
+    recorded), ``peak_op`` (its innermost user frame: :func:`user_frame`;
+    ``peak_stack``: the whole stack), ``start_allocated_bytes``, ``ooms`` and
     ``trace_entries``. A device with no trace peaks at its snapshot state."""
     starts = replayed.group_by(KEY).agg(
         seq=pl.lit(-1, pl.Int64), allocated_after=pl.col("start_allocated").first(),
@@ -125,8 +153,8 @@ def snapshot_peaks(replayed: pl.DataFrame, state: pl.DataFrame) -> pl.DataFrame:
                trace_entries=pl.col("trace_entries").fill_null(0),
                ooms=pl.col("n_oom").fill_null(0),
                peak_time_ns=pl.col("peak_time_us") * 1000,
-               peak_op=pl.col("peak_stack").str.split(";").list.last())
-           .drop("n_oom", "peak_time_us", "peak_stack"))
+               peak_op=user_frame(pl.col("peak_stack")))
+           .drop("n_oom", "peak_time_us"))
     return out.sort(KEY)
 
 
@@ -160,14 +188,17 @@ def block_lifetimes(trace: pl.DataFrame, blocks: pl.DataFrame) -> pl.DataFrame:
 def top_stacks_at_peak(lifetimes: pl.DataFrame, peaks: pl.DataFrame, *,
                        top: int = 10) -> pl.DataFrame:
     """The allocation stacks holding the most bytes at each device's allocated peak:
-    ``rank, device, stack, bytes, blocks, share`` (of the peak), largest first."""
+    ``rank, device, stack, bytes, blocks, share`` (of the peak), largest first; ``frame``:
+    the frame that names the stack (:func:`user_frame`: the user's innermost, not the
+    allocator's)."""
     at = lifetimes.join(peaks.select(*KEY, "peak_seq", "peak_allocated_bytes"), on=KEY)
     live = at.filter((pl.col("born_seq") <= pl.col("peak_seq"))
                      & (pl.col("freed_seq").is_null() | (pl.col("freed_seq") > pl.col("peak_seq"))))
     return (live.group_by(*KEY, "stack")
             .agg(bytes=pl.col("size").sum(), blocks=pl.len().cast(pl.Int64),
                  peak=pl.col("peak_allocated_bytes").first())
-            .with_columns(share=pl.col("bytes") / pl.col("peak"))
+            .with_columns(share=pl.col("bytes") / pl.col("peak"),
+                          frame=user_frame(pl.col("stack")))
             .drop("peak")
             .sort([*KEY, "bytes", "stack"], descending=[False, False, True, False],
                   nulls_last=True)
@@ -176,7 +207,8 @@ def top_stacks_at_peak(lifetimes: pl.DataFrame, peaks: pl.DataFrame, *,
 
 def oom_events(trace: pl.DataFrame) -> pl.DataFrame:
     """The allocator's out-of-memory events: ``rank, device, seq, requested_bytes,
-    device_free_bytes, time_ns, stack``."""
+    device_free_bytes, time_ns, stack``, ``frame`` (:func:`user_frame`)."""
     return trace.filter(pl.col("action") == "oom").select(
         *KEY, "seq", requested_bytes="size", device_free_bytes="device_free",
-        time_ns=pl.col("time_us") * 1000, stack="stack").sort(*KEY, "seq")
+        time_ns=pl.col("time_us") * 1000, stack="stack",
+        frame=user_frame(pl.col("stack"))).sort(*KEY, "seq")

@@ -2,9 +2,9 @@
 
 A GPU event's launch is the runtime call with its correlation id (``cudaLaunchKernel``,
 ``cudaMemcpyAsync``, ...); the op that launched it is the innermost ``cpu_op`` open on the
-launch's thread when the call starts. Ops of one thread nest, so the op tree comes from
-``breakdown.with_self_time`` (depth and parent from a sweep, no loop), with the runtime calls
-placed in it as leaves.
+launch's thread that contains the call. The op tree is the one of ``analyses/op_tree.py``
+(through ``breakdown.with_self_time``), with the runtime calls placed in it as leaves: ties at
+equal microseconds follow the trace's nesting, and a 0-duration op contains nothing.
 
 Per op instance:
 
@@ -33,6 +33,9 @@ from .breakdown import with_self_time
 #: Imported on first use (~0.1-0.2 s): most commands never need it (log 41 of docs/performance.md).
 np = lazy_module("numpy")
 
+#: Runtime calls that replay a captured graph (``cudaGraphLaunch``, ``hipGraphLaunch``).
+GRAPH_LAUNCH = r"(?i)GraphLaunch"
+
 #: The per-instance columns of :func:`op_kernel_times`.
 INSTANCE_SCHEMA: dict[str, pl.DataType] = {
     "op_idx": pl.UInt32, "rank": pl.Int32, "pid": pl.Int64, "tid": pl.Int64,
@@ -46,7 +49,11 @@ def op_kernel_times(gpu: pl.DataFrame, host: pl.DataFrame, *,
                     ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``(instances, kernels)``. ``instances``: one row per op instance that owns GPU time
     (``INSTANCE_SCHEMA``; ``op_idx`` names it within this call); ``kernels``: one row per
-    launched GPU event: ``op_idx`` (its owner), ``launch_op_idx``, ``name``, ``dur_ns``.
+    launched GPU event: ``op_idx`` (its owner), ``launch_op_idx``, ``name``, ``dur_ns``, and
+    ``launch_ts_ns``/``launch_end_ns`` (the runtime call), ``op_ts_ns``/``op_end_ns`` (the
+    launching op, which contains the call); ``graph_replayed``: a kernel replayed from a
+    CUDA/HIP graph (launched by ``cudaGraphLaunch``), attributed to no op (null ``op_idx``):
+    the ops captured into the graph launched it, and their capture is not in the trace.
     ``gpu``: ``prepared_gpu`` rows; ``host``: ``host_events`` rows (ops and launches);
     ``modelled``: whether an op name has a performance model (decides ownership)."""
     rows = (host.lazy()
@@ -65,10 +72,15 @@ def op_kernel_times(gpu: pl.DataFrame, host: pl.DataFrame, *,
                 .filter(~pl.col("kind").cast(pl.String).eq("cpu_op")
                         & pl.col("correlation").is_not_null())
                 .sort("ts_ns").unique(["rank", "correlation"], keep="first")
-                .select("rank", "correlation", "_row"))
+                .select("rank", "correlation", "_row",
+                        _graph=pl.col("name").cast(pl.String).str.contains(GRAPH_LAUNCH)))
     work = (gpu.select("rank", "correlation", pl.col("name").cast(pl.String), "dur_ns")
             .filter(pl.col("correlation").is_not_null() & pl.col("dur_ns").is_not_null())
             .join(launches, on=["rank", "correlation"], how="inner"))
+    # a graph replay's kernels share the graph launch's correlation: the op around the launch
+    # did not launch them, the ops captured into the graph did (not in this trace)
+    replayed = work.filter(pl.col("_graph"))
+    work = work.filter(~pl.col("_graph"))
     launch_op = up[work.get_column("_row").to_numpy()] if work.height else np.zeros(0, int)
     keep = launch_op >= 0
     work, launch_op = work.filter(pl.Series(keep)), launch_op[keep]
@@ -94,9 +106,19 @@ def op_kernel_times(gpu: pl.DataFrame, host: pl.DataFrame, *,
                                subtree_ns=pl.Series(subtree[idx]),
                                kernel_ns=pl.Series(owned[idx]))
                  .select(list(INSTANCE_SCHEMA)).cast(INSTANCE_SCHEMA))  # type: ignore[arg-type]
+    ts = rows.get_column("ts_ns").to_numpy()
+    end = ts + rows.get_column("dur_ns").to_numpy()
+    launch_row = work.get_column("_row").to_numpy()
     kernels = pl.DataFrame({"op_idx": pl.Series(owner, dtype=pl.UInt32),
                             "launch_op_idx": pl.Series(launch_op, dtype=pl.UInt32),
-                            "name": work.get_column("name"), "dur_ns": work.get_column("dur_ns")})
+                            "name": work.get_column("name"), "dur_ns": work.get_column("dur_ns"),
+                            # where the launch and its op lie: the op contains the launch
+                            "launch_ts_ns": ts[launch_row], "launch_end_ns": end[launch_row],
+                            "op_ts_ns": ts[launch_op], "op_end_ns": end[launch_op],
+                            "graph_replayed": pl.Series([False] * owner.size, dtype=pl.Boolean)})
+    if replayed.height:  # unattributed: no op, marked
+        kernels = pl.concat([kernels, replayed.select(
+            "name", "dur_ns", graph_replayed=pl.lit(True))], how="diagonal_relaxed")
     return instances, kernels
 
 

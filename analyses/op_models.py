@@ -201,13 +201,22 @@ def sdpa(name: str, dims: Sequence[Any], types: Sequence[str],
 
 # --- convolution -----------------------------------------------------------------------------
 
+#: ``transposed`` position of an op that is always a transposed convolution.
+TRANSPOSED = -2
+
 #: Argument positions per convolution op: input, weight, bias (-1: none), stride, padding,
-#: dilation, transposed (-1: never), output_padding (-1: none), groups.
+#: dilation, transposed (-1: never; ``TRANSPOSED``: always), output_padding (-1: none),
+#: groups.
 CONV_ARGS: dict[str, tuple[int, ...]] = {
     "aten::convolution": (0, 1, 2, 3, 4, 5, 6, 7, 8),
     "aten::_convolution": (0, 1, 2, 3, 4, 5, 6, 7, 8),
     "aten::cudnn_convolution": (0, 1, -1, 3, 2, 4, -1, -1, 5),
     "aten::convolution_backward": (1, 2, -1, 4, 5, 6, 7, 8, 9),
+    # ROCm (self, weight, bias, padding, stride, dilation, groups, benchmark, deterministic);
+    # the transpose has output_padding after padding and is always transposed (TRANSPOSED)
+    "aten::miopen_convolution": (0, 1, 2, 4, 3, 5, -1, -1, 6),
+    "aten::miopen_depthwise_convolution": (0, 1, 2, 4, 3, 5, -1, -1, 6),
+    "aten::miopen_convolution_transpose": (0, 1, 2, 5, 3, 6, TRANSPOSED, 4, 7),
 }
 
 
@@ -228,7 +237,7 @@ def _conv_geometry(name: str, dims: Sequence[Any], types: Sequence[str],
 
     stride, padding, dilation = spatial(at[3], 1), spatial(at[4], 0), spatial(at[5], 1)
     out_pad = spatial(at[7], 0)
-    transposed = at[6] >= 0 and _concrete(concrete, at[6]) is True
+    transposed = at[6] == TRANSPOSED or (at[6] >= 0 and _concrete(concrete, at[6]) is True)
     groups = int(_concrete(concrete, at[8]) or 1)
     k = w.dims[2:]
     if transposed:
@@ -279,9 +288,21 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
     **dict.fromkeys(("add", "sub", "mul", "div", "neg", "abs", "relu", "sigmoid", "tanh",
                      "exp", "log", "sqrt", "rsqrt", "reciprocal", "pow", "maximum",
                      "minimum", "clamp", "threshold_backward", "sin", "cos", "gelu", "silu",
-                     "erf", "where", "eq", "ne", "lt", "gt", "le", "ge"), 1),
+                     "erf", "where", "eq", "ne", "lt", "gt", "le", "ge", "clamp_min",
+                     "clamp_max", "sigmoid_backward", "tanh_backward"), 1),
     "addcmul": 2, "addcdiv": 2, "lerp": 2, "gelu_backward": 2, "silu_backward": 2,
     "copy": 0, "fill": 0, "clone": 0,
+}
+
+#: How many leading arguments of an elementwise op are its inputs (tensors, scalars and
+#: options of its functional schema); a tensor recorded after them is the ``out=`` tensor,
+#: written and not read (``mul.out(self, other, *, out)``: ``[[512], [], [512]]``). Default 2.
+ELEMENTWISE_INPUTS: dict[str, int] = {
+    **dict.fromkeys(("neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
+                     "reciprocal", "sin", "cos", "silu", "erf"), 1),
+    **dict.fromkeys(("add", "sub", "where", "lerp", "clamp", "threshold_backward",
+                     "gelu_backward", "copy"), 3),
+    **dict.fromkeys(("addcmul", "addcdiv"), 4),
 }
 
 #: FLOPs per input element of the reductions modelled: a sum or max is one; softmax exp,
@@ -290,13 +311,18 @@ ELEMENTWISE_FLOPS: dict[str, int] = {
 #: scale (1), weight (1) = 4.
 REDUCE_FLOPS: dict[str, int] = {
     **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "prod", "argmax", "argmin",
-                     "any", "all", "cumsum", "norm", "linalg_vector_norm"), 1),
+                     "any", "all", "cumsum", "norm", "linalg_vector_norm", "linalg_norm"),
+                    1),
     **dict.fromkeys(("var", "std", "var_mean", "std_mean"), 3),
     **dict.fromkeys(("softmax", "_softmax", "log_softmax", "_log_softmax",
                      "_softmax_backward_data", "_log_softmax_backward_data"), 3),
     **dict.fromkeys(("layer_norm", "native_layer_norm", "group_norm", "native_group_norm",
                      "batch_norm", "native_batch_norm", "_batch_norm_impl_index",
-                     "cudnn_batch_norm", "instance_norm"), 7),
+                     "cudnn_batch_norm", "miopen_batch_norm", "instance_norm"), 7),
+    # dx = w·rstd·(dy − mean(dy) − x̂·mean(dy·x̂)): x̂ (2), dy·x̂ (1), two channel sums (2),
+    # dx (4); the weight and bias gradients are the sums
+    **dict.fromkeys(("native_batch_norm_backward", "cudnn_batch_norm_backward",
+                     "miopen_batch_norm_backward"), 9),
     **dict.fromkeys(("rms_norm", "_fused_rms_norm"), 4),
 }
 
@@ -304,8 +330,13 @@ REDUCE_FLOPS: dict[str, int] = {
 _SAME_SHAPE = {"softmax", "_softmax", "log_softmax", "_log_softmax", "_softmax_backward_data",
                "_log_softmax_backward_data", "cumsum", "layer_norm", "native_layer_norm",
                "group_norm", "native_group_norm", "batch_norm", "native_batch_norm",
-               "_batch_norm_impl_index", "cudnn_batch_norm", "instance_norm", "rms_norm",
-               "_fused_rms_norm"}
+               "_batch_norm_impl_index", "cudnn_batch_norm", "miopen_batch_norm", "instance_norm",
+               "rms_norm", "_fused_rms_norm", "native_batch_norm_backward",
+               "cudnn_batch_norm_backward", "miopen_batch_norm_backward"}
+
+#: Where a reduction records its ``dim`` (default 1: ``sum(self, dim, ...)``); the norms
+#: take ``ord``/``p`` first (``linalg_vector_norm(self, ord, dim, keepdim)``).
+REDUCE_DIM_ARG: dict[str, int] = {"norm": 2, "linalg_vector_norm": 2, "linalg_norm": 2}
 
 
 def _base(name: str) -> str:
@@ -318,9 +349,12 @@ def elementwise(name: str, dims: Sequence[Any], types: Sequence[str],
                 concrete: Sequence[str]) -> OpModel | None:
     """Unary and binary elementwise ops: the output has the broadcast shape of the tensor
     inputs and the first one's type; FLOPs = output elements x ``ELEMENTWISE_FLOPS``; bytes
-    = tensor inputs read + output written. ``copy_`` (self, src) reads only src."""
+    = tensor inputs read + output written. ``copy_`` (self, src) reads only src; an ``out=``
+    tensor (recorded after the op's ``ELEMENTWISE_INPUTS``) is the output, counted once, as
+    written."""
     op = _base(name)
-    tensors = [t for t in (tensor(dims, types, i) for i in range(len(dims))) if t is not None]
+    inputs = min(len(dims), ELEMENTWISE_INPUTS.get(op, 2))
+    tensors = [t for t in (tensor(dims, types, i) for i in range(inputs)) if t is not None]
     if op not in ELEMENTWISE_FLOPS or not tensors:
         return None
     shape: tuple[int, ...] = ()
@@ -347,7 +381,7 @@ def reduction(name: str, dims: Sequence[Any], types: Sequence[str],
     if op in _SAME_SHAPE:
         out = x.numel
     else:
-        dim = _concrete(concrete, 1)
+        dim = _concrete(concrete, REDUCE_DIM_ARG.get(op, 1))
         dim = [dim] if isinstance(dim, int) and not isinstance(dim, bool) else dim
         if isinstance(dim, list) and dim and all(isinstance(d, int) for d in dim) and x.dims:
             kept = {d % len(x.dims) for d in dim}
@@ -368,6 +402,17 @@ _FAMILIES: dict[str, Family] = {
     **dict.fromkeys(SDPA_CAUSAL, sdpa),
     **dict.fromkeys(CONV_ARGS, conv),
 }
+
+
+def register(names: str | Sequence[str], fn: Family) -> None:
+    """Add a model for ops no family knows (a custom op: ``vllm::rms_norm``,
+    ``aiter::fmha_v3_fwd``), or replace one: ``fn(name, dims, types, concrete)`` gets the
+    op's recorded ``Input Dims``, ``Input type`` and ``Concrete Inputs`` and returns an
+    :class:`OpModel` (its ``category`` one of ``CATEGORIES``), or None where they do not say
+    enough. Registered before a run's ``ops`` is asked (``docs/metrics.md``, "A model for
+    a custom op")."""
+    for name in [names] if isinstance(names, str) else names:
+        _FAMILIES[name] = fn
 
 
 def family(name: str) -> Family | None:

@@ -41,6 +41,16 @@ GROUPINGS: dict[str, tuple[str, ...]] = {
     "name": ("name",), "shape": ("name", *ARG_KEYS)}
 
 
+def _ordered(grouped: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Largest GPU time first; ties in a total order (name, then the grouping's recorded
+    arguments), so that the rows do not follow the order instances were read in (which
+    differed between the C scanner and the pure-Python reader)."""
+    ties = [pl.col(k).list.join("\x1f") if isinstance(grouped.schema[k], pl.List) else pl.col(k)
+            for k in keys]
+    return grouped.sort([pl.col("kernel_time_ns"), *ties],
+                        descending=[True] + [False] * len(ties), nulls_last=True)
+
+
 def op_args(events: Frame, instances: pl.DataFrame) -> pl.DataFrame:
     """``instances`` (``op_kernels`` rows) with the ``ARG_KEYS`` columns (JSON text, null when
     not recorded) and ``trace_flops`` (``args.flops``) of their events. Only those ops' rows
@@ -128,9 +138,23 @@ def ops(instances: pl.DataFrame, kernels: pl.DataFrame, *, device: str | None,
         inst = inst.filter(pl.col("category") == category)
     keys = list(GROUPINGS[by])
     grouped = _with_kernels(_grouped(inst, keys), kernels, inst, keys)
-    return {"ops": grouped.sort("kernel_time_ns", "name", descending=[True, False],
-                                nulls_last=True),
-            "device": device, "peaks": peaks, "warnings": _warnings(device, dtypes, peaks)}
+    return {"ops": _ordered(grouped, keys),
+            "device": device, "peaks": peaks,
+            "warnings": _no_shapes(inst) + _warnings(device, dtypes, peaks)
+            + _replayed_warning(kernels)}
+
+
+def _replayed_warning(kernels: pl.DataFrame) -> list[str]:
+    """GPU events replayed from CUDA/HIP graphs: in no op's row (``op_kernels``)."""
+    if "graph_replayed" not in kernels.columns:
+        return []
+    replayed = kernels.filter(pl.col("graph_replayed"))
+    if replayed.height == 0:
+        return []
+    ms = replayed.get_column("dur_ns").sum() / 1e6
+    return [f"ops: {replayed.height} GPU events ({ms:.3f} ms) were replayed from CUDA/HIP "
+            "graphs: unattributed (the ops captured into the graphs launched them, and the "
+            "trace does not hold their capture)"]
 
 
 def _rates(inst: pl.DataFrame, peaks: dict[str, Any]) -> pl.DataFrame:
@@ -222,6 +246,16 @@ def _with_kernels(grouped: pl.DataFrame, kernels: pl.DataFrame, inst: pl.DataFra
 def _string_list(text: str) -> list[str] | None:
     value = _json(text)
     return [str(v) for v in value] if isinstance(value, list) else None
+
+
+def _no_shapes(inst: pl.DataFrame) -> list[str]:
+    """Why every shape, FLOP and rate column is empty: no op recorded its inputs (the
+    profiler ran without ``record_shapes``). An op table of dashes said nothing of it."""
+    if inst.height == 0 or inst.get_column("input_dims").drop_nulls().len() > 0:
+        return []
+    return ["ops: the trace records no input shapes (profiled without record_shapes=True): "
+            "GPU time per op only, no FLOPs, bytes, rates or roofline; profile with "
+            "torch.profiler.profile(record_shapes=True) for them"]
 
 
 def _warnings(device: str | None, dtypes: list[str], peaks: dict[str, Any]) -> list[str]:

@@ -136,6 +136,10 @@ BOUND_LABELS: dict[str, str] = {"compute": "compute-bound", "communication": "co
                                 "host": "host-bound", "idle": "idle", "balanced": "balanced"}
 
 
+#: The bound of a rank without GPU work (a CPU-only trace): its time is the host's.
+BOUND_NO_GPU = BOUND_LABELS["host"]
+
+
 def bound_expr(shares: Mapping[str, pl.Expr], *, ratio: float = 1.2) -> pl.Expr:
     """The bound of a window from the shares of its time (``shares``: a ``BOUND_KINDS`` kind
     -> share expression): the kind with the largest share, when it is at least ``ratio``
@@ -313,6 +317,8 @@ def finish(result: pl.DataFrame, ranks: pl.DataFrame, columns: list[str]) -> pl.
     result = result.select([c for c in columns if c in result.columns])
     if missing.height:
         filler = missing.with_columns(note=pl.lit(NOTE_NO_GPU))
+        if "bound" in columns:  # no GPU work: the host's run (summary and diagnose say so too)
+            filler = filler.with_columns(bound=pl.lit(BOUND_NO_GPU))
         result = pl.concat([result, filler], how="diagonal_relaxed")
     return result.sort("rank", "device", "step", nulls_last=True) if "step" in result.columns \
         else result.sort("rank", "device", nulls_last=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from .advice_checks import LOWER
 from .names import short_name
 
 #: The op shapes a roofline finding counts (most time left first).
@@ -27,6 +28,15 @@ RECOMMENDATION = (
     "Bring the named ops closer to their roofline: for compute-bound matrix multiplies and "
     "attention, bf16/fp16 (or fp8) with dimensions that are multiples of 64, larger batches "
     "or fused projections (fewer, larger GEMMs), FlashAttention-style fused kernels; for "
+    "memory-bound ops, fuse them with their neighbours (torch.compile), avoid extra copies "
+    "and casts, keep tensors contiguous. `traceview ops` lists every op with its bound and "
+    "the fraction of the roofline it reaches; profile the top kernels with Nsight Compute.")
+
+#: The same for ops already below fp32 (their recorded dtypes): no precision advice.
+RECOMMENDATION_LOW_PRECISION = (
+    "Bring the named ops closer to their roofline (they already run in {precision}): for "
+    "compute-bound matrix multiplies and attention, dimensions that are multiples of 64, "
+    "larger batches or fused projections (fewer, larger GEMMs), fused attention kernels; for "
     "memory-bound ops, fuse them with their neighbours (torch.compile), avoid extra copies "
     "and casts, keep tensors contiguous. `traceview ops` lists every op with its bound and "
     "the fraction of the roofline it reaches; profile the top kernels with Nsight Compute.")
@@ -61,7 +71,16 @@ def roofline_finding(ops: pl.DataFrame | None, *, n_steps: int, gpu_ranks: int,
             "title": (f"Ops far from their roofline: {short_name(lead['name'], 50)} reaches "
                       f"{100 * lead['roofline_fraction']:.0f}% of its {lead['bound']} roof; the "
                       f"top {top.height} op shapes leave {_time(left)} per step on the table"),
-            "evidence": evidence, "recommendation": RECOMMENDATION}
+            "evidence": evidence, "recommendation": _recommendation(top)}
+
+
+def _recommendation(top: pl.DataFrame) -> str:
+    """The fix, without precision advice when every named op already runs below fp32."""
+    dtypes = set(top.get_column("dtype").drop_nulls().to_list()) if "dtype" in top.columns \
+        else set()
+    if dtypes and dtypes <= LOWER:
+        return RECOMMENDATION_LOW_PRECISION.format(precision=" and ".join(sorted(dtypes)))
+    return RECOMMENDATION
 
 
 def _time(ns: float) -> str:

@@ -145,8 +145,10 @@ def stragglers(
     by_culprit = inst.filter(pl.col("culprit_rank").is_not_null()).group_by("culprit_rank").agg(
         culprit_instances=pl.col("significant").sum().cast(pl.Int64),
         names=pl.col("collective").filter(pl.col("significant")).unique().sort(),
-        evidence_steps=pl.col("step").filter(pl.col("significant")).unique().sort()
-        .cast(pl.Int64),
+        # instances before the first step are compared as one unit (step -1), but are in
+        # no step to name
+        evidence_steps=pl.col("step").filter(pl.col("significant") & (pl.col("step") >= 0))
+        .unique().sort().cast(pl.Int64),
         evidence_instances=pl.col("instance").filter(pl.col("significant"))
         .sort_by(pl.col("lateness_ns").filter(pl.col("significant")), descending=True)
         .head(EVIDENCE_INSTANCES),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from .gaps import gap_causes
-from .overlap import NOTE_NO_GPU, bound_columns
+from .overlap import BOUND_NO_GPU, NOTE_NO_GPU, bound_columns
 
 SUMMARY_COLUMNS = [
     "rank", "steps", "step_time_ns_p50", "compute_ns", "comm_ns", "overlap_ns",
@@ -75,4 +75,8 @@ def summary(
     ], separator="; ", ignore_nulls=True).replace("", None)
     per_step = [pl.when(pl.col("steps") > 0).then(pl.col(c) / pl.col("steps")).round()
                 .cast(pl.Int64).alias(f"{c}_per_step") for c in PER_STEP]
-    return out.with_columns(*per_step, note=note).select(SUMMARY_COLUMNS).sort("rank")
+    # a rank without GPU work is the host's run: bound host (as overlap and diagnose say)
+    bound = pl.when(pl.col("busy_ns").is_null()).then(pl.lit(BOUND_NO_GPU)) \
+        .otherwise(pl.col("bound"))
+    return out.with_columns(*per_step, note=note, bound=bound).select(SUMMARY_COLUMNS) \
+        .sort("rank")

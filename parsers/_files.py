@@ -25,7 +25,9 @@ from traceview.errors import UnreadableTraceError
 #: kineto 7: an event over 32 MiB or nested over 64 levels is skipped (the C path stored it).
 #: kineto 8: a trace cut short is read by the C scanner up to the damage: ``args_json`` keeps
 #: the file's own text there too (the salvage wrote the decoded objects back out, compact).
-PARSER_VERSIONS: dict[str, int] = {"kineto": 8, "nsys": 2}
+#: nsys 3: a report's only process takes its file name's rank whatever it ran (a CPU-only
+#: process kept rank None); several processes without a rank or GPU work are refused.
+PARSER_VERSIONS: dict[str, int] = {"kineto": 8, "nsys": 3}
 
 
 #: Kineto files on disk from this size are scanned as they are read: mapped (uncompressed) or

@@ -38,8 +38,9 @@ def test_gains_by_hand_and_their_order() -> None:
                           ("bound", None, "info", None)]
     gains = dict(jump_gains(run.path, run.collective_ranks).rows())
     assert sorted(gains.values()) == [400, 500]  # per step (2 steps): rank 0 200, rank 1 250
-    assert res["bound"] == {"bound": "compute", "shares": {
-        "compute": 0.8, "communication": 0.1, "input": 0.0, "host": 0.0, "idle": 0.1}}
+    # a CPU-only run: its ops are the host's time, the bound host (as summary and overlap)
+    assert res["bound"] == {"bound": "host", "cpu_only": True, "shares": {
+        "compute": 0.0, "communication": 0.1, "input": 0.0, "host": 0.8, "idle": 0.1}}
 
 
 def test_a_flagged_straggler_is_high_severity() -> None:

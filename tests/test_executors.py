@@ -5,6 +5,7 @@ analyses."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -320,3 +321,30 @@ def test_per_rank_equals_whole_frame(ev: pl.DataFrame) -> None:
     # Overlap never exceeds either side; the union of both fits in the window.
     o = res.overlap
     assert (o["overlap_ns"] <= o["compute_ns"]).all() and (o["overlap_ns"] <= o["comm_ns"]).all()
+
+
+@pytest.mark.parametrize("flags", [[], ["-E"]], ids=["pinned path", "environment ignored"])
+def test_workers_import_the_callers_traceview_from_any_folder(tmp_path: Path,
+                                                               flags: list[str]) -> None:
+    """Run from a folder holding another ``traceview`` (a checkout's root: its uncompiled
+    sources, no ``_scan``), the workers import the traceview the caller runs, not that one:
+    before, the fork server's preload took the folder's (``No module named
+    'traceview.parsers.kineto._scan'`` on every file of a run of more than 32 files). With
+    ``-E`` the server cannot be given the caller's path: traceview is not preloaded."""
+    decoy = tmp_path / "checkout" / "traceview"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("")
+    root = str(Path(traceview.__file__).resolve().parents[1])
+    code = (f"import sys; sys.path.insert(0, {root!r})\n"
+            "import traceview\n"
+            "from traceview.store.executors import local_pool\n"
+            "pool = local_pool(1)\n"
+            "job = pool.submit(eval, \"__import__('traceview').__file__\")\n"
+            "print(traceview.__file__, job.result(timeout=120), sep='\\n')\n"
+            "pool.shutdown()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", "PYTHONPATH")}
+    done = subprocess.run([sys.executable, *flags, "-c", code], cwd=decoy.parent, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    caller, worker = done.stdout.split()
+    assert worker == caller and Path(caller).resolve().parents[1] == Path(root)

@@ -560,3 +560,35 @@ def test_a_rank_cut_while_the_folder_is_scanned_never_kills_the_process(
         assert str(victim) in _one_line(err)
     else:  # a partial answer, and why (info prints its warnings with its text)
         assert str(victim) in out
+
+
+def test_a_dangling_symlink_in_a_folder_is_skipped_with_a_warning(capsys, tmp_path):
+    """A link whose target is gone (a 'latest' link after a clean-up) is no reason to refuse
+    the folder: the others are read, the link is named in a warning. Named alone, it is an
+    error (tests/test_cli_core.py)."""
+    folder = shutil.copytree(GLOO, tmp_path / "in")
+    link = folder / "rank-2.pt.trace.json"
+    link.symlink_to(tmp_path / "gone.json")
+    code, out, err = _run(capsys, "info", str(folder), "--cache-dir", str(tmp_path / "c"),
+                          "--json")
+    assert code == 0 and out.count('"rank":') == 2
+    said = [line for line in err.splitlines() if str(link) in line]
+    assert len(said) == 1 and "does not exist" in said[0] and "warning" in said[0]
+
+
+def test_sql_says_a_damaged_kept_table_was_made_again(capsys, tmp_path):
+    """A flipped byte in a kept table that a query reads (the classified GPU rows) is found
+    and the table made again; sql says so on stderr, as every other command does, and its
+    answer is the undamaged one."""
+    gpu = FIXTURES / "data" / "gpu_real"
+    cache = str(tmp_path / "c")
+    query = "select count(*) as n, sum(dur_ns) as busy from gpu"
+    code, before, _ = _run(capsys, "sql", str(gpu), query, "--cache-dir", cache, "--json")
+    assert code == 0
+    kept = next((tmp_path / "c" / "derived").glob("gpu-*.parquet"))
+    data = bytearray(kept.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    kept.write_bytes(bytes(data))
+    code, after, err = _run(capsys, "sql", str(gpu), query, "--cache-dir", cache, "--json")
+    assert code == 0 and after == before
+    assert str(kept) in err and "could not be used" in err

@@ -96,3 +96,59 @@ def test_notebook_runs(path: Path, how: str, executed: dict[tuple[str, str], obj
         assert all(PNG in f for f in figures)
         text = "".join(o.get("text", "") for o in _outputs(nb) if o["output_type"] == "stream")
         assert "save ~" in text  # the diagnosis' findings were printed
+
+
+def _pointed_at(source: Path, dest: Path, **params: str) -> None:
+    """The notebook copied to ``dest`` with its parameters cell set, as a user edits it."""
+    nb = nbformat.read(source, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    for name, value in params.items():
+        assert f"{name} = None" in cell.source
+        cell.source = cell.source.replace(f"{name} = None", f"{name} = {value!r}")
+    nbformat.write(nb, dest)
+
+
+def test_notebooks_copied_out_of_the_checkout_read_the_trace_they_are_given(tmp_path: Path):
+    """The notebooks alone, copied to a folder outside any checkout, each pointed at a trace
+    by its parameters cell: they run with the traceview the tests run (no checkout above to
+    find, no fixtures/ to import), and render their tables."""
+    import traceview
+    from fixtures.nsys_synthetic import write_export
+
+    data = REPO / "fixtures" / "data"
+    export = tmp_path / "traces" / "trace_rank0.sqlite"
+    export.parent.mkdir()
+    write_export(export, ranks=1, steps=3)
+    given = {"gpu_walkthrough": {"TRACE": str(data / "gpu_real")},
+             "explore_multirank": {"TRACE": str(data / "gloo_ddp_2r_slow1"),
+                                   "BASELINE": str(data / "gloo_ddp_2r")},
+             "nsys_export": {"TRACE": str(export)}}
+    folder = tmp_path / "my-notebooks"
+    folder.mkdir()
+    for path in NOTEBOOKS:
+        _pointed_at(path, folder / path.name, **given[path.stem])
+    # the kernel imports traceview from where this test does (installed, or the sources)
+    # and nothing else of the checkout
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    env.update(PYTHONPATH=str(Path(traceview.__file__).resolve().parents[1]),
+               PYTHONSAFEPATH="1", TRACEVIEW_CACHE_DIR=str(tmp_path / "cache"))
+    if (Path(env["PYTHONPATH"]) / "fixtures").is_dir():
+        # traceview is the checkout's sources: give the kernel a folder holding them alone
+        alone = tmp_path / "site"
+        alone.mkdir()
+        (alone / "traceview").symlink_to(Path(traceview.__file__).resolve().parent)
+        env["PYTHONPATH"] = str(alone)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+         "--ExecutePreprocessor.timeout=300", "--output-dir", str(out),
+         *[p.name for p in NOTEBOOKS]],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-6000:]
+    for path in NOTEBOOKS:
+        nb = nbformat.read(out / path.name, as_version=4)
+        assert [o for o in _outputs(nb) if o.get("output_type") == "error"] == []
+        html = _html_outputs(nb)
+        assert any("<TraceSet" in h for h in html) and sum("<table" in h for h in html) >= 3
+        text = "".join(o.get("text", "") for o in _outputs(nb) if o["output_type"] == "stream")
+        assert "set BASELINE" not in text

@@ -86,3 +86,14 @@ def test_the_quick_starts_gpu_command_answers_with_gpu_time(argv, tmp_path: Path
         assert row[1] == "2" and "-" not in row[2:6]  # steps, step time, compute, comm, exposed
     if argv[0] == "report":
         assert (tmp_path / "gpu-report.html").stat().st_size > 0
+
+
+def test_the_command_table_names_every_command() -> None:
+    """The README's command table lists every command the CLI has (it had left out ops and
+    history)."""
+    from traceview.cli import COMMANDS
+
+    rows = [line for line in (REPO / "README.md").read_text().splitlines()
+            if line.startswith("| `traceview ")]
+    listed = {m for line in rows for m in re.findall(r"`traceview ([a-z-]+)", line)}
+    assert set(COMMANDS) <= listed, sorted(set(COMMANDS) - listed)

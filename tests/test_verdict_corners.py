@@ -4,7 +4,7 @@
    ``info --json``, kept by default with a warning, dropped with ``--exclude-unlaunched``.
 2. Other accelerators (MTIA): ``mtia_ccp_events`` are device work, ``mtia_runtime`` calls are
    their launches; the stored table is unchanged (kind ``other``).
-3. Custom all-reduce kernels (vLLM ``cross_device_reduce_*``) become communication with
+3. Custom all-reduce kernels (a project's own; vLLM's ``cross_device_reduce_*`` are known) become communication with
    ``--comm-pattern`` or ``--comm-config``; the kept classified rows key on the patterns.
 
 Times below are microseconds in the trace, nanoseconds in the answers.
@@ -133,9 +133,11 @@ def test_mtia_store_is_unchanged(mtia_trace) -> None:
 
 @pytest.fixture
 def custom_allreduce_trace(tmp_path: Path) -> str:
-    """sgemm [0,100) on stream 7 and vLLM's cross_device_reduce_1stage [50,150) on stream 9."""
+    """sgemm [0,100) on stream 7 and a project's own all-reduce kernel, ring_reduce_1stage
+    [50,150), on stream 9 (vLLM's cross_device_reduce_* are in the default table now:
+    tests/test_comm_kernels.py)."""
     events = [_launch(0, 1), _kernel("sgemm", 0, 100, corr=1),
-              _launch(1, 2), _kernel("void vllm::cross_device_reduce_1stage<float, 8>", 50, 100,
+              _launch(1, 2), _kernel("void myproj::ring_reduce_1stage<float, 8>", 50, 100,
                                      corr=2, stream=9)]
     return str(write_trace(tmp_path / "vllm.json", events))
 
@@ -154,7 +156,7 @@ def test_comm_pattern_makes_it_communication(custom_allreduce_trace, capsys, tmp
     cache = ["--cache-dir", str(tmp_path / "c")]
     _overlap_row(capsys, custom_allreduce_trace, *cache)  # keeps the default rows in the cache
     row = _overlap_row(capsys, custom_allreduce_trace, *cache,
-                       "--comm-pattern", "cross_device_reduce_")
+                       "--comm-pattern", "ring_reduce_")
     # compute [0,100), comm [50,150): overlap 50, exposed comm 50; the cache did not serve
     # the rows classified without the pattern
     assert (row["compute_ns"], row["comm_ns"], row["overlap_ns"],
@@ -165,7 +167,7 @@ def test_comm_pattern_makes_it_communication(custom_allreduce_trace, capsys, tmp
 
 def test_comm_config_file(custom_allreduce_trace, capsys, tmp_path) -> None:
     config = tmp_path / "comm.toml"
-    config.write_text('comm_patterns = ["^void vllm::cross_device_reduce_", "^custom_ar_"]\n')
+    config.write_text('comm_patterns = ["^void myproj::ring_reduce_", "^custom_ar_"]\n')
     row = _overlap_row(capsys, custom_allreduce_trace, "--no-cache", "--comm-config", str(config))
     assert (row["comm_ns"], row["overlap_ns"]) == (100_000, 50_000)
     api = traceview.open(custom_allreduce_trace, cache=False, comm_config=config)

@@ -29,6 +29,7 @@ from traceview.errors import (  # noqa: E402
 #: module (``from traceview import plots``: the notebook figures).
 _LAZY: dict[str, str] = {
     "open": "traceview.run.run",
+    "hang": "traceview.run.run",
     "Run": "traceview.run.run",
     "RunOptions": "traceview.run.run",
     "ANALYSES": "traceview.run.run",
@@ -38,7 +39,8 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = ["ANALYSES", "CheckFailed", "RankConflictError", "Result", "Run", "RunOptions",
-           "TraceSet", "TraceviewError", "TwoRunsError", "UnreadableTraceError", "UsageError", "open", "plots",
+           "TraceSet", "TraceviewError", "TwoRunsError", "UnreadableTraceError", "UsageError", "hang",
+           "open", "plots",
            "__version__"]
 
 

@@ -20,8 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import traceview.parsers.kineto._scan as _scan
 from traceview.errors import UnreadableTraceError
+
+try:  # the C scanner's progress protocol (publish, states): only a scan follows a reading thread
+    import traceview.parsers.kineto._scan as _scan
+except ImportError:  # no compiled scanner: the pure-Python path reads the bytes first (_parse)
+    _scan = None
 
 try:  # ISA-L inflates 2-3x faster than zlib; fall back to the standard library.
     from isal import igzip as _gzip

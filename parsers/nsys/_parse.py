@@ -197,7 +197,12 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         gpu = [p for p in ranked if p.is_gpu]
         kept = gpu[:1] if len(gpu) == 1 else ranked[:1] if len(ranked) == 1 else []
         if len(ranked) > 1 and not kept:
-            warnings.append("several processes and none is a GPU process with a rank")
+            # every row would be dropped: an empty table (exit 0) said nothing useful
+            pids = ", ".join(str(p.pid) for p in ranked[:8]) + (", ..." if len(ranked) > 8 else "")
+            raise UnreadableTraceError(
+                export.path, f"{len(ranked)} processes (pids {pids}) and none launched GPU work "
+                "or records its rank: nothing to analyse; name them in Python: "
+                "traceview.open(PATH, options={'rank_map': {'pid:PID': RANK}})")
     rank_of = {p.gpid: p.rank for p in kept}
     lost = frame.filter(~pl.col("gpid").is_in(list(rank_of)))
     if lost.height:

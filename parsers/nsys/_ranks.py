@@ -131,7 +131,7 @@ def assign(processes: pl.DataFrame, *, mpi: dict[int, int], thread_ranks: dict[i
                     pr.rank, pr.rank_from = rank, f"{key} in {label}"
                     pr.world_size, _ = _first_int(env, _ENV_WORLD)  # type: ignore[arg-type]
                     break
-            if pr.rank is None and single and row["is_gpu"]:
+            if pr.rank is None and (single and row["is_gpu"] or len(rows) == 1):
                 by_name = rank_from_file_name(path.name)
                 if by_name is not None:
                     pr.rank, pr.rank_from = by_name, "file name"

@@ -160,7 +160,15 @@ def _frame_text(filename: Any, line: Any, name: Any) -> str | None:
     name_s, file_s = str(name or ""), str(filename or "")
     if any(o in name_s for o in _OMIT_FUNCTIONS) or any(o in file_s for o in _OMIT_FILES):
         return None
-    return f"{file_s.rsplit('/', 1)[-1] or '?'}:{'?' if line is None else line}:{name_s or '?'}"
+    return f"{_file_name(file_s) or '?'}:{'?' if line is None else line}:{name_s or '?'}"
+
+
+def _file_name(path: str) -> str:
+    """A frame's file as a stack names it: the base name, but PyTorch's own files from their
+    package (``torch/cuda/memory.py``), so the analyses tell the allocator's Python frames
+    from a user's ``memory.py``."""
+    at = path.replace("\\", "/").rfind("/torch/")
+    return path[at + 1:] if at >= 0 else path.rsplit("/", 1)[-1]
 
 
 def _segment_rows(segments: list[dict[str, Any]], budget: _Budget

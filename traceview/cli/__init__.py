@@ -91,6 +91,8 @@ COMMANDS: dict[str, Command] = {
     "capture": Command("capture", "record traces that analyse well"),
     "analyse": Command("scale", "per-rank analyses on local processes or a Dask cluster; "
                                 "alignment, collectives, stragglers, overlap"),
+    "hang": Command("hang", "why a job hung, from flight-recorder dumps: per process group the "
+                            "last collective all completed, culprit ranks, mismatches"),
 }
 
 

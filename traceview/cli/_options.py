@@ -157,6 +157,9 @@ def add_align_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--align", choices=ALIGN_METHODS, default="auto",
                         help="clock alignment: auto (collectives, ranks of one host pooled "
                              "unless contradicted), collectives, host, none")
+    parser.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
+                        help="ranks kN..kN+N-1 are node k (default: the host each trace "
+                             "names)")
 
 
 def parse_rank_map(items: list[str]) -> dict[str, int]:
@@ -207,7 +210,8 @@ def open_run(args: argparse.Namespace):  # -> traceview.run.run.Run
         tolerance_us=getattr(args, "tolerance_us", None),
         exclude_unlaunched=getattr(args, "exclude_unlaunched", False),
         comm_patterns=tuple(getattr(args, "comm_pattern", None) or ()),
-        comm_config=getattr(args, "comm_config", None))
+        comm_config=getattr(args, "comm_config", None),
+        gpus_per_node=getattr(args, "gpus_per_node", None))
     options.check()
     return run_module.Run(open_traceset(args), options)
 

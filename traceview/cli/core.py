@@ -212,7 +212,12 @@ def run_sql(args: argparse.Namespace) -> int:
         warn(f"skipped: {reason}")
     # the classified GPU rows (`gpu`) are the Run's, made only when the query names them
     gpu = {"gpu": lambda: run_module.Run(ts, run_module.RunOptions()).gpu.lazy()}
+    said = len(ts.notes)
     result = ts.sql(query, tables=gpu)
+    # what the query's own reads said: a damaged kept table (the events compacted, the
+    # classified GPU rows) discarded and made again, as every other command says it
+    for note in ts.notes[said:]:
+        warn(note)
     if args.json:
         emit_json(_jsonable(result))
     else:

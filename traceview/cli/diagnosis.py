@@ -127,7 +127,13 @@ def run_diagnose(args: argparse.Namespace) -> int:
     findings = result["findings"]
     todo = findings.filter(findings["severity"] != "info")
     step = result["step_ns"]
-    print(f"to do, biggest gain first (step {ms(step)} ms):" if todo.height else
+    windowed = todo.height and todo["per"][0] == "window" if "per" in todo.columns else False
+    gains = [g for g in todo.get_column("gain_ns_per_step").to_list() if g is not None]
+    order = ("biggest gain first" if gains == sorted(gains, reverse=True) else
+             "biggest gain first, a straggler's cause just before it")
+    # the gains are per mean step (summary's step_p50_ms is the median)
+    span = f"window {ms(step)} ms, no steps" if windowed else f"mean step {ms(step)} ms"
+    print(f"to do, {order} ({span}):" if todo.height else
           "nothing to fix found on the critical path")
     for i, f in enumerate(todo.iter_rows(named=True), 1):
         print(f"{i}. [{f['severity']}] {finding_headline(f)}")
@@ -135,6 +141,13 @@ def run_diagnose(args: argparse.Namespace) -> int:
         print(f"   evidence: {_evidence(f['evidence'])}; confidence: {f['confidence']}")
     for f in findings.filter(findings["severity"] == "info").iter_rows(named=True):
         print(f"note: {f['title']}")
+    for sentence in result.fields.get("node_findings", []):
+        print(f"node: {sentence}")
+    time_is = result.fields.get("collectives_time_is")
+    if time_is is not None and time_is.height:
+        print("collectives, what the time is: " + "; ".join(
+            f"{r['name']} {r['size_bucket']} ({r['locality']}): {r['time_is']}"
+            for r in time_is.iter_rows(named=True)))
     mfu = result["mfu"]
     if mfu is not None and mfu.get("note") and not mfu.get("refused"):
         print(f"note: MFU: {mfu['note']}")  # a refused MFU is a warning (stderr)
@@ -142,9 +155,18 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
 
 def _evidence(items: list[dict]) -> str:
+    """The evidence in words: a time in ms or µs, named without its ``_ns`` (the --json
+    value stays in ns under the metric's own name)."""
     def one(e: dict) -> str:
-        v, unit = e["value"], e["unit"]
-        shown = ("-" if v is None else f"{v / 1e6:.2f} ms" if unit == "ns" else
+        v, unit, name = e["value"], e["unit"], e["metric"]
+        if unit == "ns":
+            name = name.replace("_ns_", "_").removesuffix("_ns")
+        shown = ("-" if v is None else _duration(v) if unit == "ns" else
                  pct(v) if unit == "ratio" else f"{v:g}")
-        return f"{e['metric']}={shown}" + (f" ({e['text']})" if e["text"] else "")
+        return f"{name}={shown}" + (f" ({e['text']})" if e["text"] else "")
     return "; ".join(one(e) for e in items)
+
+
+def _duration(ns: float) -> str:
+    """A time readable at any size: ms from 0.1 ms up, else µs (a 4 µs kernel was 0.00 ms)."""
+    return f"{ns / 1e6:.2f} ms" if abs(ns) >= 1e5 else f"{ns / 1e3:.1f} µs"

@@ -124,14 +124,18 @@ def run_collectives(args: argparse.Namespace) -> int:
         return 0
     print(f"{inst.height} collective instances matched across ranks "
           f"(alignment uncertainty up to {result['alignment']['max_uncertainty_ns']} ns)")
-    print(table(["name", "size", "n", "p50_us", "p90_us", "p99_us", "tail", "skew_p50_us",
-                 "busbw_GB/s"],
-                [[r["name"], r["size_bucket"], r["instances"], us(r["p50_ns"]), us(r["p90_ns"]),
-                  us(r["p99_ns"]), fixed(r["tail_ratio"], 2), us(r["skew_p50_ns"]),
-                  fixed(r["busbw_p50_gbps"], 2)]
+    print(table(["group", "name", "size", "nodes", "n", "p50_us", "p90_us", "p99_us", "tail",
+                 "skew_p50_us", "own_p50_us", "comm_p50_us", "busbw_GB/s", "time_is"],
+                [[r["group"], r["name"], r["size_bucket"], _span(r), r["instances"],
+                  us(r["p50_ns"]), us(r["p90_ns"]), us(r["p99_ns"]), fixed(r["tail_ratio"], 2),
+                  us(r["skew_p50_ns"]), us(r["own_spread_p50_ns"]), us(r["comm_p50_ns"]),
+                  fixed(r["busbw_p50_gbps"], 2), r["time_is"]]
                  for r in summary.iter_rows(named=True)],
-                left={"name", "size"}))
+                left={"group", "name", "size", "nodes", "time_is"}))
+    several = fits.height and fits.get_column("locality").n_unique() > 1
     for r in fits.iter_rows(named=True):
+        if several:  # intra- and inter-node links fitted apart
+            r = {**r, "name": f"{r['name']} ({r['locality']})"}
         if r["alpha_ns"] is not None and not r["meaningful"]:
             print(f"alpha-beta {r['name']}: no meaningful fit: times scatter around any "
                   f"latency + size/bandwidth line by {100 * r['rel_rms_error']:.0f}% (RMS, "
@@ -143,6 +147,13 @@ def run_collectives(args: argparse.Namespace) -> int:
                   f"relative RMS error {100 * r['rel_rms_error']:.1f}% over {r['instances']}")
     _print_problems(result["problems"], args)
     return 0
+
+
+def _span(row: dict) -> str:
+    """``intra`` / ``inter (3)``: the row's locality and the most nodes it spans."""
+    if row["locality"] == "intra-node":
+        return "intra"
+    return "-" if row["node_span"] is None else f"inter ({row['node_span']})"
 
 
 def _print_nccl_log(choices: pl.DataFrame, calls: pl.DataFrame) -> None:
@@ -178,6 +189,8 @@ def run_stragglers(args: argparse.Namespace) -> int:
         print()
     many = rows.height < res.height
     verbose = getattr(args, "verbose", False)
+    for sentence in result["node_findings"]:
+        print(f"node: {sentence}")
     for r in rows.iter_rows(named=True):
         # the evidence's paragraph for a flagged rank (or with --verbose); else one reason
         why = (r["explanation"] if r["flagged"] or verbose else
@@ -186,6 +199,9 @@ def run_stragglers(args: argparse.Namespace) -> int:
               f"{r['last_arrivals']} of {r['instances']}: {why}")
     if not verbose and rows.filter(~pl.col("flagged")).height:
         print("(--verbose: the evidence behind each verdict)")
+    print("imposed: the others' wait at the collectives the rank reached last, over the window; "
+          "caused: the part of the waits its own time caused (not passed on from another "
+          "rank), per step, as diagnose counts it")
     if many:
         print(not_shown(rows.height, res.height, "stragglers"))
     return 0

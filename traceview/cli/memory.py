@@ -10,6 +10,7 @@ comes from ``Run.memory`` (``traceview.run.memory``).
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from traceview.cli._options import (
@@ -21,6 +22,7 @@ from traceview.cli._options import (
     open_run,
     whole,
 )
+from traceview.analyses.memory_snapshot import ALLOCATOR_FRAMES
 from traceview.cli._render import emit_result, pct, short, table
 from traceview.parsers import is_trace_name
 from traceview.parsers.torch_snapshot import is_snapshot_path
@@ -130,8 +132,11 @@ def run_memory(args: argparse.Namespace) -> int:
 
 
 def _stack_tail(stack: str | None, frames: int = 3) -> str:
-    """The innermost ``frames`` frames of a ``;``-joined stack."""
+    """The innermost ``frames`` frames of a ``;``-joined stack, the allocator's own frames
+    left out (``memory_snapshot.ALLOCATOR_FRAMES``: the user's code is what a reader looks
+    for; the whole stack is in --json)."""
     if not stack:
         return "(no stack recorded)"
-    parts = stack.split(";")
+    parts = [f for f in stack.split(";") if not re.search(ALLOCATOR_FRAMES, f)] \
+        or stack.split(";")
     return ("… " if len(parts) > frames else "") + " > ".join(parts[-frames:])

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,13 @@ from traceview.errors import UsageError
 from traceview.outputs import gate
 from traceview.outputs.perfetto import export
 from traceview.parsers import file_problem
-from traceview.outputs.report import gather, write_html
+from traceview.outputs.report import (
+    PLOTLY_CDN,
+    PLOTLY_INLINE,
+    gather,
+    shared_plotly,
+    write_html,
+)
 from traceview.outputs.report_data import HistoryTrend
 from traceview.store.safe_write import (
     atomic_write,
@@ -79,6 +86,14 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=whole(0, MAX_ROWS), default=10, metavar="N", help="kernels / gaps to list")
     p.add_argument("--nccl-log", nargs="+", default=[], metavar="FILE",
                    help="NCCL debug logs: add the algorithms and protocols NCCL chose")
+    p.add_argument("--fr-dumps", nargs="+", default=[], metavar="DUMPS",
+                   help="flight-recorder dumps (or folders): add the hang verdict "
+                        "(traceview hang)")
+    p.add_argument("--plotly", default="inline", metavar="inline|cdn|FILE",
+                   help="where the figures' plotly.js comes from: inline (default: one "
+                        "self-contained file), cdn (loaded from cdn.plot.ly when opened), or "
+                        "FILE: a shared copy written there once, which reports of many runs "
+                        "reference instead of holding 4.9 MB each")
     p.add_argument("--history", metavar="URL", default=None,
                    help="add the trend of a gate metric over the runs recorded in this "
                         "database (`traceview history record`), this run marked")
@@ -199,20 +214,22 @@ def _output(args: argparse.Namespace, path: str, option: str = "-o") -> str:
 
 def run_report(args: argparse.Namespace) -> int:
     _output(args, args.output)
+    if args.plotly not in (PLOTLY_INLINE, PLOTLY_CDN):
+        _output(args, args.plotly, "--plotly")  # before any trace is read
     db = None
     if args.history is not None:
         if args.history_last < 1:
             raise UsageError(f"report: --history-last wants a number >= 1, got "
                              f"{args.history_last}")
-        db = history.open_database(args.history, create=False)
-        history.probe(db)
+        db = _history_if_any(args.history, "report")
     run = _open(args)
     title = args.title or "traceview report: " + ", ".join(Path(p).name for p in args.paths)
-    data = gather(run, title=title, top=args.top, nccl_logs=args.nccl_log)
+    data = gather(run, title=title, top=args.top, nccl_logs=args.nccl_log,
+                  fr_dumps=args.fr_dumps)
     if db is not None:
         data = replace(data, history=_history_trend(args, db, run))
     buf = io.StringIO()
-    figures = write_html(data, buf)
+    figures = write_html(data, buf, plotly=_plotly_source(args))
     write_text(args.output, buf.getvalue())
     sections = {k: v for k, v in data.notes.items()}
     for warning in data.warnings[len(run.warnings):]:  # the inputs' were printed on opening
@@ -231,6 +248,31 @@ def run_report(args: argparse.Namespace) -> int:
         for item in items:
             print(f"note: {section}: {item}")
     return 0
+
+
+def _plotly_source(args: argparse.Namespace) -> str:
+    """``--plotly``: inline, cdn, or a shared copy written now (never over an input), named
+    in the report relative to the report's folder."""
+    if args.plotly in (PLOTLY_INLINE, PLOTLY_CDN):
+        return args.plotly
+    copy = Path(args.plotly)
+    _output(args, args.plotly, "--plotly")
+    shared_plotly(copy)
+    return Path(os.path.relpath(copy.resolve(), Path(args.output).resolve().parent)).as_posix()
+
+
+def _history_if_any(url: str, command: str) -> Any:
+    """The history database ``url`` names, checked before any trace is read (one that cannot
+    be used is exit 2); None, with a warning, where there is none yet: a SQLite file no run
+    was recorded into, or an empty URL (an unset secret on a fork's pull request). The first
+    run of a CI job then passes and reports without a trend, instead of failing."""
+    try:
+        db = history.open_database(url, create=False)
+    except history.NoHistoryYet as exc:
+        warn(f"{command}: {exc}; going on without recorded runs")
+        return None
+    history.probe(db)
+    return db
 
 
 def _history_trend(args: argparse.Namespace, db: Any, run: Any) -> HistoryTrend:
@@ -330,17 +372,24 @@ def run_check(args: argparse.Namespace) -> int:
         _output(args, args.junit, "--junit")
     source: dict[str, Any] = {}
     if args.history is not None:
-        db = history.open_database(args.history, create=False)
-        history.probe(db)  # before the traces are read: a database we cannot use is exit 2
+        db = _history_if_any(args.history, "check")  # before the traces are read
         run = _open(args)
         now = gate.measure(run)
         # the run being checked is no evidence about itself, if it was recorded already
         _, digest = history.inputs_of(run.files)
-        stored = history.recorded_runs(db, label=args.label, last=args.last,
-                                       exclude_inputs=digest)
-        doc = history.baseline_doc(stored, source=db.where)
-        source = {"history": db.where, "label": args.label, "last": args.last,
-                  "history_runs": [s.id for s in stored]}
+        stored = [] if db is None else history.recorded_runs(
+            db, label=args.label, last=args.last, exclude_inputs=digest)
+        if stored:
+            doc = history.baseline_doc(stored, source=db.where)
+        else:  # the first run: every metric is "not_in_baseline" (skipped), the gate passes
+            if db is not None:
+                warn(f"check: {db.where}: no recorded run matches"
+                     + (f" label {args.label}" if args.label else "")
+                     + ": nothing to compare with yet (`traceview history record` builds "
+                     "the baseline); passing")
+            doc = {"metrics": {}}
+        source = {"history": None if db is None else db.where, "label": args.label,
+                  "last": args.last, "history_runs": [s.id for s in stored]}
     else:
         path = Path(args.baseline)
         problem = file_problem(path)  # before opening: a FIFO would block the open
@@ -363,7 +412,9 @@ def run_check(args: argparse.Namespace) -> int:
     if args.json:  # notes: how the input was read (the cache), no damage of it
         emit_json({**result.to_dict(), "notes": list(run.traceset.notes), **source})
         return result.exit_code
-    if source:
+    if source and not source["history_runs"]:
+        print("baseline: no recorded run yet: every metric skipped")
+    elif source:
         ids = source["history_runs"]
         print(f"baseline: {len(ids)} recorded run{'s' if len(ids) > 1 else ''} "
               f"(#{', #'.join(map(str, ids))}) from {source['history']}"

@@ -159,6 +159,10 @@ def _bound_cell(r: dict) -> str:
     """A row's bound with the share it rests on: ``idle 86%``, ``compute-bound 60%``."""
     if r.get("bound") is None:
         return "-"
+    if r.get("bound_share") is None:  # a rank without GPU work: host-bound, no GPU share
+        return str(r["bound"])
+    if r["bound"] == "balanced":  # no share leads: the largest is no bound's share
+        return f"balanced, top {pct(r.get('bound_share'))}"
     return f"{r['bound']} {pct(r.get('bound_share'))}"
 
 
@@ -288,6 +292,8 @@ def run_summary(args: argparse.Namespace) -> int:
     print("step_p50_ms: median step; " + (
         "*/step: window totals / steps (totals in --json)" if each else
         "*_total: window totals (no profiler steps)") + "; hidden, idle, bound: whole window")
+    print("bound: the largest share of the GPU's window (compute, exposed comm, copies, idle) "
+          "when 1.2x the next, else balanced; diagnose's bound is the run's critical path")
     if rows.height < df.height:
         print(not_shown(rows.height, df.height, "summary"))
     print(straggler_sentence(straggler))

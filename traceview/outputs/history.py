@@ -21,9 +21,16 @@ import xxhash
 
 from traceview.outputs import gate
 from traceview.outputs import history_db as db_
-from traceview.outputs.history_db import Database, HistoryError, open_database, probe, upgrade
+from traceview.outputs.history_db import (
+    Database,
+    HistoryError,
+    NoHistoryYet,
+    open_database,
+    probe,
+    upgrade,
+)
 
-__all__ = ["Database", "HistoryError", "StoredRun", "baseline_doc", "inputs_of",
+__all__ = ["Database", "HistoryError", "NoHistoryYet", "StoredRun", "baseline_doc", "inputs_of",
            "open_database", "probe", "record", "recorded_runs", "trend", "upgrade"]
 
 

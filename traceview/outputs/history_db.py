@@ -50,6 +50,12 @@ class HistoryError(TraceviewError):
     """The history database cannot be used: bad URL, unreachable, not ours, or too new."""
 
 
+class NoHistoryYet(HistoryError):
+    """No history database at all: a SQLite file not created yet (no run recorded), or an
+    empty URL (a CI secret that is not set, as on pull requests from forks). ``check`` and
+    ``report`` go on without recorded runs; ``record`` refuses an empty URL."""
+
+
 @dataclass(frozen=True)
 class Database:
     """An engine and how to name its database in a message (the password hidden)."""
@@ -67,6 +73,9 @@ def open_database(url: str, *, create: bool) -> Database:
     """The database ``url`` names (a path, ``sqlite:///FILE`` or ``postgresql://``). A SQLite
     file that does not exist is created only when ``create`` (``record``); ``show`` and
     ``check`` refuse it."""
+    if not url.strip():
+        raise NoHistoryYet("the history database URL is empty (an unset CI secret?): give a "
+                           "SQLite path or a database URL")
     sa_url = _parse(url)
     where = sa_url.render_as_string(hide_password=True) if "://" in url else url
     backend = sa_url.get_backend_name()
@@ -96,7 +105,7 @@ def _sqlite(url: sa.URL, where: str, create: bool) -> Database:
         raise HistoryError(f"{where}: an in-memory database keeps nothing; give a file")
     path = Path(name)
     if not path.exists() and not create:
-        raise HistoryError(f"{where}: no such history database (`traceview history record` "
+        raise NoHistoryYet(f"{where}: no such history database (`traceview history record` "
                            "creates it)")
     if not path.parent.is_dir():
         raise HistoryError(f"{where}: folder {path.parent} does not exist")

@@ -339,8 +339,10 @@ def roofline(ops: pl.DataFrame, peaks: dict[str, Any], *,
         fig.add_trace(go.Scatter(x=xs, y=[min(peak, x * bw) for x in xs], mode="lines",
                                  name=f"roofline {dt} ({peak:g} TFLOP/s, {bw:g} TB/s)",
                                  line={"dash": "dot", "width": 1.5}, hoverinfo="skip"))
-    fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP/byte)")
-    fig.update_yaxes(type="log", title_text="achieved TFLOP/s")
+    # powers of ten, not SI prefixes: "1µ" on a TFLOP/s axis read as a unit
+    fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP/byte)",
+                     exponentformat="power")
+    fig.update_yaxes(type="log", title_text="achieved TFLOP/s", exponentformat="power")
     return _layout(fig, title, height=520)
 
 

@@ -19,6 +19,7 @@ docs/report.md), built from the escaped HTML pieces of :mod:`traceview.outputs.r
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, TextIO
 
 import polars as pl
@@ -27,14 +28,16 @@ from traceview import __version__
 from traceview._dependencies import lazy_module
 from traceview.analyses.align import apply_offsets
 from traceview.analyses.breakdown import kernels_across_ranks
-from traceview.analyses.collectives import instances
+from traceview.analyses.collectives import collective_summary, instances
 from traceview.analyses.gaps import gap_causes, largest_gaps
 from traceview.analyses.memory import timeline_points
 from traceview.outputs import report_html as H
 from traceview.outputs.plots import PLOTLY_MISSING, PlotsUnavailable
 from traceview.outputs.report_data import ReportData
 from traceview.outputs.report_sections import render_body
+from traceview.run.hang import hang_result
 from traceview.run.run import as_run
+from traceview.store.safe_write import atomic_write
 
 plotly_offline = lazy_module("plotly.offline", error=PlotsUnavailable, missing=PLOTLY_MISSING)
 
@@ -44,17 +47,22 @@ __all__ = ["ReportData", "gather", "render_body", "write_html"]
 
 
 def gather(source: Any, *, title: str = "traceview report", top: int = 10,
-           nccl_logs: list[str] | None = None, **run_options: Any) -> ReportData:
+           nccl_logs: list[str] | None = None, fr_dumps: list[str] | None = None,
+           **run_options: Any) -> ReportData:
     """The report's tables, all from one Run (``source``: a Run, or events in memory with
     ``RunOptions`` such as ``align=`` and ``ranks=`` for their ranks table; ``nccl_logs``:
-    NCCL debug log files whose algorithm and protocol choices the report shows)."""
+    NCCL debug log files whose algorithm and protocol choices the report shows; ``fr_dumps``:
+    flight-recorder dumps whose hang verdict it shows)."""
     run = as_run(source, **run_options)
     notes: dict[str, list[str]] = {}
     n_ranks = len(run.ranks_present)
     summ = run.summary()
     offsets = run.offsets
     per = run.collective_ranks
-    strag = run.stragglers()["ranks"]
+    straggling = run.stragglers()
+    strag = straggling["ranks"]
+    if straggling["node_findings"]:  # late ranks sharing a node: a host problem
+        notes["nodes"] = list(straggling["node_findings"])
 
     spans = run.steps
     if spans.height:
@@ -156,6 +164,8 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                                   if w.startswith("critical path:"))],
                       kernel_totals=totals, flops=run.flops_per_step(),
                       nccl=run.nccl_log_view(nccl_logs) if nccl_logs else None,
+                      hang=hang_result(fr_dumps).to_dict() if fr_dumps else None,
+                      collective_summary=collective_summary(per) if n_ranks > 1 else None,
                       memory_points=memory_points, memory_peaks=memory_peaks,
                       critical_path=path, diagnose=todo, pipeline=pipe,
                       alltoall=alltoall, ops=roofline)
@@ -202,7 +212,7 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
 td,th{border:1px solid #ddd;padding:.25em .5em;text-align:right;vertical-align:top}
 th{background:#f5f5f5}td.name{text-align:left;font-family:ui-monospace,monospace;
 max-width:24em;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
-td.prose{text-align:left;max-width:48em;min-width:16em}
+td.prose{text-align:left;max-width:48em;min-width:16em}.narrow-names td.name{max-width:11em}
 .scroll{max-width:100%;overflow-x:auto}.dim{color:#555}
 #verdict{background:#eef5ff;border-left:4px solid #1a5fb4;padding:.2em 1em;margin:.5em 0}
 #verdict h2{margin-top:.6em;border:0}#verdict li{margin:.3em 0}
@@ -213,18 +223,46 @@ td.prose{text-align:left;max-width:48em;min-width:16em}
 summary{cursor:pointer;color:#1a5fb4}
 """
 
-def write_html(data: ReportData, fp: TextIO) -> int:
-    """Write the self-contained report to ``fp``; returns the number of figures."""
+#: ``write_html``'s ``plotly``: the library inside the file, or a script tag naming plotly's
+#: CDN; any other value is the path of a shared copy (``report --plotly``).
+PLOTLY_INLINE, PLOTLY_CDN = "inline", "cdn"
+
+
+def shared_plotly(path: Path) -> None:
+    """Write plotly.js to ``path`` unless the same version is there already: the copy that
+    reports written with ``plotly=`` its path share."""
+    js = plotly_offline.get_plotlyjs()
+    try:
+        if path.read_text(encoding="utf-8") == js:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    atomic_write(path, lambda tmp: tmp.write_text(js, encoding="utf-8"))
+
+
+def write_html(data: ReportData, fp: TextIO, *, plotly: str = PLOTLY_INLINE) -> int:
+    """Write the report to ``fp``; returns the number of figures. ``plotly``: ``inline`` (one
+    self-contained file, ~4.9 MB of it plotly.js), ``cdn`` (a script tag loading the same
+    plotly.js version from cdn.plot.ly when the file is opened) or a URL or path relative to
+    the report of a shared copy (``shared_plotly`` writes one): reports of many runs then
+    hold only their own data."""
     get_plotlyjs = plotly_offline.get_plotlyjs  # plotly missing: the install hint, before writing
 
     body, count = render_body(data)
     fp.write('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
              '<meta name="viewport" content="width=device-width, initial-scale=1">'
              f'<meta name="generator" content="traceview {__version__}">'
-             f"<title>{H.e(data.title)}</title><style>{_CSS}</style>"
-             '<script type="text/javascript">')
-    fp.write(get_plotlyjs())
-    fp.write("</script></head><body>\n")
+             f"<title>{H.e(data.title)}</title><style>{_CSS}</style>")
+    if plotly == PLOTLY_INLINE:
+        fp.write('<script type="text/javascript">')
+        fp.write(get_plotlyjs())
+        fp.write("</script>")
+    else:
+        source = (f"https://cdn.plot.ly/plotly-{plotly_offline.get_plotlyjs_version()}.min.js"
+                  if plotly == PLOTLY_CDN else plotly)
+        fp.write(f'<script type="text/javascript" src="{H.e(source)}" charset="utf-8">'
+                 "</script>")
+    fp.write("</head><body>\n")
     fp.write(body)
     fp.write("\n</body></html>\n")
     return count

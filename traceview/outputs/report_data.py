@@ -50,6 +50,10 @@ class ReportData:
     flops: pl.DataFrame | None = None
     #: the NCCL debug log's view (``--nccl-log``): ``choices`` and ``calls`` tables
     nccl: dict[str, pl.DataFrame] | None = None
+    #: ``collectives``' summary rows (per group, op, size, locality) with ``time_is``
+    collective_summary: pl.DataFrame | None = None
+    #: the flight-recorder verdict (``--fr-dumps``, ``traceview.run.hang``), as ``hang --json``
+    hang: dict[str, Any] | None = None
     #: the memory timeline (``analyses.memory.timeline_points``) and the trace rows of
     #: ``run.memory()`` with ``peak_ms`` on the timeline's axis
     memory_points: pl.DataFrame = field(default_factory=pl.DataFrame)

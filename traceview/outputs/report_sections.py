@@ -24,7 +24,8 @@ pio = lazy_module("plotly.io", error=plots.PlotsUnavailable, missing=plots.PLOTL
 _SECTIONS = (("verdict", "Verdict"), ("summary", "Run summary"), ("steps", "Steps"),
              ("breakdown", "Compute, exposed communication and idle"),
              ("flops", "FLOPs and MFU"), ("collectives", "Collective skew"),
-             ("nccl", "NCCL log"), ("stragglers", "Stragglers"), ("pipeline", "Pipeline"),
+             ("nccl", "NCCL log"), ("hang", "Hang (flight recorder)"),
+             ("stragglers", "Stragglers"), ("pipeline", "Pipeline"),
              ("alltoall", "All-to-all"),
              ("critical-path", "Critical path and what to fix"),
              ("gaps", "Gap causes"), ("kernels", "Top kernels"),
@@ -175,10 +176,14 @@ def _breakdown(data: ReportData, fig: _Figures) -> list[str]:
     else:
         out.append(fig(plots.part_boxes(per_rank)))
     rows = stepped if stepped.height else bd  # the whole-trace rows only without steps
-    longest = rows.sort("window_ns", "rank", "step", descending=[True, False, False],
-                        nulls_last=True)
-    out += ["<p>Rank-steps, longest GPU window first:</p>" if rows.height > H.VISIBLE_ROWS
-            else "", table(longest, [
+    # all rows shown: in step order (552 came before 551 with no word why); more than the
+    # page shows: the longest first, said so
+    many = rows.height > H.VISIBLE_ROWS
+    ordered = (rows.sort("window_ns", "rank", "step", descending=[True, False, False],
+                         nulls_last=True) if many else
+               rows.sort("rank", "device", "step", nulls_last=True))
+    out += ["<p>Rank-steps, longest GPU window first:</p>" if many
+            else "", table(ordered, [
                 ("rank", "rank", "text"), ("device", "device", "text"), ("step", "step", "text"),
                 ("window_ns", "window (ms)", "ms"), ("compute_ns", "compute (ms)", "ms"),
                 ("exposed_comm_ns", "exposed comm (ms)", "ms"), ("idle_ns", "idle (ms)", "ms"),
@@ -220,13 +225,26 @@ def _collectives(data: ReportData, fig: _Figures) -> list[str]:
         return [*out, H.sentence("No skew to draw: no collective was matched across ranks."),
                 "</section>"]
     out.append(fig(plots.skew_heatmap(data.lateness)))
+    rows = data.collective_summary
+    if rows is not None and rows.height:
+        out += ["<p>What each collective's time is made of (<code>time_is</code>: arrival "
+                "spread against transfer, docs/metrics.md), per group, op, size and node "
+                "span:</p>", table(rows, [
+                    ("group", "group", "text"), ("name", "collective", "text"),
+                    ("size_bucket", "size", "text"), ("locality", "nodes", "text"),
+                    ("instances", "instances", "text"), ("skew_p50_ns", "spread p50 (ms)", "ms"),
+                    ("own_spread_p50_ns", "own spread p50 (ms)", "ms"),
+                    ("comm_p50_ns", "transfer p50 (ms)", "ms"),
+                    ("busbw_p50_gbps", "bus GB/s p50", "f3"), ("time_is", "time is", "text")],
+                    every_row="traceview collectives --json (field summary)")]
     inst = data.collectives
     if inst.height:
         worst = inst.sort("skew_ns", descending=True, nulls_last=True)
         out += ["<p>Instances, largest skew first:</p>", table(worst, [
             ("instance", "instance", "name"), ("name", "collective", "text"),
             ("n_ranks", "ranks", "text"), ("skew_ns", "skew (ms)", "ms"),
-            ("comm_ns", "transfer (ms)", "ms"), ("last_rank", "last rank", "text")],
+            ("comm_ns", "transfer (ms)", "ms"), ("last_rank", "last rank", "text"),
+            ("time_is", "time is", "text"), ("node_span", "nodes", "text")],
             every_row="traceview collectives --csv")]
     return [*out, "</section>"]
 
@@ -255,6 +273,36 @@ def _nccl(data: ReportData) -> list[str]:
     return [*out, "</section>"]
 
 
+def _hang(data: ReportData) -> list[str]:
+    """``report --fr-dumps``: the flight-recorder verdict (``traceview hang``)."""
+    h = data.hang
+    if h is None:
+        return []
+    out = ['<section id="hang"><h2>Hang (flight recorder)</h2>',
+           H.notes(h["notes"]),
+           H.sentence(f"Dumps from ranks {', '.join(map(str, h['dumped_ranks']))} of "
+                      f"{h['world_size']}; missing: "
+                      f"{', '.join(map(str, h['missing_dumps'])) or 'none'}. "
+                      + ("Every process group is consistent." if h["consistent"] else
+                         f"Culprit ranks: {', '.join(map(str, h['culprit_ranks'])) or 'none'};"
+                         f" stuck at collective #{h['stuck_seq']} of group "
+                         f"{h['stuck_group']}."))]
+    groups = pl.DataFrame([{k: g[k] for k in ("group", "group_desc", "completed_by_all",
+                                               "stuck_seq", "confidence", "reason")}
+                           | {"culprits": ", ".join(map(str, g["culprits"])),
+                              "waiting": "; ".join(f"rank {w['rank']}: {w['op']} #{w['seq']} "
+                                                   f"{w['sizes']}" for w in g["waiting"])}
+                           for g in h["groups"]], infer_schema_length=None)
+    if groups.height:
+        out.append(table(groups, [
+            ("group", "group", "text"), ("group_desc", "description", "text"),
+            ("completed_by_all", "last completed by all", "text"),
+            ("stuck_seq", "stuck at", "text"), ("culprits", "culprits", "text"),
+            ("confidence", "confidence", "text"), ("reason", "why", "prose"),
+            ("waiting", "the others wait in", "prose")], every_row="traceview hang --json"))
+    return [*out, "</section>"]
+
+
 def _stragglers(data: ReportData, fig: _Figures) -> list[str]:
     s = data.stragglers
     out = ['<section id="stragglers"><h2>Stragglers</h2>']
@@ -262,6 +310,7 @@ def _stragglers(data: ReportData, fig: _Figures) -> list[str]:
         reason = data.worst_straggler.get("reason") or "fewer than two ranks"
         return [*out, H.sentence(f"No straggler analysis: {reason}."), "</section>"]
     flagged = s.filter(pl.col("flagged"))
+    out += [H.sentence(f"Node: {n}.") for n in data.notes.get("nodes", [])]
     if s["imposed_wait_ns"].max() or flagged.height:
         out.append(fig(plots.straggler_bars(s)))
     else:
@@ -398,12 +447,13 @@ def _gaps(data: ReportData, fig: _Figures) -> list[str]:
     ranks = causes["rank"].n_unique()
     out.append(fig(plots.gap_causes(causes) if ranks <= plots.MANY_RANKS
                    else plots.cause_totals(causes)))
-    out += ["<p>Largest gaps:</p>", table(data.largest_gaps, [
+    # six columns of names: narrower ones, so the table fits the page (full names on hover)
+    out += ["<p>Largest gaps:</p>", '<div class="narrow-names">' + table(data.largest_gaps, [
         ("rank", "rank", "text"), ("device", "device", "text"),
         ("gap_ns", "gap (ms)", "ms"), ("cause", "cause", "text"),
         ("prev_name", "before", "name"), ("next_name", "after", "name"),
         ("launch_op", "launched by", "name"), ("ops_during", "host ops during", "name")])
-        if data.largest_gaps.height else "", "</section>"]
+        + "</div>" if data.largest_gaps.height else "", "</section>"]
     return out
 
 
@@ -521,14 +571,19 @@ def _critical_path_section(data: ReportData) -> list[str]:
     todo = dx["findings"].filter(pl.col("severity") != "info")
     info = [f["title"] for f in dx["findings"].filter(pl.col("severity") == "info")
             .iter_rows(named=True)]
+    # a trace without steps: the gains are the window's, never "per step"
+    per = "in the window" if "per" in todo.columns and todo.height \
+        and todo["per"][0] == "window" else "per step"
+    unit = "ms in the window" if per == "in the window" else "ms/step"
     return ['<section id="critical-path"><h2>Critical path and what to fix</h2>',
             "<p>The longest chain of dependent work across ranks, step by step: it jumps to the "
             "rank that arrived last at each collective. A fix's gain is what the path would "
-            "lose per step.</p>", H.notes(info),
+            f"lose {per}.</p>", H.notes(info),
             table(todo, [("severity", "severity", "text"),
-                         ("gain_ns_per_step", "gain (ms/step)", "ms"),
-                         ("gain_share", "of the step", "pct"),
-                         ("path_ns_per_step", "on the path (ms/step)", "ms"),
+                         ("gain_ns_per_step", f"gain ({unit})", "ms"),
+                         ("gain_share", "of the step" if per == "per step" else "of the window",
+                          "pct"),
+                         ("path_ns_per_step", f"on the path ({unit})", "ms"),
                          ("title", "finding", "prose"), ("confidence", "confidence", "text"),
                          ("recommendation", "what to do", "prose")]),
             table(cp["ranks"].filter(pl.col("path_ns") > 0), [
@@ -553,6 +608,7 @@ def render_body(data: ReportData) -> tuple[str, int]:
     fig = _Figures()
     gpu = _has_gpu(data)
     shown = {"flops": data.flops is not None and data.flops.height > 0, "nccl": bool(data.nccl),
+             "hang": data.hang is not None,
              "memory": data.memory_peaks.height > 0,
              "alltoall": data.alltoall is not None or bool(data.notes.get("alltoall")),
              "critical-path": data.critical_path is not None
@@ -561,8 +617,9 @@ def render_body(data: ReportData) -> tuple[str, int]:
              "breakdown": gpu, "gaps": gpu, "history": data.history is not None,
              "roofline": gpu and data.ops is not None,
              "collectives": _n_ranks(data) > 1, "stragglers": _n_ranks(data) > 1}
-    serious = [w for w in data.warnings if not is_note(w)]
-    benign = [w for w in data.warnings if is_note(w)]
+    routine = _routine_alignment(data)
+    serious = [w for w in data.warnings if not is_note(w) and not routine(w)]
+    benign = [w for w in data.warnings if is_note(w) or routine(w)]
     out = [f"<h1>{_e(data.title)}</h1>", *_verdict(data, gpu), H.warnings(serious),
            H.collapsed_notes(benign),
            "<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in _SECTIONS
@@ -575,6 +632,7 @@ def render_body(data: ReportData) -> tuple[str, int]:
     if shown["collectives"]:
         out += _collectives(data, fig)
     out += _nccl(data)
+    out += _hang(data)
     if shown["stragglers"]:
         out += _stragglers(data, fig)
     out += _pipeline_section(data, fig)
@@ -587,6 +645,16 @@ def render_body(data: ReportData) -> tuple[str, int]:
     out += _memory_section(data, fig)
     out += _history_section(data, fig)
     return "\n".join(out), fig.count
+
+
+def _routine_alignment(data: ReportData) -> Any:
+    """Whether a warning is a routine alignment note: on a run whose ranks all share one host
+    (one clock: a CPU run on one machine), how well the offsets were estimated changes no
+    time the report shows, so the notes go with the collapsed ones, not the warnings box."""
+    hosts = (data.offsets.get_column("host").drop_nulls().unique()
+             if "host" in data.offsets.columns else pl.Series([], dtype=pl.String))
+    one_clock = hosts.len() == 1 and data.offsets.get_column("host").null_count() == 0
+    return lambda warning: one_clock and warning.startswith("alignment: ")
 
 
 def _history_section(data: ReportData, fig: _Figures) -> list[str]:
@@ -626,7 +694,7 @@ def _verdict(data: ReportData, gpu: bool) -> list[str]:
         if todo.height:
             out.append("<p>What holds the run back, biggest gain first:</p><ol>" + "".join(
                 f"<li><b>{_e(finding_headline(f))}</b> <span class=\"dim\">({_e(f['severity'])}"
-                f", confidence {_e(f['confidence'])})</span><br>Fix: "
+                f" impact, {_e(f['confidence'])} confidence)</span><br>Fix: "
                 f"{_e(f['recommendation'])}</li>" for f in todo.iter_rows(named=True)) + "</ol>")
         else:
             out.append("<p>Nothing to fix found on the critical path.</p>")

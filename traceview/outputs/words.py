@@ -24,11 +24,13 @@ def _pct(fraction: float | None) -> str:
 
 def finding_headline(finding: dict[str, Any]) -> str:
     """A ``diagnose`` finding in one line: what it would save a step, then its title."""
+    # a trace without steps: the gains are the window's, never "per step"
+    unit = "ms in the window" if finding.get("per") == "window" else "ms/step"
     if finding.get("gain_ns_per_step") is not None:
-        gain = (f"save ~{_ms(finding['gain_ns_per_step'])} ms/step "
+        gain = (f"save ~{_ms(finding['gain_ns_per_step'])} {unit} "
                 f"({_pct(finding.get('gain_share'))})")
     else:
-        gain = (f"{_ms(finding.get('path_ns_per_step'))} ms/step on the path "
+        gain = (f"{_ms(finding.get('path_ns_per_step'))} {unit} on the path "
                 f"({_pct(finding.get('path_share'))}), gain unknown")
     return f"{gain}: {finding['title']}"
 

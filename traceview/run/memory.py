@@ -49,7 +49,9 @@ DEVICE_COLUMNS: dict[str, pl.DataType] = {
     "start_allocated_bytes": pl.Int64, "first_event_ns": pl.Int64, "events": pl.Int64, "allocated_total_bytes": pl.Int64,
     "allocation_rate_bytes_per_s": pl.Float64, "device_total_bytes": pl.Int64,
     "near_limit": pl.Boolean, "pressure": pl.String, "growth_bytes": pl.Int64,
-    "leak_suspected": pl.Boolean, "ooms": pl.Int64, "file": pl.String}
+    "leak_suspected": pl.Boolean, "ooms": pl.Int64, "file": pl.String,
+    # the whole stack of the action at the peak (``peak_op`` names its user frame)
+    "peak_stack": pl.String}
 
 
 def memory_result(run: Any | None, snapshots: Sequence[str | Path] = (), *,
@@ -183,7 +185,8 @@ def _empty_steps() -> pl.DataFrame:
 
 def _empty_stacks() -> pl.DataFrame:
     return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.String, "stack": pl.String,
-                                "bytes": pl.Int64, "blocks": pl.Int64, "share": pl.Float64})
+                                "bytes": pl.Int64, "blocks": pl.Int64, "share": pl.Float64,
+                                "frame": pl.String})
 
 
 def _empty_segments() -> pl.DataFrame:
@@ -197,4 +200,4 @@ def _empty_segments() -> pl.DataFrame:
 def _empty_ooms() -> pl.DataFrame:
     return pl.DataFrame(schema={"rank": pl.Int32, "device": pl.String, "seq": pl.Int64,
                                 "requested_bytes": pl.Int64, "device_free_bytes": pl.Int64,
-                                "time_ns": pl.Int64, "stack": pl.String})
+                                "time_ns": pl.Int64, "stack": pl.String, "frame": pl.String})

@@ -38,8 +38,11 @@ class RunOptions:
                     the profiler started; ``analyses.launches.unlaunched_gpu``). Default: keep
                     them, and say how many there are in the results' warnings.
     comm_patterns:  more kernel-name regexes (Rust regex syntax) that mean communication,
-                    e.g. vLLM's ``^cross_device_reduce_`` (``classify.with_comm_patterns``).
+                    beyond the known ones (``comm_kernels.COMM_KERNELS``), e.g. ``^my_allreduce_``
+                    (``classify.with_comm_patterns``).
     comm_config:    a TOML file whose ``comm_patterns = [...]`` adds to ``comm_patterns``.
+    gpus_per_node:  ranks ``kN .. kN+N-1`` are node k (``analyses.nodes``); None: the host
+                    each trace names.
     """
 
     ranks: str | Sequence[int] | None = None
@@ -52,6 +55,7 @@ class RunOptions:
     exclude_unlaunched: bool = False
     comm_patterns: tuple[str, ...] = ()
     comm_config: str | Path | None = None
+    gpus_per_node: int | None = None
 
     def classify_patterns(self) -> Any:  # analyses.classify.ClassifyPatterns
         """The classification rules: the default, plus ``comm_patterns`` and those of
@@ -65,6 +69,10 @@ class RunOptions:
         if self.align not in selection.ALIGN_METHODS:
             raise UsageError(f"--align wants one of {', '.join(selection.ALIGN_METHODS)}, "
                              f"got {self.align!r}")
+        if self.gpus_per_node is not None and (not isinstance(self.gpus_per_node, int)
+                                               or self.gpus_per_node < 1):
+            raise UsageError(f"--gpus-per-node wants a positive whole number, "
+                             f"got {self.gpus_per_node!r}")
         if isinstance(self.ranks, str) and self.ranks.strip():
             selection.rank_ranges(self.ranks)
         self.classify_patterns()

@@ -43,6 +43,7 @@ from traceview.analyses.collective_match import (
     comm_events,
     match_collectives,
 )
+from traceview.analyses.nodes import rank_nodes
 from traceview.analyses.collectives import collective_ranks, instances
 from traceview.analyses.overlap import overlap, prepared_gpu
 from traceview.analyses.stragglers import stragglers
@@ -139,7 +140,12 @@ def cross_rank(
     match = match_collectives(comm, tolerance_ns=tolerance_ns)
     offsets = estimate_offsets(match, ranks, method=method, reference_rank=reference_rank,
                                hosts=hosts)
-    per = collective_ranks(match, offsets=offsets)
+    # each rank's node from its host, as the Run's (analyses.nodes)
+    host_table = hosts if isinstance(hosts, pl.DataFrame) or hosts is None else pl.DataFrame(
+        {"rank": list(hosts), "host": list(hosts.values())},
+        schema={"rank": pl.Int32, "host": pl.String})
+    per = collective_ranks(match, offsets=offsets,
+                           nodes=None if host_table is None else rank_nodes(host_table))
     rank_table = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32})
     return CrossRank(
         offsets=offsets, match=match, collectives=instances(per), collective_ranks=per,

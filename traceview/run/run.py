@@ -77,10 +77,12 @@ from traceview.analyses.host import host_events
 from traceview.analyses.launches import unlaunched_gpu
 from traceview.analyses.memory import memory_levels
 from traceview.analyses.nccl import log_calls, log_choices
+from traceview.analyses.comm_kernels import unseen_comm_warning
 from traceview.analyses.op_kernels import op_kernel_times
 from traceview.analyses.op_models import family
 from traceview.analyses.ops import op_args, ops
 from traceview.analyses.overlap import overlap, prepared_gpu
+from traceview.analyses.nodes import late_nodes, rank_nodes, shared_nodes
 from traceview.analyses.p2p import p2p_calls, p2p_sync_rows, pair_p2p
 from traceview.analyses.path_summary import (
     path_categories,
@@ -94,9 +96,10 @@ from traceview.analyses.stragglers import stragglers
 from traceview.analyses.summary import summary
 from traceview.analyses.window import Window, ranks_present, select, step_spans
 from traceview.errors import UsageError
-from traceview.parsers import file_problem, nccl_log
+from traceview.parsers import file_problem, flight_recorder, nccl_log
 from traceview.run import plain
 from traceview.run.compare import diff_tables, run_tables
+from traceview.run.hang import hang_result
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
 from traceview.run.result import Result, to_pandas
@@ -105,7 +108,7 @@ from traceview.store import traceset
 from traceview.store import derived
 from traceview.store.traceset import TraceSet
 
-__all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "open"]
+__all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "hang", "open"]
 
 #: The analysis commands a Run answers, in the order help lists them. Each is a method.
 #: The command's name is the method's with ``-`` for ``_`` (``critical-path``).
@@ -346,7 +349,13 @@ class Run:
     @cached_property
     def collective_ranks(self) -> pl.DataFrame:
         """One row per (collective instance, rank) on the aligned timeline."""
-        return collective_ranks(self.match, offsets=self.offsets)
+        return collective_ranks(self.match, offsets=self.offsets, nodes=self.nodes)
+
+    @cached_property
+    def nodes(self) -> pl.DataFrame:
+        """Each rank's node (``analyses.nodes.rank_nodes``): ``--gpus-per-node``, else the
+        host its trace names."""
+        return rank_nodes(self.traceset.ranks, gpus_per_node=self.options.gpus_per_node)
 
     @cached_property
     def overlap_rows(self) -> pl.DataFrame:
@@ -438,7 +447,12 @@ class Run:
         paired (``match``), GPU work without its launch (``gpu``), ranks whose clock could not
         be aligned or only poorly (``offsets``)."""
         out: list[str] = []
-        tables = tuple(t for t in tables if t in self.__dict__)  # computed (not failed) only
+        # computed (not failed) only; the GPU rows also when only a table made from them was
+        # read from the cache folder: a warning is the data's, not the cache's (the same
+        # command said it on a cold cache)
+        made_from_gpu = "overlap_rows" in self.__dict__ or bool(getattr(self, "_gaps", None))
+        tables = tuple(t for t in tables
+                       if t in self.__dict__ or (t == "gpu" and made_from_gpu))
         if "match" in tables:
             out += _capped([f"collectives: group {g}{'' if r is None else f' rank {r}'}: "
                             f"{p}: {d}" for g, r, p, d in self.match.problems.select(
@@ -458,6 +472,9 @@ class Run:
                             for r, n in enqueued.group_by("rank").len().sort("rank").rows()])
         if "gpu" in tables and self.unlaunched.height:
             out.append(_unlaunched_warning(self.unlaunched, self.options.exclude_unlaunched))
+        if "gpu" in tables and (unseen := unseen_comm_warning(
+                self.gpu, self._world.get("world_size"))):
+            out.append(unseen)
         if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
             out += _capped([*(f"alignment: rank {r}: {note}" for r, note in self.offsets.filter(
                 pl.col("method") == "none").select("rank", "note").rows()),
@@ -623,9 +640,26 @@ class Run:
     def stragglers(self) -> Result:
         """Which rank holds the others back, with evidence; main table ``ranks``, largest
         imposed wait first."""
+        # each rank's node is in ``late_nodes``/``shared_nodes``: the ranks table stays the
+        # one `traceview analyse` computes per rank too
         return self._result("stragglers", {"ranks": self._stragglers,
-                                           "alignment": self._alignment_summary()},
+                                           "alignment": self._alignment_summary(),
+                                           **self._node_verdicts(self._stragglers)},
                             main="ranks", uses=("match", "offsets", "p2p"))
+
+    def _node_verdicts(self, verdicts: pl.DataFrame | None) -> dict[str, Any]:
+        """Late ranks that share a node (``analyses.nodes``): ``late_nodes``, nodes whose
+        ranks all arrive late together (which a rank-level lead cannot see), and
+        ``shared_nodes``, the nodes holding two or more flagged stragglers; ``node_findings``:
+        their sentences ("node 3: ranks 24–31 all late")."""
+        late = late_nodes(self.collective_ranks) if len(self.ranks_present) > 1 \
+            else late_nodes(self.collective_ranks.clear())
+        flagged = [] if verdicts is None or verdicts.height == 0 else \
+            verdicts.filter(pl.col("flagged")).get_column("rank").to_list()
+        shared = shared_nodes(flagged, self.nodes)
+        return {"late_nodes": late, "shared_nodes": shared,
+                "node_findings": [*late.filter(pl.col("flagged")).get_column("sentence"),
+                                  *(d["sentence"] for d in shared)]}
 
     @cached_property
     def _pipeline(self) -> dict[str, Any]:
@@ -836,6 +870,11 @@ class Run:
                          host=self.host if self.gpu.height else None, ops=roofline,
                          replayed=straggler_gains(self, verdicts))
         notes += found.pop("notes")  # a refused MFU
+        if len(self.ranks_present) > 1:
+            found["node_findings"] = self._node_verdicts(verdicts)["node_findings"]
+            found["collectives_time_is"] = collective_summary(self.collective_ranks).select(
+                "group", "name", "size_bucket", "locality", "node_span", "instances",
+                "time_is", "wait_share", "skew_p50_ns", "comm_p50_ns")
         return self._path_result("diagnose", found, main="findings", notes=notes)
 
     def diff(self, other: Run | str | Path | Iterable[str | Path], *, alpha: float = 0.05,
@@ -1059,7 +1098,7 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
          align: str = "auto", reference_rank: int | None = None,
          tolerance_us: float | None = None, exclude_unlaunched: bool = False,
          comm_patterns: Sequence[str] = (), comm_config: str | Path | None = None,
-         **open_options: Any) -> Run:
+         gpus_per_node: int | None = None, **open_options: Any) -> Run:
     """Open traces (files, folders of per-rank traces, a store folder or URL) as a Run.
 
     The window, alignment and classification keywords are :class:`RunOptions`; the others
@@ -1069,6 +1108,19 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
     options = RunOptions(ranks=ranks, steps=steps, time=time, skip_warmup=skip_warmup,
                          align=align, reference_rank=reference_rank, tolerance_us=tolerance_us,
                          exclude_unlaunched=exclude_unlaunched,
-                         comm_patterns=tuple(comm_patterns), comm_config=comm_config)
+                         comm_patterns=tuple(comm_patterns), comm_config=comm_config,
+                         gpus_per_node=gpus_per_node)
     options.check()  # a bad option fails before any file is read
+    named = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if named and all(flight_recorder.looks_like_dumps(p) for p in named):
+        raise UsageError(f"{', '.join(map(str, named))}: flight-recorder dumps, not traces: "
+                         f"traceview.hang(PATHS) (or `traceview hang DUMPS`) reads them")
     return Run(traceset.open(paths, **open_options), options)
+
+
+def hang(paths: str | Path | Iterable[str | Path], *, world_size: int | None = None) -> Result:
+    """Why a job hung, from flight-recorder dumps (``traceview hang DUMPS --json``;
+    ``traceview.run.hang``): per process group the last collective all completed, the
+    culprit ranks, mismatches and missing dumps."""
+    named = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    return hang_result(named, world_size=world_size)

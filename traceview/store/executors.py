@@ -109,12 +109,55 @@ def warm_local_pool() -> None:
         forkserver.ensure_running()
 
 
+#: What the fork server imports where it cannot be given this process's import path (below):
+#: third-party modules only, so the workers import traceview after ``sys.path`` is set.
+_THIRD_PARTY_PRELOAD = [name for name in _PRELOAD if not name.startswith("traceview")]
+
+
 def _pool_context() -> Any:
     if sys.platform.startswith("linux"):
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(_PRELOAD)
+        if _can_pin_import_path():
+            context.set_forkserver_preload(_PRELOAD)
+            with _parent_import_path():
+                forkserver.ensure_running()
+        else:
+            context.set_forkserver_preload(_THIRD_PARTY_PRELOAD)
         return context
     return multiprocessing.get_context("spawn")
+
+
+def _can_pin_import_path() -> bool:
+    """Whether the fork server can be started on this process's ``sys.path``: PYTHONSAFEPATH
+    needs Python 3.11, and ``-E``/``-I`` make the server ignore the environment."""
+    return sys.version_info >= (3, 11) and not sys.flags.ignore_environment
+
+
+@contextmanager
+def _parent_import_path() -> Iterator[None]:
+    """The fork server started while the environment gives it this process's ``sys.path``.
+
+    The server runs ``python -c``, so its ``sys.path`` starts with its working folder, and
+    before CPython 3.12.8/3.13.1 (gh-117378) it ignores the path it is sent when it preloads.
+    From a traceview checkout's root it then imported the checkout's uncompiled sources, not
+    the installed package this process runs (``No module named
+    'traceview.parsers.kineto._scan'`` on every file), and from a notebook that put a checkout
+    on ``sys.path`` it imported whatever else was installed. PYTHONSAFEPATH drops the working
+    folder and PYTHONPATH puts this process's path first, in its order: the workers it forks
+    import the same traceview as this process. Both are set for the start only."""
+    original = multiprocessing.process.ORIGINAL_DIR
+    path = [os.path.abspath(entry) if entry else original for entry in sys.path]
+    saved = {name: os.environ.get(name) for name in ("PYTHONSAFEPATH", "PYTHONPATH")}
+    os.environ["PYTHONSAFEPATH"] = "1"
+    os.environ["PYTHONPATH"] = os.pathsep.join(path)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def stop_local_workers() -> None:

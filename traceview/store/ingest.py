@@ -84,7 +84,10 @@ def discover_with_ignored(paths: Iterable[str | Path]) -> tuple[list[Path], list
             # entries that are no regular file (a link loop, a FIFO) are kept, unopened: their
             # ingest fails them by name (or --skip-bad skips them), never silently
             inner = sorted(p for p in path.iterdir() if is_trace_name(p) and not p.is_dir())
-            traces = [p for p in inner if file_problem(p) or _looks_like_trace(p)]
+            # a link whose target is gone (a "latest" link after a clean-up) is passed over,
+            # with a warning (ingest's skipped); named on the command line it is an error
+            traces = [p for p in inner if not _dangling(p)
+                      and (file_problem(p) or _looks_like_trace(p))]
             kept = set(traces)  # a list's `in` made a folder of N files cost N^2 compares
             ignored.extend(p for p in inner if p not in kept)
             if not traces:
@@ -99,6 +102,24 @@ def discover_with_ignored(paths: Iterable[str | Path]) -> tuple[list[Path], list
 
 
 _TRACE_NAME = re.compile(r"trace|rank|worker", re.IGNORECASE)
+
+
+def _dangling(path: Path) -> bool:
+    """A symbolic link to nothing (not a link loop: that is a fault of the input, refused)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return path.is_symlink()
+    except OSError:
+        return False
+    return False
+
+
+def _passed_over(path: Path) -> str:
+    """Why a file found in a folder was not read (ingest's ``skipped``)."""
+    if _dangling(path):
+        return f"{path}: a link to {os.readlink(path)}, which does not exist"
+    return f"{path}: passed over, not a trace (no traceEvents)"
 
 
 def _looks_like_trace(path: Path) -> bool:
@@ -521,7 +542,7 @@ def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
     rank_of, window_of = place(results, rank_map or {}, skipped if skip_bad else None,
                                run_of=run_of, left_out=left_out)
     skipped += left_out
-    skipped += [(str(p), f"{p}: passed over, not a trace (no traceEvents)") for p in ignored]
+    skipped += [(str(p), _passed_over(p)) for p in ignored]
     # a cache folder that will not take writes is said once, not once per file
     written = list(dict.fromkeys(note for r in results for note in r.notes))
     return IngestResult(files=results, rank_of=rank_of, skipped=skipped, window_of=window_of,

@@ -235,7 +235,9 @@ def _ranks_from_names(results: list[FileResult], rank_of: dict[tuple[int, int | 
         return None
     recorded = {i: rank for (i, _), rank in rank_of.items()}
     for i, result in enumerate(results):
-        if recorded.get(i) != named[i]:
+        # a rank read from a file name is no record: the parse of a byte-identical file of
+        # another name (one cache entry) carries that file's; this name decides, silently
+        if recorded.get(i) != named[i] and result.ranks[0].get("rank_from") != "file name":
             result.warnings.append(
                 f"records rank {recorded.get(i)} ({result.ranks[0].get('rank_from')}), as "
                 f"other files of this set do; rank {named[i]} taken from the file name")
@@ -272,6 +274,12 @@ def resolve_ranks(results: list[FileResult],
                 info["rank_from"] = "mapping"
             elif parsed is not None:
                 rank_of[(i, parsed)] = parsed
+            elif len(result.ranks) == 1 and (
+                    named := rank_from_file_name(Path(result.path).name)) is not None:
+                # the parser found no rank inside (an nsys export of a CPU-only process):
+                # the file name's, whatever the format (trace_rank1.sqlite, rank-1.json)
+                rank_of[(i, parsed)] = named
+                info["rank_from"] = "file name"
             else:
                 unknown.append(i)
     if unknown:
