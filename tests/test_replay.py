@@ -254,9 +254,15 @@ def test_api_answers_as_the_cli(hand_run, tmp_path):
 
 # ----------------------------------------------------------------------------- real runs
 REPLAY = ROOT / "fixtures" / "data" / "replay"
-FIXTURES = sorted(p for p in (ROOT / "fixtures" / "data" / "scenarios").iterdir() if p.is_dir()) \
-    + sorted(p for p in (ROOT / "fixtures" / "data").glob("gloo_*") if p.is_dir()) \
-    + sorted(p for p in REPLAY.iterdir() if p.is_dir())
+
+def _runs(folders: list[Path]) -> list[Path]:
+    """The run folders among ``folders``: those holding trace files themselves."""
+    return sorted(p for p in folders if p.is_dir() and any(p.glob("*.json*")))
+
+
+FIXTURES = _runs(list((ROOT / "fixtures" / "data" / "scenarios").iterdir())
+                 + list((ROOT / "fixtures" / "data").glob("gloo_*"))
+                 + list(REPLAY.iterdir()))
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
