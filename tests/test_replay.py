@@ -257,7 +257,7 @@ REPLAY = ROOT / "fixtures" / "data" / "replay"
 
 def _runs(folders: list[Path]) -> list[Path]:
     """The run folders among ``folders``: those holding trace files themselves."""
-    return sorted(p for p in folders if p.is_dir() and any(p.glob("*.json*")))
+    return sorted(p for p in folders if p.is_dir() and any(p.glob("*trace.json*")))
 
 
 FIXTURES = _runs(list((ROOT / "fixtures" / "data" / "scenarios").iterdir())
