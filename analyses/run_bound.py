@@ -56,7 +56,7 @@ def bound_phrase(bound: dict[str, Any]) -> str:
     ``host-bound (no GPU work)``."""
     label, share, shares = bound.get("bound"), bound.get("bound_share"), bound.get("shares")
     if label is None:
-        return "unknown (no recorded time)"
+        return "unknown"  # no recorded time, or none given (a bare critical path)
     if share is None:
         return f"{label} (no GPU work)" if label == BOUND_NO_GPU else str(label)
     if label == "balanced" and shares:
