@@ -32,9 +32,11 @@ per step of the path (definitions and a worked example: ``docs/metrics.md``, *Di
   rank, capped at the compute on the path (``roofline_finding``);
 * ``pipeline_bottleneck``: the clear bottleneck stage of a pipeline (``analyses.pipeline``) as
   fast as the median stage: its compute per step over the median stage's;
-* ``bound`` and ``mfu``: what the path is made of (``overlap.bound_of``, the one rule of
-  every output), and the model FLOPs utilisation when the model size is given (an MFU above
-  100% is refused, with a warning naming the likely wrong input); information, no gain.
+* ``bound`` and ``mfu``: the run's bound, the one ``summary``, ``overlap`` and the report name
+  (``analyses.run_bound``: from the GPU time, given by the Run), with what the path is made of
+  beside it under another name (``path``, ``path_shares``), and the model FLOPs utilisation
+  when the model size is given (an MFU above 100% is refused, with a warning naming the
+  likely wrong input); information, no gain.
 
 Order: the findings whose gain is at least ``MEDIUM`` of the step, largest first; then the
 kernel families, largest path time first; then the smaller gains; information last. Each
@@ -55,9 +57,10 @@ from .critical_path import CriticalPath
 from .flops import PEAK_TABLE, Peak
 from .mfu import ModelSize, model_flops_utilisation
 from .names import short_name
-from .overlap import bound_of
+from .overlap import BOUND_NO_GPU, bound_of
 from .path_summary import host_time, path_categories, path_steps, stretch_own
 from .roofline_finding import roofline_finding
+from .run_bound import bound_phrase
 
 #: Gain thresholds, as a share of the median step time: ``high`` and ``medium`` severity;
 #: below ``KEEP`` a finding is left out (noise, not worth a line on the to-do list).
@@ -234,7 +237,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
              pipeline: dict[str, Any] | None = None,
              alltoall: dict[str, Any] | None = None,
              ops: pl.DataFrame | None = None,
-             replayed: dict[int, tuple[float, bool]] | None = None) -> dict[str, Any]:
+             replayed: dict[int, tuple[float, bool]] | None = None,
+             bound: dict[str, Any] | None = None) -> dict[str, Any]:
     """``findings`` (``FINDING_SCHEMA``, in the module docstring's order, information last),
     ``bound``, ``mfu``, ``step_ns`` (the mean step time the gains are shares of) and
     ``notes`` (warnings: a refused MFU).
@@ -248,7 +252,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     pairs); ``alltoall``: the all-to-all answer (``alltoall.alltoall``), when the run has
     any; ``ops``: ``analyses.ops.ops`` rows by shape (the roofline finding; None: none);
     ``replayed``: per straggler rank, the replay's gain of making it typical and whether the
-    replay is trusted (``analyses.replay``): evidence beside the path's estimate (None: none)."""
+    replay is trusted (``analyses.replay``): evidence beside the path's estimate (None: none);
+    ``bound``: the run's bound (``run_bound.run_bound``; None: not known, as of a bare path)."""
     steps = path_steps(path)
     n_steps = max(steps.height, 1)
     step_ns = _mean_step(steps)
@@ -276,7 +281,7 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
             f.setdefault("confidence", confidence.get(f["rank"], "low"))
         f.setdefault("confidence", "low")  # never None: a finding that does not say is unsure
     found = [_with_severity(f) for f in found if f.get("keep") or _kept(f)]
-    bound = _bound(cats, cpu_only=not gpu_ranks)
+    bound = _bound(cats, cpu_only=not gpu_ranks, run=bound)
     mfu = model_flops_utilisation(model, step_ns, devices, table)
     info = [_bound_finding(bound)] if path.pieces.height else []
     if mfu is not None and mfu.get("mfu") is not None:
@@ -902,42 +907,47 @@ def _alltoall_imbalance(alltoall: dict[str, Any] | None,
 
 # --- what the run is bound by, and MFU --------------------------------------------------------
 
-def _bound(cats: dict[str, dict[str, Any]], *, cpu_only: bool = False) -> dict[str, Any]:
-    """Shares of the path: compute, communication (transfer + wait), input (data loading),
-    host (launching), idle; ``bound``: by the one rule of every output
-    (``overlap.bound_of``): the largest share when at least 1.2x the next, else
-    ``balanced`` (``idle``: the path is mostly time where nothing recorded runs).
-    ``cpu_only`` (no rank has GPU work): the host's ops are the host's time, not GPU compute,
-    and the bound is ``host``, as ``summary`` and ``overlap`` say of a trace without GPU
-    work; the shares still show what the host did (its waits in gloo included)."""
+def _bound(cats: dict[str, dict[str, Any]], *, cpu_only: bool = False,
+           run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's bound, as ``summary`` and ``overlap`` name it: ``bound``, ``bound_share``
+    and ``shares`` of ``run`` (``run_bound.run_bound``; without it, ``host-bound`` for a
+    CPU-only run, else unknown), and, under other names so that they are not read as the
+    bound, what the critical path is made of: ``path_shares`` (compute, communication
+    (transfer + wait), input (data loading), host (launching), idle) and ``path``, their
+    largest by the rule of every bound (``overlap.bound_of``: at least 1.2x the next, else
+    ``balanced``). ``cpu_only`` (no rank has GPU work): the host's ops are the host's time,
+    not GPU compute (the path shares show what the host did, its waits in gloo included)."""
     s = {c: (v["share"] or 0.0) for c, v in cats.items()}
     shares = {"compute": s["compute"],
               "communication": s["communication_transfer"] + s["communication_wait"],
               "input": s["data_loading"], "host": s["launch_host"], "idle": s["idle"]}
     if cpu_only:
         shares = {**shares, "compute": 0.0, "host": shares["host"] + shares["compute"]}
-        return {"bound": "host" if any(shares.values()) else None, "shares": shares,
-                "cpu_only": True}
-    return {"bound": bound_of(shares), "shares": shares}
+        path = "host" if any(shares.values()) else None
+    else:
+        path = bound_of(shares)
+    if run is None:
+        run = {"bound": BOUND_NO_GPU if cpu_only and path else None, "bound_share": None,
+               "shares": {}}
+    out = {**run, "shares": dict(run["shares"]), "path": path, "path_shares": shares}
+    return {**out, "cpu_only": True} if cpu_only else out
 
 
 _KINDS = ("compute", "communication", "input", "host", "idle")
 
 
 def _bound_finding(bound: dict[str, Any]) -> dict[str, Any]:
-    sh = bound["shares"]
+    """The run's bound in the words of ``summary`` and ``overlap``, then what the path is
+    made of, said as the path's ("path: 54% host, ...") so it is not read as the bound."""
+    sh = bound["path_shares"]
     parts = ", ".join(f"{100 * sh[k]:.0f}% {k}" for k in _KINDS)
-    two = sorted(_KINDS, key=lambda k: (-sh[k], _KINDS.index(k)))[:2]
-    what = ("mostly idle: nothing recorded runs there (untraced work, or time outside the "
-            "profiler)" if bound["bound"] == "idle" else
-            f"balanced between {two[0]} ({100 * sh[two[0]]:.0f}%) and {two[1]} "
-            f"({100 * sh[two[1]]:.0f}%)" if bound["bound"] == "balanced" else
-            "host-bound (CPU-only: no GPU work)" if bound.get("cpu_only") else
-            f"{bound['bound']}-bound" if bound["bound"] else "not bound by any category")
     return {"id": "bound", "rank": None, "gain_ns_per_step": None, "gain_share": None,
             "severity": "info", "confidence": "high",
-            "title": f"The run is {what}: the critical path is {parts}",
-            "evidence": [_ev(f"{k}_share", v, "ratio") for k, v in sh.items()],
+            "title": f"Run bound: {bound_phrase(bound)}; path: {parts}",
+            "evidence": [*([_ev("bound_share", bound["bound_share"], "ratio")]
+                           if bound["bound_share"] is not None else []),
+                         *(_ev(f"gpu_{k}_share", v, "ratio") for k, v in bound["shares"].items()),
+                         *(_ev(f"path_{k}_share", v, "ratio") for k, v in sh.items())],
             "recommendation": RECOMMENDATIONS["bound"]}
 
 
@@ -958,5 +968,5 @@ def _mfu_finding(mfu: dict[str, Any], bound: dict[str, Any],
                          _ev("peak_tflops", mfu["peak_tflops"], "TFLOP/s", mfu["peak_source"]),
                          _ev("flops_per_step", mfu["flops_per_step"], "FLOP"),
                          _ev("devices", mfu["devices"], "count", mfu["devices_source"])],
-            "recommendation": advice if bound["bound"] == "compute" else
+            "recommendation": advice if bound["path"] == "compute" else
             RECOMMENDATIONS["bound"]}

@@ -30,9 +30,10 @@ def test_a_cpu_only_trace_is_host_bound_everywhere() -> None:
     assert run.summary()["ranks"]["bound"].to_list() == ["host-bound"]
     assert run.overlap()["rows"]["bound"].to_list() == ["host-bound"]
     bound = run.diagnose()["bound"]
+    assert bound["bound"] == "host-bound" and bound["cpu_only"] and bound["bound_share"] is None
     # the path: the op 100 + the annotation 900, all the host's: 100% host
-    assert bound["bound"] == "host" and bound["cpu_only"]
-    assert bound["shares"]["host"] == 1.0 and bound["shares"]["compute"] == 0.0
+    assert bound["path"] == "host"
+    assert bound["path_shares"]["host"] == 1.0 and bound["path_shares"]["compute"] == 0.0
 
 
 def test_time_blocked_in_gloo_is_waiting() -> None:
@@ -42,8 +43,8 @@ def test_time_blocked_in_gloo_is_waiting() -> None:
     run = _cpu_rank([row("user_annotation", "gloo:all_reduce", 200, 700, pid=1, tid=7)])
     assert _categories(run) == {"compute": 300, "communication_wait": 700}
     res = run.diagnose()
-    assert res["bound"]["bound"] == "host"
-    assert res["bound"]["shares"]["communication"] == 0.7
+    assert (res["bound"]["bound"], res["bound"]["path"]) == ("host-bound", "host")
+    assert res["bound"]["path_shares"]["communication"] == 0.7
     # an op that runs while the collective is in flight is the rank's work, not a wait
     busy = _cpu_rank([row("user_annotation", "gloo:all_reduce", 200, 700, pid=1, tid=7),
                       row("cpu_op", "aten::add", 300, 100, pid=1, tid=1)])
@@ -66,5 +67,5 @@ def test_nvtx_ranges_are_annotations_not_work() -> None:
 def test_an_nvtx_only_trace_is_not_compute_bound() -> None:
     run = traceview.Run.from_events(frame([row("nvtx", "loop", 0, 1000, pid=1, tid=1)]))
     bound = run.diagnose()["bound"]
-    assert bound["bound"] == "host" and bound["shares"]["compute"] == 0.0
+    assert bound["bound"] == "host-bound" and bound["path_shares"]["compute"] == 0.0
     assert run.summary()["ranks"]["bound"].to_list() == ["host-bound"]

@@ -38,8 +38,10 @@ def test_gains_by_hand_and_their_order() -> None:
                           ("bound", None, "info", None)]
     gains = dict(jump_gains(run.path, run.collective_ranks).rows())
     assert sorted(gains.values()) == [400, 500]  # per step (2 steps): rank 0 200, rank 1 250
-    # a CPU-only run: its ops are the host's time, the bound host (as summary and overlap)
-    assert res["bound"] == {"bound": "host", "cpu_only": True, "shares": {
+    # a CPU-only run: host-bound, no GPU share (as summary and overlap); its ops are the
+    # host's time on the path
+    assert res["bound"] == {"bound": "host-bound", "bound_share": None, "shares": {},
+                            "gpu_ranks": 0, "window_ns": None, "cpu_only": True, "path": "host", "path_shares": {
         "compute": 0.0, "communication": 0.1, "input": 0.0, "host": 0.8, "idle": 0.1}}
 
 
@@ -202,7 +204,7 @@ def test_gpu_gap_causes_on_the_path() -> None:
                           ("bound", None, "info", None)]
     assert res["findings"].get_column("confidence").to_list() == [
         "high", "medium", "high", "high", "high"]
-    assert res["bound"]["bound"] == "compute"
+    assert res["bound"]["path"] == "compute"
     assert "num_workers" in res["findings"].row(0, named=True)["recommendation"]
 
 
@@ -289,8 +291,8 @@ def test_named_runtime_calls_python_and_launches_on_the_path() -> None:
     assert "pin_memory" in memcpy["recommendation"] and "non_blocking" in memcpy["recommendation"]
     evidence = {e["metric"]: e["value"] for e in memcpy["evidence"]}
     assert evidence["in_blocking_copy_gaps_ns_per_step"] == 180
-    assert res["bound"]["bound"] == "host"
-    assert res["bound"]["shares"]["host"] == pytest.approx(0.7)
+    assert res["bound"]["path"] == "host"
+    assert res["bound"]["path_shares"]["host"] == pytest.approx(0.7)
 
 
 def test_python_functions_that_launch_are_launch_overhead() -> None:
@@ -317,10 +319,13 @@ def test_a_balanced_path_says_between_what() -> None:
 
     cats = {"compute": 0.49, "communication_wait": 0.0, "communication_transfer": 0.0,
             "launch_host": 0.43, "data_loading": 0.0, "idle": 0.08}
-    bound = _bound({k: {"share": v} for k, v in cats.items()})
-    assert bound["bound"] == "balanced"
-    assert _bound_finding(bound)["title"].startswith(
-        "The run is balanced between compute (49%) and host (43%)")
+    gpu = {"bound": "balanced", "bound_share": 0.45,
+           "shares": {"compute": 0.45, "communication": 0.0, "copy": 0.15, "idle": 0.4}}
+    bound = _bound({k: {"share": v} for k, v in cats.items()}, run=gpu)
+    assert (bound["bound"], bound["path"]) == ("balanced", "balanced")
+    assert _bound_finding(bound)["title"] == (
+        "Run bound: balanced between compute (45.0%) and idle (40.0%) of the GPU time; "
+        "path: 49% compute, 0% communication, 0% input, 43% host, 8% idle")
 
 
 @pytest.mark.parametrize(("name", "family"), [

@@ -69,8 +69,8 @@ def test_cloverleaf_first_finding_names_cudamalloc(cache: Path) -> None:
     assert first["name"] == "cudaMalloc" and "cudaMalloc" in first["title"]
     assert first["path_share"] == pytest.approx(0.389, abs=0.01)
     assert "empty_cache" in first["recommendation"]
-    # 49% compute, 43% host: within 1.2x of each other
-    assert res["bound"]["bound"] == "balanced"
+    # the path: 49% compute, 43% host: within 1.2x of each other
+    assert res["bound"]["path"] == "balanced"
 
 
 def test_the_mostly_idle_trace_is_not_compute_bound(cache: Path) -> None:
@@ -81,7 +81,10 @@ def test_the_mostly_idle_trace_is_not_compute_bound(cache: Path) -> None:
     summary = run.summary()["ranks"].row(0, named=True)
     assert (summary["bound"], summary["bound_share"]) == (row["bound"], row["bound_share"])
     res = run.diagnose()
-    assert res["bound"]["bound"] == "host"  # the path: 86% the host's time
+    assert res["bound"]["path"] == "host"  # the path: 86% the host's time
+    # the run's bound is summary's, whatever the path (issue 48, item 8)
+    assert (res["bound"]["bound"], res["bound"]["bound_share"]) == (row["bound"],
+                                                                    row["bound_share"])
     assert _first(res["findings"])["id"] == "launch_bound"
 
 
@@ -96,7 +99,8 @@ def test_every_bound_agrees_with_its_shares(rel: str, cache: Path) -> None:
         top, second = sorted(parts.values(), reverse=True)[:2]
         assert r["bound"] == ("balanced" if top < 1.2 * second else
                               max(parts, key=lambda k: parts[k]))
-    bound, shares = run.diagnose()["bound"].values()
+    found = run.diagnose()["bound"]
+    bound, shares = found["path"], found["path_shares"]
     top, second = sorted(shares.values(), reverse=True)[:2]
     assert bound == ("balanced" if top < 1.2 * second else max(shares, key=lambda k: shares[k]))
 

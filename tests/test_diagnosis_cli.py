@@ -55,7 +55,8 @@ def test_diagnose_text_is_a_to_do_list(capsys, cache) -> None:
     assert lines[0].startswith("to do, biggest gain first")
     assert lines[1].startswith("1. [high] save ~") and "Rank 1 holds the others back" in lines[1]
     assert lines[2].strip().startswith("fix: Investigate rank 1")
-    assert any(line.startswith("note: The run is") for line in lines)
+    assert any(line.startswith("note: Run bound: host-bound (no GPU work); path: ")
+               for line in lines)
 
 
 def test_diagnose_json_with_the_model_size(capsys, cache) -> None:
@@ -68,7 +69,8 @@ def test_diagnose_json_with_the_model_size(capsys, cache) -> None:
     mfu = doc["mfu"]
     assert mfu["flops_per_step"] == 6 * 6800 * 8 and mfu["peak_source"] == "user"
     assert mfu["mfu"] == pytest.approx(6 * 6800 * 8 / (doc["step_ns"] / 1e9) / 2 / 1e12)
-    assert doc["bound"]["bound"] == "host"  # a CPU-only (gloo) run: its ops are the host's
+    assert doc["bound"]["bound"] == "host-bound"  # a CPU-only (gloo) run, as summary says
+    assert doc["bound"]["path"] == "host"  # its ops are the host's time on the path
     assert main(["diagnose", SLOW, "--cache-dir", cache, "--csv"]) == 0
     assert capsys.readouterr().out.startswith("id,title,severity,rank,gain_ns_per_step")
 

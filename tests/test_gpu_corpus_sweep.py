@@ -152,8 +152,9 @@ def test_traces_without_gpu_work_are_host_bound_everywhere(tmp_path, rel: str) -
     assert set(run.summary()["ranks"].get_column("bound").to_list()) == {"host-bound"}
     assert set(run.overlap()["rows"].get_column("bound").to_list()) == {"host-bound"}
     bound = run.diagnose()["bound"]
-    assert bound["bound"] in ("host", None)  # None: nothing on the path at all
-    assert bound["shares"]["compute"] == 0.0
+    assert bound["bound"] == "host-bound" and bound["bound_share"] is None
+    assert bound["path"] in ("host", None)  # None: nothing on the path at all
+    assert bound["path_shares"]["compute"] == 0.0
 
 
 def test_the_sweep_sees_the_corpus() -> None:

@@ -66,7 +66,7 @@ def test_summary_and_stragglers_define_their_words(capsys) -> None:
     gloo = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "gloo_ddp_2r_slow1"
     assert main(["summary", str(gloo), "--no-cache"]) == 0
     out = capsys.readouterr().out
-    assert "else balanced;" in out and "diagnose's bound is the run's critical path" in out
+    assert "else balanced" in out and "run bound: host-bound (no GPU work)" in out
     assert main(["stragglers", str(gloo), "--no-cache"]) == 0
     out = capsys.readouterr().out
     assert "imposed: the others' wait" in out and "caused: the part" in out

@@ -10,7 +10,9 @@
 * ``diagnose``: ``{"window", "step_ns", "findings": [{"id", "title", "severity", "rank",
   "gain_ns_per_step", "gain_share", "evidence": [{"metric", "value", "unit", "text"}],
   "recommendation", "confidence", "path_ns_per_step", "path_share", "name"}], "bound":
-  {"bound", "shares"}, "mfu": {...} | null, "warnings"}``, findings in
+  {"bound", "bound_share", "shares", "gpu_ranks", "window_ns", "path", "path_shares"} (the run's
+  bound, as summary's and overlap's ``bound``; ``path``/``path_shares``: what the critical path
+  is made of, docs/metrics.md), "mfu": {...} | null, "warnings"}``, findings in
   ``analyses.diagnose``'s order (gains of 3% of the step or more, kernel families, smaller
   gains), information (``severity`` ``info``) last; a refused MFU (above 100%) is null with
   ``refused`` true and its reason in ``warnings``.

@@ -237,6 +237,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"output": args.output, "figures": figures, "ranks": data.meta["ranks"],
                    "partial_sections": sections, "worst_straggler": data.worst_straggler,
+                   "bound": data.bound,  # the run's, as summary, overlap and diagnose
                    "warnings": data.warnings,
                    **({} if data.history is None else {"history": {
                        "db": data.history.source, "metric": data.history.metric,

@@ -13,6 +13,7 @@ import argparse
 import polars as pl
 
 from traceview.analyses.names import unique_short_names
+from traceview.analyses.run_bound import bound_phrase
 from traceview.cli._options import (
     MAX_ROWS,
     add_timeline_args,
@@ -151,8 +152,16 @@ def run_overlap(args: argparse.Namespace) -> int:
           _bound_cell(r)] for r in df.iter_rows(named=True)]))
     if df.height < all_rows.height:
         print(not_shown(df.height, all_rows.height, "overlap"))
+    print(_run_bound_line(result["bound"]))
     _print_capped(_notes(all_rows), args, "overlap")
     return 0
+
+
+def _run_bound_line(bound: dict) -> str:
+    """The run's bound (``Run.bound``), the line ``summary``, ``overlap`` and ``diagnose``
+    all print in the same words."""
+    return (f"run bound: {bound_phrase(bound)}"
+            + (f" (all {bound['gpu_ranks']} GPU ranks)" if bound.get("gpu_ranks", 0) > 1 else ""))
 
 
 def _bound_cell(r: dict) -> str:
@@ -293,7 +302,8 @@ def run_summary(args: argparse.Namespace) -> int:
         "*/step: window totals / steps (totals in --json)" if each else
         "*_total: window totals (no profiler steps)") + "; hidden, idle, bound: whole window")
     print("bound: the largest share of the GPU's window (compute, exposed comm, copies, idle) "
-          "when 1.2x the next, else balanced; diagnose's bound is the run's critical path")
+          "when 1.2x the next, else balanced")
+    print(_run_bound_line(result["bound"]))
     if rows.height < df.height:
         print(not_shown(rows.height, df.height, "summary"))
     print(straggler_sentence(straggler))

@@ -31,6 +31,7 @@ from traceview.analyses.breakdown import kernels_across_ranks
 from traceview.analyses.collectives import collective_summary, instances
 from traceview.analyses.gaps import gap_causes, largest_gaps
 from traceview.analyses.memory import timeline_points
+from traceview.analyses.run_bound import bound_phrase
 from traceview.outputs import report_html as H
 from traceview.outputs.plots import PLOTLY_MISSING, PlotsUnavailable
 from traceview.outputs.report_data import ReportData
@@ -152,6 +153,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
         if spans.height else 0,
         "clock alignment": ", ".join(sorted(set(offsets["method"].to_list())))
         if offsets.height else "none",
+        "run bound": bound_phrase(summ["bound"]),  # summary's, overlap's and diagnose's words
         "traceview": __version__,
     }
     return ReportData(title=title, meta=meta, summary=summ["ranks"], worst_straggler=summ["worst_straggler"],
@@ -168,7 +170,7 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                       collective_summary=collective_summary(per) if n_ranks > 1 else None,
                       memory_points=memory_points, memory_peaks=memory_peaks,
                       critical_path=path, diagnose=todo, pipeline=pipe,
-                      alltoall=alltoall, ops=roofline)
+                      alltoall=alltoall, ops=roofline, bound=summ["bound"])
 
 
 #: The memory timeline shows at most this many ranks (those with the highest peaks).

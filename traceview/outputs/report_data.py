@@ -71,6 +71,8 @@ class ReportData:
     history: HistoryTrend | None = None
     #: the ``ops`` result by shape (a ``Result``), None without GPU events
     ops: Any = None
+    #: the run's bound (``Run.bound``), the one summary, overlap and diagnose name
+    bound: dict[str, Any] = field(default_factory=dict)
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{H.e(k)}</th><td>{H.e(v)}</td></tr>"

@@ -92,6 +92,7 @@ from traceview.analyses.path_summary import (
     path_warnings,
 )
 from traceview.analyses.pipeline import pipeline
+from traceview.analyses.run_bound import run_bound
 from traceview.analyses.stragglers import stragglers
 from traceview.analyses.summary import summary
 from traceview.analyses.window import Window, ranks_present, select, step_spans
@@ -363,6 +364,12 @@ class Run:
         return self._kept("overlap", lambda: overlap(self.gpu, self.ranks_table))
 
     @cached_property
+    def bound(self) -> dict[str, Any]:
+        """The run's bound, the one every output names (``analyses.run_bound``): from the
+        GPU time of the whole-trace overlap rows, never from the critical path (cheap)."""
+        return run_bound(self.overlap_rows)
+
+    @cached_property
     def p2p(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Point-to-point pairs on the aligned timeline and the calls left unpaired
         (``analyses.p2p.pair_p2p``): every send matched to its recv."""
@@ -540,8 +547,8 @@ class Run:
         """Compute/communication overlap per rank and device (and step); main table ``rows``."""
         if not per_step:
             return self._result("overlap", {"window": self.window_info,
-                                            "rows": self.overlap_rows}, main="rows",
-                                uses=("gpu",))
+                                            "rows": self.overlap_rows, "bound": self.bound},
+                                main="rows", uses=("gpu",))
         per_step_rows = overlap(self.gpu, self.ranks_table, steps=self.steps, per_step=True)
         # Every device also gets its whole-trace row (step null): the per-step rows already
         # hold it for devices without steps, so it is added to the others only.
@@ -549,8 +556,8 @@ class Run:
         has_whole = per_step_rows.filter(pl.col("step").is_null()).select("rank", "device")
         df = pl.concat([per_step_rows, whole.join(has_whole, on=["rank", "device"], how="anti")],
                        how="diagonal_relaxed").sort("rank", "device", "step", nulls_last=True)
-        return self._result("overlap", {"window": self.window_info, "rows": df}, main="rows",
-                            uses=("gpu",))
+        return self._result("overlap", {"window": self.window_info, "rows": df,
+                                        "bound": self.bound}, main="rows", uses=("gpu",))
 
     def breakdown(self, *, top: int = 10) -> Result:
         """Per-step GPU time, top kernels (per rank and over all ranks) and CPU ops, launch
@@ -595,7 +602,8 @@ class Run:
             straggler, _ = straggler.result(), unlaunched.result()
         uses = self._gpu_and_alignment
         return self._result("summary", {"window": self.window_info, "ranks": df,
-                                        "worst_straggler": straggler}, main="ranks", uses=uses)
+                                        "worst_straggler": straggler, "bound": self.bound},
+                            main="ranks", uses=uses)
 
     def align(self) -> Result:
         """Per-rank clock offset, drift and uncertainty; main table ``ranks``."""
@@ -868,7 +876,8 @@ class Run:
                          devices=self.ranks, model=ModelSize(**model), pipeline=staged,
                          alltoall=self._alltoall if self.has_alltoall else None,
                          host=self.host if self.gpu.height else None, ops=roofline,
-                         replayed=straggler_gains(self, verdicts))
+                          replayed=straggler_gains(self, verdicts),
+                          bound=self.bound)
         notes += found.pop("notes")  # a refused MFU
         if len(self.ranks_present) > 1:
             found["node_findings"] = self._node_verdicts(verdicts)["node_findings"]
