@@ -130,12 +130,15 @@ def test_unknown_ranks_need_a_mapping(capsys, tmp_path):
         (4, "mapping"), (5, "mapping")]
 
 
-def test_single_file_without_rank_is_rank_zero_with_warning(capsys, tmp_path):
+def test_single_file_without_rank_is_rank_zero_without_a_warning(capsys, tmp_path):
+    """One file is one rank: rank 0, said by ``rank_from``, not by a multi-file warning
+    (issue 48, item 10)."""
     _trace(tmp_path, "x.json")
-    code, out, _ = _run(capsys, "info", str(tmp_path / "x.json"), "--json")
+    code, out, err = _run(capsys, "info", str(tmp_path / "x.json"), "--json")
     report = json.loads(out)
-    assert report["ranks"][0]["rank"] == 0
-    assert any("assuming rank 0" in w for w in report["warnings"])
+    assert (report["ranks"][0]["rank"], report["ranks"][0]["rank_from"]) == (0, "default")
+    assert not any("assuming rank 0" in w for w in report["warnings"])
+    assert "assuming rank 0" not in err
 
 
 def test_sql(capsys, tmp_path):

@@ -284,8 +284,9 @@ def resolve_ranks(results: list[FileResult],
                 unknown.append(i)
     if unknown:
         if len(results) == 1:
+            # one file is one rank: rank 0 is no assumption worth a warning (a Kineto trace
+            # without distributedInfo, a single-process nsys export); `rank_from` says so
             rank_of[(0, None)] = 0
-            results[0].warnings.append("the trace names no rank; assuming rank 0")
             results[0].ranks[0]["rank_from"] = "default"
         elif _one_process(results, unknown, rank_of):
             _rank_zero_for_one_process(results, unknown, rank_of)
