@@ -256,11 +256,15 @@ def _command(argv: list[str]) -> int:
     if not getattr(args, "run", None):
         parser.print_help(sys.stderr)
         return 2
+    # the inputs as they are before the command reads them: a kept answer must describe them
+    named = _command_name(argv)
+    before = (answers.inputs_before(argv) if named in COMMANDS and COMMANDS[named].answers
+              else None)
     try:
         with _workers_stopped_on_sigterm():
             status = int(args.run(args) or 0)
         if status == 0:
-            answers.keep(argv, args)
+            answers.keep(argv, args, before)
         return status
     except TraceviewError as exc:
         if args.debug:
