@@ -362,3 +362,47 @@ def test_record_takes_commit_and_branch_from_ci(tmp_path: Path, monkeypatch: pyt
     assert row[:3] == ("0123456789abcdef", "main", "runner-1")
     assert sorted(i["file"] for i in orjson.loads(row[3])) == sorted(
         p.name for p in (NOISE / "same_1").iterdir() if p.name.endswith(".json.gz"))
+
+
+# ------------------------------------------------------------------------- secrets
+
+def test_a_postgresql_password_reaches_no_output(
+        postgres_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A password in the URL's user info (holding ``@`` and ``/``, not %-encoded) or given as
+    ``?password=`` is used, and appears in no output of the history commands: their text,
+    --json, --csv, JUnit, the HTML report, and their errors (a database that does not exist,
+    a port that is not a number). The server trusts local users, so any password connects."""
+    pytest.importorskip("plotly")
+    base = postgres_server.create_database(f"h_{uuid.uuid4().hex[:12]}").replace("+psycopg", "")
+    user_host, name = base.split("://", 1)[1].rsplit("/", 1)
+    user, host = user_host.split("@")
+    secrets = ["S3cr@t/pw", "Qs7-secret"]
+    urls = [f"postgresql://{user}:{secrets[0]}@{host}/{name}",
+            f"postgresql://{user}@{host}/{name}?password={secrets[1]}"]
+    outputs: list[str] = []
+
+    def ask(*argv: str) -> int:
+        code, out, err = _cli(capsys, *argv)
+        outputs.extend([out, err])
+        return code
+
+    html, junit = tmp_path / "r.html", tmp_path / "j.xml"
+    for url in urls:
+        for run in ("same_1", "same_2"):
+            assert ask("history", "record", str(NOISE / run), "--db", url, "--label",
+                       "main") == 0
+        assert ask("history", "record", str(NOISE / "same_3"), "--db", url, "--json") == 0
+        for shown in ((), ("--json",), ("--csv",)):
+            assert ask("history", "show", "--db", url, *shown) == 0
+        assert ask("history", "upgrade", "--db", url) == 0
+        assert ask("check", str(NOISE / "same_3"), "--history", url, "--json",
+                   "--junit", str(junit)) == 0
+        outputs.append(junit.read_text())
+        assert ask("report", str(NOISE / "slow_1"), "-o", str(html), "--history", url,
+                   "--json") == 0
+        outputs.append(html.read_text())
+        assert ask("history", "show", "--db", url.replace(f"/{name}", "/no_such_db")) == 2
+        assert ask("history", "show", "--db", url.replace(host, host.split(":")[0] + ":x1")) == 2
+    assert "S3cr" not in "".join(outputs) and "S3cr%40t" not in "".join(outputs)
+    assert secrets[1] not in "".join(outputs)
+    assert "***" in "".join(outputs)  # where the URL is named, the password is starred

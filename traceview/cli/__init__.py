@@ -27,7 +27,7 @@ from typing import NamedTuple
 from traceview import __version__
 from traceview._dependencies import lazy_module
 from traceview.cli._streams import guarded_streams
-from traceview.errors import TraceviewError
+from traceview.errors import TraceviewError, redacted
 from traceview.outputs.safe_text import one_line, printable
 
 #: Asked only by ``--version``: every other command would pay for the parser's imports.
@@ -283,7 +283,8 @@ def _command(argv: list[str]) -> int:
     except Exception as exc:  # a bug: still one line, unless --debug
         if args.debug:
             raise
-        print(f"traceview: internal error: {type(exc).__name__}: {one_line(str(exc))} (rerun "
+        print(f"traceview: internal error: {type(exc).__name__}: "
+              f"{redacted(one_line(str(exc)))} (rerun "
               "with --debug)", file=sys.stderr)
         return 2
 
@@ -293,5 +294,5 @@ def error_line(exc: BaseException) -> str:
     characters escaped, a message of several lines (a library's) joined into one."""
     if isinstance(exc, OSError):
         where = f"{printable(str(exc.filename))}: " if exc.filename else ""
-        return where + one_line(exc.strerror or str(exc))
-    return one_line(str(exc))
+        return redacted(where + one_line(exc.strerror or str(exc)))
+    return redacted(one_line(str(exc)))

@@ -26,12 +26,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote, unquote
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from traceview import __version__
-from traceview.errors import TraceviewError
+from traceview.errors import TraceviewError, keep_secret, redacted
 from traceview.outputs import history_schema as S
 
 #: SQLite waits this long for the write lock before "database is locked" (ms).
@@ -66,9 +67,10 @@ class Database:
 def open_database(url: str, *, create: bool) -> Database:
     """The database ``url`` names (a path, ``sqlite:///FILE`` or ``postgresql://``). A SQLite
     file that does not exist is created only when ``create`` (``record``); ``show`` and
-    ``check`` refuse it."""
+    ``check`` refuse it. Its password (in the user info, or ``?password=``) is never printed
+    (``errors.keep_secret``): ``where`` names the database without it."""
     sa_url = _parse(url)
-    where = sa_url.render_as_string(hide_password=True) if "://" in url else url
+    where = _shown_url(sa_url) if "://" in url else url
     backend = sa_url.get_backend_name()
     if backend == "sqlite":
         return _sqlite(sa_url, where, create)
@@ -78,16 +80,66 @@ def open_database(url: str, *, create: bool) -> Database:
                        "or postgresql://USER@HOST/DB)")
 
 
+#: Query parameters of a URL that carry secrets (libpq's names): left out of ``where``.
+_SECRET_PARAMETERS = ("password", "sslpassword")
+
+
 def _parse(url: str) -> sa.URL:
     if "://" not in url:  # a plain path: a SQLite file
         return sa.URL.create("sqlite", database=str(Path(url).expanduser().resolve()))
     if url.startswith("postgres://"):  # the short scheme some services hand out
         url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql"):
+        url = _userinfo_quoted(url)
     try:
-        return sa.make_url(url)
-    except sa_exc.ArgumentError:
-        raise HistoryError(f"{url.split('@')[-1]}: not a database URL (use a file path, "
+        parsed = sa.make_url(url)
+        parsed.port  # noqa: B018 - a port that is not a number fails here, not in the driver
+    except (sa_exc.ArgumentError, ValueError):
+        raise HistoryError(f"{_unparsed_shown(url)}: not a database URL (use a file path, "
                            "sqlite:///FILE or postgresql://USER@HOST/DB)") from None
+    keep_secret(parsed.password)
+    for name in _SECRET_PARAMETERS:
+        given = parsed.query.get(name)
+        for value in given if isinstance(given, tuple) else [given]:  # repeated: a tuple
+            keep_secret(value)
+    if "password" in parsed.query and parsed.password is None:
+        # the driver takes it as the URL's password, which SQLAlchemy knows to hide
+        value = parsed.query["password"]
+        parsed = parsed.set(password=value if isinstance(value, str) else value[-1])
+        parsed = parsed.difference_update_query(["password"])
+    return parsed
+
+
+def _userinfo_quoted(url: str) -> str:
+    """A PostgreSQL URL whose user or password holds ``@`` or ``/`` as it is (not
+    %-encoded, as copied from a secret store): the host is after the *last* ``@`` before the
+    query, as libpq and most clients read it; SQLAlchemy took the first."""
+    scheme, rest = url.split("://", 1)
+    before_query = rest.split("?", 1)[0]
+    at = before_query.rfind("@")
+    if at < 0:
+        return url
+    user, sep, password = rest[:at].partition(":")
+
+    def quoted(text: str) -> str:
+        return quote(unquote(text), safe="")
+
+    info = quoted(user) + (":" + quoted(password) if sep else "")
+    return f"{scheme}://{info}{rest[at:]}"
+
+
+def _shown_url(url: sa.URL) -> str:
+    """How messages and outputs name the database: no password, no secret parameter."""
+    return url.difference_update_query(list(_SECRET_PARAMETERS)).render_as_string(
+        hide_password=True)
+
+
+def _unparsed_shown(url: str) -> str:
+    """A URL that would not parse, named without anything that may be a secret: the user
+    info and the query left out."""
+    scheme, _, rest = url.partition("://")
+    host = rest.split("?", 1)[0].rsplit("@", 1)[-1]
+    return redacted(f"{scheme}://{host}")
 
 
 def _sqlite(url: sa.URL, where: str, create: bool) -> Database:
@@ -154,7 +206,7 @@ def _transaction(db: Database, *, write: bool) -> Iterator[sa.Connection]:
         err = getattr(exc, "orig", None) or exc
         if _busy(err):
             raise _Busy(str(err)) from exc
-        raise HistoryError(f"{db.where}: {_first_line(err)}") from None
+        raise HistoryError(f"{db.where}: {redacted(_first_line(err))}") from None
 
 
 def _wal_for_a_new_file(dbapi_conn: Any) -> None:
