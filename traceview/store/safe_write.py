@@ -119,6 +119,10 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     Temporaries of ``target`` left by killed writers are removed first. A failure to write
     (a full disk, a size limit, a read-only folder) is an ``OSError`` naming ``target``."""
     target = Path(target)
+    descriptor = open_descriptor(target)
+    if descriptor is not None:
+        _write_through(descriptor, target, write)
+        return
     if _is_device_or_pipe(target):
         _write_in_place(target, write)
         return
@@ -155,6 +159,62 @@ def _is_device_or_pipe(target: Path) -> bool:
     except OSError:
         return False
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+#: Paths naming one of this process's open descriptors (what /dev/stdout links to).
+_DESCRIPTOR_PATH = re.compile(r"^/(?:dev|proc/self|proc/(?P<pid>[0-9]+))/fd/(?P<fd>[0-9]+)$")
+_STANDARD = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def open_descriptor(target: Path) -> int | None:
+    """The descriptor of this process that ``target`` names, through any symlinks:
+    ``/dev/stdout`` (1), ``/dev/stderr`` (2), ``/dev/fd/N``, ``/proc/self/fd/N``, or a link
+    to one; else None. Such a path is the descriptor, not a file: with stdout redirected to
+    a file it stats as that regular file, and renaming a temporary over it would replace the
+    ``/dev/stdout`` link itself (root may write in /dev) and lose the output."""
+    path = os.path.abspath(target)
+    for _ in range(40):  # the kernel's own limit on links followed
+        if path in _STANDARD:
+            return _STANDARD[path]
+        found = _DESCRIPTOR_PATH.match(path)
+        if found and found["pid"] in (None, str(os.getpid())):
+            return int(found["fd"])
+        try:
+            link = os.readlink(path)
+        except OSError:  # not a link (or gone): not a descriptor
+            return None
+        path = os.path.normpath(os.path.join(os.path.dirname(path), link))
+    return None
+
+
+def _write_through(descriptor: int, target: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` into a private temporary, then its bytes appended to the open
+    ``descriptor`` (after what the process printed there already), as a shell redirection
+    expects; a failure (``EBADF``: not open, a full disk) names ``target``."""
+    import sys
+    import tempfile
+
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None and _fileno(stream) == descriptor:
+                stream.flush()
+        with tempfile.TemporaryDirectory(prefix="traceview-out-") as folder:
+            tmp = Path(folder) / target.name
+            write(tmp)
+            with open(tmp, "rb") as source:
+                while chunk := source.read(1 << 20):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(descriptor, view):]
+    except BaseException as exc:
+        raise _naming(exc, target) from None
+
+
+def _fileno(stream: object) -> int | None:
+    try:
+        return stream.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _write_in_place(target: Path, write: Callable[[Path], None]) -> None:
