@@ -223,3 +223,36 @@ def test_an_input_changed_while_the_command_read_it_keeps_no_answer(
     code, _, err = _ask(capsys, *argv)
     assert code == 0 and calls == ["summary"] * 2 and "changed" not in err
     assert len(_kept(cache)) == 1
+
+
+def _forge(kept: Path, stdout: str) -> None:
+    """Rewrite a kept answer with ``stdout``, its digest made to match (as a planter would)."""
+    from traceview.cli import _answers
+
+    record = json.loads(kept.read_bytes())
+    record["stdout"] = stdout
+    record.pop("digest")
+    record["digest"] = _answers._digest(record)
+    kept.write_text(json.dumps(record))
+
+
+def test_an_answer_others_could_write_or_holding_control_characters_is_never_printed(
+        traces, tmp_path, capsys, computed, settled) -> None:
+    """A shared cache folder: a kept answer (digest and all) writable by other users, or
+    owned by another user (root only can make one here), is not believed; nor is one whose
+    text holds raw control characters (what this program prints escapes them)."""
+    cache = tmp_path / "cache"
+    argv = ["summary", *traces, "--json", "--cache-dir", str(cache)]
+    first = _ask(capsys, *argv)
+    (kept,) = _kept(cache)
+    _forge(kept, '{"forged": "\x1b]8;;http://evil\x07click\x1b]8;;\x07"}\n')
+    code, out, _ = _ask(capsys, *argv)
+    assert (code, out) == (0, first[1]) and computed == ["summary"] * 2  # kept again, anew
+    _forge(kept, '{"forged": true}\n')
+    os.chmod(kept, 0o666)
+    assert _ask(capsys, *argv)[1] == first[1] and computed == ["summary"] * 3
+    if os.geteuid() == 0:
+        _forge(kept, '{"forged": true}\n')
+        os.chmod(kept, 0o644)
+        os.chown(kept, 65534, 65534)
+        assert _ask(capsys, *argv)[1] == first[1] and computed == ["summary"] * 4

@@ -115,6 +115,45 @@ def test_a_damaged_derived_table_is_computed_again(capsys, tmp_path):
                      if k not in ("warnings", "warnings_plain")}
 
 
+def _as_another_user(path: Path, planted: bool) -> None:
+    """``path`` as another user left it in a shared cache folder: theirs (root can make
+    that), else writable by every user."""
+    if planted and os.geteuid() == 0:
+        os.chown(path, 65534, 65534)
+    else:
+        os.chmod(path, 0o666)
+
+
+@pytest.mark.parametrize("what", ["entries", "derived"])
+@pytest.mark.parametrize("planted", [False, True], ids=["writable by others", "theirs"])
+def test_cache_files_other_users_could_write_are_never_believed(capsys, tmp_path, planted,
+                                                               monkeypatch, what):
+    """A shared cache folder: an events file, an entry's record or a derived table another
+    user could have written is not read (a forged one would change the answer), nor written
+    into: the file is parsed again into a private folder, with one note each; the answer is
+    the same."""
+    monkeypatch.setenv("TRACEVIEW_ANSWERS", "off")  # the cache's tables, not a kept answer
+    cache = tmp_path / "cache"
+    code, first, _ = _run(capsys, "summary", str(GLOO), "--cache-dir", str(cache), "--json")
+    entries = [e for e in cache.iterdir() if (e / "meta.json").exists()]
+    derived = sorted((cache / "derived").glob("*.parquet"))
+    assert code == 0 and len(entries) == 2 and derived
+    if what == "entries":  # the events are then read from private files: no derived table
+        _as_another_user(entries[0] / "events.parquet", planted)
+        _as_another_user(entries[1] / "meta.json", planted)
+    else:
+        for path in derived:
+            _as_another_user(path, planted)
+    before = {p: p.stat().st_mtime_ns for e in entries for p in e.iterdir()}
+    code, again, err = _run(capsys, "summary", str(GLOO), "--cache-dir", str(cache), "--json")
+    assert code == 0 and "internal error" not in err
+    assert err.count("not trusted") == (2 if what == "entries" else len(derived)), err
+    strip = ("warnings", "warnings_plain")
+    assert {k: v for k, v in json.loads(again).items() if k not in strip} == {
+        k: v for k, v in json.loads(first).items() if k not in strip}
+    assert {p: p.stat().st_mtime_ns for p in before} == before  # nothing written into them
+
+
 # ------------------------------------------------------------------------ unusable cache
 @pytest.mark.parametrize("where", ["a file", "under a file", "inside the input folder"])
 def test_an_unusable_cache_folder_warns_once_and_the_command_works(capsys, tmp_path, inputs,

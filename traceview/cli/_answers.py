@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,19 +58,36 @@ def replay(argv: Sequence[str]) -> bool:
     if path is None:
         return False
     try:
-        kept = orjson.loads(path.read_bytes())
+        with open(path, "rb") as fh:
+            if cache_folder.untrusted(os.fstat(fh.fileno())):
+                return False  # another user's, or writable by them: computed anew
+            kept = orjson.loads(fh.read())
         same = (isinstance(kept, dict) and kept.get("digest") == _digest(kept)
                 and kept.get("argv") == list(argv)
                 and kept.get("code") == cache_folder.code_identity()
                 and kept.get("inputs") == _on_disk(argv, path.parent.parent)[0])
     except (OSError, orjson.JSONDecodeError):
         return False  # never kept: the command runs (and keeps it)
-    if not same:
+    if not same or not _plain_text(kept):
         return False  # damaged, or asked of other inputs or code: the command runs
     for line in kept["stderr"]:
         print(line, file=sys.stderr)
     unguarded(sys.stdout).write(kept["stdout"])
     return True
+
+
+#: Characters a kept answer's text never holds as themselves: C0 controls but tab, newline and
+#: carriage return, DEL, C1 controls. What this program prints of a --json or --csv answer
+#: escapes them, so a kept answer holding one was not written by it: computed anew.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _plain_text(kept: dict[str, Any]) -> bool:
+    """Whether a kept answer's text is what this program prints: strings, no raw control
+    characters (an escape sequence would reach the terminal as such)."""
+    texts = [kept.get("stdout"), *(kept.get("stderr") or [])]
+    return isinstance(kept.get("stderr"), list) and all(
+        isinstance(t, str) and not _CONTROL.search(t) for t in texts)
 
 
 def printed(args: argparse.Namespace, result: Any, stderr: list[str], stdout: str) -> None:
@@ -119,6 +137,8 @@ def keep(argv: Sequence[str], args: argparse.Namespace, before: str | None = Non
             return  # written in the last 2 s: a write within one timestamp tick would not show
         record = {"argv": list(argv), "code": cache_folder.code_identity(), "inputs": inputs,
                   "stderr": stderr, "stdout": stdout}
+        if not _plain_text(record):
+            return  # a name's raw control character: such an answer is never replayed
         record["digest"] = _digest(record)
         from traceview.store.safe_write import atomic_write  # only when keeping
 

@@ -139,7 +139,10 @@ def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
         except TypeError:
             raise store.BrokenCacheEntry(meta_path, "not a traceview cache record") from None
     except store.BrokenCacheEntry as broken:
-        store.discard_cache_entry(meta_path.parent)
+        if isinstance(broken, store.UntrustedCacheEntry):
+            base = None  # not ours: the parse's events go to a private folder
+        else:
+            store.discard_cache_entry(meta_path.parent)
         return None, cid, base, meta_path, events_path, (
             f"cache entry {broken.path} could not be used ({broken.problem}); discarded, "
             "the file was parsed again")
