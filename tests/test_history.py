@@ -406,3 +406,28 @@ def test_a_postgresql_password_reaches_no_output(
     assert "S3cr" not in "".join(outputs) and "S3cr%40t" not in "".join(outputs)
     assert secrets[1] not in "".join(outputs)
     assert "***" in "".join(outputs)  # where the URL is named, the password is starred
+
+
+def test_postgresql_waits_for_a_held_lock_no_longer_than_its_timeout(
+        postgres_server, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    """Another session holds the writers' advisory lock (record) or locks the runs table
+    (show): each command gives up after the lock timeout, one line naming the database,
+    exit 2, instead of waiting forever."""
+    import time
+
+    import psycopg
+
+    url = postgres_server.create_database(f"h_{uuid.uuid4().hex[:12]}").replace("+psycopg", "")
+    assert main(["history", "record", str(NOISE / "same_1"), "--db", url]) == 0
+    monkeypatch.setattr(history_db, "PG_LOCK_TIMEOUT_S", 1)
+    with psycopg.connect(url) as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (history_db.PG_LOCK_KEY,))
+        start = time.monotonic()
+        line = _one_line_exit_2(capsys, ["history", "record", str(NOISE / "same_2"), "--db",
+                                         url], "127.0.0.1")
+        assert "lock timeout" in line and time.monotonic() - start < 30
+        other.rollback()
+        other.execute(f"LOCK TABLE {S.runs.name} IN ACCESS EXCLUSIVE MODE")
+        start = time.monotonic()
+        line = _one_line_exit_2(capsys, ["history", "show", "--db", url], "127.0.0.1")
+        assert "lock timeout" in line and time.monotonic() - start < 30

@@ -41,6 +41,12 @@ BUSY_TIMEOUT_MS = 30_000
 WRITE_ATTEMPTS = 6
 #: PostgreSQL: seconds to wait for the server before calling it unreachable.
 CONNECT_TIMEOUT_S = 10
+#: PostgreSQL: the longest a statement waits for a lock (the writers' advisory lock, a table
+#: another session locked) and the longest any statement runs, in seconds; past them the
+#: command is one line naming the database (exit 2) instead of waiting forever. A record
+#: holds the writers' lock for well under a second, so a minute is many jobs queueing.
+PG_LOCK_TIMEOUT_S = 60
+PG_STATEMENT_TIMEOUT_S = 300
 #: PostgreSQL advisory lock key of this program's writers (any fixed 64-bit number).
 PG_LOCK_KEY = 0x7472616365766965  # "traceview"[:8]
 
@@ -197,6 +203,11 @@ def _transaction(db: Database, *, write: bool) -> Iterator[sa.Connection]:
             if write and db.kind == "sqlite":
                 _wal_for_a_new_file(conn.connection.dbapi_connection)
             with conn.begin():
+                if db.kind == "postgresql":  # for this transaction only (SET LOCAL)
+                    conn.exec_driver_sql(
+                        f"SET LOCAL lock_timeout = '{int(PG_LOCK_TIMEOUT_S * 1000)}ms'")
+                    conn.exec_driver_sql("SET LOCAL statement_timeout = "
+                                         f"'{int(PG_STATEMENT_TIMEOUT_S * 1000)}ms'")
                 if write and db.kind == "postgresql":
                     conn.execute(sa.select(sa.func.pg_advisory_xact_lock(PG_LOCK_KEY)))
                 yield conn
@@ -206,7 +217,11 @@ def _transaction(db: Database, *, write: bool) -> Iterator[sa.Connection]:
         err = getattr(exc, "orig", None) or exc
         if _busy(err):
             raise _Busy(str(err)) from exc
-        raise HistoryError(f"{db.where}: {redacted(_first_line(err))}") from None
+        text = redacted(_first_line(err))
+        if "lock timeout" in text or "statement timeout" in text:
+            text += (f" (waited {PG_LOCK_TIMEOUT_S} s for a lock another session holds, or "
+                     f"ran past {PG_STATEMENT_TIMEOUT_S} s)")
+        raise HistoryError(f"{db.where}: {text}") from None
 
 
 def _wal_for_a_new_file(dbapi_conn: Any) -> None:
