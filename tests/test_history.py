@@ -431,3 +431,21 @@ def test_postgresql_waits_for_a_held_lock_no_longer_than_its_timeout(
         start = time.monotonic()
         line = _one_line_exit_2(capsys, ["history", "show", "--db", url], "127.0.0.1")
         assert "lock timeout" in line and time.monotonic() - start < 30
+
+
+def test_history_show_csv_writes_no_formula(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A label and a branch from a fork (``=HYPERLINK(...)``, ``+cmd``) reach ``history show
+    --csv`` with a leading ``'``: a spreadsheet shows them as text (OWASP)."""
+    import csv
+    import io
+
+    db = str(tmp_path / "h.db")
+    assert main(["history", "record", str(NOISE / "same_1"), "--db", db, "--label",
+                 '=HYPERLINK("http://evil","x")', "--meta", "branch=+cmd|calc",
+                 "--meta", "commit=@c1"]) == 0
+    capsys.readouterr()
+    code, out, _ = _cli(capsys, "history", "show", "--db", db, "--csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and rows[0]["label"] == "'=HYPERLINK(\"http://evil\",\"x\")"
+    assert (rows[0]["branch"], rows[0]["commit"]) == ("'+cmd|calc", "'@c1")

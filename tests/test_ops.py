@@ -317,3 +317,23 @@ def test_shapes_out_of_bounds_are_not_modelled_with_a_warning() -> None:
     assert (table.get_column("tflops_per_s_total").drop_nulls() >= 0).all()
     assert any("FLOPs or bytes beyond 2^62 not modelled" in w for w in res.warnings)
     assert any("a negative dimension not modelled" in w for w in res.warnings)
+
+
+def test_csv_cells_a_spreadsheet_would_run_start_with_a_quote() -> None:
+    """A kernel named ``=HYPERLINK(...)`` (or starting with + - @ tab CR) is written to CSV
+    with a leading ``'`` (OWASP): a spreadsheet shows it as text; numbers stay numbers."""
+    ev = frame([_op("aten::mm", 1000, 100, [[64, 128], [128, 256]], [F32, F32]),
+                launch(1010, 5, 1),
+                kernel('=HYPERLINK("http://evil","x")', 1200, 10_000, corr=1),
+                _op("@SUM(1)", 2000, 100, [[4, 4], [4, 4]], [F32, F32]),
+                _op("aten::mm", 3000, 100, [[64, 128], [128, 256]], [F32, F32]),
+                launch(3010, 5, 2), kernel("-2+3", 3200, 10_000, corr=2)])
+    text = Run.from_events(ev).ops().to_csv()
+    import csv
+    import io
+
+    cells = [c for row in csv.reader(io.StringIO(text)) for c in row]
+    assert [c for c in cells if "HYPERLINK" in c][0].startswith("'")
+    assert not [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r")]
+    assert not [c for c in cells if c[:1] == "-" and not c.lstrip("-").replace(".", "")
+                .replace("e", "").isdigit()]

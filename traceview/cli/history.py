@@ -31,6 +31,7 @@ from traceview.cli.report import _inputs, _open
 from traceview.errors import UsageError
 from traceview.outputs import gate, history
 from traceview.outputs.ci_meta import ci_metadata, parse_meta
+from traceview.run.result import csv_text
 
 #: Short column names of the metrics in text tables (the full names are in --json / --csv).
 SHORT = {"step_time_p50_ns": "step_p50_ms", "step_time_max_ns": "step_max_ms",
@@ -139,7 +140,7 @@ def run_show(args: argparse.Namespace) -> int:
         emit_json(out)
         return 0
     if args.csv:
-        sys.stdout.write(trend.write_csv() if trend is not None else _runs_csv(runs))
+        sys.stdout.write(csv_text(trend) if trend is not None else _runs_csv(runs))
         return 0
     if not runs:
         warn(f"{db.where}: no recorded run matches")
@@ -180,7 +181,7 @@ def _runs_csv(runs: list[history.StoredRun]) -> str:
     schema = {"id": pl.Int64, "label": pl.String, "recorded_at": pl.String,
               "commit": pl.String, "branch": pl.String, "host": pl.String,
               **{m: pl.Float64 for m in gate.METRICS}}
-    return pl.DataFrame(rows, schema=schema).write_csv()
+    return csv_text(pl.DataFrame(rows, schema=schema))
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
