@@ -207,16 +207,17 @@ def test_upgrade_steps_run_in_the_transaction(db_url: str, tmp_path: Path) -> No
         return conn.execute(sa.select(S.schema_version.c.version)).scalar_one()
 
     with pytest.raises(RuntimeError), db.engine.begin() as conn:  # raised out of it: rollback
-        S.upgrade(conn, 1, written_by="test", steps=(*S.UPGRADES, broken))
+        S.upgrade(conn, S.SCHEMA_VERSION, written_by="test", steps=(*S.UPGRADES, broken))
     with db.engine.connect() as conn:
         cols = {c["name"] for c in sa.inspect(conn).get_columns("runs")}
-        assert version(conn) == 1 and "half" not in cols
+        assert version(conn) == S.SCHEMA_VERSION and "half" not in cols
     with db.engine.begin() as conn:
-        assert S.upgrade(conn, 1, written_by="test", steps=(*S.UPGRADES, add_column)) == 2
+        assert S.upgrade(conn, S.SCHEMA_VERSION, written_by="test",
+                         steps=(*S.UPGRADES, add_column)) == S.SCHEMA_VERSION + 1
     with db.engine.connect() as conn:
-        assert version(conn) == 2
+        assert version(conn) == S.SCHEMA_VERSION + 1
         assert conn.execute(sa.select(S.runs.c.id)).scalars().all() == [run_id]
-    # this traceview knows version 1 only: it refuses the newer database, one line, exit 2
+    # this traceview does not know the next version: it refuses the newer database
     with pytest.raises(history.HistoryError, match="newer traceview"):
         history.recorded_runs(db)
 
@@ -449,3 +450,27 @@ def test_history_show_csv_writes_no_formula(tmp_path: Path,
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 0 and rows[0]["label"] == "'=HYPERLINK(\"http://evil\",\"x\")"
     assert (rows[0]["branch"], rows[0]["commit"]) == ("'+cmd|calc", "'@c1")
+
+
+def test_long_labels_commits_branches_and_hosts_are_taken_by_both_backends(
+        db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """PostgreSQL refused what SQLite took (a label over 200 characters, a commit over 100,
+    a branch or host over 255): both take them now (TEXT), and a label over 512 characters
+    (the unique index's bound on PostgreSQL) is a usage error on both. A version 1
+    database (its VARCHAR columns) is upgraded on the next record."""
+    with history_db.open_database(db_url, create=True).engine.begin() as conn:
+        S.upgrade(conn, 0, written_by="test", steps=S.UPGRADES[:1])  # a version 1 database
+    code, _, err = _cli(capsys, "history", "show", "--db", db_url)  # read as it is
+    assert code == 0 and "no recorded run matches" in err
+    label, commit, branch, host = "L" * 300, "c" * 150, "b" * 400, "h" * 300
+    code, out, err = _cli(capsys, "history", "record", str(NOISE / "same_1"), "--db", db_url,
+                          "--label", label, "--meta", f"commit={commit}", "--meta",
+                          f"branch={branch}", "--meta", f"host={host}", "--json")
+    assert code == 0, err
+    code, out, _ = _cli(capsys, "history", "show", "--db", db_url, "--json")
+    (run,) = orjson.loads(out)["runs"]
+    assert (run["label"], run["meta"]["commit"], run["meta"]["branch"], run["meta"]["host"]) \
+        == (label, commit, branch, host)
+    code, _, err = _cli(capsys, "history", "record", str(NOISE / "same_2"), "--db", db_url,
+                        "--label", "x" * 513)
+    assert code == 2 and "at most 512 characters" in err

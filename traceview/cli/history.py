@@ -31,6 +31,7 @@ from traceview.cli.report import _inputs, _open
 from traceview.errors import UsageError
 from traceview.outputs import gate, history
 from traceview.outputs.ci_meta import ci_metadata, parse_meta
+from traceview.outputs.history_schema import MAX_LABEL_CHARS
 from traceview.run.result import csv_text
 
 #: Short column names of the metrics in text tables (the full names are in --json / --csv).
@@ -102,6 +103,9 @@ def run_meta(env: Any, extra: list[str]) -> dict[str, str]:
 def run_record(args: argparse.Namespace) -> int:
     meta = run_meta(os.environ, args.meta)
     label = args.label or meta.get("branch") or "default"
+    if len(label) > MAX_LABEL_CHARS:
+        raise UsageError(f"history record: a label is at most {MAX_LABEL_CHARS} characters, "
+                         f"this one has {len(label)} (--label, or the CI branch)")
     db = history.open_database(args.db, create=True)
     history.probe(db)  # a database that is not ours fails before the traces are read
     run = _open(args)

@@ -328,7 +328,7 @@ def ensure_schema(conn: sa.Connection, where: str, *, create: bool,
         raise HistoryError(f"{where}: written by a newer traceview (schema version {version}; "
                            f"this one knows up to {S.SCHEMA_VERSION}): upgrade traceview")
     if version < S.SCHEMA_VERSION:
-        if older_ok:
+        if older_ok or (not create and version >= S.READS_FROM):
             return version
         if not create:
             raise HistoryError(f"{where}: schema version {version} is older than this "
