@@ -188,27 +188,29 @@ OUTPUT_COMMANDS = {
     "baseline --run": lambda i, o: ["baseline", "--run", i, "-o", o],
     "check --junit": lambda i, o: ["check", i, "--baseline", "BASE", "--junit", o],
     "ingest -o": lambda i, o: ["ingest", i, "-o", o],
+    "history record --db": lambda i, o: ["history", "record", i, "--db", o],
 }
 
 
 @pytest.mark.parametrize("command", list(OUTPUT_COMMANDS))
 @pytest.mark.parametrize("target", ["an input file", "a new file in the input folder",
                                     "the input folder", "a link to an input file",
-                                    "a hard link to an input file"])
+                                    "a hard link to an input file",
+                                    "a hard link to a file in the input folder"])
 def test_no_output_lands_on_an_input(capsys, tmp_path, inputs, command, target):
     folder, before = inputs
     first = sorted(folder.iterdir())[0]
     link = tmp_path / "link.json.gz"
     if target == "a link to an input file":
         link.symlink_to(first)
-    elif target == "a hard link to an input file":
+    elif target.startswith("a hard link"):
         os.link(first, link)
     out = {"an input file": first, "a new file in the input folder": folder / "new.out",
            "the input folder": folder}.get(target, link)
     base = tmp_path / "base.json"
     assert _run(capsys, "baseline", str(GLOO), "-o", str(base))[0] == 0
     # the input named as a file when the output is a link to it (else the folder)
-    source = str(first) if "link" in target else str(folder)
+    source = str(first) if "link" in target and "folder" not in target else str(folder)
     argv = [str(base) if a == "BASE" else a for a in OUTPUT_COMMANDS[command](source, str(out))]
     code, _, err = _run(capsys, *argv)
     assert code == 2, err

@@ -33,6 +33,7 @@ from traceview.outputs import gate, history
 from traceview.outputs.ci_meta import ci_metadata, parse_meta
 from traceview.outputs.history_schema import MAX_LABEL_CHARS
 from traceview.run.result import csv_text
+from traceview.store.safe_write import refuse_input_overlap
 
 #: Short column names of the metrics in text tables (the full names are in --json / --csv).
 SHORT = {"step_time_p50_ns": "step_p50_ms", "step_time_max_ns": "step_max_ms",
@@ -107,6 +108,8 @@ def run_record(args: argparse.Namespace) -> int:
         raise UsageError(f"history record: a label is at most {MAX_LABEL_CHARS} characters, "
                          f"this one has {len(label)} (--label, or the CI branch)")
     db = history.open_database(args.db, create=True)
+    if db.path is not None:  # a SQLite file: never inside an input folder (the run breaks)
+        refuse_input_overlap(db.path, args.paths, option="--db")
     history.probe(db)  # a database that is not ours fails before the traces are read
     run = _open(args)
     measured = gate.measure(run)

@@ -74,12 +74,42 @@ def refuse_input_overlap(target: str | Path, inputs: Iterable[str | Path], *,
             continue
         source = path.resolve()
         if path.is_dir():
-            if out == source or out.is_relative_to(source):
+            if out == source or out.is_relative_to(source) or _linked_into(out, source):
                 raise UsageError(f"{option} {target}: inside the input folder {raw}; inputs "
                                  "are never modified: write the output elsewhere")
         elif out == source or (out.exists() and _same_file(out, source)):
             raise UsageError(f"{option} {target}: is the input file {raw}; inputs are never "
                              "overwritten: write the output elsewhere")
+
+
+#: The most entries of an input folder looked through for a hard link of an output.
+_MOST_LINK_ENTRIES = 100_000
+
+
+def _linked_into(out: Path, folder: Path) -> bool:
+    """Whether the existing file ``out`` is a hard link of a file inside ``folder`` (writing
+    it in place, as a device or pipe is, would change that input; a rename would not, but
+    the README promises no input is touched at all). Only files with more than one link
+    are looked for, among the folder's first entries (``_MOST_LINK_ENTRIES``)."""
+    try:
+        st = out.stat()
+    except OSError:
+        return False
+    if st.st_nlink < 2 or not stat.S_ISREG(st.st_mode):
+        return False
+    seen = 0
+    for parent, _dirs, files in os.walk(folder):
+        for name in files:
+            seen += 1
+            if seen > _MOST_LINK_ENTRIES:
+                return False
+            try:
+                found = os.stat(os.path.join(parent, name))
+            except OSError:
+                continue
+            if (found.st_dev, found.st_ino) == (st.st_dev, st.st_ino):
+                return True
+    return False
 
 
 def _same_file(a: Path, b: Path) -> bool:
