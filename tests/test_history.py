@@ -474,3 +474,26 @@ def test_long_labels_commits_branches_and_hosts_are_taken_by_both_backends(
     code, _, err = _cli(capsys, "history", "record", str(NOISE / "same_2"), "--db", db_url,
                         "--label", "x" * 513)
     assert code == 2 and "at most 512 characters" in err
+
+
+def test_a_sqlite_url_opened_read_only_is_read_and_never_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sqlite:///FILE?mode=ro``: show and check read it; record and upgrade refuse it
+    (one line, exit 2) before any trace is read, and the file is not changed; an unknown
+    parameter is refused by name (it was a raw SQLAlchemy warning, then ignored)."""
+    db = tmp_path / "h.db"
+    assert main(["history", "record", str(NOISE / "same_1"), "--db", str(db)]) == 0
+    before = db.read_bytes()
+    url = f"sqlite:///{db}?mode=ro"
+    capsys.readouterr()
+    code, out, _ = _cli(capsys, "history", "show", "--db", url, "--json")
+    assert code == 0 and len(orjson.loads(out)["runs"]) == 1
+    for argv in (["history", "record", str(NOISE / "same_2"), "--db", url],
+                 ["history", "upgrade", "--db", url]):
+        line = _one_line_exit_2(capsys, argv, str(db))
+        assert "read-only" in line
+    assert db.read_bytes() == before
+    assert main(["check", str(NOISE / "same_2"), "--history", url]) in (0, 1)
+    line = _one_line_exit_2(capsys, ["history", "show", "--db", f"sqlite:///{db}?nolock=1"],
+                            str(db))
+    assert "nolock" in line

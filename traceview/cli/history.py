@@ -110,6 +110,7 @@ def run_record(args: argparse.Namespace) -> int:
     db = history.open_database(args.db, create=True)
     if db.path is not None:  # a SQLite file: never inside an input folder (the run breaks)
         refuse_input_overlap(db.path, args.paths, option="--db")
+    history.refuse_read_only(db)
     history.probe(db)  # a database that is not ours fails before the traces are read
     run = _open(args)
     measured = gate.measure(run)

@@ -21,10 +21,18 @@ import xxhash
 
 from traceview.outputs import gate
 from traceview.outputs import history_db as db_
-from traceview.outputs.history_db import Database, HistoryError, open_database, probe, upgrade
+from traceview.outputs.history_db import (
+    Database,
+    HistoryError,
+    open_database,
+    probe,
+    refuse_read_only,
+    upgrade,
+)
 
 __all__ = ["Database", "HistoryError", "StoredRun", "baseline_doc", "inputs_of",
-           "open_database", "probe", "record", "recorded_runs", "trend", "upgrade"]
+           "open_database", "probe", "record", "recorded_runs", "refuse_read_only", "trend",
+           "upgrade"]
 
 
 @dataclass(frozen=True)

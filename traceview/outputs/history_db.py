@@ -65,6 +65,7 @@ class Database:
     where: str
     kind: str  #: "sqlite" or "postgresql"
     path: Path | None = None  #: the SQLite file
+    read_only: bool = False  #: ``sqlite:///FILE?mode=ro``: read, never written
 
     def close(self) -> None:
         self.engine.dispose()
@@ -148,18 +149,32 @@ def _unparsed_shown(url: str) -> str:
     return redacted(f"{scheme}://{host}")
 
 
+#: SQLite URL parameters and the values taken (``mode``, as SQLite's own URIs name it).
+_SQLITE_MODES = ("ro", "rw", "rwc")
+
+
 def _sqlite(url: sa.URL, where: str, create: bool) -> Database:
     name = url.database or ""
-    if name in ("", ":memory:") or url.query.get("mode") == "memory":
+    mode = url.query.get("mode")
+    if name in ("", ":memory:") or mode == "memory":
         raise HistoryError(f"{where}: an in-memory database keeps nothing; give a file")
+    unknown = sorted(set(url.query) - {"mode"})
+    if unknown or (mode is not None and mode not in _SQLITE_MODES):
+        raise HistoryError(f"{where}: unsupported SQLite URL parameter "
+                           f"({', '.join(unknown) or f'mode={mode}'}); sqlite:///FILE takes "
+                           f"mode={'|'.join(_SQLITE_MODES)}")
     path = Path(name)
-    if not path.exists() and not create:
+    read_only = mode == "ro"
+    if not path.exists() and (not create or read_only):
         raise HistoryError(f"{where}: no such history database (`traceview history record` "
                            "creates it)")
     if not path.parent.is_dir():
         raise HistoryError(f"{where}: folder {path.parent} does not exist")
-    engine = sa.create_engine(url.set(drivername="sqlite+pysqlite"),
-                              connect_args={"timeout": BUSY_TIMEOUT_MS / 1000},
+    # the file through SQLite's own URI, so that mode=ro is SQLite's (no write ever reaches
+    # the file), not a parameter SQLAlchemy would pass over with a warning
+    target = sa.URL.create("sqlite+pysqlite", database=f"file:{quote(str(path))}",
+                           query={"mode": mode or "rwc", "uri": "true"})
+    engine = sa.create_engine(target, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000},
                               poolclass=sa.pool.NullPool)
 
     @sa.event.listens_for(engine, "connect")
@@ -176,7 +191,7 @@ def _sqlite(url: sa.URL, where: str, create: bool) -> Database:
         # "database is locked" without waiting (SQLite cannot let two upgrade their lock)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("write") else "BEGIN")
 
-    return Database(engine, where, "sqlite", path)
+    return Database(engine, where, "sqlite", path, read_only)
 
 
 def _postgresql(url: sa.URL, where: str) -> Database:
@@ -252,9 +267,19 @@ def _first_line(err: Any) -> str:
     return lines[0] if lines else type(err).__name__
 
 
+def refuse_read_only(db: Database) -> None:
+    """A database opened read-only (``?mode=ro``) is a :class:`HistoryError` for a writer:
+    ``record`` says so before it reads any trace."""
+    if db.read_only:
+        raise HistoryError(f"{db.where}: opened read-only (mode=ro): nothing can be recorded "
+                           "or upgraded in it")
+
+
 def write(db: Database, work: Callable[[sa.Connection], T]) -> T:
     """``work(conn)`` in one write transaction, after the schema is checked (created or
-    upgraded when needed); a busy database retries it whole."""
+    upgraded when needed); a busy database retries it whole. A database opened read-only
+    (``?mode=ro``) is refused, before anything is read."""
+    refuse_read_only(db)
     for attempt in range(WRITE_ATTEMPTS):
         try:
             with _transaction(db, write=True) as conn:
