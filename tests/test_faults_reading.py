@@ -566,3 +566,19 @@ def test_a_rank_cut_while_the_folder_is_scanned_never_kills_the_process(
         assert str(victim) in _one_line(err)
     else:  # a partial answer, and why (info prints its warnings with its text)
         assert str(victim) in out
+
+
+def test_the_same_trace_named_twice_is_read_once(capsys, tmp_path):
+    """The same file twice, a folder and one of its files, or a link beside its target: one
+    file, read once (it was refused as two files claiming rank 0)."""
+    first = sorted(GLOO.iterdir())[0]
+    link = tmp_path / "link.pt.trace.json.gz"
+    link.symlink_to(first)
+    code, alone, _ = _run(capsys, "info", str(GLOO), "--json", "--no-cache")
+    assert code == 0
+    for argv in ([str(first), str(first)], [str(GLOO), str(first)],
+                 [str(first), str(GLOO)], [str(GLOO), str(link)]):
+        code, out, err = _run(capsys, "info", *argv, "--json", "--no-cache")
+        assert code == 0, (argv, err)
+        doc = json.loads(out)
+        assert doc["files"] == (json.loads(alone)["files"] if str(GLOO) in argv else 1)

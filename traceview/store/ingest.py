@@ -95,7 +95,25 @@ def discover_with_ignored(paths: Iterable[str | Path]) -> tuple[list[Path], list
             found.append(path)
         else:
             raise UnreadableTraceError(path, "no such file or directory")
-    return found, ignored
+    return _distinct(found), ignored
+
+
+def _distinct(files: list[Path]) -> list[Path]:
+    """Each file once, first mention kept: the same trace named twice, a folder and one of
+    its files, a link and its target are one file (by device and inode), not two files that
+    claim the same rank."""
+    seen: set[object] = set()
+    out = []
+    for path in files:
+        try:
+            st = path.stat()
+            key: object = (st.st_dev, st.st_ino)
+        except OSError:  # a link loop, a file gone: its ingest names it
+            key = str(path)
+        if key not in seen:
+            seen.add(key)
+            out.append(path)
+    return out
 
 
 _TRACE_NAME = re.compile(r"trace|rank|worker", re.IGNORECASE)
