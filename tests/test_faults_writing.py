@@ -612,3 +612,14 @@ def test_a_full_cache_disk_is_not_blamed_on_the_trace_and_a_store_is_still_writt
     code, from_store, _ = _run(capsys, "sql", str(store), query, "--json")
     assert code == 0
     assert from_store == _run(capsys, "sql", str(GLOO), query, "--json", "--no-cache")[1]
+
+
+def test_a_new_store_that_could_not_be_written_leaves_no_folder(capsys, tmp_path,
+                                                                other_filesystem):
+    """``ingest -o NEW/STORE`` past a file size limit (as a full disk): the folders it made
+    are removed again, not left empty for the next command to take for a store."""
+    assert _run(capsys, "info", str(GLOO))[0] == 0  # cached: the child only copies
+    store = other_filesystem / "new" / "store"
+    done = _traceview("ingest", str(GLOO), "-o", str(store), file_bytes=20_000)
+    assert done.returncode == 2 and "File too large" in done.stderr, done.stderr
+    assert not (other_filesystem / "new").exists()

@@ -28,7 +28,8 @@ import shutil
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from traceview.errors import UsageError
@@ -305,6 +306,28 @@ def _in_folder(exc: BaseException, stage: Path | None, folder: Path) -> Path:
         if stage is not None and name and Path(name).is_relative_to(stage):
             return folder / Path(name).relative_to(stage)
     return folder
+
+
+@contextmanager
+def made_folder(folder: Path) -> Iterator[Path]:
+    """``folder`` made (with any missing parents) for the ``with`` block; when the block
+    fails (an error, a full disk, Ctrl-C, SIGTERM), the folders it made are removed again
+    while empty: an interrupted ``ingest -o NEW`` leaves no empty store behind."""
+    made = []
+    for path in (folder, *folder.parents):
+        if path.exists() or path.is_symlink():
+            break
+        made.append(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield folder
+    except BaseException:
+        for path in made:  # deepest first
+            try:
+                path.rmdir()
+            except OSError:
+                break  # not empty (or not ours to remove): left as it is
+        raise
 
 
 def private_folder(parent: Path, name: str) -> Path:

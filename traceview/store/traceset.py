@@ -33,6 +33,7 @@ from traceview.store.parts import Part, confined_name, part_entry, part_of, scan
 from traceview.store.placement import rank_info_rows, select_window
 from traceview.store.safe_write import (
     check_folder_target,
+    made_folder,
     private_folder,
     refuse_input_overlap,
     remove_stale_temporaries,
@@ -224,20 +225,20 @@ class TraceSet:
             return remote_store.write_store(self, out_dir, executor=self.executor)
         if self.executor is not None or not all(type(p) is Part for p in self._parts):
             out = check_folder_target(out_dir)
-            out.mkdir(parents=True, exist_ok=True)
-            remove_stale_temporaries(out)
-            write_folder(out, lambda stage: _store_files_in(remote_store.write_store(
-                self, str(stage), executor=self.executor)))
+            with made_folder(out):  # removed again, empty, when the write fails
+                remove_stale_temporaries(out)
+                write_folder(out, lambda stage: _store_files_in(remote_store.write_store(
+                    self, str(stage), executor=self.executor)))
             return str(out_dir)
         out = check_folder_target(out_dir)
         # Never over what is read: the input files, nor a store's own rank files.
         refuse_input_overlap(out, [*self.files["path"].to_list(),
                                    *{str(Path(p.path).parent) for p in self._parts
                                      if p.on_disk}])
-        out.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(out)  # a killed ``ingest -o``'s leftovers
-        # Beside, then over: an old store stays whole until every file of the new one is.
-        write_folder(out, self._write_store_files)
+        with made_folder(out):  # removed again, empty, when the write fails
+            remove_stale_temporaries(out)  # a killed ``ingest -o``'s leftovers
+            # Beside, then over: an old store stays whole until every file of the new one is.
+            write_folder(out, self._write_store_files)
         return out
 
     def _write_store_files(self, folder: Path) -> list[str]:
