@@ -619,3 +619,31 @@ def test_the_structure_of_json_bytes_is_found_as_a_decoder_finds_it():
                 assert _structure.max_depth(text) == depth(array)
         finally:
             _structure.CHUNK = 4 << 20
+
+
+# -------------------------------------------------------------------- a small ulimit -v
+@pytest.mark.parametrize("limit_mb", [200, 400, 800, 1300, 1500])
+def test_a_small_address_space_limit_is_one_out_of_memory_line_and_exit_2(limit_mb):
+    """Under ``ulimit -v`` the command fails wherever memory runs out (an import, a thread,
+    an allocation in Polars' Rust code that aborts the process after jemalloc's lines):
+    the answer is then one line saying so, exit 2 (never 1, which a CI gate reads as a
+    regression; never a traceback or a signal), or the command's own answer."""
+    done = subprocess.run([sys.executable, "-m", "traceview", "summary", str(GLOO),
+                           "--no-cache", "--json"], capture_output=True, text=True,
+                          timeout=120, preexec_fn=_limited(limit_mb << 20))
+    assert done.returncode in (0, 2), (done.returncode, done.stderr[-2000:])
+    if done.returncode == 2:
+        assert done.stderr.count("\n") == 1 and done.stdout == "", done.stderr[-2000:]
+        assert done.stderr.startswith("traceview: out of memory within the address-space "
+                                      f"limit (ulimit -v: {limit_mb:,} MiB)")
+    else:
+        assert '"ranks"' in done.stdout
+
+
+def test_a_command_under_a_roomy_limit_answers_as_without_one():
+    argv = [sys.executable, "-m", "traceview", "summary", str(GLOO), "--no-cache", "--json"]
+    free = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    limited = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                             preexec_fn=_limited(LIMIT))
+    assert (limited.returncode, limited.stdout, limited.stderr) == \
+        (free.returncode, free.stdout, free.stderr)

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from traceview import __version__
 from traceview._dependencies import lazy_module
+from traceview.cli import _memory_limit
 from traceview.cli._streams import guarded_streams
 from traceview.errors import TraceviewError, redacted
 from traceview.outputs.safe_text import one_line, printable
@@ -208,9 +209,20 @@ def console_main() -> int:
     Ctrl-C anywhere in it, the imports and the final collection included, is exit 130
     without a traceback."""
     try:
-        return _program(sys.argv[1:])
+        status = _memory_limit.supervised(sys.argv[1:])  # under ulimit -v: watched
+        return _program(sys.argv[1:]) if status is None else status
     except KeyboardInterrupt:
         return 130
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the imports failed, or a Rust panic
+        # (pyo3's PanicException is no Exception): no traceback either
+        if "--debug" in sys.argv:
+            raise
+        print(_memory_limit.out_of_memory_line() if _memory_limit.is_out_of_memory(exc)
+              else f"traceview: internal error: {type(exc).__name__}: "
+                   f"{redacted(one_line(str(exc)))} (rerun with --debug)", file=sys.stderr)
+        return 2
 
 
 def _program(argv: list[str]) -> int:
@@ -283,6 +295,9 @@ def _command(argv: list[str]) -> int:
     except Exception as exc:  # a bug: still one line, unless --debug
         if args.debug:
             raise
+        if _memory_limit.is_out_of_memory(exc):
+            print(_memory_limit.out_of_memory_line(), file=sys.stderr)
+            return 2
         print(f"traceview: internal error: {type(exc).__name__}: "
               f"{redacted(one_line(str(exc)))} (rerun "
               "with --debug)", file=sys.stderr)
