@@ -421,6 +421,46 @@ def test_a_gzip_bomb_is_refused_below_a_lowered_bound(tmp_path):
     _one_line(said, str(bomb), "inflates to more than 268435456 bytes")
 
 
+def _cgroup_tree(root: Path, version: int, limit: int, usage: int) -> None:
+    """The kernel's files a process reads, under ``root``: plenty of MemAvailable, and a
+    memory control group (v1 or v2, a container's own view) with ``limit`` and ``usage``."""
+    (root / "proc" / "self").mkdir(parents=True)
+    (root / "proc" / "meminfo").write_text("MemTotal: 67108864 kB\nMemAvailable: 62914560 kB\n")
+    if version == 2:
+        (root / "proc" / "self" / "cgroup").write_text("0::/job\n")
+        group = root / "sys" / "fs" / "cgroup" / "job"
+        group.mkdir(parents=True)
+        (group / "memory.max").write_text(f"{limit}\n")
+        (group / "memory.current").write_text(f"{usage}\n")
+        (group.parent / "memory.max").write_text("max\n")  # the root: no limit
+    else:
+        (root / "proc" / "self" / "cgroup").write_text("4:memory:/docker/abc\n0::/\n")
+        group = root / "sys" / "fs" / "cgroup" / "memory"
+        group.mkdir(parents=True)  # the container's own view: its limit at the mount
+        (group / "memory.limit_in_bytes").write_text(f"{limit}\n")
+        (group / "memory.usage_in_bytes").write_text(f"{usage}\n")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_gzip_bomb_is_bounded_by_the_containers_memory_limit(tmp_path, capsys, monkeypatch,
+                                                               version):
+    """A container's memory limit (its control group's), not only the machine's
+    MemAvailable: 60 GiB available on the machine, 512 MiB left in the container; a file
+    inflating to 1 GiB is refused at half of that, before the memory is asked for."""
+    from traceview.parsers import _memory
+    from traceview.parsers.kineto._input import inflate_limit
+
+    _cgroup_tree(tmp_path / "root", version, limit=768 << 20, usage=256 << 20)
+    monkeypatch.setattr(_memory, "ROOT", tmp_path / "root")
+    assert _memory.available_memory() == 512 << 20
+    assert inflate_limit() == 256 << 20
+    bomb = tmp_path / "rank-0.trace.json.gz"
+    _gzip_bomb(bomb, 1 << 30)
+    code, _, err = _run(capsys, "info", str(bomb), "--no-cache")
+    assert code == 2
+    _one_line(err, str(bomb), "inflates to more than 268435456 bytes")
+
+
 @pytest.mark.parametrize("gzipped", [False, True])
 def test_a_file_of_nul_bytes_is_refused_from_its_first_bytes(tmp_path, gzipped):
     path = tmp_path / ("rank-0.trace.json.gz" if gzipped else "rank-0.trace.json")

@@ -36,6 +36,7 @@ from traceview.parsers import (
     parse_batched,
     refuse_non_json,
 )
+from traceview.parsers._memory import available_memory
 from traceview.store import cache_folder
 from traceview.store import parquet as store
 from traceview.store.batched import plan_batches, run_batched
@@ -471,14 +472,9 @@ def worker_count(paths: list[Path], memory_budget: int | None = None) -> int:
 
 
 def _available_memory() -> int:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 4 << 30
+    """The memory this process may take (the machine's, or its container's limit)."""
+    found = available_memory()
+    return 4 << 30 if found is None else found
 
 
 def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,
