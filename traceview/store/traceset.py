@@ -303,8 +303,11 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
         raise UsageError("--run-of picks among trace files; a store already holds one run")
     if urls:
         url = str(urls[0])  # clients without a network retry for minutes: bounded
-        if len(items) > 1 or not remote_store.within_deadline(url, remote_store.is_store, url):
-            raise UsageError(f"{url}: a URL input must be a traceview store, and the only input")
+        if len(items) > 1:
+            raise UsageError(f"{url}: a URL input must be the only input (a traceview store)")
+        problem = remote_store.within_deadline(url, remote_store.store_problem, url)
+        if problem is not None:
+            raise UnreadableTraceError(url, problem)
         parts, ranks, files, windows = remote_store.within_deadline(
             url, remote_store.read_store, url)
         return _only_window(TraceSet(parts, ranks, files, windows=windows), window)
