@@ -236,6 +236,33 @@ def test_an_nccl_log_is_read_a_line_at_a_time(tmp_path):
     assert peak - base < 100 << 20, (base, peak)
 
 
+def test_an_nccl_logs_memory_per_line_keeps_its_bound_within_4_gb(tmp_path):
+    """1 M call lines: memory grows by well under 0.7 KB a line (the text is turned into
+    tables a batch at a time; it was ~0.9 KB, which put the line bound's worst case at
+    ~17 GB); the line bound times that stays within 4 GB."""
+    from traceview.parsers import nccl_log
+
+    log = tmp_path / "nccl.log"
+    call = (b"h:7:9 [0] NCCL INFO AllReduce: opCount 1f sendbuff 0x1 recvbuff 0x2 count 10 "
+            b"datatype 7 op 0 root 0 comm 0xa [nranks=2] stream 0x3\n")
+    lines = 1_000_000
+    with open(log, "wb") as fh:
+        fh.write(NCCL_LINES)
+        fh.write(call * lines)
+    probe = ("import resource, sys\n"
+             "from traceview.parsers import nccl_log\n"
+             "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+             "calls = nccl_log.parse(sys.argv[1]).calls\n"
+             "print(calls.height, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)\n")
+    done = subprocess.run([sys.executable, "-c", probe, str(log)], capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    height, grown_kib = map(int, done.stdout.split())
+    per_line = grown_kib * 1024 / lines
+    assert height > lines and per_line < 700, per_line
+    assert nccl_log.MAX_NCCL_LINES * per_line < 4 << 30
+
+
 # ------------------------------------------------------------------- snapshot pickles
 def _amplified() -> bytes:
     """A snapshot whose one block list is named by a million segments (memo references)."""
