@@ -735,3 +735,45 @@ def test_a_command_under_a_roomy_limit_answers_as_without_one():
                              preexec_fn=_limited(LIMIT))
     assert (limited.returncode, limited.stdout, limited.stderr) == \
         (free.returncode, free.stdout, free.stderr)
+
+
+# ------------------------------------------------------------------------ odd rank values
+@pytest.mark.parametrize("rank, world, why", [
+    (2**31, 4, "is no rank of a world of 4"), (-1, 4, "is no rank of a world of 4"),
+    (7, 4, "is no rank of a world of 4"), (2**31, None, "is no rank (0 to 2^31-1)"),
+    (0, 2**63, "world_size 9223372036854775808 is out of bounds")])
+def test_a_rank_or_world_size_out_of_bounds_is_left_out_with_a_warning(tmp_path, capsys,
+                                                                       rank, world, why):
+    """distributedInfo's rank of 2^31 (ranks are int32), -1, 7 of 4, a world of 2^63: a
+    warning saying so and the rank left out (taken from the file name, else 0), never an
+    internal error and never taken silently."""
+    import json
+
+    info = {"rank": rank, **({} if world is None else {"world_size": world})}
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"distributedInfo": info, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}))
+    code, out, err = _run(capsys, "info", str(path), "--no-cache", "--json")
+    assert code == 0, err
+    assert why in err and "internal error" not in err
+    (only,) = json.loads(out)["ranks"]
+    assert 0 <= only["rank"] < 2**31
+
+
+def test_a_rank_map_beyond_int32_is_a_usage_error(capsys):
+    first = sorted(GLOO.iterdir())[0]
+    code, _, err = _run(capsys, "info", str(first), "--no-cache", "--rank-map",
+                        f"{first.name}=99999999999")
+    assert code == 2
+    _one_line(err, "--rank-map", "0 to 2^31-1")
+
+
+@pytest.mark.parametrize("option", ["--cache-dir", "--db"])
+def test_a_loop_of_symbolic_links_is_one_line_naming_it(tmp_path, capsys, option):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    argv = (["summary", str(GLOO), "--cache-dir", str(tmp_path / "a")] if option == "--cache-dir"
+            else ["history", "record", str(GLOO), "--db", str(tmp_path / "a")])
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    _one_line(err, str(tmp_path / "a"), "loop of symbolic links")

@@ -497,3 +497,58 @@ def test_a_sqlite_url_opened_read_only_is_read_and_never_written(
     line = _one_line_exit_2(capsys, ["history", "show", "--db", f"sqlite:///{db}?nolock=1"],
                             str(db))
     assert "nolock" in line
+
+
+ODD_ROWS = {
+    "a label that is a blob": "UPDATE runs SET label = x'ff00'",
+    "meta that is not JSON": "UPDATE runs SET meta = 'not json'",
+    "meta that is a list": "UPDATE runs SET meta = '[1, 2]'",
+    "inputs that are an object": "UPDATE runs SET inputs = '{\"a\": 1}'",
+    "inputs without a file": "UPDATE runs SET inputs = '[{\"bytes\": 1}]'",
+    "warnings of numbers": "UPDATE runs SET warnings = '[1, 2]'",
+    "a metric of text": "UPDATE metrics SET value = 'abc'",
+    "a metric of infinity": "UPDATE metrics SET value = 9e999",
+    "a note that is a blob": "UPDATE metrics SET note = x'00ff'",
+    "samples that are text": "UPDATE samples SET steps = '\"x\"'",
+    "samples holding text": "UPDATE samples SET steps = '[1, \"a\"]'",
+    "samples that are not JSON": "UPDATE samples SET steps = '[1,'",
+}
+
+
+@pytest.mark.parametrize("odd", list(ODD_ROWS))
+def test_rows_this_program_did_not_write_are_one_line_naming_the_database(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], odd: str) -> None:
+    """Rows edited by hand or by another program: show, show --json/--csv, check and report
+    --history say so in one line naming the database (exit 2), never an internal error."""
+    db = tmp_path / "h.db"
+    for run in ("same_1", "same_2"):
+        assert main(["history", "record", str(NOISE / run), "--db", str(db)]) == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute(ODD_ROWS[odd])
+    capsys.readouterr()
+    for argv in (["history", "show", "--db", str(db)],
+                 ["history", "show", "--db", str(db), "--json"],
+                 ["history", "show", "--db", str(db), "--csv",
+                  "--metric", "step_time_p50_ns"],
+                 ["check", str(NOISE / "same_3"), "--history", str(db)]):
+        line = _one_line_exit_2(capsys, argv, str(db))
+        assert "a row this traceview did not write" in line, line
+
+
+def test_a_label_or_meta_that_is_not_utf8_is_a_usage_error(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch) -> None:
+    """Bytes the shell passed that are not UTF-8 (kept by Python as lone surrogates): a
+    usage error naming the option; a CI variable's, kept as U+FFFD."""
+    db = str(tmp_path / "h.db")
+    bad = os.fsdecode(b"br\xff")
+    for argv in (["--label", bad], ["--meta", f"k={bad}"]):
+        line = _one_line_exit_2(capsys, ["history", "record", str(NOISE / "same_1"), "--db",
+                                         db, *argv], argv[0])
+        assert "not valid UTF-8" in line
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_REF_NAME", bad)
+    assert main(["history", "record", str(NOISE / "same_1"), "--db", db]) == 0
+    capsys.readouterr()
+    code, out, _ = _cli(capsys, "history", "show", "--db", db, "--json")
+    assert orjson.loads(out)["runs"][0]["label"] == "br\ufffd"

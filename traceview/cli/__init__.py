@@ -295,6 +295,12 @@ def _command(argv: list[str]) -> int:
     except Exception as exc:  # a bug: still one line, unless --debug
         if args.debug:
             raise
+        if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from"):
+            # pathlib's word for ELOOP (a link loop named as --db, the cache folder ...)
+            print(f"traceview: {printable(str(exc).split(' from ', 1)[1].strip(chr(39)))}: "
+                  "a loop of symbolic links (Too many levels of symbolic links)",
+                  file=sys.stderr)
+            return 2
         if _memory_limit.is_out_of_memory(exc):
             print(_memory_limit.out_of_memory_line(), file=sys.stderr)
             return 2

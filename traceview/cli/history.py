@@ -30,7 +30,7 @@ from traceview.cli._render import emit_json, ms, table, warn
 from traceview.cli.report import _inputs, _open
 from traceview.errors import UsageError
 from traceview.outputs import gate, history
-from traceview.outputs.ci_meta import ci_metadata, parse_meta
+from traceview.outputs.ci_meta import ci_metadata, is_utf8, parse_meta
 from traceview.outputs.history_schema import MAX_LABEL_CHARS
 from traceview.run.result import csv_text
 from traceview.store.safe_write import refuse_input_overlap
@@ -97,13 +97,19 @@ def _positive(text: str) -> int:
 
 
 def run_meta(env: Any, extra: list[str]) -> dict[str, str]:
-    """Where this run came from: the CI environment, the host, ``--meta`` over both."""
-    return {**ci_metadata(env), "host": socket.gethostname(), **parse_meta(extra)}
+    """Where this run came from: the CI environment, the host, ``--meta`` over both. A CI
+    variable's bytes that are not UTF-8 are kept as U+FFFD (a database holds text)."""
+    found = {k: v if is_utf8(v) else v.encode("utf-8", "surrogateescape").decode(
+        "utf-8", "replace") for k, v in ci_metadata(env).items()}
+    return {**found, "host": socket.gethostname(), **parse_meta(extra)}
 
 
 def run_record(args: argparse.Namespace) -> int:
     meta = run_meta(os.environ, args.meta)
     label = args.label or meta.get("branch") or "default"
+    if not is_utf8(label):
+        raise UsageError(f"--label {label.encode('utf-8', 'surrogateescape')!r}: not valid "
+                         "UTF-8")
     if len(label) > MAX_LABEL_CHARS:
         raise UsageError(f"history record: a label is at most {MAX_LABEL_CHARS} characters, "
                          f"this one has {len(label)} (--label, or the CI branch)")

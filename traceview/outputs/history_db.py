@@ -301,6 +301,12 @@ def read(db: Database, work: Callable[[sa.Connection], T]) -> T:
             return work(conn)
     except _Busy as busy:
         raise HistoryError(f"{db.where}: busy ({busy})") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        # rows this program did not write (JSON that is not, text where numbers belong):
+        # one line naming the database, never half an answer
+        said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise HistoryError(f"{db.where}: a row this traceview did not write: "
+                           f"{redacted(said)}") from None
 
 
 def probe(db: Database) -> None:
