@@ -379,13 +379,17 @@ def test_a_large_ingest_on_the_pure_path_says_so_once(capsys, monkeypatch, tmp_p
 # ------------------------------------------------------------------------- damaged stores
 @pytest.mark.parametrize("damage", ["truncated rank file", "flipped rank file",
                                     "garbage manifest", "garbage ranks table",
-                                    "missing files table", "missing rank file"])
+                                    "missing files table", "missing rank file",
+                                    "foreign ranks table", "ranks of text", "negative rank",
+                                    "foreign files table"])
 def test_a_damaged_store_is_one_line_naming_the_file(capsys, tmp_path, damage):
     out = tmp_path / "store"
     assert _run(capsys, "ingest", str(GLOO), "-o", str(out))[0] == 0
     name = {"truncated rank file": "rank-00000.parquet", "flipped rank file": "rank-00001.parquet",
             "garbage manifest": "traceview-store.json", "garbage ranks table": "ranks.parquet",
-            "missing files table": "files.parquet", "missing rank file": "rank-00000.parquet"
+            "missing files table": "files.parquet", "missing rank file": "rank-00000.parquet",
+            "foreign ranks table": "ranks.parquet", "ranks of text": "ranks.parquet",
+            "negative rank": "ranks.parquet", "foreign files table": "files.parquet",
             }[damage]
     target = out / name
     if damage.startswith("truncated"):
@@ -394,6 +398,14 @@ def test_a_damaged_store_is_one_line_naming_the_file(capsys, tmp_path, damage):
         _flip(target, target.stat().st_size // 2)
     elif damage.startswith("garbage"):
         target.write_text("garbage")
+    elif damage.startswith("foreign"):  # another program's Parquet in its place
+        import polars as pl
+        pl.DataFrame({"a": [1, 2], "b": ["x", "y"]}).write_parquet(target)
+    elif damage in ("ranks of text", "negative rank"):
+        import polars as pl
+        table = pl.read_parquet(target)
+        table.with_columns(rank=pl.lit("x") if damage == "ranks of text"
+                           else -pl.col("rank") - 1).write_parquet(target)
     else:
         target.unlink()
     for command in ("info", "summary"):
