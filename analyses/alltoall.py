@@ -55,6 +55,7 @@ CALL_SCHEMA: dict[str, pl.DataType] = {
     "name": pl.String, "group": pl.String, "seq": pl.Int64, "pg_ranks": pl.List(pl.Int32),
     "send_splits": pl.List(pl.Int64), "recv_splits": pl.List(pl.Int64),
     "send_bytes": pl.Int64, "recv_bytes": pl.Int64, "source": pl.String,
+    "splits_refused": pl.Boolean,
 }
 MATRIX_SCHEMA: dict[str, pl.DataType] = {
     "instance": pl.String, "group": pl.String, "step": pl.Int64, "src": pl.Int32,
@@ -89,21 +90,59 @@ MIN_IMBALANCE = 1.05
 _DISPATCH = ("c10d::alltoall_base_", "c10d::alltoall_")
 
 
+#: Bounds on the split sizes a trace gives (docs/formats.md, *Bounds*): at most this many
+#: peers (the largest jobs' groups are some thousands of ranks) ...
+MAX_PEERS = 1 << 17
+#: ... and each split, in rows or bytes, within 2^45 (32 Ti), so that their sum over the
+#: peers stays within int64 (a tensor's bytes likewise: ``_bytes``). A call beyond either is
+#: read as an even split of its tensors, with a warning.
+MAX_SPLIT = 1 << 45
+
+
 def _ints(text: pl.Expr) -> pl.Expr:
-    """The integers in a JSON list's text (``"[8, 32]"`` -> [8, 32], ``"[]"`` -> [])."""
-    return text.str.extract_all(r"-?\d+").list.eval(pl.element().cast(pl.Int64))
+    """The integers in a JSON list's text (``"[8, 32]"`` -> [8, 32], ``"[]"`` -> []); one
+    beyond int64 is null."""
+    return text.str.extract_all(r"-?\d+").list.eval(pl.element().cast(pl.Int64, strict=False))
+
+
+def _bounded(splits: pl.Expr) -> pl.Expr:
+    """Split sizes within the bounds (``MAX_PEERS``, ``MAX_SPLIT``, none negative or beyond
+    int64), else null (the call then reads as an even split: ``_refused``)."""
+    out_of_bounds = splits.list.eval(pl.element().is_null() | (pl.element() < 0)
+                                     | (pl.element() > MAX_SPLIT)).list.any()
+    return pl.when(out_of_bounds | (splits.list.len() > MAX_PEERS)).then(None).otherwise(splits)
+
+
+def _refused(*names: str) -> pl.Expr:
+    """Whether any of the columns ``names`` held split sizes beyond the bounds (null)."""
+    return pl.any_horizontal(pl.col(n).is_null() & pl.col(f"{n}_given") for n in names)
 
 
 def _numel(dims: pl.Expr) -> pl.Expr:
-    """Elements of a tensor from its ``Input Dims`` entry's text (``"[56, 64]"`` -> 3584)."""
-    return _ints(dims).list.eval(pl.element().product()).list.first()
+    """Elements of a tensor from its ``Input Dims`` entry's text (``"[56, 64]"`` -> 3584);
+    null when a dimension is negative or the product is beyond 2^58 (multiplied in floats,
+    so that it cannot wrap)."""
+    dims = _ints(dims)
+    product = dims.list.eval(pl.element().cast(pl.Float64).product()).list.first()
+    sane = dims.list.eval(pl.element().is_null() | (pl.element() < 0)).list.any().not_()
+    return pl.when(sane & (product <= _MAX_ELEMENTS)).then(product.cast(pl.Int64))
+
+
+#: A tensor's elements, at most: times 16 bytes an element, within int64.
+_MAX_ELEMENTS = float(1 << 58)
+
+
+def _bytes(elements: pl.Expr, elem: pl.Expr) -> pl.Expr:
+    """A tensor's bytes; null when its element count is negative or beyond 2^58."""
+    return pl.when((elements >= 0) & (elements <= _MAX_ELEMENTS)).then(elements * elem)
 
 
 def _per_peer(rows: pl.Expr, total: pl.Expr) -> pl.Expr:
     """Bytes per peer from rows per peer and the tensor's bytes (its rows are the same size);
     empty without split sizes (an even split)."""
     whole = rows.list.sum()
-    return pl.when((rows.list.len() > 0) & (whole > 0)).then(rows * (total // whole)) \
+    return pl.when((rows.list.len() > 0) & (whole > 0) & (total >= 0)
+                   & (total // whole <= MAX_SPLIT)).then(rows * (total // whole)) \
         .otherwise(pl.lit([], pl.List(pl.Int64)))
 
 
@@ -132,8 +171,8 @@ def alltoall_calls(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
         # record_param_comms: rows per peer, and the message's elements and dtype
         rpc_send=_ints(args.str.json_path_match("$['In split size']")),
         rpc_recv=_ints(args.str.json_path_match("$['Out split size']")),
-        rpc_send_total=pl.col("in_nelems") * dtype_bytes(pl.col("dtype")),
-        rpc_recv_total=pl.col("out_nelems") * dtype_bytes(pl.col("dtype")),
+        rpc_send_total=_bytes(pl.col("in_nelems"), dtype_bytes(pl.col("dtype"))),
+        rpc_recv_total=_bytes(pl.col("out_nelems"), dtype_bytes(pl.col("dtype"))),
         # the dispatcher ops: [output, input, group, output splits, input splits, ...]
         op_recv=_ints(args.str.json_path_match("$['Concrete Inputs'][3]")),
         op_send=_ints(args.str.json_path_match("$['Concrete Inputs'][4]")),
@@ -144,6 +183,10 @@ def alltoall_calls(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     ).collect()
     if calls.height == 0:
         return pl.DataFrame(schema=CALL_SCHEMA)
+    lists = ("rpc_send", "rpc_recv", "op_recv", "op_send")
+    calls = calls.with_columns(**{f"{n}_given": pl.col(n).is_not_null() for n in lists}) \
+        .with_columns(**{n: _bounded(pl.col(n)) for n in lists}) \
+        .with_columns(splits_refused=_refused(*lists))
     # a rank whose all-to-alls have record_param_comms (NCCL's, nested in the dispatcher op)
     # is read from those: they carry the sequence number and the group
     with_rpc = calls.filter(pl.col("name") == "record_param_comms").get_column("rank").unique()
@@ -152,22 +195,27 @@ def alltoall_calls(events: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     rpc, listed = pl.col("name") == "record_param_comms", pl.col("name") == "c10d::alltoall_"
 
     def tensors(dims: str, elem: str) -> pl.Expr:  # c10d::alltoall_: a tensor per peer
-        return pl.when(listed).then(pl.col(dims)).str.json_decode(
-            pl.List(pl.List(pl.Int64))).list.eval(
-            pl.element().list.eval(pl.element().product()).list.first()) * pl.col(elem)
+        elements = pl.when(listed).then(pl.col(dims)).str.json_decode(
+            pl.List(pl.List(pl.Float64))).list.eval(  # floats: a product cannot wrap
+            pl.element().list.eval(pl.element().product()).list.first())
+        in_bounds = elements.list.eval(pl.when((pl.element() >= 0)
+                                               & (pl.element() <= MAX_SPLIT))
+                                       .then(pl.element()).cast(pl.Int64))
+        return _bounded(in_bounds) * pl.col(elem)
 
     out = calls.with_columns(
         send_splits=pl.when(rpc).then(_per_peer(pl.col("rpc_send"), pl.col("rpc_send_total")))
         .when(listed).then(tensors("in_dims", "in_elem"))
-        .otherwise(_per_peer(pl.col("op_send"), _numel(pl.col("in_dims")) * pl.col("in_elem"))),
+        .otherwise(_per_peer(pl.col("op_send"),
+                             _bytes(_numel(pl.col("in_dims")), pl.col("in_elem")))),
         recv_splits=pl.when(rpc).then(_per_peer(pl.col("rpc_recv"), pl.col("rpc_recv_total")))
         .when(listed).then(tensors("out_dims", "out_elem"))
         .otherwise(_per_peer(pl.col("op_recv"),
-                             _numel(pl.col("out_dims")) * pl.col("out_elem"))),
+                             _bytes(_numel(pl.col("out_dims")), pl.col("out_elem")))),
         send_bytes=pl.when(rpc).then("rpc_send_total").when(listed).then(None)
-        .otherwise(_numel(pl.col("in_dims")) * pl.col("in_elem")),
+        .otherwise(_bytes(_numel(pl.col("in_dims")), pl.col("in_elem"))),
         recv_bytes=pl.when(rpc).then("rpc_recv_total").when(listed).then(None)
-        .otherwise(_numel(pl.col("out_dims")) * pl.col("out_elem")),
+        .otherwise(_bytes(_numel(pl.col("out_dims")), pl.col("out_elem"))),
     ).with_columns(
         send_bytes=pl.coalesce("send_bytes", pl.when(pl.col("send_splits").list.len() > 0)
                                .then(pl.col("send_splits").list.sum())),
@@ -195,9 +243,14 @@ def pair_calls(calls: pl.DataFrame, instances: pl.DataFrame) -> tuple[pl.DataFra
         inst_group=pl.col("group").cast(pl.String), inst_seq="seq")
     empty = calls.clear().with_columns(instance=pl.lit(None, pl.String),
                                        peers=pl.lit(None, pl.List(pl.Int32)))
-    if calls.height == 0 or inst.height == 0:
-        return empty, []
     warnings: list[str] = []
+    refused = calls.filter(pl.col("splits_refused").fill_null(False)).height
+    if refused:
+        warnings.append(f"alltoall: {refused} call(s) give split sizes beyond the bounds (more "
+                        f"than {MAX_PEERS} peers, or a size negative or over 2^45): read as "
+                        "an even split of their tensors")
+    if calls.height == 0 or inst.height == 0:
+        return empty, warnings
     by_seq = calls.filter(pl.col("seq").is_not_null()).join(
         inst.filter(pl.col("inst_seq").is_not_null()),
         left_on=["rank", "group", "seq"], right_on=["rank", "inst_group", "inst_seq"])
@@ -256,16 +309,7 @@ def alltoall_matrix(paired: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     expert works on it all the same."""
     if paired.height == 0:
         return pl.DataFrame(schema=MATRIX_SCHEMA), []
-    n = pl.col("peers").list.len()
-    rows = paired.with_columns(j=pl.int_ranges(0, n)).explode("j").filter(
-        pl.col("j").is_not_null()).with_columns(
-        peer=pl.col("peers").list.get(pl.col("j")),
-        sent=pl.when(pl.col("send_splits").list.len() > 0)
-        .then(pl.col("send_splits").list.get(pl.col("j"), null_on_oob=True))
-        .otherwise(pl.col("send_bytes") // n),
-        got=pl.when(pl.col("recv_splits").list.len() > 0)
-        .then(pl.col("recv_splits").list.get(pl.col("j"), null_on_oob=True))
-        .otherwise(pl.col("recv_bytes") // n))
+    rows = _per_peer_rows(paired)
     key = ["instance", "src", "dst"]
     sent = rows.select("instance", src="rank", dst="peer", sent="sent")
     got = rows.select("instance", src="peer", dst="rank", got="got")
@@ -288,6 +332,35 @@ def alltoall_matrix(paired: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     out = cells.join(facts, on="instance", how="left")
     return (out.select(*MATRIX_SCHEMA, "ts_ns").cast(MATRIX_SCHEMA)
             .sort("ts_ns", "src", "dst"), warnings)
+
+
+def _per_peer_rows(paired: pl.DataFrame) -> pl.DataFrame:
+    """One row per (call, peer): ``rank``, ``peer``, ``instance``, ``sent`` and ``got`` (the
+    split's bytes, or an even share without split sizes). Each list is exploded on its own
+    and joined back by (call, position): exploding the peers with the split lists still on
+    every row copied each list once per peer, memory quadratic in their length (2,000 splits
+    took 3.4 GB)."""
+    calls = paired.with_row_index("_call").with_columns(_n=pl.col("peers").list.len())
+
+    def by_position(column: str) -> pl.DataFrame:
+        listed = calls.select("_call", column).filter(pl.col(column).list.len() > 0)
+        return listed.with_columns(j=pl.int_ranges(0, pl.col(column).list.len())) \
+            .explode(column, "j")
+
+    peers = by_position("peers").rename({"peers": "peer"})
+    sends, recvs = by_position("send_splits"), by_position("recv_splits")
+    n = pl.col("_n")
+    return (peers.join(calls.select("_call", "rank", "instance", "send_bytes", "recv_bytes",
+                                    "_n", no_send=pl.col("send_splits").list.len() == 0,
+                                    no_recv=pl.col("recv_splits").list.len() == 0),
+                       on="_call")
+            .join(sends, on=["_call", "j"], how="left")
+            .join(recvs, on=["_call", "j"], how="left")
+            .with_columns(sent=pl.when("no_send").then(pl.col("send_bytes") // n)
+                          .otherwise("send_splits"),
+                          got=pl.when("no_recv").then(pl.col("recv_bytes") // n)
+                          .otherwise("recv_splits"))
+            .sort("_call", "j"))
 
 
 def _volumes(matrix: pl.DataFrame) -> pl.DataFrame:

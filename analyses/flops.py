@@ -138,7 +138,8 @@ def achieved_flops(
         events.lazy()
         .filter((pl.col("kind").cast(pl.String) == "cpu_op") & pl.col("step").is_not_null())
         .group_by("rank", "step")
-        .agg(_tflops=pl.col("flops").sum(), _n=pl.col("flops").is_not_null().sum())
+        .agg(_tflops=pl.col("flops").cast(pl.Float64).sum(),  # a float: no int64 wrap
+             _n=pl.col("flops").is_not_null().sum())
         .collect()
     )
     out = spans.join(traced, on=["rank", "step"], how="left")

@@ -168,7 +168,10 @@ def causal_fraction(l: int, s: int) -> float:  # noqa: E741 - the query length, 
     keeps min(i + 1, S) of its S columns."""
     if l == s:
         return 0.5
-    kept = sum(min(i + 1, s) for i in range(l)) if l <= 1_000_000 else l * s / 2
+    # sum over rows i < L of min(i + 1, S), in closed form: rows up to S keep 1..i+1 (a
+    # triangle), the L - S rows past it keep all S (a Python loop over rows took ~0.2 s an
+    # op for long sequences)
+    kept = l * (l + 1) // 2 if l <= s else s * (s + 1) // 2 + (l - s) * s
     return kept / (l * s)
 
 
@@ -426,14 +429,35 @@ def family(name: str) -> Family | None:
         else None
 
 
+#: The most FLOPs or bytes one op's model gives (docs/formats.md, *Bounds*): int64 with room
+#: to spare (2^62, 4.6e18: a second of a 4 EFLOP/s machine). Shapes that give more are not
+#: believable (and would not fit the answer's integer columns): not modelled, with a warning.
+MAX_MODELLED = 1 << 62
+
+
 def model(name: str, dims: Sequence[Any] | None, types: Sequence[str] | None,
           concrete: Sequence[str] | None) -> OpModel | None:
     """The op's model from its recorded arguments, or None (no family models it, or its
-    arguments were not recorded or do not fit the family's schema)."""
+    arguments were not recorded, do not fit the family's schema, or are out of bounds:
+    :func:`checked_model`)."""
+    return checked_model(name, dims, types, concrete)[0]
+
+
+def checked_model(name: str, dims: Sequence[Any] | None, types: Sequence[str] | None,
+                  concrete: Sequence[str] | None) -> tuple[OpModel | None, str | None]:
+    """(:func:`model`, why a family's op was not modelled when the reason is worth a
+    warning: a negative dimension, FLOPs or bytes beyond ``MAX_MODELLED``)."""
     fn = family(name)
     if fn is None or not dims or not types:
-        return None
+        return None, None
+    if any(isinstance(d, list) and any(isinstance(x, int) and x < 0 for x in d)
+           for d in dims):
+        return None, "a negative dimension"
     try:
-        return fn(name, dims, types, concrete or [])
-    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError):
-        return None  # arguments that do not fit the schema the family assumes
+        found = fn(name, dims, types, concrete or [])
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, OverflowError):
+        return None, None  # arguments that do not fit the schema the family assumes
+    if found is not None and not (0 <= found.flops <= MAX_MODELLED
+                                  and 0 <= found.bytes <= MAX_MODELLED):
+        return None, "FLOPs or bytes beyond 2^62"
+    return found, None

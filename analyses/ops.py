@@ -28,7 +28,7 @@ from typing import Any
 import polars as pl
 
 from .flops import PEAK_TABLE, Peak, peak_bandwidth, peak_tflops
-from .op_models import CATEGORIES, model
+from .op_models import CATEGORIES, checked_model
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -69,12 +69,16 @@ def op_args(events: Frame, instances: pl.DataFrame) -> pl.DataFrame:
     return instances.join(found, on=key, how="left", maintain_order="left")
 
 
-def _models(instances: pl.DataFrame) -> pl.DataFrame:
-    """One model per distinct (name, arguments): category, model_flops, bytes, dtype."""
+def _models(instances: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """One model per distinct (name, arguments): category, model_flops, bytes, dtype; and
+    the warnings for shapes out of bounds (``op_models.checked_model``: not modelled)."""
     distinct = instances.select("name", "input_dims", "dtypes", "concrete_inputs").unique()
     out = []
+    refused: dict[str, list[str]] = {}
     for name, dims, types, concrete in distinct.iter_rows():
-        m = model(name, _json(dims), _json(types), _json(concrete))
+        m, why = checked_model(name, _json(dims), _json(types), _json(concrete))
+        if why is not None:
+            refused.setdefault(why, []).append(name)
         out.append({"name": name, "input_dims": dims, "dtypes": types,
                     "concrete_inputs": concrete, "category": m and m.category,
                     "model_flops": m and m.flops, "bytes": m and m.bytes,
@@ -82,7 +86,9 @@ def _models(instances: pl.DataFrame) -> pl.DataFrame:
     schema = {"name": pl.String, "input_dims": pl.String, "dtypes": pl.String,
               "concrete_inputs": pl.String, "category": pl.String, "model_flops": pl.Int64,
               "bytes": pl.Int64, "dtype": pl.String}
-    return pl.DataFrame(out, schema=schema)
+    warnings = [f"ops: {len(names)} shape(s) with {why} not modelled (first: "
+                f"{sorted(names)[0]})" for why, names in sorted(refused.items())]
+    return pl.DataFrame(out, schema=schema), warnings
 
 
 def _json(text: str | None) -> Any:
@@ -128,8 +134,8 @@ def ops(instances: pl.DataFrame, kernels: pl.DataFrame, *, device: str | None,
         raise ValueError(f"by must be one of {', '.join(GROUPINGS)}, not {by!r}")
     if category is not None and category not in CATEGORIES:
         raise ValueError(f"category must be one of {', '.join(CATEGORIES)}, not {category!r}")
-    inst = instances.join(_models(instances), on=["name", "input_dims", "dtypes",
-                                                  "concrete_inputs"],
+    models, refused = _models(instances)
+    inst = instances.join(models, on=["name", "input_dims", "dtypes", "concrete_inputs"],
                           how="left", nulls_equal=True, maintain_order="left")
     dtypes = inst.get_column("dtype").drop_nulls().unique().to_list()
     peaks = device_peaks(device, dtypes, table=table)
@@ -140,8 +146,8 @@ def ops(instances: pl.DataFrame, kernels: pl.DataFrame, *, device: str | None,
     grouped = _with_kernels(_grouped(inst, keys), kernels, inst, keys)
     return {"ops": _ordered(grouped, keys),
             "device": device, "peaks": peaks,
-            "warnings": _no_shapes(inst) + _warnings(device, dtypes, peaks)
-            + _replayed_warning(kernels)}
+            "warnings": [*refused, *_no_shapes(inst), *_warnings(device, dtypes, peaks),
+                         *_replayed_warning(kernels)]}
 
 
 def _replayed_warning(kernels: pl.DataFrame) -> list[str]:
@@ -196,7 +202,8 @@ def _grouped(inst: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         flops_source=pl.col("flops_source").drop_nulls().first(),
         model_flops=pl.col("model_flops").mean(), trace_flops=pl.col("trace_flops").mean(),
         dtype=pl.col("dtype").drop_nulls().first(),
-        _f=pl.col("flops").sum(), _b=pl.col("bytes").sum(),
+        # in floats: the sums of many large models stay out of int64's wrap
+        _f=pl.col("flops").cast(pl.Float64).sum(), _b=pl.col("bytes").cast(pl.Float64).sum(),
         _compute=pl.col("_compute_ns").sum(), _memory=pl.col("_memory_ns").sum(),
         _roof=pl.col("_roof_ns").sum(), _known=pl.col("_roof_ns").is_not_null().all(),
         peak_tflops=pl.col("peak_tflops").first(), peak_tb_per_s=pl.col("peak_tb_per_s").first(),

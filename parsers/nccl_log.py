@@ -141,6 +141,13 @@ def parse_text(text: str) -> NcclLog:
 
 def _parse_lines(lines: list[str], numbers: list[int]) -> NcclLog:
     """The tables of log ``lines``, each with its line number."""
+    return _assembled([_extracted(lines, numbers)])
+
+
+def _extracted(lines: list[str], numbers: list[int]) -> dict[str, pl.DataFrame]:
+    """What each kind of line of a batch of log ``lines`` says, as small tables (the text
+    is dropped): the calls, the communicators, the topology and the algorithm choices,
+    before they are joined with each other (:func:`_assembled`)."""
     df = _lines(lines, numbers)
     msg = pl.col("msg")
     comms = (
@@ -152,11 +159,6 @@ def _parse_lines(lines: list[str], numbers: list[int]) -> NcclLog:
                 bus_id=msg.str.extract(r"busId ([0-9a-fA-F]+)"),
                 comm_id=msg.str.extract(r"commId (0x[0-9a-fA-F]+)"))
     )
-    # The process's global rank: its rank in its largest communicator.
-    proc_rank = (comms.sort("nranks", "line", descending=[True, False])
-                 .group_by("host", "pid", maintain_order=True)
-                 .agg(rank=pl.col("comm_rank").first()))
-    comms = comms.join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
     call = msg.str.extract_groups(_CALL)
     calls = (
         df.filter(msg.str.contains(_CALL))
@@ -172,7 +174,28 @@ def _parse_lines(lines: list[str], numbers: list[int]) -> NcclLog:
             stream=msg.str.extract(r"\bstream (0x[0-9a-fA-F]+)"),
             op_count=pl.col("opcount").str.to_integer(base=16, strict=False),
         )
+        .drop("msg", "opcount")
     )
+    return {"comms": comms, "calls": calls, "topology": _topology(df),
+            "choices": _choices(df)}
+
+
+def _assembled(parts: list[dict[str, pl.DataFrame]]) -> NcclLog:
+    """The log's tables from the batches' :func:`_extracted` tables: each call with its
+    communicator's rank and size and its process's global rank, numbered per communicator."""
+    def joined(kind: str) -> pl.DataFrame:
+        return pl.concat([p[kind] for p in parts], how="diagonal_relaxed", rechunk=False)
+
+    comms = joined("comms")
+    # the calls in one query (each step a copy of the largest table otherwise)
+    calls = pl.concat([p["calls"].lazy() for p in parts], how="diagonal_relaxed")
+    for p in parts:
+        p["calls"] = p["calls"].clear()
+    # The process's global rank: its rank in its largest communicator.
+    proc_rank = (comms.sort("nranks", "line", descending=[True, False])
+                 .group_by("host", "pid", maintain_order=True)
+                 .agg(rank=pl.col("comm_rank").first()))
+    comms = comms.join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
     size = pl.col("datatype").replace_strict({k: v[1] for k, v in DATATYPES.items()},
                                              default=None, return_dtype=pl.Int64)
     calls = calls.with_columns(
@@ -186,16 +209,21 @@ def _parse_lines(lines: list[str], numbers: list[int]) -> NcclLog:
     )
     per_comm = comms.select("host", "pid", "comm", "comm_rank", cnr="nranks").unique(
         ["host", "pid", "comm"], keep="first")
-    calls = (calls.join(per_comm, on=["host", "pid", "comm"], how="left", nulls_equal=True)
-             .join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
+    # the lines are read in order: joins that keep it need no sort
+    calls = (calls.join(per_comm.lazy(), on=["host", "pid", "comm"], how="left",
+                        nulls_equal=True, maintain_order="left")
+             .join(proc_rank.lazy(), on=["host", "pid"], how="left", nulls_equal=True,
+                   maintain_order="left")
              .with_columns(nranks=pl.coalesce("nranks", "cnr"))
-             .sort("line")
              .with_columns(order=pl.int_range(pl.len()).over("host", "pid", "comm")
-                           .cast(pl.Int64, strict=False)))
-    topo = _topology(df).join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
-    choices = _choices(df).join(proc_rank, on=["host", "pid"], how="left", nulls_equal=True)
+                           .cast(pl.Int64, strict=False))
+             .select(list(CALL_SCHEMA)).cast(CALL_SCHEMA).collect())
+    topo = joined("topology").join(proc_rank, on=["host", "pid"], how="left",
+                                   nulls_equal=True)
+    choices = joined("choices").join(proc_rank, on=["host", "pid"], how="left",
+                                     nulls_equal=True)
     return NcclLog(
-        calls=calls.select(list(CALL_SCHEMA)).cast(CALL_SCHEMA),
+        calls=calls,
         comms=comms.select(list(COMM_SCHEMA)).cast(COMM_SCHEMA),
         topology=topo.select(list(TOPOLOGY_SCHEMA)).cast(TOPOLOGY_SCHEMA).sort("line"),
         choices=choices.select(list(CHOICE_SCHEMA)).cast(CHOICE_SCHEMA).sort("line"),
@@ -246,9 +274,12 @@ def _topology(df: pl.DataFrame) -> pl.DataFrame:
 
 
 #: Bounds on what a log may ask of memory: a line longer than this is no NCCL line (it is
-#: passed over), and a read keeps at most this many NCCL lines, all files together.
+#: passed over), and a read keeps at most this many NCCL lines, all files together. Read a
+#: batch at a time (``BATCH_LINES``), a call line costs ~0.45 KB at the peak of the parse
+#: and ~0.12 KB kept (3 M lines: 1.3 GB; all in one batch, 2.6 GB): the bound keeps a log's
+#: parse within ~4 GB (docs/formats.md, *Bounds*).
 MAX_LINE_BYTES = 64 << 10
-MAX_NCCL_LINES = 20_000_000
+MAX_NCCL_LINES = 8_000_000
 
 
 def parse(paths: str | os.PathLike[str] | list[str | os.PathLike[str]]) -> NcclLog:
@@ -263,16 +294,43 @@ def parse(paths: str | os.PathLike[str] | list[str | os.PathLike[str]]) -> NcclL
     for p in items:  # before opening: a FIFO would block the open, /dev/zero never end
         if problem := file_problem(p):
             raise UnreadableTraceError(p, problem)
-    kept: list[str] = []
-    numbers: list[int] = []
+    batch = _Batches()
     line = 0
     for item in items:
-        line = _read_nccl_lines(Path(item), line, kept, numbers)
-    return _parse_lines(kept, numbers)
+        line = _read_nccl_lines(Path(item), line, batch)
+    batch.flush()
+    return _assembled(batch.parts)
 
 
-def _read_nccl_lines(path: Path, line: int, kept: list[str], numbers: list[int]) -> int:
-    """Append ``path``'s NCCL lines (and their numbers, counting on from ``line``) to
+#: NCCL lines read before their text is turned into tables (and let go): the text of a
+#: batch costs ~0.6 KB a line while it is parsed, what it says ~0.1 KB.
+BATCH_LINES = 200_000
+
+
+class _Batches:
+    """NCCL lines as they are read, turned into small tables a batch at a time."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.numbers: list[int] = []
+        self.parts: list[dict[str, pl.DataFrame]] = []
+        self.total = 0
+
+    def add(self, text: str, number: int) -> None:
+        self.lines.append(text)
+        self.numbers.append(number)
+        self.total += 1
+        if len(self.lines) >= BATCH_LINES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.lines or not self.parts:
+            self.parts.append(_extracted(self.lines, self.numbers))
+        self.lines, self.numbers = [], []
+
+
+def _read_nccl_lines(path: Path, line: int, kept: _Batches) -> int:
+    """Add ``path``'s NCCL lines (and their numbers, counting on from ``line``) to
     ``kept``; the number of the file's last line."""
     with open(path, "rb") as fh:
         while True:
@@ -286,10 +344,9 @@ def _read_nccl_lines(path: Path, line: int, kept: list[str], numbers: list[int])
                 continue
             if b"NCCL " not in raw:
                 continue
-            if len(kept) >= MAX_NCCL_LINES:
+            if kept.total >= MAX_NCCL_LINES:
                 raise UnreadableTraceError(path, f"more than {MAX_NCCL_LINES} NCCL lines")
-            kept.append(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
-            numbers.append(line)
+            kept.add(raw.decode("utf-8", errors="replace").rstrip("\r\n"), line)
 
 
 def match_trace(calls: pl.DataFrame, trace: pl.DataFrame) -> pl.DataFrame:

@@ -348,3 +348,60 @@ def test_no_report_section_without_all_to_all(moe: Run) -> None:
                                              and "all_to_all" not in r["name"]]),
                                       align="none")), page)
     assert 'id="alltoall"' not in page.getvalue()
+
+
+def _with_splits(rows: list[dict], send: str, recv: str, dims: list | None = None) -> list[dict]:
+    """``moe_rows`` with every dispatcher op's split sizes (and tensor shapes) replaced."""
+    for r in rows:
+        if r["name"] == "c10d::alltoall_base_":
+            doc = json.loads(r["args_json"])
+            doc["Concrete Inputs"][3:5] = [recv, send]
+            if dims is not None:
+                doc["Input Dims"][0:2] = [dims, dims]
+            r["args_json"] = json.dumps(doc)
+    return rows
+
+
+def test_split_lists_longer_than_the_group_take_memory_linear_in_their_length() -> None:
+    """5,000 split sizes on each call of a 3-rank group (their peers taken as global ranks):
+    each list was copied once per peer, 5,000^2 values per call (~3 GB more here); now each
+    is exploded once (~0.2 GB). The growth of a process's peak memory over its imports stays
+    far below the quadratic one."""
+    code = f"""
+import json, resource, sys
+sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}]
+from tests.test_alltoall import moe_rows, _with_splits
+from gpu_trace_helpers import frame
+from traceview.run.run import Run
+splits = str([1] * 5000)
+rows = frame(_with_splits(moe_rows(1), splits, splits))
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+res = Run.from_events(rows, align="none").alltoall()
+print(res["matrix"].height, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
+"""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    cells, grown_kb = map(int, done.stdout.split())
+    assert cells == 3 * 5000 * 2 - 9  # every (rank, peer) sent and received, 3 x 3 shared
+    assert grown_kb < 1_500_000, grown_kb
+
+
+def test_split_sizes_beyond_the_bounds_read_as_an_even_split() -> None:
+    """A split size beyond int64, a negative one, or a tensor of 2^70 elements: no error,
+    the call read as an even split of its tensors (or no bytes), with a warning."""
+    huge = "[99999999999999999999999, 1, 1]"
+    res = Run.from_events(frame(_with_splits(moe_rows(1), huge, "[-4, 1, 1]")),
+                          align="none").alltoall()
+    assert any("beyond the bounds" in w for w in res.warnings)
+    assert set(res["exchanges"]["source"]) == {"shape"}
+    assert res["matrix"]["bytes"].min() >= 0
+    big = Run.from_events(frame(_with_splits(moe_rows(1), "[]", "[]", [1 << 35, 1 << 35])),
+                          align="none").alltoall()
+    assert big["matrix"]["bytes"].fill_null(0).max() == 0  # not modelled: no bytes
+    neg = Run.from_events(frame(_with_splits(moe_rows(1), "[]", "[]", [-6, 4])),
+                          align="none").alltoall()
+    assert neg["matrix"]["bytes"].fill_null(0).max() == 0

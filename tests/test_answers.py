@@ -190,3 +190,69 @@ def test_a_cache_folder_that_takes_no_answer_still_answers(traces, tmp_path, cap
     first, second = _ask(capsys, *argv), _ask(capsys, *argv)
     assert first == second and first[0] == 0 and json.loads(first[1])["ranks"]
     assert computed == ["summary", "summary"]
+
+
+@pytest.mark.parametrize("change", ["rewritten", "replaced", "added", "removed"])
+def test_an_input_changed_while_the_command_read_it_keeps_no_answer(
+        traces, tmp_path, capsys, settled, monkeypatch, change) -> None:
+    """The inputs' identity is taken before they are read: a rank file rewritten, replaced,
+    added or removed during the command (a profiler or a copy still writing) is not the
+    answer's input, so nothing is kept (with a warning) and the next run computes anew."""
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    spare = write_trace(tmp_path / "spare.json", 1)
+    calls: list[str] = []
+    real = Run.summary
+
+    def summary_while_the_files_change(self, *a, **k):
+        if not calls:
+            if change == "rewritten":
+                Path(traces[0]).write_bytes(Path(traces[0]).read_bytes())
+            elif change == "replaced":
+                os.replace(spare, traces[1])
+            elif change == "added":
+                write_trace(run / "rank2.json", 2)
+            else:
+                os.unlink(traces[1])
+        calls.append("summary")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Run, "summary", summary_while_the_files_change)
+    argv = ["summary", str(run), "--json", "--cache-dir", str(cache)]
+    code, _, err = _ask(capsys, *argv)
+    assert code == 0 and "changed while the command read it" in err and not _kept(cache)
+    code, _, err = _ask(capsys, *argv)
+    assert code == 0 and calls == ["summary"] * 2 and "changed while" not in err
+    assert len(_kept(cache)) == 1
+
+
+def _forge(kept: Path, stdout: str) -> None:
+    """Rewrite a kept answer with ``stdout``, its digest made to match (as a planter would)."""
+    from traceview.cli import _answers
+
+    record = json.loads(kept.read_bytes())
+    record["stdout"] = stdout
+    record.pop("digest")
+    record["digest"] = _answers._digest(record)
+    kept.write_text(json.dumps(record))
+
+
+def test_an_answer_others_could_write_or_holding_control_characters_is_never_printed(
+        traces, tmp_path, capsys, computed, settled) -> None:
+    """A shared cache folder: a kept answer (digest and all) writable by other users, or
+    owned by another user (root only can make one here), is not believed; nor is one whose
+    text holds raw control characters (what this program prints escapes them)."""
+    cache = tmp_path / "cache"
+    argv = ["summary", *traces, "--json", "--cache-dir", str(cache)]
+    first = _ask(capsys, *argv)
+    (kept,) = _kept(cache)
+    _forge(kept, '{"forged": "\x1b]8;;http://evil\x07click\x1b]8;;\x07"}\n')
+    code, out, _ = _ask(capsys, *argv)
+    assert (code, out) == (0, first[1]) and computed == ["summary"] * 2  # kept again, anew
+    _forge(kept, '{"forged": true}\n')
+    os.chmod(kept, 0o666)
+    assert _ask(capsys, *argv)[1] == first[1] and computed == ["summary"] * 3
+    if os.geteuid() == 0:
+        _forge(kept, '{"forged": true}\n')
+        os.chmod(kept, 0o644)
+        os.chown(kept, 65534, 65534)
+        assert _ask(capsys, *argv)[1] == first[1] and computed == ["summary"] * 4

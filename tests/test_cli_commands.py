@@ -38,7 +38,8 @@ def test_a_named_command_imports_its_module_only():
             "print(sorted(m for m in sys.modules if m.startswith('traceview.cli.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert out.strip() == "['traceview.cli._answers', 'traceview.cli._options', " \
+    assert out.strip() == "['traceview.cli._answers', 'traceview.cli._memory_limit', " \
+                          "'traceview.cli._options', " \
                           "'traceview.cli._render', 'traceview.cli._streams', " \
                           "'traceview.cli.timeline']"
 

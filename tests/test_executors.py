@@ -174,8 +174,20 @@ def test_memory_url_store_roundtrip() -> None:
 
 
 def test_url_that_is_no_store(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="URL input must be a traceview store"):
-        traceview.open((tmp_path / "nothing").as_uri())
+    """Each URL that cannot be read says why, naming it: nothing there or a trace file (not
+    a store), a scheme no filesystem knows, a URL beside other inputs (all were "a URL
+    input must be a traceview store")."""
+    from traceview.errors import UnreadableTraceError
+
+    trace = sorted(GLOO.iterdir())[0].as_uri()
+    for url, words in [((tmp_path / "nothing").as_uri(), "not a traceview store"),
+                       (trace, r"not a traceview store \(no traceview-store.json there\)"),
+                       ("nosuchscheme://host/t.json", "no filesystem for this URL")]:
+        with pytest.raises(UnreadableTraceError, match=words) as caught:
+            traceview.open(url)
+        assert str(caught.value).startswith(url)
+    with pytest.raises(UsageError, match="URL input must be the only input"):
+        traceview.open([trace, str(GLOO)])
 
 
 def test_cli_ingest_local_executor_to_url_then_analyses(tmp_path: Path, capsys) -> None:

@@ -115,6 +115,45 @@ def test_a_damaged_derived_table_is_computed_again(capsys, tmp_path):
                      if k not in ("warnings", "warnings_plain")}
 
 
+def _as_another_user(path: Path, planted: bool) -> None:
+    """``path`` as another user left it in a shared cache folder: theirs (root can make
+    that), else writable by every user."""
+    if planted and os.geteuid() == 0:
+        os.chown(path, 65534, 65534)
+    else:
+        os.chmod(path, 0o666)
+
+
+@pytest.mark.parametrize("what", ["entries", "derived"])
+@pytest.mark.parametrize("planted", [False, True], ids=["writable by others", "theirs"])
+def test_cache_files_other_users_could_write_are_never_believed(capsys, tmp_path, planted,
+                                                               monkeypatch, what):
+    """A shared cache folder: an events file, an entry's record or a derived table another
+    user could have written is not read (a forged one would change the answer), nor written
+    into: the file is parsed again into a private folder, with one note each; the answer is
+    the same."""
+    monkeypatch.setenv("TRACEVIEW_ANSWERS", "off")  # the cache's tables, not a kept answer
+    cache = tmp_path / "cache"
+    code, first, _ = _run(capsys, "summary", str(GLOO), "--cache-dir", str(cache), "--json")
+    entries = [e for e in cache.iterdir() if (e / "meta.json").exists()]
+    derived = sorted((cache / "derived").glob("*.parquet"))
+    assert code == 0 and len(entries) == 2 and derived
+    if what == "entries":  # the events are then read from private files: no derived table
+        _as_another_user(entries[0] / "events.parquet", planted)
+        _as_another_user(entries[1] / "meta.json", planted)
+    else:
+        for path in derived:
+            _as_another_user(path, planted)
+    before = {p: p.stat().st_mtime_ns for e in entries for p in e.iterdir()}
+    code, again, err = _run(capsys, "summary", str(GLOO), "--cache-dir", str(cache), "--json")
+    assert code == 0 and "internal error" not in err
+    assert err.count("not trusted") == (2 if what == "entries" else len(derived)), err
+    strip = ("warnings", "warnings_plain")
+    assert {k: v for k, v in json.loads(again).items() if k not in strip} == {
+        k: v for k, v in json.loads(first).items() if k not in strip}
+    assert {p: p.stat().st_mtime_ns for p in before} == before  # nothing written into them
+
+
 # ------------------------------------------------------------------------ unusable cache
 @pytest.mark.parametrize("where", ["a file", "under a file", "inside the input folder"])
 def test_an_unusable_cache_folder_warns_once_and_the_command_works(capsys, tmp_path, inputs,
@@ -149,27 +188,29 @@ OUTPUT_COMMANDS = {
     "baseline --run": lambda i, o: ["baseline", "--run", i, "-o", o],
     "check --junit": lambda i, o: ["check", i, "--baseline", "BASE", "--junit", o],
     "ingest -o": lambda i, o: ["ingest", i, "-o", o],
+    "history record --db": lambda i, o: ["history", "record", i, "--db", o],
 }
 
 
 @pytest.mark.parametrize("command", list(OUTPUT_COMMANDS))
 @pytest.mark.parametrize("target", ["an input file", "a new file in the input folder",
                                     "the input folder", "a link to an input file",
-                                    "a hard link to an input file"])
+                                    "a hard link to an input file",
+                                    "a hard link to a file in the input folder"])
 def test_no_output_lands_on_an_input(capsys, tmp_path, inputs, command, target):
     folder, before = inputs
     first = sorted(folder.iterdir())[0]
     link = tmp_path / "link.json.gz"
     if target == "a link to an input file":
         link.symlink_to(first)
-    elif target == "a hard link to an input file":
+    elif target.startswith("a hard link"):
         os.link(first, link)
     out = {"an input file": first, "a new file in the input folder": folder / "new.out",
            "the input folder": folder}.get(target, link)
     base = tmp_path / "base.json"
     assert _run(capsys, "baseline", str(GLOO), "-o", str(base))[0] == 0
     # the input named as a file when the output is a link to it (else the folder)
-    source = str(first) if "link" in target else str(folder)
+    source = str(first) if "link" in target and "folder" not in target else str(folder)
     argv = [str(base) if a == "BASE" else a for a in OUTPUT_COMMANDS[command](source, str(out))]
     code, _, err = _run(capsys, *argv)
     assert code == 2, err
@@ -338,13 +379,17 @@ def test_a_large_ingest_on_the_pure_path_says_so_once(capsys, monkeypatch, tmp_p
 # ------------------------------------------------------------------------- damaged stores
 @pytest.mark.parametrize("damage", ["truncated rank file", "flipped rank file",
                                     "garbage manifest", "garbage ranks table",
-                                    "missing files table", "missing rank file"])
+                                    "missing files table", "missing rank file",
+                                    "foreign ranks table", "ranks of text", "negative rank",
+                                    "foreign files table"])
 def test_a_damaged_store_is_one_line_naming_the_file(capsys, tmp_path, damage):
     out = tmp_path / "store"
     assert _run(capsys, "ingest", str(GLOO), "-o", str(out))[0] == 0
     name = {"truncated rank file": "rank-00000.parquet", "flipped rank file": "rank-00001.parquet",
             "garbage manifest": "traceview-store.json", "garbage ranks table": "ranks.parquet",
-            "missing files table": "files.parquet", "missing rank file": "rank-00000.parquet"
+            "missing files table": "files.parquet", "missing rank file": "rank-00000.parquet",
+            "foreign ranks table": "ranks.parquet", "ranks of text": "ranks.parquet",
+            "negative rank": "ranks.parquet", "foreign files table": "files.parquet",
             }[damage]
     target = out / name
     if damage.startswith("truncated"):
@@ -353,6 +398,14 @@ def test_a_damaged_store_is_one_line_naming_the_file(capsys, tmp_path, damage):
         _flip(target, target.stat().st_size // 2)
     elif damage.startswith("garbage"):
         target.write_text("garbage")
+    elif damage.startswith("foreign"):  # another program's Parquet in its place
+        import polars as pl
+        pl.DataFrame({"a": [1, 2], "b": ["x", "y"]}).write_parquet(target)
+    elif damage in ("ranks of text", "negative rank"):
+        import polars as pl
+        table = pl.read_parquet(target)
+        table.with_columns(rank=pl.lit("x") if damage == "ranks of text"
+                           else -pl.col("rank") - 1).write_parquet(target)
     else:
         target.unlink()
     for command in ("info", "summary"):

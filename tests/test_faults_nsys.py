@@ -22,6 +22,7 @@ from fixtures.nsys_synthetic import write_export
 from traceview.cli import main
 from traceview.errors import UnreadableTraceError
 from traceview.parsers import nsys
+from traceview.parsers.nsys import _db as nsys_db
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -333,3 +334,20 @@ def test_wrong_cells_in_rowid_ranges_and_in_the_kernels_read_ahead(good, tmp_pat
     assert ranged.warnings == plain.warnings and ranged.dropped == plain.dropped
     assert f"{KERNEL}: 2 rows skipped, a cell not of its column's type (start 1, streamId 1)" \
         in ranged.warnings
+
+
+def test_a_string_over_the_bound_is_a_placeholder_with_a_warning(good, tmp_path):
+    """A kernel's name of 8 MB (a hostile export had one of 300 MB, out of memory): SQLite
+    hands over a short placeholder giving its size, never the string; one warning."""
+    good_path, base = good
+    name_id = _kernel_name_id(good_path)
+    size = 8 << 20
+    path = _altered(good_path, tmp_path,
+                    f"UPDATE StringIds SET value = replace(hex(zeroblob({size // 2})), '0', 'k') "
+                    f"WHERE id = {name_id}")
+    parsed = nsys.parse(path)
+    assert _kinds(parsed) == _kinds(base)
+    names = set(_names(parsed, "kernel"))
+    assert f"(a string of {size} bytes, over the bound of {nsys_db.MAX_STRING_BYTES} left out)" \
+        in names and max(len(n or "") for n in names) < 1000
+    assert sum("over 1048576 bytes (the bound on one name)" in w for w in parsed.warnings) == 1

@@ -374,7 +374,12 @@ def _eof_within(pipe, seconds: float) -> bool:
     return False
 
 
-def test_sigterm_stops_the_pool_workers_and_frees_the_callers_pipes(large_ranks, tmp_path):
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGKILL"])
+def test_a_stopped_driver_stops_the_pool_workers_and_frees_the_callers_pipes(
+        large_ranks, tmp_path, signum):
+    """SIGTERM: the driver stops its workers and fork server. SIGKILL: it cannot, so each
+    worker watches it (and the fork server its own end of the driver's pipe): they leave
+    within seconds instead of parsing to the end, holding the caller's pipes."""
     import signal
     import time
 
@@ -392,8 +397,9 @@ def test_sigterm_stops_the_pool_workers_and_frees_the_callers_pipes(large_ranks,
             workers = [p for p in family if p.ppid() != driver.pid]  # the fork server's
             time.sleep(0.05)
         assert driver.poll() is None and len(workers) >= 2, "no pool workers seen at work"
-        driver.send_signal(signal.SIGTERM)
-        assert driver.wait(timeout=15) == 128 + signal.SIGTERM
+        sent = getattr(signal, signum)
+        driver.send_signal(sent)
+        assert driver.wait(timeout=15) == (128 + sent if sent == signal.SIGTERM else -sent)
         _, alive = psutil.wait_procs(family, timeout=10)
         assert not alive, f"outlived the driver: {alive}"
         assert _eof_within(driver.stdout, 10) and _eof_within(driver.stderr, 10)
@@ -592,3 +598,19 @@ def test_sql_says_a_damaged_kept_table_was_made_again(capsys, tmp_path):
     code, after, err = _run(capsys, "sql", str(gpu), query, "--cache-dir", cache, "--json")
     assert code == 0 and after == before
     assert str(kept) in err and "could not be used" in err
+
+
+def test_the_same_trace_named_twice_is_read_once(capsys, tmp_path):
+    """The same file twice, a folder and one of its files, or a link beside its target: one
+    file, read once (it was refused as two files claiming rank 0)."""
+    first = sorted(GLOO.iterdir())[0]
+    link = tmp_path / "link.pt.trace.json.gz"
+    link.symlink_to(first)
+    code, alone, _ = _run(capsys, "info", str(GLOO), "--json", "--no-cache")
+    assert code == 0
+    for argv in ([str(first), str(first)], [str(GLOO), str(first)],
+                 [str(first), str(GLOO)], [str(GLOO), str(link)]):
+        code, out, err = _run(capsys, "info", *argv, "--json", "--no-cache")
+        assert code == 0, (argv, err)
+        doc = json.loads(out)
+        assert doc["files"] == (json.loads(alone)["files"] if str(GLOO) in argv else 1)

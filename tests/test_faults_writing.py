@@ -275,6 +275,38 @@ def test_an_output_that_is_a_pipe_is_written_through_it_and_stays_a_pipe(capsys,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base.json", "pipe"]
 
 
+@pytest.mark.parametrize("command", ["report", "export-perfetto", "baseline", "junit"])
+@pytest.mark.parametrize("link", ["/dev/stdout", "/proc/self/fd/1"])
+def test_an_output_naming_stdout_redirected_to_a_file_is_written_through_it(tmp_path, command,
+                                                                           link):
+    """``-o /dev/stdout`` with stdout redirected to a file (a CI log): the path stats as that
+    regular file, but it is the descriptor, not a name to rename over; as root a rename
+    replaced the /dev/stdout link itself and lost the output. Here a link of the test's own
+    stands for /dev/stdout (the machine's is never put at risk): the bytes reach the file
+    stdout was redirected to, after what was printed before, and the link stays a link."""
+    base = tmp_path / "base.json"
+    assert _traceview("baseline", str(GLOO), "-o", str(base)).returncode == 0
+    out = tmp_path / "stdout.txt"
+    alias = tmp_path / "my-stdout"
+    alias.symlink_to(link)
+    argv = (["check", str(GLOO), "--baseline", str(base), "--junit", str(alias)]
+            if command == "junit" else [command, str(GLOO), "-o", str(alias)])
+    with open(out, "wb") as stdout:
+        stdout.write(b"BEFORE\n")
+        stdout.flush()
+        done = subprocess.run([sys.executable, "-m", "traceview", *argv], stdout=stdout,
+                              stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 0, done.stderr
+    assert alias.is_symlink() and os.readlink(alias) == link
+    written = out.read_bytes()
+    assert written.startswith(b"BEFORE\n") and len(written) > 200
+    marker = {"report": b"<html", "export-perfetto": b"traceEvents", "baseline": b"metrics",
+              "junit": b"<testsuite"}[command]
+    assert marker in written.lower() if command == "report" else marker in written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.json", "my-stdout",
+                                                          "stdout.txt"]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
 def test_an_output_that_is_a_full_device_is_one_line_and_the_device_stays(capsys, tmp_path):
     full = tmp_path / "full"
@@ -580,3 +612,14 @@ def test_a_full_cache_disk_is_not_blamed_on_the_trace_and_a_store_is_still_writt
     code, from_store, _ = _run(capsys, "sql", str(store), query, "--json")
     assert code == 0
     assert from_store == _run(capsys, "sql", str(GLOO), query, "--json", "--no-cache")[1]
+
+
+def test_a_new_store_that_could_not_be_written_leaves_no_folder(capsys, tmp_path,
+                                                                other_filesystem):
+    """``ingest -o NEW/STORE`` past a file size limit (as a full disk): the folders it made
+    are removed again, not left empty for the next command to take for a store."""
+    assert _run(capsys, "info", str(GLOO))[0] == 0  # cached: the child only copies
+    store = other_filesystem / "new" / "store"
+    done = _traceview("ingest", str(GLOO), "-o", str(store), file_bytes=20_000)
+    assert done.returncode == 2 and "File too large" in done.stderr, done.stderr
+    assert not (other_filesystem / "new").exists()

@@ -207,16 +207,17 @@ def test_upgrade_steps_run_in_the_transaction(db_url: str, tmp_path: Path) -> No
         return conn.execute(sa.select(S.schema_version.c.version)).scalar_one()
 
     with pytest.raises(RuntimeError), db.engine.begin() as conn:  # raised out of it: rollback
-        S.upgrade(conn, 1, written_by="test", steps=(*S.UPGRADES, broken))
+        S.upgrade(conn, S.SCHEMA_VERSION, written_by="test", steps=(*S.UPGRADES, broken))
     with db.engine.connect() as conn:
         cols = {c["name"] for c in sa.inspect(conn).get_columns("runs")}
-        assert version(conn) == 1 and "half" not in cols
+        assert version(conn) == S.SCHEMA_VERSION and "half" not in cols
     with db.engine.begin() as conn:
-        assert S.upgrade(conn, 1, written_by="test", steps=(*S.UPGRADES, add_column)) == 2
+        assert S.upgrade(conn, S.SCHEMA_VERSION, written_by="test",
+                         steps=(*S.UPGRADES, add_column)) == S.SCHEMA_VERSION + 1
     with db.engine.connect() as conn:
-        assert version(conn) == 2
+        assert version(conn) == S.SCHEMA_VERSION + 1
         assert conn.execute(sa.select(S.runs.c.id)).scalars().all() == [run_id]
-    # this traceview knows version 1 only: it refuses the newer database, one line, exit 2
+    # this traceview does not know the next version: it refuses the newer database
     with pytest.raises(history.HistoryError, match="newer traceview"):
         history.recorded_runs(db)
 
@@ -362,3 +363,192 @@ def test_record_takes_commit_and_branch_from_ci(tmp_path: Path, monkeypatch: pyt
     assert row[:3] == ("0123456789abcdef", "main", "runner-1")
     assert sorted(i["file"] for i in orjson.loads(row[3])) == sorted(
         p.name for p in (NOISE / "same_1").iterdir() if p.name.endswith(".json.gz"))
+
+
+# ------------------------------------------------------------------------- secrets
+
+def test_a_postgresql_password_reaches_no_output(
+        postgres_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A password in the URL's user info (holding ``@`` and ``/``, not %-encoded) or given as
+    ``?password=`` is used, and appears in no output of the history commands: their text,
+    --json, --csv, JUnit, the HTML report, and their errors (a database that does not exist,
+    a port that is not a number). The server trusts local users, so any password connects."""
+    pytest.importorskip("plotly")
+    base = postgres_server.create_database(f"h_{uuid.uuid4().hex[:12]}").replace("+psycopg", "")
+    user_host, name = base.split("://", 1)[1].rsplit("/", 1)
+    user, host = user_host.split("@")
+    secrets = ["S3cr@t/pw", "Qs7-secret"]
+    urls = [f"postgresql://{user}:{secrets[0]}@{host}/{name}",
+            f"postgresql://{user}@{host}/{name}?password={secrets[1]}"]
+    outputs: list[str] = []
+
+    def ask(*argv: str) -> int:
+        code, out, err = _cli(capsys, *argv)
+        outputs.extend([out, err])
+        return code
+
+    html, junit = tmp_path / "r.html", tmp_path / "j.xml"
+    for url in urls:
+        for run in ("same_1", "same_2"):
+            assert ask("history", "record", str(NOISE / run), "--db", url, "--label",
+                       "main") == 0
+        assert ask("history", "record", str(NOISE / "same_3"), "--db", url, "--json") == 0
+        for shown in ((), ("--json",), ("--csv",)):
+            assert ask("history", "show", "--db", url, *shown) == 0
+        assert ask("history", "upgrade", "--db", url) == 0
+        assert ask("check", str(NOISE / "same_3"), "--history", url, "--json",
+                   "--junit", str(junit)) == 0
+        outputs.append(junit.read_text())
+        assert ask("report", str(NOISE / "slow_1"), "-o", str(html), "--history", url,
+                   "--json") == 0
+        outputs.append(html.read_text())
+        assert ask("history", "show", "--db", url.replace(f"/{name}", "/no_such_db")) == 2
+        assert ask("history", "show", "--db", url.replace(host, host.split(":")[0] + ":x1")) == 2
+    assert "S3cr" not in "".join(outputs) and "S3cr%40t" not in "".join(outputs)
+    assert secrets[1] not in "".join(outputs)
+    assert "***" in "".join(outputs)  # where the URL is named, the password is starred
+
+
+def test_postgresql_waits_for_a_held_lock_no_longer_than_its_timeout(
+        postgres_server, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    """Another session holds the writers' advisory lock (record) or locks the runs table
+    (show): each command gives up after the lock timeout, one line naming the database,
+    exit 2, instead of waiting forever."""
+    import time
+
+    import psycopg
+
+    url = postgres_server.create_database(f"h_{uuid.uuid4().hex[:12]}").replace("+psycopg", "")
+    assert main(["history", "record", str(NOISE / "same_1"), "--db", url]) == 0
+    monkeypatch.setattr(history_db, "PG_LOCK_TIMEOUT_S", 1)
+    with psycopg.connect(url) as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (history_db.PG_LOCK_KEY,))
+        start = time.monotonic()
+        line = _one_line_exit_2(capsys, ["history", "record", str(NOISE / "same_2"), "--db",
+                                         url], "127.0.0.1")
+        assert "lock timeout" in line and time.monotonic() - start < 30
+        other.rollback()
+        other.execute(f"LOCK TABLE {S.runs.name} IN ACCESS EXCLUSIVE MODE")
+        start = time.monotonic()
+        line = _one_line_exit_2(capsys, ["history", "show", "--db", url], "127.0.0.1")
+        assert "lock timeout" in line and time.monotonic() - start < 30
+
+
+def test_history_show_csv_writes_no_formula(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A label and a branch from a fork (``=HYPERLINK(...)``, ``+cmd``) reach ``history show
+    --csv`` with a leading ``'``: a spreadsheet shows them as text (OWASP)."""
+    import csv
+    import io
+
+    db = str(tmp_path / "h.db")
+    assert main(["history", "record", str(NOISE / "same_1"), "--db", db, "--label",
+                 '=HYPERLINK("http://evil","x")', "--meta", "branch=+cmd|calc",
+                 "--meta", "commit=@c1"]) == 0
+    capsys.readouterr()
+    code, out, _ = _cli(capsys, "history", "show", "--db", db, "--csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and rows[0]["label"] == "'=HYPERLINK(\"http://evil\",\"x\")"
+    assert (rows[0]["branch"], rows[0]["commit"]) == ("'+cmd|calc", "'@c1")
+
+
+def test_long_labels_commits_branches_and_hosts_are_taken_by_both_backends(
+        db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """PostgreSQL refused what SQLite took (a label over 200 characters, a commit over 100,
+    a branch or host over 255): both take them now (TEXT), and a label over 512 characters
+    (the unique index's bound on PostgreSQL) is a usage error on both. A version 1
+    database (its VARCHAR columns) is upgraded on the next record."""
+    with history_db.open_database(db_url, create=True).engine.begin() as conn:
+        S.upgrade(conn, 0, written_by="test", steps=S.UPGRADES[:1])  # a version 1 database
+    code, _, err = _cli(capsys, "history", "show", "--db", db_url)  # read as it is
+    assert code == 0 and "no recorded run matches" in err
+    label, commit, branch, host = "L" * 300, "c" * 150, "b" * 400, "h" * 300
+    code, out, err = _cli(capsys, "history", "record", str(NOISE / "same_1"), "--db", db_url,
+                          "--label", label, "--meta", f"commit={commit}", "--meta",
+                          f"branch={branch}", "--meta", f"host={host}", "--json")
+    assert code == 0, err
+    code, out, _ = _cli(capsys, "history", "show", "--db", db_url, "--json")
+    (run,) = orjson.loads(out)["runs"]
+    assert (run["label"], run["meta"]["commit"], run["meta"]["branch"], run["meta"]["host"]) \
+        == (label, commit, branch, host)
+    code, _, err = _cli(capsys, "history", "record", str(NOISE / "same_2"), "--db", db_url,
+                        "--label", "x" * 513)
+    assert code == 2 and "at most 512 characters" in err
+
+
+def test_a_sqlite_url_opened_read_only_is_read_and_never_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sqlite:///FILE?mode=ro``: show and check read it; record and upgrade refuse it
+    (one line, exit 2) before any trace is read, and the file is not changed; an unknown
+    parameter is refused by name (it was a raw SQLAlchemy warning, then ignored)."""
+    db = tmp_path / "h.db"
+    assert main(["history", "record", str(NOISE / "same_1"), "--db", str(db)]) == 0
+    before = db.read_bytes()
+    url = f"sqlite:///{db}?mode=ro"
+    capsys.readouterr()
+    code, out, _ = _cli(capsys, "history", "show", "--db", url, "--json")
+    assert code == 0 and len(orjson.loads(out)["runs"]) == 1
+    for argv in (["history", "record", str(NOISE / "same_2"), "--db", url],
+                 ["history", "upgrade", "--db", url]):
+        line = _one_line_exit_2(capsys, argv, str(db))
+        assert "read-only" in line
+    assert db.read_bytes() == before
+    assert main(["check", str(NOISE / "same_2"), "--history", url]) in (0, 1)
+    line = _one_line_exit_2(capsys, ["history", "show", "--db", f"sqlite:///{db}?nolock=1"],
+                            str(db))
+    assert "nolock" in line
+
+
+ODD_ROWS = {
+    "a label that is a blob": "UPDATE runs SET label = x'ff00'",
+    "meta that is not JSON": "UPDATE runs SET meta = 'not json'",
+    "meta that is a list": "UPDATE runs SET meta = '[1, 2]'",
+    "inputs that are an object": "UPDATE runs SET inputs = '{\"a\": 1}'",
+    "inputs without a file": "UPDATE runs SET inputs = '[{\"bytes\": 1}]'",
+    "warnings of numbers": "UPDATE runs SET warnings = '[1, 2]'",
+    "a metric of text": "UPDATE metrics SET value = 'abc'",
+    "a metric of infinity": "UPDATE metrics SET value = 9e999",
+    "a note that is a blob": "UPDATE metrics SET note = x'00ff'",
+    "samples that are text": "UPDATE samples SET steps = '\"x\"'",
+    "samples holding text": "UPDATE samples SET steps = '[1, \"a\"]'",
+    "samples that are not JSON": "UPDATE samples SET steps = '[1,'",
+}
+
+
+@pytest.mark.parametrize("odd", list(ODD_ROWS))
+def test_rows_this_program_did_not_write_are_one_line_naming_the_database(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], odd: str) -> None:
+    """Rows edited by hand or by another program: show, show --json/--csv, check and report
+    --history say so in one line naming the database (exit 2), never an internal error."""
+    db = tmp_path / "h.db"
+    for run in ("same_1", "same_2"):
+        assert main(["history", "record", str(NOISE / run), "--db", str(db)]) == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute(ODD_ROWS[odd])
+    capsys.readouterr()
+    for argv in (["history", "show", "--db", str(db)],
+                 ["history", "show", "--db", str(db), "--json"],
+                 ["history", "show", "--db", str(db), "--csv",
+                  "--metric", "step_time_p50_ns"],
+                 ["check", str(NOISE / "same_3"), "--history", str(db)]):
+        line = _one_line_exit_2(capsys, argv, str(db))
+        assert "a row this traceview did not write" in line, line
+
+
+def test_a_label_or_meta_that_is_not_utf8_is_a_usage_error(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch) -> None:
+    """Bytes the shell passed that are not UTF-8 (kept by Python as lone surrogates): a
+    usage error naming the option; a CI variable's, kept as U+FFFD."""
+    db = str(tmp_path / "h.db")
+    bad = os.fsdecode(b"br\xff")
+    for argv in (["--label", bad], ["--meta", f"k={bad}"]):
+        line = _one_line_exit_2(capsys, ["history", "record", str(NOISE / "same_1"), "--db",
+                                         db, *argv], argv[0])
+        assert "not valid UTF-8" in line
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_REF_NAME", bad)
+    assert main(["history", "record", str(NOISE / "same_1"), "--db", db]) == 0
+    capsys.readouterr()
+    code, out, _ = _cli(capsys, "history", "show", "--db", db, "--json")
+    assert orjson.loads(out)["runs"][0]["label"] == "br\ufffd"

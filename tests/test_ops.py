@@ -276,3 +276,64 @@ def test_roofline_finding_by_hand() -> None:
     assert capped["gain_ns_per_step"] == 5_000_000
     assert roofline_finding(df.with_columns(time_left_ns=pl.lit(None, pl.Int64)), n_steps=2,
                             gpu_ranks=1, path_compute_ns_per_step=None) is None
+
+
+def test_causal_fraction_in_closed_form() -> None:
+    """Sum over rows i < L of min(i + 1, S) over L x S, as the row-by-row count says, for
+    any L != S (a square mask counts 1/2, as TraceLens does); a long sequence
+    costs no loop over its rows."""
+    import time
+
+    for l, s in [(2, 4), (4, 2), (5, 3), (3, 7), (128, 64), (64, 4096)]:  # noqa: E741
+        assert causal_fraction(l, s) == sum(min(i + 1, s) for i in range(l)) / (l * s)
+    start = time.perf_counter()
+    for _ in range(20):
+        causal_fraction(900_000, 1_000_000)  # a loop over its rows took ~0.1 s each
+    assert time.perf_counter() - start < 0.05
+    assert causal_fraction(10**12, 10**12 + 1) == pytest.approx(0.5)
+
+
+def test_shapes_out_of_bounds_are_not_modelled_with_a_warning() -> None:
+    """A product of 2^40 x 2^40 matrices (FLOPs beyond int64) and a negative dimension: no
+    error and no negative FLOPs; those shapes are not modelled, and a warning says so."""
+    huge = [[1 << 40, 1 << 40], [1 << 40, 1 << 40]]
+    assert model("aten::mm", huge, [F32, F32], ["", ""]) is None
+    assert model("aten::mm", [[-64, 128], [128, 256]], [F32, F32], ["", ""]) is None
+    ev = frame([
+        _op("aten::mm", 1000, 100, huge, [F32, F32]),
+        launch(1010, 5, 1), kernel("gemm_a", 1200, 10_000, corr=1),
+        _op("aten::bmm", 2000, 100, [[4, -64, 128], [4, 128, 256]], [F32, F32]),
+        launch(2010, 5, 2), kernel("gemm_b", 12_000, 10_000, corr=2),
+        _op("aten::mm", 3000, 100, [[64, 128], [128, 256]], [F32, F32],
+            flops=(1 << 63) - 1),
+        launch(3010, 5, 3), kernel("gemm_c", 30_000, 10_000, corr=3),
+        _op("aten::mm", 4000, 100, [[64, 128], [128, 256]], [F32, F32],
+            flops=(1 << 63) - 1),
+        launch(4010, 5, 4), kernel("gemm_c", 40_000, 10_000, corr=4)])
+    res = Run.from_events(ev).ops()
+    table = res["ops"]
+    assert table.filter(pl.col("name") != "aten::mm").get_column("flops").null_count() == 1
+    assert (table.get_column("flops").drop_nulls() >= 0).all()
+    assert (table.get_column("tflops_per_s_total").drop_nulls() >= 0).all()
+    assert any("FLOPs or bytes beyond 2^62 not modelled" in w for w in res.warnings)
+    assert any("a negative dimension not modelled" in w for w in res.warnings)
+
+
+def test_csv_cells_a_spreadsheet_would_run_start_with_a_quote() -> None:
+    """A kernel named ``=HYPERLINK(...)`` (or starting with + - @ tab CR) is written to CSV
+    with a leading ``'`` (OWASP): a spreadsheet shows it as text; numbers stay numbers."""
+    ev = frame([_op("aten::mm", 1000, 100, [[64, 128], [128, 256]], [F32, F32]),
+                launch(1010, 5, 1),
+                kernel('=HYPERLINK("http://evil","x")', 1200, 10_000, corr=1),
+                _op("@SUM(1)", 2000, 100, [[4, 4], [4, 4]], [F32, F32]),
+                _op("aten::mm", 3000, 100, [[64, 128], [128, 256]], [F32, F32]),
+                launch(3010, 5, 2), kernel("-2+3", 3200, 10_000, corr=2)])
+    text = Run.from_events(ev).ops().to_csv()
+    import csv
+    import io
+
+    cells = [c for row in csv.reader(io.StringIO(text)) for c in row]
+    assert [c for c in cells if "HYPERLINK" in c][0].startswith("'")
+    assert not [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r")]
+    assert not [c for c in cells if c[:1] == "-" and not c.lstrip("-").replace(".", "")
+                .replace("e", "").isdigit()]

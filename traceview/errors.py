@@ -44,6 +44,26 @@ class CheckFailed(TraceviewError):
     exit_code = 1
 
 
+#: Secrets a command was given (a database's password): :func:`redacted` keeps them out of
+#: every message, whatever library worded it.
+_SECRETS: set[str] = set()
+
+
+def keep_secret(secret: str | None) -> None:
+    """Never print ``secret`` (as it is, or percent-encoded as a URL would carry it)."""
+    if secret:
+        from urllib.parse import quote
+
+        _SECRETS.update({secret, quote(secret, safe=""), quote(secret)})
+
+
+def redacted(text: str) -> str:
+    """``text`` with every secret given to :func:`keep_secret` as ``***``."""
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
 def _shown(path: object) -> str:
     """A file name for a message: its control characters (a newline, an escape sequence) as
     ``\\xNN``, so the message stays one line that names the file (the CLI escapes the rest)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from traceview.errors import UnreadableTraceError
+from traceview.parsers._memory import available_memory
 
 try:  # the C scanner's progress protocol (publish, states): only a scan follows a reading thread
     import traceview.parsers.kineto._scan as _scan
@@ -109,7 +110,8 @@ INFLATE_LIMIT_ENV = "TRACEVIEW_MAX_INFLATED_BYTES"
 
 def inflate_limit() -> int:
     """How far a gzip trace may inflate: :data:`MAX_INFLATED_BYTES`, or half the memory this
-    process may use when less (MemAvailable, the address-space limit), or
+    process may use when less (MemAvailable, the memory limit of its control group: a
+    container's, the address-space limit), or
     ``INFLATE_LIMIT_ENV``.
     A 13 KB file of zeros inflates to 6 GB; beyond the bound it is refused by name before
     the memory is asked for."""
@@ -117,12 +119,9 @@ def inflate_limit() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
         limits.append(soft // 2)  # a parse holds about twice the inflated bytes
-    try:
-        with open("/proc/meminfo") as fh:
-            limits += [int(line.split()[1]) * 1024 // 2 for line in fh
-                       if line.startswith("MemAvailable:")]
-    except (OSError, ValueError):
-        pass
+    available = available_memory()  # the machine's, and its container's limit
+    if available is not None:
+        limits.append(available // 2)
     if (given := os.environ.get(INFLATE_LIMIT_ENV, "")).strip().isdigit():
         limits.append(int(given))
     return min(limits)

@@ -12,6 +12,11 @@ from traceview.parsers._result import RankInfo
 from traceview.parsers.kineto._events import as_int
 
 
+#: The largest rank (ranks are int32 in the store): a rank or world size beyond it, a
+#: negative rank, or a rank not below its world size is not believed (docs/formats.md).
+MAX_RANK = (1 << 31) - 1
+
+
 def rank_info(path: Path, header: dict[str, Any], base_ns: int,
                warnings: list[str]) -> RankInfo:
     info = header.get("distributedInfo")
@@ -19,7 +24,15 @@ def rank_info(path: Path, header: dict[str, Any], base_ns: int,
     devices = header.get("deviceProperties")
     names = [d.get("name", "") for d in devices if isinstance(d, dict)] if isinstance(
         devices, list) else []
-    rank = as_int(info.get("rank"))
+    rank, world = as_int(info.get("rank")), as_int(info.get("world_size"))
+    if world is not None and not 1 <= world <= MAX_RANK + 1:
+        warnings.append(f"distributedInfo world_size {world} is out of bounds (1 to 2^31): "
+                        "left out")
+        world = None
+    if rank is not None and (not 0 <= rank <= MAX_RANK or (world is not None and rank >= world)):
+        of = f"rank of a world of {world}" if world is not None else "rank (0 to 2^31-1)"
+        warnings.append(f"distributedInfo rank {rank} is no {of}: left out")
+        rank = None
     rank_from = "distributedInfo"
     if rank is None:
         rank = rank_from_file_name(path.name)
@@ -34,7 +47,7 @@ def rank_info(path: Path, header: dict[str, Any], base_ns: int,
               } if isinstance(devices, list) else {}
     return RankInfo(
         rank=rank,
-        world_size=as_int(info.get("world_size")),
+        world_size=world,
         host=header.get("host_name") if isinstance(header.get("host_name"), str) else None,
         devices=names,
         backend=info.get("backend") if isinstance(info.get("backend"), str) else None,

@@ -104,6 +104,12 @@ class Salvage:
                     complete = j < n or end >= size  # a number may go on past the window
                 except (json.JSONDecodeError, RecursionError) as exc:
                     complete = False
+                    if data.find(b"\x00", at, end) >= 0:
+                        # a NUL byte is in no JSON text, not even a string: damage (a file
+                        # preallocated and never written, 40 GiB of NUL were read to the end)
+                        self.truncated = True
+                        yield batch
+                        return
                     if isinstance(exc, RecursionError) or end >= size \
                             or end - at > MAX_EVENT_BYTES:
                         # no larger window helps: an element over a bound, or the damage

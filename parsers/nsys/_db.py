@@ -451,10 +451,32 @@ def count_rows(export: Export, table: str) -> int:
     return int(export.conn.execute(f"SELECT COUNT(*) FROM {ident(table)}").fetchone()[0])
 
 
+#: The longest string of ``StringIds`` read as it is, in bytes (docs/formats.md, *Bounds*):
+#: a real kernel name, even a deeply templated one, is some KB; one of 300 MB ran out of
+#: memory. A longer one reads as a short placeholder saying its size.
+MAX_STRING_BYTES = 1 << 20
+
+_SIZE = 'length(CAST("value" AS BLOB))'
+#: The bounded value: SQLite hands over the placeholder, never the long string.
+_BOUNDED_VALUE = (f'CASE WHEN typeof("value") = \'text\' AND {_SIZE} > {MAX_STRING_BYTES} '
+                  f"THEN '(a string of ' || {_SIZE} || ' bytes, over the bound of "
+                  f"{MAX_STRING_BYTES} left out)' ELSE \"value\" END")
+
+
 def string_table(export: Export) -> pl.DataFrame:
     """``StringIds`` as a frame ``(id, value)``; empty when the table is missing. Rows whose
-    id is not an integer or whose value is not text are skipped (``export.skipped``)."""
+    id is not an integer or whose value is not text are skipped (``export.skipped``); a
+    value longer than ``MAX_STRING_BYTES`` is a placeholder (:func:`long_strings`)."""
     if not export.has("StringIds", "id", "value"):
         return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
-    return read_table(export, "StringIds", ["id", "value"], {"id": pl.Int64, "value": pl.String},
-                      required=("id", "value"))
+    return read_table(export, "StringIds", ["id", _BOUNDED_VALUE],
+                      {"id": pl.Int64, "value": pl.String}, required=("id", "value"))
+
+
+def long_strings(export: Export) -> int:
+    """How many strings of ``StringIds`` are over ``MAX_STRING_BYTES`` (placeholders)."""
+    if not export.has("StringIds", "id", "value"):
+        return 0
+    return int(export.conn.execute(
+        f'SELECT count(*) FROM "StringIds" WHERE typeof("value") = \'text\' '
+        f"AND {_SIZE} > {MAX_STRING_BYTES}").fetchone()[0])

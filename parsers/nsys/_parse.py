@@ -29,6 +29,8 @@ from traceview.parsers.nsys._db import (
     open_export,
     query_rows,
     read_checked,
+    MAX_STRING_BYTES,
+    long_strings,
     string_table,
 )
 from traceview.parsers.nsys._sql import ident
@@ -124,6 +126,9 @@ def _parse_export(export: Export, *, include_osrt: bool, rank_map: dict | None,
         warnings.append("StringIds has no id or value column: names are left empty")
     # one string per id (a hostile export may repeat one): joins on the id must not add rows
     strings = string_table(export).unique("id", keep="first", maintain_order=True)
+    if long := long_strings(export):
+        warnings.append(f"StringIds: {long} string(s) over {MAX_STRING_BYTES} bytes (the bound "
+                        "on one name) read as a placeholder giving their size")
     lookup = tables.name_lookup(strings)
     # the hand-over to Arrow casts (schema.conform), and the first cast of a process imports
     # pyarrow.compute (~0.05 s): imported now, it overlaps the kernel read ahead, which this

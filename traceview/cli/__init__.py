@@ -26,8 +26,9 @@ from typing import NamedTuple
 
 from traceview import __version__
 from traceview._dependencies import lazy_module
+from traceview.cli import _memory_limit
 from traceview.cli._streams import guarded_streams
-from traceview.errors import TraceviewError
+from traceview.errors import TraceviewError, redacted
 from traceview.outputs.safe_text import one_line, printable
 
 #: Asked only by ``--version``: every other command would pay for the parser's imports.
@@ -213,9 +214,20 @@ def console_main() -> int:
     Ctrl-C anywhere in it, the imports and the final collection included, is exit 130
     without a traceback."""
     try:
-        return _program(sys.argv[1:])
+        status = _memory_limit.supervised(sys.argv[1:])  # under ulimit -v: watched
+        return _program(sys.argv[1:]) if status is None else status
     except KeyboardInterrupt:
         return 130
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the imports failed, or a Rust panic
+        # (pyo3's PanicException is no Exception): no traceback either
+        if "--debug" in sys.argv:
+            raise
+        print(_memory_limit.out_of_memory_line() if _memory_limit.is_out_of_memory(exc)
+              else f"traceview: internal error: {type(exc).__name__}: "
+                   f"{redacted(one_line(str(exc)))} (rerun with --debug)", file=sys.stderr)
+        return 2
 
 
 def _program(argv: list[str]) -> int:
@@ -261,11 +273,15 @@ def _command(argv: list[str]) -> int:
     if not getattr(args, "run", None):
         parser.print_help(sys.stderr)
         return 2
+    # the inputs as they are before the command reads them: a kept answer must describe them
+    named = _command_name(argv)
+    before = (answers.inputs_before(argv) if named in COMMANDS and COMMANDS[named].answers
+              else None)
     try:
         with _workers_stopped_on_sigterm():
             status = int(args.run(args) or 0)
         if status == 0:
-            answers.keep(argv, args)
+            answers.keep(argv, args, before)
         return status
     except TraceviewError as exc:
         if args.debug:
@@ -284,7 +300,17 @@ def _command(argv: list[str]) -> int:
     except Exception as exc:  # a bug: still one line, unless --debug
         if args.debug:
             raise
-        print(f"traceview: internal error: {type(exc).__name__}: {one_line(str(exc))} (rerun "
+        if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from"):
+            # pathlib's word for ELOOP (a link loop named as --db, the cache folder ...)
+            print(f"traceview: {printable(str(exc).split(' from ', 1)[1].strip(chr(39)))}: "
+                  "a loop of symbolic links (Too many levels of symbolic links)",
+                  file=sys.stderr)
+            return 2
+        if _memory_limit.is_out_of_memory(exc):
+            print(_memory_limit.out_of_memory_line(), file=sys.stderr)
+            return 2
+        print(f"traceview: internal error: {type(exc).__name__}: "
+              f"{redacted(one_line(str(exc)))} (rerun "
               "with --debug)", file=sys.stderr)
         return 2
 
@@ -294,5 +320,5 @@ def error_line(exc: BaseException) -> str:
     characters escaped, a message of several lines (a library's) joined into one."""
     if isinstance(exc, OSError):
         where = f"{printable(str(exc.filename))}: " if exc.filename else ""
-        return where + one_line(exc.strerror or str(exc))
-    return one_line(str(exc))
+        return redacted(where + one_line(exc.strerror or str(exc)))
+    return redacted(one_line(str(exc)))

@@ -9,7 +9,8 @@ again, without importing anything that computed it, while all of these are uncha
 * the command line, word for word; the working folder; the environment variables that steer
   traceview or Polars (``TRACEVIEW_*``, ``POLARS_*``, ``XDG_CACHE_HOME``, ``HOME``); whether
   stdout takes UTF-8 (these name the kept answer);
-* every path the command line names, as it is on disk: a file's identity (device, inode,
+* every path the command line names, as it is on disk before the command reads it and
+  still at its end (:func:`inputs_before`, :func:`keep`): a file's identity (device, inode,
   size, mtime, ctime: any write changes the ctime, which no tool can set back), a folder's
   entries with theirs (a trace added to a run folder is another run), a name that did not
   exist still missing;
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,19 +58,36 @@ def replay(argv: Sequence[str]) -> bool:
     if path is None:
         return False
     try:
-        kept = orjson.loads(path.read_bytes())
+        with open(path, "rb") as fh:
+            if cache_folder.untrusted(os.fstat(fh.fileno())):
+                return False  # another user's, or writable by them: computed anew
+            kept = orjson.loads(fh.read())
         same = (isinstance(kept, dict) and kept.get("digest") == _digest(kept)
                 and kept.get("argv") == list(argv)
                 and kept.get("code") == cache_folder.code_identity()
                 and kept.get("inputs") == _on_disk(argv, path.parent.parent)[0])
     except (OSError, orjson.JSONDecodeError):
         return False  # never kept: the command runs (and keeps it)
-    if not same:
+    if not same or not _plain_text(kept):
         return False  # damaged, or asked of other inputs or code: the command runs
     for line in kept["stderr"]:
         print(line, file=sys.stderr)
     unguarded(sys.stdout).write(kept["stdout"])
     return True
+
+
+#: Characters a kept answer's text never holds as themselves: C0 controls but tab, newline and
+#: carriage return, DEL, C1 controls. What this program prints of a --json or --csv answer
+#: escapes them, so a kept answer holding one was not written by it: computed anew.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _plain_text(kept: dict[str, Any]) -> bool:
+    """Whether a kept answer's text is what this program prints: strings, no raw control
+    characters (an escape sequence would reach the terminal as such)."""
+    texts = [kept.get("stdout"), *(kept.get("stderr") or [])]
+    return isinstance(kept.get("stderr"), list) and all(
+        isinstance(t, str) and not _CONTROL.search(t) for t in texts)
 
 
 def printed(args: argparse.Namespace, result: Any, stderr: list[str], stdout: str) -> None:
@@ -77,13 +96,29 @@ def printed(args: argparse.Namespace, result: Any, stderr: list[str], stdout: st
     args.printed_answer = (result, stderr, stdout)
 
 
-def keep(argv: Sequence[str], args: argparse.Namespace) -> None:
+def inputs_before(argv: Sequence[str]) -> str | None:
+    """What every path ``argv`` names is on disk, taken before the command reads any of them
+    (:func:`keep` compares it with what they are at the end); None without a kept answer's
+    place (``--no-cache``, answers off) or when the paths cannot be listed."""
+    path = _answer_path(argv)
+    if path is None:
+        return None
+    try:
+        return _on_disk(argv, path.parent.parent)[0]
+    except (OSError, RuntimeError):
+        return None
+
+
+def keep(argv: Sequence[str], args: argparse.Namespace, before: str | None = None) -> None:
     """Keep what the command of ``args`` printed (see :func:`printed`) for ``argv``, when it
-    is the whole answer (module docstring). Never fails the command: an unwritable cache
-    folder keeps nothing."""
+    is the whole answer (module docstring) and its inputs are what they were ``before`` it
+    read them (:func:`inputs_before`): a file written, replaced, added or removed meanwhile
+    (a profiler or a copy still writing) keeps nothing, with a warning, since the answer
+    may mix the old and the new bytes. Never fails the command: an unwritable cache folder
+    keeps nothing."""
     answer = getattr(args, "printed_answer", None)
     path = _answer_path(argv)
-    if answer is None or path is None or getattr(args, "no_cache", False):
+    if answer is None or path is None or getattr(args, "no_cache", False) or before is None:
         return
     result, stderr, stdout = answer
     if getattr(result, "reading_notes", ()) or any("://" in a for a in argv):
@@ -93,10 +128,17 @@ def keep(argv: Sequence[str], args: argparse.Namespace) -> None:
         if Path(parsed_folder).expanduser().resolve() != path.parent.parent:
             return  # the folder was named in a way argv alone does not show (an abbreviation)
         inputs, stats = _on_disk(argv, path.parent.parent)
+        if inputs != before:
+            print("traceview: warning: an input changed while the command read it (a file "
+                  "written, replaced, added or removed); the answer may mix old and new "
+                  "bytes and was not kept", file=sys.stderr)
+            return
         if inputs is None or not all(cache_folder.is_settled(st) for st in stats):
             return  # written in the last 2 s: a write within one timestamp tick would not show
         record = {"argv": list(argv), "code": cache_folder.code_identity(), "inputs": inputs,
                   "stderr": stderr, "stdout": stdout}
+        if not _plain_text(record):
+            return  # a name's raw control character: such an answer is never replayed
         record["digest"] = _digest(record)
         from traceview.store.safe_write import atomic_write  # only when keeping
 

@@ -168,6 +168,8 @@ def parse_rank_map(items: list[str]) -> dict[str, int]:
         path, sep, rank = item.rpartition("=")
         if not sep or not rank.strip().isdigit():
             raise UsageError(f"--rank-map wants FILE=RANK, got {item!r}")
+        if int(rank) > (1 << 31) - 1:  # ranks are int32 in the store
+            raise UsageError(f"--rank-map {item!r}: a rank is 0 to 2^31-1")
         mapping[path] = int(rank)
     return mapping
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from traceview.errors import redacted
 from traceview.outputs.safe_text import one_line, printable
 
 
@@ -65,4 +66,4 @@ def takes_utf8(stream: Any) -> bool:
 
 def warning_line(message: str) -> str:
     """A warning as the one line a command writes to stderr."""
-    return f"traceview: warning: {one_line(message)}"
+    return f"traceview: warning: {redacted(one_line(message))}"

@@ -30,7 +30,10 @@ from traceview.cli._render import emit_json, ms, table, warn
 from traceview.cli.report import _inputs, _open
 from traceview.errors import UsageError
 from traceview.outputs import gate, history
-from traceview.outputs.ci_meta import ci_metadata, parse_meta
+from traceview.outputs.ci_meta import ci_metadata, is_utf8, parse_meta
+from traceview.outputs.history_schema import MAX_LABEL_CHARS
+from traceview.run.result import csv_text
+from traceview.store.safe_write import refuse_input_overlap
 
 #: Short column names of the metrics in text tables (the full names are in --json / --csv).
 SHORT = {"step_time_p50_ns": "step_p50_ms", "step_time_max_ns": "step_max_ms",
@@ -94,14 +97,26 @@ def _positive(text: str) -> int:
 
 
 def run_meta(env: Any, extra: list[str]) -> dict[str, str]:
-    """Where this run came from: the CI environment, the host, ``--meta`` over both."""
-    return {**ci_metadata(env), "host": socket.gethostname(), **parse_meta(extra)}
+    """Where this run came from: the CI environment, the host, ``--meta`` over both. A CI
+    variable's bytes that are not UTF-8 are kept as U+FFFD (a database holds text)."""
+    found = {k: v if is_utf8(v) else v.encode("utf-8", "surrogateescape").decode(
+        "utf-8", "replace") for k, v in ci_metadata(env).items()}
+    return {**found, "host": socket.gethostname(), **parse_meta(extra)}
 
 
 def run_record(args: argparse.Namespace) -> int:
     meta = run_meta(os.environ, args.meta)
     label = args.label or meta.get("branch") or "default"
+    if not is_utf8(label):
+        raise UsageError(f"--label {label.encode('utf-8', 'surrogateescape')!r}: not valid "
+                         "UTF-8")
+    if len(label) > MAX_LABEL_CHARS:
+        raise UsageError(f"history record: a label is at most {MAX_LABEL_CHARS} characters, "
+                         f"this one has {len(label)} (--label, or the CI branch)")
     db = history.open_database(args.db, create=True)
+    if db.path is not None:  # a SQLite file: never inside an input folder (the run breaks)
+        refuse_input_overlap(db.path, args.paths, option="--db")
+    history.refuse_read_only(db)
     history.probe(db)  # a database that is not ours fails before the traces are read
     run = _open(args)
     measured = gate.measure(run)
@@ -139,7 +154,7 @@ def run_show(args: argparse.Namespace) -> int:
         emit_json(out)
         return 0
     if args.csv:
-        sys.stdout.write(trend.write_csv() if trend is not None else _runs_csv(runs))
+        sys.stdout.write(csv_text(trend) if trend is not None else _runs_csv(runs))
         return 0
     if not runs:
         warn(f"{db.where}: no recorded run matches")
@@ -180,7 +195,7 @@ def _runs_csv(runs: list[history.StoredRun]) -> str:
     schema = {"id": pl.Int64, "label": pl.String, "recorded_at": pl.String,
               "commit": pl.String, "branch": pl.String, "host": pl.String,
               **{m: pl.Float64 for m in gate.METRICS}}
-    return pl.DataFrame(rows, schema=schema).write_csv()
+    return csv_text(pl.DataFrame(rows, schema=schema))
 
 
 def run_upgrade(args: argparse.Namespace) -> int:

@@ -89,5 +89,18 @@ def parse_meta(items: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--meta wants KEY=VALUE, got {item!r}")
+        if not is_utf8(item):  # bytes the shell passed that no database column holds
+            raise UsageError(f"--meta {item.encode('utf-8', 'surrogateescape')!r}: not "
+                             "valid UTF-8")
         out[key.strip()] = value
     return out
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` holds no undecodable byte (Python keeps an argument's or a
+    variable's invalid UTF-8 as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

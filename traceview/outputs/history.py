@@ -11,6 +11,7 @@ recorded runs become the same baseline document a multi-run ``traceview baseline
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,11 +28,13 @@ from traceview.outputs.history_db import (
     NoHistoryYet,
     open_database,
     probe,
+    refuse_read_only,
     upgrade,
 )
 
 __all__ = ["Database", "HistoryError", "NoHistoryYet", "StoredRun", "baseline_doc", "inputs_of",
-           "open_database", "probe", "record", "recorded_runs", "trend", "upgrade"]
+           "open_database", "probe", "record", "recorded_runs", "refuse_read_only", "trend",
+           "upgrade"]
 
 
 @dataclass(frozen=True)
@@ -105,8 +108,42 @@ def recorded_runs(db: Database, *, label: str | None = None, last: int | None = 
     return db_.read(db, work)
 
 
+def _odd(head: dict[str, Any], metric_rows: list[dict[str, Any]],
+         samples: dict[str, list[int]]) -> str | None:
+    """What in a run's rows is not as ``record`` writes it (another program's rows, a hand
+    edit), or None: such a run is refused by name, never half read."""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    for key in ("label", "recorded_at", "inputs_hash"):
+        if not isinstance(head.get(key), str):
+            return f"its {key} is not text"
+    if not isinstance(head.get("meta") or {}, dict):
+        return "its meta is not an object"
+    inputs = head.get("inputs") or []
+    if not isinstance(inputs, list) or not all(
+            isinstance(i, dict) and isinstance(i.get("file"), str) for i in inputs):
+        return "its inputs are not a list of files"
+    found = head.get("warnings") or []
+    if not isinstance(found, list) or not all(isinstance(w, str) for w in found):
+        return "its warnings are not a list of text"
+    for r in metric_rows:
+        if not isinstance(r.get("name"), str) or not (r.get("value") is None
+                                                      or number(r.get("value"))):
+            return f"metric {r.get('name')!r} holds {r.get('value')!r}, not a number"
+        if r.get("note") is not None and not isinstance(r.get("note"), str):
+            return f"metric {r.get('name')!r} has a note that is not text"
+    for kind, steps in samples.items():
+        if not isinstance(steps, list) or not all(number(v) for v in steps):
+            return f"its {kind} samples are not a list of numbers"
+    return None
+
+
 def _stored(head: dict[str, Any], metric_rows: list[dict[str, Any]],
             samples: dict[str, list[int]]) -> StoredRun:
+    problem = _odd(head, metric_rows, samples)
+    if problem is not None:
+        raise ValueError(f"run #{head.get('id')}: {problem}")
     values = {name: None for name in gate.METRICS}
     values.update({r["name"]: r["value"] for r in metric_rows})
     notes = {r["name"]: r["note"] for r in metric_rows if r["note"] is not None}

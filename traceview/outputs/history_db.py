@@ -26,12 +26,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote, unquote
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from traceview import __version__
-from traceview.errors import TraceviewError
+from traceview.errors import TraceviewError, keep_secret, redacted
 from traceview.outputs import history_schema as S
 
 #: SQLite waits this long for the write lock before "database is locked" (ms).
@@ -40,6 +41,12 @@ BUSY_TIMEOUT_MS = 30_000
 WRITE_ATTEMPTS = 6
 #: PostgreSQL: seconds to wait for the server before calling it unreachable.
 CONNECT_TIMEOUT_S = 10
+#: PostgreSQL: the longest a statement waits for a lock (the writers' advisory lock, a table
+#: another session locked) and the longest any statement runs, in seconds; past them the
+#: command is one line naming the database (exit 2) instead of waiting forever. A record
+#: holds the writers' lock for well under a second, so a minute is many jobs queueing.
+PG_LOCK_TIMEOUT_S = 60
+PG_STATEMENT_TIMEOUT_S = 300
 #: PostgreSQL advisory lock key of this program's writers (any fixed 64-bit number).
 PG_LOCK_KEY = 0x7472616365766965  # "traceview"[:8]
 
@@ -64,6 +71,7 @@ class Database:
     where: str
     kind: str  #: "sqlite" or "postgresql"
     path: Path | None = None  #: the SQLite file
+    read_only: bool = False  #: ``sqlite:///FILE?mode=ro``: read, never written
 
     def close(self) -> None:
         self.engine.dispose()
@@ -72,12 +80,13 @@ class Database:
 def open_database(url: str, *, create: bool) -> Database:
     """The database ``url`` names (a path, ``sqlite:///FILE`` or ``postgresql://``). A SQLite
     file that does not exist is created only when ``create`` (``record``); ``show`` and
-    ``check`` refuse it."""
+    ``check`` refuse it. Its password (in the user info, or ``?password=``) is never printed
+    (``errors.keep_secret``): ``where`` names the database without it."""
     if not url.strip():
         raise NoHistoryYet("the history database URL is empty (an unset CI secret?): give a "
                            "SQLite path or a database URL")
     sa_url = _parse(url)
-    where = sa_url.render_as_string(hide_password=True) if "://" in url else url
+    where = _shown_url(sa_url) if "://" in url else url
     backend = sa_url.get_backend_name()
     if backend == "sqlite":
         return _sqlite(sa_url, where, create)
@@ -87,30 +96,94 @@ def open_database(url: str, *, create: bool) -> Database:
                        "or postgresql://USER@HOST/DB)")
 
 
+#: Query parameters of a URL that carry secrets (libpq's names): left out of ``where``.
+_SECRET_PARAMETERS = ("password", "sslpassword")
+
+
 def _parse(url: str) -> sa.URL:
     if "://" not in url:  # a plain path: a SQLite file
         return sa.URL.create("sqlite", database=str(Path(url).expanduser().resolve()))
     if url.startswith("postgres://"):  # the short scheme some services hand out
         url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql"):
+        url = _userinfo_quoted(url)
     try:
-        return sa.make_url(url)
-    except sa_exc.ArgumentError:
-        raise HistoryError(f"{url.split('@')[-1]}: not a database URL (use a file path, "
+        parsed = sa.make_url(url)
+        parsed.port  # noqa: B018 - a port that is not a number fails here, not in the driver
+    except (sa_exc.ArgumentError, ValueError):
+        raise HistoryError(f"{_unparsed_shown(url)}: not a database URL (use a file path, "
                            "sqlite:///FILE or postgresql://USER@HOST/DB)") from None
+    keep_secret(parsed.password)
+    for name in _SECRET_PARAMETERS:
+        given = parsed.query.get(name)
+        for value in given if isinstance(given, tuple) else [given]:  # repeated: a tuple
+            keep_secret(value)
+    if "password" in parsed.query and parsed.password is None:
+        # the driver takes it as the URL's password, which SQLAlchemy knows to hide
+        value = parsed.query["password"]
+        parsed = parsed.set(password=value if isinstance(value, str) else value[-1])
+        parsed = parsed.difference_update_query(["password"])
+    return parsed
+
+
+def _userinfo_quoted(url: str) -> str:
+    """A PostgreSQL URL whose user or password holds ``@`` or ``/`` as it is (not
+    %-encoded, as copied from a secret store): the host is after the *last* ``@`` before the
+    query, as libpq and most clients read it; SQLAlchemy took the first."""
+    scheme, rest = url.split("://", 1)
+    before_query = rest.split("?", 1)[0]
+    at = before_query.rfind("@")
+    if at < 0:
+        return url
+    user, sep, password = rest[:at].partition(":")
+
+    def quoted(text: str) -> str:
+        return quote(unquote(text), safe="")
+
+    info = quoted(user) + (":" + quoted(password) if sep else "")
+    return f"{scheme}://{info}{rest[at:]}"
+
+
+def _shown_url(url: sa.URL) -> str:
+    """How messages and outputs name the database: no password, no secret parameter."""
+    return url.difference_update_query(list(_SECRET_PARAMETERS)).render_as_string(
+        hide_password=True)
+
+
+def _unparsed_shown(url: str) -> str:
+    """A URL that would not parse, named without anything that may be a secret: the user
+    info and the query left out."""
+    scheme, _, rest = url.partition("://")
+    host = rest.split("?", 1)[0].rsplit("@", 1)[-1]
+    return redacted(f"{scheme}://{host}")
+
+
+#: SQLite URL parameters and the values taken (``mode``, as SQLite's own URIs name it).
+_SQLITE_MODES = ("ro", "rw", "rwc")
 
 
 def _sqlite(url: sa.URL, where: str, create: bool) -> Database:
     name = url.database or ""
-    if name in ("", ":memory:") or url.query.get("mode") == "memory":
+    mode = url.query.get("mode")
+    if name in ("", ":memory:") or mode == "memory":
         raise HistoryError(f"{where}: an in-memory database keeps nothing; give a file")
+    unknown = sorted(set(url.query) - {"mode"})
+    if unknown or (mode is not None and mode not in _SQLITE_MODES):
+        raise HistoryError(f"{where}: unsupported SQLite URL parameter "
+                           f"({', '.join(unknown) or f'mode={mode}'}); sqlite:///FILE takes "
+                           f"mode={'|'.join(_SQLITE_MODES)}")
     path = Path(name)
-    if not path.exists() and not create:
+    read_only = mode == "ro"
+    if not path.exists() and (not create or read_only):
         raise NoHistoryYet(f"{where}: no such history database (`traceview history record` "
                            "creates it)")
     if not path.parent.is_dir():
         raise HistoryError(f"{where}: folder {path.parent} does not exist")
-    engine = sa.create_engine(url.set(drivername="sqlite+pysqlite"),
-                              connect_args={"timeout": BUSY_TIMEOUT_MS / 1000},
+    # the file through SQLite's own URI, so that mode=ro is SQLite's (no write ever reaches
+    # the file), not a parameter SQLAlchemy would pass over with a warning
+    target = sa.URL.create("sqlite+pysqlite", database=f"file:{quote(str(path))}",
+                           query={"mode": mode or "rwc", "uri": "true"})
+    engine = sa.create_engine(target, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000},
                               poolclass=sa.pool.NullPool)
 
     @sa.event.listens_for(engine, "connect")
@@ -127,7 +200,7 @@ def _sqlite(url: sa.URL, where: str, create: bool) -> Database:
         # "database is locked" without waiting (SQLite cannot let two upgrade their lock)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("write") else "BEGIN")
 
-    return Database(engine, where, "sqlite", path)
+    return Database(engine, where, "sqlite", path, read_only)
 
 
 def _postgresql(url: sa.URL, where: str) -> Database:
@@ -154,6 +227,11 @@ def _transaction(db: Database, *, write: bool) -> Iterator[sa.Connection]:
             if write and db.kind == "sqlite":
                 _wal_for_a_new_file(conn.connection.dbapi_connection)
             with conn.begin():
+                if db.kind == "postgresql":  # for this transaction only (SET LOCAL)
+                    conn.exec_driver_sql(
+                        f"SET LOCAL lock_timeout = '{int(PG_LOCK_TIMEOUT_S * 1000)}ms'")
+                    conn.exec_driver_sql("SET LOCAL statement_timeout = "
+                                         f"'{int(PG_STATEMENT_TIMEOUT_S * 1000)}ms'")
                 if write and db.kind == "postgresql":
                     conn.execute(sa.select(sa.func.pg_advisory_xact_lock(PG_LOCK_KEY)))
                 yield conn
@@ -163,7 +241,11 @@ def _transaction(db: Database, *, write: bool) -> Iterator[sa.Connection]:
         err = getattr(exc, "orig", None) or exc
         if _busy(err):
             raise _Busy(str(err)) from exc
-        raise HistoryError(f"{db.where}: {_first_line(err)}") from None
+        text = redacted(_first_line(err))
+        if "lock timeout" in text or "statement timeout" in text:
+            text += (f" (waited {PG_LOCK_TIMEOUT_S} s for a lock another session holds, or "
+                     f"ran past {PG_STATEMENT_TIMEOUT_S} s)")
+        raise HistoryError(f"{db.where}: {text}") from None
 
 
 def _wal_for_a_new_file(dbapi_conn: Any) -> None:
@@ -194,9 +276,19 @@ def _first_line(err: Any) -> str:
     return lines[0] if lines else type(err).__name__
 
 
+def refuse_read_only(db: Database) -> None:
+    """A database opened read-only (``?mode=ro``) is a :class:`HistoryError` for a writer:
+    ``record`` says so before it reads any trace."""
+    if db.read_only:
+        raise HistoryError(f"{db.where}: opened read-only (mode=ro): nothing can be recorded "
+                           "or upgraded in it")
+
+
 def write(db: Database, work: Callable[[sa.Connection], T]) -> T:
     """``work(conn)`` in one write transaction, after the schema is checked (created or
-    upgraded when needed); a busy database retries it whole."""
+    upgraded when needed); a busy database retries it whole. A database opened read-only
+    (``?mode=ro``) is refused, before anything is read."""
+    refuse_read_only(db)
     for attempt in range(WRITE_ATTEMPTS):
         try:
             with _transaction(db, write=True) as conn:
@@ -218,6 +310,12 @@ def read(db: Database, work: Callable[[sa.Connection], T]) -> T:
             return work(conn)
     except _Busy as busy:
         raise HistoryError(f"{db.where}: busy ({busy})") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        # rows this program did not write (JSON that is not, text where numbers belong):
+        # one line naming the database, never half an answer
+        said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise HistoryError(f"{db.where}: a row this traceview did not write: "
+                           f"{redacted(said)}") from None
 
 
 def probe(db: Database) -> None:
@@ -270,7 +368,7 @@ def ensure_schema(conn: sa.Connection, where: str, *, create: bool,
         raise HistoryError(f"{where}: written by a newer traceview (schema version {version}; "
                            f"this one knows up to {S.SCHEMA_VERSION}): upgrade traceview")
     if version < S.SCHEMA_VERSION:
-        if older_ok:
+        if older_ok or (not create and version >= S.READS_FROM):
             return version
         if not create:
             raise HistoryError(f"{where}: schema version {version} is older than this "

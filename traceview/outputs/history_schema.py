@@ -13,6 +13,9 @@ Version 1 (docs/ci-gate.md, *The history database*):
 * ``metrics(run_id, name, value, unit, note)``: the gate metrics (``traceview.outputs.gate``).
 * ``samples(run_id, kind, n, steps)``: the per-step samples behind them, a JSON list a kind.
 
+Version 2: ``label``, ``commit_sha``, ``branch`` and ``host`` are TEXT (PostgreSQL refused
+values SQLite took); a label is at most ``MAX_LABEL_CHARS`` on both.
+
 Migrations are hand-written steps, not Alembic: ``UPGRADES[i]`` takes a database from version
 ``i`` to ``i + 1`` on the caller's connection, inside the caller's transaction (SQLite and
 PostgreSQL both roll DDL back), and :func:`upgrade` runs the missing ones and writes the new
@@ -43,12 +46,12 @@ schema_version = sa.Table(
 runs = sa.Table(
     "runs", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("label", sa.String(200), nullable=False),
+    sa.Column("label", sa.Text, nullable=False),
     sa.Column("inputs_hash", sa.String(64), nullable=False),
     sa.Column("recorded_at", sa.String(40), nullable=False),
-    sa.Column("commit_sha", sa.String(100)),
-    sa.Column("branch", sa.String(255)),
-    sa.Column("host", sa.String(255)),
+    sa.Column("commit_sha", sa.Text),
+    sa.Column("branch", sa.Text),
+    sa.Column("host", sa.Text),
     sa.Column("meta", sa.JSON, nullable=False),
     sa.Column("inputs", sa.JSON, nullable=False),
     sa.Column("warnings", sa.JSON, nullable=False),
@@ -81,13 +84,38 @@ TABLES = tuple(metadata.tables)
 Step = Callable[[sa.Connection], None]
 
 
+#: Version 1's lengths of the columns version 2 made TEXT (PostgreSQL enforced them, SQLite
+#: never did: a label of 201 characters was recorded on one and refused by the other).
+_V1_LENGTHS = {"label": 200, "commit_sha": 100, "branch": 255, "host": 255}
+
+#: The longest label (in characters) either backend records: the label is in the unique
+#: index (label, inputs_hash), and a PostgreSQL B-tree entry holds at most ~2,700 bytes.
+MAX_LABEL_CHARS = 512
+
+
 def _create_v1(conn: sa.Connection) -> None:
-    metadata.create_all(conn, tables=[schema_version, runs, metrics, samples])
+    v1 = sa.MetaData()
+    tables = [t.to_metadata(v1) for t in (schema_version, runs, metrics, samples)]
+    for name, length in _V1_LENGTHS.items():
+        v1.tables["runs"].c[name].type = sa.String(length)
+    v1.create_all(conn, tables=tables)
+
+
+def _text_columns(conn: sa.Connection) -> None:
+    """Version 2: the label, commit, branch and host are TEXT on PostgreSQL too, as on SQLite
+    (which ignores declared lengths): both take the same values."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("ALTER TABLE runs " + ", ".join(
+            f"ALTER COLUMN {name} TYPE TEXT" for name in _V1_LENGTHS)))
 
 
 #: ``UPGRADES[i]``: version i -> i + 1. The current version is ``len(UPGRADES)``.
-UPGRADES: tuple[Step, ...] = (_create_v1,)
+UPGRADES: tuple[Step, ...] = (_create_v1, _text_columns)
 SCHEMA_VERSION = len(UPGRADES)
+#: The oldest version read as it is, without an upgrade (``show``, ``check --history``,
+#: ``report --history``): version 2 only widened columns, so a CI job that reads a version
+#: 1 database keeps working until the next ``record`` upgrades it.
+READS_FROM = 1
 
 
 def upgrade(conn: sa.Connection, from_version: int, *, written_by: str,

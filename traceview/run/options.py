@@ -60,8 +60,11 @@ class RunOptions:
     def classify_patterns(self) -> Any:  # analyses.classify.ClassifyPatterns
         """The classification rules: the default, plus ``comm_patterns`` and those of
         ``comm_config``; a usage error for an unreadable file or a bad regex."""
+        from_config = _config_patterns(self.comm_config)
+        origins = (*(["--comm-pattern"] * len(self.comm_patterns)),
+                   *([f"--comm-config {self.comm_config}"] * len(from_config)))
         return with_comm_patterns(_checked_patterns(
-            (*self.comm_patterns, *_config_patterns(self.comm_config))))
+            (*self.comm_patterns, *from_config), origins))
 
     def check(self) -> None:
         """A usage error (before any file is read) when an option does not parse; no rank
@@ -136,16 +139,20 @@ def _config_patterns(path: str | Path | None) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _checked_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
+def _checked_patterns(patterns: tuple[str, ...],
+                      origins: Sequence[str] = ()) -> tuple[str, ...]:
     """``patterns`` if each is a regex the classification can run, compiled on its own and in
-    the group ``with_comm_patterns`` puts it in; else a one-line usage error."""
+    the group ``with_comm_patterns`` puts it in; else a one-line usage error naming where
+    the pattern came from (``origins``, one per pattern: ``--comm-pattern`` or
+    ``--comm-config FILE``)."""
     if len(patterns) > MAX_PATTERNS:
         raise UsageError(f"--comm-pattern: {len(patterns)} patterns, at most {MAX_PATTERNS}")
-    for p in patterns:
+    for i, p in enumerate(patterns):
+        origin = origins[i] if i < len(origins) else "--comm-pattern"
         shown = p if len(p) <= 80 else p[:77] + "..."
         if len(p) > MAX_PATTERN_CHARS:
-            raise UsageError(f"--comm-pattern {shown!r}: longer than {MAX_PATTERN_CHARS} "
-                             "characters")
+            raise UsageError(f"{origin}: pattern {shown!r} is longer than "
+                             f"{MAX_PATTERN_CHARS} characters")
         try:
             pl.select(pl.lit("").str.contains(p))
             # and in the group it will stand in: a verbose-mode comment, "(?x)nccl #",
@@ -155,7 +162,8 @@ def _checked_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
             why = next((line for line in lines if line.startswith("error:")),
                        lines[0] if lines else type(exc).__name__)
-            raise UsageError(f"--comm-pattern {shown!r} is not a valid regex: {why}") from None
+            raise UsageError(f"{origin}: pattern {shown!r} is not a valid regex: {why}") \
+                from None
     try:  # the rules as one regex, as the classification runs them
         pl.select(pl.lit("").str.contains(with_comm_patterns(patterns).comm))
     except pl.exceptions.PolarsError:

@@ -160,7 +160,8 @@ def to_pandas(df: pl.DataFrame) -> Any:
 
 def csv_text(df: pl.DataFrame) -> str:
     """CSV of ``df``: list columns joined with ``;``, struct and nested list columns (a list
-    of structs) as JSON text."""
+    of structs) as JSON text; a text cell a spreadsheet would take for a formula starts
+    with ``'`` (``_FORMULA``)."""
     flat = []
     for name, dtype in df.schema.items():
         col = pl.col(name)
@@ -174,4 +175,14 @@ def csv_text(df: pl.DataFrame) -> str:
             flat.append(col.cast(pl.String))
         else:
             flat.append(col)
-    return df.select(flat).write_csv()
+    flat_df = df.select(flat)
+    return flat_df.with_columns(
+        pl.when(pl.col(name).str.contains(_FORMULA)).then("'" + pl.col(name))
+        .otherwise(pl.col(name)).alias(name)
+        for name, dtype in flat_df.schema.items() if dtype == pl.String).write_csv()
+
+
+#: Text a spreadsheet would run as a formula (a kernel's name, a label from a fork's branch:
+#: ``=HYPERLINK(...)``): cells starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+#: return get a leading ``'``, as OWASP's CSV injection advice says. Numbers stay numbers.
+_FORMULA = r"^[=+\-@\t\r]"

@@ -44,6 +44,34 @@ def is_settled(st: os.stat_result) -> bool:
     return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS
 
 
+def untrusted(st: os.stat_result) -> str | None:
+    """Why a file of the cache folder (a kept answer, a cache entry, a derived table, a
+    remembered content id) must not be believed, or None: in a folder other users can
+    write to (a shared cache, /tmp), another user could plant an answer or an events file
+    under a name a command would look up. So only the user's own files are read (root's
+    own as well), and none that others may write: writable by every user, or by a group
+    other than the user's own (user-private groups are the usual umask 002 setup)."""
+    me = os.geteuid()
+    if st.st_uid != me:
+        return f"owned by another user (uid {st.st_uid})"
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid()):
+        return "writable by other users"
+    return None
+
+
+def untrusted_files(*paths: Path) -> tuple[Path, str] | None:
+    """The first of ``paths`` that must not be believed (:func:`untrusted`) and why; None
+    when every one that exists is the user's own (a missing one is the caller's to find)."""
+    for path in paths:
+        try:
+            problem = untrusted(os.stat(path))
+        except OSError:
+            continue
+        if problem:
+            return path, problem
+    return None
+
+
 def same_identity(a: os.stat_result, b: os.stat_result) -> bool:
     """Whether two stats of a file are of the same bytes: any write between them changes one."""
     return identity(a) == identity(b)

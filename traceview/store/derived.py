@@ -158,6 +158,9 @@ def check_kept(path: Path) -> tuple[bool, str | None]:
     record_path = _record_of(path)
     if not record_path.exists():
         return False, None
+    distrusted = cache_folder.untrusted_files(path.parent, record_path, path)
+    if distrusted is not None:  # planted by another user in a shared cache folder
+        return False, f"{distrusted[0].name}: {distrusted[1]}: not trusted"
     try:
         record = store.read_json(record_path)
         if not isinstance(record, dict):

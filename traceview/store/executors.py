@@ -40,6 +40,7 @@ from typing import Any
 
 from traceview._dependencies import lazy_module
 from traceview.errors import UsageError
+from traceview.store import orphans
 
 KINDS: tuple[str, ...] = ("local", "dask")
 
@@ -89,7 +90,7 @@ def cores() -> int:
 
 
 #: What the fork server imports once for all its workers (see ``local_pool``).
-_PRELOAD = ["traceview.store.ingest", "traceview.parsers.kineto", "traceview.store.steps", "pyarrow.parquet"]
+_PRELOAD = ["traceview.store.fork_server", "traceview.store.ingest", "traceview.parsers.kineto", "traceview.store.steps", "pyarrow.parquet"]
 
 
 def local_pool(max_workers: int | None = None) -> ProcessPoolExecutor:
@@ -97,7 +98,8 @@ def local_pool(max_workers: int | None = None) -> ProcessPoolExecutor:
     Linux; spawned workers elsewhere. Never fork this process: see the module docstring. The
     fork server runs no Polars query, so it has no thread pool to copy; a spawned worker
     paid ~0.35 CPU s of imports on its own (docs/performance.md, log 22)."""
-    return ProcessPoolExecutor(max_workers=max_workers or cores(), mp_context=_pool_context())
+    return ProcessPoolExecutor(max_workers=max_workers or cores(), mp_context=_pool_context(),
+                               initializer=orphans.guard_worker)
 
 
 def warm_local_pool() -> None:

@@ -36,6 +36,7 @@ from traceview.parsers import (
     parse_batched,
     refuse_non_json,
 )
+from traceview.parsers._memory import available_memory
 from traceview.store import cache_folder
 from traceview.store import parquet as store
 from traceview.store.batched import plan_batches, run_batched
@@ -98,7 +99,25 @@ def discover_with_ignored(paths: Iterable[str | Path]) -> tuple[list[Path], list
             found.append(path)
         else:
             raise UnreadableTraceError(path, "no such file or directory")
-    return found, ignored
+    return _distinct(found), ignored
+
+
+def _distinct(files: list[Path]) -> list[Path]:
+    """Each file once, first mention kept: the same trace named twice, a folder and one of
+    its files, a link and its target are one file (by device and inode), not two files that
+    claim the same rank."""
+    seen: set[object] = set()
+    out = []
+    for path in files:
+        try:
+            st = path.stat()
+            key: object = (st.st_dev, st.st_ino)
+        except OSError:  # a link loop, a file gone: its ingest names it
+            key = str(path)
+        if key not in seen:
+            seen.add(key)
+            out.append(path)
+    return out
 
 
 _TRACE_NAME = re.compile(r"trace|rank|worker", re.IGNORECASE)
@@ -160,7 +179,10 @@ def _cache_lookup(path: str, cache_dir: str | None, options: dict[str, Any],
         except TypeError:
             raise store.BrokenCacheEntry(meta_path, "not a traceview cache record") from None
     except store.BrokenCacheEntry as broken:
-        store.discard_cache_entry(meta_path.parent)
+        if isinstance(broken, store.UntrustedCacheEntry):
+            base = None  # not ours: the parse's events go to a private folder
+        else:
+            store.discard_cache_entry(meta_path.parent)
         return None, cid, base, meta_path, events_path, (
             f"cache entry {broken.path} could not be used ({broken.problem}); discarded, "
             "the file was parsed again")
@@ -471,14 +493,9 @@ def worker_count(paths: list[Path], memory_budget: int | None = None) -> int:
 
 
 def _available_memory() -> int:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 4 << 30
+    """The memory this process may take (the machine's, or its container's limit)."""
+    found = available_memory()
+    return 4 << 30 if found is None else found
 
 
 def ingest(paths: Iterable[str | Path], *, cache_dir: str | Path | None = None,

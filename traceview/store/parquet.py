@@ -24,7 +24,7 @@ import xxhash
 
 from traceview import schema
 from traceview._dependencies import lazy_module
-from traceview.store.cache_folder import identity, is_settled
+from traceview.store.cache_folder import identity, is_settled, untrusted, untrusted_files
 from traceview.store.safe_write import atomic_write, remove_stale_temporaries
 
 if TYPE_CHECKING:
@@ -90,6 +90,11 @@ class BrokenCacheEntry(Exception):
         self.problem = problem
 
 
+class UntrustedCacheEntry(BrokenCacheEntry):
+    """A cache entry another user could have written (``cache_folder.untrusted``): never
+    read, and never written into (the parse's events go to a private folder)."""
+
+
 def events_record(events_path: Path) -> dict[str, Any]:
     """What a cache entry's ``meta.json`` records of its events file, to check it by: its size
     and content hash (a truncated, emptied or flipped file never passes for the original)."""
@@ -109,6 +114,9 @@ def read_cache_meta(entry: Path, cache_dir: Path) -> dict[str, Any] | None:
     remove_stale_temporaries(entry)  # a killed writer's leftovers
     if not meta_path.exists():
         return None
+    distrusted = untrusted_files(entry, meta_path, events_path)
+    if distrusted is not None:  # planted by another user in a shared cache folder
+        raise UntrustedCacheEntry(distrusted[0], f"{distrusted[1]}: not trusted")
     try:
         meta = read_json(meta_path)
     except (OSError, ValueError) as exc:
@@ -187,7 +195,10 @@ def _remembered(memo: Path) -> str | None:
     """The content id remembered in ``memo``; None when there is none or it is damaged (the
     file is then hashed again, and the memo rewritten)."""
     try:
-        text = memo.read_bytes().strip().decode("ascii")
+        with open(memo, "rb") as fh:
+            if untrusted(os.fstat(fh.fileno())):
+                return None  # another user's: hashed again
+            text = fh.read(256).strip().decode("ascii")
     except (OSError, UnicodeDecodeError):
         return None
     known = text[:32]

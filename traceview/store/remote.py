@@ -161,6 +161,26 @@ def _leave_now() -> None:
     os._exit(2)
 
 
+def store_problem(url: str) -> str | None:
+    """Why the URL ``url`` cannot be read as an input (None: it holds a store): no
+    filesystem for its scheme, unreadable (no such host, no access), or something other
+    than a store (a trace file: URL inputs are stores only)."""
+    try:
+        fs, base = filesystem(url)
+    except UnreadableTraceError as exc:
+        return exc.problem
+    except (OSError, ValueError) as exc:  # a client that connects as it is made (ftp, s3)
+        return f"cannot be reached ({type(exc).__name__}: {exc})"
+    try:
+        if _exists(fs, posixpath.join(base, store.STORE_MANIFEST)):
+            return None
+    except (OSError, ValueError) as exc:
+        return f"cannot be read ({type(exc).__name__}: {exc})"
+    return (f"not a traceview store (no {store.STORE_MANIFEST} there): a URL input is read "
+            "as a store only (`traceview ingest ... -o URL` writes one); copy trace files "
+            "to a local folder to read them")
+
+
 def is_store(location: str | Path) -> bool:
     """True when ``location`` (path or URL) holds a complete store (its manifest)."""
     if not is_url(location):

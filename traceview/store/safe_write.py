@@ -28,7 +28,8 @@ import shutil
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from traceview.errors import UsageError
@@ -74,12 +75,42 @@ def refuse_input_overlap(target: str | Path, inputs: Iterable[str | Path], *,
             continue
         source = path.resolve()
         if path.is_dir():
-            if out == source or out.is_relative_to(source):
+            if out == source or out.is_relative_to(source) or _linked_into(out, source):
                 raise UsageError(f"{option} {target}: inside the input folder {raw}; inputs "
                                  "are never modified: write the output elsewhere")
         elif out == source or (out.exists() and _same_file(out, source)):
             raise UsageError(f"{option} {target}: is the input file {raw}; inputs are never "
                              "overwritten: write the output elsewhere")
+
+
+#: The most entries of an input folder looked through for a hard link of an output.
+_MOST_LINK_ENTRIES = 100_000
+
+
+def _linked_into(out: Path, folder: Path) -> bool:
+    """Whether the existing file ``out`` is a hard link of a file inside ``folder`` (writing
+    it in place, as a device or pipe is, would change that input; a rename would not, but
+    the README promises no input is touched at all). Only files with more than one link
+    are looked for, among the folder's first entries (``_MOST_LINK_ENTRIES``)."""
+    try:
+        st = out.stat()
+    except OSError:
+        return False
+    if st.st_nlink < 2 or not stat.S_ISREG(st.st_mode):
+        return False
+    seen = 0
+    for parent, _dirs, files in os.walk(folder):
+        for name in files:
+            seen += 1
+            if seen > _MOST_LINK_ENTRIES:
+                return False
+            try:
+                found = os.stat(os.path.join(parent, name))
+            except OSError:
+                continue
+            if (found.st_dev, found.st_ino) == (st.st_dev, st.st_ino):
+                return True
+    return False
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -119,6 +150,10 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     Temporaries of ``target`` left by killed writers are removed first. A failure to write
     (a full disk, a size limit, a read-only folder) is an ``OSError`` naming ``target``."""
     target = Path(target)
+    descriptor = open_descriptor(target)
+    if descriptor is not None:
+        _write_through(descriptor, target, write)
+        return
     if _is_device_or_pipe(target):
         _write_in_place(target, write)
         return
@@ -155,6 +190,62 @@ def _is_device_or_pipe(target: Path) -> bool:
     except OSError:
         return False
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+#: Paths naming one of this process's open descriptors (what /dev/stdout links to).
+_DESCRIPTOR_PATH = re.compile(r"^/(?:dev|proc/self|proc/(?P<pid>[0-9]+))/fd/(?P<fd>[0-9]+)$")
+_STANDARD = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def open_descriptor(target: Path) -> int | None:
+    """The descriptor of this process that ``target`` names, through any symlinks:
+    ``/dev/stdout`` (1), ``/dev/stderr`` (2), ``/dev/fd/N``, ``/proc/self/fd/N``, or a link
+    to one; else None. Such a path is the descriptor, not a file: with stdout redirected to
+    a file it stats as that regular file, and renaming a temporary over it would replace the
+    ``/dev/stdout`` link itself (root may write in /dev) and lose the output."""
+    path = os.path.abspath(target)
+    for _ in range(40):  # the kernel's own limit on links followed
+        if path in _STANDARD:
+            return _STANDARD[path]
+        found = _DESCRIPTOR_PATH.match(path)
+        if found and found["pid"] in (None, str(os.getpid())):
+            return int(found["fd"])
+        try:
+            link = os.readlink(path)
+        except OSError:  # not a link (or gone): not a descriptor
+            return None
+        path = os.path.normpath(os.path.join(os.path.dirname(path), link))
+    return None
+
+
+def _write_through(descriptor: int, target: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` into a private temporary, then its bytes appended to the open
+    ``descriptor`` (after what the process printed there already), as a shell redirection
+    expects; a failure (``EBADF``: not open, a full disk) names ``target``."""
+    import sys
+    import tempfile
+
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None and _fileno(stream) == descriptor:
+                stream.flush()
+        with tempfile.TemporaryDirectory(prefix="traceview-out-") as folder:
+            tmp = Path(folder) / target.name
+            write(tmp)
+            with open(tmp, "rb") as source:
+                while chunk := source.read(1 << 20):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(descriptor, view):]
+    except BaseException as exc:
+        raise _naming(exc, target) from None
+
+
+def _fileno(stream: object) -> int | None:
+    try:
+        return stream.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _write_in_place(target: Path, write: Callable[[Path], None]) -> None:
@@ -215,6 +306,28 @@ def _in_folder(exc: BaseException, stage: Path | None, folder: Path) -> Path:
         if stage is not None and name and Path(name).is_relative_to(stage):
             return folder / Path(name).relative_to(stage)
     return folder
+
+
+@contextmanager
+def made_folder(folder: Path) -> Iterator[Path]:
+    """``folder`` made (with any missing parents) for the ``with`` block; when the block
+    fails (an error, a full disk, Ctrl-C, SIGTERM), the folders it made are removed again
+    while empty: an interrupted ``ingest -o NEW`` leaves no empty store behind."""
+    made = []
+    for path in (folder, *folder.parents):
+        if path.exists() or path.is_symlink():
+            break
+        made.append(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield folder
+    except BaseException:
+        for path in made:  # deepest first
+            try:
+                path.rmdir()
+            except OSError:
+                break  # not empty (or not ours to remove): left as it is
+        raise
 
 
 def private_folder(parent: Path, name: str) -> Path:

@@ -33,6 +33,7 @@ from traceview.store.parts import Part, confined_name, part_entry, part_of, scan
 from traceview.store.placement import rank_info_rows, select_window
 from traceview.store.safe_write import (
     check_folder_target,
+    made_folder,
     private_folder,
     refuse_input_overlap,
     remove_stale_temporaries,
@@ -224,20 +225,20 @@ class TraceSet:
             return remote_store.write_store(self, out_dir, executor=self.executor)
         if self.executor is not None or not all(type(p) is Part for p in self._parts):
             out = check_folder_target(out_dir)
-            out.mkdir(parents=True, exist_ok=True)
-            remove_stale_temporaries(out)
-            write_folder(out, lambda stage: _store_files_in(remote_store.write_store(
-                self, str(stage), executor=self.executor)))
+            with made_folder(out):  # removed again, empty, when the write fails
+                remove_stale_temporaries(out)
+                write_folder(out, lambda stage: _store_files_in(remote_store.write_store(
+                    self, str(stage), executor=self.executor)))
             return str(out_dir)
         out = check_folder_target(out_dir)
         # Never over what is read: the input files, nor a store's own rank files.
         refuse_input_overlap(out, [*self.files["path"].to_list(),
                                    *{str(Path(p.path).parent) for p in self._parts
                                      if p.on_disk}])
-        out.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(out)  # a killed ``ingest -o``'s leftovers
-        # Beside, then over: an old store stays whole until every file of the new one is.
-        write_folder(out, self._write_store_files)
+        with made_folder(out):  # removed again, empty, when the write fails
+            remove_stale_temporaries(out)  # a killed ``ingest -o``'s leftovers
+            # Beside, then over: an old store stays whole until every file of the new one is.
+            write_folder(out, self._write_store_files)
         return out
 
     def _write_store_files(self, folder: Path) -> list[str]:
@@ -302,8 +303,11 @@ def open(paths: str | Path | Iterable[str | Path], *, skip_bad: bool = False,  #
         raise UsageError("--run-of picks among trace files; a store already holds one run")
     if urls:
         url = str(urls[0])  # clients without a network retry for minutes: bounded
-        if len(items) > 1 or not remote_store.within_deadline(url, remote_store.is_store, url):
-            raise UsageError(f"{url}: a URL input must be a traceview store, and the only input")
+        if len(items) > 1:
+            raise UsageError(f"{url}: a URL input must be the only input (a traceview store)")
+        problem = remote_store.within_deadline(url, remote_store.store_problem, url)
+        if problem is not None:
+            raise UnreadableTraceError(url, problem)
         parts, ranks, files, windows = remote_store.within_deadline(
             url, remote_store.read_store, url)
         return _only_window(TraceSet(parts, ranks, files, windows=windows), window)
@@ -440,8 +444,8 @@ def _open_store(folder: Path) -> TraceSet:
         raise UnreadableTraceError(folder, f"store has schema version "
                                    f"{manifest.get('schema_version')}, this traceview reads "
                                    f"{schema.SCHEMA_VERSION}: ingest the traces again")
-    ranks = _read_store_table(folder / "ranks.parquet")
-    files = _read_store_table(folder / "files.parquet")
+    ranks = _read_store_table(folder / "ranks.parquet", STORE_RANK_SCHEMA)
+    files = _read_store_table(folder / "files.parquet", STORE_FILE_SCHEMA)
     if "parts" in manifest:
         if not isinstance(manifest["parts"], list):
             raise UnreadableTraceError(manifest_path, "damaged store manifest (parts is not "
@@ -464,15 +468,44 @@ def _open_store(folder: Path) -> TraceSet:
         _check_store_file(Path(part.path), recorded[Path(part.path).name])
     windows = folder / "windows.parquet"  # absent in stores written before windows existed
     return TraceSet(parts, ranks, files,
-                    windows=_read_store_table(windows) if windows.is_file() else None)
+                    windows=_read_store_table(windows, WINDOW_SCHEMA) if windows.is_file()
+                    else None)
 
 
-def _read_store_table(path: Path) -> pl.DataFrame:
+#: The columns of a store's small tables that the trace set reads, and their types: a
+#: table without them, or with values of other types (another program's Parquet in its
+#: place), is refused by name rather than failing part-way through an analysis.
+STORE_RANK_SCHEMA = {"rank": pl.Int32, "file_id": pl.Int32, "world_size": pl.Int32,
+                     "host": pl.String, "devices": pl.String, "backend": pl.String,
+                     "clock_base_ns": pl.Int64, "source": pl.String, "rank_from": pl.String}
+STORE_FILE_SCHEMA = {"file_id": pl.Int32, "path": pl.String, "format": pl.String,
+                     "size_bytes": pl.Int64, "content_id": pl.String,
+                     "input_events": pl.Int64, "stored_events": pl.Int64}
+
+
+def _read_store_table(path: Path, required: dict[str, pl.DataType]) -> pl.DataFrame:
+    """A store's small table, its ``required`` columns there and of their types (the ranks
+    not negative); else one line naming the file."""
     try:
-        return pl.read_parquet(path)
+        table = pl.read_parquet(path)
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise UnreadableTraceError(path, f"damaged store file ({str(exc).splitlines()[0]}): "
                                    "ingest the traces again") from None
+    missing = [c for c in required if c not in table.columns]
+    if missing:
+        raise UnreadableTraceError(path, f"not a traceview store table (no column "
+                                   f"{', '.join(missing)}): ingest the traces again")
+    try:
+        table = table.with_columns(pl.col(c).cast(t, strict=True) for c, t in required.items())
+    except pl.exceptions.PolarsError:
+        wrong = [c for c, t in required.items() if table.schema[c] != t]
+        raise UnreadableTraceError(path, f"not a traceview store table (column "
+                                   f"{', '.join(wrong)} of another type): ingest the traces "
+                                   "again") from None
+    if "rank" in required and table["rank"].null_count() + (table["rank"] < 0).sum():
+        raise UnreadableTraceError(path, "not a traceview store table (a rank that is null "
+                                   "or negative): ingest the traces again")
+    return table
 
 
 def _hash_memo_dir() -> Path | None:
