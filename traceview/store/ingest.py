@@ -49,6 +49,7 @@ from traceview.store.executors import (
 )
 from traceview.store.ingested import FileResult, IngestResult
 from traceview.store.placement import place, resolve_ranks
+from traceview.store.rank_facts import OtherCategories, rank_facts
 from traceview.store.safe_write import is_ours
 from traceview.store.steps import StepsOfRows
 from traceview.store.windows import rough_span, span_of_rows
@@ -269,7 +270,8 @@ def _stored(parsed: Any, path: str, cid: str, base: Path | None, events_path: Pa
     file_path = Path(path)
     keys = _step_keys(parsed.events)
     steps = StepsOfRows(keys)
-    written, data, note = _write_parsed(parsed, steps, base, events_path)
+    others = OtherCategories(steps)
+    written, data, note = _write_parsed(parsed, steps, base, events_path, others)
     result = FileResult(
         path=path, format=parsed.format, size_bytes=file_path.stat().st_size, content_id=cid,
         events_path=written, ranks=[asdict(r) for r in parsed.ranks],
@@ -277,6 +279,7 @@ def _stored(parsed: Any, path: str, cid: str, base: Path | None, events_path: Pa
         dropped=parsed.dropped, warnings=[*parsed.warnings, *step_warnings(steps)],
         events_data=data, notes=[note] if note else [],
     )
+    result.rank_facts = rank_facts(steps, others)
     result.rough_span = asdict(rough_span(result.events_source, exact=lambda: span_of_rows(
         keys["ts_ns"], keys["dur_ns"], steps.column())))
     return result
@@ -301,8 +304,8 @@ def _completed(result: FileResult, base: Path | None, meta_path: Path, events_pa
 _NOT_IN_META = ("path", "from_cache", "events_path", "events_data", "notes")
 
 
-def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_path: Path
-                  ) -> tuple[str, bytes | None, str | None]:
+def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_path: Path,
+                  others: OtherCategories) -> tuple[str, bytes | None, str | None]:
     """Write the parse's events into the cache entry at ``events_path`` (or a private
     temporary folder when there is no cache): (the file's path, None, None). When the folder
     will not take them (a full disk, a file size limit, a read-only or vanished folder):
@@ -320,20 +323,24 @@ def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_pat
             folder = Path(tempfile.gettempdir())
             events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
         if batched:
-            store.write_event_batches(batches_with_steps(parsed.events, steps), events_path,
-                                      leave_out=leave_out, overlap=overlap)
+            store.write_event_batches(others.seen(batches_with_steps(parsed.events, steps)),
+                                      events_path, leave_out=leave_out, overlap=overlap)
         else:
-            store.write_events(with_steps(parsed.events, steps), events_path,
-                               omit_null_columns=True, leave_out=leave_out)
+            table = with_steps(parsed.events, steps)
+            others.note(table)
+            store.write_events(table, events_path, omit_null_columns=True,
+                               leave_out=leave_out)
         return str(events_path), None, None
     except OSError as exc:
         note = cache_not_written(folder, exc)
+    others.found.clear()  # noted again as the batches pass again
     if batched:  # batches are built again from the parse (nothing is read twice)
-        data = store.event_batches_bytes(batches_with_steps(parsed.events, steps),
+        data = store.event_batches_bytes(others.seen(batches_with_steps(parsed.events, steps)),
                                          leave_out=leave_out, overlap=overlap)
     else:
-        data = store.events_bytes(with_steps(parsed.events, steps), omit_null_columns=True,
-                                  leave_out=leave_out)
+        table = with_steps(parsed.events, steps)
+        others.note(table)
+        data = store.events_bytes(table, omit_null_columns=True, leave_out=leave_out)
     return "", data, note
 
 
