@@ -188,7 +188,9 @@ def open_traceset(args: argparse.Namespace):  # -> TraceSet
         rank_map=parse_rank_map(getattr(args, "rank_map", [])),
         cache=not getattr(args, "no_cache", False),
         cache_dir=getattr(args, "cache_dir", None),
-        progress=sys.stderr.isatty(),
+        # a person at a terminal only: never beside --json / --csv, a pipe or a log file
+        progress=(sys.stderr.isatty() and not getattr(args, "json", False)
+                  and not getattr(args, "csv", False)),
         executor=executor_spec(args),
         window=parse_window(getattr(args, "window", None)),
         options=parse_options(args),

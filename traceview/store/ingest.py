@@ -49,6 +49,7 @@ from traceview.store.executors import (
 )
 from traceview.store.ingested import FileResult, IngestResult
 from traceview.store.placement import place, resolve_ranks
+from traceview.store.progress import ProgressLine
 from traceview.store.rank_facts import OtherCategories, rank_facts
 from traceview.store.safe_write import is_ours
 from traceview.store.steps import StepsOfRows
@@ -608,20 +609,15 @@ def _ingest_parallel(files: list[Path], cache: str | None, options: dict[str, An
         ctx, replace, workers = nullcontext(executor), None, cores()
     batches = plan_batches([_estimated_bytes([f]) for f in files], workers=workers,
                            budget=BATCH_BYTES)
-    done = [0]
-
-    def tick(_: int, __: Any) -> None:
-        done[0] += 1
-        if progress:
-            print(f"\rtraceview: ingested {done[0]}/{len(files)} files", end="",
-                  file=sys.stderr, flush=True)
-
+    line = ProgressLine([_estimated_bytes([f]) for f in files]) if progress else None
     with ctx as pool:
         raw = run_batched(pool, _lookup_and_ingest,
                           [(str(f), cache, options, (ids or {}).get(f)) for f in files],
-                          batches, retries=retries, on_result=tick, replace_pool=replace)
-    if progress:
-        print(file=sys.stderr)
+                          batches, retries=retries,
+                          on_result=(lambda i, _: line.done(i)) if line else None,
+                          replace_pool=replace)
+    if line:
+        line.close()
     return [((t.args[0], f"{t.args[0]}: cannot parse ({t.error}; failed {t.attempts} "
               f"attempts)", 2), None) if isinstance(t, TaskFailure) else t for t in raw]
 
