@@ -122,8 +122,9 @@ def release_fork_server() -> None:
     for again (a command whose ingest is done: ``cli._options.open_traceset``). It holds the
     parsers' imports, ~130 MB, which a 64-rank ``summary`` carried to its peak, when the
     driver holds the analysed events (docs/performance.md, log 53). A later pool starts it
-    again. A no-op when none runs."""
-    if sys.platform.startswith("linux"):
+    again. A no-op when none runs, and while any worker of it lives (a pool kept open: the
+    server would wait for it)."""
+    if sys.platform.startswith("linux") and not multiprocessing.active_children():
         forkserver._forkserver._stop()
 
 
