@@ -104,3 +104,25 @@ def test_an_accelerator_with_calls_told_apart_by_category_reads_back():
         pytest.skip(absent(path))
     ts = traceset.open(path, cache=False)
     assert ts.rank_facts is None  # rows of kind "other": the keys cannot tell
+
+
+def test_rows_of_kind_other_that_count_for_nothing_keep_the_facts_and_cost_no_import(
+        hand_drawn, tmp_path):
+    """An ``overhead`` row (kind other, as TraceLens's H100 traces hold two) is neither GPU
+    work nor a launch: the facts stand. Finding such rows must not import pyarrow.compute
+    (~0.2 s a process): it once did, through ``Array.index``."""
+    import subprocess
+    import sys
+
+    doc = orjson.loads(hand_drawn.read_bytes())
+    doc["traceEvents"].append({"ph": "X", "cat": "overhead", "name": "Activity Buffer Request",
+                               "pid": 0, "tid": 0, "ts": 150, "dur": 1})
+    path = tmp_path / "with-other.pt.trace.json"
+    path.write_bytes(orjson.dumps(doc))
+    probe = ("import sys; from traceview.store import traceset; "
+             f"ts = traceset.open({str(path)!r}, cache=False); "
+             "(facts,) = ts.rank_facts.values(); "
+             "print(facts['kinds'].get('other'), 'pyarrow.compute' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.stdout.split() == ["1", "False"], done.stderr
