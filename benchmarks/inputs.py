@@ -17,6 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # as benchmarks.inputs (the tests)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch_layout  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -28,6 +32,7 @@ class InputSet:
     json_bytes: int  # uncompressed (the JSON text, or the SQLite file)
     largest_json_bytes: int
     events: int | None
+    mix: dict | None = None  # real-derived sets: event mix and layout (``real_set``)
 
     @property
     def ranks(self) -> int:
@@ -37,7 +42,7 @@ class InputSet:
         frac = n / len(self.paths)
         return InputSet(f"{self.name}[:{n}]", self.paths[:n], round(self.disk_bytes * frac),
                         round(self.json_bytes * frac), self.largest_json_bytes,
-                        None if self.events is None else round(self.events * frac))
+                        None if self.events is None else round(self.events * frac), self.mix)
 
 
 def _manifest(folder: Path) -> dict | None:
@@ -47,7 +52,7 @@ def _manifest(folder: Path) -> dict | None:
 
 def _load(name: str, folder: Path, m: dict) -> InputSet:
     return InputSet(name, [folder / f for f in m["files"]], m["disk_bytes"], m["json_bytes"],
-                    m["largest_json_bytes"], m.get("events"))
+                    m["largest_json_bytes"], m.get("events"), m.get("mix"))
 
 
 def _uncompressed(path: Path) -> int:
@@ -230,6 +235,15 @@ REAL_SOURCES = {
     "ns_resolution": "hta-tests-data/tests/data/ns_resolution_trace/"
                      "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",  # sub-us float times
     "param_resnet": "param/et_replay/tests/inputs/resnet_kineto.json.gz",
+    # issue 25's mixes (``ranks`` is the flow-heavy one, 38 % flows; as 8 or 64 ranks, the
+    # multi-rank NCCL job): instant-heavy (17 % instant memory events, 24 % flows, 57 % of
+    # the bytes args: 2021 Kineto, cat Operator), args-heavy (38 % of the bytes args, input
+    # shapes of every op), CPU-only (a gloo rank: no GPU event, 47 % args)
+    "instant": "kineto/tb_plugin/samples/resnet50_num_workers_0/"
+               "worker0.1623143089861.pt.trace.json.gz",
+    "args": "kineto/tb_plugin/samples/resnet50_num_workers_4/worker0.pt.trace.json.gz",
+    "cpu_only": "hta-tests-data/_history/b8cce2cd9cbb/tests/data/cpu_only/"
+                "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
 }
 
 #: The sweep's sources (every entry but the two the harness always builds).
@@ -251,7 +265,7 @@ def real_source(kind: str) -> Path | None:
 
 
 def real_set(root: Path, kind: str, *, ranks: int, mb_per_rank: float,
-             log=print) -> InputSet | None:
+             log=print, layout: str = "torch") -> InputSet | None:
     """``ranks`` files of at least ``mb_per_rank`` MB of JSON each, built from the corpus trace
     ``REAL_SOURCES[kind]`` by replicating its events (every event kept: kernels, runtime calls,
     flows, memory events, steps) one copy after the other in time. Each replica shifts the
@@ -259,14 +273,20 @@ def real_set(root: Path, kind: str, *, ranks: int, mb_per_rank: float,
     and the profiler-step numbers by a per-replica offset, so they stay unique; metadata
     events (``ph: M``) and the trace-span events are kept once. With several ranks, each rank
     is the same with ``distributedInfo`` rank/world_size rewritten and its clock offset by
-    rank x 7 us. None (and nothing written) when the corpus is absent."""
+    rank x 7 us. None (and nothing written) when the corpus is absent.
+
+    ``layout="torch"`` (the default, issue 25): the text as Kineto's writer lays it out, ~6
+    indented lines an event (``torch_layout``): the source's own event texts when it was
+    written that way, shifted on the text; otherwise each event written the writer's way.
+    ``layout="compact"``: ``orjson.dumps`` of the events, no whitespace (the harness's
+    inputs until log 52). The manifest's ``mix`` says what the file holds and how it is laid
+    out, beside the source's layout."""
     source = real_source(kind)
     if source is None:
         log(f"real-derived set '{kind}' skipped: corpus absent ({REAL_SOURCES[kind]})")
         return None
-    import orjson
-
-    name = f"real-{kind}-{ranks}r-{mb_per_rank:g}mb"
+    prefix = "real" if layout == "compact" else "torch"
+    name = f"{prefix}-{kind}-{ranks}r-{mb_per_rank:g}mb"
     folder = root / name
     m = _manifest(folder)
     if m is not None:
@@ -275,46 +295,92 @@ def real_set(root: Path, kind: str, *, ranks: int, mb_per_rank: float,
     folder.mkdir(parents=True)
     log(f"generating {name} from {source.name} ...")
     t = time.perf_counter()
+    text = _replicable(source, layout)
+    replicas = max(1, -(-int(mb_per_rank * 1e6) // len(text.timed)))
+    files, total_events = [], 0
+    for rank in range(ranks):
+        head = text.head
+        if text.has_distributed_info or ranks > 1:
+            head = torch_layout.with_rank(head, rank, ranks)
+        path = folder / f"rank-{rank}.{source.name.split('.')[0]}.x{replicas}.pt.trace.json"
+        with open(path, "wb") as out:
+            out.write(head)
+            # elements joined by commas: a source without metadata events (TraceLens's B200
+            # trace) once began the array with one, which no JSON reader accepts
+            pieces = itertools.chain([text.once] if text.once else [], (
+                torch_layout.shifted(text.timed, k * text.span + rank * 7, k * text.ids,
+                                     k * text.step_span)
+                for k in range(replicas)))  # one replica in memory at a time
+            for i, piece in enumerate(pieces):
+                out.write((b"," if i else b"") + piece)
+            out.write(text.tail)
+        total_events += text.once_count + replicas * text.timed_count
+        files.append(path)
+    m = _write_manifest(folder, files, total_events)
+    m["mix"] = {**text.mix, "source": REAL_SOURCES[kind], "replicas": replicas}
+    (folder / "manifest.json").write_text(json.dumps(m, indent=1))
+    log(f"  {ranks} files x {replicas} replicas, {m['json_bytes'] / 1e6:.0f} MB JSON in "
+        f"{time.perf_counter() - t:.0f} s; {torch_layout.describe_mix(m['mix'])}")
+    return _load(name, folder, m)
+
+
+@dataclass(frozen=True)
+class _Replicable:
+    """A source's events as text ready to replicate: the header, the events kept once, the
+    timed events (one replica), the closing text, and the per-replica shifts."""
+
+    head: bytes
+    once: bytes
+    timed: bytes
+    tail: bytes
+    once_count: int
+    timed_count: int
+    span: int  # us between replicas
+    ids: int  # id offset between replicas
+    step_span: int
+    has_distributed_info: bool
+    mix: dict
+
+
+def _replicable(source: Path, layout: str) -> _Replicable:
+    import orjson
+
     with gzip.open(source, "rb") as fh:
         raw = fh.read()
     doc = orjson.loads(raw)
     events = doc.pop("traceEvents")
-    once = [e for e in events if e.get("ph") == "M" or e.get("cat") == "Trace"
-            or not isinstance(e.get("ts"), (int, float))]
-    timed = [e for e in events if not (e.get("ph") == "M" or e.get("cat") == "Trace"
-                                       or not isinstance(e.get("ts"), (int, float)))]
+    is_once = [e.get("ph") == "M" or e.get("cat") == "Trace"
+               or not isinstance(e.get("ts"), (int, float)) for e in events]
+    timed = [e for e, once in zip(events, is_once) if not once]
     start = min(e["ts"] for e in timed)
     end = max(e["ts"] + (e.get("dur") or 0) for e in timed)
-    span = int(end - start) + 1000  # us, with a 1 ms gap between replicas
-    ids = _id_span(timed)
     steps = [int(e["name"].rsplit("#", 1)[1]) for e in timed
              if str(e.get("name", "")).startswith("ProfilerStep#")]
-    step_span = (max(steps) - min(steps) + 1) if steps else 0
-    replicas = max(1, -(-int(mb_per_rank * 1e6) // len(raw_json := orjson.dumps(timed))))
-    del raw_json
-    files, total_events = [], 0
-    for rank in range(ranks):
-        if "distributedInfo" in doc or ranks > 1:
-            info = dict(doc.get("distributedInfo") or {"backend": "nccl"})
-            info.update(rank=rank, world_size=ranks)
-            doc["distributedInfo"] = info
-        path = folder / f"rank-{rank}.{source.name.split('.')[0]}.x{replicas}.pt.trace.json"
-        with open(path, "wb") as out:
-            out.write(_opening(doc))
-            # elements joined by commas: a source without metadata events (TraceLens's B200
-            # trace) once began the array with one, which no JSON reader accepts
-            pieces = itertools.chain([once] if once else [], (
-                [_replica(e, k * span + rank * 7, k * ids, k * step_span) for e in timed]
-                for k in range(replicas)))  # one replica in memory at a time
-            for i, piece in enumerate(pieces):
-                out.write((b"," if i else b"") + orjson.dumps(piece)[1:-1])
-            out.write(b"]}")
-        total_events += len(once) + replicas * len(timed)
-        files.append(path)
-    m = _write_manifest(folder, files, total_events)
-    log(f"  {ranks} files x {replicas} replicas, {m['json_bytes'] / 1e6:.0f} MB JSON in "
-        f"{time.perf_counter() - t:.0f} s")
-    return _load(name, folder, m)
+    mix = {**torch_layout.event_mix(events, raw),
+           **{f"source_{k}": v for k, v in torch_layout.layout_stats(raw, len(events)).items()}}
+    if layout == "compact":
+        head, tail = _opening(doc), b"]}"
+        texts = [orjson.dumps(e) for e in events]
+        mix["layout"] = "compact (orjson)"
+    else:
+        split = (torch_layout.element_texts(raw, len(events))
+                 if torch_layout.is_torch_layout(raw, len(events)) else None)
+        if split is not None:
+            head, texts, tail = split
+            mix["layout"] = "the source's text (Kineto's writer)"
+        else:
+            head, tail = torch_layout.torch_head(doc), torch_layout.TORCH_TAIL
+            texts = [torch_layout.torch_event_text(e) for e in events]
+            mix["layout"] = "written as Kineto's writer does (the source was re-encoded)"
+    once = b",".join(t for t, o in zip(texts, is_once) if o)
+    body = b",".join(t for t, o in zip(texts, is_once) if not o)
+    one_replica = head + b",".join(p for p in (once, body) if p) + tail
+    mix.update(torch_layout.layout_stats(one_replica, len(events)))
+    return _Replicable(
+        head=head, once=once, timed=body, tail=tail, once_count=len(events) - len(timed),
+        timed_count=len(timed), span=int(end - start) + 1000, ids=_id_span(timed),
+        step_span=(max(steps) - min(steps) + 1) if steps else 0,
+        has_distributed_info="distributedInfo" in doc, mix=mix)
 
 
 def _opening(doc: dict) -> bytes:
@@ -339,24 +405,3 @@ def _id_span(events: list[dict]) -> int:
                 if isinstance(v, int):
                     top = max(top, v)
     return top + 1
-
-
-def _replica(e: dict, shift_us: int, id_shift: int, step_shift: int) -> dict:
-    if not (shift_us or id_shift or step_shift):
-        return e
-    e = dict(e)
-    e["ts"] = e["ts"] + shift_us
-    if isinstance(e.get("id"), int):
-        e["id"] += id_shift
-    name = e.get("name")
-    if step_shift and isinstance(name, str) and name.startswith("ProfilerStep#"):
-        e["name"] = f"ProfilerStep#{int(name.rsplit('#', 1)[1]) + step_shift}"
-    args = e.get("args")
-    if args and id_shift:
-        args = dict(args)
-        for key in _ID_ARGS:
-            v = args.get(key)
-            if isinstance(v, int) and v >= 0:
-                args[key] = v + id_shift
-        e["args"] = args
-    return e

@@ -116,7 +116,12 @@ def render(res: dict[str, Any]) -> str:
                        for r in res["inputs"].values()]))
     out.append("\nMB = 10^6 bytes of uncompressed JSON (for nsys: of the SQLite file). Times are "
                "the operation inside its child process (imports excluded); peak RSS is of that "
-               "process (and, for the tree column, the sum over it and its workers).\n")
+               "process (and, for the tree column, the sum over it and its workers). The two "
+               "forms of `traceview ingest` on a single rank (`--no-cache`, `--no-cache -o "
+               "DIR`) are the whole command in a fresh process instead: interpreter, imports "
+               "and the printed report included, as a user waits for them.\n")
+    if any(r.get("mix") for r in res["inputs"].values()):
+        out.append(mix_table(res["inputs"]))
 
     single = res["inputs"].get("single", {})
     mb, ev = single.get("json_mb"), single.get("events")
@@ -422,6 +427,29 @@ def render(res: dict[str, Any]) -> str:
     if res.get("small"):
         out.append(_small_table(res))
     return "\n".join(out) + "\n"
+
+
+def mix_table(rows: dict[str, dict[str, Any]]) -> str:
+    """The real-derived inputs' event mixes and layouts, the source's layout beside: every
+    result on them is read with what they hold (issue 25)."""
+    def pct(m: dict[str, Any], key: str) -> str:
+        return f"{100 * m.get(key, 0):.0f} %"
+
+    body = []
+    for r in rows.values():
+        m = r.get("mix")
+        if not m:
+            continue
+        body.append([r["name"], m.get("source", "").rsplit("/", 1)[-1], m.get("layout", ""),
+                     pct(m, "flow"), pct(m, "instant"), pct(m, "gpu"), pct(m, "cpu_op"),
+                     pct(m, "args_bytes"),
+                     f"{pct(m, 'whitespace')}, {m.get('lines_per_event', 0):.1f}",
+                     f"{pct(m, 'source_whitespace')}, {m.get('source_lines_per_event', 0):.1f}"])
+    return ("\nReal-derived inputs, what they hold (shares of events; args as a share of "
+            "bytes) and how they are written (whitespace share, lines an event) beside "
+            "their source:\n\n"
+            + _table(["set", "source", "layout", "flows", "instant", "GPU", "CPU ops", "args",
+                      "whitespace, lines/event", "source's"], body) + "\n")
 
 
 #: The real-derived single-rank traces (results ``decode_KEY``): TraceLens's owlv2 H100

@@ -61,3 +61,15 @@ def test_the_sweep_traces_get_the_bar_after_the_two_the_harness_always_builds():
     assert rows["mtia: ingest --no-cache >= 2/3 of the typed-decode limit (wall)"] == "**no**"
     assert rows["mtia: ingest --no-cache >= 1/2 of the limit per CPU second"] == "**no**"
     assert rows["mtia: ingest --no-cache: tree RSS <= 1.5x file + 150 MB"] == "**no**"
+
+
+def test_each_real_derived_input_is_shown_with_its_mix_and_layout():
+    mix = {"source": "hta/rank0.json.gz", "layout": "the source's text (Kineto's writer)",
+           "flow": 0.38, "instant": 0.0, "gpu": 0.07, "cpu_op": 0.23, "args_bytes": 0.24,
+           "whitespace": 0.226, "lines_per_event": 6.71, "source_whitespace": 0.23,
+           "source_lines_per_event": 6.7}
+    table = report.mix_table({"real_nccl": {"name": "torch-ranks-1r-250mb", "mix": mix},
+                              "single": {"name": "synthetic"}})
+    row = next(line for line in table.splitlines() if "torch-ranks" in line)
+    assert "rank0.json.gz" in row and "38 %" in row and "23 %, 6.7" in row
+    assert "synthetic" not in table  # no mix: not a real-derived set

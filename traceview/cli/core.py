@@ -57,8 +57,7 @@ def _sql_options(p: argparse.ArgumentParser) -> None:
 def info_report(ts: Any) -> dict[str, Any]:
     """The ``info --json`` contract: totals and per rank input/stored/dropped/kinds, and the
     rank's profiling windows (``traceview.store.windows``)."""
-    kinds = (ts.events.group_by("rank", "kind").agg(pl.len().alias("n"))
-             .collect().with_columns(pl.col("kind").cast(pl.String)))
+    kinds = _kind_counts(ts)
     unlaunched = _unlaunched_by_rank(ts)
     files = {row["file_id"]: row for row in ts.files.iter_rows(named=True)}
     windows = ts.window_spans()
@@ -114,8 +113,25 @@ def _by_rank(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:
                                                                maintain_order=True).items()}
 
 
+def _kind_counts(ts: Any) -> pl.DataFrame:
+    """``rank, kind, n``: the events of each kind per rank; from what the ingest noted when
+    it did (``TraceSet.rank_facts``: nothing read back), else counted from the events."""
+    if ts.rank_facts is not None:
+        return pl.DataFrame([(rank, kind, n) for (rank, _), facts in ts.rank_facts.items()
+                             for kind, n in facts["kinds"].items()],
+                            schema={"rank": pl.Int32, "kind": pl.String, "n": pl.UInt32},
+                            orient="row")
+    return (ts.events.group_by("rank", "kind").agg(pl.len().alias("n"))
+            .collect().with_columns(pl.col("kind").cast(pl.String)))
+
+
 def _unlaunched_by_rank(ts: Any) -> dict[int, int]:
-    """Rank -> GPU events whose launch is not in the trace (``launches.unlaunched_gpu``)."""
+    """Rank -> GPU events whose launch is not in the trace (``launches.unlaunched_gpu``); as
+    the ingest counted them on its rows when it did (``TraceSet.rank_facts``)."""
+    if ts.rank_facts is not None:
+        return {rank: facts["unlaunched_gpu_events"]
+                for (rank, _), facts in ts.rank_facts.items()
+                if facts["unlaunched_gpu_events"]}
     events = ts.analysis_events()
     gpu = gpu_events(events).select("rank", "correlation").collect()
     if gpu.height == 0:

@@ -162,6 +162,17 @@ def _parent_import_path() -> Iterator[None]:
                 os.environ[name] = value
 
 
+def release_fork_server() -> None:
+    """Stop the fork server :func:`local_pool`'s workers came from, once no pool will be asked
+    for again (a command whose ingest is done: ``cli._options.open_traceset``). It holds the
+    parsers' imports, ~130 MB, which a 64-rank ``summary`` carried to its peak, when the
+    driver holds the analysed events (docs/performance.md, log 53). A later pool starts it
+    again. A no-op when none runs, and while any worker of it lives (a pool kept open: the
+    server would wait for it)."""
+    if sys.platform.startswith("linux") and not multiprocessing.active_children():
+        forkserver._forkserver._stop()
+
+
 def stop_local_workers() -> None:
     """Terminate this process's pool workers and the fork server they came from, now (a
     terminated command: ``cli.main`` on SIGTERM). Left alone they outlive it: a worker parsing

@@ -50,6 +50,8 @@ from traceview.store.executors import (
 )
 from traceview.store.ingested import FileResult, IngestResult
 from traceview.store.placement import place, resolve_ranks
+from traceview.store.progress import ProgressLine
+from traceview.store.rank_facts import OtherCategories, rank_facts
 from traceview.store.safe_write import is_ours
 from traceview.store.steps import StepsOfRows
 from traceview.store.windows import rough_span, span_of_rows
@@ -312,7 +314,8 @@ def _stored(parsed: Any, path: str, cid: str, base: Path | None, events_path: Pa
     file_path = Path(path)
     keys = _step_keys(parsed.events)
     steps = StepsOfRows(keys)
-    written, data, note = _write_parsed(parsed, steps, base, events_path)
+    others = OtherCategories(steps)
+    written, data, note = _write_parsed(parsed, steps, base, events_path, others)
     result = FileResult(
         path=path, format=parsed.format, size_bytes=file_path.stat().st_size, content_id=cid,
         events_path=written, ranks=[asdict(r) for r in parsed.ranks],
@@ -320,6 +323,7 @@ def _stored(parsed: Any, path: str, cid: str, base: Path | None, events_path: Pa
         dropped=parsed.dropped, warnings=[*parsed.warnings, *step_warnings(steps)],
         events_data=data, notes=[note] if note else [],
     )
+    result.rank_facts = rank_facts(steps, others)
     result.rough_span = asdict(rough_span(result.events_source, exact=lambda: span_of_rows(
         keys["ts_ns"], keys["dur_ns"], steps.column())))
     return result
@@ -344,8 +348,8 @@ def _completed(result: FileResult, base: Path | None, meta_path: Path, events_pa
 _NOT_IN_META = ("path", "from_cache", "events_path", "events_data", "notes")
 
 
-def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_path: Path
-                  ) -> tuple[str, bytes | None, str | None]:
+def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_path: Path,
+                  others: OtherCategories) -> tuple[str, bytes | None, str | None]:
     """Write the parse's events into the cache entry at ``events_path`` (or a private
     temporary folder when there is no cache): (the file's path, None, None). When the folder
     will not take them (a full disk, a file size limit, a read-only or vanished folder):
@@ -363,20 +367,24 @@ def _write_parsed(parsed: Any, steps: StepsOfRows, base: Path | None, events_pat
             folder = Path(tempfile.gettempdir())
             events_path = Path(tempfile.mkdtemp(prefix="traceview-")) / "events.parquet"
         if batched:
-            store.write_event_batches(batches_with_steps(parsed.events, steps), events_path,
-                                      leave_out=leave_out, overlap=overlap)
+            store.write_event_batches(others.seen(batches_with_steps(parsed.events, steps)),
+                                      events_path, leave_out=leave_out, overlap=overlap)
         else:
-            store.write_events(with_steps(parsed.events, steps), events_path,
-                               omit_null_columns=True, leave_out=leave_out)
+            table = with_steps(parsed.events, steps)
+            others.note(table)
+            store.write_events(table, events_path, omit_null_columns=True,
+                               leave_out=leave_out)
         return str(events_path), None, None
     except OSError as exc:
         note = cache_not_written(folder, exc)
+    others.found.clear()  # noted again as the batches pass again
     if batched:  # batches are built again from the parse (nothing is read twice)
-        data = store.event_batches_bytes(batches_with_steps(parsed.events, steps),
+        data = store.event_batches_bytes(others.seen(batches_with_steps(parsed.events, steps)),
                                          leave_out=leave_out, overlap=overlap)
     else:
-        data = store.events_bytes(with_steps(parsed.events, steps), omit_null_columns=True,
-                                  leave_out=leave_out)
+        table = with_steps(parsed.events, steps)
+        others.note(table)
+        data = store.events_bytes(table, omit_null_columns=True, leave_out=leave_out)
     return "", data, note
 
 
@@ -639,20 +647,15 @@ def _ingest_parallel(files: list[Path], cache: str | None, options: dict[str, An
         ctx, replace, workers = nullcontext(executor), None, cores()
     batches = plan_batches([_estimated_bytes([f]) for f in files], workers=workers,
                            budget=BATCH_BYTES)
-    done = [0]
-
-    def tick(_: int, __: Any) -> None:
-        done[0] += 1
-        if progress:
-            print(f"\rtraceview: ingested {done[0]}/{len(files)} files", end="",
-                  file=sys.stderr, flush=True)
-
+    line = ProgressLine([_estimated_bytes([f]) for f in files]) if progress else None
     with ctx as pool:
         raw = run_batched(pool, _lookup_and_ingest,
                           [(str(f), cache, options, (ids or {}).get(f)) for f in files],
-                          batches, retries=retries, on_result=tick, replace_pool=replace)
-    if progress:
-        print(file=sys.stderr)
+                          batches, retries=retries,
+                          on_result=(lambda i, _: line.done(i)) if line else None,
+                          replace_pool=replace)
+    if line:
+        line.close()
     return [((t.args[0], f"{t.args[0]}: cannot parse ({t.error}; failed {t.attempts} "
               f"attempts)", 2), None) if isinstance(t, TaskFailure) else t for t in raw]
 

@@ -31,6 +31,10 @@ class FileResult:
     #: read by the worker that wrote it and kept in the cache entry: placement compares the
     #: files of a host by it (reading 5,000 footers there cost ~2 s); None: read it then
     rough_span: dict[str, int | None] | None = None
+    #: per rank as parsed (text key): its events of each kind, span and GPU events without a
+    #: launch, learnt while the events were written (``rank_facts``): the ``ingest`` and
+    #: ``info`` reports need not read the events back. None: an entry written before them
+    rank_facts: dict[str, dict[str, Any]] | None = None
 
     @property
     def events_source(self) -> str | bytes:

@@ -82,6 +82,11 @@ class StepsOfRows:
         self._ranges = self._keys.ranges(markers[number_ok], number[number_ok])
         self._column: pl.Series | None = None
 
+    @property
+    def keys(self) -> _KeyColumns:
+        """The key columns as numpy arrays (``rank_facts`` counts kinds and launches on them)."""
+        return self._keys
+
     def rows(self, start: int, stop: int) -> pl.Series:
         """Steps of rows ``[start, stop)`` (Int64, null outside every step)."""
         return self.column().slice(start, stop - start)
@@ -169,6 +174,15 @@ class _KeyColumns:
         self._dur = column("dur_ns")  # read for the markers only
         self._kind, self._kinds = _text_codes(column("kind"))
         self._name, self._names = _text_codes(column("name"))
+
+    @property
+    def kind_codes(self) -> tuple[np.ndarray, list[str]]:
+        """Each row's kind as a code into the distinct kinds (a null kind: ``len(kinds)``)."""
+        return self._kind, self._kinds
+
+    def durations(self) -> tuple[np.ndarray, np.ndarray]:
+        """``dur_ns`` and its validity."""
+        return integers(self._dur)
 
     def of_kinds(self, kinds: tuple[str, ...]) -> np.ndarray:
         """Whether each row's kind is one of ``kinds`` (a null kind is none)."""

@@ -31,6 +31,7 @@ from traceview.store.ingest import ingest
 from traceview.store.ingested import IngestResult
 from traceview.store.parts import Part, confined_name, part_entry, part_of, scan_parts
 from traceview.store.placement import rank_info_rows, select_window
+from traceview.store.rank_facts import by_final_rank
 from traceview.store.safe_write import (
     check_folder_target,
     made_folder,
@@ -53,8 +54,16 @@ _DROPS_WITHOUT_WARNING = frozenset({"end_merged_into_begin", "nvtx_not_an_event"
                                     "no_rank_for_process", "truncated"})
 
 
+_SPAN_KEYS = ("first_step", "last_step", "start_ns", "end_ns")
+
+
 class TraceSet:
     """The events of one run (all ranks, long form) with its ranks and files tables."""
+
+    #: (rank, file_id) -> that rank's events per kind, span and GPU events without a launch,
+    #: as its ingest learnt them (``rank_facts.by_final_rank``); None where they are not known
+    #: (a store, a cache entry written before them, a rank of several files)
+    rank_facts: dict[tuple[int, int], dict[str, Any]] | None = None
 
     def __init__(self, parts: list[Part], ranks: pl.DataFrame, files: pl.DataFrame,
                  skipped: Sequence[tuple[str, str]] = (),
@@ -143,11 +152,19 @@ class TraceSet:
     def window_spans(self) -> pl.DataFrame:
         """The ``windows`` table with each window's file path, ``first_step``, ``last_step``,
         ``start_ns`` and ``end_ns`` (first start, last end of its events; reads four columns
-        of every event)."""
-        spans = (self.events.group_by("rank", "file_id").agg(
-            first_step=pl.col("step").min(), last_step=pl.col("step").max(),
-            start_ns=pl.col("ts_ns").min(),
-            end_ns=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max()).collect())
+        of every event; none when the ingest noted them, ``rank_facts``)."""
+        if self.rank_facts is not None:
+            spans = pl.DataFrame(
+                [{"rank": rank, "file_id": file_id,
+                  **{k: facts["span"].get(k) for k in _SPAN_KEYS}}
+                 for (rank, file_id), facts in self.rank_facts.items()],
+                schema={"rank": WINDOW_SCHEMA["rank"], "file_id": WINDOW_SCHEMA["file_id"],
+                        **dict.fromkeys(_SPAN_KEYS, pl.Int64)})
+        else:
+            spans = (self.events.group_by("rank", "file_id").agg(
+                first_step=pl.col("step").min(), last_step=pl.col("step").max(),
+                start_ns=pl.col("ts_ns").min(),
+                end_ns=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max()).collect())
         return (self.windows.join(self.files.select("file_id", "path"), on="file_id", how="left")
                 .join(spans, on=["rank", "file_id"], how="left").sort("rank", "window"))
 
@@ -399,8 +416,10 @@ def _from_ingest(result: IngestResult) -> TraceSet:
         [{"rank": rank, "window": result.window_of.get((i, rank), 0), "file_id": i}
          for i, rank in {(i, rank) for (i, _), rank in result.rank_of.items()}],
         schema=WINDOW_SCHEMA)
-    return TraceSet(parts, ranks.sort("rank"), files, result.skipped, windows,
-                    rows={f.events_path: f.stored_events for f in result.files})
+    out = TraceSet(parts, ranks.sort("rank"), files, result.skipped, windows,
+                   rows={f.events_path: f.stored_events for f in result.files})
+    out.rank_facts = by_final_rank(result.files, result.rank_of)
+    return out
 
 
 def _store_file_names(parts: Sequence[Part]) -> list[str]:
