@@ -26,7 +26,8 @@ def _trace(tmp_path, name, rank=None, n=3, kernels=0):
                "dur": 0.5} for i in range(n)]
     events += [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10 + i,
                 "dur": 0.5, "args": {"device": 0, "stream": 7}} for i in range(kernels)]
-    top = {"distributedInfo": {"rank": rank, "world_size": 2}} if rank is not None else {}
+    top = ({"distributedInfo": {"rank": rank, "world_size": max(2, rank + 1)}}
+           if rank is not None else {})
     return write_trace(tmp_path / name, events, **top)
 
 
