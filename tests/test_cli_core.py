@@ -21,13 +21,12 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def _trace(tmp_path, name, rank=None, n=3, kernels=0):
+def _trace(tmp_path, name, rank=None, n=3, kernels=0, world=2):
     events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i,
                "dur": 0.5} for i in range(n)]
     events += [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10 + i,
                 "dur": 0.5, "args": {"device": 0, "stream": 7}} for i in range(kernels)]
-    top = ({"distributedInfo": {"rank": rank, "world_size": max(2, rank + 1)}}
-           if rank is not None else {})
+    top = {"distributedInfo": {"rank": rank, "world_size": world}} if rank is not None else {}
     return write_trace(tmp_path / name, events, **top)
 
 
@@ -270,9 +269,9 @@ def test_ranks_with_events_from_the_footers_equal_the_events(tmp_path):
     from traceview import open as open_traces
     from traceview.analyses.window import ranks_present
 
-    _trace(tmp_path, "a.json", rank=0, n=3, kernels=2)
-    _trace(tmp_path, "b.json", rank=1, n=0)  # a rank whose trace holds no event
-    _trace(tmp_path, "c.json", rank=2, n=1)
+    _trace(tmp_path, "a.json", rank=0, n=3, kernels=2, world=3)
+    _trace(tmp_path, "b.json", rank=1, n=0, world=3)  # a rank whose trace holds no event
+    _trace(tmp_path, "c.json", rank=2, n=1, world=3)
     ts = open_traces(tmp_path, cache_dir=tmp_path / "cache")
     assert ts.ranks["rank"].to_list() == [0, 1, 2]
     assert ts.ranks_with_events() == ranks_present(ts.events)["rank"].to_list() == [0, 2]
