@@ -28,7 +28,7 @@ NAMES = [s.name for s in SCENARIOS]
 SLOW = [s.name for s in SCENARIOS if s.kind != "none"]
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 TRUTH_KEYS = {"scenario", "layout", "kind", "pattern", "world_size", "steps", "threads", "groups",
-              "twin", "slow_ranks", "expected", "delays_ms", "steps_affected",
+              "twin", "slow_ranks", "expected", "weak", "delays_ms", "steps_affected",
               "nominal_delay_ms_per_step", "profiler_steps", "measured"}
 MEASURED_KEYS = {"step_ns", "step_ms_mean", "step_ms_by_rank", "injected_ms",
                  "twin_step_ms_mean", "twin_difference_ms"}
@@ -121,10 +121,50 @@ def test_no_label_on_the_slowness_and_a_real_dataloader(name: str) -> None:
                                   if s.kind == "none" or (s.pattern == "steady"
                                   and len(s.delays) == 1)])
 def test_stragglers_names_the_one_steady_slow_rank_or_nobody(name: str) -> None:
-    """Today's verdict where it holds: one rank slow on every step is flagged, a twin flags
-    nobody. (Two slow ranks, a stall on 2 of 8 steps and a stall that moves between ranks get
-    no straggler today, which is no answer: the replay's verdicts are to name them.)"""
+    """Today's verdict where it holds: one rank slow on every step is flagged (a weak one, or
+    nobody), a twin flags nobody. (Two slow ranks, a stall on 2 of 8 steps and a stall that
+    moves between ranks get no straggler today, which is no answer: the replay's verdicts are
+    to name them.)"""
     t = truth(name)
     assert t["expected"] == (t["slow_ranks"][0] if t["slow_ranks"] else None)
     flagged = run(name).stragglers()["ranks"].filter(pl.col("flagged"))["rank"].to_list()
-    assert flagged == ([] if t["expected"] is None else [t["expected"]])
+    expected = [] if t["expected"] is None else [t["expected"]]
+    assert flagged in ([expected, []] if t.get("weak") else [expected])
+
+
+# --------------------------------------------------------------------------------------------
+# The replay's predictions against the twins (issue 46, items 3 and 6): what removing the
+# slowness gives, measured by the twin, within the issue's bar.
+
+#: The issue's bar for a prediction against its twin's measured mean step.
+WITHIN = 0.05
+
+
+def without_the_slowness(name: str) -> str:
+    """The what-if SPEC that removes a scenario's slowness: every slowed rank typical (a
+    stall that moves between ranks: all of them)."""
+    t = truth(name)
+    if t["pattern"] == "rotating" or not t["slow_ranks"]:
+        return "ranks=all:typical"
+    return ",".join(f"rank={r}:typical" for r in t["slow_ranks"])
+
+
+def predicted_mean_ms(name: str, spec: str) -> float:
+    if not hasattr(traceview.Run, "whatif"):
+        pytest.skip("the replay engine (Run.whatif) is not in this checkout")
+    found = run(name).whatif(spec).to_dict()["scenarios"]
+    assert [s["spec"] for s in found] == [spec]
+    return found[0]["step_ns_mean"] / 1e6
+
+
+@pytest.mark.parametrize("name", SLOW)
+def test_typical_replay_predicts_the_twin(name: str) -> None:
+    twin = truth(name)["measured"]["twin_step_ms_mean"]
+    assert predicted_mean_ms(name, without_the_slowness(name)) == pytest.approx(twin, rel=WITHIN)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_rank_typical_predicts_the_twin(name: str) -> None:
+    """``ranks=all:typical`` removes any one rank's slowness, and leaves a twin as it is."""
+    twin = truth(name)["measured"]["twin_step_ms_mean"]
+    assert predicted_mean_ms(name, "ranks=all:typical") == pytest.approx(twin, rel=WITHIN)
