@@ -247,6 +247,31 @@ def worst_with_replay(run: Run, worst: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def path_ranks_of(replay: Replay, measured: pl.DataFrame) -> pl.DataFrame:
+    """``critical-path``'s per-rank table (``rank, path_ns, share, top_category``, every rank
+    of ``measured``, the path's own table) from the replay's longest path when the replay is
+    trusted: it crosses to another rank wherever the replay waited there, which the measured
+    path cannot see inside a framework's hidden waits (issue 46). ``top_category`` is then
+    the replay's edge kind (``work``, ``transfer``, ``wait``, ...). Column ``source``:
+    ``replay`` or ``path`` (the measured path's table, kept where the replay is not trusted
+    or has no path); ``measured_path_ns``, ``measured_share``: the measured path's beside
+    it (what ``traceview export --critical-path`` draws)."""
+    kept = measured.with_columns(source=pl.lit("path"), measured_path_ns=pl.col("path_ns"),
+                                 measured_share=pl.col("share"))
+    if not replay.check.trusted:
+        return kept
+    found = path_ranks(critical_path(replay))
+    if found.height == 0:
+        return kept
+    return measured.select("rank", measured_path_ns="path_ns", measured_share="share").join(
+        found.select("rank", "path_ns", "share", top_category="top_kind"), on="rank",
+        how="left").with_columns(pl.col("path_ns").fill_null(0), pl.col("share").fill_null(0.0),
+                                 source=pl.lit("replay")).select(
+        "rank", "path_ns", "share", "top_category", "source", "measured_path_ns",
+        "measured_share").sort(
+        "path_ns", "rank", descending=[True, False])
+
+
 def replay_path(replay: Replay) -> dict[str, Any]:
     """The replay's critical path for ``critical-path --json`` (field ``replay``): its time per
     rank and per kind of edge, with the self-check that says whether to believe it."""
@@ -284,5 +309,5 @@ def replay_notes(replay: Replay) -> list[str]:
     return notes
 
 
-__all__ = ["replay_of", "replay_path", "replay_verdict", "straggler_fields", "straggler_gains",
+__all__ = ["path_ranks_of", "replay_of", "replay_path", "replay_verdict", "straggler_fields", "straggler_gains",
            "whatif_result", "worst_with_replay", "worth_replaying"]

@@ -104,6 +104,7 @@ from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
 from traceview.run.result import Result, to_pandas
 from traceview.run.replay import (
+    path_ranks_of,
     replay_of,
     replay_path,
     replay_verdict,
@@ -844,8 +845,9 @@ class Run:
         """The cross-rank critical path: per step ``path_ns`` against ``step_ns``, each rank's
         ``share``, the categories and the top ops on it; main table ``steps``."""
         path = self.path
-        return self._path_result("critical_path", {
-            "ranks": path_ranks(path, self.ranks_table), "steps": path_steps(path),
+        return self._path_result("critical_path", {  # per rank: the replay's path if trusted
+            "ranks": path_ranks_of(self.replay, path_ranks(path, self.ranks_table)),
+            "steps": path_steps(path),
             "categories": path_categories(path), "top_ops": path_top_ops(path, n=top),
             "replay": replay_path(self.replay)},  # the replay's longest path (docs: Replay)
             main="steps")
