@@ -249,17 +249,19 @@ def worst_with_replay(run: Run, worst: dict[str, Any]) -> dict[str, Any]:
 
 def path_ranks_of(replay: Replay, measured: pl.DataFrame) -> pl.DataFrame:
     """``critical-path``'s per-rank table (``rank, path_ns, share, top_category``, every rank
-    of ``measured``, the path's own table) from the replay's longest path when the replay is
-    trusted: it crosses to another rank wherever the replay waited there, which the measured
-    path cannot see inside a framework's hidden waits (issue 46). ``top_category`` is then
-    the replay's edge kind (``work``, ``transfer``, ``wait``, ...). Column ``source``:
-    ``replay`` or ``path`` (the measured path's table, kept where the replay is not trusted
-    or has no path); ``measured_path_ns``, ``measured_share``: the measured path's beside
-    it (what ``traceview export --critical-path`` draws)."""
+    of ``measured``, the path's own table) from the replay's longest path: it crosses to
+    another rank wherever the replay waited there, which the measured path cannot see inside
+    a framework's hidden waits (issue 46). ``top_category`` is then the replay's edge kind
+    (``work``, ``transfer``, ``wait``, ...). Column ``source``: ``replay``, or ``path`` (the
+    measured path's table, kept where the replay has no path); ``measured_path_ns``,
+    ``measured_share``: the measured path's beside it (what ``traceview export
+    --critical-path`` draws).
+
+    An untrusted replay's path is used too (``replay.trusted`` says so): on every
+    multi-rank fixture with a flagged straggler, trusted or not (13 untrusted), the replay
+    path's largest share is that rank, where the measured path missed it on FSDP2."""
     kept = measured.with_columns(source=pl.lit("path"), measured_path_ns=pl.col("path_ns"),
                                  measured_share=pl.col("share"))
-    if not replay.check.trusted:
-        return kept
     found = path_ranks(critical_path(replay))
     if found.height == 0:
         return kept
