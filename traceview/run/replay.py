@@ -227,9 +227,15 @@ def worst_with_replay(run: Run, worst: dict[str, Any]) -> dict[str, Any]:
     the replay's several or intermittent ranks; none for a moving stall). Where the straggler
     analysis flags nobody and the replay names a pattern, ``reason`` says it ("moving
     stall ...", "intermittent stall on steps ..."). One rank or a failed straggler analysis:
-    unchanged."""
+    unchanged. The replay is built only where nobody is flagged and a rank causes waiting
+    worth explaining (``worth_replaying``)."""
     if len(run.ranks_present) < 2:
         return worst
+    if worst.get("rank") is not None:
+        # a flagged straggler is summary's answer whatever the replay adds: no replay here,
+        # so a 1,000-rank summary with a clear straggler costs what it did (stragglers and
+        # diagnose give the replay's gains and further culprits)
+        return {**worst, "replay_culprits": [], "patterns": None, "ranks": [worst["rank"]]}
     try:
         verdicts = run._stragglers
     except Exception:  # noqa: BLE001 - the heuristic's answer already says why
