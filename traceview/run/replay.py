@@ -152,10 +152,9 @@ WORTH_REPLAYING_SHARE = 0.05
 
 def worth_replaying(run: Run) -> bool:
     """Whether the cheap collective data shows cross-rank waiting worth explaining: a flagged
-    straggler, or a rank causing waits of ``WORTH_REPLAYING_SHARE`` of the median step. A
-    replay the Run already holds is always read (it costs nothing more)."""
-    if "replay" in run.__dict__:
-        return True
+    straggler, or a rank causing waits of ``WORTH_REPLAYING_SHARE`` of the median step.
+    Decided on the data alone, never on whether the Run already holds a replay: the answer
+    must not depend on which command ran first."""
     verdicts = run._stragglers
     if verdicts.height == 0 or "caused_wait_per_step_ns" not in verdicts.columns:
         return False
@@ -263,9 +262,9 @@ def path_ranks_of(replay: Replay, measured: pl.DataFrame) -> pl.DataFrame:
     ``measured_share``: the measured path's beside it (what ``traceview export
     --critical-path`` draws).
 
-    An untrusted replay's path is used too (``replay.trusted`` says so): on every
-    multi-rank fixture with a flagged straggler, trusted or not (13 untrusted), the replay
-    path's largest share is that rank, where the measured path missed it on FSDP2."""
+    An untrusted replay's path is used too (``replay.trusted`` says so): on every multi-rank
+    fixture with a flagged straggler (29 runs, 12 untrusted) the replay path's largest share
+    is that rank, where the measured path missed it on FSDP2."""
     kept = measured.with_columns(source=pl.lit("path"), measured_path_ns=pl.col("path_ns"),
                                  measured_share=pl.col("share"))
     found = path_ranks(critical_path(replay))
