@@ -32,6 +32,10 @@ per step of the path (definitions and a worked example: ``docs/metrics.md``, *Di
   rank, capped at the compute on the path (``roofline_finding``);
 * ``pipeline_bottleneck``: the clear bottleneck stage of a pipeline (``analyses.pipeline``) as
   fast as the median stage: its compute per step over the median stage's;
+* ``several_stragglers``, ``intermittent_stall``, ``moving_stall``: the replay's verdicts
+  where the straggler analysis flags nobody (``replay.findings``): several ranks each with
+  their own gain and the combined gain replayed; one rank slow on a few steps, with them; a
+  stall that moves between ranks, with no rank;
 * ``bound`` and ``mfu``: what the path is made of (``overlap.bound_of``, the one rule of
   every output), and the model FLOPs utilisation when the model size is given (an MFU above
   100% is refused, with a warning naming the likely wrong input); information, no gain.
