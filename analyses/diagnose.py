@@ -61,7 +61,7 @@ from .mfu import ModelSize, model_flops_utilisation
 from .names import short_name
 from .overlap import bound_of
 from .path_summary import host_time, path_categories, path_steps, stretch_own
-from .replay.findings import replay_findings
+from .replay.findings import culprit_evidence, replay_findings
 from .roofline_finding import roofline_finding
 
 #: Gain thresholds, as a share of the median step time: ``high`` and ``medium`` severity;
@@ -268,6 +268,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     found: list[dict[str, Any]] = []
     causes = (replay_verdict or {}).get("not_reproduced") or []
     found += _stragglers(path, collective_rows, stragglers, n_steps, step_ns, replayed, causes)
+    for f in found:  # the replay's other culprits, beside the flagged one
+        f["evidence"] += culprit_evidence(replay_verdict, f["rank"])
     flagged = [] if stragglers is None or "flagged" not in stragglers.columns else \
         stragglers.filter(pl.col("flagged")).get_column("rank").to_list()
     found += replay_findings(replay_verdict, flagged=flagged, causes=causes)

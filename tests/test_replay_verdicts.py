@@ -19,7 +19,12 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.analyses.replay.findings import replay_findings, replay_named, verdict_words
+from traceview.analyses.replay.findings import (
+    culprit_evidence,
+    replay_findings,
+    replay_named,
+    verdict_words,
+)
 from traceview.outputs.report import gather
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "replay"
@@ -172,3 +177,16 @@ def test_intermittent_and_moving_by_hand() -> None:
     assert (f["id"], f["rank"], f["gain_ns_per_step"]) == ("moving_stall", None, 30_000_000)
     assert replay_named(_verdict("steady", [{"rank": 2, "gain_ns_per_step": 9e6,
                                              "steps": []}]), flagged=[]) is None
+
+
+def test_a_flagged_straggler_carries_the_other_culprits() -> None:
+    """Rank 1 flagged; the replay also names rank 3 (25 ms on top): evidence of rank 3 and of
+    the combined 65 ms, nothing for rank 1 itself, nothing when it is the only culprit."""
+    v = _verdict("steady", [{"rank": 1, "gain_ns_per_step": 40e6, "confidence": "high"},
+                            {"rank": 3, "gain_ns_per_step": 25e6, "confidence": "medium"}],
+                 combined_gain_ns_per_step=65e6)
+    assert [(e["metric"], e["value"], e["text"]) for e in culprit_evidence(v, 1)] == [
+        ("replay_other_culprit_gain_ns_per_step", 25e6, "rank 3 (medium)"),
+        ("replay_combined_gain_ns_per_step", 65e6, "replayed with every culprit typical")]
+    assert culprit_evidence(_verdict("steady", v["culprits"][:1]), 1) == []
+    assert culprit_evidence(None, 1) == []

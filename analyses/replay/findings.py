@@ -120,6 +120,19 @@ def replay_findings(verdict: dict[str, Any] | None, *, flagged: list[int],
     return []
 
 
+def culprit_evidence(verdict: dict[str, Any] | None, rank: int) -> list[dict[str, Any]]:
+    """Evidence for a flagged straggler ``rank``: the replay's other culprits, each with its
+    own gain on top of the ones before, and their combined (replayed) gain; none when the
+    replay names no other rank."""
+    others = [c for c in (verdict or {}).get("culprits") or [] if c["rank"] != rank]
+    if not others:
+        return []
+    return [*(_ev("replay_other_culprit_gain_ns_per_step", c["gain_ns_per_step"], "ns",
+                  f"rank {c['rank']} ({c.get('confidence')})") for c in others),
+            _ev("replay_combined_gain_ns_per_step", verdict.get("combined_gain_ns_per_step"),
+                "ns", "replayed with every culprit typical")]
+
+
 def verdict_words(verdict: dict[str, Any] | None) -> str | None:
     """One line for the text outputs: the replay's culprits or pattern (None: nothing)."""
     if not verdict:
@@ -164,4 +177,4 @@ def _ev(metric: str, value: float | None = None, unit: str | None = None,
             "text": text}
 
 
-__all__ = ["RECOMMENDATIONS", "replay_findings", "replay_named", "verdict_words"]
+__all__ = ["RECOMMENDATIONS", "culprit_evidence", "replay_findings", "replay_named", "verdict_words"]

@@ -185,8 +185,9 @@ def run_stragglers(args: argparse.Namespace) -> int:
     res = rows = result["ranks"]
     flagged = res.filter(pl.col("flagged"))
     print(f"{flagged.height} straggler(s) flagged" if flagged.height else "no straggler flagged")
-    if words := (result["patterns"] or {}).get("words"):  # the replay's verdict (issue 46)
-        print(f"replay: {words}")
+    patterns = result["patterns"] or {}
+    if patterns.get("named"):  # the replay's verdict where nobody is flagged (issue 46)
+        print(f"replay: {patterns['words']}")
     if is_many(res, args):
         print(spread(res, [("imposed_wait_ns", "imposed wait (ms)", ms),
                            ("last_arrivals", "last arrivals", lambda v: fixed(v, 0))]))
