@@ -178,8 +178,9 @@ def replay_verdict(run: Run) -> dict[str, Any] | None:
         if not worth_replaying(run):
             return None
         replay = run.replay
-        if replay.check.steps.height == 0:
-            return None
+        steps = replay.check.steps
+        if steps.height == 0 or not (steps.get_column("replayed_ns").mean() or 0) > 0:
+            return None  # nothing replayed: no step time to be a share of
         gains = rank_gains(replay)
         verdict = culprits(replay, gains)
     except Exception:  # noqa: BLE001 - a partial answer: the heuristics answer alone
