@@ -32,6 +32,10 @@ per step of the path (definitions and a worked example: ``docs/metrics.md``, *Di
   rank, capped at the compute on the path (``roofline_finding``);
 * ``pipeline_bottleneck``: the clear bottleneck stage of a pipeline (``analyses.pipeline``) as
   fast as the median stage: its compute per step over the median stage's;
+* ``several_stragglers``, ``intermittent_stall``, ``moving_stall``: the replay's verdicts
+  where the straggler analysis flags nobody (``replay.findings``): several ranks each with
+  their own gain and the combined gain replayed; one rank slow on a few steps, with them; a
+  stall that moves between ranks, with no rank;
 * ``bound`` and ``mfu``: the run's bound, the one ``summary``, ``overlap`` and the report name
   (``analyses.run_bound``: from the GPU time, given by the Run), with what the path is made of
   beside it under another name (``path``, ``path_shares``), and the model FLOPs utilisation
@@ -59,6 +63,7 @@ from .mfu import ModelSize, model_flops_utilisation
 from .names import short_name
 from .overlap import BOUND_NO_GPU, bound_of
 from .path_summary import host_time, path_categories, path_steps, stretch_own
+from .replay.findings import culprit_evidence, replay_findings
 from .roofline_finding import roofline_finding
 from .run_bound import bound_phrase
 
@@ -238,7 +243,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
              alltoall: dict[str, Any] | None = None,
              ops: pl.DataFrame | None = None,
              replayed: dict[int, tuple[float, bool]] | None = None,
-             bound: dict[str, Any] | None = None) -> dict[str, Any]:
+             bound: dict[str, Any] | None = None,
+             replay_verdict: dict[str, Any] | None = None) -> dict[str, Any]:
     """``findings`` (``FINDING_SCHEMA``, in the module docstring's order, information last),
     ``bound``, ``mfu``, ``step_ns`` (the mean step time the gains are shares of) and
     ``notes`` (warnings: a refused MFU).
@@ -252,7 +258,11 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     pairs); ``alltoall``: the all-to-all answer (``alltoall.alltoall``), when the run has
     any; ``ops``: ``analyses.ops.ops`` rows by shape (the roofline finding; None: none);
     ``replayed``: per straggler rank, the replay's gain of making it typical and whether the
-    replay is trusted (``analyses.replay``): evidence beside the path's estimate (None: none);
+    replay is trusted (``analyses.replay``): the straggler's gain, the path's estimate beside
+    it as evidence (None: the path's estimate); ``replay_verdict``: the replay's culprits
+    (``replay.verdicts.culprits``, with ``not_reproduced``), whose several stragglers,
+    intermittent and moving stalls are findings where the straggler analysis flags nobody
+    (``replay.findings``);
     ``bound``: the run's bound (``run_bound.run_bound``; None: not known, as of a bare path)."""
     steps = path_steps(path)
     n_steps = max(steps.height, 1)
@@ -261,7 +271,13 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     total = sum(v["path_ns"] for v in cats.values())
     owned_dtypes = op_dtypes(ops)
     found: list[dict[str, Any]] = []
-    found += _stragglers(path, collective_rows, stragglers, n_steps, step_ns, replayed)
+    causes = (replay_verdict or {}).get("not_reproduced") or []
+    found += _stragglers(path, collective_rows, stragglers, n_steps, step_ns, replayed, causes)
+    for f in found:  # the replay's other culprits, beside the flagged one
+        f["evidence"] += culprit_evidence(replay_verdict, f["rank"])
+    flagged = [] if stragglers is None or "flagged" not in stragglers.columns else \
+        stragglers.filter(pl.col("flagged")).get_column("rank").to_list()
+    found += replay_findings(replay_verdict, flagged=flagged, causes=causes)
     found.append(_exposed_comm(path, cats, n_steps))
     found += _host_findings(path, gaps, sorted(gpu_ranks), n_steps, total, host)
     found.append(_pageable(path, n_steps))
@@ -402,15 +418,16 @@ def _with_severity(f: dict[str, Any]) -> dict[str, Any]:
 
 def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame | None,
                 n_steps: int, step_ns: int | None,
-                replayed: dict[int, tuple[float, bool]] | None = None) -> list[dict[str, Any]]:
+                replayed: dict[int, tuple[float, bool]] | None = None,
+                causes: list[str] | None = None) -> list[dict[str, Any]]:
     """The straggler finding, severity high, for the rank the straggler analysis flags
     (``analyses.stragglers`` on the dependency graph), and for no other rank: one answer
     everywhere (an unsure lead stays in ``stragglers``, with its low confidence). Its gain is
     what the path's jumps to it would lose were it as fast as the median rank; where the path
-    does not jump to it, the wait its own time caused per step. The replay's gain for the
-    rank (``replayed``) is evidence beside it: on the oversubscribed gloo runs of
-    ``fixtures/data/replay`` the path's estimate is the closer to the twins (docs/metrics.md,
-    *Replay*), so it stays the finding's gain."""
+    does not jump to it, the wait its own time caused per step. Where the replay is trusted
+    and its ``typical`` replay difference for the rank (``replayed``) is a gain, that is the
+    finding's gain and the path's estimate is evidence (issue 46); an untrusted replay leaves
+    the path's estimate, with what does not reproduce (``causes``) in the evidence."""
     named = [] if verdicts is None else verdicts.filter(pl.col("flagged")).to_dicts()
     if not named:
         return []
@@ -428,11 +445,19 @@ def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame |
         gain_ns=pl.col("gain_ns").fill_null(0).sum()).rename({"to_rank": "rank"}).to_dicts()} \
         if on_path.height else {}
     share = _rank_shares(path)
+    causes = causes or []
     out = []
     for verdict in named:
         rank = verdict["rank"]
         hops = per_rank.get(rank, {"jumps": 0, "late_ns": 0, "gain_ns": 0})
-        gain = int(hops["gain_ns"]) // n_steps or int(verdict.get("caused_wait_per_step_ns") or 0)
+        path_gain = int(hops["gain_ns"]) // n_steps or \
+            int(verdict.get("caused_wait_per_step_ns") or 0)
+        replay_gain, trusted = replayed.get(rank, (None, False)) if replayed else (None, False)
+        # the replay's difference is the gain (issue 46) where the replay reproduces the run
+        # and finds the rank costs time; else the path's estimate stays (a replay that does
+        # not reproduce, or a `typical` that slows the run, has no gain to give)
+        replay_gain_kept = replay_gain is not None and trusted and replay_gain > 0
+        gain = int(round(replay_gain)) if replay_gain_kept else path_gain
         top = _top_op(path, rank)
         evidence = [
             _ev("lateness_on_path_ns_per_step", int(hops["late_ns"]) // n_steps, "ns"),
@@ -454,17 +479,22 @@ def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame |
             evidence.append(_ev("step_ratio", verdict["step_ratio"], "ratio"))
         if top is not None:
             evidence.append(_ev("top_op_on_path_ns_per_step", top[1] // n_steps, "ns", top[0]))
-        if replayed is not None and rank in replayed:
-            replay_gain, trusted = replayed[rank]
+        evidence.append(_ev("path_gain_ns_per_step", path_gain, "ns",
+                            "the path's jumps to the rank, were it the median rank"))
+        if replay_gain is not None:
             evidence.append(_ev("replay_gain_ns_per_step", int(round(replay_gain)), "ns",
                                 "replayed with the rank typical" +
                                 ("" if trusted else " (the replay is not trusted)")))
         what = f"; most of its path time is in {top[0]}" if top else ""
+        if replay_gain is not None and not trusted:  # what the replay cannot reproduce
+            evidence.append(_ev("replay_not_reproduced", len(causes), "count",
+                                "; ".join(causes[:5]) or "replay error p90 above 5%"))
         out.append({
             "id": "straggler", "rank": rank, "gain_ns_per_step": gain, "keep": True,
             "title": (f"Rank {rank} holds the others back: its own time causes "
                       f"{_time(int(verdict.get('caused_wait_per_step_ns') or 0))} of waiting "
-                      f"per step, {_time(gain)} per step on the path{what}"),
+                      f"per step, {_time(gain)} per step "
+                      f"{'replayed' if replay_gain_kept else 'on the path'}{what}"),
             "evidence": evidence, "min_severity": "high",
             "recommendation": RECOMMENDATIONS["straggler"].format(rank=rank),
         })

@@ -40,7 +40,10 @@ DOCUMENTED: dict[str, int | None] = {
 def _truth() -> dict[str, tuple[int | None, bool]]:
     """fixture folder (relative to fixtures/data) -> (slowed rank or None, weak)."""
     out = {name: (rank, False) for name, rank in DOCUMENTED.items()}
-    for truth in sorted(DATA.glob("scenarios/*/truth.json")):
+    # the replay scenarios too: "expected" is their one steady slow rank, or None (a twin,
+    # two slow ranks, a stall on a few steps or a moving one: no single straggler)
+    for truth in sorted([*DATA.glob("scenarios/*/truth.json"),
+                         *DATA.glob("replay/*/truth.json")]):
         doc = json.loads(truth.read_text())
         out[str(truth.parent.relative_to(DATA))] = (doc.get("expected"), bool(doc.get("weak")))
     return out

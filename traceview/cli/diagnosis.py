@@ -2,7 +2,9 @@
 
 ``--json`` outputs are contracts (field names stable; fields may be added):
 
-* ``critical-path``: ``{"window", "ranks": [{"rank", "path_ns", "share", "top_category"}],
+* ``critical-path``: ``{"window", "ranks": [{"rank", "path_ns", "share", "top_category",
+  "source" ("replay": the replay's longest path; "path": the measured one),
+  "measured_path_ns", "measured_share"}],
   "steps": [{"step", "path_ns", "step_ns", "coverage", "top_rank", "top_rank_share",
   "jumps"}], "categories": {CATEGORY: {"path_ns", "per_step_ns", "share"}},
   "top_ops": [{"name", "category", "ranks", "path_ns", "per_step_ns", "share"}],
@@ -101,6 +103,12 @@ def run_critical_path(args: argparse.Namespace) -> int:
     if shown.height < steps.height:
         print(f"... {steps.height - shown.height} more steps (--per-step lists them)")
     print()
+    replayed = ranks.height and ranks.get_column("source")[0] == "replay"
+    if replayed:  # the per-rank shares follow the replay's longest path (issue 46)
+        err = result["replay"]["replay_error"]["p90"]
+        print(f"per rank: the replay's longest path (replay error p90 {pct(err)}"
+              + ("" if result["replay"]["trusted"] else ", not trusted: low confidence")
+              + "), which crosses ranks where the replay waited; 'mostly' is its edge kind")
     print(table(["rank", "path_ms", "share", "mostly"],
                 [[r["rank"], ms(r["path_ns"]), pct(r["share"]), r["top_category"]]
                  for r in ranks.filter(ranks["path_ns"] > 0).iter_rows(named=True)],

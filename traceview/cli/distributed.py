@@ -8,7 +8,11 @@
   "last_rank", ...}], "summary": [...], "alpha_beta": [...], "problems": [...],
   "alignment": {...}}``
 * ``stragglers``: ``{"ranks": [{"rank", "flagged", "imposed_wait_ns", "last_arrivals",
-  "explanation", ...}], "alignment": {...}}``, sorted by ``imposed_wait_ns``, largest first.
+  "explanation", ...}], "alignment": {...}, "replay_culprits": [{"rank", "gain_ns_per_step",
+  "slowdown", "steps", "cost_ns_per_occurrence", "confidence"}], "patterns": {"pattern",
+  "named", "ranks", "combined_gain_ns_per_step", "moving_cost_ns_per_step", "trusted",
+  "replay_error", "words"}, "rank_slowdowns": [...] (S_w), "type_slowdowns": [...] (S_t)}``,
+  ``ranks`` sorted by ``imposed_wait_ns``, largest first.
 * ``pipeline``: ``{"stages": [{"rank", "stage", "compute_ns", "bubble_ns", "bubble_fraction",
   "wait_upstream_ns", "wait_downstream_ns", ...}], "steps": [...], "bottleneck": {"rank",
   "stage", "gain_ns_per_step", ...}, "schedule": {"kind", "micro_batches",
@@ -181,6 +185,9 @@ def run_stragglers(args: argparse.Namespace) -> int:
     res = rows = result["ranks"]
     flagged = res.filter(pl.col("flagged"))
     print(f"{flagged.height} straggler(s) flagged" if flagged.height else "no straggler flagged")
+    patterns = result["patterns"] or {}
+    if patterns.get("named"):  # the replay's verdict where nobody is flagged (issue 46)
+        print(f"replay: {patterns['words']}")
     if is_many(res, args):
         print(spread(res, [("imposed_wait_ns", "imposed wait (ms)", ms),
                            ("last_arrivals", "last arrivals", lambda v: fixed(v, 0))]))

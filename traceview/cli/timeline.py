@@ -284,8 +284,11 @@ def run_summary(args: argparse.Namespace) -> int:
                           ("idle_fraction", "GPU idle", pct)]))
         keep = outlier_ranks(df, ["step_time_ns_p50", f"compute_ns{each}", f"comm_ns{each}",
                                   f"exposed_comm_ns{each}", "idle_fraction"])
-        if straggler.get("rank") is not None and straggler["rank"] not in keep:
-            keep.insert(0, straggler["rank"])
+        named = straggler.get("ranks") or ([straggler["rank"]] if straggler.get("rank")
+                                           is not None else [])
+        for rank in reversed(named):  # every rank the verdict names (several, intermittent)
+            if rank not in keep:
+                keep.insert(0, rank)
         rows = df.filter(pl.col("rank").is_in(keep))
         print(f"\nOutlier ranks and the worst straggler ({rows.height}):")
     tag = "/step" if each else "_total"

@@ -319,6 +319,10 @@ def _stragglers(data: ReportData, fig: _Figures) -> list[str]:
     for r in flagged.sort("imposed_wait_ns", descending=True).head(
             H.VISIBLE_ROWS).iter_rows(named=True):
         out.append(f"<p><b>rank {_e(r['rank'])}</b>: {_e(r.get('explanation'))}</p>")
+    # the replay's verdict, as `stragglers` prints it (several ranks, intermittent, moving)
+    patterns = data.worst_straggler.get("patterns") or {}
+    if patterns.get("named"):
+        out.append(f"<p>Replay: {_e(patterns['words'])}.</p>")
     if flagged.height == 0:
         top = s.sort("imposed_wait_ns", "rank", descending=[True, False]).row(0, named=True)
         out.append(f"<p>No rank flagged among {s.height}; the largest imposed wait is rank "

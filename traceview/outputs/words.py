@@ -43,7 +43,8 @@ def straggler_sentence(worst: dict[str, Any]) -> str:
         return (f"worst straggler: rank {worst['rank']} (its own time caused {_ms(caused)} ms "
                 f"of waiting in the window; confidence {worst.get('confidence') or '-'})")
     reason = worst.get("reason") or "no rank holds the others back"
-    if reason.startswith("unsure"):
+    if reason.startswith("unsure") or (worst.get("patterns") or {}).get("named"):
+        # the replay's verdict: several ranks, a stall on a few steps, a moving stall
         return f"worst straggler: {reason}"
     return f"worst straggler: none ({reason})"
 

@@ -37,6 +37,7 @@ from traceview.analyses.replay.verdicts import (
     type_slowdowns,
 )
 from traceview.analyses.replay.check import WHOLE_WINDOW, step_times
+from traceview.analyses.replay.findings import replay_named, verdict_words
 from traceview.analyses.replay.whatif import Replay, replay_run, replay_scenario, whatif
 from traceview.run.result import Result
 from traceview.schema import GPU_KINDS, RUNTIME_KINDS
@@ -143,6 +144,142 @@ def straggler_gains(run: Run, verdicts: pl.DataFrame | None
     return out
 
 
+#: The replay's verdict is worth its cost (a replay per candidate rank) when one rank's own
+#: time makes the others wait at least this share of the median step, the floor under which
+#: ``verdicts.culprits`` names nobody anyway (``MIN_GAIN_SHARE``).
+WORTH_REPLAYING_SHARE = 0.05
+
+
+def worth_replaying(run: Run) -> bool:
+    """Whether the cheap collective data shows cross-rank waiting worth explaining: a flagged
+    straggler, or a rank causing waits of ``WORTH_REPLAYING_SHARE`` of the median step.
+    Decided on the data alone, never on whether the Run already holds a replay: the answer
+    must not depend on which command ran first."""
+    verdicts = run._stragglers
+    if verdicts.height == 0 or "caused_wait_per_step_ns" not in verdicts.columns:
+        return False
+    if verdicts.get_column("flagged").any():
+        return True
+    step = run.steps.get_column("step_time_ns").median() if run.steps.height else None
+    caused = verdicts.get_column("caused_wait_per_step_ns").max()
+    if step is None or caused is None:
+        return False
+    return float(caused) >= WORTH_REPLAYING_SHARE * float(step)
+
+
+def replay_verdict(run: Run) -> dict[str, Any] | None:
+    """The replay's culprits (``verdicts.culprits``) with the per-rank gains (S_w) they come
+    from and what does not reproduce; None for one rank, a window with no cross-rank waiting
+    worth explaining (``worth_replaying``: summary stays cheap on 1,000 ranks), or a replay
+    that cannot be built (the other analyses still answer)."""
+    if len(run.ranks_present) < 2:
+        return None
+    try:
+        if not worth_replaying(run):
+            return None
+        replay = run.replay
+        steps = replay.check.steps
+        if steps.height == 0 or not (steps.get_column("replayed_ns").mean() or 0) > 0:
+            return None  # nothing replayed: no step time to be a share of
+        gains = rank_gains(replay)
+        verdict = culprits(replay, gains)
+    except Exception:  # noqa: BLE001 - a partial answer: the heuristics answer alone
+        return None
+    return {**verdict, "ranks": gains, "replay_error": replay.check.to_dict(),
+            "not_reproduced": replay.check.causes.get_column("what").to_list()}
+
+
+def straggler_fields(run: Run, verdicts: pl.DataFrame | None, *,
+                     slowdowns: bool = False) -> dict[str, Any]:
+    """The replay's verdict as the fields ``stragglers`` and ``summary``'s worst straggler
+    add: ``replay_culprits`` (each rank with its own gain, steps and confidence),
+    ``patterns`` (``pattern``: ``steady``/``few_steps``/``moving``/``none``; ``named``: the
+    replay-only verdict every command gives, ``several``/``few_steps``/``moving`` or None;
+    ``ranks``; ``combined_gain_ns_per_step`` (replayed); ``moving_cost_ns_per_step``;
+    ``trusted``; ``replay_error``; ``words``); with ``slowdowns``, the study's S_w
+    (``rank_slowdowns``) and S_t (``type_slowdowns``). Empty lists and a null pattern where
+    nothing was worth replaying."""
+    verdict = run.replay_verdict
+    flagged = [] if verdicts is None or "flagged" not in verdicts.columns else \
+        verdicts.filter(pl.col("flagged")).get_column("rank").to_list()
+    if verdict is None:
+        out: dict[str, Any] = {"replay_culprits": [], "patterns": None}
+        if slowdowns:
+            out |= {"rank_slowdowns": None, "type_slowdowns": None}
+        return out
+    named = replay_named(verdict, flagged=flagged)
+    ranks = verdict.get("moving_ranks") if verdict["pattern"] == "moving" else \
+        [c["rank"] for c in verdict["culprits"]]
+    out = {"replay_culprits": verdict["culprits"], "patterns": {
+        "pattern": verdict["pattern"], "named": named, "ranks": ranks or [],
+        "combined_gain_ns_per_step": verdict["combined_gain_ns_per_step"],
+        "moving_cost_ns_per_step": verdict["moving_cost_ns_per_step"],
+        "trusted": verdict["trusted"], "replay_error": verdict["replay_error"],
+        "words": verdict_words(verdict)}}
+    if slowdowns:
+        out |= {"rank_slowdowns": verdict["ranks"], "type_slowdowns": type_slowdowns(run.replay)}
+    return out
+
+
+def worst_with_replay(run: Run, worst: dict[str, Any]) -> dict[str, Any]:
+    """``summary``'s worst straggler with the replay's verdict: ``replay_culprits``,
+    ``patterns`` (``straggler_fields``) and ``ranks``, every rank named (the flagged one, or
+    the replay's several or intermittent ranks; none for a moving stall). Where the straggler
+    analysis flags nobody and the replay names a pattern, ``reason`` says it ("moving
+    stall ...", "intermittent stall on steps ..."). One rank or a failed straggler analysis:
+    unchanged. The replay is built only where nobody is flagged and a rank causes waiting
+    worth explaining (``worth_replaying``)."""
+    if len(run.ranks_present) < 2:
+        return worst
+    if worst.get("rank") is not None:
+        # a flagged straggler is summary's answer whatever the replay adds: no replay here,
+        # so a 1,000-rank summary with a clear straggler costs what it did (stragglers and
+        # diagnose give the replay's gains and further culprits)
+        return {**worst, "replay_culprits": [], "patterns": None, "ranks": [worst["rank"]]}
+    try:
+        verdicts = run._stragglers
+    except Exception:  # noqa: BLE001 - the heuristic's answer already says why
+        return worst
+    fields = straggler_fields(run, verdicts)
+    patterns = fields["patterns"] or {}
+    named = patterns.get("named")
+    ranks = [worst["rank"]] if worst.get("rank") is not None else \
+        patterns["ranks"] if named in ("several", "few_steps") else []
+    out = {**worst, **fields, "ranks": ranks}
+    if named is not None:
+        # replay-only: no second analysis backs it (replay.findings)
+        out |= {"reason": patterns["words"],
+                "confidence": "medium" if patterns["trusted"] else "low"}
+    return out
+
+
+def path_ranks_of(replay: Replay, measured: pl.DataFrame) -> pl.DataFrame:
+    """``critical-path``'s per-rank table (``rank, path_ns, share, top_category``, every rank
+    of ``measured``, the path's own table) from the replay's longest path: it crosses to
+    another rank wherever the replay waited there, which the measured path cannot see inside
+    a framework's hidden waits (issue 46). ``top_category`` is then the replay's edge kind
+    (``work``, ``transfer``, ``wait``, ...). Column ``source``: ``replay``, or ``path`` (the
+    measured path's table, kept where the replay has no path); ``measured_path_ns``,
+    ``measured_share``: the measured path's beside it (what ``traceview export
+    --critical-path`` draws).
+
+    An untrusted replay's path is used too (``replay.trusted`` says so): on every multi-rank
+    fixture with a flagged straggler (29 runs, 12 untrusted) the replay path's largest share
+    is that rank, where the measured path missed it on FSDP2."""
+    kept = measured.with_columns(source=pl.lit("path"), measured_path_ns=pl.col("path_ns"),
+                                 measured_share=pl.col("share"))
+    found = path_ranks(critical_path(replay))
+    if found.height == 0:
+        return kept
+    return measured.select("rank", measured_path_ns="path_ns", measured_share="share").join(
+        found.select("rank", "path_ns", "share", top_category="top_kind"), on="rank",
+        how="left").with_columns(pl.col("path_ns").fill_null(0), pl.col("share").fill_null(0.0),
+                                 source=pl.lit("replay")).select(
+        "rank", "path_ns", "share", "top_category", "source", "measured_path_ns",
+        "measured_share").sort(
+        "path_ns", "rank", descending=[True, False])
+
+
 def replay_path(replay: Replay) -> dict[str, Any]:
     """The replay's critical path for ``critical-path --json`` (field ``replay``): its time per
     rank and per kind of edge, with the self-check that says whether to believe it."""
@@ -180,4 +317,5 @@ def replay_notes(replay: Replay) -> list[str]:
     return notes
 
 
-__all__ = ["replay_of", "replay_path", "straggler_gains", "whatif_result"]
+__all__ = ["path_ranks_of", "replay_of", "replay_path", "replay_verdict", "straggler_fields", "straggler_gains",
+           "whatif_result", "worst_with_replay", "worth_replaying"]

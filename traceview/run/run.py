@@ -104,7 +104,16 @@ from traceview.run.hang import hang_result
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
 from traceview.run.result import Result, to_pandas
-from traceview.run.replay import replay_of, replay_path, straggler_gains, whatif_result
+from traceview.run.replay import (
+    path_ranks_of,
+    replay_of,
+    replay_path,
+    replay_verdict,
+    straggler_fields,
+    straggler_gains,
+    worst_with_replay,
+    whatif_result,
+)
 from traceview.store import traceset
 from traceview.store import derived
 from traceview.store.traceset import TraceSet
@@ -652,7 +661,9 @@ class Run:
         # one `traceview analyse` computes per rank too
         return self._result("stragglers", {"ranks": self._stragglers,
                                            "alignment": self._alignment_summary(),
-                                           **self._node_verdicts(self._stragglers)},
+                                           **self._node_verdicts(self._stragglers),
+                                           **straggler_fields(self, self._stragglers,
+                                                              slowdowns=True)},
                             main="ranks", uses=("match", "offsets", "p2p"))
 
     def _node_verdicts(self, verdicts: pl.DataFrame | None) -> dict[str, Any]:
@@ -827,6 +838,12 @@ class Run:
         (``traceview.run.replay``); every verdict that reads the replay reads this one."""
         return replay_of(self)
 
+    @cached_property
+    def replay_verdict(self) -> dict[str, Any] | None:
+        """The replay's culprits and pattern, read by every straggler verdict; None where
+        there is nothing worth replaying (``traceview.run.replay.replay_verdict``)."""
+        return replay_verdict(self)
+
     def whatif(self, *scenarios: str) -> Result:
         """The replay's self-check and each scenario's predicted steps (SPECs:
         ``docs/metrics.md``, section *Replay*); main table ``steps``."""
@@ -836,8 +853,9 @@ class Run:
         """The cross-rank critical path: per step ``path_ns`` against ``step_ns``, each rank's
         ``share``, the categories and the top ops on it; main table ``steps``."""
         path = self.path
-        return self._path_result("critical_path", {
-            "ranks": path_ranks(path, self.ranks_table), "steps": path_steps(path),
+        return self._path_result("critical_path", {  # per rank: the replay's path if trusted
+            "ranks": path_ranks_of(self.replay, path_ranks(path, self.ranks_table)),
+            "steps": path_steps(path),
             "categories": path_categories(path), "top_ops": path_top_ops(path, n=top),
             "replay": replay_path(self.replay)},  # the replay's longest path (docs: Replay)
             main="steps")
@@ -877,7 +895,7 @@ class Run:
                          alltoall=self._alltoall if self.has_alltoall else None,
                          host=self.host if self.gpu.height else None, ops=roofline,
                           replayed=straggler_gains(self, verdicts),
-                          bound=self.bound)
+                          bound=self.bound, replay_verdict=self.replay_verdict)
         notes += found.pop("notes")  # a refused MFU
         if len(self.ranks_present) > 1:
             found["node_findings"] = self._node_verdicts(verdicts)["node_findings"]
@@ -970,7 +988,11 @@ class Run:
                 "max_uncertainty_ns": offsets.get_column("uncertainty_ns").max()}
 
     def _worst_straggler(self) -> dict[str, Any]:
-        """The flagged rank with the largest imposed wait, or why there is none."""
+        """The flagged rank with the largest imposed wait, or why there is none; with the
+        replay's culprits and pattern (``traceview.run.replay.worst_with_replay``)."""
+        return worst_with_replay(self, self._heuristic_worst_straggler())
+
+    def _heuristic_worst_straggler(self) -> dict[str, Any]:
         if len(self.ranks_present) < 2:
             return {"rank": None, "reason": "a single rank: no straggler analysis"}
         try:
