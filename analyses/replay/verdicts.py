@@ -141,7 +141,7 @@ def culprits(replay: Replay, gains: pl.DataFrame | None = None) -> dict[str, Any
     named = []
     for rank, per, slow in chosen:
         hit = _few_steps(per)
-        share = per.mean() / mean_step
+        share = per.mean() / mean_step if mean_step > 0 else 0.0
         named.append({
             "rank": rank, "gain_ns_per_step": float(per.mean()), "slowdown": slow,
             "steps": [int(s) for s, h in zip(steps.get_column("step"), hit) if h]

@@ -263,13 +263,16 @@ def path_ranks_of(replay: Replay, measured: pl.DataFrame) -> pl.DataFrame:
     ``measured_share``: the measured path's beside it (what ``traceview export
     --critical-path`` draws).
 
-    An untrusted replay's path is used too (``replay.trusted`` says so): on every multi-rank
+    A replay that reproduced no step (no self-check), or that found no wait at all where the
+    run has cross-rank instances (its graph then holds no cross-rank dependency: GPU-only
+    collectives, whose waits inside the kernels it does not model yet), gives no path: the
+    measured walk's table is kept. An untrusted replay's path is used otherwise (``replay.trusted`` says so): on every multi-rank
     fixture with a flagged straggler (29 runs, 12 untrusted) the replay path's largest share
     is that rank, where the measured path missed it on FSDP2."""
     kept = measured.with_columns(source=pl.lit("path"), measured_path_ns=pl.col("path_ns"),
                                  measured_share=pl.col("share"))
     found = path_ranks(critical_path(replay))
-    if found.height == 0:
+    if found.height == 0 or replay.check.median is None or not _waits_found(replay):
         return kept
     return measured.select("rank", measured_path_ns="path_ns", measured_share="share").join(
         found.select("rank", "path_ns", "share", top_category="top_kind"), on="rank",
@@ -288,6 +291,12 @@ def replay_path(replay: Replay) -> dict[str, Any]:
             "ranks": path_ranks(path).to_dicts(),
             "kinds": path.group_by("kind").agg(ns=pl.col("ns").sum())
             .sort("ns", descending=True).to_dicts()}
+
+
+def _waits_found(replay: Replay) -> bool:
+    """Did the replay find a wait, or is there no cross-rank instance to wait at?"""
+    return replay.graph.instances.height == 0 or bool(
+        (replay.graph.points.get_column("kind") == "wait").any())
 
 
 def graph_counts(replay: Replay) -> dict[str, Any]:
