@@ -21,7 +21,7 @@ Definitions: docs/metrics.md, section "Replay".
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
@@ -42,8 +42,9 @@ from traceview.analyses.replay.whatif import Replay, replay_run, replay_scenario
 from traceview.run.result import Result
 from traceview.schema import GPU_KINDS, RUNTIME_KINDS
 
-if TYPE_CHECKING:
-    from traceview.run.run import Run
+#: A :class:`traceview.run.run.Run`, not imported: run.py imports this module, and the package
+#: has no import cycles (tests/test_layout.py), type-checking ones included.
+Run = Any
 
 #: The rows the graph reads: host ops and annotations, GPU runtime calls (launches and
 #: synchronisations) and GPU work, each with a duration.
