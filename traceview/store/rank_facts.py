@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
-
+from traceview._dependencies import lazy_module
 from traceview.analyses.classify import DEFAULT_PATTERNS, GPU_CATEGORIES
 from traceview.parsers._buffers import dictionary_codes
 from traceview.schema import (
@@ -31,6 +30,10 @@ from traceview.schema import (
     RUNTIME_KINDS,
 )
 from traceview.store.steps import StepsOfRows
+
+#: On first use: ingest.py imports this module, and a summary from the cache needs no numpy
+#: (tests/test_startup.py).
+np = lazy_module("numpy")
 
 
 #: Rows per pass: the temporaries of a pass are reused by the next (on this VM a first-touched
@@ -141,7 +144,7 @@ def rank_facts(steps: StepsOfRows, others: OtherCategories | None = None
     return out
 
 
-_INT64_MAX, _INT64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+_INT64_MAX, _INT64_MIN = (1 << 63) - 1, -(1 << 63)  # numpy's int64 bounds, without importing it
 
 
 def _unlaunched(gpu: np.ndarray, calls: np.ndarray) -> int:
