@@ -78,12 +78,25 @@ def supervised(argv: list[str]) -> int | None:
            "PYTHONPATH": os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH"))
                                          if p)}
     try:
+        # the child goes with this process (a supervisor killed by a timeout leaves no
+        # orphan holding the caller's pipes)
+        from traceview.store.orphans import die_with_parent
+
         child = subprocess.Popen([sys.executable, "-m", "traceview", *argv], env=env,
-                                 stderr=subprocess.PIPE)
+                                 stderr=subprocess.PIPE, preexec_fn=die_with_parent)
     except OSError:  # no memory even for the child: say so
         print(out_of_memory_line(), file=sys.stderr)
         return 2
-    before = signal.signal(signal.SIGTERM, lambda signum, _frame: child.send_signal(signum))
+    def stop(signum: int, _frame: object) -> None:
+        # a child stuck in a native lock (a thread pool that could not start all its threads
+        # under the limit) never runs its Python handler: SIGKILL it if SIGTERM did not do
+        child.send_signal(signum)
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+    before = signal.signal(signal.SIGTERM, stop)
     try:
         # its stderr is read as it comes (a pipe filled would stop it), kept until it ends
         said = child.stderr.read() if child.stderr is not None else b""
