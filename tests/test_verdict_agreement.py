@@ -50,6 +50,12 @@ def _truth() -> dict[str, tuple[int | None, bool]]:
 
 
 TRUTH = _truth()
+#: Disagreements known today (issue 46 stays open on them). Strict: one that is fixed fails
+#: here until it is taken off.
+KNOWN = {
+    "replay/tpsp_stall_r3": "critical-path's largest share is rank 1 (rank 3's DP peer), the "
+                            "other outputs name rank 3 (re-recorded on 2026-12-08)",
+}
 
 
 def named_by_every_output(folder: Path) -> dict[str, int | None]:
@@ -73,7 +79,9 @@ def named_by_every_output(folder: Path) -> dict[str, int | None]:
     }
 
 
-@pytest.mark.parametrize("name", sorted(TRUTH))
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN[n])) if n in KNOWN else n
+    for n in sorted(TRUTH)])
 def test_every_output_names_the_slowed_rank_or_nobody(name: str) -> None:
     folder = DATA / name
     if not folder.is_dir():
