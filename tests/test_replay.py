@@ -108,6 +108,23 @@ def test_a_leaf_op_named_as_a_wait_is_a_wait():
     assert find_waits(ops.head(1), done).get_column("blocked_ns").to_list() == [890_000]
 
 
+def test_a_gap_holding_the_last_arrival_waits_though_the_worker_records_its_end_late():
+    """A busy host's worker thread records the all-reduce's end (12 ms) after the waiting
+    thread already resumed (11 ms): the gap [2, 11) holds the instance's last arrival (4 ms),
+    so it is the wait, not the short stretch of the next step's work that ends near the
+    recorded end ([11.9, 12))."""
+    ops = pl.DataFrame({"rank": [0] * 4, "tid": [1] * 4,
+                        "name": ["ProfilerStep#1", "c10d::allreduce_", "opt", "fwd"],
+                        "ts_ns": [0, 1 * MS, 11 * MS, 11_900_000],
+                        "end_ns": [11_500_000, 2 * MS, 11_400_000, 14 * MS]})
+    done = pl.DataFrame({"instance": ["ar"], "rank": [0], "tid": [2], "end_ns": [12 * MS],
+                         "issued_ns": [1 * MS], "ready_ns": [4 * MS]})
+    assert find_waits(ops, done).select("t_ns", "instance", "blocked_ns").rows() == [
+        (11 * MS, "ar", 9 * MS)]
+    # without the last arrival, the recorded end is all there is: the chance stretch
+    assert find_waits(ops, done.drop("ready_ns")).get_column("t_ns").to_list() == [11_900_000]
+
+
 def test_the_replay_of_the_measured_run_reproduces_it(graph):
     check = self_check(graph, replay_graph(graph))
     assert check.steps.select("step", "measured_ns", "replayed_ns").rows() == [

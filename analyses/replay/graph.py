@@ -116,7 +116,7 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
                                                on=["instance", "rank"], how="anti")),
                         detached])
     launches = _launches(ops)
-    completes = comm.select("instance", "rank", "tid", end_ns="end_ns",
+    completes = comm.select("instance", "rank", "tid", end_ns="end_ns", ready_ns="last",
                             issued_ns=pl.coalesce(
                                 comm.join(issues, on=["instance", "rank"], how="left")
                                 .get_column("issue_ns"), pl.col("arrival_ns")))

@@ -112,8 +112,10 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
     if stretches.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
     tol = max(options.tolerance_ns, options.max_tolerance_ns)
+    # ``ready_ns`` (optional): the earliest the op could complete, its instance's last arrival
+    ready = pl.col("ready_ns") if "ready_ns" in completes.columns else pl.col("end_ns")
     done = completes.select(pl.col("rank").cast(pl.Int32), "instance", c_tid="tid", e="end_ns",
-                            issued="issued_ns")
+                            issued="issued_ns", r=pl.min_horizontal(ready, pl.col("end_ns")))
     # the completions within the tolerance of each stretch's end: by buckets of twice the
     # tolerance (an end probes the two buckets its window spans), linear in the rows
     width = max(2 * tol, 1)
@@ -136,13 +138,18 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
     idle = stretches.filter(pl.col("depth") == 0).join(
         best.select(*q, "b"), on=[*q, "b"], how="anti") \
         if options.late_resumes else stretches.head(0)
+    # (the op could complete from its last arrival on: a backend's worker on a busy host may
+    # record its end after the waiting thread already resumed, so the gap need only hold
+    # the last arrival, the op not complete before the gap)
     inside = idle.sort("b").join_asof(
-        done.sort("e"), left_on="b", right_on="e", by="rank", strategy="backward",
+        done.sort("r"), left_on="b", right_on="r", by="rank", strategy="backward",
         check_sortedness=False).filter(
-        (pl.col("e") > pl.col("a")) & (pl.col("issued") < pl.col("e"))
+        (pl.col("e") > pl.col("a")) & (pl.col("issued") < pl.col("r"))
         & (pl.col("c_tid") != pl.col("tid")))
-    inside = inside.join(best.select(*q, "instance"), on=[*q, "instance"], how="anti")
-    found = pl.concat([best, inside.select(*q, "a", "b", "instance", "issued")])
+    # one wait per op and thread, the longest stretch of either kind (a late-recorded end
+    # also lands near some short stretch of the next step's work)
+    found = pl.concat([best, inside.select(*q, "a", "b", "instance", "issued")]) \
+        .sort(pl.col("b") - pl.col("a"), "b").group_by([*q, "instance"]).last()
     if found.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
     return found.select(
