@@ -3,15 +3,12 @@
 Every gain is a "what if" on the critical path (:mod:`traceview.analyses.critical_path`),
 per step of the path (definitions and a worked example: ``docs/metrics.md``, *Diagnose*):
 
-* ``straggler`` (one per rank): the rank as fast as the median rank. At each collective
-  where the path jumps to it, its stretch on the path (from the collective the path passed
-  before to its arrival: all its own time, or the path would have jumped) would take only
-  the median rank's own time over the same stretch (``path_summary.stretch_own``: the time
-  to its own arrival, less its waits on communication):
-  ``gain = clamp(own_R - median_q own_q, 0, own_R)``. Own time, not arrival times: when the
-  others' arrivals wait for the straggler through earlier collectives (NCCL kernels of one
-  stream run in order), its lead over the second-to-last arrival (``lateness``, in the
-  evidence) hides most of its cost;
+* ``straggler`` (one per rank the straggler analysis flags): the replay's gain of the rank
+  as fast as the typical rank (``rank=R:typical``, ``analyses.replay``: the mean step
+  replayed less the mean step replayed with each of the rank's stretches at the other ranks'
+  median); where there is no replay or it finds no gain, the wait the rank's own time caused
+  per step (``stragglers``' ``caused_wait_per_step_ns``); its lateness on the path is
+  evidence;
 * ``exposed_communication``: communication on the path (transfer and wait) fully hidden
   under compute;
 * the host's time on the path of a GPU rank (the GPU idle; ``path_summary.host_time``), by
@@ -62,7 +59,7 @@ from .flops import PEAK_TABLE, Peak
 from .mfu import ModelSize, model_flops_utilisation
 from .names import short_name
 from .overlap import BOUND_NO_GPU, bound_of
-from .path_summary import host_time, path_categories, path_steps, stretch_own
+from .path_summary import host_time, path_categories, path_steps
 from .replay.findings import culprit_evidence, replay_findings
 from .roofline_finding import roofline_finding
 from .run_bound import bound_phrase
@@ -258,8 +255,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     pairs); ``alltoall``: the all-to-all answer (``alltoall.alltoall``), when the run has
     any; ``ops``: ``analyses.ops.ops`` rows by shape (the roofline finding; None: none);
     ``replayed``: per straggler rank, the replay's gain of making it typical and whether the
-    replay is trusted (``analyses.replay``): the straggler's gain, the path's estimate beside
-    it as evidence (None: the path's estimate); ``replay_verdict``: the replay's culprits
+    replay is trusted (``analyses.replay``): the straggler's gain (None: no replay, the wait
+    the rank caused stands in); ``replay_verdict``: the replay's culprits
     (``replay.verdicts.culprits``, with ``not_reproduced``), whose several stragglers,
     intermittent and moving stalls are findings where the straggler analysis flags nobody
     (``replay.findings``);
@@ -272,7 +269,7 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     owned_dtypes = op_dtypes(ops)
     found: list[dict[str, Any]] = []
     causes = (replay_verdict or {}).get("not_reproduced") or []
-    found += _stragglers(path, collective_rows, stragglers, n_steps, step_ns, replayed, causes)
+    found += _stragglers(path, collective_rows, stragglers, n_steps, replayed, causes)
     for f in found:  # the replay's other culprits, beside the flagged one
         f["evidence"] += culprit_evidence(replay_verdict, f["rank"])
     flagged = [] if stragglers is None or "flagged" not in stragglers.columns else \
@@ -417,17 +414,17 @@ def _with_severity(f: dict[str, Any]) -> dict[str, Any]:
 # --- the findings ----------------------------------------------------------------------------
 
 def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame | None,
-                n_steps: int, step_ns: int | None,
-                replayed: dict[int, tuple[float, bool]] | None = None,
+                n_steps: int, replayed: dict[int, tuple[float, bool]] | None = None,
                 causes: list[str] | None = None) -> list[dict[str, Any]]:
     """The straggler finding, severity high, for the rank the straggler analysis flags
     (``analyses.stragglers`` on the dependency graph), and for no other rank: one answer
     everywhere (an unsure lead stays in ``stragglers``, with its low confidence). Its gain is
-    what the path's jumps to it would lose were it as fast as the median rank; where the path
-    does not jump to it, the wait its own time caused per step. Where the replay is trusted
-    and its ``typical`` replay difference for the rank (``replayed``) is a gain, that is the
-    finding's gain and the path's estimate is evidence (issue 46); an untrusted replay leaves
-    the path's estimate, with what does not reproduce (``causes``) in the evidence."""
+    the replay's (issue 46): the mean step replayed less the mean step replayed with the rank
+    typical (``replayed``), trusted or not (an untrusted replay's evidence names what does not
+    reproduce, ``causes``). Where there is no replay, or it finds no gain (a dependency it
+    does not see, as a collective whose group the matcher could not tell), the wait the
+    rank's own time caused per step (the straggler analysis's figure) stands in, and the
+    evidence says so."""
     named = [] if verdicts is None else verdicts.filter(pl.col("flagged")).to_dicts()
     if not named:
         return []
@@ -439,32 +436,27 @@ def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame |
         if rows.height else pl.DataFrame(schema={"instance": pl.String, "last_rank": pl.Int32,
                                                  "lateness_ns": pl.Int64})
     on_path = jumps.join(late, on="instance").filter(pl.col("to_rank") == pl.col("last_rank"))
-    per_rank = {r["rank"]: r for r in on_path.join(
-        jump_gains(path, rows), on="instance", how="left").group_by("to_rank").agg(
-        jumps=pl.len(), late_ns=pl.col("lateness_ns").sum(),
-        gain_ns=pl.col("gain_ns").fill_null(0).sum()).rename({"to_rank": "rank"}).to_dicts()} \
-        if on_path.height else {}
+    per_rank = {r["rank"]: r for r in on_path.group_by("to_rank").agg(
+        jumps=pl.len(), late_ns=pl.col("lateness_ns").sum()).rename(
+        {"to_rank": "rank"}).to_dicts()}
     share = _rank_shares(path)
     causes = causes or []
     out = []
     for verdict in named:
         rank = verdict["rank"]
-        hops = per_rank.get(rank, {"jumps": 0, "late_ns": 0, "gain_ns": 0})
-        path_gain = int(hops["gain_ns"]) // n_steps or \
-            int(verdict.get("caused_wait_per_step_ns") or 0)
+        hops = per_rank.get(rank, {"jumps": 0, "late_ns": 0})
+        caused = int(verdict.get("caused_wait_per_step_ns") or 0)
         replay_gain, trusted = replayed.get(rank, (None, False)) if replayed else (None, False)
-        # the replay's difference is the gain (issue 46) where the replay reproduces the run
-        # and finds the rank costs time; else the path's estimate stays (a replay that does
-        # not reproduce, or a `typical` that slows the run, has no gain to give)
-        replay_gain_kept = replay_gain is not None and trusted and replay_gain > 0
-        gain = int(round(replay_gain)) if replay_gain_kept else path_gain
+        replay_gain_kept = replay_gain is not None and replay_gain > 0
+        gain = int(round(replay_gain)) if replay_gain_kept else caused
         top = _top_op(path, rank)
         evidence = [
             _ev("lateness_on_path_ns_per_step", int(hops["late_ns"]) // n_steps, "ns"),
             _ev("jumps_to_rank_per_step", hops["jumps"] / n_steps, "count"),
             _ev("path_share", share.get(rank), "ratio"),
             _ev("flagged_by_stragglers", 1.0, "bool"),
-            _ev("caused_wait_per_step_ns", verdict.get("caused_wait_per_step_ns"), "ns"),
+            _ev("caused_wait_per_step_ns", verdict.get("caused_wait_per_step_ns"), "ns",
+                None if replay_gain_kept else "the finding's gain: the replay has none to give"),
             _ev("confidence_score", verdict.get("confidence_score"), "ratio",
                 verdict.get("confidence")),
             _ev("evidence_steps", len(verdict.get("evidence_steps") or []), "count",
@@ -479,8 +471,6 @@ def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame |
             evidence.append(_ev("step_ratio", verdict["step_ratio"], "ratio"))
         if top is not None:
             evidence.append(_ev("top_op_on_path_ns_per_step", top[1] // n_steps, "ns", top[0]))
-        evidence.append(_ev("path_gain_ns_per_step", path_gain, "ns",
-                            "the path's jumps to the rank, were it the median rank"))
         if replay_gain is not None:
             evidence.append(_ev("replay_gain_ns_per_step", int(round(replay_gain)), "ns",
                                 "replayed with the rank typical" +
@@ -492,25 +482,13 @@ def _stragglers(path: CriticalPath, rows: pl.DataFrame, verdicts: pl.DataFrame |
         out.append({
             "id": "straggler", "rank": rank, "gain_ns_per_step": gain, "keep": True,
             "title": (f"Rank {rank} holds the others back: its own time causes "
-                      f"{_time(int(verdict.get('caused_wait_per_step_ns') or 0))} of waiting "
-                      f"per step, {_time(gain)} per step "
-                      f"{'replayed' if replay_gain_kept else 'on the path'}{what}"),
+                      f"{_time(caused)} of waiting per step"
+                      + (f", {_time(gain)} per step replayed" if replay_gain_kept else "")
+                      + what),
             "evidence": evidence, "min_severity": "high",
             "recommendation": RECOMMENDATIONS["straggler"].format(rank=rank),
         })
     return out
-
-
-def jump_gains(path: CriticalPath, collective_rows: pl.DataFrame) -> pl.DataFrame:
-    """``instance, gain_ns``: what each jump of the path would lose were its last arriver as
-    fast as the median rank (module docstring)."""
-    st = stretch_own(path, collective_rows)
-    last = st.filter(pl.col("rank") == pl.col("to_rank")).select("instance", "own_ns")
-    others = st.filter(pl.col("rank") != pl.col("to_rank")).group_by("instance").agg(
-        median_own_ns=pl.col("own_ns").median())
-    gain = (pl.col("own_ns") - pl.col("median_own_ns")).clip(0)
-    return last.join(others, on="instance").select(
-        "instance", gain_ns=pl.min_horizontal(gain, "own_ns").round(0).cast(pl.Int64))
 
 
 def _rank_shares(path: CriticalPath) -> dict[int, float]:

@@ -116,42 +116,6 @@ def host_time(path: CriticalPath, gaps: pl.DataFrame | None,
         .sort("path_ns", "category", "name", descending=[True, False, False], nulls_last=True)
 
 
-def stretch_own(path: CriticalPath, collective_rows: pl.DataFrame) -> pl.DataFrame:
-    """For each jump of the path (``instance``, to the last arriver ``to_rank``), every rank's
-    *stretch*: from where the last arriver's own stretch on the path began (its end of the
-    collective the path passed before, or the path's start) to the rank's arrival at this
-    collective, and ``own_ns``: the stretch's time less the rank's waits on communication
-    (``CriticalPath.waits``). Columns: ``instance, to_rank, rank, stretch_start_ns,
-    arrival_ns, own_ns``."""
-    seg = path.segments
-    jumps = seg.filter(pl.col("kind") == "transfer").select("instance", "to_rank")
-    if jumps.height == 0:
-        return pl.DataFrame(schema={"instance": pl.String, "to_rank": pl.Int32,
-                                    "rank": pl.Int32, "stretch_start_ns": pl.Int64,
-                                    "arrival_ns": pl.Int64, "own_ns": pl.Int64})
-    start = int(seg.get_column("start_ns").min())
-    rows = collective_rows.select(pl.col("instance").cast(pl.String),
-                                  pl.col("rank").cast(pl.Int32), "arrival_ns", "end_ns")
-    # the last arriver's stretch starts at its end of the collective the path passed before
-    begins = (jumps.with_columns(prev=pl.col("instance").shift(1))
-              .join(rows.select("instance", "rank", _from="end_ns"),
-                    left_on=["prev", "to_rank"], right_on=["instance", "rank"], how="left")
-              .select("instance", "to_rank", _from=pl.col("_from").fill_null(start)))
-    stretch = (begins.join(rows, on="instance")
-               .select("instance", "to_rank", "rank",
-                       stretch_start_ns=pl.min_horizontal("_from", "arrival_ns"),
-                       arrival_ns="arrival_ns")
-               .with_row_index("_stretch"))
-    inside = clip(path.waits, stretch.select("rank", "_stretch",
-                                             window_start_ns="stretch_start_ns",
-                                             window_end_ns="arrival_ns"),
-                  by=["rank"], window_keys=["_stretch"])
-    waited = inside.group_by("_stretch").agg(_wait=(pl.col("end_ns") - pl.col("ts_ns")).sum())
-    return stretch.join(waited, on="_stretch", how="left").with_columns(
-        own_ns=(pl.col("arrival_ns") - pl.col("stretch_start_ns")
-                - pl.col("_wait").fill_null(0)).cast(pl.Int64)).drop("_stretch", "_wait")
-
-
 def path_warnings(path: CriticalPath, collective_rows: pl.DataFrame, *,
                   world_size: int | None = None, ranks: int | None = None) -> list[str]:
     """What limits the path's answer: ranks of the job not in the trace (``world_size``

@@ -21,7 +21,7 @@ import pytest
 import traceview
 from test_critical_path import cpu_run, gpu_run
 from tests.conftest import CORPUS, absent
-from traceview.analyses.diagnose import ModelSize, diagnose, jump_gains
+from traceview.analyses.diagnose import ModelSize, diagnose
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"
 
@@ -36,8 +36,6 @@ def test_gains_by_hand_and_their_order() -> None:
     assert res["step_ns"] == 975
     assert _rows(res) == [("exposed_communication", None, "high", 100),
                           ("bound", None, "info", None)]
-    gains = dict(jump_gains(run.path, run.collective_ranks).rows())
-    assert sorted(gains.values()) == [400, 500]  # per step (2 steps): rank 0 200, rank 1 250
     # a CPU-only run: host-bound, no GPU share (as summary and overlap); its ops are the
     # host's time on the path
     assert res["bound"] == {"bound": "host-bound", "bound_share": None, "shares": {},
@@ -47,10 +45,18 @@ def test_gains_by_hand_and_their_order() -> None:
 
 def test_a_flagged_straggler_is_high_severity() -> None:
     run = cpu_run()
-    flagged = pl.DataFrame({"rank": [1, 0], "flagged": [True, False]})
+    flagged = pl.DataFrame({"rank": [1, 0], "flagged": [True, False],
+                            "caused_wait_per_step_ns": [250, 0]})
     out = diagnose(run.path, collective_rows=run.collective_ranks, stragglers=flagged)
     top = out["findings"].row(0, named=True)
     assert (top["id"], top["rank"], top["severity"]) == ("straggler", 1, "high")
+    # no replay given: the wait its own time caused (the straggler analysis's) is the gain
+    assert top["gain_ns_per_step"] == 250
+    # a replay's gain is the gain (issue 46), trusted or not; one that finds none is not
+    for replayed, gain in (((180.0, False), 180), ((-40.0, True), 250)):
+        again = diagnose(run.path, collective_rows=run.collective_ranks, stragglers=flagged,
+                         replayed={1: replayed})["findings"].row(0, named=True)
+        assert (again["id"], again["gain_ns_per_step"]) == ("straggler", gain)
     assert top["title"].startswith("Rank 1 holds the others back")
     evidence = {e["metric"]: (e["value"], e["text"]) for e in top["evidence"]}
     assert evidence["lateness_on_path_ns_per_step"] == (250.0, None)
@@ -60,8 +66,7 @@ def test_a_flagged_straggler_is_high_severity() -> None:
 
 
 def test_gpu_launch_gain_and_mfu() -> None:
-    """GPU timeline of test_critical_path: at the one all-reduce rank 1's stretch [0,700) is
-    700 ns of its own time, rank 0's [0,300) 300: gain 400; the path spends 30 ns launching
+    """GPU timeline of test_critical_path: the path spends 30 ns launching
     while the GPU idles (3% of the 1000 ns step: medium); sgemm holds 600 ns of the path (a
     matrix-multiply family, no gain) and elementwise 100 (10%). MFU: 6 x 1e6 params x 1e3
     tokens = 6e9 FLOP per 1 us step on 2 devices of 989.5 TFLOP/s (H100 SXM, bf16) = 3e15
@@ -69,7 +74,6 @@ def test_gpu_launch_gain_and_mfu() -> None:
     1.979e9 FLOP, i.e. 330 tokens of 6e6 FLOP each."""
     run = gpu_run()
     res = run.diagnose(params=1e6, tokens_per_step=1e3, device="NVIDIA H100 80GB HBM3")
-    assert dict(jump_gains(run.path, run.collective_ranks).rows()).popitem()[1] == 400
     assert _rows(res) == [("exposed_communication", None, "high", 100),
                           ("launch_bound", None, "medium", 30),
                           ("kernels", None, "medium", None), ("kernels", None, "medium", None),
@@ -157,7 +161,9 @@ def test_real_balanced_runs_have_no_high_straggler(name: str) -> None:
 def test_synthetic_nccl_slow_rank_gain_is_the_injected_delay(tmp_path: Path) -> None:
     """The fast ranks wait for rank 5 inside their NCCL kernels, and their later buckets wait
     on the earlier ones (one stream): at the exposed last bucket rank 5 leads the others by
-    only ~0.7 ms. Its own time in the stretch exceeds theirs by the full 3 ms."""
+    only ~0.7 ms. The gain is the replay's (rank 5 typical): 2.74 ms, within the issue's
+    prediction bar (10%) of the 3 ms injected, though the replay is not trusted on this GPU
+    run (16% replay error: the waits inside NCCL kernels are not in its graph yet)."""
     from fixtures.synthetic import SyntheticSpec, generate
 
     generate(SyntheticSpec(world_size=8, steps=4, seed=9, slow_rank=5,
@@ -166,7 +172,7 @@ def test_synthetic_nccl_slow_rank_gain_is_the_injected_delay(tmp_path: Path) -> 
     slow = traceview.open(tmp_path / "slow", cache=False)
     first = slow.diagnose()["findings"].row(0, named=True)
     assert (first["id"], first["rank"], first["severity"]) == ("straggler", 5, "high")
-    assert abs(first["gain_ns_per_step"] - 3_000_000) < 0.05 * 3_000_000
+    assert abs(first["gain_ns_per_step"] - 3_000_000) < 0.10 * 3_000_000
     path = slow.critical_path()
     assert path["ranks"].get_column("rank")[0] == 5
     assert path["steps"].get_column("coverage").min() > 0.95
@@ -206,26 +212,6 @@ def test_gpu_gap_causes_on_the_path() -> None:
         "high", "medium", "high", "high", "high"]
     assert res["bound"]["path"] == "compute"
     assert "num_workers" in res["findings"].row(0, named=True)["recommendation"]
-
-
-def test_a_straggler_slowed_on_the_host_without_an_op() -> None:
-    """Rank 1's host sleeps with nothing recorded (a bare time.sleep): it launches sgemm only
-    at 490 (sgemm [500,700)), NCCL [700,800). Rank 0: sgemm [100,300), NCCL [300 ... 800).
-    Rank 1's stretch [0,700) is all its own time (no communication in flight): 700; rank 0's
-    [0,300): 300. Gain 400, though rank 1's GPU computes no more than rank 0's."""
-    from gpu_trace_helpers import frame, kernel, launch, step
-
-    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
-    rows = []
-    for rank, (at, sgemm_at, dur) in enumerate([(90, 100, 200), (490, 500, 200)]):
-        rows += [step(1, 0, 1000, rank=rank),
-                 {**launch(at, 5, 1, rank=rank), "pid": rank + 1},
-                 {**launch(at + 5, 5, 2, rank=rank), "pid": rank + 1},
-                 kernel("sgemm", sgemm_at, dur, corr=1, rank=rank),
-                 kernel(nccl, sgemm_at + dur, 800 - sgemm_at - dur, corr=2, rank=rank,
-                        stream=20, bytes=4096, group_size=2)]
-    run = traceview.Run.from_events(frame(rows), align="none")
-    assert dict(jump_gains(run.path, run.collective_ranks).rows()).popitem()[1] == 400
 
 
 # --- real GPU traces of the corpus: the TensorBoard plugin's ResNet-50 samples ---------------
