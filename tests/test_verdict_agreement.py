@@ -53,8 +53,12 @@ TRUTH = _truth()
 #: Disagreements known today (issue 46 stays open on them). Strict: one that is fixed fails
 #: here until it is taken off.
 KNOWN = {
+    # the collective matcher cannot tell the DP all-reduce's group ("fits 3 group layouts"),
+    # so the replay has no dependency on it: rank 1's 40 ms wait there is replayed as its
+    # own work and the replay's longest path runs through it (a matching problem, not a
+    # wait the replay's graph misses)
     "replay/tpsp_stall_r3": "critical-path's largest share is rank 1 (rank 3's DP peer), the "
-                            "other outputs name rank 3 (re-recorded on 2026-12-08)",
+                            "other outputs name rank 3: the DP all-reduce's group is unresolved",
 }
 
 
