@@ -121,8 +121,8 @@ def straggler_gains(run: Run, verdicts: pl.DataFrame | None
                     ) -> dict[int, tuple[float, bool]] | None:
     """Per rank the straggler analysis flags, the replay's gain of making it typical and
     whether the replay is trusted: ``diagnose``'s straggler gain (one replay per flagged
-    rank). None when nothing is flagged or the replay cannot be built (diagnose keeps the
-    path's estimate)."""
+    rank). None when nothing is flagged or the replay cannot be built (diagnose then gives
+    the wait the rank caused, the straggler analysis's figure)."""
     if verdicts is None or "flagged" not in verdicts.columns:
         return None
     flagged = verdicts.filter(pl.col("flagged")).get_column("rank").to_list()
@@ -130,7 +130,7 @@ def straggler_gains(run: Run, verdicts: pl.DataFrame | None
         return None
     try:
         replay = run.replay
-    except Exception:  # noqa: BLE001 - a partial answer: diagnose keeps the path's estimate
+    except Exception:  # noqa: BLE001 - a partial answer: diagnose gives the caused wait
         return None
     if replay.check.steps.height == 0:
         return None
