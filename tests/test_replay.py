@@ -125,6 +125,29 @@ def test_a_gap_holding_the_last_arrival_waits_though_the_worker_records_its_end_
     assert find_waits(ops, done.drop("ready_ns")).get_column("t_ns").to_list() == [11_900_000]
 
 
+def test_an_issue_is_the_latest_dispatcher_call_of_any_kind_before_the_arrival():
+    """Rank 0 issued an all-reduce at 0 whose op (2-50) no instance holds (a group the matcher
+    could not tell), then a reduce-scatter at 60 that gloo runs as an all-reduce (62): with
+    one call more than ops, the FIFO pairing cannot hold; the op's issue is the latest
+    dispatcher call before it, of whatever kind (not the all-reduce 62 ms earlier)."""
+    ops = pl.DataFrame({
+        "rank": [0, 0, 0, 0, 1, 1], "tid": [1, 2, 1, 3, 1, 3],
+        "name": ["c10d::allreduce_", "gloo:all_reduce", "c10d::_reduce_scatter_base_",
+                 "gloo:all_reduce", "c10d::_reduce_scatter_base_", "gloo:all_reduce"],
+        "ts_ns": [0, 2 * MS, 60 * MS, 62 * MS, 60 * MS, 61 * MS],
+        "end_ns": [1 * MS, 50 * MS, 61 * MS, 70 * MS, 61 * MS, 70 * MS],
+        "collective": ["all_reduce", "all_reduce", "reduce_scatter", "all_reduce",
+                       "reduce_scatter", "all_reduce"]})
+    comm = pl.DataFrame({"instance": ["x", "x"], "rank": [0, 1], "collective": "all_reduce",
+                         "name": "gloo:all_reduce", "arrival_ns": [62 * MS, 61 * MS],
+                         "end_ns": [70 * MS, 70 * MS]})
+    g = build_graph(ops, comm)
+    assert g.points.filter(pl.col("kind") == "issue").select("rank", "t_ns").rows() == [
+        (0, 60 * MS), (1, 60 * MS)]
+    assert g.edges.filter(pl.col("kind") == "issue").get_column("lag_ns").to_list() == [
+        2 * MS, 1 * MS]
+
+
 def test_the_replay_of_the_measured_run_reproduces_it(graph):
     check = self_check(graph, replay_graph(graph))
     assert check.steps.select("step", "measured_ns", "replayed_ns").rows() == [
