@@ -168,7 +168,8 @@ def predicted_mean_ms(name: str, spec: str) -> float:
 #: ddp8: 15.0 against 22.8 ms); two slow ranks of four, whose median over all ranks is half
 #: slow (ddp1b_stall_r1_r3, ``ranks=all``); a DP all-reduce whose group the collective matcher
 #: cannot tell (tpsp: "fits 3 group layouts"), so the replay has no dependency on it; a GIL
-#: thread (no sync point); the pipeline's replay error (pp1f1b: p90 38%).
+#: thread, whose busy core slows the other ranks too (contention again: their compute 2.8
+#: against 2.0 ms in the twin); the pipeline's replay error (pp1f1b: p90 38%).
 TYPICAL_MISSES = {
     "ddp1b_gil_r3": "15.0 ms predicted vs the twin's 11.5 ms (+30.8%)",
     "ddp1b_stall_r2": "9.8 ms predicted vs the twin's 11.5 ms (-15.0%)",
@@ -221,7 +222,7 @@ SLOWNESS_FINDINGS = ["straggler", "several_stragglers", "intermittent_stall", "m
 #: Where diagnose's gain misses today (measured as TYPICAL_MISSES; strict, as they are): the
 #: contention the replay does not model (ddp8: 8 ranks on 2 cores, a 30 ms sleep costs the
 #: run 10.8 ms; fsdp2: rank 1's extra matmuls slow the others' work too, so theirs is no
-#: typical), and the GIL thread, which slows rank 3 without a sync point to replay.
+#: typical; the GIL thread's busy core slows the others too).
 DIAGNOSE_MISSES = {
     "ddp1b_gil_r3": "8.9 ms per step vs the twins' 12.4 ms (-28%)",
     "ddp8_stall_r5": "23.2 ms per step vs the twins' 10.8 ms (+115%)",
