@@ -15,8 +15,11 @@ complete when it began, is a **wait** on that op: the thread resumes at the op's
 Its blocked part runs from the later of the stretch's start and the op's issue to the
 stretch's end. A gap (no op of the thread running but its step marker) that a completion falls inside is a wait
 on the latest such op too, however late the thread resumed (a descheduled thread on an
-oversubscribed host): the replay keeps the resume delay as the wait's lag. Where several ops complete near one stretch end, the latest is the one waited
-for; where one completion ends several stretches of a thread, the longest is the wait.
+oversubscribed host): the replay keeps the resume delay as the wait's lag. So is a gap that
+holds the op's last arrival (``ready_ns``: it could complete from then on) with the op not
+complete before the gap: a backend's worker on a busy host records its end after the
+waiting thread already resumed. Where several ops complete near one stretch end, the latest is the one waited
+for; where one op ends several stretches of a thread, the longest is the wait.
 
 A leaf op's whole body (an op with nothing inside it) is its own work, not a wait, unless its
 name says it waits (``WaitOptions.wait_op_pattern``: ``aten::wait``, ``c10d::``, a
@@ -77,7 +80,8 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
                options: WaitOptions = WaitOptions()) -> pl.DataFrame:
     """One row per wait (``WAIT_SCHEMA``): the thread, the resume time ``t_ns``, the
     instance waited on and the blocked time. ``ops``: ``rank, tid, name, ts_ns, end_ns``;
-    ``completes``: ``instance, rank, tid, end_ns, issued_ns`` of the communication ops."""
+    ``completes``: ``instance, rank, tid, end_ns, issued_ns`` (and optionally ``ready_ns``,
+    the instance's last arrival) of the communication ops."""
     if ops.height == 0 or completes.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
     q = ["rank", "tid"]
