@@ -195,6 +195,16 @@ def test_cli_option_and_bad_files(capsys, tmp_path) -> None:
     assert "bad.json" in err and "Traceback" not in err
 
 
+def test_two_capture_files_are_read_together(tmp_path) -> None:
+    # two files of one process (no rank in either), each a capture with the same ops: the
+    # replays take them in turn, as two captures of one file
+    first = _capture_trace(tmp_path / "capture_a.json", _window(0, 10))
+    second = _capture_trace(tmp_path / "capture_b.json", _window(5_000, 30))
+    run = traceview.open(_replay_trace(tmp_path / "replay.json"), graph_capture=[first, second])
+    assert _by_name(run)["aten::add"] == (2, 11_000, 11_000)
+    assert not [w for w in run.ops().warnings if "graph" in w]
+
+
 @pytest.mark.parametrize("given", ["one", "tuple"])
 def test_api_takes_one_path_or_several(tmp_path, given) -> None:
     capture = _capture_trace(tmp_path / "capture.json", _window(0, 10))

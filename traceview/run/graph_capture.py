@@ -30,7 +30,10 @@ def attribute_replays(events: pl.LazyFrame, instances: pl.DataFrame, kernels: pl
     if replayed.height == 0:
         return instances, kernels, []
     named = ", ".join(str(p) for p in paths)
-    captures = read_captures(traceset.open(list(paths)).events, modelled=modelled)
+    # each file alone: two captures of one process need no rank map to be read together
+    captured = pl.concat([traceset.open(path).events for path in paths],
+                         how="vertical_relaxed")
+    captures = read_captures(captured, modelled=modelled)
     if captures.launches.height == 0:
         return instances, kernels, [
             f"ops: {named} holds no stream capture (no *StreamBeginCapture* .. "
