@@ -230,8 +230,9 @@ KERNEL_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
      "Memory-bound elementwise kernels: fuse them (torch.compile), use foreach/fused "
      "optimisers (fused=True), avoid extra casts and copies."),
     ("other", "Other", r".",
-     "Look at the top kernels with Nsight Compute (ncu): occupancy, memory throughput, "
-     "tensor-core use."),
+     "Look at the top kernels with a kernel profiler (Nsight Compute, ncu, on NVIDIA GPUs; "
+     "rocprof-compute on AMD GPUs): occupancy, memory throughput, tensor-core (matrix-core) "
+     "use."),
 )
 
 

@@ -162,3 +162,11 @@ def test_an_unnamed_fp8_gemm_is_read_from_its_ops_input_types() -> None:
     gemm = _finding(run.diagnose(), "kernels", "gemm")
     assert "already run in fp8" in gemm["recommendation"]
     assert "autocast" not in gemm["recommendation"]
+
+
+def test_other_kernels_are_sent_to_either_vendors_kernel_profiler() -> None:
+    """One unknown kernel [20,1000) holds the path: the fix names Nsight Compute and AMD's
+    rocprof-compute (an MI300X trace was told to use ncu)."""
+    res = _one_step([("mystery_kernel", 20, 980)]).diagnose()
+    fix = _finding(res, "kernels", "other")["recommendation"]
+    assert "ncu" in fix and "rocprof-compute" in fix
