@@ -372,7 +372,8 @@ def captured_op_times(replayed: pl.DataFrame, pairs: pl.DataFrame, captures: Cap
     gives them: one instance per (replay, captured owner op), ``op_idx`` from
     ``first_idx`` on; ``kernels`` one row per attributed event, ``graph_replayed`` true, with
     the captured launch's and op's times (``launch_ts_ns`` .. ``op_end_ns``, the capture's
-    clock)."""
+    clock) and ``_event`` (its row in ``replayed``). An event whose captured launch lies in
+    no op is left out (it stays unattributed)."""
     tree = captures.tree
     rows = tree.rows
     launch = ["rank", "correlation"]
@@ -417,7 +418,8 @@ def captured_op_times(replayed: pl.DataFrame, pairs: pl.DataFrame, captures: Cap
         "op_idx", launch_op_idx=pl.lit(None, pl.UInt32), name="name", dur_ns="dur_ns",
         launch_ts_ns=pl.Series(ts[launch_row]), launch_end_ns=pl.Series(end[launch_row]),
         op_ts_ns=pl.Series(ts[launch_op]), op_end_ns=pl.Series(end[launch_op]),
-        graph_replayed=pl.lit(True), rank="rank", correlation="correlation", ts_ns="ts_ns")
+        graph_replayed=pl.lit(True), rank="rank", correlation="correlation", ts_ns="ts_ns",
+        _event="_event")
     return instances, kernels
 
 

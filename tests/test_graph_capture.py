@@ -205,6 +205,19 @@ def test_two_capture_files_are_read_together(tmp_path) -> None:
     assert not [w for w in run.ops().warnings if "graph" in w]
 
 
+def test_a_captured_launch_outside_every_op_stays_unattributed(tmp_path) -> None:
+    # the capture's copy was called outside any op: its replayed copies have no owner and
+    # stay in the kernels table, unattributed (2 of 1 µs), the others are charged
+    window = [e for e in _window(0, 10) if e["name"] != "aten::copy_"]
+    capture = _capture_trace(tmp_path / "capture.json", window)
+    run = traceview.open(_replay_trace(tmp_path / "replay.json"), graph_capture=capture)
+    assert "aten::copy_" not in _by_name(run) and _by_name(run)["aten::mm"][0] == 2
+    _, kernels = run.op_instances
+    left = kernels.filter(pl.col("graph_replayed") & pl.col("op_idx").is_null())
+    assert left.get_column("name").to_list() == ["Memcpy DtoD (Device -> Device)"] * 2
+    assert any("2 GPU events (0.002 ms) were replayed" in w for w in run.ops().warnings)
+
+
 @pytest.mark.parametrize("given", ["one", "tuple"])
 def test_api_takes_one_path_or_several(tmp_path, given) -> None:
     capture = _capture_trace(tmp_path / "capture.json", _window(0, 10))

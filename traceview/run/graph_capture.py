@@ -43,7 +43,9 @@ def attribute_replays(events: pl.LazyFrame, instances: pl.DataFrame, kernels: pl
     first = int(instances.get_column("op_idx").max() or 0) + 1 if instances.height else 0
     first = max(first, int(kernels.get_column("launch_op_idx").max() or 0) + 1)
     new_instances, new_kernels = captured_op_times(ordered, pairs, captures, first_idx=first)
-    left = ordered.join(pairs.select("_event"), on="_event", how="anti")
+    # matched events whose captured launch lies in no op stay unattributed too
+    left = ordered.join(new_kernels.select("_event"), on="_event", how="anti")
+    new_kernels = new_kernels.drop("_event")
     kept = kernels.filter(~(pl.col("graph_replayed") & pl.col("op_idx").is_null()))
     out_kernels = pl.concat([kept, new_kernels,
                              left.select(*[c for c in kernels.columns if c in left.columns])],
