@@ -242,7 +242,8 @@ def match_replays(replayed: pl.DataFrame, captures: Captures,
     rep_sig = rep_sig.with_columns(_cap_rank=pl.when(pl.col("rank").is_in(list(cap_ranks)))
                                    .then(pl.col("rank")).otherwise(pl.lit(None, pl.Int32)))
     cands = pl.concat([
-        rep_sig.join(cap_sig.filter(f), left_on=[sig, "n"], right_on=["sig", "cap_n"])
+        rep_sig.join(cap_sig.filter(f).drop("cap_order"), left_on=[sig, "n"],
+                     right_on=["sig", "cap_n"])
         for f, sig in ((pl.col("named"), "sig_name"), (~pl.col("named"), "sig_kind"))],
         how="diagonal_relaxed").filter(pl.col("_cap_rank").is_null()
                                        | (pl.col("_cap_rank") == pl.col("cap_rank")))
@@ -310,14 +311,16 @@ def _replay_ids(rep: pl.DataFrame) -> pl.DataFrame:
 def _fewer_nodes(missing: pl.DataFrame, rep: pl.DataFrame, cap: pl.DataFrame,
                  cap_sig: pl.DataFrame) -> pl.DataFrame:
     """Replays that are a named capture less a few launches (``MISSING_NODES``), matched in
-    order: each distinct node sequence is aligned once (a greedy walk along the capture),
-    and every replay of that sequence takes the alignment."""
+    order: each distinct (node sequence, capture) is aligned once (a greedy walk along the
+    capture), and every replay of that sequence takes the alignment. A replay two captures
+    fit is left out (no blend, no guess)."""
     schema = {"_replay": pl.UInt32, "_event": pl.UInt32, "capture": pl.Int64,
               "capture_seq": pl.Int64}
-    named = cap_sig.filter(pl.col("named"))
+    named = cap_sig.filter(pl.col("named")).select("capture", "cap_rank", "cap_n", "cap_order")
     if missing.height == 0 or named.height == 0:
         return pl.DataFrame(schema=schema)
-    cands = (missing.join(named, how="cross")
+    cands = (missing.select("_replay", "order", "n", "_cap_rank")
+             .join(named.drop("cap_order"), how="cross")
              .filter((pl.col("_cap_rank").is_null() | (pl.col("_cap_rank") == pl.col("cap_rank")))
                      & (pl.col("cap_n") > pl.col("n"))
                      & (pl.col("cap_n") - pl.col("n")
@@ -325,31 +328,30 @@ def _fewer_nodes(missing: pl.DataFrame, rep: pl.DataFrame, cap: pl.DataFrame,
                                              .floor().cast(pl.Int64)))))
     if cands.height == 0:
         return pl.DataFrame(schema=schema)
-    sequences = (rep.filter(pl.col("_replay").is_in(cands.get_column("_replay").implode()))
-                 .sort("seq").group_by("_replay", maintain_order=True)
-                 .agg(_codes=pl.col("_by_name"), _events=pl.col("_event")))
-    cands = cands.join(sequences, on="_replay")
-    aligned: dict[tuple[int, int], list[int] | None] = {}
-    out: list[pl.DataFrame] = []
-    found: dict[int, list[tuple[int, list[int]]]] = {}
-    # per distinct (replay sequence, capture): a Python walk over one capture's launches,
-    # done once however many replays share the sequence
-    for replay, order, capture, codes, capture_codes in cands.select(
-            "_replay", "order", "capture", "_codes", "cap_order").iter_rows():
-        key = (order, capture)
-        if key not in aligned:
-            aligned[key] = _subsequence(codes, capture_codes)
-        if aligned[key] is not None:
-            found.setdefault(replay, []).append((capture, aligned[key]))
-    events = dict(sequences.select("_replay", "_events").iter_rows())
-    for replay, options in found.items():
-        if len(options) != 1:
-            continue  # two captures fit: no blend, no guess
-        capture, positions = options[0]
-        out.append(pl.DataFrame({"_replay": [replay] * len(positions),
-                                 "_event": events[replay], "capture": [capture] * len(positions),
-                                 "capture_seq": positions}, schema=schema))
-    return pl.concat(out) if out else pl.DataFrame(schema=schema)
+    # one replay's codes per distinct sequence, and each distinct (sequence, capture) walked
+    # once in Python: a few graphs, however many replays
+    first = cands.group_by("order").agg(pl.col("_replay").min())
+    codes = dict(rep.join(first, on="_replay").sort("seq").group_by("order")
+                 .agg(pl.col("_by_name")).iter_rows())
+    walks = (cands.select("order", "capture").unique()
+             .join(named.select("capture", "cap_order"), on="capture"))
+    aligned = []
+    for order, capture, capture_codes in walks.iter_rows():
+        positions = _subsequence(codes[order], capture_codes)
+        if positions is not None:
+            aligned.append(pl.DataFrame({"order": order, "capture": capture,
+                                         "seq": range(len(positions)),
+                                         "capture_seq": positions},
+                                        schema={"order": pl.UInt64, "capture": pl.Int64,
+                                                "seq": pl.Int64, "capture_seq": pl.Int64}))
+    if not aligned:
+        return pl.DataFrame(schema=schema)
+    steps = pl.concat(aligned)
+    fits = (cands.join(steps.select("order", "capture").unique(), on=["order", "capture"])
+            .filter(pl.len().over("_replay") == 1).select("_replay", "order", "capture"))
+    return (rep.select("_replay", "_event", "seq").join(fits, on="_replay")
+            .join(steps, on=["order", "capture", "seq"])
+            .select(list(schema)).cast(schema))  # type: ignore[arg-type]
 
 
 def _subsequence(codes: list[int], capture: list[int]) -> list[int] | None:
