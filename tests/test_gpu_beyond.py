@@ -141,14 +141,12 @@ def test_dlrm_eight_ranks(tmp_path) -> None:
     _no_contradiction(res)
 
 
-@pytest.mark.xfail(strict=True, reason="an all-to-all whose kernels are NCCL SendRecv is "
-                   "matched as send_recv: its collective comes from the kernel's name, not "
-                   "from the c10d::alltoall_base_ op that launched it (not fixed yet)")
 def test_dlrm_all_to_all_is_matched(tmp_path) -> None:
-    assert run_alltoall(traceview.open(_dlrm(tmp_path))) > 0
-
-
-def run_alltoall(run) -> int:
+    # its embedding all-to-all runs as NCCL SendRecv kernels under c10d::alltoall_base_: an
+    # all-to-all (it was matched as send_recv, and alltoall found none), 8 ranks each
+    run = traceview.open(_dlrm(tmp_path))
     matched = run.collectives()["instances"]
-    assert "send_recv" in matched.get_column("name").to_list()  # what they are matched as now
-    return matched.filter(pl.col("name") == "all_to_all").height
+    a2a = matched.filter(pl.col("name") == "all_to_all")
+    assert a2a.height > 0 and set(a2a.get_column("n_ranks")) == {8}
+    assert "send_recv" not in matched.get_column("name").to_list()
+    assert run.alltoall()["exchanges"].height == a2a.height == 5
