@@ -31,13 +31,14 @@ from .op_models import PEAK_DTYPES
 #: ``bfloat16_t``), PyTorch templates (``c10::Half``, ``c10::BFloat16``), CUDA types
 #: (``__half``, ``__nv_bfloat16``, ``__nv_fp8_e4m3``) and cuBLASLt's ``nvjet_`` type letters
 #: (``tst`` bf16, as the corpus B200 trace's bf16 ``addmm`` shows; ``hsh`` fp16, ``sss``
-#: fp32, ``qq``/``ee`` fp8 operands).
+#: fp32, ``qq``/``ee`` fp8 operands) and Tensile's (hipBLASLt, rocBLAS on AMD) type token after
+#: the transposes: ``Cijk_Alik_Bljk_BBS_...`` bf16 in and out, ``..._HHS_...`` fp16.
 PRECISION_RULES: tuple[tuple[str, str], ...] = (
     ("fp4", r"(?i)e2m1|nvfp4|mxfp4|\bfp4"),
     ("fp8", r"(?i)e4m3|e5m2|fp8|float8|_f8_|\bf8f8|qgmma|mxf8|^nvjet_[qe]{2}"),
-    ("bf16", r"(?i)bf16|bfloat16|__nv_bfloat|^nvjet_tst"),
+    ("bf16", r"(?i)bf16|bfloat16|__nv_bfloat|^nvjet_tst|^Cijk_[a-z]+_[a-z]+_BB"),
     ("fp16", r"(?i)fp16|f16|\bhalf\b|c10::half|__half|half_t|h16816|h1688|hgemm|hmma"
-             r"|^nvjet_hsh"),
+             r"|^nvjet_hsh|^Cijk_[a-z]+_[a-z]+_HH"),
     ("tf32", r"(?i)tf32|xf32|s1688gemm"),
     ("fp32", r"(?i)sgemm|\bfp32\b|f32f32_f32f32|<float\b|\bfloat,|^nvjet_sss"),
 )
@@ -49,9 +50,14 @@ LOWER: frozenset[str] = frozenset({"fp4", "fp8", "bf16", "fp16", "tf32"})
 #: ``FlashAttnFwdSm90``), PyTorch's memory-efficient (xFormers/CUTLASS ``fmha_cutlass``,
 #: ``mem_eff``), cuDNN's (``cudnn``, ``sdpa`` graphs), TensorRT-LLM's and FlashInfer's
 #: (``fmha``, ``xqa``, ``flashinfer``), AMD's CK/aiter (``fmha_fwd``, ``aiter``), Triton's
-#: (``_attn_fwd``).
+#: (``_attn_fwd``) and AOTriton's, PyTorch's flash backend on ROCm (``attn_fwd``,
+#: ``attn_bwd``), vLLM's and SGLang's paged and unified attention (``paged_attention_v1``,
+#: ``paged_attention_ll4mi_QKV_mfma16``, ``kernel_unified_attention_2d``). The same pattern
+#: read on the op that owns a kernel (``_scaled_dot_product_flash_attention``,
+#: ``_efficient_attention_forward``, ``FlashAttnVarlenFunc``) says the kernel is fused whatever
+#: its own name (``checked_fix``'s ``op_names``).
 FUSED_ATTENTION = (r"(?i)flash|fmha|mem_eff|efficient_attention|cudnn|sdpa|xqa|flashinfer"
-                   r"|_attn_fwd|_attn_bwd|aiter")
+                   r"|(^|[^a-z])attn_(fwd|bwd)|aiter|paged_attention|unified_attention")
 
 #: Start-up calls: done once per process, not a step's launches (MPI and CUDA initialisation,
 #: context creation, device selection, the first copies to a device: numba's and CuPy's
@@ -144,12 +150,23 @@ def op_dtypes(ops: pl.DataFrame | None) -> dict[str, str]:
 
 
 
+def op_names(ops: pl.DataFrame | None) -> dict[str, str]:
+    """Kernel name -> the name of the op that owns it (``ops`` rows, most GPU time first)."""
+    if ops is None or ops.height == 0 or not {"kernels", "name"} <= set(ops.columns):
+        return {}
+    rows = (ops.select("kernels", "name").explode("kernels").drop_nulls()
+            .unique("kernels", keep="first", maintain_order=True))
+    return dict(rows.iter_rows())
+
+
 def checked_fix(family: str, fix: str, names: dict[str, int],
-                 op_dtypes: dict[str, str]) -> tuple[str, list[dict[str, Any]]]:
+                 op_dtypes: dict[str, str], op_names: dict[str, str] | None = None,
+                 ) -> tuple[str, list[dict[str, Any]]]:
     """A ``diagnose`` kernel family's fix (``fix``, for kernels ``names``: name -> ns) once
     the trace is read, and the evidence read (``diagnose`` evidence rows): matrix multiplies and convolutions already below fp32 for most of their known
     time get no precision advice; attention that is mostly fused (flash, memory-efficient,
-    cuDNN) gets no "use fused attention"."""
+    cuDNN) gets no "use fused attention": a kernel is fused when its name or its owning op's
+    (``op_names``: kernel name -> op name) says so."""
     if family not in ("gemm", "convolution", "attention"):
         return fix, []
     low, precisions = lower_precision(precision_shares(names, op_dtypes))
@@ -158,13 +175,15 @@ def checked_fix(family: str, fix: str, names: dict[str, int],
                     f"of the known-precision time, below fp32: {said}")]
     lowered = low >= 0.5
     if family == "attention":
-        fused = {n: ns for n, ns in names.items() if fused_attention(n)}
+        owner = op_names or {}
+        fused = {n: ns for n, ns in names.items()
+                 if fused_attention(n) or fused_attention(owner.get(n))}
         share = sum(fused.values()) / max(sum(names.values()), 1)
         evidence.append(_evidence("fused_attention_share", share, "ratio",
                             max(fused, key=fused.__getitem__) if fused
                             else None))
         if share >= 0.5:
-            kinds = _fused_kinds(fused)
+            kinds = _fused_kinds({f"{n} {owner.get(n, '')}": ns for n, ns in fused.items()})
             fp8 = "" if "fp8" in precisions or "fp4" in precisions else \
                 ", fp8 attention (FlashAttention-3) where accuracy allows"
             return KERNEL_FIXES_CHECKED["attention"].format(fused=kinds, fp8=fp8), evidence
@@ -174,6 +193,52 @@ def checked_fix(family: str, fix: str, names: dict[str, int],
         return KERNEL_FIXES_CHECKED[family].format(precision=" and ".join(precisions),
                                                    top=precisions[0]), evidence
     return fix, evidence
+
+
+#: What exposed communication is, from its kernels' names: expert-parallel all-to-all (DeepEP's
+#: dispatch/combine, any all-to-all) first, then the collectives of data parallelism.
+COMM_KINDS: tuple[tuple[str, str], ...] = (
+    ("all_to_all", r"(?i)deep_ep::|dpsk::ep::|notify_dispatch|cached_notify|^(void )?"
+                   r"(dispatch|combine)<|all_?to_?all|a2a"),
+    ("all_reduce", r"(?i)all_?reduce|cross_device_reduce"),
+    ("all_gather", r"(?i)all_?gather"),
+    ("reduce_scatter", r"(?i)reduce_?scatter"),
+)
+
+#: The exposed-communication fix for expert-parallel all-to-all: the data-parallel levers
+#: (DDP buckets, FSDP prefetch) do not move a MoE layer's dispatch and combine.
+ALL_TO_ALL_FIX = (
+    "Overlap the expert-parallel all-to-all (dispatch, combine) with compute: split each "
+    "step into two micro-batches and run one's dispatch and combine under the other's "
+    "attention and expert GEMMs (DualPipe, two-batch overlap in SGLang and Megatron), keep "
+    "the communication kernels on few SMs (DeepEP's num_sms), route each token to experts "
+    "on few nodes (node-limited routing), and balance the experts (`traceview alltoall` "
+    "shows the imbalance).")
+
+
+def comm_kind(name: str | None) -> str | None:
+    """The kind of a communication kernel by its name (``COMM_KINDS``), else None."""
+    for kind, pattern in COMM_KINDS:
+        if name and re.search(pattern, name):
+            return kind
+    return None
+
+
+def checked_comm_fix(fix: str, names: Mapping[str, int]) -> tuple[str, list[dict[str, Any]]]:
+    """The exposed-communication fix (``fix``: the data-parallel one) for the exposed
+    communication kernels ``names`` (name -> ns on the path): the all-to-all fix when most of
+    that time is all-to-all, with the kind that holds most of it as evidence."""
+    kinds: dict[str, int] = {}
+    for name, ns in names.items():
+        kind = comm_kind(name) or "other"
+        kinds[kind] = kinds.get(kind, 0) + int(ns)
+    total = sum(kinds.values())
+    if not total:
+        return fix, []
+    top = max(kinds, key=kinds.__getitem__)
+    evidence = [_evidence("exposed_comm_kind_share", kinds[top] / total, "ratio", top)]
+    return (ALL_TO_ALL_FIX if top == "all_to_all" and kinds[top] * 2 >= total else fix,
+            evidence)
 
 
 def _fused_kinds(fused: dict[str, int]) -> str:

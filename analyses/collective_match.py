@@ -16,7 +16,8 @@ Two steps, both pure functions over tables:
      are merged into one call: the outer span, with the metadata of whichever member has it.
    * Point-to-point calls (send/recv, CPU side, and GPU kernels whose args name a send or
      recv) are left out: they have no all-ranks completion to match (``analyses/p2p.py``
-     pairs them).
+     pairs them). SendRecv kernels that an all-to-all launched are that all-to-all
+     (``_all_to_all_kernels``).
 
 2. :func:`match_collectives` gives every call an ``instance`` key shared by the same collective
    on every participating rank:
@@ -168,7 +169,7 @@ def comm_events(events: pl.LazyFrame | pl.DataFrame, *,
         .filter(~pl.col("collective").is_in(list(P2P)))
         .collect()
     )
-    gpu = _without_p2p_kernels(lf, gpu)
+    gpu = _all_to_all_kernels(lf, _without_p2p_kernels(lf, gpu))
     cpu_ranks = (pl.Series("rank", list(ranks), dtype=pl.Int32) if ranks is not None else
                  ranks_present(events).get_column("rank").cast(pl.Int32))
     gpu_ranks = gpu.get_column("rank").unique()
@@ -207,6 +208,48 @@ def _without_p2p_kernels(lf: pl.LazyFrame, gpu: pl.DataFrame) -> pl.DataFrame:
                              strategy="backward", check_sortedness=False).filter(
         pl.col("_o_end") >= pl.col("_l_ts")).select("rank", "ts_ns")
     return gpu.join(p2p, on=["rank", "ts_ns"], how="anti")
+
+
+def _all_to_all_kernels(lf: pl.LazyFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """``gpu`` with the SendRecv kernels that an all-to-all launched named ``all_to_all``:
+    NCCL runs an all-to-all as grouped sends and receives, so the kernel's name says
+    ``send_recv`` (param's 8-rank DLRM: its embedding all-to-all was matched as send_recv,
+    and ``alltoall`` found none); its launch (correlation id) lies inside the all-to-all op
+    on the same thread (``c10d::alltoall_base_``, ``record_param_comms``, ``nccl:all_to_all``
+    whose collective is ``all_to_all``), for every SendRecv kernel of the group on every
+    rank."""
+    unnamed = gpu.filter(pl.col("collective") == "send_recv")
+    if unnamed.height == 0:
+        return gpu
+    ops = lf.filter(pl.col("kind").cast(pl.String).is_in(["cpu_op", "user_annotation"])
+                    & (pl.col("collective").cast(pl.String) == "all_to_all")
+                    & pl.col("dur_ns").is_not_null()).select(
+        pl.col("rank").cast(pl.Int32), tid=pl.col("tid").cast(pl.Int64), _o_ts="ts_ns",
+        _o_end=pl.col("ts_ns") + pl.col("dur_ns")).collect().sort("_o_ts")
+    if ops.height == 0:
+        return gpu
+    keys = lf.filter((pl.col("kind") == "kernel") & pl.col("name").is_in(
+        unnamed.get_column("name").unique().implode())).select(
+        pl.col("rank").cast(pl.Int32), "ts_ns", correlation=pl.col("correlation").cast(pl.Int64))
+    launches = lf.filter(pl.col("kind").cast(pl.String).is_in(["cuda_runtime", "cuda_driver"])
+                         & pl.col("correlation").is_not_null()).select(
+        pl.col("rank").cast(pl.Int32), tid=pl.col("tid").cast(pl.Int64), _l_ts="ts_ns",
+        correlation=pl.col("correlation").cast(pl.Int64)).join(
+        keys, on=["rank", "correlation"]).collect().sort("_l_ts")
+    inside = (launches.join_asof(ops, left_on="_l_ts", right_on="_o_ts", by=["rank", "tid"],
+                                 strategy="backward", check_sortedness=False)
+              .filter(pl.col("_o_end") >= pl.col("_l_ts"))
+              .select("rank", "ts_ns", _a2a=pl.lit(True)).unique(["rank", "ts_ns"]))
+    # a group's SendRecv kernels are renamed only when every one of them, on every rank,
+    # lies in an all-to-all: a trace that lost some ops (HTA's sampled pair) would otherwise
+    # name one rank's calls all_to_all and the other's send_recv, and pair nothing by order
+    sr = pl.col("collective") == "send_recv"
+    return (gpu.join(inside, on=["rank", "ts_ns"], how="left")
+            .with_columns(_a2a=pl.col("_a2a").fill_null(False))
+            .with_columns(_all=(pl.col("_a2a") | ~sr).all().over("group"))
+            .with_columns(collective=pl.when(sr & pl.col("_all"))
+                          .then(pl.lit("all_to_all")).otherwise(pl.col("collective")))
+            .drop("_a2a", "_all"))
 
 
 def shape_bytes(args_json: pl.Expr) -> pl.Expr:

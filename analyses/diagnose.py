@@ -53,7 +53,8 @@ from typing import Any
 
 import polars as pl
 
-from .advice_checks import checked_fix, lower_precision, op_dtypes, precision_shares, startup
+from .advice_checks import (checked_comm_fix, checked_fix, lower_precision, op_dtypes,
+                            op_names, precision_shares, startup)
 from .critical_path import CriticalPath
 from .flops import PEAK_TABLE, Peak
 from .mfu import ModelSize, model_flops_utilisation
@@ -205,11 +206,16 @@ KERNEL_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
      r"|argmax|topk|sort",
      "Memory-bound reductions (norms, softmax, sums): fuse them with their neighbours "
      "(torch.compile), use fused implementations (fused LayerNorm/RMSNorm, fused optimisers)."),
-    ("convolution", "Convolution", r"(?i)conv|cudnn|winograd|dgrad|wgrad|fprop|miopen",
+    # MIOpen's implicit-GEMM convolutions: igemm_{fwd,bwd,wrw}_gtc* (before "gemm" below)
+    ("convolution", "Convolution", r"(?i)conv|cudnn|winograd|dgrad|wgrad|fprop|miopen"
+                                   r"|igemm_(fwd|bwd|wrw)",
      "Convolutions: torch.backends.cudnn.benchmark = True, channels_last memory format, "
      "bf16/fp16 autocast."),
+    # CUTLASS's tensor-core tiles (cutlass_80_tensorop_...), not MIOpen's elementwise
+    # SubTensorOp*/OpTensor* kernels (a MI210 trace's casts read as matrix multiplies);
+    # Tensile's Cijk_* (hipBLASLt and rocBLAS GEMMs on AMD, read as "other" before)
     ("gemm", "Matrix-multiply", r"(?i)gemm|cublas|cutlass|matmul|xmma|nvjet|hipblas|rocblas"
-                                r"|wmma|tensorop|\bbmm|addmm",
+                                r"|wmma|(^|_)tensorop_|\bbmm|addmm|^Cijk_",
      "Matrix multiplies: bf16/fp16 autocast or TF32 (torch.backends.cuda.matmul.allow_tf32 = "
      "True), dimensions that are multiples of 8 (16 for fp8), more work per kernel (larger "
      "batch); compare the achieved FLOP/s with the peak (diagnose --params and "
@@ -217,12 +223,13 @@ KERNEL_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
     ("elementwise", "Elementwise",
      r"(?i)elementwise|vectorized|unrolled|pointwise|triton_poi|triton_|fill|copy_kernel"
      r"|catarray|index|gather|scatter|multi_tensor_apply|foreach|transpose|permute"
-     r"|nchwtonhwc|nhwctonchw",
+     r"|nchwtonhwc|nhwctonchw|subtensorop|optensor",
      "Memory-bound elementwise kernels: fuse them (torch.compile), use foreach/fused "
      "optimisers (fused=True), avoid extra casts and copies."),
     ("other", "Other", r".",
-     "Look at the top kernels with Nsight Compute (ncu): occupancy, memory throughput, "
-     "tensor-core use."),
+     "Look at the top kernels with a kernel profiler (Nsight Compute, ncu, on NVIDIA GPUs; "
+     "rocprof-compute on AMD GPUs): occupancy, memory throughput, tensor-core (matrix-core) "
+     "use."),
 )
 
 
@@ -279,7 +286,8 @@ def diagnose(path: CriticalPath, *, collective_rows: pl.DataFrame,
     found += _host_findings(path, gaps, sorted(gpu_ranks), n_steps, total, host)
     found.append(_pageable(path, n_steps))
     found.append(pipeline_bottleneck(pipeline))
-    found += _kernel_findings(path, sorted(gpu_ranks), n_steps, total, owned_dtypes)
+    found += _kernel_findings(path, sorted(gpu_ranks), n_steps, total, owned_dtypes,
+                              op_names(ops))
     found.append(roofline_finding(ops, n_steps=n_steps, gpu_ranks=len(gpu_ranks),
                                   path_compute_ns_per_step=cats["compute"]["per_step_ns"]))
     found.append(_alltoall_imbalance(alltoall, found))
@@ -519,15 +527,22 @@ def _exposed_comm(path: CriticalPath, cats: dict[str, dict[str, Any]],
                 _ev("wait_ns_per_step", wait // n_steps, "ns"),
                 _ev("path_share", (cats["communication_transfer"]["share"] or 0)
                     + (cats["communication_wait"]["share"] or 0), "ratio")]
+    fix = RECOMMENDATIONS["exposed_communication"]
     if comm.height:
-        top = comm.group_by("name").agg(ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
-                                        n=pl.len()).sort("ns", descending=True).row(0)
+        per_name = comm.group_by("name").agg(ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
+                                             n=pl.len()).sort("ns", descending=True)
+        top = per_name.row(0)
         evidence.append(_ev("top_collective_ns_per_step", top[1] // n_steps, "ns", str(top[0])))
+        # an MoE job's exposed all-to-all is not moved by DDP buckets or FSDP prefetch
+        fix, checked = checked_comm_fix(fix, dict(zip(per_name.get_column("name").cast(
+            pl.String).fill_null("").to_list(), per_name.get_column("ns").to_list(),
+            strict=True)))
+        evidence += checked
     return {"id": "exposed_communication", "rank": None, "gain_ns_per_step": gain,
             "confidence": "high",
             "title": f"Communication on the critical path: {_time(gain)} per step not "
                      "hidden under compute",
-            "evidence": evidence, "recommendation": RECOMMENDATIONS["exposed_communication"]}
+            "evidence": evidence, "recommendation": fix}
 
 
 def _family(name: str | None,
@@ -795,7 +810,7 @@ def _pageable(path: CriticalPath, n_steps: int) -> dict[str, Any] | None:
 
 def _kernel_findings(path: CriticalPath, gpu_ranks: list[int], n_steps: int,
                      total: int, op_dtypes: dict[str, str] | None = None,
-                     ) -> list[dict[str, Any]]:
+                     owners: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """One finding per kernel family (``KERNEL_FAMILIES``) holding at least ``KERNEL_SHARE``
     of the path in GPU compute pieces (copies from pageable memory are ``pageable_copy``'s).
     The fix is checked against the family's kernels (``advice_checks.checked_fix``): no precision advice
@@ -820,7 +835,7 @@ def _kernel_findings(path: CriticalPath, gpu_ranks: list[int], n_steps: int,
         per_step = f["ns"] // n_steps
         top = _top(f["names"])
         assert top is not None
-        fix, checked = checked_fix(key, fix, f["names"], op_dtypes or {})
+        fix, checked = checked_fix(key, fix, f["names"], op_dtypes or {}, owners)
         out.append({
             "id": "kernels", "rank": None, "name": key, "gain_ns_per_step": None,
             "path_ns_per_step": per_step, "confidence": "high",

@@ -21,7 +21,9 @@ Definitions and a worked example: ``docs/metrics.md``, "Operators against the ro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import polars as pl
 
@@ -35,6 +37,11 @@ np = lazy_module("numpy")
 
 #: Runtime calls that replay a captured graph (``cudaGraphLaunch``, ``hipGraphLaunch``).
 GRAPH_LAUNCH = r"(?i)GraphLaunch"
+
+#: Columns of a GPU event kept on the rows of kernels replayed from a graph: what
+#: ``analyses.graph_capture`` pairs them with the captured launches by (``gpu_class``: kernel,
+#: memcpy or memset; ``ts_ns``: their order within one replay).
+REPLAY_COLUMNS: tuple[str, ...] = ("ts_ns", "stream", "gpu_class")
 
 #: The per-instance columns of :func:`op_kernel_times`.
 INSTANCE_SCHEMA: dict[str, pl.DataType] = {
@@ -56,42 +63,23 @@ def op_kernel_times(gpu: pl.DataFrame, host: pl.DataFrame, *,
     the ops captured into the graph launched it, and their capture is not in the trace.
     ``gpu``: ``prepared_gpu`` rows; ``host``: ``host_events`` rows (ops and launches);
     ``modelled``: whether an op name has a performance model (decides ownership)."""
-    rows = (host.lazy()
-            .filter(pl.col("kind").cast(pl.String).is_in(["cpu_op", *RUNTIME_KINDS])
-                    & pl.col("dur_ns").is_not_null() & (pl.col("dur_ns") >= 0))
-            .select("rank", "pid", "tid", "kind", "name", "ts_ns", "dur_ns", "correlation")
-            .collect())
-    tree = with_self_time(rows, kinds=("cpu_op", *RUNTIME_KINDS))  # same rows, same order
+    tree = host_tree(host, modelled=modelled)
+    rows, parent, depth, up = tree.rows, tree.parent, tree.depth, tree.up
     n = rows.height
-    parent = tree.get_column("parent_idx").fill_null(-1).cast(pl.Int64).to_numpy().copy()
-    depth = tree.get_column("depth").to_numpy()
-    is_op = (rows.get_column("kind").cast(pl.String) == "cpu_op").to_numpy()
-    up = _nearest_op(parent, is_op)  # each row's nearest enclosing op (-1: none)
-
-    launches = (rows.with_row_index("_row")
-                .filter(~pl.col("kind").cast(pl.String).eq("cpu_op")
-                        & pl.col("correlation").is_not_null())
-                .sort("ts_ns").unique(["rank", "correlation"], keep="first")
-                .select("rank", "correlation", "_row",
-                        _graph=pl.col("name").cast(pl.String).str.contains(GRAPH_LAUNCH)))
-    work = (gpu.select("rank", "correlation", pl.col("name").cast(pl.String), "dur_ns")
+    work = (gpu.select("rank", "correlation", pl.col("name").cast(pl.String), "dur_ns",
+                       *[c for c in REPLAY_COLUMNS if c in gpu.columns])
             .filter(pl.col("correlation").is_not_null() & pl.col("dur_ns").is_not_null())
-            .join(launches, on=["rank", "correlation"], how="inner"))
+            .join(launch_rows(rows), on=["rank", "correlation"], how="inner"))
     # a graph replay's kernels share the graph launch's correlation: the op around the launch
-    # did not launch them, the ops captured into the graph did (not in this trace)
+    # did not launch them, the ops captured into the graph did (analyses/graph_capture.py
+    # charges them to those ops when the capture trace is given)
     replayed = work.filter(pl.col("_graph"))
     work = work.filter(~pl.col("_graph"))
     launch_op = up[work.get_column("_row").to_numpy()] if work.height else np.zeros(0, int)
     keep = launch_op >= 0
     work, launch_op = work.filter(pl.Series(keep)), launch_op[keep]
 
-    names = rows.get_column("name").cast(pl.String)
-    wanted = {v: bool(modelled(v)) for v in names.filter(pl.Series(is_op)).unique()
-              .drop_nulls().to_list()}  # once per distinct name
-    accepts = (names.is_in([v for v, yes in wanted.items() if yes]).fill_null(False)
-               .to_numpy() & is_op)
-    op_parent = np.where(parent >= 0, up[np.maximum(parent, 0)], -1)
-    owner = _owner(launch_op, op_parent, accepts)
+    owner = owners(launch_op, tree.op_parent, tree.accepts)
 
     dur = work.get_column("dur_ns").to_numpy().astype(np.int64)
     direct = np.bincount(launch_op, weights=dur, minlength=n).astype(np.int64)
@@ -117,9 +105,58 @@ def op_kernel_times(gpu: pl.DataFrame, host: pl.DataFrame, *,
                             "op_ts_ns": ts[launch_op], "op_end_ns": end[launch_op],
                             "graph_replayed": pl.Series([False] * owner.size, dtype=pl.Boolean)})
     if replayed.height:  # unattributed: no op, marked
-        kernels = pl.concat([kernels, replayed.select(
-            "name", "dur_ns", graph_replayed=pl.lit(True))], how="diagonal_relaxed")
+        kernels = pl.concat([kernels, replayed.drop("_row", "_graph").with_columns(
+            graph_replayed=pl.lit(True))], how="diagonal_relaxed")
     return instances, kernels
+
+
+@dataclasses.dataclass(frozen=True)
+class HostTree:
+    """The host op tree of the ops and runtime calls (``op_tree`` through
+    ``breakdown.with_self_time``), as arrays over ``rows``: ``parent`` (row, -1 for a root),
+    ``depth``, ``up`` (each row's nearest enclosing op, itself for an op; -1: none),
+    ``op_parent`` (the nearest op above a row, -1: none) and ``accepts`` (an op that
+    ``modelled`` accepts: it owns the GPU work launched beneath it)."""
+
+    rows: pl.DataFrame
+    parent: Any
+    depth: Any
+    up: Any
+    op_parent: Any
+    accepts: Any
+
+
+def host_tree(host: pl.DataFrame, *,
+              modelled: Callable[[str], bool] = lambda name: False) -> HostTree:
+    """The tree of ``host``'s ops (``cpu_op``) and runtime calls with a duration."""
+    rows = (host.lazy()
+            .filter(pl.col("kind").cast(pl.String).is_in(["cpu_op", *RUNTIME_KINDS])
+                    & pl.col("dur_ns").is_not_null() & (pl.col("dur_ns") >= 0))
+            .select("rank", "pid", "tid", "kind", "name", "ts_ns", "dur_ns", "correlation")
+            .collect())
+    tree = with_self_time(rows, kinds=("cpu_op", *RUNTIME_KINDS))  # same rows, same order
+    parent = tree.get_column("parent_idx").fill_null(-1).cast(pl.Int64).to_numpy().copy()
+    is_op = (rows.get_column("kind").cast(pl.String) == "cpu_op").to_numpy()
+    up = _nearest_op(parent, is_op)
+    names = rows.get_column("name").cast(pl.String)
+    wanted = {v: bool(modelled(v)) for v in names.filter(pl.Series(is_op)).unique()
+              .drop_nulls().to_list()}  # once per distinct name
+    accepts = (names.is_in([v for v, yes in wanted.items() if yes]).fill_null(False)
+               .to_numpy() & is_op)
+    op_parent = np.where(parent >= 0, up[np.maximum(parent, 0)], -1)
+    return HostTree(rows, parent, tree.get_column("depth").to_numpy(), up, op_parent, accepts)
+
+
+def launch_rows(rows: pl.DataFrame) -> pl.DataFrame:
+    """The runtime calls of ``HostTree.rows`` that launch GPU work: ``rank``,
+    ``correlation``, ``_row`` (the call's row) and ``_graph`` (a graph launch); the first
+    call of a correlation where several share it."""
+    return (rows.with_row_index("_row")
+            .filter(~pl.col("kind").cast(pl.String).eq("cpu_op")
+                    & pl.col("correlation").is_not_null())
+            .sort("ts_ns").unique(["rank", "correlation"], keep="first")
+            .select("rank", "correlation", "_row",
+                    _graph=pl.col("name").cast(pl.String).str.contains(GRAPH_LAUNCH)))
 
 
 def _nearest_op(parent: np.ndarray, is_op: np.ndarray) -> np.ndarray:
@@ -134,7 +171,7 @@ def _nearest_op(parent: np.ndarray, is_op: np.ndarray) -> np.ndarray:
     return cur
 
 
-def _owner(launch_op: np.ndarray, op_parent: np.ndarray, accepts: np.ndarray) -> np.ndarray:
+def owners(launch_op: np.ndarray, op_parent: np.ndarray, accepts: np.ndarray) -> np.ndarray:
     """The innermost op from each launching op upwards that ``accepts``, else the launching
     op; ``op_parent``: each row's nearest enclosing op above it (-1: none)."""
     found = np.full(launch_op.size, -1, dtype=np.int64)

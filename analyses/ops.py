@@ -151,16 +151,17 @@ def ops(instances: pl.DataFrame, kernels: pl.DataFrame, *, device: str | None,
 
 
 def _replayed_warning(kernels: pl.DataFrame) -> list[str]:
-    """GPU events replayed from CUDA/HIP graphs: in no op's row (``op_kernels``)."""
+    """GPU events replayed from CUDA/HIP graphs that no captured op took (``op_kernels``,
+    ``graph_capture``): in no op's row."""
     if "graph_replayed" not in kernels.columns:
         return []
-    replayed = kernels.filter(pl.col("graph_replayed"))
+    replayed = kernels.filter(pl.col("graph_replayed") & pl.col("op_idx").is_null())
     if replayed.height == 0:
         return []
     ms = replayed.get_column("dur_ns").sum() / 1e6
     return [f"ops: {replayed.height} GPU events ({ms:.3f} ms) were replayed from CUDA/HIP "
-            "graphs: unattributed (the ops captured into the graphs launched them, and the "
-            "trace does not hold their capture)"]
+            "graphs: unattributed (the ops captured into the graphs launched them: give "
+            "their capture trace with --graph-capture FILE)"]
 
 
 def _rates(inst: pl.DataFrame, peaks: dict[str, Any]) -> pl.DataFrame:

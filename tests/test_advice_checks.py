@@ -11,7 +11,7 @@ import pytest
 import traceview
 from gpu_trace_helpers import frame, kernel, launch, row, step
 from traceview.analyses.advice_checks import (
-    fused_attention, kernel_precision, lower_precision, precision_shares, startup,
+    checked_fix, fused_attention, kernel_precision, lower_precision, precision_shares, startup,
 )
 from traceview.analyses.diagnose import in_the_window
 from traceview.outputs.words import finding_headline
@@ -26,6 +26,9 @@ from traceview.outputs.words import finding_headline
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::Half>>",
      "fp16"),
     ("nvjet_tst_192x192_64x4_1x2_h_bz_coopA_TNT", "bf16"),
+    # Tensile (hipBLASLt/rocBLAS on AMD): the type token after the transposes
+    ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x192x64_MI16x16x1_SN", "bf16"),
+    ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8", "fp16"),
     ("nvjet_qqtst_128x256_64x4_2x1_v_bz_TNT", "fp8"),
     ("sm90_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x64", "fp16"),
     ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>(Flash_fwd_params)",
@@ -50,8 +53,28 @@ def test_fused_attention_and_startup_names() -> None:
     assert fused_attention("fmha_cutlassF_f16_aligned_64x64_rf_sm80")
     assert fused_attention("cudnn_generated_fort_native_sdpa_sm90_flash_fprop")
     assert not fused_attention("void at::native::softmax_warp_forward<float, float, 10>")
+    # ROCm: PyTorch's flash backend runs AOTriton's attn_fwd; vLLM's and SGLang's attention
+    assert fused_attention("attn_fwd") and fused_attention("_attn_fwd")
+    assert fused_attention("kernel_unified_attention_2d")
+    assert fused_attention("void paged_attention_ll4mi_QKV_mfma16_kernel<__hip_bfloat16>(...)")
+    assert not fused_attention("scaled_dot_product_attention")  # the math path's dispatcher
+    assert not fused_attention("transformer_attn_forward_math")
     assert startup("MPI_Init") and startup("MPI_Init_thread") and startup("cuInit")
     assert startup("numba/cuda/api.py(120): to_device") and not startup("cudaLaunchKernel")
+
+
+def test_a_kernel_of_a_flash_attention_op_is_fused_whatever_its_name() -> None:
+    """A kernel whose name says nothing ("my_kernel", 80 ns) owned by
+    ``aten::_scaled_dot_product_flash_attention``, beside a 20 ns softmax: 80% fused by its
+    op, so no "use fused attention"; without the owners only 0% is known fused."""
+    names = {"my_kernel": 80, "softmax_warp_forward": 20}
+    owners = {"my_kernel": "aten::_scaled_dot_product_flash_attention",
+              "softmax_warp_forward": "aten::_softmax"}
+    fix, evidence = checked_fix("attention", "x", names, {}, owners)
+    assert fix.startswith("Attention already runs fused kernels (FlashAttention)")
+    assert [e["value"] for e in evidence if e["metric"] == "fused_attention_share"] == [0.8]
+    fix, _ = checked_fix("attention", "x", names, {})
+    assert fix.startswith("Use fused attention")
 
 
 def _one_step(kernels: list[tuple[str, int, int]], *, with_step: bool = True,
@@ -139,3 +162,11 @@ def test_an_unnamed_fp8_gemm_is_read_from_its_ops_input_types() -> None:
     gemm = _finding(run.diagnose(), "kernels", "gemm")
     assert "already run in fp8" in gemm["recommendation"]
     assert "autocast" not in gemm["recommendation"]
+
+
+def test_other_kernels_are_sent_to_either_vendors_kernel_profiler() -> None:
+    """One unknown kernel [20,1000) holds the path: the fix names Nsight Compute and AMD's
+    rocprof-compute (an MI300X trace was told to use ncu)."""
+    res = _one_step([("mystery_kernel", 20, 980)]).diagnose()
+    fix = _finding(res, "kernels", "other")["recommendation"]
+    assert "ncu" in fix and "rocprof-compute" in fix

@@ -236,3 +236,39 @@ def test_cli_collectives_json_contract(capsys: pytest.CaptureFixture[str]) -> No
     with pytest.raises(SystemExit) as exc:  # argparse rejects an unknown method, exit code 2
         main(["align", str(src), "--align", "bogus"])
     assert exc.value.code == 2
+
+
+SR = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"
+
+
+def _a2a_rank(rank: int, *, with_op: bool = True) -> list[dict]:
+    """One rank: ``c10d::alltoall_base_`` [0, 50) on thread 1 (collective all_to_all) around
+    ``cudaLaunchKernel`` [10, 15) (correlation 7), whose NCCL SendRecv kernel runs
+    [100, 200); then an all-reduce kernel [300, 350)."""
+    base = dict(rank=rank, file_id=rank, source="kineto", pid=1, tid=1)
+    rows = [dict(base, kind="cuda_runtime", name="cudaLaunchKernel", ts_ns=10, dur_ns=5,
+                 correlation=7),
+            k(rank, 100, 100, name=SR, correlation=7, collective="send_recv"),
+            k(rank, 300, 50, collective="all_reduce")]
+    if with_op:
+        rows.append(dict(base, kind="cpu_op", name="c10d::alltoall_base_", ts_ns=0, dur_ns=50,
+                         collective="all_to_all"))
+    return rows
+
+
+def test_an_all_to_all_run_as_sendrecv_kernels_is_an_all_to_all() -> None:
+    # NCCL runs an all-to-all as grouped sends and receives: the kernel says SendRecv, the op
+    # around its launch says all_to_all (param's DLRM: alltoall found none before)
+    calls = comm_events(events_frame(_a2a_rank(0) + _a2a_rank(1)))
+    assert calls.sort("rank", "ts_ns").get_column("collective").to_list() == [
+        "all_to_all", "all_reduce", "all_to_all", "all_reduce"]
+    inst = collectives(match_collectives(calls))
+    assert sorted(inst.get_column("name").to_list()) == ["all_reduce", "all_to_all"]
+
+
+def test_sendrecv_kernels_keep_their_name_where_a_rank_lacks_the_op() -> None:
+    # rank 1's trace lost the op (a sampled trace): naming rank 0's call all_to_all alone
+    # would make the ranks differ at the same position; both stay send_recv
+    calls = comm_events(events_frame(_a2a_rank(0) + _a2a_rank(1, with_op=False)))
+    assert calls.filter(pl.col("name") == SR).get_column("collective").to_list() == [
+        "send_recv", "send_recv"]

@@ -149,6 +149,9 @@ def add_gpu_rule_args(parser: argparse.ArgumentParser) -> None:
                              "'^cross_device_reduce_' (repeatable)")
     parser.add_argument("--comm-config", metavar="FILE", default=None,
                         help="TOML file with comm_patterns = [REGEX, ...]")
+    parser.add_argument("--graph-capture", metavar="FILE", action="append", default=[],
+                        help="a trace of the CUDA/HIP-graph capture the run replays: the "
+                             "replayed kernels are charged to the captured ops (repeatable)")
 
 
 
@@ -220,7 +223,8 @@ def open_run(args: argparse.Namespace):  # -> traceview.run.run.Run
         exclude_unlaunched=getattr(args, "exclude_unlaunched", False),
         comm_patterns=tuple(getattr(args, "comm_pattern", None) or ()),
         comm_config=getattr(args, "comm_config", None),
-        gpus_per_node=getattr(args, "gpus_per_node", None))
+        gpus_per_node=getattr(args, "gpus_per_node", None),
+        graph_capture=tuple(getattr(args, "graph_capture", None) or ()))
     options.check()
     return run_module.Run(open_traceset(args), options)
 

@@ -206,6 +206,7 @@ def _output(args: argparse.Namespace, path: str, option: str = "-o") -> str:
     not a folder, and it is none of the command's inputs nor inside an input folder."""
     check_file_target(path, option=option)
     inputs = [*(getattr(args, "paths", None) or []), *(getattr(args, "runs", None) or []),
+              *(getattr(args, "graph_capture", None) or []),
               *(p for p in (getattr(args, "baseline", None), getattr(args, "comm_config", None))
                 if p)]
     refuse_input_overlap(path, inputs, option=option)

@@ -43,6 +43,9 @@ class RunOptions:
     comm_config:    a TOML file whose ``comm_patterns = [...]`` adds to ``comm_patterns``.
     gpus_per_node:  ranks ``kN .. kN+N-1`` are node k (``analyses.nodes``); None: the host
                     each trace names.
+    graph_capture:  traces of the CUDA/HIP-graph captures the run replays (``--graph-capture``):
+                    the kernels of each graph launch are charged to the ops captured into the
+                    graph (``analyses.graph_capture``); without them they stay unattributed.
     """
 
     ranks: str | Sequence[int] | None = None
@@ -56,6 +59,13 @@ class RunOptions:
     comm_patterns: tuple[str, ...] = ()
     comm_config: str | Path | None = None
     gpus_per_node: int | None = None
+    graph_capture: tuple[str | Path, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.graph_capture, (str, Path)):  # one file, not its characters
+            object.__setattr__(self, "graph_capture", (self.graph_capture,))
+        else:
+            object.__setattr__(self, "graph_capture", tuple(self.graph_capture or ()))
 
     def classify_patterns(self) -> Any:  # analyses.classify.ClassifyPatterns
         """The classification rules: the default, plus ``comm_patterns`` and those of
@@ -79,6 +89,10 @@ class RunOptions:
         if isinstance(self.ranks, str) and self.ranks.strip():
             selection.rank_ranges(self.ranks)
         self.classify_patterns()
+        for path in self.graph_capture:
+            problem = file_problem(path)
+            if problem:
+                raise UsageError(f"--graph-capture {path}: {problem}")
         selection.parse_steps(self.steps)
         selection.parse_time_window(self.time)
 

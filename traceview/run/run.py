@@ -100,6 +100,7 @@ from traceview.errors import UsageError
 from traceview.parsers import file_problem, flight_recorder, nccl_log
 from traceview.run import plain
 from traceview.run.compare import diff_tables, run_tables
+from traceview.run.graph_capture import attribute_replays
 from traceview.run.hang import hang_result
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
@@ -926,9 +927,19 @@ class Run:
         """Each op instance that owns GPU time, with its recorded arguments, and each
         launched GPU event with its owner (``analyses.op_kernels``, ``analyses.ops.op_args``):
         what ``ops``, the report's roofline and ``diagnose`` read."""
-        instances, kernels = op_kernel_times(self.gpu, self.host,
-                                             modelled=lambda name: family(name) is not None)
-        return op_args(self.events, instances), kernels
+        return self._op_attribution[:2]
+
+    @cached_property
+    def _op_attribution(self) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+        """``op_instances`` and the warnings of charging graph replays to their capture
+        (``RunOptions.graph_capture``; ``traceview.run.graph_capture``)."""
+        modelled = lambda name: family(name) is not None  # noqa: E731
+        instances, kernels = op_kernel_times(self.gpu, self.host, modelled=modelled)
+        instances = op_args(self.events, instances)
+        if not self.options.graph_capture:
+            return instances, kernels, []
+        return attribute_replays(self.events, instances, kernels,
+                                 self.options.graph_capture, modelled=modelled)
 
     def ops(self, *, by: str = "shape", category: str | None = None) -> Result:
         """Per op (``by``: ``shape`` or ``name``): its GPU time, FLOPs and bytes from its
@@ -942,7 +953,7 @@ class Run:
         res = self._result("ops", {"window": self.window_info, "ops": found["ops"],
                                    "device": found["device"], "peaks": found["peaks"]},
                            main="ops", uses=("gpu",))
-        return res.with_warnings(*found["warnings"])
+        return res.with_warnings(*self._op_attribution[2], *found["warnings"])
 
     def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
                        model_flops_per_step: float | None = None) -> pl.DataFrame | None:
@@ -1129,7 +1140,8 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
          align: str = "auto", reference_rank: int | None = None,
          tolerance_us: float | None = None, exclude_unlaunched: bool = False,
          comm_patterns: Sequence[str] = (), comm_config: str | Path | None = None,
-         gpus_per_node: int | None = None, **open_options: Any) -> Run:
+         gpus_per_node: int | None = None,
+         graph_capture: str | Path | Sequence[str | Path] = (), **open_options: Any) -> Run:
     """Open traces (files, folders of per-rank traces, a store folder or URL) as a Run.
 
     The window, alignment and classification keywords are :class:`RunOptions`; the others
@@ -1140,7 +1152,7 @@ def open(paths: str | Path | Iterable[str | Path], *,  # noqa: A001 - as the bui
                          align=align, reference_rank=reference_rank, tolerance_us=tolerance_us,
                          exclude_unlaunched=exclude_unlaunched,
                          comm_patterns=tuple(comm_patterns), comm_config=comm_config,
-                         gpus_per_node=gpus_per_node)
+                         gpus_per_node=gpus_per_node, graph_capture=graph_capture)  # type: ignore[arg-type]
     options.check()  # a bad option fails before any file is read
     named = [paths] if isinstance(paths, (str, Path)) else list(paths)
     if named and all(flight_recorder.looks_like_dumps(p) for p in named):
