@@ -96,7 +96,8 @@ class ReplayGraph:
 def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
                 p2p_pairs: pl.DataFrame | None = None, *,
                 stream_waits: pl.DataFrame | None = None,
-                options: WaitOptions = WaitOptions()) -> ReplayGraph:
+                options: WaitOptions = WaitOptions(),
+                transfers: str = "typical") -> ReplayGraph:
     """The graph of one window, on the aligned timeline.
 
     ``ops``: host ops, ``rank, tid, name, ts_ns, end_ns, collective`` (aligned; the step
@@ -106,10 +107,18 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     :func:`~traceview.analyses.p2p.pair_p2p` pairs. ``stream_waits``:
     :func:`~traceview.analyses.stream_waits.stream_waits` rows (aligned): a stream's first op
     queued after a ``cudaStreamWaitEvent`` starts after the last op queued on the other
-    stream before the event's record."""
+    stream before the event's record.
+
+    ``transfers``: ``typical`` (each member completes the instance's typical transfer after
+    its last arrival, ``_with_transfers``: what every answer uses) or ``own`` (each member's
+    own measured completion: the replay of the measured run is then exact wherever the graph
+    is consistent, so the error left is a wrong edge, never the transfer model;
+    ``benchmarks/replay_error.py`` reports both)."""
+    if transfers not in ("typical", "own"):
+        raise ValueError(f"transfers must be 'typical' or 'own', not {transfers!r}")
     ops = _queued(ops)
     comm, detached = _detach_async(_comm_rows(collective_rows, p2p_pairs, ops), ops)
-    comm = _with_transfers(comm) if comm.height else comm.with_columns(
+    comm = _with_transfers(comm, own=transfers == "own") if comm.height else comm.with_columns(
         last=pl.lit(None, pl.Int64), transfer_ns=pl.lit(None, pl.Int64))
     instances = _instances(comm)
     issues = pl.concat([_issues(ops, comm.join(detached.select("instance", "rank"),
@@ -305,18 +314,21 @@ def _detach_async(comm: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.DataFrame, 
     return out, detached
 
 
-def _with_transfers(comm: pl.DataFrame) -> pl.DataFrame:
+def _with_transfers(comm: pl.DataFrame, *, own: bool = False) -> pl.DataFrame:
     """``comm`` with each member's ``transfer_ns``, its completion after the last arrival:
     at a collective the median over the instance's members of end minus last arrival, plus
     the rank's systematic lead on it (the median over the rank's instances of the same
     collective: a ring's last rank ends last every time); at a send or recv the median over
     the window's exchanges of the same direction and side. Neither is one member's own
-    (which would replay exactly by construction)."""
+    (which would replay exactly by construction; ``own`` asks for that, to tell the transfer
+    model's error from the graph's)."""
     per = comm.with_columns(last=pl.col("arrival_ns").max().over("instance"))
-    own = (pl.col("end_ns") - pl.col("last")).clip(0)
+    if own:
+        return per.with_columns(transfer_ns=(pl.col("end_ns") - pl.col("last")).clip(0))
+    own_ns = (pl.col("end_ns") - pl.col("last")).clip(0)
     key = pl.when(pl.col("dir").is_null()).then(pl.col("instance")) \
         .otherwise(pl.col("dir") + ":" + pl.col("collective"))
-    per = per.with_columns(_key=key, _own=own).with_columns(
+    per = per.with_columns(_key=key, _own=own_ns).with_columns(
         _typ=pl.col("_own").median().over("_key"))
     # a rank's systematic place in the completion order (a ring's last rank ends last every
     # time): the median over its instances of the same collective of its lead on the median

@@ -28,7 +28,7 @@ import polars as pl
 from traceview.analyses.align import apply_offsets
 from traceview.analyses.collective_match import P2P
 from traceview.analyses.replay import build_graph
-from traceview.analyses.stream_waits import stream_waits
+from traceview.analyses.stream_waits import stream_wait_coverage, stream_wait_notes, stream_waits
 from traceview.analyses.replay.verdicts import (
     critical_path,
     culprits,
@@ -51,8 +51,9 @@ Run = Any
 _OP_KINDS = ("cpu_op", "user_annotation", *RUNTIME_KINDS, *GPU_KINDS)
 
 
-def replay_of(run: Run) -> Replay:
-    """The run's graph and its replay (one per Run)."""
+def replay_of(run: Run, *, transfers: str = "typical") -> Replay:
+    """The run's graph and its replay (one per Run; ``transfers``: ``build_graph``'s, ``own``
+    only for the benchmark that tells the transfer model's error from the graph's)."""
     events = run._analysis_events.filter(
         pl.col("kind").is_in(list(_OP_KINDS)) & pl.col("dur_ns").is_not_null()).select(
         "rank", "tid", "kind", "name", "ts_ns", "dur_ns", "collective", "stream",
@@ -69,7 +70,7 @@ def replay_of(run: Run) -> Replay:
     pairs = run.p2p[0] if many else None
     return replay_run(build_graph(ops, collectives if collectives is not None
                                   else pl.DataFrame(), pairs,
-                                  stream_waits=_stream_waits(run, ops)))
+                                  stream_waits=_stream_waits(run, ops), transfers=transfers))
 
 
 def _stream_waits(run: Run, ops: pl.DataFrame) -> pl.DataFrame | None:
@@ -99,7 +100,7 @@ def whatif_result(run: Run, scenarios: Sequence[str] = ()) -> Result:
         parse_scenario(spec)
     replay = run.replay
     check, found = whatif(replay.graph, scenarios, base=replay.base)
-    notes = replay_notes(replay)
+    notes = replay_notes(replay) + gpu_wait_notes(run)
     gains = rank_gains(replay)
     return run._result("whatif", {
         "window": run.window_info,
@@ -300,6 +301,19 @@ def _waits_found(replay: Replay) -> bool:
         (replay.graph.points.get_column("kind") == "wait").any())
 
 
+def gpu_wait_notes(run: Run) -> list[str]:
+    """The GPU stream waits the replay cannot see, as causes of its error
+    (``analyses.stream_waits.stream_wait_notes``): one note per cause, naming its ranks (the
+    first rank's words). Empty for a CPU run or one whose waits all have their edges."""
+    notes = stream_wait_notes(stream_wait_coverage(run._rank_comm_source))
+    if notes.height == 0:
+        return []
+    per = notes.group_by("cause", maintain_order=True).agg(
+        pl.col("rank").sort(), pl.col("note").first())
+    return [f"replay: rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {note}"
+            for ranks, note in per.select("rank", "note").rows()]
+
+
 def graph_counts(replay: Replay) -> dict[str, Any]:
     pts = replay.graph.points
     return {"points": pts.height,
@@ -327,5 +341,5 @@ def replay_notes(replay: Replay) -> list[str]:
     return notes
 
 
-__all__ = ["path_ranks_of", "replay_of", "replay_path", "replay_verdict", "straggler_fields", "straggler_gains",
+__all__ = ["gpu_wait_notes", "path_ranks_of", "replay_of", "replay_path", "replay_verdict", "straggler_fields", "straggler_gains",
            "whatif_result", "worst_with_replay", "worth_replaying"]
