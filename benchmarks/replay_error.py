@@ -35,13 +35,18 @@ from fixtures.synthetic import SyntheticSpec, generate  # noqa: E402
 DATA = REPO / "fixtures" / "data"
 #: The corpus's multi-rank traces (MANIFEST.md: the only multi-rank set is this sampled pair).
 CORPUS_RUNS = ("hta-tests-data/tests/data/trace_filter",)
-#: Synthetic NCCL runs: (name, spec).
+#: Synthetic NCCL runs: (name, spec), written as a capture writes them (CUDA sync events),
+#: and one without them (``_no_sync``: the replay names the missing events as its cause).
 SYNTHETIC = (
-    ("synthetic_ddp_slow1", SyntheticSpec(world_size=4, steps=6, slow_rank=1)),
-    ("synthetic_ddp_balanced", SyntheticSpec(world_size=4, steps=6, slow_rank=None)),
-    ("synthetic_gpipe", SyntheticSpec(world_size=4, steps=6, pipeline_micro_batches=4)),
+    ("synthetic_ddp_slow1", SyntheticSpec(world_size=4, steps=6, slow_rank=1,
+                                          cuda_sync_events=True)),
+    ("synthetic_ddp_balanced", SyntheticSpec(world_size=4, steps=6, slow_rank=None,
+                                             cuda_sync_events=True)),
+    ("synthetic_gpipe", SyntheticSpec(world_size=4, steps=6, pipeline_micro_batches=4,
+                                      cuda_sync_events=True)),
     ("synthetic_alltoall_hot2", SyntheticSpec(world_size=4, steps=6, alltoall_tokens=1400,
-                                              alltoall_hot_rank=2)),
+                                              alltoall_hot_rank=2, cuda_sync_events=True)),
+    ("synthetic_ddp_slow1_no_sync", SyntheticSpec(world_size=4, steps=6, slow_rank=1)),
 )
 
 
