@@ -109,6 +109,42 @@ def test_a_leaf_op_named_as_a_wait_is_a_wait():
     assert find_waits(ops.head(1), done).get_column("blocked_ns").to_list() == [890_000]
 
 
+def test_a_gap_ending_just_before_the_ops_recorded_end_is_a_wait_on_it():
+    """gloo marks the all-reduce complete and wakes the waiter before its work item's range
+    closes; on a busy host the waiter runs first (ddp1b_balanced: resumed 0.7 ms before the
+    recorded end of an 8.6 ms wait). By hand (ms): `fwd` [0, 1), a gap [1, 9.6), `opt`
+    [9.6, 10); the all-reduce, issued at 0.5, is recorded ending at 10.3. The gap's own
+    tolerance is 5% of 8.6 = 0.43 < 0.7, but a gap may end up to 15% of its length (1.29)
+    before the recorded end: a wait at 9.6 blocked 9.6 - 1 = 8.6, whose resume lag is
+    -0.7 (the replay of the measured run keeps it). Recorded 2 ms after the resume (beyond
+    1.29): no wait; the same 0.7 ms inside a leaf op's body (no gap): no wait."""
+    ops = pl.DataFrame({"rank": [0, 0], "tid": [1, 1], "name": ["fwd", "opt"],
+                        "ts_ns": [0, round(9.6 * MS)], "end_ns": [1 * MS, 10 * MS]})
+    done = pl.DataFrame({"instance": ["ar"], "rank": [0], "tid": [2],
+                         "end_ns": [round(10.3 * MS)], "issued_ns": [MS // 2]})
+    assert find_waits(ops, done).rows() == [(0, 1, round(9.6 * MS), "ar", round(8.6 * MS))]
+    later = done.with_columns(end_ns=pl.lit(round(11.6 * MS)))
+    assert find_waits(ops, later).height == 0
+    body = pl.DataFrame({"rank": [0], "tid": [1], "name": ["bwd"], "ts_ns": [1 * MS],
+                         "end_ns": [round(9.6 * MS)]})
+    assert find_waits(body, done).height == 0
+    # in the graph: the wait's edge from the completion has lag -0.7 ms
+    step = pl.DataFrame({"rank": [0, 0, 0, 0, 0], "tid": [1, 1, 1, 1, 2],
+                         "name": ["ProfilerStep#1", "fwd", "c10d::allreduce_", "opt",
+                                  "gloo:all_reduce"],
+                         "ts_ns": [0, 0, MS // 2, round(9.6 * MS), MS],
+                         "end_ns": [10 * MS, MS // 2, 1 * MS, 10 * MS, round(10.3 * MS)],
+                         "collective": [None, None, "all_reduce", None, "all_reduce"]})
+    coll = pl.DataFrame({"instance": ["ar"], "rank": [0], "collective": ["all_reduce"],
+                         "name": ["gloo:all_reduce"], "arrival_ns": [1 * MS],
+                         "end_ns": [round(10.3 * MS)]})
+    g = build_graph(step, coll)
+    assert g.edges.filter(pl.col("kind") == "wait").get_column("lag_ns").to_list() == [
+        round(-0.7 * MS)]
+    assert self_check(g, replay_graph(g)).steps.select("measured_ns", "replayed_ns").row(0) \
+        == (10 * MS, 10 * MS)
+
+
 def test_the_replay_of_the_measured_run_reproduces_it(graph):
     check = self_check(graph, replay_graph(graph))
     assert check.steps.select("step", "measured_ns", "replayed_ns").rows() == [
