@@ -654,3 +654,35 @@ def test_own_transfers_are_each_members_completion():
     assert edges["own"] == [round(8.9 * MS), round(8.9 * MS), round(10.9 * MS)]
     with pytest.raises(ValueError, match="transfers"):
         build_graph(ops, _collectives(ops), transfers="median")
+
+
+def test_a_kernel_queued_behind_another_keeps_the_streams_typical_gap():
+    """One rank, one stream (ms). `a` launched at 10 runs [12, 20) on an idle stream (launch
+    delay 2, the rank's typical); `b`, `c`, `d` are launched at 11, 12, 13, queued behind it,
+    and start 2, 2 and 10 after the previous kernel's end: `b` [22, 30), `c` [32, 40), `d`
+    [50, 60). The host waits in cudaDeviceSynchronize [14, 61), then a tail [61, 65).
+    By hand: the typical queued gap is the median of (2, 2, 10) = 2, kept before each queued
+    kernel (the device's own gap: without it the step replays 6 ms short); `d`'s 10 is capped
+    at 2 (something the trace does not show held it: a missing stream wait stays replay
+    error), so `d` replays [42, 52), the sync resumes 1 later at 53 and the step ends at 57,
+    not 65."""
+    rows = [("ProfilerStep#1", "user_annotation", 0, 65, None, None),
+            ("cudaLaunchKernel", "cuda_runtime", 10, 10.5, None, 1),
+            ("cudaLaunchKernel", "cuda_runtime", 11, 11.5, None, 2),
+            ("cudaLaunchKernel", "cuda_runtime", 12, 12.5, None, 3),
+            ("cudaLaunchKernel", "cuda_runtime", 13, 13.5, None, 4),
+            ("cudaDeviceSynchronize", "cuda_runtime", 14, 61, None, None),
+            ("tail", "cpu_op", 61, 65, None, None),
+            ("a", "kernel", 12, 20, 7, 1), ("b", "kernel", 22, 30, 7, 2),
+            ("c", "kernel", 32, 40, 7, 3), ("d", "kernel", 50, 60, 7, 4)]
+    ops = pl.DataFrame([(0, st or 1, n, k, round(a * MS), round(b * MS), st, c)
+                        for n, k, a, b, st, c in rows],
+                       schema=["rank", "tid", "name", "kind", "ts_ns", "end_ns", "stream",
+                               "correlation"], orient="row")
+    g = build_graph(ops, pl.DataFrame())
+    kernels = g.points.filter(pl.col("kind") == "kernel").sort("t_ns")
+    assert kernels.get_column("work_ns").to_list() == [8 * MS, 10 * MS, 10 * MS, 12 * MS]
+    replayed = replay_graph(g).time[:g.points.height]
+    assert (replayed[kernels.get_column("point").to_numpy()] // MS).tolist() == [20, 30, 40, 52]
+    assert self_check(g, replay_graph(g)).steps.select("measured_ns", "replayed_ns").row(0) \
+        == (65 * MS, 57 * MS)

@@ -202,25 +202,36 @@ def _launches(ops: pl.DataFrame) -> pl.DataFrame:
     """One row per GPU op with its launch: ``rank, tid`` (its stream's queue),
     ``correlation, ts_ns, end_ns``, the launching thread ``launch_tid`` and time
     ``launch_ns``, and ``lag_ns``: how long after its launch it could start, the measured
-    delay capped at the rank's typical delay when the stream was idle (a kernel queued
-    behind others waited for them, which the stream's order replays)."""
+    delay capped at the rank's typical delay when the stream was idle (a kernel queued behind
+    others waited for them, which the stream's order replays); ``gap_ns``: for a kernel
+    queued behind the stream's previous op, the device's gap between that op's end and its
+    start (1-3 µs a kernel: lost, a step of 20 kernels replays 40 µs short), capped at the
+    rank's typical queued gap (a longer one waited for something the trace does not show: a
+    missing stream wait stays replay error, not kept as work)."""
     gpu = ops.filter(pl.col("tid") < 0)
     if gpu.height == 0 or gpu.get_column("correlation").null_count() == gpu.height:
         return pl.DataFrame(schema={"rank": pl.Int32, "tid": pl.Int64, "correlation": pl.Int64,
                                     "ts_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.String,
                                     "launch_tid": pl.Int64, "launch_ns": pl.Int64,
-                                    "lag_ns": pl.Int64})
+                                    "lag_ns": pl.Int64, "gap_ns": pl.Int64})
     calls = ops.filter(pl.col("kind").is_in(list(RUNTIME_KINDS))
                        & pl.col("correlation").is_not_null()).select(
         "rank", "correlation", launch_tid="tid", launch_ns="ts_ns")
     found = gpu.join(calls.unique(["rank", "correlation"]), on=["rank", "correlation"])
+    prev_end = pl.col("end_ns").shift(1).over("rank", "tid")
     found = found.sort("rank", "tid", "ts_ns").with_columns(
         delay=(pl.col("ts_ns") - pl.col("launch_ns")).clip(0),
-        idle=pl.col("end_ns").shift(1).over("rank", "tid").fill_null(0) <= pl.col("launch_ns"))
-    typical = found.filter(pl.col("idle")).group_by("rank").agg(cap=pl.col("delay").median())
+        idle=prev_end.fill_null(0) <= pl.col("launch_ns"),
+        gap=(pl.col("ts_ns") - prev_end).clip(0))
+    typical = found.group_by("rank").agg(
+        cap=pl.col("delay").filter("idle").median(),
+        gap_cap=pl.col("gap").filter(~pl.col("idle")).median())
     return found.join(typical, on="rank", how="left").select(
         "rank", "tid", "correlation", "ts_ns", "end_ns", "name", "launch_tid", "launch_ns",
-        lag_ns=pl.min_horizontal("delay", pl.col("cap").fill_null(0)).round(0).cast(pl.Int64))
+        lag_ns=pl.min_horizontal("delay", pl.col("cap").fill_null(0)).round(0).cast(pl.Int64),
+        gap_ns=pl.when(pl.col("idle")).then(0).otherwise(
+            pl.min_horizontal(pl.col("gap").fill_null(0), pl.col("gap_cap").fill_null(0)))
+        .round(0).cast(pl.Int64))
 
 
 def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
@@ -427,7 +438,8 @@ def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
         part(waits, "wait", "t_ns", instance=pl.col("instance"),
              blocked_ns=pl.col("blocked_ns")),
         part(kernels, "kernel", "end_ns", instance=pl.format("gpu#{}", "correlation"),
-             span_ns=pl.col("end_ns") - pl.col("ts_ns"), correlation=pl.col("correlation")),
+             span_ns=pl.col("end_ns") - pl.col("ts_ns") + pl.col("gap_ns"),
+             correlation=pl.col("correlation")),
         part(launches.select("rank", "correlation", "launch_ns", tid="launch_tid"), "launch",
              "launch_ns", correlation=pl.col("correlation")),
     ]
