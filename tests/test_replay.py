@@ -31,6 +31,7 @@ By hand:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import subprocess
 import sys
@@ -302,10 +303,16 @@ FIXTURES = _runs(list((ROOT / "fixtures" / "data" / "scenarios").iterdir())
                  + list(REPLAY.iterdir()))
 
 
+@functools.lru_cache(maxsize=None)
+def _whatif(path: Path):
+    """The fixture's ``whatif`` answer, once per session (two tests read it)."""
+    import traceview
+    return traceview.open(str(path)).whatif()
+
+
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
 def test_every_multi_rank_fixture_gets_a_replay_error_and_its_reasons(path):
-    import traceview
-    result = traceview.open(str(path)).whatif()
+    result = _whatif(path)
     err = result["replay_error"]
     assert result["steps"].height >= 3 and err["median"] is not None
     assert result["graph"]["forced"] == 0
@@ -315,6 +322,70 @@ def test_every_multi_rank_fixture_gets_a_replay_error_and_its_reasons(path):
         bad = result["steps"].filter(pl.col("error") > 0.05).get_column("step").to_list()
         assert result["not_reproduced"].get_column("step").to_list() == bad
         assert any("not trusted" in n for n in result["notes"])
+
+
+#: The fixtures whose replay error misses issue 46's bar (median <= 1%, p90 <= 3%), as
+#: measured when the bar's test was written (benchmarks/replay_error.py prints them). Strict:
+#: a fixture that comes within the bar fails here until it is taken off the list, so the list
+#: can only shrink, and one that meets it today must keep meeting it. Why they miss: a
+#: member's completion after its instance's last arrival scatters by milliseconds on the
+#: 2-core recording host, noise one typical transfer per instance cannot follow (with each
+#: member's own transfer every one replays within 0.1%: the test below); pipelines' p2p
+#: transfers scatter most.
+REPLAY_ERROR_MISSES = {
+    "gloo_ddp_2r": "median 3.6%, p90 5.9%",
+    "gloo_ddp_4r_noisy": "median 10.0%, p90 18.4%",
+    "gloo_ddp_4r_noisy_slow2": "median 1.2%, p90 2.7%",
+    "gloo_windows_2r": "median 11.5%, p90 24.4%",
+    "ddp1b_backward_stall_r1": "median 1.3%, p90 7.3%",
+    "ddp1b_balanced": "median 4.8%, p90 16.4%",
+    "ddp1b_gil_r3": "median 5.4%, p90 11.0%",
+    "ddp1b_rotating": "median 2.4%, p90 3.6%",
+    "ddp1b_stall_r1_r3": "median 2.2%, p90 4.3%",
+    "ddp1b_stall_r2": "median 1.7%, p90 3.2%",
+    "ddp8_balanced": "median 20.4%, p90 24.5%",
+    "ddp8_stall_r5": "median 7.7%, p90 11.5%",
+    "ddpb_balanced": "median 9.3%, p90 18.2%",
+    "ddpb_intermittent_r1": "median 9.3%, p90 19.2%",
+    "ddpb_stall_r2": "median 3.0%, p90 7.0%",
+    "ddphook_balanced": "median 9.4%, p90 25.8%",
+    "ddphook_slow_comm_r0": "median 2.3%, p90 4.4%",
+    "fsdp2_balanced": "median 2.8%, p90 5.3%",
+    "fsdp2_compute_r1": "median 3.2%, p90 5.1%",
+    "pp1f1b_balanced": "median 21.8%, p90 38.2%",
+    "pp1f1b_compute_s1": "median 8.4%, p90 14.8%",
+    "tpsp_balanced": "median 0.5%, p90 3.5%",
+    "a2a_balanced": "median 3.4%, p90 4.1%",
+    "a2a_routing_r1": "median 2.2%, p90 4.8%",
+    "a2a_routing_r2_noisy": "median 1.6%, p90 3.7%",
+    "ddp_balanced": "median 5.3%, p90 18.5%",
+    "ddp_balanced_noisy": "median 1.2%, p90 5.5%",
+    "ddp_compute_r1": "median 3.0%, p90 6.0%",
+    "ddp_compute_r3_noisy": "median 1.3%, p90 4.2%",
+    "ddp_dataloader_r3": "median 6.8%, p90 9.1%",
+    "ddp_labelled_r0": "median 1.5%, p90 4.1%",
+    "ddp_stall_r0": "median 4.3%, p90 17.0%",
+    "ddp_stall_r1_weak": "median 4.5%, p90 14.7%",
+    "ddp_stall_r2": "median 3.7%, p90 10.1%",
+    "ddp_stall_r2_noisy": "median 0.9%, p90 4.7%",
+    "pipeline_balanced": "median 15.6%, p90 22.4%",
+    "pipeline_compute_s0": "median 6.3%, p90 11.8%",
+    "pipeline_compute_s2": "median 8.7%, p90 21.8%",
+    "pipeline_stall_s3": "median 10.9%, p90 18.6%",
+    "tpdp_balanced": "median 3.0%, p90 8.5%",
+    "tpdp_compute_r0": "median 2.2%, p90 4.6%",
+    "tpdp_dataloader_r1": "median 1.1%, p90 4.2%",
+    "tpdp_stall_r3": "median 1.1%, p90 2.2%",
+}
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=REPLAY_ERROR_MISSES[p.name]))
+    if p.name in REPLAY_ERROR_MISSES else p for p in FIXTURES], ids=[p.name for p in FIXTURES])
+def test_every_multi_rank_fixture_meets_the_replay_error_bar(path):
+    """Issue 46's bar: median <= 1% and p90 <= 3% (the OSDI'25 study: 1.3% / 5.5%)."""
+    err = _whatif(path)["replay_error"]
+    assert err["median"] <= 0.01 and err["p90"] <= 0.03
 
 
 def test_a_real_ddp_straggler_typical_gain_is_the_twins_difference():
