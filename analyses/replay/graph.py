@@ -73,6 +73,8 @@ _KIND_ORDER = {"complete": 0, "kernel": 0, "wait": 1, "step_end": 2, "step_start
                "issue": 4, "launch": 4, "arrive": 5}
 #: The points every rank running the same program has: they delimit the stretches.
 _ANCHORS = ("step_start", "step_end", "issue", "arrive", "complete")
+#: Collectives a backend may run as another (gloo's reduce_scatter is an all_reduce).
+_FAMILY = {"reduce_scatter": "all_reduce"}
 #: Host calls that enqueue a collective for another thread (gloo's worker, a GPU stream).
 _DISPATCH = r"^(c10d::|record_param_comms$)"
 
@@ -391,12 +393,23 @@ def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("len") == pl.col("len_right")).select("rank")
     paired = fifo_ops.join(same, on="rank").join(
         fifo_calls.drop("collective"), on=["rank", "k"])
-    rest = away.join(same, on="rank", how="anti").sort("arrival_ns").join_asof(
+    # else the latest call of the op's kind, or of its family where that is later (gloo runs
+    # reduce_scatter as an all_reduce: on tpsp, the kind alone paired the tensor-parallel
+    # reduce-scatter's all_reduce with the previous data-parallel all_reduce call, 84 ms
+    # earlier, an enqueue lag that held the thread whatever its peers did)
+    family = pl.col("collective").replace(_FAMILY)
+    rest = away.join(same, on="rank", how="anti").sort("arrival_ns")
+    by_kind = rest.join_asof(
         calls.sort("issue_ns"), left_on="arrival_ns", right_on="issue_ns",
         by=["rank", "collective"], strategy="backward", check_sortedness=False)
+    by_family = rest.with_columns(_family=family).join_asof(
+        calls.with_columns(_family=family).drop("collective").sort("issue_ns"),
+        left_on="arrival_ns", right_on="issue_ns", by=["rank", "_family"],
+        strategy="backward", check_sortedness=False).drop("_family")
+    rest = pl.concat([by_kind.select(list(schema)), by_family.select(list(schema))]) \
+        .drop_nulls("issue_ns").sort("issue_ns").group_by("instance", "rank").last()
     return pl.concat([paired.select(list(schema)).cast(schema),
-                      rest.filter(pl.col("issue_ns").is_not_null()).select(list(schema))
-                      .cast(schema)])
+                      rest.select(list(schema)).cast(schema)])
 
 
 def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
