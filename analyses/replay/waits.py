@@ -15,7 +15,10 @@ complete when it began, is a **wait** on that op: the thread resumes at the op's
 Its blocked part runs from the later of the stretch's start and the op's issue to the
 stretch's end. A gap (no op of the thread running but its step marker) that a completion falls inside is a wait
 on the latest such op too, however late the thread resumed (a descheduled thread on an
-oversubscribed host): the replay keeps the resume delay as the wait's lag. Where several ops complete near one stretch end, the latest is the one waited
+oversubscribed host): the replay keeps the resume delay as the wait's lag. A gap may also end
+shortly *before* the op's recorded end (``WaitOptions.early_resume_share``, at most
+``max_early_resume_ns``): the backend woke the waiter before its work item's range closed; the
+wait's lag is then negative. Where several ops complete near one stretch end, the latest is the one waited
 for; where one completion ends several stretches of a thread, the longest is the wait.
 
 A leaf op's whole body (an op with nothing inside it) is its own work, not a wait, unless its
