@@ -781,3 +781,39 @@ def test_gloos_reduce_scatter_run_as_an_all_reduce_is_issued_by_its_own_call():
     issues = g.points.filter(pl.col("kind") == "issue")
     assert issues.select("rank", "t_ns").sort("rank").rows() == [(0, 50 * MS), (1, 50 * MS)]
     assert g.edges.filter(pl.col("kind") == "issue").get_column("lag_ns").to_list() == [MS, MS]
+
+
+def test_a_step_that_does_not_reproduce_says_whether_the_transfer_model_or_an_edge_is_why():
+    """Two ranks (ms): each issues an all-reduce at 10 ([10, 11)), gloo's worker runs it from
+    12; rank 0's ends at 20 (8 after the last arrival), rank 1's at 30 (18); each main thread
+    waits in a gap until 0.1 after its end, then `opt` for 10: steps 30.1 and 40.1. By hand:
+    both members replay the median transfer, 13: complete at 25, steps 35.1 on both ranks;
+    the step (the longest rank's) 40.1 -> 35.1, 12.5% off. The point that drifts most is a
+    completion set by its instance (5 ms either way): cause ``transfer``, and its words give
+    the member's own 8 or 18 against the typical 13. With each member's own transfer it
+    reproduces. A kernel that waited on another stream the graph does not know (below) is a
+    ``dependency``."""
+    rows = []
+    for r, end in ((0, 20), (1, 30)):
+        rows += [(r, 1, "ProfilerStep#1", 0, end + 10.1, None),
+                 (r, 1, "c10d::allreduce_", 10, 11, "all_reduce"),
+                 (r, 2, "gloo:all_reduce", 12, end, "all_reduce"),
+                 (r, 1, "opt", end + 0.1, end + 10.1, None)]
+    ops = pl.DataFrame([(r, t, n, round(a * MS), round(b * MS), c) for r, t, n, a, b, c in rows],
+                       schema=["rank", "tid", "name", "ts_ns", "end_ns", "collective"],
+                       orient="row")
+    coll = _collectives(ops)
+    g = build_graph(ops, coll)
+    check = self_check(g, replay_graph(g))
+    assert check.steps.select("measured_ns", "replayed_ns").row(0) == (
+        round(40.1 * MS), round(35.1 * MS))
+    cause = check.causes.row(0, named=True)
+    assert (cause["kind"], cause["cause"], abs(cause["drift_ns"])) == ("complete", "transfer",
+                                                                         5 * MS)
+    assert "its typical transfer is 13.0 ms" in cause["what"]
+    own = build_graph(ops, coll, transfers="own")
+    assert self_check(own, replay_graph(own)).causes.height == 0
+    blind_ops, _ = _two_streams()
+    blind = build_graph(blind_ops, pl.DataFrame())
+    assert set(self_check(blind, replay_graph(blind)).causes.get_column("cause")) == {
+        "dependency"}

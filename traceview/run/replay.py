@@ -7,7 +7,7 @@ that reads the replay reads that one. :func:`whatif_result` composes the answer 
 
 ``--json`` contract: ``{"window", "steps": [{"step", "measured_ns", "replayed_ns", "error"}],
 "replay_error": {"median", "p90"}, "trusted", "not_reproduced": [{"step", "rank", "role",
-"kind", "instance", "drift_ns", "what"}], "scenarios": [{"spec", "step_ns_mean",
+"kind", "instance", "drift_ns", "what", "cause"}], "scenarios": [{"spec", "step_ns_mean",
 "step_ns_p50", "gain_ns_per_step", "slowdown", "steps": [{"step", "predicted_ns",
 "replayed_ns"}]}], "verdict": {"pattern", "culprits": [{"rank", "gain_ns_per_step",
 "slowdown", "steps", "cost_ns_per_occurrence", "confidence"}], "combined_gain_ns_per_step",
