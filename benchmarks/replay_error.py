@@ -11,7 +11,8 @@ slow rank, balanced, a GPipe pipeline, an all-to-all; written to a temporary fol
 corpus's multi-rank GPU pair (``fixtures/corpus.py``; skipped when absent). Each run is one
 ``traceview.open(path).whatif()``: the numbers are the ``--json`` answer's.
 
-Column ``graph``: the replay error's median / p90 with each member's own measured transfer
+Column ``causes``: the steps beyond 5% by ``not_reproduced.cause`` (``transfer`` or
+``dependency``). Column ``graph``: the replay error's median / p90 with each member's own measured transfer
 (``build_graph(transfers="own")``). That replay is exact wherever the graph is consistent, so
 what it leaves is a wrong or missing edge; the rest of the error (``median``, ``p90``) is the
 transfer model's: one typical transfer per instance against completions that scatter.
@@ -91,6 +92,8 @@ def measure(path: Path) -> dict[str, object]:
             "graph": f"{_pct(own_check.median)} / {_pct(own_check.p90)}",
             "worst": ", ".join(f"{s}:{e:.1%}" for s, e in worst.select("step", "error").rows()),
             "causes": result["not_reproduced"].get_column("what").to_list(),
+            "why": ", ".join(f"{n} {c}" for c, n in result["not_reproduced"]
+                             .group_by("cause").len().sort("cause").rows()) or "-",
             "notes": [n for n in result["notes"] if "not trusted" not in n
                       and not n.startswith("replay: step ")]}
 
@@ -112,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             runs += synthetic_runs(Path(tmp))
         runs = [(n, p) for n, p in runs if args.only in n]
         rows = []
-        print("| run | steps | median | p90 | trusted | waits | worst steps | graph |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| run | steps | median | p90 | trusted | waits | worst steps | graph | causes |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for name, path in runs:
             try:
                 m = measure(path)
@@ -122,14 +125,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             rows.append({"run": name, "median": m["median"], "p90": m["p90"]})
             if m["forced"]:
-                print(f"|   ↳ {m['forced']} node(s) forced: the graph has a cycle |||||||")
+                print(f"|   ↳ {m['forced']} node(s) forced: the graph has a cycle ||||||||")
             print(f"| {name} | {m['steps']} | {_pct(m['median'])} | {_pct(m['p90'])} | "
                   f"{'yes' if m['trusted'] else 'no'} | {m['waits']} | {m['worst']} | "
-                  f"{m['graph']} |")
+                  f"{m['graph']} | {m['why']} |")
             for what in m["causes"][:args.causes]:  # type: ignore[index]
-                print(f"|   ↳ {what} |||||||")
+                print(f"|   ↳ {what} ||||||||")
             for note in m["notes"]:  # type: ignore[union-attr]
-                print(f"|   ↳ {note} |||||||")
+                print(f"|   ↳ {note} ||||||||")
     table = pl.DataFrame(rows, schema={"run": pl.String, "median": pl.Float64,
                                        "p90": pl.Float64})
     if table.height:
