@@ -30,6 +30,8 @@ By hand:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import subprocess
 import sys
@@ -121,8 +123,13 @@ def test_a_gap_holding_the_last_arrival_waits_though_the_worker_records_its_end_
                          "issued_ns": [1 * MS], "ready_ns": [4 * MS]})
     assert find_waits(ops, done).select("t_ns", "instance", "blocked_ns").rows() == [
         (11 * MS, "ar", 9 * MS)]
-    # without the last arrival, the recorded end is all there is: the chance stretch
-    assert find_waits(ops, done.drop("ready_ns")).get_column("t_ns").to_list() == [11_900_000]
+    # without the last arrival the early-resume rule still holds it: the gap ends 1 ms (at
+    # most 15% of its 9 ms, capped at 1 ms) before the recorded end
+    assert find_waits(ops, done.drop("ready_ns")).get_column("t_ns").to_list() == [11 * MS]
+    # recorded 1.5 ms late, beyond the cap: only the last arrival finds the wait
+    late = done.with_columns(end_ns=pl.lit(12_500_000))
+    assert find_waits(ops, late).get_column("t_ns").to_list() == [11 * MS]
+    assert find_waits(ops, late.drop("ready_ns")).get_column("t_ns").to_list() != [11 * MS]
 
 
 def test_an_issue_is_the_latest_dispatcher_call_of_any_kind_before_the_arrival():
@@ -146,6 +153,42 @@ def test_an_issue_is_the_latest_dispatcher_call_of_any_kind_before_the_arrival()
         (0, 60 * MS), (1, 60 * MS)]
     assert g.edges.filter(pl.col("kind") == "issue").get_column("lag_ns").to_list() == [
         2 * MS, 1 * MS]
+
+
+def test_a_gap_ending_just_before_the_ops_recorded_end_is_a_wait_on_it():
+    """gloo marks the all-reduce complete and wakes the waiter before its work item's range
+    closes; on a busy host the waiter runs first (ddp1b_balanced: resumed 0.7 ms before the
+    recorded end of an 8.6 ms wait). By hand (ms): `fwd` [0, 1), a gap [1, 9.6), `opt`
+    [9.6, 10); the all-reduce, issued at 0.5, is recorded ending at 10.3. The gap's own
+    tolerance is 5% of 8.6 = 0.43 < 0.7, but a gap may end up to 15% of its length (1.29)
+    before the recorded end: a wait at 9.6 blocked 9.6 - 1 = 8.6, whose resume lag is
+    -0.7 (the replay of the measured run keeps it). Recorded 2 ms after the resume (beyond
+    1.29): no wait; the same 0.7 ms inside a leaf op's body (no gap): no wait."""
+    ops = pl.DataFrame({"rank": [0, 0], "tid": [1, 1], "name": ["fwd", "opt"],
+                        "ts_ns": [0, round(9.6 * MS)], "end_ns": [1 * MS, 10 * MS]})
+    done = pl.DataFrame({"instance": ["ar"], "rank": [0], "tid": [2],
+                         "end_ns": [round(10.3 * MS)], "issued_ns": [MS // 2]})
+    assert find_waits(ops, done).rows() == [(0, 1, round(9.6 * MS), "ar", round(8.6 * MS))]
+    later = done.with_columns(end_ns=pl.lit(round(11.6 * MS)))
+    assert find_waits(ops, later).height == 0
+    body = pl.DataFrame({"rank": [0], "tid": [1], "name": ["bwd"], "ts_ns": [1 * MS],
+                         "end_ns": [round(9.6 * MS)]})
+    assert find_waits(body, done).height == 0
+    # in the graph: the wait's edge from the completion has lag -0.7 ms
+    step = pl.DataFrame({"rank": [0, 0, 0, 0, 0], "tid": [1, 1, 1, 1, 2],
+                         "name": ["ProfilerStep#1", "fwd", "c10d::allreduce_", "opt",
+                                  "gloo:all_reduce"],
+                         "ts_ns": [0, 0, MS // 2, round(9.6 * MS), MS],
+                         "end_ns": [10 * MS, MS // 2, 1 * MS, 10 * MS, round(10.3 * MS)],
+                         "collective": [None, None, "all_reduce", None, "all_reduce"]})
+    coll = pl.DataFrame({"instance": ["ar"], "rank": [0], "collective": ["all_reduce"],
+                         "name": ["gloo:all_reduce"], "arrival_ns": [1 * MS],
+                         "end_ns": [round(10.3 * MS)]})
+    g = build_graph(step, coll)
+    assert g.edges.filter(pl.col("kind") == "wait").get_column("lag_ns").to_list() == [
+        round(-0.7 * MS)]
+    assert self_check(g, replay_graph(g)).steps.select("measured_ns", "replayed_ns").row(0) \
+        == (10 * MS, 10 * MS)
 
 
 def test_the_replay_of_the_measured_run_reproduces_it(graph):
@@ -305,10 +348,16 @@ FIXTURES = _runs(list((ROOT / "fixtures" / "data" / "scenarios").iterdir())
                  + list(REPLAY.iterdir()))
 
 
+@functools.lru_cache(maxsize=None)
+def _whatif(path: Path):
+    """The fixture's ``whatif`` answer, once per session (two tests read it)."""
+    import traceview
+    return traceview.open(str(path)).whatif()
+
+
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
 def test_every_multi_rank_fixture_gets_a_replay_error_and_its_reasons(path):
-    import traceview
-    result = traceview.open(str(path)).whatif()
+    result = _whatif(path)
     err = result["replay_error"]
     assert result["steps"].height >= 3 and err["median"] is not None
     assert result["graph"]["forced"] == 0
@@ -318,6 +367,69 @@ def test_every_multi_rank_fixture_gets_a_replay_error_and_its_reasons(path):
         bad = result["steps"].filter(pl.col("error") > 0.05).get_column("step").to_list()
         assert result["not_reproduced"].get_column("step").to_list() == bad
         assert any("not trusted" in n for n in result["notes"])
+
+
+#: The fixtures whose replay error misses issue 46's bar (median <= 1%, p90 <= 3%), as
+#: measured when the bar's test was written (benchmarks/replay_error.py prints them). Strict:
+#: a fixture that comes within the bar fails here until it is taken off the list, so the list
+#: can only shrink, and one that meets it today must keep meeting it. Why they miss: a
+#: member's completion after its instance's last arrival scatters by milliseconds on the
+#: 2-core recording host, noise one typical transfer per instance cannot follow (with each
+#: member's own transfer every one replays within 0.1%: the test below); pipelines' p2p
+#: transfers scatter most.
+REPLAY_ERROR_MISSES = {
+    "gloo_ddp_2r": "median 3.6%, p90 5.9%",
+    "gloo_ddp_4r_noisy": "median 10.0%, p90 18.4%",
+    "gloo_ddp_4r_noisy_slow2": "median 1.2%, p90 2.7%",
+    "gloo_windows_2r": "median 11.5%, p90 24.4%",
+    "ddp1b_backward_stall_r1": "median 1.3%, p90 7.3%",
+    "ddp1b_balanced": "median 4.8%, p90 16.4%",
+    "ddp1b_gil_r3": "median 5.4%, p90 11.0%",
+    "ddp1b_rotating": "median 2.4%, p90 3.6%",
+    "ddp1b_stall_r1_r3": "median 2.2%, p90 4.3%",
+    "ddp1b_stall_r2": "median 1.7%, p90 3.2%",
+    "ddp8_balanced": "median 20.4%, p90 24.5%",
+    "ddp8_stall_r5": "median 7.7%, p90 11.5%",
+    "ddpb_balanced": "median 9.3%, p90 18.2%",
+    "ddpb_intermittent_r1": "median 9.3%, p90 19.2%",
+    "ddpb_stall_r2": "median 3.0%, p90 7.0%",
+    "ddphook_balanced": "median 9.4%, p90 25.8%",
+    "ddphook_slow_comm_r0": "median 2.3%, p90 4.4%",
+    "fsdp2_balanced": "median 2.8%, p90 5.3%",
+    "fsdp2_compute_r1": "median 3.2%, p90 5.1%",
+    "pp1f1b_balanced": "median 21.8%, p90 38.2%",
+    "pp1f1b_compute_s1": "median 8.4%, p90 14.8%",
+    "a2a_balanced": "median 3.4%, p90 4.1%",
+    "a2a_routing_r1": "median 2.2%, p90 4.8%",
+    "a2a_routing_r2_noisy": "median 1.6%, p90 3.7%",
+    "ddp_balanced": "median 5.3%, p90 18.5%",
+    "ddp_balanced_noisy": "median 1.2%, p90 5.5%",
+    "ddp_compute_r1": "median 3.0%, p90 6.0%",
+    "ddp_compute_r3_noisy": "median 1.3%, p90 4.2%",
+    "ddp_dataloader_r3": "median 6.8%, p90 9.1%",
+    "ddp_labelled_r0": "median 1.5%, p90 4.1%",
+    "ddp_stall_r0": "median 4.3%, p90 17.0%",
+    "ddp_stall_r1_weak": "median 4.5%, p90 14.7%",
+    "ddp_stall_r2": "median 3.7%, p90 10.1%",
+    "ddp_stall_r2_noisy": "median 0.9%, p90 4.7%",
+    "pipeline_balanced": "median 15.6%, p90 22.4%",
+    "pipeline_compute_s0": "median 6.3%, p90 11.8%",
+    "pipeline_compute_s2": "median 8.7%, p90 21.8%",
+    "pipeline_stall_s3": "median 10.9%, p90 18.6%",
+    "tpdp_balanced": "median 3.0%, p90 8.5%",
+    "tpdp_compute_r0": "median 2.2%, p90 4.6%",
+    "tpdp_dataloader_r1": "median 1.1%, p90 4.2%",
+    "tpdp_stall_r3": "median 1.1%, p90 2.2%",
+}
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=REPLAY_ERROR_MISSES[p.name]))
+    if p.name in REPLAY_ERROR_MISSES else p for p in FIXTURES], ids=[p.name for p in FIXTURES])
+def test_every_multi_rank_fixture_meets_the_replay_error_bar(path):
+    """Issue 46's bar: median <= 1% and p90 <= 3% (the OSDI'25 study: 1.3% / 5.5%)."""
+    err = _whatif(path)["replay_error"]
+    assert err["median"] <= 0.01 and err["p90"] <= 0.03
 
 
 def test_a_real_ddp_straggler_typical_gain_is_the_twins_difference():
@@ -551,3 +663,202 @@ def test_a_run_without_step_markers_is_one_step_its_window():
     # from the first point (the launch at 10) to the last (the sync's end at 51)
     assert check.steps.select("step", "measured_ns", "replayed_ns").rows() == [
         (-1, 41 * MS, 41 * MS)]
+
+
+# ------------------------------------------------------ GPU stream waits from Kineto JSON
+def _kineto_two_streams(path: Path, *, sync_events: bool) -> Path:
+    """``_two_streams`` as the profiler writes it (µs): the host thread's runtime calls, the
+    two kernels with their correlations and, with CUDA sync events, the ``cuda_sync`` row of
+    the cudaStreamWaitEvent (correlation 3: stream 9 waits on stream 7 for the record of
+    correlation 2)."""
+    def x(cat, name, ts, end, pid=7, tid=7, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts,
+                "dur": end - ts, "args": args}
+    events = [
+        x("user_annotation", "ProfilerStep#1", 0, 60_000),
+        x("cuda_runtime", "cudaLaunchKernel", 10_000, 11_000, correlation=1),
+        x("cuda_runtime", "cudaEventRecord", 12_000, 12_500, correlation=2),
+        x("cuda_runtime", "cudaStreamWaitEvent", 13_000, 13_500, correlation=3),
+        x("cuda_runtime", "cudaLaunchKernel", 14_000, 15_000, correlation=4),
+        x("cuda_runtime", "cudaDeviceSynchronize", 16_000, 51_000, correlation=5),
+        x("cpu_op", "tail", 51_000, 60_000),
+        x("kernel", "a", 15_000, 40_000, pid=0, tid=7, device=0, stream=7, correlation=1),
+        x("kernel", "b", 40_000, 50_000, pid=0, tid=9, device=0, stream=9, correlation=4),
+    ]
+    if sync_events:
+        events.append(x("cuda_sync", "Stream Wait Event", 13_200, 13_200, pid=0, tid=9,
+                        cuda_sync_kind="stream_wait_event", wait_on_stream=7,
+                        wait_on_cuda_event_record_corr_id=2, stream=9, correlation=3,
+                        device=0, context=1))
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events,
+                                "distributedInfo": {"rank": 0, "world_size": 1}}))
+    return path
+
+
+def test_kineto_stream_wait_edges_reach_the_replay(tmp_path):
+    """Through the Kineto parser: with the ``cuda_sync`` row the step replays exactly (60 ms,
+    by hand as in ``_two_streams``); without it `b` replays soon after its launch at 14 ms,
+    not after `a` at 40, so the step comes out short, and the answer says why: the trace has
+    no CUDA sync events."""
+    import traceview
+    good = traceview.open(str(_kineto_two_streams(tmp_path / "with.json", sync_events=True)),
+                          cache=False).whatif()
+    assert good["steps"].select("measured_ns", "replayed_ns").row(0) == (60 * MS, 60 * MS)
+    assert not any("CUDA sync events" in n for n in good["notes"])
+    blind = traceview.open(str(_kineto_two_streams(tmp_path / "without.json",
+                                                   sync_events=False)), cache=False).whatif()
+    assert blind["steps"].get_column("replayed_ns")[0] < 60 * MS
+    assert any("without CUDA sync events" in n and "enable_cuda_sync_events=True" in n
+               for n in blind["notes"])
+
+
+SYNTHETIC = {"ddp_slow1": {"slow_rank": 1}, "ddp_balanced": {"slow_rank": None},
+             "alltoall_hot2": {"alltoall_tokens": 1400, "alltoall_hot_rank": 2},
+             "gpipe": {"pipeline_micro_batches": 4}}
+
+
+@pytest.mark.parametrize("name", sorted(SYNTHETIC))
+def test_synthetic_nccl_runs_replay_within_the_bar_with_cuda_sync_events(name, tmp_path):
+    """The synthetic NCCL runs (fixtures/synthetic.py: each NCCL kernel waits on the stream
+    for its gradient's kernel, the optimiser for NCCL). Written as a profiler with CUDA sync
+    events writes them, the replay meets issue 46's bar (median <= 1%, p90 <= 3%); without
+    them the NCCL kernels replay at their launch, milliseconds early, and the answer names
+    the missing events as the cause."""
+    import traceview
+    from fixtures.synthetic import SyntheticSpec, generate
+    spec = SyntheticSpec(world_size=4, steps=6, **SYNTHETIC[name])
+    generate(dataclasses.replace(spec, cuda_sync_events=True), tmp_path / "sync")
+    result = traceview.open(str(tmp_path / "sync"), cache=False).whatif()
+    err = result["replay_error"]
+    assert err["median"] <= 0.01 and err["p90"] <= 0.03 and result["trusted"]
+    generate(spec, tmp_path / "plain")
+    blind = traceview.open(str(tmp_path / "plain"), cache=False).whatif()
+    assert blind["replay_error"]["median"] > 0.03
+    assert any("without CUDA sync events" in n for n in blind["notes"])
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_every_multi_rank_fixture_replays_exactly_with_its_own_transfers(path):
+    """The graph is consistent on every fixture: with each member's own measured completion
+    (``transfers="own"``) instead of its instance's typical transfer, the replay of the
+    measured run reproduces every step within 0.1%, and no node is forced. So no edge holds a
+    point later than it ran, and no blocked time is removed without the dependency that
+    explains it; what replay error is left (the test above) is the transfer model's: one
+    typical transfer against completions that scatter by milliseconds on an oversubscribed
+    host (benchmarks/replay_error.py prints both)."""
+    import traceview
+    from traceview.analyses.replay.check import self_check as check_of
+    from traceview.run.replay import replay_of
+    own = replay_of(traceview.open(str(path)), transfers="own")
+    check = check_of(own.graph, own.base)
+    assert check.forced == 0 and check.p90 is not None and check.p90 <= 0.001
+
+
+def test_own_transfers_are_each_members_completion():
+    """Hand-drawn: the all-reduce of the module's step with rank 0's completion 2 ms later
+    than the others' (59.9 and 61.9): typical transfers give every member the median 8.9 ms
+    after the last arrival (51), own ones 8.9 and 10.9."""
+    ops = _ops()
+    late = (pl.col("rank") == 0) & (pl.col("name") == "gloo:all_reduce")
+    ops = ops.with_columns(end_ns=pl.when(late).then(pl.col("end_ns") + 2 * MS)
+                           .otherwise(pl.col("end_ns")))
+    edges = {t: build_graph(ops, _collectives(ops), transfers=t).edges.filter(
+        pl.col("kind") == "transfer").get_column("lag_ns").sort().to_list()
+        for t in ("typical", "own")}
+    assert edges["typical"] == [round(8.9 * MS)] * 3
+    assert edges["own"] == [round(8.9 * MS), round(8.9 * MS), round(10.9 * MS)]
+    with pytest.raises(ValueError, match="transfers"):
+        build_graph(ops, _collectives(ops), transfers="median")
+
+
+def test_a_kernel_queued_behind_another_keeps_the_streams_typical_gap():
+    """One rank, one stream (ms). `a` launched at 10 runs [12, 20) on an idle stream (launch
+    delay 2, the rank's typical); `b`, `c`, `d` are launched at 11, 12, 13, queued behind it,
+    and start 2, 2 and 10 after the previous kernel's end: `b` [22, 30), `c` [32, 40), `d`
+    [50, 60). The host waits in cudaDeviceSynchronize [14, 61), then a tail [61, 65).
+    By hand: the typical queued gap is the median of (2, 2, 10) = 2, kept before each queued
+    kernel (the device's own gap: without it the step replays 6 ms short); `d`'s 10 is capped
+    at 2 (something the trace does not show held it: a missing stream wait stays replay
+    error), so `d` replays [42, 52), the sync resumes 1 later at 53 and the step ends at 57,
+    not 65."""
+    rows = [("ProfilerStep#1", "user_annotation", 0, 65, None, None),
+            ("cudaLaunchKernel", "cuda_runtime", 10, 10.5, None, 1),
+            ("cudaLaunchKernel", "cuda_runtime", 11, 11.5, None, 2),
+            ("cudaLaunchKernel", "cuda_runtime", 12, 12.5, None, 3),
+            ("cudaLaunchKernel", "cuda_runtime", 13, 13.5, None, 4),
+            ("cudaDeviceSynchronize", "cuda_runtime", 14, 61, None, None),
+            ("tail", "cpu_op", 61, 65, None, None),
+            ("a", "kernel", 12, 20, 7, 1), ("b", "kernel", 22, 30, 7, 2),
+            ("c", "kernel", 32, 40, 7, 3), ("d", "kernel", 50, 60, 7, 4)]
+    ops = pl.DataFrame([(0, st or 1, n, k, round(a * MS), round(b * MS), st, c)
+                        for n, k, a, b, st, c in rows],
+                       schema=["rank", "tid", "name", "kind", "ts_ns", "end_ns", "stream",
+                               "correlation"], orient="row")
+    g = build_graph(ops, pl.DataFrame())
+    kernels = g.points.filter(pl.col("kind") == "kernel").sort("t_ns")
+    assert kernels.get_column("work_ns").to_list() == [8 * MS, 10 * MS, 10 * MS, 12 * MS]
+    replayed = replay_graph(g).time[:g.points.height]
+    assert (replayed[kernels.get_column("point").to_numpy()] // MS).tolist() == [20, 30, 40, 52]
+    assert self_check(g, replay_graph(g)).steps.select("measured_ns", "replayed_ns").row(0) \
+        == (65 * MS, 57 * MS)
+
+
+def test_gloos_reduce_scatter_run_as_an_all_reduce_is_issued_by_its_own_call():
+    """Two ranks (ms). Each main thread calls c10d::allreduce_ at 10 (an async all-reduce of
+    another group, not matched: no op of it in the graph) and c10d::_reduce_scatter_base_ at
+    50; gloo runs the reduce-scatter as an all_reduce on its worker from 51 to 55. Two calls
+    and one op: no first-in-first-out pairing. By kind, the all_reduce would be issued by the
+    all_reduce call at 10 (an enqueue lag of 41 ms); by its family, by the reduce-scatter call
+    at 50, the later: lag 1 ms."""
+    rows = []
+    for r in (0, 1):
+        rows += [(r, 1, "ProfilerStep#1", 0, 60, None), (r, 1, "c10d::allreduce_", 10, 11,
+                                                          "all_reduce"),
+                 (r, 1, "c10d::_reduce_scatter_base_", 50, 50.5, "reduce_scatter"),
+                 (r, 2, "gloo:all_reduce", 51, 55, "all_reduce")]
+    ops = pl.DataFrame([(r, t, n, round(a * MS), round(b * MS), c) for r, t, n, a, b, c in rows],
+                       schema=["rank", "tid", "name", "ts_ns", "end_ns", "collective"],
+                       orient="row")
+    coll = pl.DataFrame({"instance": ["tp#0"] * 2, "rank": [0, 1], "collective": "all_reduce",
+                         "name": "gloo:all_reduce", "arrival_ns": [51 * MS] * 2,
+                         "end_ns": [55 * MS] * 2})
+    g = build_graph(ops, coll)
+    issues = g.points.filter(pl.col("kind") == "issue")
+    assert issues.select("rank", "t_ns").sort("rank").rows() == [(0, 50 * MS), (1, 50 * MS)]
+    assert g.edges.filter(pl.col("kind") == "issue").get_column("lag_ns").to_list() == [MS, MS]
+
+
+def test_a_step_that_does_not_reproduce_says_whether_the_transfer_model_or_an_edge_is_why():
+    """Two ranks (ms): each issues an all-reduce at 10 ([10, 11)), gloo's worker runs it from
+    12; rank 0's ends at 20 (8 after the last arrival), rank 1's at 30 (18); each main thread
+    waits in a gap until 0.1 after its end, then `opt` for 10: steps 30.1 and 40.1. By hand:
+    both members replay the median transfer, 13: complete at 25, steps 35.1 on both ranks;
+    the step (the longest rank's) 40.1 -> 35.1, 12.5% off. The point that drifts most is a
+    completion set by its instance (5 ms either way): cause ``transfer``, and its words give
+    the member's own 8 or 18 against the typical 13. With each member's own transfer it
+    reproduces. A kernel that waited on another stream the graph does not know (below) is a
+    ``dependency``."""
+    rows = []
+    for r, end in ((0, 20), (1, 30)):
+        rows += [(r, 1, "ProfilerStep#1", 0, end + 10.1, None),
+                 (r, 1, "c10d::allreduce_", 10, 11, "all_reduce"),
+                 (r, 2, "gloo:all_reduce", 12, end, "all_reduce"),
+                 (r, 1, "opt", end + 0.1, end + 10.1, None)]
+    ops = pl.DataFrame([(r, t, n, round(a * MS), round(b * MS), c) for r, t, n, a, b, c in rows],
+                       schema=["rank", "tid", "name", "ts_ns", "end_ns", "collective"],
+                       orient="row")
+    coll = _collectives(ops)
+    g = build_graph(ops, coll)
+    check = self_check(g, replay_graph(g))
+    assert check.steps.select("measured_ns", "replayed_ns").row(0) == (
+        round(40.1 * MS), round(35.1 * MS))
+    cause = check.causes.row(0, named=True)
+    assert (cause["kind"], cause["cause"], abs(cause["drift_ns"])) == ("complete", "transfer",
+                                                                         5 * MS)
+    assert "its typical transfer is 13.0 ms" in cause["what"]
+    own = build_graph(ops, coll, transfers="own")
+    assert self_check(own, replay_graph(own)).causes.height == 0
+    blind_ops, _ = _two_streams()
+    blind = build_graph(blind_ops, pl.DataFrame())
+    assert set(self_check(blind, replay_graph(blind)).causes.get_column("cause")) == {
+        "dependency"}

@@ -7,7 +7,10 @@ rank's (replayed: the same on the replayed times of the same two points). The
 the p90 is at most ``TRUSTED_P90`` (the OSDI'25 straggler study kept only traces within 5%).
 Where it is not, each step beyond it names the point whose replayed time moved most against
 its queue's previous point: the rank, the queue, the kind of point and the dependency it
-waited on, so a missing or wrong edge is named, not hidden.
+waited on, so a missing or wrong edge is named, not hidden; ``cause`` says which: ``transfer``
+(a member's completion set by its instance: its own transfer differed from the instance's
+typical one, the one-transfer model's error) or ``dependency`` (any other point: an edge the
+run does not bear out).
 
 >>> import polars as pl
 >>> pts = pl.DataFrame({"point": [0, 1, 2, 3], "rank": [0, 0, 1, 1], "kind": ["step_start",
@@ -110,7 +113,7 @@ def self_check(graph: ReplayGraph, replayed: Replayed) -> SelfCheck:
 def _no_causes() -> pl.DataFrame:
     return pl.DataFrame(schema={"step": pl.Int64, "rank": pl.Int32, "role": pl.String,
                                 "kind": pl.String, "instance": pl.String,
-                                "drift_ns": pl.Int64, "what": pl.String})
+                                "drift_ns": pl.Int64, "what": pl.String, "cause": pl.String})
 
 
 def _causes(graph: ReplayGraph, replayed: Replayed, steps: pl.Series) -> pl.DataFrame:
@@ -123,7 +126,11 @@ def _causes(graph: ReplayGraph, replayed: Replayed, steps: pl.Series) -> pl.Data
     # drift: how far the point moved against the node that set its replayed time
     by = np.where(replayed.pred >= 0, replayed.pred, np.arange(len(dev)))
     drift = (dev - dev[by])[:pts.height]
-    pts = pts.with_columns(drift_ns=pl.Series(drift, dtype=pl.Int64))
+    # set by its instance's node: a member's completion after the last arrival, the instance's
+    # typical transfer where the member's own was drift longer or shorter (the transfer model)
+    by_instance = (replayed.pred >= pts.height)[:pts.height]
+    pts = pts.with_columns(drift_ns=pl.Series(drift, dtype=pl.Int64),
+                           _transfer=pl.Series(by_instance, dtype=pl.Boolean))
     # a step's time is its end minus its start: a drift in the step before moves its start
     bad = pl.DataFrame({"bad": steps.cast(pl.Int64)})
     near = pts.drop_nulls("step").join(bad, how="cross").filter(
@@ -133,13 +140,23 @@ def _causes(graph: ReplayGraph, replayed: Replayed, steps: pl.Series) -> pl.Data
         pl.col("step").alias("at_step"), pl.col("bad").alias("step"))
     on = pl.when(pl.col("instance").is_null()).then(pl.lit("")).otherwise(
         pl.lit(" of ") + pl.col("instance"))
+    transfer = (pl.col("kind") == "complete") & pl.col("_transfer")
+    why = pl.when(transfer).then(pl.format(
+        " (the transfer model: this member completed {} ms after the instance's last arrival, "
+        "its typical transfer is {} ms)",
+        ((pl.col("t_ns") - pl.col("_last")) / 1e6).round(3),
+        ((pl.col("t_ns") - pl.col("_last") + pl.col("drift_ns")) / 1e6).round(3))) \
+        .otherwise(pl.lit(""))
     what = pl.format("step {}: rank {} thread {} ({}, step {}): {}{} {} ms {} in the replay "
-                     "than measured", "step", "rank", "tid", "role", "at_step", "kind", on,
+                     "than measured{}", "step", "rank", "tid", "role", "at_step", "kind", on,
                      (pl.col("drift_ns").abs() / 1e6).round(3),
                      pl.when(pl.col("drift_ns") < 0).then(pl.lit("earlier"))
-                     .otherwise(pl.lit("later")))
-    return worst.select("step", "rank", "role", "kind", "instance", "drift_ns", what=what) \
-        .cast(_no_causes().schema)
+                     .otherwise(pl.lit("later")), why)
+    worst = worst.join(graph.instances.select("instance", _last="last_arrival_ns"),
+                       on="instance", how="left", maintain_order="left")
+    return worst.select("step", "rank", "role", "kind", "instance", "drift_ns", what=what,
+                        cause=pl.when(transfer).then(pl.lit("transfer"))
+                        .otherwise(pl.lit("dependency"))).cast(_no_causes().schema)
 
 
 __all__ = ["STEP_SCHEMA", "SelfCheck", "TRUSTED_P90", "WHOLE_WINDOW", "rank_step_times",

@@ -73,6 +73,8 @@ _KIND_ORDER = {"complete": 0, "kernel": 0, "wait": 1, "step_end": 2, "step_start
                "issue": 4, "launch": 4, "arrive": 5}
 #: The points every rank running the same program has: they delimit the stretches.
 _ANCHORS = ("step_start", "step_end", "issue", "arrive", "complete")
+#: Collectives a backend may run as another (gloo's reduce_scatter is an all_reduce).
+_FAMILY = {"reduce_scatter": "all_reduce"}
 #: Host calls that enqueue a collective for another thread (gloo's worker, a GPU stream).
 _DISPATCH = r"^(c10d::|record_param_comms$)"
 
@@ -96,7 +98,8 @@ class ReplayGraph:
 def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
                 p2p_pairs: pl.DataFrame | None = None, *,
                 stream_waits: pl.DataFrame | None = None,
-                options: WaitOptions = WaitOptions()) -> ReplayGraph:
+                options: WaitOptions = WaitOptions(),
+                transfers: str = "typical") -> ReplayGraph:
     """The graph of one window, on the aligned timeline.
 
     ``ops``: host ops, ``rank, tid, name, ts_ns, end_ns, collective`` (aligned; the step
@@ -106,10 +109,18 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     :func:`~traceview.analyses.p2p.pair_p2p` pairs. ``stream_waits``:
     :func:`~traceview.analyses.stream_waits.stream_waits` rows (aligned): a stream's first op
     queued after a ``cudaStreamWaitEvent`` starts after the last op queued on the other
-    stream before the event's record."""
+    stream before the event's record.
+
+    ``transfers``: ``typical`` (each member completes the instance's typical transfer after
+    its last arrival, ``_with_transfers``: what every answer uses) or ``own`` (each member's
+    own measured completion: the replay of the measured run is then exact wherever the graph
+    is consistent, so the error left is a wrong edge, never the transfer model;
+    ``benchmarks/replay_error.py`` reports both)."""
+    if transfers not in ("typical", "own"):
+        raise ValueError(f"transfers must be 'typical' or 'own', not {transfers!r}")
     ops = _queued(ops)
     comm, detached = _detach_async(_comm_rows(collective_rows, p2p_pairs, ops), ops)
-    comm = _with_transfers(comm) if comm.height else comm.with_columns(
+    comm = _with_transfers(comm, own=transfers == "own") if comm.height else comm.with_columns(
         last=pl.lit(None, pl.Int64), transfer_ns=pl.lit(None, pl.Int64))
     instances = _instances(comm)
     issues = pl.concat([_issues(ops, comm.join(detached.select("instance", "rank"),
@@ -193,25 +204,36 @@ def _launches(ops: pl.DataFrame) -> pl.DataFrame:
     """One row per GPU op with its launch: ``rank, tid`` (its stream's queue),
     ``correlation, ts_ns, end_ns``, the launching thread ``launch_tid`` and time
     ``launch_ns``, and ``lag_ns``: how long after its launch it could start, the measured
-    delay capped at the rank's typical delay when the stream was idle (a kernel queued
-    behind others waited for them, which the stream's order replays)."""
+    delay capped at the rank's typical delay when the stream was idle (a kernel queued behind
+    others waited for them, which the stream's order replays); ``gap_ns``: for a kernel
+    queued behind the stream's previous op, the device's gap between that op's end and its
+    start (1-3 µs a kernel: lost, a step of 20 kernels replays 40 µs short), capped at the
+    rank's typical queued gap (a longer one waited for something the trace does not show: a
+    missing stream wait stays replay error, not kept as work)."""
     gpu = ops.filter(pl.col("tid") < 0)
     if gpu.height == 0 or gpu.get_column("correlation").null_count() == gpu.height:
         return pl.DataFrame(schema={"rank": pl.Int32, "tid": pl.Int64, "correlation": pl.Int64,
                                     "ts_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.String,
                                     "launch_tid": pl.Int64, "launch_ns": pl.Int64,
-                                    "lag_ns": pl.Int64})
+                                    "lag_ns": pl.Int64, "gap_ns": pl.Int64})
     calls = ops.filter(pl.col("kind").is_in(list(RUNTIME_KINDS))
                        & pl.col("correlation").is_not_null()).select(
         "rank", "correlation", launch_tid="tid", launch_ns="ts_ns")
     found = gpu.join(calls.unique(["rank", "correlation"]), on=["rank", "correlation"])
+    prev_end = pl.col("end_ns").shift(1).over("rank", "tid")
     found = found.sort("rank", "tid", "ts_ns").with_columns(
         delay=(pl.col("ts_ns") - pl.col("launch_ns")).clip(0),
-        idle=pl.col("end_ns").shift(1).over("rank", "tid").fill_null(0) <= pl.col("launch_ns"))
-    typical = found.filter(pl.col("idle")).group_by("rank").agg(cap=pl.col("delay").median())
+        idle=prev_end.fill_null(0) <= pl.col("launch_ns"),
+        gap=(pl.col("ts_ns") - prev_end).clip(0))
+    typical = found.group_by("rank").agg(
+        cap=pl.col("delay").filter("idle").median(),
+        gap_cap=pl.col("gap").filter(~pl.col("idle")).median())
     return found.join(typical, on="rank", how="left").select(
         "rank", "tid", "correlation", "ts_ns", "end_ns", "name", "launch_tid", "launch_ns",
-        lag_ns=pl.min_horizontal("delay", pl.col("cap").fill_null(0)).round(0).cast(pl.Int64))
+        lag_ns=pl.min_horizontal("delay", pl.col("cap").fill_null(0)).round(0).cast(pl.Int64),
+        gap_ns=pl.when(pl.col("idle")).then(0).otherwise(
+            pl.min_horizontal(pl.col("gap").fill_null(0), pl.col("gap_cap").fill_null(0)))
+        .round(0).cast(pl.Int64))
 
 
 def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
@@ -305,18 +327,21 @@ def _detach_async(comm: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.DataFrame, 
     return out, detached
 
 
-def _with_transfers(comm: pl.DataFrame) -> pl.DataFrame:
+def _with_transfers(comm: pl.DataFrame, *, own: bool = False) -> pl.DataFrame:
     """``comm`` with each member's ``transfer_ns``, its completion after the last arrival:
     at a collective the median over the instance's members of end minus last arrival, plus
     the rank's systematic lead on it (the median over the rank's instances of the same
     collective: a ring's last rank ends last every time); at a send or recv the median over
     the window's exchanges of the same direction and side. Neither is one member's own
-    (which would replay exactly by construction)."""
+    (which would replay exactly by construction; ``own`` asks for that, to tell the transfer
+    model's error from the graph's)."""
     per = comm.with_columns(last=pl.col("arrival_ns").max().over("instance"))
-    own = (pl.col("end_ns") - pl.col("last")).clip(0)
+    if own:
+        return per.with_columns(transfer_ns=(pl.col("end_ns") - pl.col("last")).clip(0))
+    own_ns = (pl.col("end_ns") - pl.col("last")).clip(0)
     key = pl.when(pl.col("dir").is_null()).then(pl.col("instance")) \
         .otherwise(pl.col("dir") + ":" + pl.col("collective"))
-    per = per.with_columns(_key=key, _own=own).with_columns(
+    per = per.with_columns(_key=key, _own=own_ns).with_columns(
         _typ=pl.col("_own").median().over("_key"))
     # a rank's systematic place in the completion order (a ring's last rank ends last every
     # time): the median over its instances of the same collective of its lead on the median
@@ -370,12 +395,23 @@ def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("len") == pl.col("len_right")).select("rank")
     paired = fifo_ops.join(same, on="rank").join(
         fifo_calls.drop("collective"), on=["rank", "k"])
-    rest = away.join(same, on="rank", how="anti").sort("arrival_ns").join_asof(
+    # else the latest call of the op's kind, or of its family where that is later (gloo runs
+    # reduce_scatter as an all_reduce: on tpsp, the kind alone paired the tensor-parallel
+    # reduce-scatter's all_reduce with the previous data-parallel all_reduce call, 84 ms
+    # earlier, an enqueue lag that held the thread whatever its peers did)
+    family = pl.col("collective").replace(_FAMILY)
+    rest = away.join(same, on="rank", how="anti").sort("arrival_ns")
+    by_kind = rest.join_asof(
         calls.sort("issue_ns"), left_on="arrival_ns", right_on="issue_ns",
-        by="rank", strategy="backward", check_sortedness=False)
+        by=["rank", "collective"], strategy="backward", check_sortedness=False)
+    by_family = rest.with_columns(_family=family).join_asof(
+        calls.with_columns(_family=family).drop("collective").sort("issue_ns"),
+        left_on="arrival_ns", right_on="issue_ns", by=["rank", "_family"],
+        strategy="backward", check_sortedness=False).drop("_family")
+    rest = pl.concat([by_kind.select(list(schema)), by_family.select(list(schema))]) \
+        .drop_nulls("issue_ns").sort("issue_ns").group_by("instance", "rank").last()
     return pl.concat([paired.select(list(schema)).cast(schema),
-                      rest.filter(pl.col("issue_ns").is_not_null()).select(list(schema))
-                      .cast(schema)])
+                      rest.select(list(schema)).cast(schema)])
 
 
 def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
@@ -417,7 +453,8 @@ def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
         part(waits, "wait", "t_ns", instance=pl.col("instance"),
              blocked_ns=pl.col("blocked_ns")),
         part(kernels, "kernel", "end_ns", instance=pl.format("gpu#{}", "correlation"),
-             span_ns=pl.col("end_ns") - pl.col("ts_ns"), correlation=pl.col("correlation")),
+             span_ns=pl.col("end_ns") - pl.col("ts_ns") + pl.col("gap_ns"),
+             correlation=pl.col("correlation")),
         part(launches.select("rank", "correlation", "launch_ns", tid="launch_tid"), "launch",
              "launch_ns", correlation=pl.col("correlation")),
     ]

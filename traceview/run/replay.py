@@ -7,7 +7,7 @@ that reads the replay reads that one. :func:`whatif_result` composes the answer 
 
 ``--json`` contract: ``{"window", "steps": [{"step", "measured_ns", "replayed_ns", "error"}],
 "replay_error": {"median", "p90"}, "trusted", "not_reproduced": [{"step", "rank", "role",
-"kind", "instance", "drift_ns", "what"}], "scenarios": [{"spec", "step_ns_mean",
+"kind", "instance", "drift_ns", "what", "cause"}], "scenarios": [{"spec", "step_ns_mean",
 "step_ns_p50", "gain_ns_per_step", "slowdown", "steps": [{"step", "predicted_ns",
 "replayed_ns"}]}], "verdict": {"pattern", "culprits": [{"rank", "gain_ns_per_step",
 "slowdown", "steps", "cost_ns_per_occurrence", "confidence"}], "combined_gain_ns_per_step",
@@ -28,7 +28,7 @@ import polars as pl
 from traceview.analyses.align import apply_offsets
 from traceview.analyses.collective_match import P2P
 from traceview.analyses.replay import build_graph
-from traceview.analyses.stream_waits import stream_waits
+from traceview.analyses.stream_waits import stream_wait_coverage, stream_wait_notes, stream_waits
 from traceview.analyses.replay.verdicts import (
     critical_path,
     culprits,
@@ -51,8 +51,9 @@ Run = Any
 _OP_KINDS = ("cpu_op", "user_annotation", *RUNTIME_KINDS, *GPU_KINDS)
 
 
-def replay_of(run: Run) -> Replay:
-    """The run's graph and its replay (one per Run)."""
+def replay_of(run: Run, *, transfers: str = "typical") -> Replay:
+    """The run's graph and its replay (one per Run; ``transfers``: ``build_graph``'s, ``own``
+    only for the benchmark that tells the transfer model's error from the graph's)."""
     events = run._analysis_events.filter(
         pl.col("kind").is_in(list(_OP_KINDS)) & pl.col("dur_ns").is_not_null()).select(
         "rank", "tid", "kind", "name", "ts_ns", "dur_ns", "collective", "stream",
@@ -69,7 +70,7 @@ def replay_of(run: Run) -> Replay:
     pairs = run.p2p[0] if many else None
     return replay_run(build_graph(ops, collectives if collectives is not None
                                   else pl.DataFrame(), pairs,
-                                  stream_waits=_stream_waits(run, ops)))
+                                  stream_waits=_stream_waits(run, ops), transfers=transfers))
 
 
 def _stream_waits(run: Run, ops: pl.DataFrame) -> pl.DataFrame | None:
@@ -99,7 +100,7 @@ def whatif_result(run: Run, scenarios: Sequence[str] = ()) -> Result:
         parse_scenario(spec)
     replay = run.replay
     check, found = whatif(replay.graph, scenarios, base=replay.base)
-    notes = replay_notes(replay)
+    notes = replay_notes(replay) + gpu_wait_notes(run)
     gains = rank_gains(replay)
     return run._result("whatif", {
         "window": run.window_info,
@@ -264,10 +265,14 @@ def path_ranks_of(replay: Replay, measured: pl.DataFrame) -> pl.DataFrame:
     ``measured_share``: the measured path's beside it (what ``traceview export
     --critical-path`` draws).
 
-    A replay that reproduced no step (no self-check), or that found no wait at all where the
-    run has cross-rank instances (its graph then holds no cross-rank dependency: GPU-only
-    collectives, whose waits inside the kernels it does not model yet), gives no path: the
-    measured walk's table is kept. An untrusted replay's path is used otherwise (``replay.trusted`` says so): on every multi-rank
+    A replay that reproduced no step (no self-check), or that found no host wait at all where
+    the run has cross-rank instances, gives no path: the measured walk's table is kept. The
+    waits inside a collective's kernels are modelled (its completion is its instance's last
+    arrival plus the transfer), but with no host wait nothing ties a rank's step end to them:
+    a GPU step whose host never synchronises ends when its host thread does, and the replay's
+    longest path would stay on that thread (tests/test_critical_path.py's GPU run, which has
+    no sync and no CUDA sync events). Dropping this guard needs the step's end tied to its
+    GPU work in ``verdicts.critical_path``. An untrusted replay's path is used otherwise (``replay.trusted`` says so): on every multi-rank
     fixture with a flagged straggler (29 runs, 12 untrusted) the replay path's largest share
     is that rank, where the measured path missed it on FSDP2."""
     kept = measured.with_columns(source=pl.lit("path"), measured_path_ns=pl.col("path_ns"),
@@ -300,6 +305,19 @@ def _waits_found(replay: Replay) -> bool:
         (replay.graph.points.get_column("kind") == "wait").any())
 
 
+def gpu_wait_notes(run: Run) -> list[str]:
+    """The GPU stream waits the replay cannot see, as causes of its error
+    (``analyses.stream_waits.stream_wait_notes``): one note per cause, naming its ranks (the
+    first rank's words). Empty for a CPU run or one whose waits all have their edges."""
+    notes = stream_wait_notes(stream_wait_coverage(run._rank_comm_source))
+    if notes.height == 0:
+        return []
+    per = notes.group_by("cause", maintain_order=True).agg(
+        pl.col("rank").sort(), pl.col("note").first())
+    return [f"replay: rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {note}"
+            for ranks, note in per.select("rank", "note").rows()]
+
+
 def graph_counts(replay: Replay) -> dict[str, Any]:
     pts = replay.graph.points
     return {"points": pts.height,
@@ -327,5 +345,5 @@ def replay_notes(replay: Replay) -> list[str]:
     return notes
 
 
-__all__ = ["path_ranks_of", "replay_of", "replay_path", "replay_verdict", "straggler_fields", "straggler_gains",
+__all__ = ["gpu_wait_notes", "path_ranks_of", "replay_of", "replay_path", "replay_verdict", "straggler_fields", "straggler_gains",
            "whatif_result", "worst_with_replay", "worth_replaying"]
