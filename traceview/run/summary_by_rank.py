@@ -130,11 +130,17 @@ def task_groups(ts: TraceSet, ranks: Sequence[int]) -> list[list[int]]:
 
 
 def _map(executor: Any, tasks: list[tuple[Any, ...]]) -> list[Any]:
+    """``_task`` over ``tasks`` on ``executor`` (an ``ExecutorSpec`` or an ``Executor``), or on
+    local worker processes, whose fork server is stopped afterwards (it holds ~100 MB that the
+    cross-rank steps after the map do not need)."""
     spec = executor if executor is not None else ExecutorSpec("local")
     ctx = executors.open_executor(spec) if isinstance(spec, ExecutorSpec) else nullcontext(spec)
     with ctx as pool:
-        return executors.run_tasks(pool, _task, tasks, retries=getattr(
+        results = executors.run_tasks(pool, _task, tasks, retries=getattr(
             spec, "retries", executors.DEFAULT_RETRIES))
+    if isinstance(spec, ExecutorSpec) and spec.kind == "local":
+        executors.release_fork_server()
+    return results
 
 
 def _task(run_type: type, ts: TraceSet, options: Any) -> RankTables:
