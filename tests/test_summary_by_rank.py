@@ -182,3 +182,20 @@ def test_the_callers_run_keeps_its_tables(gpu_sets, monkeypatch):
     assert "gpu" not in run.__dict__
     assert "ts_ns" in run.gpu.columns and run.gpu.height > 0
     assert isinstance(run.gpu, pl.DataFrame)
+
+
+def test_a_task_that_keeps_failing_leaves_no_rank_out(gpu_sets, monkeypatch):
+    """A group whose task raises on every attempt: the whole-frame path answers, every rank
+    in it (a summary never drops a rank silently)."""
+    path = gpu_sets["gpu_slow_rank"]
+    whole = _answer(path, monkeypatch, whole=True)
+    real = by_rank.rank_tables
+
+    def rank_2_fails(run):
+        if 2 in run.ranks_present:
+            raise OSError("worker lost")
+        return real(run)
+
+    monkeypatch.setattr(by_rank, "rank_tables", rank_2_fails)
+    with ThreadPoolExecutor(2) as ex:
+        assert _answer(path, monkeypatch, executor=ex) == whole
