@@ -105,6 +105,7 @@ from traceview.run.hang import hang_result
 from traceview.run.memory import memory_result
 from traceview.run.options import RunOptions
 from traceview.run.result import Result, to_pandas
+from traceview.run.summary_by_rank import summary_by_rank
 from traceview.run.replay import (
     path_ranks_of,
     replay_of,
@@ -342,9 +343,14 @@ class Run:
     @cached_property
     def match(self) -> Any:  # MatchResult
         """The window's collective calls paired across ranks."""
-        return match_collectives(comm_events(self.events, ranks=self.ranks_present),
-                                 ranks=self.traceset.ranks,
+        return match_collectives(self._comm_calls, ranks=self.traceset.ranks,
                                  tolerance_ns=self._tolerance_ns)
+
+    @cached_property
+    def _comm_calls(self) -> pl.DataFrame:
+        """One row per collective call per rank (``comm_events``: rank-local, so a per-rank
+        summary's driver gets them from the ranks' workers)."""
+        return comm_events(self.events, ranks=self.ranks_present)
 
     @cached_property
     def offsets(self) -> pl.DataFrame:
@@ -383,12 +389,17 @@ class Run:
     def p2p(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Point-to-point pairs on the aligned timeline and the calls left unpaired
         (``analyses.p2p.pair_p2p``): every send matched to its recv."""
-        calls = p2p_calls(self.events)
+        calls = self._p2p_calls
         if calls.height and len(self.ranks_present) > 1:
             calls = apply_offsets(calls, self.offsets).collect().with_columns(
                 end_ns=pl.col("ts_aligned_ns") + pl.col("end_ns") - pl.col("ts_ns"),
                 ts_ns="ts_aligned_ns").drop("ts_aligned_ns")
         return pair_p2p(calls)
+
+    @cached_property
+    def _p2p_calls(self) -> pl.DataFrame:
+        """Send/recv calls on the ranks' own clocks (``p2p_calls``: rank-local)."""
+        return p2p_calls(self.events)
 
     @cached_property
     def _p2p_rows(self) -> pl.DataFrame:
@@ -598,6 +609,12 @@ class Run:
         # overlap and the launch lookup behind the warnings run beside the steps and the
         # gaps. Gaps an earlier command kept need no host rows: the steps and the launches
         # then come from the events' few columns they read.
+        # A large run of several ranks is summarised rank by rank on workers instead, so that
+        # no process holds every rank's rows (``traceview.run.summary_by_rank``).
+        by_rank = summary_by_rank(self)
+        if by_rank is not None:
+            driver, df = by_rank
+            return driver._summary_result(df, driver._worst_straggler())
         with ThreadPoolExecutor(3) as beside:
             straggler = beside.submit(self._worst_straggler)
             gpu = beside.submit(lambda: self.gpu)
@@ -610,10 +627,12 @@ class Run:
             gaps = self.gap_rows()
             df = summary(overlap.result(), steps, gaps, self.ranks_table)
             straggler, _ = straggler.result(), unlaunched.result()
-        uses = self._gpu_and_alignment
-        return self._result("summary", {"window": self.window_info, "ranks": df,
+        return self._summary_result(df, straggler)
+
+    def _summary_result(self, ranks: pl.DataFrame, straggler: dict[str, Any]) -> Result:
+        return self._result("summary", {"window": self.window_info, "ranks": ranks,
                                         "worst_straggler": straggler, "bound": self.bound},
-                            main="ranks", uses=uses)
+                            main="ranks", uses=self._gpu_and_alignment)
 
     def align(self) -> Result:
         """Per-rank clock offset, drift and uncertainty; main table ``ranks``."""
