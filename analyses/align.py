@@ -150,7 +150,8 @@ def estimate_offsets(
                f"reference rank {reference_rank} has no matched collectives: raw clocks kept")
         return _table([_row(r, 0, method="none", host=host_of.get(r), note=why) for r in ranks])
 
-    per_rank = _solve(anchors, {r: f"rank {r}" for r in anchored}, reference_rank)
+    per_rank = _solve(anchors, {r: f"rank {r}" for r in anchored}, reference_rank,
+                      start_host={f"rank {r}": host_of[r] for r in anchored if r in host_of})
     clock_of = {r: f"rank {r}" for r in anchored}
     notes: dict[int, str] = {}
     if method in ("auto", "host"):
@@ -273,8 +274,15 @@ def _alternate(x: pl.DataFrame, ref_clock: str, iters: int = 100) -> tuple[dict[
     return off, pl.DataFrame({"instance": inst, "E": big_e})
 
 
-def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int) -> dict:
-    """Offsets, drift, uncertainty and causality bounds per rank for a rank -> clock map."""
+def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int, *,
+           start_host: dict[str, str] | None = None) -> dict:
+    """Offsets, drift, uncertainty and causality bounds per rank for a rank -> clock map.
+
+    ``start_host``: clock -> host. The medians start from each clock's first anchor, those of
+    one host from the host's first: its ranks read one clock, so their raw times are the
+    better first guess. (Alternating medians can stay where they start: when a rank's anchors
+    are mostly instances with ranks of its own start, say its TP partner, the few that link
+    it to the others, its DP peers, are outvoted, and a start tens of ms off stays off.)"""
     ranks = sorted(clock_of)
     a = anchors.filter(pl.col("rank").is_in(ranks)).with_columns(
         clock=pl.col("rank").replace_strict(clock_of, return_dtype=pl.String))
@@ -289,6 +297,10 @@ def _solve(anchors: pl.DataFrame, clock_of: dict[int, str], reference_rank: int)
                 for r in ranks if clock_of[r] == ref_clock}
     # Work in float64 on values relative to each clock's own first anchor: exact to the ns.
     base = a.group_by("clock").agg(base=pl.col("end_ns").min())
+    if start_host:
+        base = base.with_columns(host=pl.col("clock").replace_strict(
+            start_host, default=pl.col("clock"), return_dtype=pl.String)).with_columns(
+            base=pl.col("base").min().over("host")).drop("host")
     base_of = dict(base.rows())
     ref_base = base_of[ref_clock]
     a = a.join(base, on="clock").with_columns(

@@ -1,5 +1,8 @@
 """Which process group a collective call belongs to, when the trace does not say.
 
+A call that names its group (``pg_name`` / ``pg_ranks``, from ``record_param_comms``) keeps
+it: :func:`recover_groups` only reads the ``default`` group's calls.
+
 gloo (and NCCL without ``record_param_comms``) writes calls without a group name or sequence
 number, so every CPU call lands in one ``default`` group, and with several process groups
 (tensor x data parallel) the calls of different groups would be paired with one another. What
@@ -17,8 +20,10 @@ the trace does carry: each rank's ``distributedInfo.pg_config`` (the ranks table
    a. **Causality.** No member of an all_reduce, all_gather, reduce_scatter, all_to_all or
       barrier can complete before every member has arrived (each needs the others' data;
       calls that only enqueue GPU work are exempt: they return before the exchange).
-      A layout under which some instance's first completion precedes its last arrival by
-      more than the noise floor is impossible, and is dropped. When every rank is held in
+      Counted per rank: its ``k``-th completion cannot precede any member's ``k``-th
+      arrival, whichever calls the exchange paired (concurrent async calls finish out of
+      their start order). A layout under which some ``k``-th first completion precedes the
+      ``k``-th last arrival by more than the noise floor is impossible, and is dropped. When every rank is held in
       step by its other groups, completion times agree under every layout (the next rule
       cannot decide); arrivals still differ, so this is the rule that decides there.
    b. **Fit.** Among the layouts left, the one under which each instance behaves as one
@@ -162,11 +167,25 @@ def _misfit(instances: pl.DataFrame) -> int:
 
 
 def _instances(calls: pl.DataFrame, layout: list[Group]) -> pl.DataFrame:
-    """The (group, position) instances ``layout`` implies, each with its completion
-    ``spread`` and its ``lag`` (first completion minus last arrival)."""
+    """The ``k``-th instances ``layout`` implies, each with its completion ``spread`` and its
+    ``lag`` (first completion minus last arrival).
+
+    The ``k``-th instance of a group pairs each member's ``k``-th *arrival* (by start) with
+    each member's ``k``-th *completion* (by end), counted apart: a rank's ``k``-th completion
+    needs ``k`` instances done, each with every member arrived, so it cannot precede any
+    member's ``k``-th arrival, whichever calls the exchange really paired. Asynchronous calls
+    run concurrently on a backend's threads (gloo's ``async_op`` all-reduces) and may finish
+    out of their start order: pairing them by start order alone would pair a call with a
+    partner that started after it ended, and refute the true layout too."""
     member = pl.DataFrame([(r, i) for i, (_, rs) in enumerate(layout) for r in rs],
                           schema={"rank": pl.Int32, "g": pl.Int64}, orient="row")
-    return (calls.join(member, on="rank").sort("rank", "ts_ns")
-            .with_columns(k=pl.int_range(pl.len()).over("rank"))
-            .group_by("g", "k").agg(spread=pl.col("end_ns").max() - pl.col("end_ns").min(),
-                                    lag=pl.col("end_ns").min() - pl.col("ts_ns").max()))
+    calls = calls.join(member, on="rank")
+    arrivals = (calls.sort("rank", "ts_ns").with_columns(k=pl.int_range(pl.len()).over("rank"))
+                .group_by("g", "k").agg(last_arrival=pl.col("ts_ns").max()))
+    completions = (calls.sort("rank", "end_ns")
+                   .with_columns(k=pl.int_range(pl.len()).over("rank"))
+                   .group_by("g", "k").agg(first_end=pl.col("end_ns").min(),
+                                           last_end=pl.col("end_ns").max()))
+    return arrivals.join(completions, on=["g", "k"]).select(
+        "g", "k", spread=pl.col("last_end") - pl.col("first_end"),
+        lag=pl.col("first_end") - pl.col("last_arrival"))

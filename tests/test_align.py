@@ -511,3 +511,36 @@ def test_clock_errors_of_many_clocks_at_once_equal_one_clock_at_a_time(
     for i in range(clocks):
         alone = clock_error(d[i], t[i], kinds[i], resid[i] if residuals else None)
         assert together[i] == alone
+
+
+def test_ranks_of_one_host_start_from_their_raw_clock() -> None:
+    # One host (one clock, true offsets 0); TP pairs {0,1} and {2,3}, DP pairs {0,2}, {1,3}
+    # (groups named, as record_param_comms writes them). Every 100 ms: a TP all-reduce on
+    # {0,1} ending at +10 ms, one on {2,3} ending at +40 ms (its ranks' first anchor is 30 ms
+    # after ranks 0 and 1's), and, in 3 of the 10 steps, a DP all-reduce ending at +70 ms on
+    # all four ranks. Started from each rank's first anchor, rank 2 starts 30 ms off; its
+    # residuals are 0 on its 10 TP anchors and +-15 ms on its 3 DP ones: their median is 0,
+    # so the medians never move, and the DP anchors then contradict causality. Started from
+    # the host's first anchor (raw clocks), every residual is 0.
+    def ar(rank: int, ts: int, end: int, group: str) -> dict:
+        return dict(rank=rank, file_id=rank, source="kineto", kind="cpu_op",
+                    name="gloo:all_reduce", tid=1, ts_ns=ts, dur_ns=end - ts,
+                    collective="all_reduce", bytes=1024, pg_name=group)
+    ms = 1_000_000
+    rows = []
+    for k in range(10):
+        t = k * 100 * ms
+        rows += [ar(r, t + 5 * ms, t + 10 * ms, "tp01") for r in (0, 1)]
+        rows += [ar(r, t + 35 * ms, t + 40 * ms, "tp23") for r in (2, 3)]
+        if k < 3:
+            rows += [ar(r, t + 69_900_000, t + 70 * ms, "dp02" if r % 2 == 0 else "dp13")
+                     for r in range(4)]
+    hosts = {r: "h" for r in range(4)}
+    # each rank its own clock: the start alone decides (30 ms off before, with a causality
+    # contradiction of 24.9 ms)
+    own = offsets_of(events_frame(rows), method="collectives", hosts=hosts)
+    assert own.get_column("offset_ns").to_list() == [0, 0, 0, 0]
+    assert not own.get_column("note").str.contains("contradicted").any()
+    off = offsets_of(events_frame(rows), hosts=hosts)
+    assert off.get_column("offset_ns").to_list() == [0, 0, 0, 0]
+    assert off.get_column("method").to_list() == ["host"] * 4

@@ -52,13 +52,10 @@ def _truth() -> dict[str, tuple[int | None, bool]]:
 TRUTH = _truth()
 #: Disagreements known today (issue 46 stays open on them). Strict: one that is fixed fails
 #: here until it is taken off.
-KNOWN = {
-    # the collective matcher cannot tell the DP all-reduce's group ("fits 3 group layouts"),
-    # so the replay has no dependency on it: rank 1's 40 ms wait there is replayed as its
-    # own work and the replay's longest path runs through it (a matching problem, not a
-    # wait the replay's graph misses)
-    "replay/tpsp_stall_r3": "critical-path's largest share is rank 1 (rank 3's DP peer), the "
-                            "other outputs name rank 3: the DP all-reduce's group is unresolved",
+KNOWN: dict[str, str] = {
+    # (replay/tpsp_stall_r3 left the list: the DP all-reduce's group is now told by causality
+    # counted per completion, so the replay waits on it and its longest path runs through
+    # rank 3, 96% of it)
 }
 
 
