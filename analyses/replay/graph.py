@@ -371,9 +371,9 @@ def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     on another thread. A backend's queue is first in, first out: where a rank has as many
     dispatcher calls as ops on other threads, the k-th call issued the k-th op (by start;
     FSDP2's reduce-scatter is run by gloo as an all-reduce: kinds may differ); else the
-    latest dispatcher call of any kind started at or before the op's arrival (of the same
-    kind, a reduce-scatter run as an all-reduce paired with an all-reduce call a step earlier:
-    tpsp, whose DP all-reduces no instance holds, had a 60 ms issue lag on its path)."""
+    latest dispatcher call of the op's family started at or before the op's arrival (by kind
+    alone, tpsp's reduce-scatter run as an all-reduce was paired with a data-parallel
+    all-reduce call a step earlier: a 60 ms issue lag on its path)."""
     schema = {"instance": pl.String, "rank": pl.Int32, "issue_tid": pl.Int64,
               "issue_ns": pl.Int64}
     calls = ops.filter(pl.col("name").str.contains(_DISPATCH) & pl.col("collective").is_not_null()
