@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import polars as pl
+
 from traceview.analyses.collectives import collective_summary
 from traceview.analyses.diagnose import ModelSize
 from traceview.analyses.diagnose import diagnose as find_diagnosis
@@ -32,6 +34,33 @@ def _path_result(run: Run, command: str, fields: dict[str, Any], *, main: str,
     res = run._result(command, {"window": run.window_info, **fields}, main=main,
                       uses=run._gpu_and_alignment)
     return res.with_warnings(*run._path_notes, *notes)
+
+
+def path_collectives(run: Run) -> pl.DataFrame:
+    """The sync points the path can jump through: the matched collectives (a dispatcher
+    op that only enqueues work, an asynchronous backend's without its kernels, arrives
+    nowhere) and the receiving side of every send/recv pair (a send waits for nobody)."""
+    if len(run.ranks_present) < 2:
+        return _no_collectives()
+    enqueued = run.match.instances.filter(pl.col("enqueue_only")).select(
+        "instance", pl.col("rank").cast(pl.Int32))
+    rows = run.collective_ranks
+    if enqueued.height:
+        rows = rows.join(enqueued, on=["instance", "rank"], how="anti")
+    received = run._p2p_rows.filter(pl.col("collective") == "recv")
+    if received.height == 0:
+        return rows
+    return pl.concat([rows, received.select(
+        "instance", "group", "collective", "name", pl.col("rank").cast(pl.Int32),
+        "arrival_ns", "end_ns", "last_arrival_ns", pl.col("last_rank").cast(pl.Int32),
+        uncertainty_ns=pl.lit(0, pl.Int64))], how="diagonal_relaxed")
+
+
+def _no_collectives() -> pl.DataFrame:
+    """The path's sync points of a single rank: none, with the columns the walk reads."""
+    return pl.DataFrame(schema={"instance": pl.String, "rank": pl.Int32, "name": pl.String,
+                                "arrival_ns": pl.Int64, "end_ns": pl.Int64,
+                                "last_arrival_ns": pl.Int64, "last_rank": pl.Int32})
 
 
 def whatif(run: Run, *scenarios: str) -> Result:

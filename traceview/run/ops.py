@@ -7,7 +7,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import polars as pl
 
 from traceview.analyses.ops import ops as op_table
 from traceview.errors import UsageError
@@ -31,3 +34,18 @@ def ops(run: Run, *, by: str = "shape", category: str | None = None) -> Result:
                               "device": found["device"], "peaks": found["peaks"]},
                       main="ops", uses=("gpu",))
     return res.with_warnings(*found["warnings"])
+
+
+def device_name(ranks: pl.DataFrame) -> str | None:
+    """The first GPU's name in a ranks table (the files' ``deviceProperties``): the device
+    whose peaks the roofline and MFU use."""
+    if "devices" not in ranks.columns:
+        return None
+    for text in ranks.get_column("devices").drop_nulls().to_list():
+        try:
+            names = json.loads(text)
+        except ValueError:
+            continue
+        if names:
+            return str(names[0])
+    return None

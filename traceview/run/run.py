@@ -34,7 +34,6 @@ this module keeps the window and the shared tables. Clock alignment applies by d
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -46,10 +45,9 @@ from typing import Any
 import polars as pl
 
 from traceview import selection
-from traceview.analyses.align import alignment_warnings, apply_offsets, estimate_offsets
+from traceview.analyses.align import apply_offsets, estimate_offsets
 from traceview.analyses.collective_match import P2P, comm_events, match_collectives
 from traceview.analyses.collectives import collective_ranks
-from traceview.analyses.comm_kernels import unseen_comm_warning
 from traceview.analyses.critical_path import critical_path
 from traceview.analyses.dependency_graph import culprits, sync_points
 from traceview.analyses.flops import achieved_flops
@@ -69,15 +67,18 @@ from traceview.analyses.stragglers import stragglers
 from traceview.analyses.window import Window, ranks_present, select, step_spans
 from traceview.errors import UsageError
 from traceview.parsers import flight_recorder
-from traceview.run import plain
 from traceview.run.compare import diff_tables, run_tables
+from traceview.run.diagnosis import path_collectives
 from traceview.run.distributed import alltoall_of, nccl_log_view, pipeline_of
 from traceview.run.hang import hang_result
 from traceview.run.methods import method_of
+from traceview.run.ops import device_name
 from traceview.run.options import RunOptions
 from traceview.run.registry import ANALYSES, Analysis
 from traceview.run.replay import replay_of, replay_verdict
 from traceview.run.result import Result, to_pandas
+from traceview.run.table_warnings import plain_table_warnings, table_warnings
+from traceview.run.window_checks import check_window_not_empty, steps_short_note
 from traceview.store import derived, traceset
 from traceview.store.traceset import TraceSet
 
@@ -168,26 +169,6 @@ class Run:
         selection.require_known_ranks(self.window.ranks, self.traceset.ranks["rank"].to_list(),
                                       self.options.ranks)
 
-    def _check_window_not_empty(self, selected: pl.DataFrame) -> None:
-        """A window of steps, time or warm-up that holds no event of a run that has events is
-        a usage error naming the steps there are and how long the run lasts."""
-        if selected.height:
-            return
-        whole = self._rank_events.select(
-            first=pl.col("step").min(), last=pl.col("step").max(), start=pl.col("ts_ns").min(),
-            end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max()).collect().row(0)
-        if whole[2] is None:
-            return  # no event at all: the analyses say so themselves
-
-        asked = ", ".join(f"{name} {value}" for name, value in (
-            ("--steps", selection.describe_steps(self.window.steps)),
-            ("--time", selection.describe_time(self.options.time)),
-            ("--skip-warmup", self.window.skip_warmup or None)) if value is not None)
-        steps = ("no profiler steps" if whole[0] is None else
-                 f"steps present: {selection.say_steps(whole[0], whole[1])}")
-        raise UsageError(f"{asked} selects no event of this run; {steps}, "
-                         f"{(whole[3] - whole[2]) / 1e6:.3f} ms of events")
-
     @property
     def _rank_comm_source(self) -> pl.LazyFrame:
         """The window's ranks, every step, with ``args_json``: collective matching reads the
@@ -206,30 +187,9 @@ class Run:
 
         self._check_ranks_exist()
         selected = select(self.traceset.analysis_events(), self.window).collect()
-        self._check_window_not_empty(selected)
-        self._window_notes = self._steps_short_note(selected)
+        check_window_not_empty(self, selected)
+        self._window_notes = steps_short_note(self, selected)
         return selected.lazy()
-
-    def _steps_short_note(self, selected: pl.DataFrame) -> list[str]:
-        """A ``--steps`` range reaching past the steps the trace has is analysed over those it
-        has: say so, with steps as people write them (inclusive)."""
-        asked = self.window.steps
-        if asked is None or selected.height == 0:
-            return []
-        have = selected.get_column("step").drop_nulls()
-        if have.len() == 0:
-            return []
-        first, last = int(have.min()), int(have.max())
-        lo = first if asked[0] is None else asked[0]
-        hi = last if asked[1] is None else asked[1] - 1
-        if lo >= first and hi <= last:
-            return []
-        whole = self._rank_events.select(first=pl.col("step").min(),
-                                         last=pl.col("step").max()).collect().row(0)
-        n = have.n_unique()
-        return [f"steps: asked for steps {selection.say_steps(lo, hi)}, the trace has "
-                f"{selection.say_steps(*whole)}: analysing {n} step{'s' if n != 1 else ''} "
-                f"({selection.say_steps(first, last)})"]
 
     # --- the shared tables --------------------------------------------------------------------
 
@@ -417,56 +377,15 @@ class Run:
                   f"{path}: skipped: {reason}" for path, reason in self.traceset.skipped)]
 
     def table_warnings(self, *tables: str) -> list[str]:
-        """What the named shared tables say about the data: collectives that could not be
-        paired (``match``), GPU work without its launch (``gpu``), ranks whose clock could not
-        be aligned or only poorly (``offsets``)."""
-        out: list[str] = []
-        # computed (not failed) only; the GPU rows also when only a table made from them was
-        # read from the cache folder: a warning is the data's, not the cache's (the same
-        # command said it on a cold cache)
-        made_from_gpu = "overlap_rows" in self.__dict__ or bool(getattr(self, "_gaps", None))
-        tables = tuple(t for t in tables
-                       if t in self.__dict__ or (t == "gpu" and made_from_gpu))
-        if "match" in tables:
-            out += _capped([f"collectives: group {g}{'' if r is None else f' rank {r}'}: "
-                            f"{p}: {d}" for g, r, p, d in self.match.problems.select(
-                                "group", "rank", "problem", "detail").rows()])
-        if "p2p" in tables and self.p2p[1].height:
-            out += _capped([f"send/recv: rank {r}: {n} {op} call(s) {'to' if op == 'send' else 'from'}"
-                            f" rank {peer} (tag {tag}) without a matching "
-                            f"{'recv' if op == 'send' else 'send'}"
-                            for r, op, peer, tag, n in self.p2p[1].rows()])
-        if "p2p" in tables and self.p2p[0].height:
-            enqueued = pl.concat([
-                self.p2p[0].filter(pl.col("send_timing") == "enqueue").select(rank="src"),
-                self.p2p[0].filter(pl.col("recv_timing") == "enqueue").select(rank="dst")])
-            out += _capped([f"send/recv: rank {r}: {n} NCCL call(s) without their GPU kernel: "
-                            "timed by the CPU call, which only enqueues (their waits and "
-                            "transfers are not the exchange's)"
-                            for r, n in enqueued.group_by("rank").len().sort("rank").rows()])
-        if "gpu" in tables and self.unlaunched.height:
-            out.append(_unlaunched_warning(self.unlaunched, self.options.exclude_unlaunched))
-        if "gpu" in tables and (unseen := unseen_comm_warning(
-                self.gpu, self._world.get("world_size"))):
-            out.append(unseen)
-        if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
-            out += _capped([*(f"alignment: rank {r}: {note}" for r, note in self.offsets.filter(
-                pl.col("method") == "none").select("rank", "note").rows()),
-                *alignment_warnings(self.offsets)])
-        return out
+        """What the named shared tables say about the data (``traceview.run.table_warnings``):
+        collectives that could not be paired (``match``), send/recv calls without their peer
+        (``p2p``), GPU work without its launch (``gpu``), ranks whose clock could not be
+        aligned or only poorly (``offsets``)."""
+        return table_warnings(self, *tables)
 
     def plain_table_warnings(self, *tables: str) -> list[str]:
-        """``table_warnings`` in plain words (``traceview.run.plain``): one line per
-        collective group with problems and per clock-alignment quality, saying what the
-        answer leaves out; the others are plain already."""
-        tables = tuple(t for t in tables if t in self.__dict__)  # computed (not failed) only
-        out: list[str] = []
-        if "match" in tables and self.match.problems.height:
-            out += _capped(plain.collective_lines(self.match.problems, self.match.groups))
-        out += self.table_warnings(*(t for t in tables if t in ("p2p", "gpu")))
-        if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
-            out += plain.alignment_lines(self.offsets)
-        return out
+        """``table_warnings`` in plain words (``traceview.run.table_warnings``)."""
+        return plain_table_warnings(self, *tables)
 
     @property
     def _tolerance_ns(self) -> int | None:
@@ -541,29 +460,9 @@ class Run:
 
     @cached_property
     def _path_collectives(self) -> pl.DataFrame:
-        """The sync points the path can jump through: the matched collectives (a dispatcher
-        op that only enqueues work, an asynchronous backend's without its kernels, arrives
-        nowhere) and the receiving side of every send/recv pair (a send waits for nobody)."""
-        if len(self.ranks_present) < 2:
-            return self._no_collectives
-        enqueued = self.match.instances.filter(pl.col("enqueue_only")).select(
-            "instance", pl.col("rank").cast(pl.Int32))
-        rows = self.collective_ranks
-        if enqueued.height:
-            rows = rows.join(enqueued, on=["instance", "rank"], how="anti")
-        received = self._p2p_rows.filter(pl.col("collective") == "recv")
-        if received.height == 0:
-            return rows
-        return pl.concat([rows, received.select(
-            "instance", "group", "collective", "name", pl.col("rank").cast(pl.Int32),
-            "arrival_ns", "end_ns", "last_arrival_ns", pl.col("last_rank").cast(pl.Int32),
-            uncertainty_ns=pl.lit(0, pl.Int64))], how="diagonal_relaxed")
-
-    @property
-    def _no_collectives(self) -> pl.DataFrame:
-        return pl.DataFrame(schema={"instance": pl.String, "rank": pl.Int32, "name": pl.String,
-                                    "arrival_ns": pl.Int64, "end_ns": pl.Int64,
-                                    "last_arrival_ns": pl.Int64, "last_rank": pl.Int32})
+        """The sync points the critical path can jump through
+        (``traceview.run.diagnosis.path_collectives``)."""
+        return path_collectives(self)
 
     @cached_property
     def _path_notes(self) -> tuple[str, ...]:
@@ -628,17 +527,8 @@ class Run:
                               model_flops_per_step=model_flops_per_step)
 
     def _device_name(self) -> str | None:
-        """The first GPU's name in the ranks table (the files' ``deviceProperties``)."""
-        if "devices" not in self.ranks.columns:
-            return None
-        for text in self.ranks.get_column("devices").drop_nulls().to_list():
-            try:
-                names = json.loads(text)
-            except ValueError:
-                continue
-            if names:
-                return str(names[0])
-        return None
+        """The first GPU's name in the ranks table (``traceview.run.ops.device_name``)."""
+        return device_name(self.ranks)
 
     # --- the trace set, as a notebook uses it ------------------------------------------------
 
@@ -752,27 +642,9 @@ def registered(analysis: Analysis) -> Iterator[Analysis]:
         unregister(analysis.name)
 
 
-def _unlaunched_warning(unlaunched: pl.DataFrame, excluded: bool) -> str:
-    """One line: how many GPU events have no launch in the trace, on which ranks, and what
-    was done with them."""
-    ranks = sorted(set(unlaunched.get_column("rank").to_list()))
-    shown = selection.describe_ranks(ranks)
-    what = ("dropped (--exclude-unlaunched)" if excluded else
-            "counted as GPU work; --exclude-unlaunched drops them")
-    return (f"gpu: {unlaunched.height} GPU events on rank(s) {shown} have no launch in the "
-            f"trace (queued before the profiler started): {what}")
-
-
 def _gap_options(per_stream: bool, launch_overhead_ns: int) -> list[Any]:
     """The gap rows' options, as a kept table's definition names them."""
     return [per_stream, dataclasses.asdict(GapOptions(launch_overhead_ns=launch_overhead_ns))]
-
-
-def _capped(lines: list[str], most: int = 20) -> list[str]:
-    """At most ``most`` lines: a 1,024-rank run can have a problem per rank."""
-    if len(lines) <= most:
-        return lines
-    return [*lines[:most], f"... and {len(lines) - most} more (see the command's tables)"]
 
 
 def as_run(source: Run | pl.LazyFrame | pl.DataFrame, **options: Any) -> Run:
