@@ -1,0 +1,49 @@
+"""The replay graph's fast paths (issue 46 item 7, cost) give what the plain code gives.
+
+Each fast path replaces a plain Polars expression by a cheaper one where the input allows
+(rows already in thread order, a window that fits an int64 key); these properties check it
+against the plain expression on any input, the ones it must refuse included (rows out of
+order, nulls, ties, negative durations, huge thread ids)."""
+
+from __future__ import annotations
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceview.analyses.replay.waits import _boundaries
+
+_OP = st.tuples(st.sampled_from([0, 1, 7]),                      # rank
+                st.sampled_from([-3, 1, 2, 1 << 40]),            # tid (streams < 0)
+                st.integers(0, 40).map(lambda t: t * 1_000),     # ts_ns (ties likely)
+                st.sampled_from([-2_000, 0, 1_000, 5_000, 30_000]),  # duration (damaged < 0)
+                st.sampled_from(["ProfilerStep#3", "aten::mm", "c10d::allreduce_"]))
+
+
+def _frame(rows: list[tuple], in_order: bool) -> pl.DataFrame:
+    ops = pl.DataFrame(rows, schema={"rank": pl.Int32, "tid": pl.Int64, "ts_ns": pl.Int64,
+                                     "dur": pl.Int64, "name": pl.String}, orient="row")
+    ops = ops.with_columns(end_ns=pl.col("ts_ns") + pl.col("dur")).drop("dur")
+    return ops.sort("rank", "tid", "ts_ns") if in_order else ops
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_OP, max_size=40), st.booleans())
+def test_boundaries_are_the_four_key_sort(rows, in_order) -> None:
+    ops = _frame(rows, in_order)
+    inner = pl.when(pl.col("name").str.starts_with("ProfilerStep")).then(0).otherwise(1) \
+        .cast(pl.Int64)
+    q = ["rank", "tid"]
+    plain = pl.concat([ops.select(*q, a="ts_ns", d=inner),
+                       ops.select(*q, a="end_ns", d=-inner)]).sort(*q, "a", "d")
+    fast = _boundaries(ops, inner)
+    assert fast.schema == plain.schema
+    assert fast.equals(plain)
+
+
+def test_boundaries_of_a_window_too_long_for_the_key_take_the_plain_sort() -> None:
+    ops = pl.DataFrame({"rank": [0, 0], "tid": [1, 1], "ts_ns": [0, 1 << 43],
+                        "end_ns": [5, (1 << 43) + 5], "name": ["a", "b"]},
+                       schema_overrides={"rank": pl.Int32})
+    inner = pl.lit(1, pl.Int64)
+    assert _boundaries(ops, inner)["a"].to_list() == [0, 5, 1 << 43, (1 << 43) + 5]
