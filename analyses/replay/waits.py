@@ -84,11 +84,15 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
     if ops.height == 0 or completes.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
     q = ["rank", "tid"]
+    ops = ops.select(*q, "name", "ts_ns", "end_ns")  # every sort and join below carries these
     # a backend's worker thread (its work items, their own ops inside them, no dispatcher
-    # call) waits for work, never on it
+    # call) waits for work, never on it (each name's regexes once)
     name = pl.col("name").cast(pl.String)
+    names = ops.select(pl.col("name").unique())
+    backend, dispatch = (names.filter(name.str.contains(pattern)).get_column("name").implode()
+                         for pattern in (_BACKEND_WORK, _DISPATCH))
     waiter = ops.group_by(q).agg(
-        _any=~name.str.contains(_BACKEND_WORK).any() | name.str.contains(_DISPATCH).any())
+        _any=~pl.col("name").is_in(backend).any() | pl.col("name").is_in(dispatch).any())
     ops = ops.join(waiter.filter(pl.col("_any")).select(q), on=q, how="semi")
     # every op boundary, in time order per thread, with the thread's depth after it (ops
     # running then, the step markers, which cover everything, aside): every thread's ops
