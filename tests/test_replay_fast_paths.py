@@ -11,7 +11,9 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traceview.analyses.replay.graph import _named
 from traceview.analyses.replay.waits import _boundaries
+from traceview.schema import STEP_PATTERN
 
 _OP = st.tuples(st.sampled_from([0, 1, 7]),                      # rank
                 st.sampled_from([-3, 1, 2, 1 << 40]),            # tid (streams < 0)
@@ -47,3 +49,15 @@ def test_boundaries_of_a_window_too_long_for_the_key_take_the_plain_sort() -> No
                        schema_overrides={"rank": pl.Int32})
     inner = pl.lit(1, pl.Int64)
     assert _boundaries(ops, inner)["a"].to_list() == [0, 5, 1 << 43, (1 << 43) + 5]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([None, "ProfilerStep#2", "c10d::allreduce_", "gloo:all_reduce",
+                                 "aten::mm", "NCCL_send", "record_param_comms"]), max_size=30),
+       st.sampled_from([STEP_PATTERN, r"^(c10d::|record_param_comms$)",
+                        r"^(gloo|mpi|ucc|nccl):|^c10d::|(?i)nccl"]))
+def test_a_name_pattern_is_matched_once_per_name_with_the_same_answer(names, pattern) -> None:
+    ops = pl.DataFrame({"name": names}, schema={"name": pl.String})
+    plain = ops.select(pl.col("name").str.contains(pattern))
+    assert ops.select(_named(ops, pattern)).equals(plain)
+    assert ops.filter(~_named(ops, pattern)).equals(ops.filter(~pl.col("name").str.contains(pattern)))

@@ -127,7 +127,7 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     if launches.height:  # a host sync waits for the GPU work launched before it
         gpu_done = launches.select(instance=pl.format("gpu#{}", "correlation"), rank="rank",
                                    tid="tid", end_ns="end_ns", issued_ns="launch_ns")
-        syncs = host.filter(pl.col("name").str.contains(options.sync_pattern))
+        syncs = host.filter(_named(host, options.sync_pattern))
         waits = pl.concat([waits, find_waits(syncs, gpu_done, options=options)])
     waits = pl.concat([waits, _unseen_waits(host, waits, completes, issues)])
     points = _points(ops, comm, issues, waits, launches)
@@ -158,6 +158,13 @@ def _queued(ops: pl.DataFrame) -> pl.DataFrame:
         collective=(pl.col("collective").cast(pl.String) if "collective" in has
                     else pl.lit(None, pl.String)),
         correlation=corr).sort("rank", "tid", "ts_ns")
+
+
+def _named(ops: pl.DataFrame, pattern: str) -> pl.Expr:
+    """``pl.col("name").str.contains(pattern)``, the regex run once per distinct name (a run
+    has thousands of names and millions of ops; nulls stay null)."""
+    names = ops.select(pl.col("name").unique()).filter(pl.col("name").str.contains(pattern))
+    return pl.col("name").is_in(names.get_column("name").implode())
 
 
 def _unseen_waits(host: pl.DataFrame, waits: pl.DataFrame, completes: pl.DataFrame,
@@ -280,8 +287,8 @@ def _detach_async(comm: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.DataFrame, 
               "issue_ns": pl.Int64}
     # only on threads that issue communication (a backend's worker thread runs its work
     # items' own ops inside them: children, not other work)
-    issuing = ops.filter(pl.col("name").str.contains(_DISPATCH)).select("rank", "tid").unique()
-    work = ops.filter(~pl.col("name").str.contains(_COMM_NAME) & (pl.col("tid") >= 0)) \
+    issuing = ops.filter(_named(ops, _DISPATCH)).select("rank", "tid").unique()
+    work = ops.filter(~_named(ops, _COMM_NAME) & (pl.col("tid") >= 0)) \
         .join(issuing, on=["rank", "tid"], how="semi") \
         .select("rank", "tid", next_ns="ts_ns").sort("next_ns")
     if comm.height == 0 or work.height == 0:
@@ -349,7 +356,7 @@ def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     latest dispatcher call of the same collective started at or before the op's arrival."""
     schema = {"instance": pl.String, "rank": pl.Int32, "issue_tid": pl.Int64,
               "issue_ns": pl.Int64}
-    calls = ops.filter(pl.col("name").str.contains(_DISPATCH) & pl.col("collective").is_not_null()
+    calls = ops.filter(_named(ops, _DISPATCH) & pl.col("collective").is_not_null()
                        & ~pl.col("collective").is_in(["send", "recv"]))
     if calls.height == 0 or comm.height == 0:
         return pl.DataFrame(schema=schema)
@@ -378,7 +385,7 @@ def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
 
 def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
             waits: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
-    steps = ops.filter(pl.col("name").str.contains(STEP_PATTERN) & (pl.col("tid") >= 0)).select(
+    steps = ops.filter(_named(ops, STEP_PATTERN) & (pl.col("tid") >= 0)).select(
         "rank", "tid", step=pl.col("name").str.extract(STEP_PATTERN, 1).cast(pl.Int64),
         start="ts_ns", end="end_ns")
     cols = ["rank", "tid", "t_ns", "kind", "instance", "collective", "blocked_ns", "span_ns",
