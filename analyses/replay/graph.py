@@ -262,7 +262,7 @@ def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
     # the op's thread: the op (of that name, for a collective) starting at its arrival; a
     # merged call or a p2p dispatcher op may not start exactly there: the nearest start
     named = comm.sort("arrival_ns").join_asof(
-        ops.select("rank", "tid", "ts_ns", _op=pl.col("name")).sort("ts_ns"),
+        ops.select("rank", "tid", "ts_ns").sort("ts_ns"),
         left_on="arrival_ns", right_on="ts_ns", by="rank", strategy="nearest",
         check_sortedness=False)
     return named.select(*cols, "tid").sort("rank", "arrival_ns")

@@ -107,13 +107,15 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
         pl.col("b").is_not_null() & (pl.col("b") - pl.col("a") >= options.min_wait_ns)) \
         .drop("d")
     # a leaf op's whole body is work (unless the op is a wait by name)
-    ordered = ops.sort(*q, "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
+    # (the name's verdict first: the sort then moves integers only)
+    waiting = names.filter(name.str.contains(options.wait_op_pattern)).get_column("name")
+    ordered = ops.select(*q, "ts_ns", "end_ns",
+                         _wait=pl.col("name").is_in(waiting.implode()).fill_null(False)) \
+        .sort(*q, "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
     later = (pl.col("rank") == pl.col("rank").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
     leaf = ~later | (pl.col("ts_ns").shift(-1) >= pl.col("end_ns"))
-    bodies = ordered.filter(leaf & (pl.col("end_ns") - pl.col("ts_ns") >= options.min_wait_ns))
-    named = bodies.select(pl.col("name").unique()).filter(
-        pl.col("name").cast(pl.String).str.contains(options.wait_op_pattern))
-    bodies = bodies.join(named, on="name", how="anti").select(*q, a="ts_ns", b="end_ns")
+    bodies = ordered.filter(leaf & (pl.col("end_ns") - pl.col("ts_ns") >= options.min_wait_ns)
+                            & ~pl.col("_wait")).select(*q, a="ts_ns", b="end_ns")
     stretches = stretches.join(bodies, on=[*q, "a", "b"], how="anti")
     if stretches.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
