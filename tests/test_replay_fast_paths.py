@@ -11,7 +11,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceview.analyses.replay.graph import _named
+from traceview.analyses.replay.graph import _by_thread_in_time, _named
 from traceview.analyses.replay.waits import _boundaries
 from traceview.schema import STEP_PATTERN
 
@@ -61,3 +61,26 @@ def test_a_name_pattern_is_matched_once_per_name_with_the_same_answer(names, pat
     plain = ops.select(pl.col("name").str.contains(pattern))
     assert ops.select(_named(ops, pattern)).equals(plain)
     assert ops.filter(~_named(ops, pattern)).equals(ops.filter(~pl.col("name").str.contains(pattern)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 3]), st.sampled_from([1, 2, 1 << 40]),
+                          st.integers(0, 30)), max_size=40),
+       st.lists(st.tuples(st.sampled_from([0, 1, 3]), st.sampled_from([1, 2, 1 << 40]),
+                          st.integers(0, 30)), min_size=1, max_size=15),
+       st.booleans())
+def test_rows_in_thread_order_answer_an_asof_join_as_rows_sorted_by_time(rows, probes,
+                                                                         in_order) -> None:
+    schema = {"rank": pl.Int32, "tid": pl.Int64, "next_ns": pl.Int64}
+    work = pl.DataFrame(rows, schema=schema, orient="row")
+    if in_order:
+        work = work.sort("rank", "tid", "next_ns")
+    left = pl.DataFrame(probes, schema={"rank": pl.Int32, "tid": pl.Int64, "arrival_ns": pl.Int64},
+                        orient="row").sort("arrival_ns")
+
+    def joined(right: pl.DataFrame) -> pl.DataFrame:
+        return left.join_asof(right, left_on="arrival_ns", right_on="next_ns",
+                              by=["rank", "tid"], strategy="forward",
+                              allow_exact_matches=False, check_sortedness=False)
+
+    assert joined(_by_thread_in_time(work, "next_ns")).equals(joined(work.sort("next_ns")))
