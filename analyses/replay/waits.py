@@ -84,22 +84,26 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
     if ops.height == 0 or completes.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
     q = ["rank", "tid"]
-    ops = ops.select(*q, "name", "ts_ns", "end_ns")  # every sort and join below carries these
-    # a backend's worker thread (its work items, their own ops inside them, no dispatcher
-    # call) waits for work, never on it (each name's regexes once)
+    # each name's verdicts once (the regexes run on the distinct names), then the ops as
+    # integers and flags: every sort and join below moves these, never the names
     name = pl.col("name").cast(pl.String)
     names = ops.select(pl.col("name").unique())
-    backend, dispatch = (names.filter(name.str.contains(pattern)).get_column("name").implode()
-                         for pattern in (_BACKEND_WORK, _DISPATCH))
-    waiter = ops.group_by(q).agg(
-        _any=~pl.col("name").is_in(backend).any() | pl.col("name").is_in(dispatch).any())
+    backend, dispatch, markers, waiting = (
+        names.filter(name.str.contains(pattern)).get_column("name").implode()
+        for pattern in (_BACKEND_WORK, _DISPATCH, STEP_PATTERN, options.wait_op_pattern))
+    ops = ops.select(
+        *q, "ts_ns", "end_ns", _backend=pl.col("name").is_in(backend),
+        _dispatch=pl.col("name").is_in(dispatch),
+        _inner=pl.when(pl.col("name").is_in(markers)).then(0).otherwise(1).cast(pl.Int64),
+        _wait=pl.col("name").is_in(waiting).fill_null(False))
+    # a backend's worker thread (its work items, their own ops inside them, no dispatcher
+    # call) waits for work, never on it
+    waiter = ops.group_by(q).agg(_any=~pl.col("_backend").any() | pl.col("_dispatch").any())
     ops = ops.join(waiter.filter(pl.col("_any")).select(q), on=q, how="semi")
     # every op boundary, in time order per thread, with the thread's depth after it (ops
     # running then, the step markers, which cover everything, aside): every thread's ops
     # all close, so one running sum over all threads is each one's depth
-    markers = ops.select(pl.col("name").unique()).filter(name.str.contains(STEP_PATTERN))
-    inner = pl.when(pl.col("name").is_in(markers.get_column("name").implode())).then(0) \
-        .otherwise(1).cast(pl.Int64)
+    inner = pl.col("_inner")
     bounds = _boundaries(ops, inner)
     same = (pl.col("rank") == pl.col("rank").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
     stretches = bounds.with_columns(depth=pl.col("d").cum_sum(),
@@ -107,10 +111,7 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
         pl.col("b").is_not_null() & (pl.col("b") - pl.col("a") >= options.min_wait_ns)) \
         .drop("d")
     # a leaf op's whole body is work (unless the op is a wait by name)
-    # (the name's verdict first: the sort then moves integers only)
-    waiting = names.filter(name.str.contains(options.wait_op_pattern)).get_column("name")
-    ordered = ops.select(*q, "ts_ns", "end_ns",
-                         _wait=pl.col("name").is_in(waiting.implode()).fill_null(False)) \
+    ordered = ops.select(*q, "ts_ns", "end_ns", "_wait") \
         .sort(*q, "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
     later = (pl.col("rank") == pl.col("rank").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
     leaf = ~later | (pl.col("ts_ns").shift(-1) >= pl.col("end_ns"))
