@@ -130,8 +130,14 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
         pl.lit(options.max_tolerance_ns),
         ((pl.col("b") - pl.col("a")) * options.relative_tolerance).cast(pl.Int64)))
     stretches = stretches.with_columns(pl.col("rank").cast(pl.Int32), tol=own_tol)
-    probes = pl.concat([stretches.with_columns(k=(pl.col("b") - tol) // width),
-                        stretches.with_columns(k=(pl.col("b") + tol) // width)]).unique()
+    low, high = (pl.col("b") - tol) // width, (pl.col("b") + tol) // width
+    if options.min_wait_ns > 0:  # then no two stretches of a thread start together: the
+        # rows are distinct, and only an end whose window is one bucket would probe it twice
+        probes = pl.concat([stretches.with_columns(k=low),
+                            stretches.filter(high != low).with_columns(k=high)])
+    else:
+        probes = pl.concat([stretches.with_columns(k=low),
+                            stretches.with_columns(k=high)]).unique()
     pairs = probes.join(done.with_columns(k=pl.col("e") // width), on=["rank", "k"])
     pairs = pairs.filter(((pl.col("e") - pl.col("b")).abs() <= pl.col("tol"))
                          & (pl.col("e") > pl.col("a")) & (pl.col("issued") < pl.col("b"))
