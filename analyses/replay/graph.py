@@ -138,7 +138,7 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     if launches.height:  # a host sync waits for the GPU work launched before it
         gpu_done = launches.select(instance=pl.format("gpu#{}", "correlation"), rank="rank",
                                    tid="tid", end_ns="end_ns", issued_ns="launch_ns")
-        syncs = host.filter(pl.col("name").str.contains(options.sync_pattern))
+        syncs = host.filter(_named(host, options.sync_pattern))
         waits = pl.concat([waits, find_waits(syncs, gpu_done, options=options)])
     waits = pl.concat([waits, _unseen_waits(host, waits, completes, issues)])
     points = _points(ops, comm, issues, waits, launches)
@@ -169,6 +169,28 @@ def _queued(ops: pl.DataFrame) -> pl.DataFrame:
         collective=(pl.col("collective").cast(pl.String) if "collective" in has
                     else pl.lit(None, pl.String)),
         correlation=corr).sort("rank", "tid", "ts_ns")
+
+
+def _named(ops: pl.DataFrame, pattern: str) -> pl.Expr:
+    """``pl.col("name").str.contains(pattern)``, the regex run once per distinct name (a run
+    has thousands of names and millions of ops; nulls stay null)."""
+    names = ops.select(pl.col("name").unique()).filter(pl.col("name").str.contains(pattern))
+    return pl.col("name").is_in(names.get_column("name").implode())
+
+
+def _by_thread_in_time(frame: pl.DataFrame, time: str) -> pl.DataFrame:
+    """``frame`` ready for an asof join ``by=["rank", "tid"]`` on ``time``: each thread's rows
+    in time order, which is all such a join reads (Polars scans each ``by`` group's rows in
+    their order). The graph's ops are in that order already (``_queued``), so the global sort
+    by time that the join would otherwise need (the largest sort of a big run's graph) is
+    skipped where a pass over the rows shows it; other input is sorted by time."""
+    step = pl.col("rank").diff().fill_null(0)
+    tid_step = pl.col("tid").diff().fill_null(0)
+    ordered = frame.select(
+        ((step > 0) | ((step == 0) & (tid_step > 0))
+         | ((step == 0) & (tid_step == 0) & (pl.col(time).diff().fill_null(0) >= 0))).all()
+        & (pl.col(time).null_count() == 0)).item()
+    return frame if ordered else frame.sort(time)
 
 
 def _unseen_waits(host: pl.DataFrame, waits: pl.DataFrame, completes: pl.DataFrame,
@@ -277,7 +299,7 @@ def _comm_rows(collective_rows: pl.DataFrame, p2p_pairs: pl.DataFrame | None,
     # the op's thread: the op (of that name, for a collective) starting at its arrival; a
     # merged call or a p2p dispatcher op may not start exactly there: the nearest start
     named = comm.sort("arrival_ns").join_asof(
-        ops.select("rank", "tid", "ts_ns", _op=pl.col("name")).sort("ts_ns"),
+        ops.select("rank", "tid", "ts_ns").sort("ts_ns"),
         left_on="arrival_ns", right_on="ts_ns", by="rank", strategy="nearest",
         check_sortedness=False)
     return named.select(*cols, "tid").sort("rank", "arrival_ns")
@@ -302,10 +324,11 @@ def _detach_async(comm: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.DataFrame, 
               "issue_ns": pl.Int64}
     # only on threads that issue communication (a backend's worker thread runs its work
     # items' own ops inside them: children, not other work)
-    issuing = ops.filter(pl.col("name").str.contains(_DISPATCH)).select("rank", "tid").unique()
-    work = ops.filter(~pl.col("name").str.contains(_COMM_NAME) & (pl.col("tid") >= 0)) \
-        .join(issuing, on=["rank", "tid"], how="semi") \
-        .select("rank", "tid", next_ns="ts_ns").sort("next_ns")
+    issuing = ops.filter(_named(ops, _DISPATCH)).select("rank", "tid").unique()
+    work = ops.select("rank", "tid", next_ns="ts_ns", _comm=_named(ops, _COMM_NAME)) \
+        .filter(~pl.col("_comm") & (pl.col("tid") >= 0)).drop("_comm") \
+        .join(issuing, on=["rank", "tid"], how="semi")
+    work = _by_thread_in_time(work, "next_ns")
     if comm.height == 0 or work.height == 0:
         return comm, pl.DataFrame(schema=schema)
     found = comm.with_row_index("_row").sort("arrival_ns").join_asof(
@@ -376,7 +399,7 @@ def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     all-reduce call a step earlier: a 60 ms issue lag on its path)."""
     schema = {"instance": pl.String, "rank": pl.Int32, "issue_tid": pl.Int64,
               "issue_ns": pl.Int64}
-    calls = ops.filter(pl.col("name").str.contains(_DISPATCH) & pl.col("collective").is_not_null()
+    calls = ops.filter(_named(ops, _DISPATCH) & pl.col("collective").is_not_null()
                        & ~pl.col("collective").is_in(["send", "recv"]))
     if calls.height == 0 or comm.height == 0:
         return pl.DataFrame(schema=schema)
@@ -416,7 +439,7 @@ def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
 
 def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
             waits: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
-    steps = ops.filter(pl.col("name").str.contains(STEP_PATTERN) & (pl.col("tid") >= 0)).select(
+    steps = ops.filter(_named(ops, STEP_PATTERN) & (pl.col("tid") >= 0)).select(
         "rank", "tid", step=pl.col("name").str.extract(STEP_PATTERN, 1).cast(pl.Int64),
         start="ts_ns", end="end_ns")
     cols = ["rank", "tid", "t_ns", "kind", "instance", "collective", "blocked_ns", "span_ns",

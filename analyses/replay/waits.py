@@ -45,7 +45,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceview._dependencies import lazy_module
 from traceview.schema import STEP_PATTERN
+
+np = lazy_module("numpy")
 
 WAIT_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32, "tid": pl.Int64, "t_ns": pl.Int64, "instance": pl.String,
@@ -96,33 +99,39 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
     if ops.height == 0 or completes.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
     q = ["rank", "tid"]
+    # each name's verdicts once (the regexes run on the distinct names), then the ops as
+    # integers and flags: every sort and join below moves these, never the names
+    name = pl.col("name").cast(pl.String)
+    names = ops.select(pl.col("name").unique())
+    backend, dispatch, markers, waiting = (
+        names.filter(name.str.contains(pattern)).get_column("name").implode()
+        for pattern in (_BACKEND_WORK, _DISPATCH, STEP_PATTERN, options.wait_op_pattern))
+    ops = ops.select(
+        *q, "ts_ns", "end_ns", _backend=pl.col("name").is_in(backend),
+        _dispatch=pl.col("name").is_in(dispatch),
+        _inner=pl.when(pl.col("name").is_in(markers)).then(0).otherwise(1).cast(pl.Int64),
+        _wait=pl.col("name").is_in(waiting).fill_null(False))
     # a backend's worker thread (its work items, their own ops inside them, no dispatcher
     # call) waits for work, never on it
-    name = pl.col("name").cast(pl.String)
-    waiter = ops.group_by(q).agg(
-        _any=~name.str.contains(_BACKEND_WORK).any() | name.str.contains(_DISPATCH).any())
+    waiter = ops.group_by(q).agg(_any=~pl.col("_backend").any() | pl.col("_dispatch").any())
     ops = ops.join(waiter.filter(pl.col("_any")).select(q), on=q, how="semi")
     # every op boundary, in time order per thread, with the thread's depth after it (ops
     # running then, the step markers, which cover everything, aside): every thread's ops
     # all close, so one running sum over all threads is each one's depth
-    markers = ops.select(pl.col("name").unique()).filter(name.str.contains(STEP_PATTERN))
-    inner = pl.when(pl.col("name").is_in(markers.get_column("name").implode())).then(0) \
-        .otherwise(1).cast(pl.Int64)
-    bounds = pl.concat([ops.select(*q, a="ts_ns", d=inner),
-                        ops.select(*q, a="end_ns", d=-inner)]).sort(*q, "a", "d")
+    inner = pl.col("_inner")
+    bounds = _boundaries(ops, inner)
     same = (pl.col("rank") == pl.col("rank").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
     stretches = bounds.with_columns(depth=pl.col("d").cum_sum(),
                                     b=pl.when(same).then(pl.col("a").shift(-1))).filter(
         pl.col("b").is_not_null() & (pl.col("b") - pl.col("a") >= options.min_wait_ns)) \
         .drop("d")
     # a leaf op's whole body is work (unless the op is a wait by name)
-    ordered = ops.sort(*q, "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
+    ordered = ops.select(*q, "ts_ns", "end_ns", "_wait") \
+        .sort(*q, "ts_ns", pl.col("end_ns"), descending=[False, False, False, True])
     later = (pl.col("rank") == pl.col("rank").shift(-1)) & (pl.col("tid") == pl.col("tid").shift(-1))
     leaf = ~later | (pl.col("ts_ns").shift(-1) >= pl.col("end_ns"))
-    bodies = ordered.filter(leaf & (pl.col("end_ns") - pl.col("ts_ns") >= options.min_wait_ns))
-    named = bodies.select(pl.col("name").unique()).filter(
-        pl.col("name").cast(pl.String).str.contains(options.wait_op_pattern))
-    bodies = bodies.join(named, on="name", how="anti").select(*q, a="ts_ns", b="end_ns")
+    bodies = ordered.filter(leaf & (pl.col("end_ns") - pl.col("ts_ns") >= options.min_wait_ns)
+                            & ~pl.col("_wait")).select(*q, a="ts_ns", b="end_ns")
     stretches = stretches.join(bodies, on=[*q, "a", "b"], how="anti")
     if stretches.height == 0:
         return pl.DataFrame(schema=WAIT_SCHEMA)
@@ -144,8 +153,14 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
         .otherwise(own_tol)
     stretches = stretches.with_columns(pl.col("rank").cast(pl.Int32), tol=own_tol,
                                        early=early_tol)
-    probes = pl.concat([stretches.with_columns(k=(pl.col("b") - tol) // width),
-                        stretches.with_columns(k=(pl.col("b") + tol) // width)]).unique()
+    low, high = (pl.col("b") - tol) // width, (pl.col("b") + tol) // width
+    if options.min_wait_ns > 0:  # then no two stretches of a thread start together: the
+        # rows are distinct, and only an end whose window is one bucket would probe it twice
+        probes = pl.concat([stretches.with_columns(k=low),
+                            stretches.filter(high != low).with_columns(k=high)])
+    else:
+        probes = pl.concat([stretches.with_columns(k=low),
+                            stretches.with_columns(k=high)]).unique()
     pairs = probes.join(done.with_columns(k=pl.col("e") // width), on=["rank", "k"])
     pairs = pairs.filter((pl.col("b") - pl.col("e") <= pl.col("tol"))
                          & (pl.col("e") - pl.col("b") <= pl.col("early"))
@@ -183,6 +198,48 @@ def _longest(pairs: pl.DataFrame, q: list[str]) -> pl.DataFrame:
     latest = pairs.sort("e", "instance").group_by([*q, "b"]).last()
     return latest.with_columns(len=pl.col("b") - pl.col("a")).sort("len", "b") \
         .group_by([*q, "instance"]).last().select(*q, "a", "b", "instance", "issued")
+
+
+#: A thread's boundaries sort as one int64 key where the window fits: the thread's index,
+#: then the time since the window's first boundary, then the depth change (-1, 0, 1: 2 bits).
+_QUEUE_BITS, _TIME_BITS = 19, 42
+
+
+def _boundaries(ops: pl.DataFrame, inner: pl.Expr) -> pl.DataFrame:
+    """``rank, tid, a, d``: every op's start (``d`` = ``inner``) and end (``-inner``), sorted
+    by thread, time and ``d``: ``concat([starts, ends]).sort("rank", "tid", "a", "d")``.
+
+    Why not that sort: it is most of the waits' cost on a large run (a four-key sort of two
+    rows per op). Where ``ops`` is in thread order (the graph's queues are), its rows number
+    the threads, and each boundary is one int64 key (thread, time, ``d``) that numpy sorts in
+    one pass (its stable sort runs along the two sorted runs, starts and ends) and that holds
+    every column back. Nulls, a window of 2^42 ns (73 minutes) or more, or 2^19 threads take
+    the four-key sort; equal keys are equal rows, so the two give the same frame."""
+    q = ["rank", "tid"]
+    new_queue = ((pl.col("rank") != pl.col("rank").shift(1))
+                 | (pl.col("tid") != pl.col("tid").shift(1))).fill_null(True)
+    step = pl.col("rank").diff().fill_null(0)
+    facts = ops.select(
+        in_order=((step > 0) | ((step == 0) & (pl.col("tid").diff().fill_null(0) >= 0))).all(),
+        nulls=pl.sum_horizontal(pl.col(*q, "ts_ns", "end_ns").null_count()),
+        queues=new_queue.sum(), lo=pl.min_horizontal("ts_ns", "end_ns").min(),
+        hi=pl.max_horizontal("ts_ns", "end_ns").max()).row(0, named=True)
+    if ops.height == 0 or not facts["in_order"] or facts["nulls"] \
+            or facts["queues"] >= 1 << _QUEUE_BITS or facts["hi"] - facts["lo"] >= 1 << _TIME_BITS:
+        return pl.concat([ops.select(*q, a="ts_ns", d=inner),
+                          ops.select(*q, a="end_ns", d=-inner)]).sort(*q, "a", "d")
+    cols = ops.select(_q=new_queue.cast(pl.Int64).cum_sum() - 1, _d=inner,
+                      _s=pl.col("ts_ns") - facts["lo"], _e=pl.col("end_ns") - facts["lo"])
+    thread, depth, start, end = (cols.get_column(c).to_numpy() for c in ("_q", "_d", "_s", "_e"))
+    high = thread << (_TIME_BITS + 2)
+    key = np.concatenate([high + (start << 2) + depth + 1, high + (end << 2) - depth + 1])
+    key.sort(kind="stable")
+    firsts = ops.filter(new_queue).select(*q)
+    at = key >> (_TIME_BITS + 2)
+    return pl.DataFrame({
+        "rank": firsts.get_column("rank").gather(at), "tid": firsts.get_column("tid").gather(at),
+        "a": ((key >> 2) & ((1 << _TIME_BITS) - 1)) + facts["lo"],
+        "d": (key & 3) - 1}).cast({"a": ops.schema["ts_ns"], "d": pl.Int64})
 
 
 __all__ = ["WAIT_SCHEMA", "WaitOptions", "find_waits"]

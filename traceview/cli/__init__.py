@@ -3,7 +3,7 @@ of them; it may import every other room, and nothing imports it but ``__main__``
 
 ``COMMANDS`` names each subcommand, the module under ``traceview.cli`` that adds its options
 (``configure(parser, command)``, which also sets ``run=function(args) -> int``) and its help
-line. Errors become one line on stderr and an exit code (0 ok, 1 a check found problems, 2
+line; the analysis commands come from the Run's table of analyses (``traceview.run.registry``). Errors become one line on stderr and an exit code (0 ok, 1 a check found problems, 2
 usage or unreadable input); a traceback only with --debug. Printing is ``_render``'s, the
 shared options ``_options``'; while a command runs, stdout and stderr escape control
 characters (``_streams``), and --json / --csv write past that guard. An analysis command's
@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -28,6 +28,7 @@ from traceview import __version__
 from traceview._dependencies import lazy_module
 from traceview.cli import _memory_limit
 from traceview.cli._streams import guarded_streams
+from traceview.run import registry
 from traceview.errors import TraceviewError, redacted
 from traceview.outputs.safe_text import one_line, printable
 
@@ -38,47 +39,18 @@ kineto = lazy_module("traceview.parsers.kineto")
 class Command(NamedTuple):
     module: str  #: under ``traceview.cli``: ``configure(parser, command)`` and the run functions
     help: str
-    #: an analysis command (``run.ANALYSES``): its --json / --csv answer can be kept
+    #: an analysis command (``traceview.run.registry``): its --json / --csv answer can be kept
     #: (``_answers``), so a command line asked again is answered before anything is imported
     answers: bool = False
 
 
-#: Every subcommand, in the order help lists them. A command line naming one imports its
-#: module only: the others and what they import (clock alignment, the report, capture) cost
-#: ~25 ms a command, which a CI job running the analyses one by one pays every time. Without a
-#: known command name (``--help``, a typo) every command is added, so help and "invalid
-#: choice" errors list them all.
-COMMANDS: dict[str, Command] = {
+#: The subcommands that are not analyses of a Run, in the order help lists them: the first
+#: three before the analyses, the rest after.
+_OTHER_COMMANDS: dict[str, Command] = {
     "ingest": Command("core", "parse traces into the Parquet store"),
     "info": Command("core", "ranks, files, event counts"),
     "sql": Command("core", "SQL over the tables events, kernels, ranks, files, windows, "
                                 "gpu (classified GPU rows)"),
-    "align": Command("distributed", "per-rank clock offsets from collectives", True),
-    "collectives": Command("distributed",
-                           "collectives matched across ranks: skew, wait, bandwidth, tails",
-                           True),
-    "stragglers": Command("distributed", "which rank holds the others back", True),
-    "pipeline": Command("distributed", "pipeline stages from send/recv: where each stage's step "
-                                       "goes, the bubble, the schedule, the bottleneck stage",
-                        True),
-    "alltoall": Command("distributed", "all-to-all volumes per rank, the rank x rank matrix, "
-                                       "the hot rank and the step time its imbalance costs",
-                        True),
-    "critical-path": Command("diagnosis", "the critical path across ranks, per step: its "
-                                          "ranks, categories and ops", True),
-    "diagnose": Command("diagnosis", "what to fix first: findings ranked by the time each fix "
-                                     "would save per step", True),
-    "whatif": Command("whatif", "replay the run from its dependency graph: the replay's error "
-                                "against the measured steps, and what-if scenarios' step "
-                                "times and gains", True),
-    "gaps": Command("timeline", "GPU idle gaps per device (or stream) and their causes", True),
-    "overlap": Command("timeline", "compute/communication overlap per rank (and step)", True),
-    "breakdown": Command("timeline", "per-step GPU time breakdown, top kernels and ops", True),
-    "summary": Command("timeline", "one screen per run: steps, compute, comm, idle, gaps", True),
-    "ops": Command("ops", "per operator: GPU time, FLOPs and bytes from shapes, achieved "
-                          "TFLOP/s and TB/s, roofline bound and fraction", True),
-    "memory": Command("memory", "peak memory per rank and device, growth, pressure; snapshots",
-                      True),
     "report": Command("report", "one self-contained HTML report of a run"),
     "diff": Command("report", "compare two runs: step time, comm, idle, kernels, collectives, "
                               "with a significance test"),
@@ -95,6 +67,35 @@ COMMANDS: dict[str, Command] = {
     "hang": Command("hang", "why a job hung, from flight-recorder dumps: per process group the "
                             "last collective all completed, culprit ranks, mismatches"),
 }
+
+
+class _CommandTable(Mapping[str, Command]):
+    """Every subcommand, in the order help lists them: the analysis commands are the Run's
+    analyses (``traceview.run.registry``, read as it is now: one registered later is a
+    command too), each with the module that prints its text and its help."""
+
+    def _table(self) -> dict[str, Command]:
+        first = ("ingest", "info", "sql")
+        return {**{name: _OTHER_COMMANDS[name] for name in first},
+                **{a.command: Command(a.cli, a.help, True) for a in registry.ANALYSES.values()},
+                **{n: c for n, c in _OTHER_COMMANDS.items() if n not in first}}
+
+    def __getitem__(self, name: str) -> Command:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+#: Every subcommand, in the order help lists them. A command line naming one imports its
+#: module only: the others and what they import (clock alignment, the report, capture) cost
+#: ~25 ms a command, which a CI job running the analyses one by one pays every time. Without a
+#: known command name (``--help``, a typo) every command is added, so help and "invalid
+#: choice" errors list them all.
+COMMANDS: Mapping[str, Command] = _CommandTable()
 
 
 def module_of(command: str):  # -> types.ModuleType

@@ -37,6 +37,7 @@ from traceview.outputs.plots import PLOTLY_MISSING, PlotsUnavailable
 from traceview.outputs.report_data import ReportData
 from traceview.outputs.report_sections import render_body
 from traceview.run.hang import hang_result
+from traceview.run.registry import ANALYSES
 from traceview.run.run import as_run
 from traceview.store.safe_write import atomic_write
 
@@ -143,6 +144,17 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
         except Exception as exc:
             notes["roofline"] = [f"operator analysis failed: {type(exc).__name__}: {exc}"]
 
+    registered: dict[str, tuple[str, Any]] = {}
+    for analysis in ANALYSES.values():  # a section of its own: the main table
+        if analysis.report:
+            try:  # a partial report with the reason, never none
+                res = getattr(run, analysis.name)()
+            except Exception as exc:
+                res = None
+                notes[analysis.command] = [f"{analysis.command} failed: "
+                                           f"{type(exc).__name__}: {exc}"]
+            registered[analysis.command] = (analysis.help, res)
+
     ranks = run.ranks
     meta = {
         "ranks": n_ranks,
@@ -170,7 +182,8 @@ def gather(source: Any, *, title: str = "traceview report", top: int = 10,
                       collective_summary=collective_summary(per) if n_ranks > 1 else None,
                       memory_points=memory_points, memory_peaks=memory_peaks,
                       critical_path=path, diagnose=todo, pipeline=pipe,
-                      alltoall=alltoall, ops=roofline, bound=summ["bound"])
+                      alltoall=alltoall, ops=roofline, bound=summ["bound"],
+                      registered=registered)
 
 
 #: The memory timeline shows at most this many ranks (those with the highest peaks).

@@ -73,6 +73,9 @@ class ReportData:
     ops: Any = None
     #: the run's bound (``Run.bound``), the one summary, overlap and diagnose name
     bound: dict[str, Any] = field(default_factory=dict)
+    #: the registered analyses that ask for a section (``traceview.run.registry``,
+    #: ``report=True``): command -> (its help line, its ``Result``, None where it failed)
+    registered: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th>{H.e(k)}</th><td>{H.e(v)}</td></tr>"

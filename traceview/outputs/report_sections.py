@@ -627,7 +627,8 @@ def render_body(data: ReportData) -> tuple[str, int]:
     out = [f"<h1>{_e(data.title)}</h1>", *_verdict(data, gpu), H.warnings(serious),
            H.collapsed_notes(benign),
            "<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in _SECTIONS
-                             if shown.get(k, True)) + "</nav>"]
+                             if shown.get(k, True))
+           + "".join(f'<a href="#{k}">{_e(k)}</a>' for k in data.registered) + "</nav>"]
     out += _summary(data)
     out += _steps(data, fig)
     if gpu:
@@ -648,7 +649,27 @@ def render_body(data: ReportData) -> tuple[str, int]:
     out += _roofline(data, fig) if gpu else []
     out += _memory_section(data, fig)
     out += _history_section(data, fig)
+    out += _registered_sections(data)
     return "\n".join(out), fig.count
+
+
+def _registered_sections(data: ReportData) -> list[str]:
+    """A section per registered analysis that asks for one (``traceview.run.registry``,
+    ``report=True``): its help line and its main table (times in ms, names shortened), or
+    why it failed."""
+    out: list[str] = []
+    for command, (words, res) in data.registered.items():
+        out += [f'<section id="{_e(command)}"><h2>{_e(command)}</h2>',
+                H.sentence(words[:1].upper() + words[1:] + "."),
+                H.notes(data.notes.get(command, []))]
+        if res is not None:
+            main = res[res.main]
+            out.append(H.table(main, [
+                (c, f"{c.removesuffix('_ns')} (ms)" if c.endswith("_ns") else c,
+                 "ms" if c.endswith("_ns") else "name" if c == "name" else "text")
+                for c in main.columns], every_row=f"traceview {command} --csv"))
+        out.append("</section>")
+    return out
 
 
 def _routine_alignment(data: ReportData) -> Any:

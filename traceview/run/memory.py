@@ -54,6 +54,14 @@ DEVICE_COLUMNS: dict[str, pl.DataType] = {
     "peak_stack": pl.String}
 
 
+def memory(run: Any, *, snapshots: Sequence[str | Path] = (), top: int = 10) -> Result:
+    """Peak memory per rank and device from the allocator events, growth across steps,
+    pressure; with ``snapshots`` (``_dump_snapshot`` pickles) their replayed peaks, top
+    stacks and OOMs too. Main table ``devices``: the Run's ``memory`` method
+    (``traceview.run.registry``)."""
+    return memory_result(run, snapshots, top=top)
+
+
 def memory_result(run: Any | None, snapshots: Sequence[str | Path] = (), *,
                   top: int = 10) -> Result:
     """The ``memory`` answer for ``run``'s traces (a :class:`~traceview.run.run.Run`, or None)

@@ -20,8 +20,11 @@ each shared table once, on first use, and hands it to every analysis that names 
 
 Every analysis command NAME is a method ``run.NAME(**options)`` returning a
 :class:`~traceview.run.result.Result` whose ``to_dict()`` is ``traceview NAME PATH --json``:
-the CLI is ``run.NAME`` and a renderer, so the two cannot disagree. Clock alignment applies
-by default (``align="auto"``), in Python as on the command line.
+the CLI is ``run.NAME`` and a renderer, so the two cannot disagree. The methods come from one
+table, ``traceview.run.registry`` (which the CLI reads too), and are written in the run
+room's modules by group (``timeline``, ``distributed``, ``diagnosis``, ``ops``, ``memory``);
+this module keeps the window and the shared tables. Clock alignment applies by default
+(``align="auto"``), in Python as on the command line.
 
 >>> import traceview                                       # doctest: +SKIP
 >>> run = traceview.open("fixtures/data/gloo_ddp_2r")      # doctest: +SKIP
@@ -31,10 +34,9 @@ by default (``align="auto"``), in Python as on the command line.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import cached_property
 from html import escape
 from pathlib import Path
@@ -43,90 +45,46 @@ from typing import Any
 import polars as pl
 
 from traceview import selection
-from traceview.analyses.align import alignment_warnings, apply_offsets, estimate_offsets
-from traceview.analyses.alltoall import alltoall, alltoall_calls, alltoall_matrix, pair_calls
-from traceview.analyses.breakdown import (
-    kernels_across_ranks,
-    launch_delay_rows,
-    launch_delay_summary,
-    step_breakdown,
-    top_cpu_ops,
-    top_kernels,
-    with_self_time,
-)
+from traceview.analyses.align import apply_offsets, estimate_offsets
 from traceview.analyses.collective_match import P2P, comm_events, match_collectives
-from traceview.analyses.collectives import (
-    alpha_beta,
-    collective_ranks,
-    collective_summary,
-    instances,
-)
+from traceview.analyses.collectives import collective_ranks
 from traceview.analyses.critical_path import critical_path
-from traceview.analyses.dependency_graph import SYNC_SCHEMA, culprits, sync_points
-from traceview.analyses.diagnose import ModelSize, diagnose
+from traceview.analyses.dependency_graph import culprits, sync_points
 from traceview.analyses.flops import achieved_flops
-from traceview.analyses.gaps import (
-    GapOptions,
-    gap_causes,
-    gap_histogram,
-    gaps,
-    largest_gaps,
-    no_gpu_ranks,
-)
+from traceview.analyses.gaps import GapOptions, gaps
 from traceview.analyses.host import host_events
 from traceview.analyses.launches import unlaunched_gpu
 from traceview.analyses.memory import memory_levels
-from traceview.analyses.nccl import log_calls, log_choices
-from traceview.analyses.comm_kernels import unseen_comm_warning
+from traceview.analyses.nodes import rank_nodes
 from traceview.analyses.op_kernels import op_kernel_times
 from traceview.analyses.op_models import family
-from traceview.analyses.ops import op_args, ops
+from traceview.analyses.ops import op_args
 from traceview.analyses.overlap import overlap, prepared_gpu
-from traceview.analyses.nodes import late_nodes, rank_nodes, shared_nodes
 from traceview.analyses.p2p import p2p_calls, p2p_sync_rows, pair_p2p
-from traceview.analyses.path_summary import (
-    path_categories,
-    path_ranks,
-    path_steps,
-    path_top_ops,
-    path_warnings,
-)
-from traceview.analyses.pipeline import pipeline
+from traceview.analyses.path_summary import path_warnings
 from traceview.analyses.run_bound import run_bound
 from traceview.analyses.stragglers import stragglers
-from traceview.analyses.summary import summary
 from traceview.analyses.window import Window, ranks_present, select, step_spans
 from traceview.errors import UsageError
-from traceview.parsers import file_problem, flight_recorder, nccl_log
-from traceview.run import plain
+from traceview.parsers import flight_recorder
 from traceview.run.compare import diff_tables, run_tables
+from traceview.run.diagnosis import path_collectives
+from traceview.run.distributed import alltoall_of, nccl_log_view, pipeline_of
 from traceview.run.graph_capture import attribute_replays
 from traceview.run.hang import hang_result
-from traceview.run.memory import memory_result
+from traceview.run.methods import method_of
+from traceview.run.ops import device_name
 from traceview.run.options import RunOptions
+from traceview.run.registry import ANALYSES, Analysis
+from traceview.run.replay import replay_of, replay_verdict
 from traceview.run.result import Result, to_pandas
-from traceview.run.summary_by_rank import summary_by_rank
-from traceview.run.replay import (
-    path_ranks_of,
-    replay_of,
-    replay_path,
-    replay_verdict,
-    straggler_fields,
-    straggler_gains,
-    worst_with_replay,
-    whatif_result,
-)
-from traceview.store import traceset
-from traceview.store import derived
+from traceview.run.table_warnings import plain_table_warnings, table_warnings
+from traceview.run.window_checks import check_window_not_empty, steps_short_note
+from traceview.store import derived, traceset
 from traceview.store.traceset import TraceSet
 
-__all__ = ["ANALYSES", "Result", "Run", "RunOptions", "as_run", "hang", "open"]
-
-#: The analysis commands a Run answers, in the order help lists them. Each is a method.
-#: The command's name is the method's with ``-`` for ``_`` (``critical-path``).
-ANALYSES: tuple[str, ...] = ("summary", "gaps", "overlap", "breakdown", "align", "collectives",
-                             "stragglers", "pipeline", "alltoall", "memory", "critical_path",
-                             "diagnose", "ops", "whatif")
+__all__ = ["ANALYSES", "Analysis", "Result", "Run", "RunOptions", "as_run", "hang", "open",
+           "register", "registered", "unregister"]
 
 
 class Run:
@@ -212,26 +170,6 @@ class Run:
         selection.require_known_ranks(self.window.ranks, self.traceset.ranks["rank"].to_list(),
                                       self.options.ranks)
 
-    def _check_window_not_empty(self, selected: pl.DataFrame) -> None:
-        """A window of steps, time or warm-up that holds no event of a run that has events is
-        a usage error naming the steps there are and how long the run lasts."""
-        if selected.height:
-            return
-        whole = self._rank_events.select(
-            first=pl.col("step").min(), last=pl.col("step").max(), start=pl.col("ts_ns").min(),
-            end=(pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)).max()).collect().row(0)
-        if whole[2] is None:
-            return  # no event at all: the analyses say so themselves
-
-        asked = ", ".join(f"{name} {value}" for name, value in (
-            ("--steps", selection.describe_steps(self.window.steps)),
-            ("--time", selection.describe_time(self.options.time)),
-            ("--skip-warmup", self.window.skip_warmup or None)) if value is not None)
-        steps = ("no profiler steps" if whole[0] is None else
-                 f"steps present: {selection.say_steps(whole[0], whole[1])}")
-        raise UsageError(f"{asked} selects no event of this run; {steps}, "
-                         f"{(whole[3] - whole[2]) / 1e6:.3f} ms of events")
-
     @property
     def _rank_comm_source(self) -> pl.LazyFrame:
         """The window's ranks, every step, with ``args_json``: collective matching reads the
@@ -250,30 +188,9 @@ class Run:
 
         self._check_ranks_exist()
         selected = select(self.traceset.analysis_events(), self.window).collect()
-        self._check_window_not_empty(selected)
-        self._window_notes = self._steps_short_note(selected)
+        check_window_not_empty(self, selected)
+        self._window_notes = steps_short_note(self, selected)
         return selected.lazy()
-
-    def _steps_short_note(self, selected: pl.DataFrame) -> list[str]:
-        """A ``--steps`` range reaching past the steps the trace has is analysed over those it
-        has: say so, with steps as people write them (inclusive)."""
-        asked = self.window.steps
-        if asked is None or selected.height == 0:
-            return []
-        have = selected.get_column("step").drop_nulls()
-        if have.len() == 0:
-            return []
-        first, last = int(have.min()), int(have.max())
-        lo = first if asked[0] is None else asked[0]
-        hi = last if asked[1] is None else asked[1] - 1
-        if lo >= first and hi <= last:
-            return []
-        whole = self._rank_events.select(first=pl.col("step").min(),
-                                         last=pl.col("step").max()).collect().row(0)
-        n = have.n_unique()
-        return [f"steps: asked for steps {selection.say_steps(lo, hi)}, the trace has "
-                f"{selection.say_steps(*whole)}: analysing {n} step{'s' if n != 1 else ''} "
-                f"({selection.say_steps(first, last)})"]
 
     # --- the shared tables --------------------------------------------------------------------
 
@@ -471,56 +388,15 @@ class Run:
                   f"{path}: skipped: {reason}" for path, reason in self.traceset.skipped)]
 
     def table_warnings(self, *tables: str) -> list[str]:
-        """What the named shared tables say about the data: collectives that could not be
-        paired (``match``), GPU work without its launch (``gpu``), ranks whose clock could not
-        be aligned or only poorly (``offsets``)."""
-        out: list[str] = []
-        # computed (not failed) only; the GPU rows also when only a table made from them was
-        # read from the cache folder: a warning is the data's, not the cache's (the same
-        # command said it on a cold cache)
-        made_from_gpu = "overlap_rows" in self.__dict__ or bool(getattr(self, "_gaps", None))
-        tables = tuple(t for t in tables
-                       if t in self.__dict__ or (t == "gpu" and made_from_gpu))
-        if "match" in tables:
-            out += _capped([f"collectives: group {g}{'' if r is None else f' rank {r}'}: "
-                            f"{p}: {d}" for g, r, p, d in self.match.problems.select(
-                                "group", "rank", "problem", "detail").rows()])
-        if "p2p" in tables and self.p2p[1].height:
-            out += _capped([f"send/recv: rank {r}: {n} {op} call(s) {'to' if op == 'send' else 'from'}"
-                            f" rank {peer} (tag {tag}) without a matching "
-                            f"{'recv' if op == 'send' else 'send'}"
-                            for r, op, peer, tag, n in self.p2p[1].rows()])
-        if "p2p" in tables and self.p2p[0].height:
-            enqueued = pl.concat([
-                self.p2p[0].filter(pl.col("send_timing") == "enqueue").select(rank="src"),
-                self.p2p[0].filter(pl.col("recv_timing") == "enqueue").select(rank="dst")])
-            out += _capped([f"send/recv: rank {r}: {n} NCCL call(s) without their GPU kernel: "
-                            "timed by the CPU call, which only enqueues (their waits and "
-                            "transfers are not the exchange's)"
-                            for r, n in enqueued.group_by("rank").len().sort("rank").rows()])
-        if "gpu" in tables and self.unlaunched.height:
-            out.append(_unlaunched_warning(self.unlaunched, self.options.exclude_unlaunched))
-        if "gpu" in tables and (unseen := unseen_comm_warning(
-                self.gpu, self._world.get("world_size"))):
-            out.append(unseen)
-        if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
-            out += _capped([*(f"alignment: rank {r}: {note}" for r, note in self.offsets.filter(
-                pl.col("method") == "none").select("rank", "note").rows()),
-                *alignment_warnings(self.offsets)])
-        return out
+        """What the named shared tables say about the data (``traceview.run.table_warnings``):
+        collectives that could not be paired (``match``), send/recv calls without their peer
+        (``p2p``), GPU work without its launch (``gpu``), ranks whose clock could not be
+        aligned or only poorly (``offsets``)."""
+        return table_warnings(self, *tables)
 
     def plain_table_warnings(self, *tables: str) -> list[str]:
-        """``table_warnings`` in plain words (``traceview.run.plain``): one line per
-        collective group with problems and per clock-alignment quality, saying what the
-        answer leaves out; the others are plain already."""
-        tables = tuple(t for t in tables if t in self.__dict__)  # computed (not failed) only
-        out: list[str] = []
-        if "match" in tables and self.match.problems.height:
-            out += _capped(plain.collective_lines(self.match.problems, self.match.groups))
-        out += self.table_warnings(*(t for t in tables if t in ("p2p", "gpu")))
-        if "offsets" in tables and self.options.align != "none" and len(self._aligned_ranks) > 1:
-            out += plain.alignment_lines(self.offsets)
-        return out
+        """``table_warnings`` in plain words (``traceview.run.table_warnings``)."""
+        return plain_table_warnings(self, *tables)
 
     @property
     def _tolerance_ns(self) -> int | None:
@@ -543,222 +419,20 @@ class Run:
                       plain=(*self.warnings, *self.plain_table_warnings(*uses)),
                       reading_notes=tuple(self.traceset.notes))
 
-    # --- the analyses: one method per command -----------------------------------------------
-
-    def gaps(self, *, per_stream: bool = False, top: int = 10,
-             launch_overhead: str | int = "10us") -> Result:
-        """GPU idle gaps per device (or stream) with their causes; main table ``causes``."""
-        g = self.gap_rows(per_stream=per_stream, launch_overhead=launch_overhead)
-        by = ["rank", "device", "stream"] if per_stream else ["rank", "device"]
-        return self._result("gaps", {
-            "window": self.window_info, "per_stream": per_stream,
-            "causes": gap_causes(g, by=by), "histogram": gap_histogram(g, by=by),
-            "largest": self._from_gpu_start(largest_gaps(g, self.host, n=top)),
-            "notes": no_gpu_ranks(self.ranks_table, self.gpu)}, main="causes", uses=("gpu",))
-
-    def _from_gpu_start(self, largest: pl.DataFrame) -> pl.DataFrame:
-        """``largest`` with ``gap_start_from_gpu_start_ns``: where each gap starts, from its
-        rank's first GPU event in the window (epoch nanoseconds mean nothing to a reader)."""
-        first = self.gpu.group_by("rank").agg(_first_ns=pl.col("ts_ns").min())
-        return (largest.join(first, on="rank", how="left", maintain_order="left")
-                .with_columns(gap_start_from_gpu_start_ns=pl.col("gap_start_ns")
-                              - pl.col("_first_ns")).drop("_first_ns"))
-
-    def overlap(self, *, per_step: bool = False) -> Result:
-        """Compute/communication overlap per rank and device (and step); main table ``rows``."""
-        if not per_step:
-            return self._result("overlap", {"window": self.window_info,
-                                            "rows": self.overlap_rows, "bound": self.bound},
-                                main="rows", uses=("gpu",))
-        per_step_rows = overlap(self.gpu, self.ranks_table, steps=self.steps, per_step=True)
-        # Every device also gets its whole-trace row (step null): the per-step rows already
-        # hold it for devices without steps, so it is added to the others only.
-        whole = self.overlap_rows.filter(pl.col("device").is_not_null())
-        has_whole = per_step_rows.filter(pl.col("step").is_null()).select("rank", "device")
-        df = pl.concat([per_step_rows, whole.join(has_whole, on=["rank", "device"], how="anti")],
-                       how="diagonal_relaxed").sort("rank", "device", "step", nulls_last=True)
-        return self._result("overlap", {"window": self.window_info, "rows": df,
-                                        "bound": self.bound}, main="rows", uses=("gpu",))
-
-    def breakdown(self, *, top: int = 10) -> Result:
-        """Per-step GPU time, top kernels (per rank and over all ranks) and CPU ops, launch
-        delays, achieved FLOP/s and MFU per step when the trace carries FLOP counts (``flops``,
-        else None); main table ``steps``."""
-        host = self.host  # read first: the steps and the launches come from it too
-        with ThreadPoolExecutor(1) as beside:  # the host side beside the GPU side
-            ops = beside.submit(with_self_time, host)  # shared by both rankings
-            gpu = self.gpu
-            steps = step_breakdown(gpu, self.steps, self.ranks_table)
-            kernels = top_kernels(gpu, n=top)
-            ops = ops.result()
-        return self._result("breakdown", {
-            "window": self.window_info, "steps": steps, "top_kernels": kernels,
-            "top_cpu_ops_by_self": top_cpu_ops(ops, n=top, by="self_ns"),
-            "top_cpu_ops_by_total": top_cpu_ops(ops, n=top, by="total_ns"),
-            "launch_delay": launch_delay_summary(launch_delay_rows(gpu, host)),
-            "kernels_across_ranks": kernels_across_ranks(gpu, n=top),
-            "flops": self.flops_per_step()},
-            main="steps", uses=("gpu",))
-
-    def summary(self) -> Result:
-        """One row per rank: steps, step time, compute, comm, idle, top gap cause; and the
-        worst straggler. Main table ``ranks``."""
-        # Independent parts run side by side (mostly in Polars, which leaves the GIL; the
-        # first command on a trace set waits for all of them): the straggler analysis reads
-        # other rows; the GPU rows are classified while the host rows are read; then the
-        # overlap and the launch lookup behind the warnings run beside the steps and the
-        # gaps. Gaps an earlier command kept need no host rows: the steps and the launches
-        # then come from the events' few columns they read.
-        # A large run of several ranks is summarised rank by rank on workers instead, so that
-        # no process holds every rank's rows (``traceview.run.summary_by_rank``).
-        by_rank = summary_by_rank(self)
-        if by_rank is not None:
-            driver, df = by_rank
-            return driver._summary_result(df, driver._worst_straggler())
-        with ThreadPoolExecutor(3) as beside:
-            straggler = beside.submit(self._worst_straggler)
-            gpu = beside.submit(lambda: self.gpu)
-            if not self._kept_gaps():
-                _ = self.host  # the steps and the gaps come from it
-            gpu.result()
-            overlap = beside.submit(lambda: self.overlap_rows)
-            unlaunched = beside.submit(lambda: self.unlaunched)
-            steps = self.steps
-            gaps = self.gap_rows()
-            df = summary(overlap.result(), steps, gaps, self.ranks_table)
-            straggler, _ = straggler.result(), unlaunched.result()
-        return self._summary_result(df, straggler)
-
-    def _summary_result(self, ranks: pl.DataFrame, straggler: dict[str, Any]) -> Result:
-        return self._result("summary", {"window": self.window_info, "ranks": ranks,
-                                        "worst_straggler": straggler, "bound": self.bound},
-                            main="ranks", uses=self._gpu_and_alignment)
-
-    def align(self) -> Result:
-        """Per-rank clock offset, drift and uncertainty; main table ``ranks``."""
-        if not self.whole_ranks:
-            self._analysis_events  # noqa: B018 - an empty window is an error here too
-        summary = self._alignment_summary()
-        return self._result("align", {"reference_rank": summary["reference_rank"],
-                                      "ranks": self.offsets,
-                                      "problems": self._whole_match_problems()}, main="ranks",
-                            uses=("offsets",))
-
-    def collectives(self, *, nccl_logs: Sequence[str | Path] = ()) -> Result:
-        """Collectives matched across ranks: skew, wait, bandwidth, tails, alpha-beta fits;
-        with ``nccl_logs``, also the logs' algorithm and protocol choices (``nccl_choices``)
-        and calls (``nccl_calls``); main table ``instances``."""
-        per = self.collective_ranks
-        inst = instances(per)
-        logged = self.nccl_log_view(nccl_logs) if nccl_logs else {}
-        return self._result("collectives", {
-            "instances": inst, "summary": collective_summary(per), "alpha_beta": alpha_beta(inst),
-            "problems": self.match.problems, "groups": self.match.groups,
-            "alignment": self._alignment_summary(),
-            **{f"nccl_{k}": v for k, v in logged.items()}},
-            main="instances", uses=("match", "offsets"))
-
-    @staticmethod
-    def nccl_log_view(paths: Sequence[str | Path]) -> dict[str, pl.DataFrame]:
-        """NCCL debug logs' view of the run: ``choices`` (algorithm and protocol per
-        collective and message size, ``analyses.nccl.log_choices``) and ``calls``
-        (``analyses.nccl.log_calls``). An unreadable log is one error naming it."""
-        for path in paths:  # before opening: a FIFO would block the open
-            if not os.path.lexists(path):
-                raise UsageError(f"{path}: NCCL log not found (--nccl-log)")
-            if problem := file_problem(path):
-                raise UsageError(f"{path}: cannot read NCCL log ({problem}) (--nccl-log)")
-        try:
-            log = nccl_log.parse(list(paths))
-        except OSError as exc:
-            raise UsageError(f"{exc.filename}: cannot read NCCL log ({exc.strerror})") from None
-        return {"choices": log_choices(log.choices), "calls": log_calls(log.calls)}
-
-    def stragglers(self) -> Result:
-        """Which rank holds the others back, with evidence; main table ``ranks``, largest
-        imposed wait first."""
-        # each rank's node is in ``late_nodes``/``shared_nodes``: the ranks table stays the
-        # one `traceview analyse` computes per rank too
-        return self._result("stragglers", {"ranks": self._stragglers,
-                                           "alignment": self._alignment_summary(),
-                                           **self._node_verdicts(self._stragglers),
-                                           **straggler_fields(self, self._stragglers,
-                                                              slowdowns=True)},
-                            main="ranks", uses=("match", "offsets", "p2p"))
-
-    def _node_verdicts(self, verdicts: pl.DataFrame | None) -> dict[str, Any]:
-        """Late ranks that share a node (``analyses.nodes``): ``late_nodes``, nodes whose
-        ranks all arrive late together (which a rank-level lead cannot see), and
-        ``shared_nodes``, the nodes holding two or more flagged stragglers; ``node_findings``:
-        their sentences ("node 3: ranks 24–31 all late")."""
-        late = late_nodes(self.collective_ranks) if len(self.ranks_present) > 1 \
-            else late_nodes(self.collective_ranks.clear())
-        flagged = [] if verdicts is None or verdicts.height == 0 else \
-            verdicts.filter(pl.col("flagged")).get_column("rank").to_list()
-        shared = shared_nodes(flagged, self.nodes)
-        return {"late_nodes": late, "shared_nodes": shared,
-                "node_findings": [*late.filter(pl.col("flagged")).get_column("sentence"),
-                                  *(d["sentence"] for d in shared)]}
+    # --- the tables the analyses share beyond these (the analyses are methods too: each
+    # registered one, installed below from ``traceview.run.registry``) ---------------------
 
     @cached_property
     def _pipeline(self) -> dict[str, Any]:
-        """The pipeline from the send/recv pairs (``analyses.pipeline``), on the aligned
-        timeline: its stages, per stage and step, bottleneck, schedule and notes."""
-        pairs = self.p2p[0]
-        many = len(self.ranks_present) > 1
-        rows = None
-        if many:  # the blocking collectives (a dispatcher op that only enqueues waits nowhere)
-            enqueued = self.match.instances.filter(pl.col("enqueue_only")).select(
-                "instance", pl.col("rank").cast(pl.Int32))
-            rows = self.collective_ranks.join(enqueued, on=["instance", "rank"], how="anti") \
-                if enqueued.height else self.collective_ranks
-        busy = None
-        if pairs.height and "gpu" in pairs.select("send_timing", "recv_timing").unpivot() \
-                .get_column("value").to_list():
-            # GPU stages: their own device work (no communication), on the aligned timeline
-            work = self.gpu.filter(pl.col("gpu_class") != "comm").select(
-                pl.col("rank").cast(pl.Int32), "ts_ns", "end_ns")
-            if many and work.height:
-                work = apply_offsets(work, self.offsets).collect().select(
-                    "rank", end_ns=pl.col("ts_aligned_ns") + pl.col("end_ns") - pl.col("ts_ns"),
-                    ts_ns="ts_aligned_ns")
-            busy = work
-        return pipeline(pairs, self.steps, collective_rows=rows,
-                        offsets=self.offsets if many else None, device_busy=busy)
-
-    def pipeline(self, *, timeline: bool = False) -> Result:
-        """Pipeline parallelism from the send/recv pairs: each rank's stage, where each
-        stage's steps go (compute, exposed transfer, waits on upstream and downstream, the
-        bubble), the schedule against its ideal bubble, and the bottleneck stage with its
-        gain; with ``timeline``, the waits, transfers and collectives as segments (what the
-        report draws). Main table ``stages`` (``analyses.pipeline``)."""
-        found = self._pipeline
-        pairs, unmatched = self.p2p
-        left = dict(unmatched.group_by("op").agg(pl.col("calls").sum()).iter_rows())
-        p2p = {"pairs": pairs.height, "unmatched": int(sum(left.values())),
-               "unmatched_sends": int(left.get("send", 0)),
-               "unmatched_recvs": int(left.get("recv", 0))}
-        res = self._result("pipeline", {
-            "window": self.window_info, "stages": found["stages"], "steps": found["steps"],
-            "bottleneck": found["bottleneck"], "schedule": found["schedule"], "p2p": p2p,
-            **({"timeline": found["timeline"]} if timeline else {})},
-            main="stages", uses=("match", "offsets", "p2p"))
-        return res.with_warnings(*(f"pipeline: {note}" for note in found["notes"]))
+        """The pipeline from the send/recv pairs (``traceview.run.distributed.pipeline_of``):
+        ``pipeline``, ``diagnose`` and the report read it."""
+        return pipeline_of(self)
 
     @cached_property
     def _alltoall(self) -> dict[str, Any]:
-        """The all-to-all answer (``analyses.alltoall``), with ``warnings``: the window's
-        all-to-all calls with their sizes, paired with the matched instances, on the
-        dependency graph of the aligned timeline."""
-        paired, notes = pair_calls(alltoall_calls(self.events), self.match.instances)
-        matrix, more = alltoall_matrix(paired)
-        sync = self.sync_points if matrix.height else pl.DataFrame(schema=SYNC_SCHEMA)
-        found = alltoall(matrix, sync=sync, steps=self.steps, ranks=self.ranks_present)
-        if self.window.ranks is not None and matrix.height:
-            notes.append("alltoall: the window is a choice of ranks: volumes, ratios and the "
-                         "cost compare those ranks only, and an even split (no split sizes) "
-                         "is taken over them")
-        return {**found, "warnings": [*notes, *more]}
+        """The all-to-all answer with its warnings (``traceview.run.distributed.alltoall_of``):
+        ``alltoall``, ``diagnose`` and the report read it."""
+        return alltoall_of(self)
 
     @property
     def has_alltoall(self) -> bool:
@@ -767,26 +441,14 @@ class Run:
         return bool(inst.height) and bool(
             inst.get_column("collective").cast(pl.String).eq("all_to_all").any())
 
-    def alltoall(self) -> Result:
-        """All-to-all volumes per rank (from the split sizes, else the tensors' shapes), the
-        rank x rank matrix per step, the hot rank and the imbalance (max / mean received), and
-        the step time the imbalance costs; main table ``ranks``."""
-        found = dict(self._alltoall)
-        notes = found.pop("warnings")
-        res = self._result("alltoall", found, main="ranks", uses=("match", "offsets"))
-        return res.with_warnings(*notes)
+    #: NCCL debug logs' view of the run (``traceview.run.distributed.nccl_log_view``)
+    nccl_log_view = staticmethod(nccl_log_view)
 
     @cached_property
     def memory_levels(self) -> pl.DataFrame:
         """Every allocator event with the bytes allocated (and reserved) after it, per rank and
         device (``analyses.memory.memory_levels``): the memory timeline."""
         return memory_levels(self.events.filter(pl.col("kind") == "memory"))
-
-    def memory(self, *, snapshots: Sequence[str | Path] = (), top: int = 10) -> Result:
-        """Peak memory per rank and device from the allocator events, growth across steps,
-        pressure; with ``snapshots`` (``_dump_snapshot`` pickles) their replayed peaks, top
-        stacks and OOMs too. Main table ``devices`` (``traceview.run.memory``)."""
-        return memory_result(self, snapshots, top=top)
 
     @cached_property
     def path(self) -> Any:  # analyses.critical_path.CriticalPath
@@ -809,29 +471,9 @@ class Run:
 
     @cached_property
     def _path_collectives(self) -> pl.DataFrame:
-        """The sync points the path can jump through: the matched collectives (a dispatcher
-        op that only enqueues work, an asynchronous backend's without its kernels, arrives
-        nowhere) and the receiving side of every send/recv pair (a send waits for nobody)."""
-        if len(self.ranks_present) < 2:
-            return self._no_collectives
-        enqueued = self.match.instances.filter(pl.col("enqueue_only")).select(
-            "instance", pl.col("rank").cast(pl.Int32))
-        rows = self.collective_ranks
-        if enqueued.height:
-            rows = rows.join(enqueued, on=["instance", "rank"], how="anti")
-        received = self._p2p_rows.filter(pl.col("collective") == "recv")
-        if received.height == 0:
-            return rows
-        return pl.concat([rows, received.select(
-            "instance", "group", "collective", "name", pl.col("rank").cast(pl.Int32),
-            "arrival_ns", "end_ns", "last_arrival_ns", pl.col("last_rank").cast(pl.Int32),
-            uncertainty_ns=pl.lit(0, pl.Int64))], how="diagonal_relaxed")
-
-    @property
-    def _no_collectives(self) -> pl.DataFrame:
-        return pl.DataFrame(schema={"instance": pl.String, "rank": pl.Int32, "name": pl.String,
-                                    "arrival_ns": pl.Int64, "end_ns": pl.Int64,
-                                    "last_arrival_ns": pl.Int64, "last_rank": pl.Int32})
+        """The sync points the critical path can jump through
+        (``traceview.run.diagnosis.path_collectives``)."""
+        return path_collectives(self)
 
     @cached_property
     def _path_notes(self) -> tuple[str, ...]:
@@ -844,14 +486,6 @@ class Run:
         """The shared tables whose warnings a GPU answer across ranks carries."""
         return ("gpu", "match", "offsets") if len(self.ranks_present) > 1 else ("gpu",)
 
-    def _path_result(self, command: str, fields: dict[str, Any], *, main: str,
-                     notes: Sequence[str] = ()) -> Result:
-        """A Result of the critical path's commands: their fields, the window, and the
-        path's warnings after the tables'."""
-        res = self._result(command, {"window": self.window_info, **fields}, main=main,
-                           uses=self._gpu_and_alignment)
-        return res.with_warnings(*self._path_notes, *notes)
-
     @cached_property
     def replay(self) -> Any:  # analyses.replay.whatif.Replay
         """The window's dependency graph replayed once, with its self-check
@@ -863,66 +497,6 @@ class Run:
         """The replay's culprits and pattern, read by every straggler verdict; None where
         there is nothing worth replaying (``traceview.run.replay.replay_verdict``)."""
         return replay_verdict(self)
-
-    def whatif(self, *scenarios: str) -> Result:
-        """The replay's self-check and each scenario's predicted steps (SPECs:
-        ``docs/metrics.md``, section *Replay*); main table ``steps``."""
-        return whatif_result(self, scenarios)
-
-    def critical_path(self, *, top: int = 10) -> Result:
-        """The cross-rank critical path: per step ``path_ns`` against ``step_ns``, each rank's
-        ``share``, the categories and the top ops on it; main table ``steps``."""
-        path = self.path
-        return self._path_result("critical_path", {  # per rank: the replay's path if trusted
-            "ranks": path_ranks_of(self.replay, path_ranks(path, self.ranks_table)),
-            "steps": path_steps(path),
-            "categories": path_categories(path), "top_ops": path_top_ops(path, n=top),
-            "replay": replay_path(self.replay)},  # the replay's longest path (docs: Replay)
-            main="steps")
-
-    def diagnose(self, **model: Any) -> Result:
-        """Findings ranked by the time each fix would save per step (``analyses.diagnose``);
-        ``model``: :class:`~traceview.analyses.diagnose.ModelSize` fields (params,
-        tokens_per_step, flops_per_step, peak_tflops, dtype). Main table ``findings``."""
-        notes = []
-        verdicts = None
-        if len(self.ranks_present) > 1:
-            try:
-                verdicts = self._stragglers
-            except Exception as exc:  # a partial answer with the reason, never a traceback
-                notes.append(f"diagnose: straggler analysis failed ({type(exc).__name__}: "
-                             f"{exc}): no straggler is rated high")
-        staged = None
-        if len(self.ranks_present) > 1 and self.p2p[0].height:
-            try:
-                staged = self._pipeline
-            except Exception as exc:  # a partial answer with the reason, never a traceback
-                notes.append(f"diagnose: pipeline analysis failed ({type(exc).__name__}: "
-                             f"{exc}): no pipeline finding")
-        roofline = None
-        if self.gpu.height:
-            try:
-                instances, kernels = self.op_instances
-                roofline = ops(instances, kernels, device=self._device_name())["ops"]
-            except Exception as exc:  # a partial answer with the reason, never a traceback
-                notes.append(f"diagnose: operator analysis failed ({type(exc).__name__}: "
-                             f"{exc}): no roofline finding")
-        found = diagnose(self.path, collective_rows=self._path_collectives,
-                         stragglers=verdicts,
-                         gaps=self.gap_rows() if self.gpu.height else None,
-                         gpu_ranks=tuple(self.gpu.get_column("rank").unique().to_list()),
-                         devices=self.ranks, model=ModelSize(**model), pipeline=staged,
-                         alltoall=self._alltoall if self.has_alltoall else None,
-                         host=self.host if self.gpu.height else None, ops=roofline,
-                          replayed=straggler_gains(self, verdicts),
-                          bound=self.bound, replay_verdict=self.replay_verdict)
-        notes += found.pop("notes")  # a refused MFU
-        if len(self.ranks_present) > 1:
-            found["node_findings"] = self._node_verdicts(verdicts)["node_findings"]
-            found["collectives_time_is"] = collective_summary(self.collective_ranks).select(
-                "group", "name", "size_bucket", "locality", "node_span", "instances",
-                "time_is", "wait_share", "skew_p50_ns", "comm_p50_ns")
-        return self._path_result("diagnose", found, main="findings", notes=notes)
 
     def diff(self, other: Run | str | Path | Iterable[str | Path], *, alpha: float = 0.05,
              top: int = 10, **open_options: Any) -> Result:
@@ -960,20 +534,6 @@ class Run:
         return attribute_replays(self.events, instances, kernels,
                                  self.options.graph_capture, modelled=modelled)
 
-    def ops(self, *, by: str = "shape", category: str | None = None) -> Result:
-        """Per op (``by``: ``shape`` or ``name``): its GPU time, FLOPs and bytes from its
-        shapes, achieved TFLOP/s and TB/s, intensity, roofline bound and fraction
-        (``analyses.ops``); ``category``: gemm, sdpa, conv, elementwise or reduce. Main table
-        ``ops``."""
-        if by not in ("shape", "name"):
-            raise UsageError(f"--by must be shape or name, not {by!r}")
-        instances, kernels = self.op_instances
-        found = ops(instances, kernels, device=self._device_name(), by=by, category=category)
-        res = self._result("ops", {"window": self.window_info, "ops": found["ops"],
-                                   "device": found["device"], "peaks": found["peaks"]},
-                           main="ops", uses=("gpu",))
-        return res.with_warnings(*self._op_attribution[2], *found["warnings"])
-
     def flops_per_step(self, *, dtype: str = "bf16", peak: float | None = None,
                        model_flops_per_step: float | None = None) -> pl.DataFrame | None:
         """Achieved TFLOP/s and MFU per rank and step (``analyses.flops.achieved_flops``),
@@ -988,63 +548,8 @@ class Run:
                               model_flops_per_step=model_flops_per_step)
 
     def _device_name(self) -> str | None:
-        """The first GPU's name in the ranks table (the files' ``deviceProperties``)."""
-        if "devices" not in self.ranks.columns:
-            return None
-        for text in self.ranks.get_column("devices").drop_nulls().to_list():
-            try:
-                names = json.loads(text)
-            except ValueError:
-                continue
-            if names:
-                return str(names[0])
-        return None
-
-    # --- helpers ------------------------------------------------------------------------------
-
-    def _whole_match_problems(self) -> pl.DataFrame:
-        # ``align`` reports the problems of the matching the offsets came from.
-        if self.whole_ranks:
-            return self.match.problems
-
-        return match_collectives(comm_events(self._rank_comm_source), ranks=self.traceset.ranks,
-                                 tolerance_ns=self._tolerance_ns).problems
-
-    def _alignment_summary(self) -> dict[str, Any]:
-        offsets = self.offsets
-        ref = offsets.filter(pl.col("note").str.starts_with("reference"))
-        return {"reference_rank": ref.get_column("rank")[0] if ref.height else None,
-                "methods": sorted(set(offsets.get_column("method").to_list())),
-                "max_uncertainty_ns": offsets.get_column("uncertainty_ns").max()}
-
-    def _worst_straggler(self) -> dict[str, Any]:
-        """The flagged rank with the largest imposed wait, or why there is none; with the
-        replay's culprits and pattern (``traceview.run.replay.worst_with_replay``)."""
-        return worst_with_replay(self, self._heuristic_worst_straggler())
-
-    def _heuristic_worst_straggler(self) -> dict[str, Any]:
-        if len(self.ranks_present) < 2:
-            return {"rank": None, "reason": "a single rank: no straggler analysis"}
-        try:
-            res = self._stragglers
-        except Exception as exc:  # a partial answer with the reason, never a traceback
-            return {"rank": None,
-                    "reason": f"straggler analysis failed: {type(exc).__name__}: {exc}"}
-        if res.height == 0 or "flagged" not in res.columns:
-            return {"rank": None, "reason": "straggler analysis returned no ranks"}
-        flagged = res.filter(pl.col("flagged"))
-        if flagged.height == 0:
-            unsure = res.filter(pl.col("verdict") == "unsure")
-            if unsure.height:
-                lead = unsure.row(0, named=True)
-                return {"rank": None, "unsure_rank": lead["rank"], "confidence": "low",
-                        "reason": f"unsure: rank {lead['rank']} leads, but not clearly above "
-                                  "the run's noise", "explanation": lead["explanation"]}
-            return {"rank": None, "reason": "no rank flagged as a straggler"}
-        row = flagged.sort("caused_wait_ns", descending=True).row(0, named=True)
-        return {"rank": row["rank"], "imposed_wait_ns": row.get("imposed_wait_ns"),
-                "caused_wait_ns": row.get("caused_wait_ns"), "flagged": True,
-                "confidence": row.get("confidence"), "explanation": row.get("explanation")}
+        """The first GPU's name in the ranks table (``traceview.run.ops.device_name``)."""
+        return device_name(self.ranks)
 
     # --- the trace set, as a notebook uses it ------------------------------------------------
 
@@ -1123,27 +628,44 @@ class Run:
         return f"<p>{escape(repr(self))}</p>" + self.traceset._repr_html_()
 
 
-def _unlaunched_warning(unlaunched: pl.DataFrame, excluded: bool) -> str:
-    """One line: how many GPU events have no launch in the trace, on which ranks, and what
-    was done with them."""
-    ranks = sorted(set(unlaunched.get_column("rank").to_list()))
-    shown = selection.describe_ranks(ranks)
-    what = ("dropped (--exclude-unlaunched)" if excluded else
-            "counted as GPU work; --exclude-unlaunched drops them")
-    return (f"gpu: {unlaunched.height} GPU events on rank(s) {shown} have no launch in the "
-            f"trace (queued before the profiler started): {what}")
+
+# The analyses: one method each, ``run.NAME(**options) -> Result``, from the one table of them
+# (``traceview.run.registry``), which the command line and the report read too.
+for _analysis in ANALYSES.values():
+    setattr(Run, _analysis.name, method_of(_analysis))
+del _analysis
+
+
+def register(analysis: Analysis) -> None:
+    """Add ``analysis`` to the table of analyses (``traceview.run.registry``) after this
+    module was imported (a plugin's, a test's): a method of every Run, a command of the
+    command line and, with ``report=True``, a section of the report. Its name must be new."""
+    if analysis.name in ANALYSES or hasattr(Run, analysis.name):
+        raise ValueError(f"analysis {analysis.name!r}: the name is taken")
+    method = method_of(analysis)  # an unknown function fails here, before the table changes
+    ANALYSES[analysis.name] = analysis
+    setattr(Run, analysis.name, method)
+
+
+def unregister(name: str) -> None:
+    """Take the analysis ``name`` out of the table, and its method off the Run."""
+    del ANALYSES[name]
+    delattr(Run, name)
+
+
+@contextmanager
+def registered(analysis: Analysis) -> Iterator[Analysis]:
+    """``analysis`` registered for the ``with`` block only."""
+    register(analysis)
+    try:
+        yield analysis
+    finally:
+        unregister(analysis.name)
 
 
 def _gap_options(per_stream: bool, launch_overhead_ns: int) -> list[Any]:
     """The gap rows' options, as a kept table's definition names them."""
     return [per_stream, dataclasses.asdict(GapOptions(launch_overhead_ns=launch_overhead_ns))]
-
-
-def _capped(lines: list[str], most: int = 20) -> list[str]:
-    """At most ``most`` lines: a 1,024-rank run can have a problem per rank."""
-    if len(lines) <= most:
-        return lines
-    return [*lines[:most], f"... and {len(lines) - most} more (see the command's tables)"]
 
 
 def as_run(source: Run | pl.LazyFrame | pl.DataFrame, **options: Any) -> Run:
