@@ -76,6 +76,10 @@ STEADY_PATTERN = (r"(?i)^(cu|cuda|hip)\w*launch|graphlaunch|compiled ?(fx ?graph
                   r"|torch-compiled region|cudagraph\w*\.replay|^graph_replay")
 
 
+#: Replays of a captured graph: CUDA/HIP graph launches, PyTorch's ``CUDAGraph.replay``.
+GRAPH_LAUNCH = r"(?i)graphlaunch|cudagraph\w*\.replay|^graph_replay"
+
+
 def kernel_precision(name: str | None) -> str | None:
     """The precision a kernel's name says it runs in (``PRECISION_RULES``), else None."""
     if not name:
@@ -117,6 +121,11 @@ def lower_precision(shares: Mapping[str, int]) -> tuple[float, list[str]]:
 def startup(name: str | None) -> bool:
     """Whether a host call is start-up (``STARTUP_PATTERN``)."""
     return bool(name) and re.search(STARTUP_PATTERN, name or "") is not None
+
+
+def graph_launch(name: str | None) -> bool:
+    """Whether a host call replays a captured graph (``GRAPH_LAUNCH``)."""
+    return bool(name) and re.search(GRAPH_LAUNCH, name or "") is not None
 
 
 def steady(name: str | None) -> bool:

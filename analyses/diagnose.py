@@ -54,7 +54,8 @@ from typing import Any
 import polars as pl
 
 from .advice_checks import (checked_comm_fix, checked_fix, lower_precision, op_dtypes,
-                            op_names, precision_shares, startup, steady)
+                            op_names, precision_shares, startup, steady,
+                            graph_launch)
 from .critical_path import CriticalPath
 from .flops import PEAK_TABLE, Peak
 from .mfu import ModelSize, model_flops_utilisation
@@ -110,8 +111,8 @@ RECOMMENDATIONS: dict[str, str] = {
         "(torch.compile(mode='reduce-overhead') or torch.cuda.graphs), fuse small kernels "
         "with torch.compile, or give each kernel more work (larger batch)."),
     "launch_bound_graphed": (
-        "The step already launches through CUDA/HIP graphs or compiled graphs: capturing it "
-        "again is not the lever. The GPU waits for the host between graph launches: capture "
+        "The step already launches through CUDA/HIP graphs: capturing it again is not the "
+        "lever. The GPU waits for the host between graph launches: capture "
         "more of the step in one graph (fewer, larger graphs), shrink the Python between "
         "replays (input preparation, bookkeeping), and prepare the next step while this one "
         "runs (asynchronous scheduling)."),
@@ -802,8 +803,11 @@ def _host_finding(topic: str, t: dict[str, Any], path: CriticalPath, gpu_ranks: 
         evidence[1]["metric"] == "median_kernel_piece_ns" else None
     if median is not None and median >= GRAPH_KERNEL_NS:  # long kernels: not launch overhead
         base["recommendation"] = RECOMMENDATIONS["launch_bound_host"]
-    if top and steady(top[0]) and not re.search(r"(?i)kernel", top[0]):
-        # mostly graph launches or compiled graphs' calls: the step is captured already
+    replays = sum(v for n, v in t["names"].items() if graph_launch(n))
+    if top and (graph_launch(top[0]) or replays * 2 >= sum(t["names"].values())):
+        # mostly (the title's "mostly in", or half the named time) graph launches: the step
+        # is captured already (a compiled graph launching kernel by kernel is not: there
+        # reduce-overhead still applies)
         base["recommendation"] = RECOMMENDATIONS["launch_bound_graphed"]
     return {**base, "title": f"The GPU waits for launches on the path: "
                              f"{_time(ns / n_steps)} per step{mostly}",
