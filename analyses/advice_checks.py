@@ -67,6 +67,19 @@ STARTUP_PATTERN = (r"(?i)^p?mpi_init|^cuInit$|^cu(Ctx|DevicePrimaryCtx)(Create|R
                    r"|_lazy_init|init_process_group|cudaDeviceReset")
 
 
+#: Steady-state calls a window can open on: kernel and graph launches (``cudaLaunchKernel``,
+#: ``hipGraphLaunch``, ``cuLaunchKernelEx``, ``hipModuleLaunchKernel``) and compiled graphs'
+#: calls (torch.compile's ``CompiledFxGraph``, ``CompiledFunction``, ``torch-compiled
+#: region``, a CUDA graph's ``replay``). Before the first GPU work they are that work's own
+#: launch, never start-up (``diagnose._startup_time``).
+STEADY_PATTERN = (r"(?i)^(cu|cuda|hip)\w*launch|graphlaunch|compiled ?(fx ?graph|function)"
+                  r"|torch-compiled region|cudagraph\w*\.replay|^graph_replay")
+
+
+#: Replays of a captured graph: CUDA/HIP graph launches, PyTorch's ``CUDAGraph.replay``.
+GRAPH_LAUNCH = r"(?i)graphlaunch|cudagraph\w*\.replay|^graph_replay"
+
+
 def kernel_precision(name: str | None) -> str | None:
     """The precision a kernel's name says it runs in (``PRECISION_RULES``), else None."""
     if not name:
@@ -108,6 +121,16 @@ def lower_precision(shares: Mapping[str, int]) -> tuple[float, list[str]]:
 def startup(name: str | None) -> bool:
     """Whether a host call is start-up (``STARTUP_PATTERN``)."""
     return bool(name) and re.search(STARTUP_PATTERN, name or "") is not None
+
+
+def graph_launch(name: str | None) -> bool:
+    """Whether a host call replays a captured graph (``GRAPH_LAUNCH``)."""
+    return bool(name) and re.search(GRAPH_LAUNCH, name or "") is not None
+
+
+def steady(name: str | None) -> bool:
+    """Whether a host call is steady-state launching (``STEADY_PATTERN``), never start-up."""
+    return bool(name) and re.search(STEADY_PATTERN, name or "") is not None
 
 
 # --- the advice, checked ----------------------------------------------------------------------

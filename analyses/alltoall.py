@@ -311,19 +311,29 @@ def alltoall_matrix(paired: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         return pl.DataFrame(schema=MATRIX_SCHEMA), []
     rows = _per_peer_rows(paired)
     key = ["instance", "src", "dst"]
-    sent = rows.select("instance", src="rank", dst="peer", sent="sent")
-    got = rows.select("instance", src="peer", dst="rank", got="got")
-    cells = sent.join(got, on=key, how="full", coalesce=True).with_columns(
-        bytes=pl.coalesce("sent", "got"))
-    warnings = []
+    sent = rows.select("instance", src="rank", dst="peer", sent="sent", _sent_even="no_send",
+                       _src_total="send_bytes")
+    got = rows.select("instance", src="peer", dst="rank", got="got", _got_even="no_recv",
+                      _dst_total="recv_bytes")
+    cells = sent.join(got, on=key, how="full", coalesce=True)
+    estimated, warnings = _unrecorded_splits(paired, cells)
+    cells = cells.join(estimated, on="instance", how="left").with_columns(
+        bytes=pl.when(pl.col("_estimate").fill_null(False))
+        .then((pl.col("_src_total").cast(pl.Float64) * pl.col("_dst_total")
+               / pl.col("_total")).round().cast(pl.Int64))
+        .otherwise(pl.coalesce("sent", "got")))
+    # only sizes both ranks recorded can disagree: an even split is a guess, not a record
     disagree = cells.filter(pl.col("sent").is_not_null() & pl.col("got").is_not_null()
-                            & (pl.col("sent") != pl.col("got")))
+                            & ~pl.col("_sent_even") & ~pl.col("_got_even")
+                            & (pl.col("sent") != pl.col("got"))).sort("instance", "src", "dst")
     if disagree.height:
-        first = disagree.row(0, named=True)
+        shown = "; ".join(f"{r['instance']} {r['src']}->{r['dst']}: rank {r['src']}'s split "
+                          f"sends {r['sent']}, rank {r['dst']}'s split receives {r['got']} "
+                          f"bytes" for r in disagree.head(3).iter_rows(named=True))
         warnings.append(f"alltoall: {disagree.height} (instance, sender, receiver) cell(s) "
-                        f"where the sender's and the receiver's sizes disagree (first: "
-                        f"{first['instance']} {first['src']}->{first['dst']}: sent "
-                        f"{first['sent']}, received {first['got']} bytes); the sender's kept")
+                        f"where both ranks recorded split sizes and they disagree ({shown}"
+                        f"{'; ...' if disagree.height > 3 else ''}): the trace's own records "
+                        "differ; the sender's kept")
     facts = paired.group_by("instance").agg(
         group=pl.col("instance_group").first(),
         step=pl.col("step").drop_nulls().min(), ts_ns=pl.col("ts_ns").min(),
@@ -332,6 +342,51 @@ def alltoall_matrix(paired: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     out = cells.join(facts, on="instance", how="left")
     return (out.select(*MATRIX_SCHEMA, "ts_ns").cast(MATRIX_SCHEMA)
             .sort("ts_ns", "src", "dst"), warnings)
+
+
+def _unrecorded_splits(paired: pl.DataFrame,
+                       cells: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """The instances whose calls record no split sizes, on either side, and whose cells are
+    estimated from both sides' totals (``instance, _estimate, _total``), with the warnings.
+
+    Without split sizes each side's even split is a guess: a sender's tensor over the group
+    and a receiver's tensor over the group disagree as soon as the exchange is uneven
+    (param's DLRM: every rank sends 3,392 ints, rank 3 receives 13,312 and rank 0 768). Where
+    every cell has both ranks and the senders' totals sum to the receivers' (the trace agrees
+    with itself), cell src -> dst = sent(src) x received(dst) / total: the even spread that
+    keeps every rank's sent and received totals exact (an even split when all are equal).
+    Else (ranks missing, totals that do not add up) the sender's even split stays, with a
+    warning naming the totals."""
+    unrecorded = paired.group_by("instance").agg(
+        _none=((pl.col("send_splits").list.len() == 0)
+               & (pl.col("recv_splits").list.len() == 0)).all(),
+        _sent=pl.col("send_bytes").sum(), _got=pl.col("recv_bytes").sum(),
+        _uneven=(pl.col("send_bytes").n_unique() > 1) | (pl.col("recv_bytes").n_unique() > 1)
+        | (pl.col("send_bytes") != pl.col("recv_bytes")).any(),
+        _ranks=pl.col("rank").sort(), _send=pl.col("send_bytes").sort_by("rank"),
+        _recv=pl.col("recv_bytes").sort_by("rank")).filter(pl.col("_none") & pl.col("_uneven"))
+    whole = cells.group_by("instance").agg(
+        _whole=(pl.col("sent").is_not_null() & pl.col("got").is_not_null()).all())
+    found = unrecorded.join(whole, on="instance", how="left").with_columns(
+        _estimate=pl.col("_whole").fill_null(False) & (pl.col("_sent") == pl.col("_got"))
+        & (pl.col("_sent") > 0)).sort("instance")
+    warnings = []
+    fine, off = found.filter("_estimate"), found.filter(~pl.col("_estimate"))
+    if fine.height:
+        first = fine.row(0, named=True)
+        warnings.append(
+            f"alltoall: {fine.height} exchange(s) record no split sizes and are uneven (first: "
+            f"{first['instance']}, ranks {first['_ranks']} send {first['_send']} and receive "
+            f"{first['_recv']} bytes): each rank's totals are the trace's, each cell "
+            "src->dst is estimated as sent(src) x received(dst) / total (record the splits: "
+            "record_param_comms' In/Out split size, or record_shapes for all_to_all_single)")
+    if off.height:
+        first = off.row(0, named=True)
+        warnings.append(
+            f"alltoall: {off.height} exchange(s) record no split sizes and their senders "
+            f"({first['_sent']} bytes in all at {first['instance']}) and receivers "
+            f"({first['_got']}) do not add up or miss ranks: the senders' even split kept")
+    return found.select("instance", "_estimate", _total=pl.col("_sent")), warnings
 
 
 def _per_peer_rows(paired: pl.DataFrame) -> pl.DataFrame:

@@ -54,7 +54,8 @@ from typing import Any
 import polars as pl
 
 from .advice_checks import (checked_comm_fix, checked_fix, lower_precision, op_dtypes,
-                            op_names, precision_shares, startup)
+                            op_names, precision_shares, startup, steady,
+                            graph_launch)
 from .critical_path import CriticalPath
 from .flops import PEAK_TABLE, Peak
 from .mfu import ModelSize, model_flops_utilisation
@@ -109,6 +110,12 @@ RECOMMENDATIONS: dict[str, str] = {
         "The GPU waits for kernel launches: capture the step with CUDA graphs "
         "(torch.compile(mode='reduce-overhead') or torch.cuda.graphs), fuse small kernels "
         "with torch.compile, or give each kernel more work (larger batch)."),
+    "launch_bound_graphed": (
+        "The step already launches through CUDA/HIP graphs: capturing it again is not the "
+        "lever. The GPU waits for the host between graph launches: capture "
+        "more of the step in one graph (fewer, larger graphs), shrink the Python between "
+        "replays (input preparation, bookkeeping), and prepare the next step while this one "
+        "runs (asynchronous scheduling)."),
     "host_work": (
         "The GPU waits while the host runs Python code that launches no GPU work (input "
         "preprocessing, decoding, numpy, logging, tensor bookkeeping): move it out of the "
@@ -681,21 +688,27 @@ def _startup_time(path: CriticalPath, gaps: pl.DataFrame | None,
                   gpu_ranks: list[int]) -> dict[tuple, int]:
     """The host time on the path that is start-up, by ``host_time``'s (category, name,
     cause): in a start-up call (``advice_checks.STARTUP_PATTERN``: MPI_Init, context
-    creation, first copies), or before the rank's first GPU work and outside every step (a
-    trace with steps: before them; without: from the window's start). The first launches of
-    a step are the step's own launch overhead."""
+    creation, first copies), or before the rank's first GPU work and outside every step when
+    the window opens on start-up: a trace with steps (before them), or a start-up call before
+    that first GPU work. A window without steps and without a start-up call was opened on a
+    running loop: its first host time is the steady state's. Launches and compiled graphs'
+    calls (``advice_checks.STEADY_PATTERN``: ``hipGraphLaunch``, ``CompiledFxGraph``) are
+    never start-up: they launch the first GPU work, the step's own launch overhead."""
     if not gpu_ranks or path.pieces.height == 0:
         return {}
     first = path.busy.group_by("rank").agg(_first=pl.col("ts_ns").min()) \
         if path.busy.height else pl.DataFrame(schema={"rank": pl.Int32, "_first": pl.Int64})
     named = path.pieces.get_column("name").cast(pl.String).unique().drop_nulls().to_list()
     starting = [n for n in named if startup(n)]
-    p = (path.pieces.join(first.with_columns(pl.col("rank").cast(path.pieces.schema["rank"])),
-                          on="rank", how="left")
-         .filter(pl.col("name").is_in(starting) | (
-                 (pl.col("_first").is_null() | (pl.col("end_ns") <= pl.col("_first")))
-                 & (pl.col("step").is_null() if path.steps.height else pl.lit(True))))
-         .drop("_first"))
+    launching = [n for n in named if steady(n) and not startup(n)]
+    early = (pl.col("_first").is_null() | (pl.col("end_ns") <= pl.col("_first"))) \
+        & (pl.col("step").is_null() if path.steps.height else pl.lit(True))
+    p = path.pieces.join(first.with_columns(pl.col("rank").cast(path.pieces.schema["rank"])),
+                         on="rank", how="left")
+    opens_on_startup = pl.lit(True) if path.steps.height else \
+        (early & pl.col("name").is_in(starting)).any().over("rank")
+    p = p.filter(pl.col("name").is_in(starting)
+                 | (early & opens_on_startup & ~pl.col("name").is_in(launching))).drop("_first")
     if p.height == 0:
         return {}
     rows = host_time(dataclasses.replace(path, pieces=p), gaps, gpu_ranks)
@@ -790,6 +803,12 @@ def _host_finding(topic: str, t: dict[str, Any], path: CriticalPath, gpu_ranks: 
         evidence[1]["metric"] == "median_kernel_piece_ns" else None
     if median is not None and median >= GRAPH_KERNEL_NS:  # long kernels: not launch overhead
         base["recommendation"] = RECOMMENDATIONS["launch_bound_host"]
+    replays = sum(v for n, v in t["names"].items() if graph_launch(n))
+    if top and (graph_launch(top[0]) or replays * 2 >= sum(t["names"].values())):
+        # mostly (the title's "mostly in", or half the named time) graph launches: the step
+        # is captured already (a compiled graph launching kernel by kernel is not: there
+        # reduce-overhead still applies)
+        base["recommendation"] = RECOMMENDATIONS["launch_bound_graphed"]
     return {**base, "title": f"The GPU waits for launches on the path: "
                              f"{_time(ns / n_steps)} per step{mostly}",
             "evidence": evidence}

@@ -239,9 +239,12 @@ class Run:
         """GPU rows whose launch is not in the trace (queued before the profiler started)."""
         # The launches from the host rows when a command read them; else from the lazy scan,
         # which reads only the runtime calls' rank and correlation (overlap needs no host row).
-        return self._kept("unlaunched", lambda: unlaunched_gpu(
-            self._classified_gpu,
-            self.host if "host" in self.__dict__ else self._analysis_events))
+        # A window of steps, time or warm-up keeps kernels whose launch (a graph's launch
+        # replays its kernels long after) lies before it: launched, earlier, so the launches
+        # come from the ranks' whole traces.
+        launches = (self.host if "host" in self.__dict__ else self._analysis_events) \
+            if self.whole_ranks else self._rank_events
+        return self._kept("unlaunched", lambda: unlaunched_gpu(self._classified_gpu, launches))
 
     @cached_property
     def host(self) -> pl.DataFrame:
