@@ -278,7 +278,7 @@ def path_ranks_of(replay: Replay, measured: pl.DataFrame) -> pl.DataFrame:
     kept = measured.with_columns(source=pl.lit("path"), measured_path_ns=pl.col("path_ns"),
                                  measured_share=pl.col("share"))
     found = path_ranks(critical_path(replay))
-    if found.height == 0 or replay.check.median is None or not _waits_found(replay):
+    if found.height == 0 or replay.check.median is None:
         return kept
     return measured.select("rank", measured_path_ns="path_ns", measured_share="share").join(
         found.select("rank", "path_ns", "share", top_category="top_kind"), on="rank",
@@ -297,12 +297,6 @@ def replay_path(replay: Replay) -> dict[str, Any]:
             "ranks": path_ranks(path).to_dicts(),
             "kinds": path.group_by("kind").agg(ns=pl.col("ns").sum())
             .sort("ns", descending=True).to_dicts()}
-
-
-def _waits_found(replay: Replay) -> bool:
-    """Did the replay find a wait, or is there no cross-rank instance to wait at?"""
-    return replay.graph.instances.height == 0 or bool(
-        (replay.graph.points.get_column("kind") == "wait").any())
 
 
 def gpu_wait_notes(run: Run) -> list[str]:
