@@ -243,8 +243,11 @@ def step_finish(replay: Replay) -> pl.DataFrame:
         "rank", "tid", "step", end="point", t="t_ns").join(
         marks.filter(pl.col("kind") == "step_start").select("rank", "step", start="t_ns"),
         on=["rank", "step"], how="left")
-    ops = replay.graph.ops.filter((pl.col("tid") >= 0)
-                                  & ~pl.col("name").str.contains(STEP_PATTERN))
+    host = replay.graph.ops.filter(pl.col("tid") >= 0)
+    # the regex once per distinct name (a run has millions of ops, a few thousand names)
+    markers = host.select(pl.col("name").unique()).filter(
+        pl.col("name").str.contains(STEP_PATTERN)).get_column("name")
+    ops = host.filter(~pl.col("name").is_in(markers.implode()))
     busy = ends.sort("t").join_asof(
         ops.select("rank", "tid", busy="end_ns").sort("busy"), left_on="t", right_on="busy",
         by=["rank", "tid"], strategy="backward", check_sortedness=False)
