@@ -169,6 +169,13 @@ def gpu_run(*, scale: int = 1) -> Run:
     Path back from 1000 on rank 0 (tie: the lower rank): [800,1000) elementwise 100, idle 100;
     transfer [700,800); jump to rank 1 at 700: sgemm [100,700) compute 600, launches [50,80)
     launch_host 30 (GPU idle, the main thread launching), idle [0,50) and [80,100) 70.
+
+    The replay's longest path (``ranks``), with the stream waits a capture records (NCCL's
+    stream after sgemm, the compute stream after NCCL) and no host sync: rank 0's step is done
+    when its elementwise is (900; the host idled from 80), so the path goes on into it: step
+    tail [900,1000) 100, elementwise 100 after its stream wait, the transfer 100; rank 1 arrived
+    last: its NCCL after its sgemm (stream wait, 0), the sgemm 50 + 600 after its launch at 50,
+    the host's [0,50). Rank 1 700, rank 0 300: the measured walk's split.
     """
     rows = []
     for rank, (sgemm, nccl_at, elem) in enumerate([(200, 300, 100), (600, 700, 150)]):
