@@ -198,8 +198,8 @@ def test_gpu_path_follows_kernels_launches_and_the_last_arriver() -> None:
     assert {c: v["path_ns"] for c, v in res["categories"].items()} == {
         "compute": 700, "communication_wait": 0, "communication_transfer": 100,
         "launch_host": 30, "data_loading": 0, "idle": 170}
-    assert [(r["rank"], r["path_ns"], round(r["share"], 9)) for r in res["ranks"]] == [
-        (1, 700, 0.7), (0, 300, 0.3)]
+    assert [(r["rank"], r["path_ns"], round(r["share"], 9), r["source"])
+            for r in res["ranks"]] == [(1, 700, 0.7, "replay"), (0, 300, 0.3, "replay")]
     assert [(o["name"], o["path_ns"]) for o in res["top_ops"]] == [
         ("sgemm", 600), ("elementwise", 100), (NCCL, 100), ("cudaLaunchKernel", 30)]
 
