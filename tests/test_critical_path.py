@@ -19,6 +19,7 @@ rank 0; rank 1 arrived last (600): jump to rank 1; rank 1 [0,600) (mm 200, slow 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -42,8 +43,24 @@ def gloo(ts: int, dur: int, rank: int) -> dict:
     return op("gloo:all_reduce", ts, dur, rank, tid=9, kind="user_annotation")
 
 
-def cpu_run(extra: list[dict] | None = None) -> Run:
-    return Run.from_events(frame([
+def issue(ts: int, rank: int) -> dict:
+    """The main thread's dispatcher call that hands the all-reduce to gloo's worker (a real
+    capture has it; drawn with no duration, it changes no measured time)."""
+    return row("cpu_op", "c10d::allreduce_", ts, 0, rank=rank, pid=rank + 1, tid=1,
+               collective="all_reduce")
+
+
+#: The hand-drawn times in µs: the replay's waits are physical (a thread blocked 50 µs or more,
+#: ``WaitOptions.min_wait_ns``), a 600 ns "wait" is none.
+US = 1_000
+
+
+def scaled(rows: list[dict], scale: int) -> list[dict]:
+    return [{**r, "ts_ns": r["ts_ns"] * scale, "dur_ns": r["dur_ns"] * scale} for r in rows]
+
+
+def cpu_run(extra: list[dict] | None = None, *, scale: int = 1) -> Run:
+    return Run.from_events(frame(scaled([
         step(1, 0, 1000, rank=0), step(2, 1000, 900, rank=0),
         step(1, 0, 1000, rank=1), step(2, 1000, 1000, rank=1),
         op("aten::mm", 0, 100, 0), gloo(100, 600, 0), op("aten::add", 700, 200, 0),
@@ -51,8 +68,9 @@ def cpu_run(extra: list[dict] | None = None) -> Run:
         op("aten::mm", 0, 200, 1), op("fixture::slow", 200, 400, 1, kind="user_annotation"),
         gloo(600, 100, 1), op("aten::add", 700, 200, 1),
         op("aten::mm", 1000, 100, 1), gloo(1100, 500, 1), op("aten::add", 1600, 300, 1),
+        issue(100, 0), issue(1500, 0), issue(600, 1), issue(1100, 1),
         *(extra or []),
-    ]), align="none")
+    ], scale)), align="none")
 
 
 def test_the_path_jumps_to_the_rank_that_arrived_last() -> None:
@@ -67,15 +85,19 @@ def test_the_path_jumps_to_the_rank_that_arrived_last() -> None:
 
 
 def test_steps_ranks_categories_and_ops_by_hand() -> None:
-    res = cpu_run().critical_path().to_dict()
-    assert [(s["step"], s["path_ns"], s["step_ns"], s["top_rank"], s["jumps"])
+    """In µs. ``ranks`` is the replay's longest path (issue 46): the gloo work items on tid 9
+    are waited on by the main threads' gaps, so it jumps where the measured walk does."""
+    res = cpu_run(scale=US).critical_path().to_dict()
+    assert [(s["step"], s["path_ns"] // US, s["step_ns"] // US, s["top_rank"], s["jumps"])
             for s in res["steps"]] == [(1, 1000, 1000, 1, 1), (2, 1000, 950, 0, 1)]
-    assert [(r["rank"], r["path_ns"], r["share"]) for r in res["ranks"]] == [
-        (1, 1100, 0.55), (0, 900, 0.45)]
-    cats = {c: v["path_ns"] for c, v in res["categories"].items()}
+    assert [(r["rank"], r["path_ns"] // US, round(r["share"], 9), r["source"])
+            for r in res["ranks"]] \
+        == [(1, 1100, 0.55, "replay"), (0, 900, 0.45, "replay")]
+    cats = {c: v["path_ns"] // US for c, v in res["categories"].items()}
     assert cats == {"compute": 1600, "communication_wait": 0, "communication_transfer": 200,
                     "launch_host": 0, "data_loading": 0, "idle": 200}
-    assert [(o["name"], o["category"], o["ranks"], o["path_ns"]) for o in res["top_ops"]] == [
+    assert [(o["name"], o["category"], o["ranks"], o["path_ns"] // US)
+            for o in res["top_ops"]] == [
         ("aten::mm", "compute", [0, 1], 700), ("aten::add", "compute", [0, 1], 500),
         ("fixture::slow", "compute", [1], 400),
         ("gloo:all_reduce", "communication_transfer", [0, 1], 200)]
@@ -124,7 +146,20 @@ def test_walk_on_tables_alone() -> None:
         (0, "local", 0, 100, None, None, None)]
 
 
-def gpu_run() -> Run:
+def stream_wait(ts: int, stream: int, on: int, corr: int, rank: int) -> list[dict]:
+    """``stream`` waits for what ``on`` had queued at ``ts`` (``cudaEventRecord`` then
+    ``cudaStreamWaitEvent``, drawn with no duration, and the CUDA sync event a capture with
+    ``enable_cuda_sync_events`` writes): how PyTorch's NCCL process group orders its stream
+    after the compute stream, and the compute stream after the collective's end."""
+    args = {"stream": stream, "wait_on_stream": on, "wait_on_cuda_event_record_corr_id": corr,
+            "device": 0, "correlation": corr + 1}
+    return [{**launch(ts, 0, corr, rank=rank, name="cudaEventRecord"), "pid": rank + 1},
+            {**launch(ts, 0, corr + 1, rank=rank, name="cudaStreamWaitEvent"), "pid": rank + 1},
+            row("sync", "Stream Wait Event", ts, 0, rank=rank, pid=rank + 1, tid=stream,
+                correlation=corr + 1, args_json=json.dumps(args))]
+
+
+def gpu_run(*, scale: int = 1) -> Run:
     """GPU, two ranks, one step [0,1000) each; kernels on stream 7, NCCL on stream 20.
 
     rank 0: launches [50,60) [60,70) [70,80); sgemm [100,300), nccl [300 ... 800) (waits for
@@ -134,6 +169,13 @@ def gpu_run() -> Run:
     Path back from 1000 on rank 0 (tie: the lower rank): [800,1000) elementwise 100, idle 100;
     transfer [700,800); jump to rank 1 at 700: sgemm [100,700) compute 600, launches [50,80)
     launch_host 30 (GPU idle, the main thread launching), idle [0,50) and [80,100) 70.
+
+    The replay's longest path (``ranks``), with the stream waits a capture records (NCCL's
+    stream after sgemm, the compute stream after NCCL) and no host sync: rank 0's step is done
+    when its elementwise is (900; the host idled from 80), so the path goes on into it: step
+    tail [900,1000) 100, elementwise 100 after its stream wait, the transfer 100; rank 1 arrived
+    last: its NCCL after its sgemm (stream wait, 0), the sgemm 50 + 600 after its launch at 50,
+    the host's [0,50). Rank 1 700, rank 0 300: the measured walk's split.
     """
     rows = []
     for rank, (sgemm, nccl_at, elem) in enumerate([(200, 300, 100), (600, 700, 150)]):
@@ -144,7 +186,8 @@ def gpu_run() -> Run:
                  kernel(NCCL, nccl_at, 800 - nccl_at, corr=2, rank=rank, stream=20,
                         bytes=4096, group_size=2),
                  kernel("elementwise", 800, elem, corr=3, rank=rank)]
-    return Run.from_events(frame(rows), align="none")
+        rows += stream_wait(60, 20, 7, 10, rank) + stream_wait(70, 7, 20, 12, rank)
+    return Run.from_events(frame(scaled(rows, scale)), align="none")
 
 
 def test_gpu_path_follows_kernels_launches_and_the_last_arriver() -> None:
@@ -155,8 +198,8 @@ def test_gpu_path_follows_kernels_launches_and_the_last_arriver() -> None:
     assert {c: v["path_ns"] for c, v in res["categories"].items()} == {
         "compute": 700, "communication_wait": 0, "communication_transfer": 100,
         "launch_host": 30, "data_loading": 0, "idle": 170}
-    assert [(r["rank"], r["path_ns"], round(r["share"], 9)) for r in res["ranks"]] == [
-        (1, 700, 0.7), (0, 300, 0.3)]
+    assert [(r["rank"], r["path_ns"], round(r["share"], 9), r["source"])
+            for r in res["ranks"]] == [(1, 700, 0.7, "replay"), (0, 300, 0.3, "replay")]
     assert [(o["name"], o["path_ns"]) for o in res["top_ops"]] == [
         ("sgemm", 600), ("elementwise", 100), (NCCL, 100), ("cudaLaunchKernel", 30)]
 

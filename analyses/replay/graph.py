@@ -144,9 +144,11 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     points = _points(ops, comm, issues, waits, launches)
     points = _with_work(points)
     points = _with_stretches(points, ops)
-    edges = _edges(points, comm, instances, launches)
-    if stream_waits is not None and stream_waits.height and launches.height:
-        edges = pl.concat([edges, _stream_wait_edges(stream_waits, launches, points)])
+    waited = _stream_wait_edges(stream_waits, launches, points) \
+        if stream_waits is not None and stream_waits.height and launches.height \
+        else pl.DataFrame(schema=EDGE_SCHEMA)
+    points = _without_waited_gaps(points, waited)
+    edges = pl.concat([_edges(points, comm, instances, launches), waited])
     return ReplayGraph(points, edges, instances,
                        ops.select("rank", "tid", "kind", "name", "ts_ns", "end_ns"))
 
@@ -529,6 +531,9 @@ def _with_stretches(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         .with_columns(_main=pl.lit(True))
     pts = points.sort("t_ns").join_asof(starts, left_on="t_ns", right_on="_st", by="rank",
                                         strategy="backward", check_sortedness=False)
+    # a step's end is its own marker's, where the next step starts at the same instant too
+    pts = pts.with_columns(step=pl.when(pl.col("kind") == "step_end").then("step_mark")
+                           .otherwise("step"))
     pts = pts.join(main, on=q, how="left").sort("point")
     anchor = pl.col("kind").is_in(list(_ANCHORS))
     label = pl.when(anchor).then(pl.col("kind") + ":" + pl.col("collective").fill_null(""))
@@ -578,6 +583,24 @@ def _edges(points: pl.DataFrame, comm: pl.DataFrame, instances: pl.DataFrame,
         .join(launches.select(*on, lag_ns="lag_ns"), on=on).select(
         "src", "dst", "lag_ns", kind=pl.lit("launch"), instance="instance")
     return pl.concat([chain, into, out, issued, resumed, started]).cast(EDGE_SCHEMA)
+
+
+def _without_waited_gaps(points: pl.DataFrame, waited: pl.DataFrame) -> pl.DataFrame:
+    """``points`` where a GPU op that waits on another stream's event (a ``stream_wait``
+    edge's destination) starts its work no earlier than the measured end of the op it waited
+    for: the queued gap before it (``_launches``' ``gap_ns``) up to then was the wait, which
+    the edge replays (kept as work, a compute stream waiting for an all-reduce would replay the
+    wait twice); a device gap after it stays."""
+    if waited.height == 0:
+        return points
+    ends = points.select(src="point", _end="t_ns")
+    own = waited.join(ends, on="src").group_by(point="dst").agg(pl.col("_end").max())
+    kernel = (pl.col("kind") == "kernel") & pl.col("_end").is_not_null()
+    start = pl.max_horizontal("work_from_ns", pl.min_horizontal("_end", "t_ns"))
+    return points.join(own, on="point", how="left", maintain_order="left").with_columns(
+        work_from_ns=pl.when(kernel).then(start).otherwise("work_from_ns"),
+        work_ns=pl.when(kernel).then(pl.col("t_ns") - start).otherwise("work_ns"),
+    ).drop("_end")
 
 
 def _stream_wait_edges(waits: pl.DataFrame, launches: pl.DataFrame,

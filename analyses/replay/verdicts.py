@@ -39,6 +39,7 @@ from typing import Any
 import polars as pl
 
 from traceview._dependencies import lazy_module
+from traceview.schema import STEP_PATTERN
 
 from .check import rank_step_times, step_times
 from .whatif import Replay, replay_scenario
@@ -173,27 +174,51 @@ def culprits(replay: Replay, gains: pl.DataFrame | None = None) -> dict[str, Any
 
 def critical_path(replay: Replay) -> pl.DataFrame:
     """The replay's longest path, one row per edge on it: ``rank, kind`` (the edge's kind;
-    a queue edge is ``work``), ``ns`` (its time), ``step`` (the destination's step), in
-    time order."""
+    a queue edge is ``work``; ``step_tail``: below), ``ns`` (its time), ``step`` (the
+    destination's step), in time order.
+
+    A rank's step is done when its host's step marker has ended *and* the GPU work it
+    launched has ended (``step_finish``): the path starts at the latest finish of the last
+    step, and where it reaches a step end whose GPU work ended after the host's previous
+    point and while the host thread ran no op (``step_finish``'s ``idle_ns``), it goes on
+    into that GPU work, not along the host's uncovered time (a host that never synchronises
+    ends its marker on its own; the step's work was the GPU's). The host's time from that GPU
+    op's end to its marker's end is a ``step_tail`` edge of the rank. Step times stay the
+    markers' (``check``)."""
     pts = replay.graph.points
     times, pred = replay.base.time, replay.base.pred
-    ends = pts.filter(pl.col("kind") == "step_end")
     schema = {"rank": pl.Int32, "kind": pl.String, "ns": pl.Int64, "step": pl.Int64}
-    if ends.height == 0:
+    finish = step_finish(replay)
+    if finish.height == 0:
         return pl.DataFrame(schema=schema)
-    ids = ends.get_column("point").to_numpy()
-    node = int(ids[np.argmax(times[ids])])
+    last = finish.filter(pl.col("step") == pl.col("step").max())
+    ends = np.concatenate([last.get_column("end").to_numpy(),
+                           last.get_column("gpu").drop_nulls().to_numpy()])
+    node = int(ends[np.argmax(times[ends])])
+    into_gpu = {e: (g, idle) for e, g, idle in
+                finish.drop_nulls("gpu").select("end", "gpu", "idle_ns").rows()}
     n_points = pts.height
-    chain = []
+    chain, tails = [], []
     while node >= 0:
         chain.append(node)
-        node = int(pred[node])
+        gpu, idle = into_gpu.get(node, (None, 0))
+        before = int(pred[node])
+        # the GPU still ran when the host thread went idle before its marker's end
+        if gpu is not None and times[node] - idle <= times[gpu] <= times[node] \
+                and (before < 0 or times[before] < times[gpu]):
+            tails.append((gpu, node))
+            node = gpu
+        else:
+            node = before
     chain = np.asarray(chain[::-1], dtype=np.int64)
     if chain.size < 2:
         return pl.DataFrame(schema=schema)
     src, dst = chain[:-1], chain[1:]
     edges = replay.graph.edges
-    kinds = edges.select("src", "dst", "kind").unique(["src", "dst"])
+    kinds = pl.concat([
+        pl.DataFrame(tails, schema={"src": pl.Int64, "dst": pl.Int64}, orient="row")
+        .with_columns(kind=pl.lit("step_tail")),
+        edges.select("src", "dst", "kind")]).unique(["src", "dst"], keep="first")
     rows = pl.DataFrame({"src": src, "dst": dst, "ns": times[dst] - times[src]}).join(
         kinds, on=["src", "dst"], how="left", maintain_order="left")
     # an instance node is on no rank: its edge out counts on the rank it leads to
@@ -204,6 +229,38 @@ def critical_path(replay: Replay) -> pl.DataFrame:
         pl.col("rank").cast(pl.Int32),
         kind=pl.col("kind").replace("queue", "work").fill_null("work"),
         ns=pl.col("ns").cast(pl.Int64), step=pl.col("step"))
+
+
+def step_finish(replay: Replay) -> pl.DataFrame:
+    """``rank, step, end, gpu, idle_ns``: per rank and step, its ``step_end`` point; ``gpu``,
+    the point of the GPU op it launched that ends last in the replay (null: no GPU work; a GPU
+    op belongs to the step of its launch, not to the step running when it ends: a host that
+    runs ahead starts step N+1 while step N's kernels run); ``idle_ns``, how long the host's
+    step-marker thread ran no op before the marker's end (measured)."""
+    pts = replay.graph.points
+    marks = pts.filter(pl.col("kind").is_in(["step_start", "step_end"]))
+    ends = marks.filter(pl.col("kind") == "step_end").select(
+        "rank", "tid", "step", end="point", t="t_ns").join(
+        marks.filter(pl.col("kind") == "step_start").select("rank", "step", start="t_ns"),
+        on=["rank", "step"], how="left")
+    host = replay.graph.ops.filter(pl.col("tid") >= 0)
+    # the regex once per distinct name (a run has millions of ops, a few thousand names)
+    markers = host.select(pl.col("name").unique()).filter(
+        pl.col("name").str.contains(STEP_PATTERN)).get_column("name")
+    ops = host.filter(~pl.col("name").is_in(markers.implode()))
+    busy = ends.sort("t").join_asof(
+        ops.select("rank", "tid", busy="end_ns").sort("busy"), left_on="t", right_on="busy",
+        by=["rank", "tid"], strategy="backward", check_sortedness=False)
+    idle = pl.col("t") - pl.max_horizontal("busy", pl.col("start").fill_null(pl.col("t")))
+    launched = pts.filter(pl.col("kind") == "launch").select("rank", "correlation", "step")
+    gpu = pts.with_columns(t=pl.Series(replay.base.time[:pts.height])).filter(
+        (pl.col("tid") < 0) & pl.col("correlation").is_not_null()
+        & pl.col("kind").is_in(["kernel", "complete"])).select("rank", "correlation", "point", "t")
+    last = gpu.join(launched, on=["rank", "correlation"]).sort("t", "point").group_by(
+        "rank", "step").agg(gpu=pl.col("point").last())
+    return busy.select("rank", "step", "end", idle_ns=idle.clip(0)).join(
+        last, on=["rank", "step"], how="left").sort("rank", "step").select(
+        "rank", "step", "end", "gpu", "idle_ns")
 
 
 def path_ranks(path: pl.DataFrame) -> pl.DataFrame:
@@ -265,4 +322,4 @@ def _per_step_top(gains: pl.DataFrame, *, floor: float) -> list[int]:
 
 
 __all__ = ["critical_path", "culprits", "own_excess", "path_ranks", "rank_gains",
-           "rank_step_times", "type_slowdowns"]
+           "rank_step_times", "step_finish", "type_slowdowns"]

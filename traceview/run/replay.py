@@ -265,20 +265,16 @@ def path_ranks_of(replay: Replay, measured: pl.DataFrame) -> pl.DataFrame:
     ``measured_share``: the measured path's beside it (what ``traceview export
     --critical-path`` draws).
 
-    A replay that reproduced no step (no self-check), or that found no host wait at all where
-    the run has cross-rank instances, gives no path: the measured walk's table is kept. The
-    waits inside a collective's kernels are modelled (its completion is its instance's last
-    arrival plus the transfer), but with no host wait nothing ties a rank's step end to them:
-    a GPU step whose host never synchronises ends when its host thread does, and the replay's
-    longest path would stay on that thread (tests/test_critical_path.py's GPU run, which has
-    no sync and no CUDA sync events). Dropping this guard needs the step's end tied to its
-    GPU work in ``verdicts.critical_path``. An untrusted replay's path is used otherwise (``replay.trusted`` says so): on every multi-rank
+    A replay that reproduced no step (no self-check) gives no path: the measured walk's table
+    is kept. A run where the replay found no wait gets the replay's path too (a GPU step whose
+    host never synchronises is done when its GPU work is: ``verdicts.step_finish``). An
+    untrusted replay's path is used (``replay.trusted`` says so): on every multi-rank
     fixture with a flagged straggler (29 runs, 12 untrusted) the replay path's largest share
     is that rank, where the measured path missed it on FSDP2."""
     kept = measured.with_columns(source=pl.lit("path"), measured_path_ns=pl.col("path_ns"),
                                  measured_share=pl.col("share"))
     found = path_ranks(critical_path(replay))
-    if found.height == 0 or replay.check.median is None or not _waits_found(replay):
+    if found.height == 0 or replay.check.median is None:
         return kept
     return measured.select("rank", measured_path_ns="path_ns", measured_share="share").join(
         found.select("rank", "path_ns", "share", top_category="top_kind"), on="rank",
@@ -297,12 +293,6 @@ def replay_path(replay: Replay) -> dict[str, Any]:
             "ranks": path_ranks(path).to_dicts(),
             "kinds": path.group_by("kind").agg(ns=pl.col("ns").sum())
             .sort("ns", descending=True).to_dicts()}
-
-
-def _waits_found(replay: Replay) -> bool:
-    """Did the replay find a wait, or is there no cross-rank instance to wait at?"""
-    return replay.graph.instances.height == 0 or bool(
-        (replay.graph.points.get_column("kind") == "wait").any())
 
 
 def gpu_wait_notes(run: Run) -> list[str]:
