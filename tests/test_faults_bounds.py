@@ -285,7 +285,47 @@ def _negative_size() -> bytes:
                                        "blocks": [block]}], "device_traces": [[]]})
 
 
+def _key(text: str) -> bytes:
+    return b"\x8c" + bytes([len(text)]) + text.encode()  # SHORT_BINUNICODE
+
+
+def _nested_list(depth: int) -> bytes:
+    """Opcodes leaving ``[[[...]]]``, ``depth`` lists deep, on the stack (written by hand:
+    ``pickle.dumps`` would itself recurse): EMPTY_LIST ``depth`` times, then APPEND each
+    into the one below."""
+    return b"]" * depth + b"a" * (depth - 1)
+
+
+def _nested_tuple(depth: int) -> bytes:
+    return b")" + b"\x85" * (depth - 1)  # EMPTY_TUPLE, then TUPLE1 around it
+
+
+def _snapshot_with(frames: bytes = b"]", state: bytes = _key("active_allocated")) -> bytes:
+    """A snapshot of one segment, one block whose ``frames`` and ``state`` are the opcodes
+    given."""
+    block = (b"}" + _key("size") + b"K\x10s" + _key("requested_size") + b"K\x10s"
+             + _key("state") + state + b"s" + _key("frames") + frames + b"s")
+    segment = (b"}" + _key("address") + b"K\x00s" + _key("total_size") + b"K\x10s"
+               + _key("blocks") + b"]" + block + b"as")
+    return (b"\x80\x04}" + _key("segments") + b"]" + segment + b"as" + _key("device_traces")
+            + b"]]as.")
+
+
 PICKLES = {
+    "a 200,000-deep list as a block's state": (  # printed: RecursionError
+        lambda: _snapshot_with(state=_nested_list(200_000)), "nested more than 64 deep"),
+    "a 200,000-deep list of frames": (
+        lambda: _snapshot_with(_nested_list(200_000)), "nested more than 64 deep"),
+    # hashed as the pickle is read (a dict key): a C recursion no limit stops
+    "a 200,000-deep tuple as a dict key": (
+        lambda: _snapshot_with(b"}" + _nested_tuple(200_000) + b"K\x01s"),
+        "nested more than 64 deep"),
+    # a frame's name is hashed (a cache of frame texts) and printed
+    "a 200,000-deep tuple as a frame's name": (
+        lambda: _snapshot_with(b"]}" + _key("name") + _nested_tuple(200_000) + b"sa"),
+        "nested more than 64 deep"),
+    "a list holding itself": (  # EMPTY_LIST, MEMOIZE, BINGET 0, APPEND
+        lambda: _snapshot_with(b"]\x94h\x00a"), "holds itself"),
     "a memo index of 2**32 - 1": (lambda: b"\x80\x02N" + b"r\xff\xff\xff\xff" + b".",
                                   "not an allocator snapshot"),
     "a memo index of 2**31 then a get": (
@@ -305,6 +345,48 @@ def test_a_hostile_snapshot_pickle_is_one_line_naming_it(tmp_path, case):
     code, err = _guarded("memory", str(path), limit=4 << 30)
     assert code == 2, err
     _one_line(err, str(path), said)
+
+
+def test_snapshot_nesting_is_bounded_along_its_longest_path():
+    """64 levels are read, 65 refused, however the pickle shares its objects: a chain
+    reached first by a short path and then by a long one is as deep as the long one, and
+    2**60 paths through shared lists are walked once each."""
+    import io
+    import pickle
+
+    from traceview.parsers.torch_snapshot._unpickle import (
+        MAX_NESTING,
+        RefusedPickle,
+        plain_load,
+        plain_loads,
+    )
+
+    assert MAX_NESTING == 64
+    assert plain_loads(b"\x80\x04" + _nested_list(64) + b".") is not None
+    assert plain_loads(b"\x80\x04" + _nested_tuple(64) + b".") is not None
+    for too_deep in (_nested_list(65), _nested_tuple(65)):
+        with pytest.raises(RefusedPickle, match="nested more than 64 deep"):
+            plain_loads(b"\x80\x04" + too_deep + b".")
+
+    chain: list = []
+    for _ in range(39):
+        chain = [chain]  # 40 levels
+    long_way: list = [chain]
+    for _ in range(29):
+        long_way = [long_way]
+    data = pickle.dumps([chain, long_way])  # 1 + 30 + 40 = 71 levels along the long way
+    with pytest.raises(RefusedPickle, match="nested more than 64 deep"):
+        plain_load(io.BytesIO(data))
+
+    shared: list = []
+    for _ in range(60):
+        shared = [shared, shared]  # 2**60 paths, 61 lists
+    loaded = plain_loads(pickle.dumps(shared))
+    levels = 1
+    while loaded:
+        assert loaded[0] is loaded[1]  # the sharing kept (== would walk every path)
+        loaded, levels = loaded[0], levels + 1
+    assert levels == 61
 
 
 # ------------------------------------------------------------------------ store folders
