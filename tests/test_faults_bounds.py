@@ -847,6 +847,76 @@ def test_a_rank_or_world_size_out_of_bounds_is_left_out_with_a_warning(tmp_path,
     assert 0 <= only["rank"] < 2**31
 
 
+def test_a_kineto_file_name_rank_beyond_int32_is_left_out_with_a_warning(tmp_path, capsys):
+    import json
+
+    path = tmp_path / "trace_rank2147483648.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}))
+    code, out, err = _run(capsys, "info", str(path), "--no-cache", "--json")
+    assert code == 0 and "internal error" not in err, err
+    assert "file name rank 2147483648 is no rank (0 to 2^31-1): left out" in err
+    assert [r["rank"] for r in json.loads(out)["ranks"]] == [0]
+
+
+#: nsys exports whose rank evidence is out of bounds: (write_export options, SQL run on the
+#: export after, file name, what the warning says)
+NSYS_RANKS = {
+    "MPI_RANKS rank 2^31": (dict(rank_source="mpi", rank_offset=2**31, ranks=1, world_size=4),
+                            None, "export.sqlite",
+                            "rank 2147483648 (MPI_RANKS) is no rank (0 to 2^31-1)"),
+    "MPI_RANKS rank -1": (dict(rank_source="mpi", ranks=1), "UPDATE MPI_RANKS SET rank = -1",
+                          "export.sqlite", "rank -1 (MPI_RANKS) is no rank (0 to 2^31-1)"),
+    "RANK 7 of WORLD_SIZE 4": (dict(rank_source="env", rank_offset=7, ranks=1, world_size=4),
+                               None, "export.sqlite",
+                               "rank 7 (RANK in environment of PROCESS_0) is no rank of a "
+                               "world of 4"),
+    "WORLD_SIZE 2^63": (dict(rank_source="env", ranks=1, world_size=2**63), None,
+                        "export.sqlite", "world size beyond int64 (RANK in environment of "
+                        "PROCESS_0) is out of bounds (1 to 2^31)"),
+    "NCCL rank 7 of nranks 4": (dict(rank_source="nccl", rank_offset=7, ranks=1, world_size=4),
+                                None, "export.sqlite",
+                                "rank 7 (NCCL NVTX) is no rank of a world of 4"),
+    "NCCL rank of 30 digits": (
+        dict(rank_source="nccl", ranks=1),
+        "UPDATE NVTX_EVENTS SET text = replace(text, 'rank 0 ', "
+        "'rank 123456789012345678901234567890 ') WHERE text LIKE 'commHash%'",
+        "export.sqlite", "rank beyond int64 (NCCL NVTX) is no rank of a world of 1"),
+    "thread name MPI Rank of 30 digits": (
+        dict(rank_source="none", ranks=1),
+        "UPDATE StringIds SET value = 'MPI Rank 123456789012345678901234567890' "
+        "WHERE id = (SELECT nameId FROM ThreadNames LIMIT 1)",
+        "export.sqlite", "rank beyond int64 (NVTX thread name) is no rank (0 to 2^31-1)"),
+    "file name rank 2^31": (dict(rank_source="none", ranks=1), None,
+                            "trace_rank2147483648.sqlite",
+                            "file name rank 2147483648 is no rank (0 to 2^31-1)"),
+}
+
+
+@pytest.mark.parametrize("case", list(NSYS_RANKS))
+def test_an_nsys_rank_out_of_bounds_is_left_out_with_a_warning(tmp_path, capsys, case):
+    """A rank of 2^31, -1, 7 in a world of 4, a world of 2^63, a number of 30 digits, in
+    MPI_RANKS, the recorded environment, NCCL's NVTX texts, a thread's name or the file name
+    of a real SQLite export: as the Kineto path does, a warning naming the value and its
+    source, and the rank left out (the next evidence, else 0), never an internal error."""
+    import json
+    import sqlite3
+
+    from fixtures.nsys_synthetic import write_export
+
+    options, sql, name, why = NSYS_RANKS[case]
+    path = tmp_path / name
+    write_export(path, **options)
+    if sql:
+        with sqlite3.connect(path) as con:
+            assert con.execute(sql).rowcount == 1
+    code, out, err = _run(capsys, "info", str(path), "--no-cache", "--json")
+    assert code == 0, err
+    assert why in err and "internal error" not in err, err
+    (only,) = json.loads(out)["ranks"]
+    assert 0 <= only["rank"] < 2**31 and (only["world_size"] or 1) < 2**31
+
+
 def test_a_rank_map_beyond_int32_is_a_usage_error(capsys):
     first = sorted(GLOO.iterdir())[0]
     code, _, err = _run(capsys, "info", str(first), "--no-cache", "--rank-map",
