@@ -112,17 +112,31 @@ _RANK_IN_NAME = re.compile(r"(?:^|(?<=[^A-Za-z])|(?<=[a-z])(?=[RW]))(?i:rank|wor
                            r"(\d+)(?!\d)")
 
 
-def rank_from_file_name(name: str) -> int | None:
+#: The largest rank (ranks are int32 in the store): a rank beyond it, from a file's contents
+#: or its name, is not believed (docs/formats.md, *Bounds*).
+MAX_RANK = (1 << 31) - 1
+
+
+def rank_from_file_name(name: str, warnings: list[str] | None = None) -> int | None:
     """``rank-3.json`` / ``rank_3`` / ``worker3.pt.trace.json`` / ``job_rank_3_x`` /
     ``trace_rank0.sqlite`` / ``traceRank3`` -> 3. A local rank (``local_rank0``) is no rank
-    of the run: every node has one of each.
+    of the run: every node has one of each. A number beyond :data:`MAX_RANK` is no rank
+    either: None, with a warning in ``warnings`` when given.
 
     >>> [rank_from_file_name(n) for n in ["rank-3.json", "a_rank_12_b.json", "worker0.1.json",
     ...                                   "trace.json", "trace_rank0.sqlite", "frank0.json",
     ...                                   "local_rank1.json"]]
     [3, 12, 0, None, 0, None, None]
+    >>> said = []
+    >>> rank_from_file_name("trace_rank2147483648.sqlite", said), said
+    (None, ['file name rank 2147483648 is no rank (0 to 2^31-1): left out'])
     """
     for found in _RANK_IN_NAME.finditer(name):
         if not name[:found.start()].rstrip("-_.").lower().endswith("local"):
-            return int(found.group(1))
+            rank = int(found.group(1))  # a name is at most 255 bytes: int() takes it
+            if rank > MAX_RANK:
+                if warnings is not None:
+                    warnings.append(f"file name rank {rank} is no rank (0 to 2^31-1): left out")
+                return None
+            return rank
     return None

@@ -414,6 +414,65 @@ def test_a_damaged_store_is_one_line_naming_the_file(capsys, tmp_path, damage):
         assert "internal error" not in err
 
 
+def _foreign_events(real: bytes, kind: str) -> bytes:
+    """Another program's Parquet in an events file's place, or the real events file with its
+    ``ts_ns`` column turned to text (traceview's schema version kept in its metadata)."""
+    import io
+
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    if kind == "foreign":
+        pl.DataFrame({"a": [1, 2], "b": ["x", "y"]}).write_parquet(sink)
+    else:
+        table = pq.read_table(io.BytesIO(real))
+        at = table.schema.get_field_index("ts_ns")
+        table = table.set_column(at, "ts_ns", table["ts_ns"].cast(pa.string()))
+        pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+@pytest.mark.parametrize("location", ["folder", "file://", "memory://"])
+@pytest.mark.parametrize("damage", ["foreign ranks.parquet", "foreign files.parquet",
+                                    "foreign windows.parquet", "foreign rank-00000.parquet",
+                                    "ts_ns of text in rank-00001.parquet"])
+def test_foreign_parquet_in_a_store_anywhere_is_one_line_naming_it(capsys, tmp_path, location,
+                                                                   damage):
+    """Every file of a store is checked against what traceview writes there, whether the
+    store is a folder, a file:// URL or an fsspec one (memory://, as gs:// goes): another
+    program's Parquet as a small table or an events file (the manifest's size and hash
+    updated to match it, as a store assembled by hand would be), or an events file with a
+    column of another type, is one line naming the file, exit 2, never an internal error
+    ("rank" not found, "extra column in file outside of expected schema")."""
+    fsspec = pytest.importorskip("fsspec")
+    import traceview
+    import xxhash
+
+    if location == "memory://":
+        fs, base = fsspec.filesystem("memory"), f"/traceview-foreign/{tmp_path.name}"
+        url = f"memory://{base.lstrip('/')}"
+    else:
+        fs, base = fsspec.filesystem("file"), str(tmp_path / "store")
+        url = base if location == "folder" else f"file://{base}"
+    traceview.open(GLOO, cache=False).write_store(url)
+    name = damage.split()[-1]
+    target = f"{base}/{name}"
+    if name.startswith("rank-"):
+        bad = _foreign_events(fs.cat_file(target), damage.split()[0])
+        manifest = json.loads(fs.cat_file(f"{base}/traceview-store.json"))
+        manifest["files"][name] = {"bytes": len(bad), "xxh3": xxhash.xxh3_128(bad).hexdigest()}
+        fs.pipe_file(f"{base}/traceview-store.json", json.dumps(manifest).encode())
+    else:
+        bad = _foreign_events(b"", "foreign")
+    fs.pipe_file(target, bad)
+    for command in ("info", "summary"):
+        code, _, err = _run(capsys, command, url, "--no-cache")
+        assert code == 2 and name in err and err.count("\n") == 1, err
+        assert "internal error" not in err and ("not a traceview" in err), err
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
 def test_an_output_the_file_system_refuses_is_one_line(capsys):
     code, _, err = _run(capsys, "baseline", str(GLOO), "-o", "/proc/self/no/baseline.json")

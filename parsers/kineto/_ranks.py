@@ -35,7 +35,7 @@ def rank_info(path: Path, header: dict[str, Any], base_ns: int,
         rank = None
     rank_from = "distributedInfo"
     if rank is None:
-        rank = rank_from_file_name(path.name)
+        rank = rank_from_file_name(path.name, warnings)
         rank_from = "file name"
         if info and rank is not None:
             warnings.append("distributedInfo has no rank; rank taken from the file name")

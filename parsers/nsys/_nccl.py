@@ -110,7 +110,7 @@ def _nvtx_collectives(events: pl.DataFrame) -> pl.DataFrame:
         pl.when(nccl & pl.col("collective").is_not_null()).then(
             _field("datatype|dtype", r"([A-Za-z]\w*)")).otherwise(pl.col("dtype")).alias("dtype"),
         pl.when(nccl & pl.col("collective").is_not_null()).then(
-            _as_int(_field("nranks")).cast(pl.Int32)).otherwise(pl.col("group_size"))
+            _group_size(_as_int(_field("nranks")))).otherwise(pl.col("group_size"))
         .alias("group_size"),
     )
     keyed = nccl & pl.col("collective").is_not_null() & pl.col("pg_name").is_not_null()
@@ -120,6 +120,11 @@ def _nvtx_collectives(events: pl.DataFrame) -> pl.DataFrame:
                 pl.col("pg_name"))]).cast(pl.Int64) - 1)
         .otherwise(pl.col("seq")).alias("seq"),
         pl.col("name").cast(name_type))
+
+
+def _group_size(nranks: pl.Expr) -> pl.Expr:
+    """A collective's ``nranks``: 1 to 2^31-1 (an int32, as ranks are), else unknown (null)."""
+    return pl.when(nranks.is_between(1, (1 << 31) - 1)).then(nranks).cast(pl.Int32)
 
 
 def kernel_collectives(events: pl.DataFrame) -> pl.DataFrame:
@@ -179,8 +184,15 @@ def rank_hints(nvtx_rows: pl.DataFrame) -> pl.DataFrame:
     found = nvtx_rows.filter(pl.col("name").str.contains(r"(?:^|\s)rank\s+\d+.*nranks\s+\d+"))
     if found.is_empty():
         return pl.DataFrame(schema={"gpid": pl.Int64, "rank": pl.Int64, "nranks": pl.Int64})
+    # a number beyond int64 stands as 2^63-1, which the rank's bounds then refuse by name
     return (found.select(
         "gpid",
-        pl.col("name").str.extract(r"(?:^|\s)rank\s+(\d+)", 1).cast(pl.Int64).alias("rank"),
-        pl.col("name").str.extract(r"nranks\s+(\d+)", 1).cast(pl.Int64).alias("nranks"))
+        _digits(pl.col("name").str.extract(r"(?:^|\s)rank\s+(\d+)", 1)).alias("rank"),
+        _digits(pl.col("name").str.extract(r"nranks\s+(\d+)", 1)).alias("nranks"))
         .sort("nranks", descending=True).unique("gpid", keep="first"))
+
+
+def _digits(text: pl.Expr) -> pl.Expr:
+    """Digits as an Int64, 2^63-1 beyond it."""
+    return text.cast(pl.Int64, strict=False).fill_null(
+        pl.when(text.is_not_null()).then(pl.lit((1 << 63) - 1)))

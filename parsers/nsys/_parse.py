@@ -392,7 +392,7 @@ def _thread_ranks(threads: pl.DataFrame, strings: pl.DataFrame,
     for gtid, text in names:
         found = _ranks._THREAD_RANK.match(text.strip())
         if found:
-            out.setdefault(int(gtid) & tables.PID_KEY_MASK, int(found.group(1)))
+            out.setdefault(int(gtid) & tables.PID_KEY_MASK, _ranks.number(found.group(1)))
     return out
 
 

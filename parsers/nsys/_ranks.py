@@ -23,12 +23,13 @@ rows are dropped (reason ``no_rank_for_process``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
-from traceview.parsers._files import rank_from_file_name
+from traceview.parsers._files import MAX_RANK, rank_from_file_name
 
 _ENV_RANK = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID",
              "MV2_COMM_WORLD_RANK")
@@ -36,6 +37,20 @@ _ENV_WORLD = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS",
               "MV2_COMM_WORLD_SIZE")
 _ARG_RANK = re.compile(r"(?:^|\s)--(?:node_?)?rank[=\s]+(\d+)")
 _THREAD_RANK = re.compile(r"^MPI Rank (\d+)$")
+#: A number of the report beyond int64 (any longer run of digits) stands as this one.
+_BEYOND_INT64 = (1 << 63) - 1
+
+
+def number(digits: str) -> int:
+    """A run of ASCII digits from the report as an int; beyond int64, :data:`_BEYOND_INT64`
+    (which no bound admits: a string of the report may hold a million digits, more than
+    ``int()`` reads).
+
+    >>> number("0007"), number("9" * 5000) == _BEYOND_INT64
+    (7, True)
+    """
+    significant = digits.lstrip("0")
+    return int(digits) if len(significant) < 19 else _BEYOND_INT64
 
 
 @dataclass
@@ -84,8 +99,8 @@ def captured_processes(capture: list[tuple[str, str]]) -> dict[int, dict[str, ob
 def _first_int(env: dict[str, str], keys: tuple[str, ...]) -> tuple[int | None, str | None]:
     for key in keys:
         value = env.get(key, "").strip()
-        if value.isdigit():
-            return int(value), key
+        if value.isascii() and value.isdigit():
+            return number(value), key
     return None, None
 
 
@@ -106,38 +121,76 @@ def assign(processes: pl.DataFrame, *, mpi: dict[int, int], thread_ranks: dict[i
         gpid, pid = int(row["gpid"]), int(row["pid"])
         pr = ProcessRank(gpid=gpid, pid=pid, rank=None, rank_from="unknown",
                          devices=sorted(row["devices"] or []), is_gpu=bool(row["is_gpu"]))
-        if pid in explicit:
-            pr.rank, pr.rank_from = explicit[pid], "mapping"
-        elif gpid in mpi:
-            pr.rank, pr.rank_from = mpi[gpid], "MPI_RANKS"
-        elif gpid in thread_ranks:
-            pr.rank, pr.rank_from = thread_ranks[gpid], "NVTX thread name"
-        elif gpid in nccl:
-            pr.rank, pr.rank_from = nccl[gpid][0], "NCCL NVTX"
-            pr.world_size = nccl[gpid][1]
-        else:
-            env_sources = [(e, f"environment of PROCESS_{k}") for k, e in captured.items()
-                           if e["pid"] == pid or (single and row["is_gpu"])]
-            if single and row["is_gpu"] and device_env:
-                env_sources.append(({"env": env_pairs(device_env), "args": []},
-                                    "DeviceEnvironment"))
-            for entry, label in env_sources:
-                env = entry["env"]  # type: ignore[index]
-                rank, key = _first_int(env, _ENV_RANK)  # type: ignore[arg-type]
-                if rank is None:
-                    found = _ARG_RANK.search(" ".join(entry["args"]))  # type: ignore[index]
-                    rank, key = (int(found.group(1)), "--rank") if found else (None, None)
-                if rank is not None:
-                    pr.rank, pr.rank_from = rank, f"{key} in {label}"
-                    pr.world_size, _ = _first_int(env, _ENV_WORLD)  # type: ignore[arg-type]
-                    break
-            if pr.rank is None and (single and row["is_gpu"] or len(rows) == 1):
-                by_name = rank_from_file_name(path.name)
-                if by_name is not None:
-                    pr.rank, pr.rank_from = by_name, "file name"
+        evidence = _evidence(gpid, pid, bool(row["is_gpu"]), single, len(rows) == 1,
+                             explicit=explicit, mpi=mpi, thread_ranks=thread_ranks, nccl=nccl,
+                             captured=captured, device_env=device_env, path=path,
+                             warnings=warnings)
+        for rank, world, source in evidence:
+            world = _believed_world(world, source, pid, warnings)
+            if _believed_rank(rank, world, source, pid, warnings):
+                pr.rank, pr.rank_from, pr.world_size = rank, source, world
+                break
         out.append(pr)
     _fill_missing(out, warnings)
     return out
+
+
+def _evidence(gpid: int, pid: int, is_gpu: bool, single: bool, only: bool, *,
+              explicit: dict[int, int], mpi: dict[int, int], thread_ranks: dict[int, int],
+              nccl: dict[int, tuple[int, int | None]], captured: dict[int, dict[str, object]],
+              device_env: str, path: Path,
+              warnings: list[str]) -> Iterator[tuple[int, int | None, str]]:
+    """``(rank, world size, source)`` for one process, from the best evidence down (module
+    docstring): the caller takes the first it believes."""
+    if pid in explicit:
+        yield explicit[pid], None, "mapping"
+    if gpid in mpi:
+        yield mpi[gpid], None, "MPI_RANKS"
+    if gpid in thread_ranks:
+        yield thread_ranks[gpid], None, "NVTX thread name"
+    if gpid in nccl:
+        yield nccl[gpid][0], nccl[gpid][1], "NCCL NVTX"
+    env_sources = [(e, f"environment of PROCESS_{k}") for k, e in captured.items()
+                   if e["pid"] == pid or (single and is_gpu)]
+    if single and is_gpu and device_env:
+        env_sources.append(({"env": env_pairs(device_env), "args": []}, "DeviceEnvironment"))
+    for entry, label in env_sources:
+        env = entry["env"]  # type: ignore[index]
+        rank, key = _first_int(env, _ENV_RANK)  # type: ignore[arg-type]
+        if rank is None:
+            found = _ARG_RANK.search(" ".join(entry["args"]))  # type: ignore[index]
+            rank, key = (number(found.group(1)), "--rank") if found else (None, None)
+        if rank is not None:
+            yield rank, _first_int(env, _ENV_WORLD)[0], f"{key} in {label}"  # type: ignore[arg-type]
+    if single and is_gpu or only:
+        by_name = rank_from_file_name(path.name, warnings)
+        if by_name is not None:
+            yield by_name, None, "file name"
+
+
+def _shown(value: int) -> str:
+    return str(value) if abs(value) < _BEYOND_INT64 else "beyond int64"
+
+
+def _believed_world(world: int | None, source: str, pid: int,
+                    warnings: list[str]) -> int | None:
+    """A world size of 1 to 2^31 (ranks are int32), else None with a warning."""
+    if world is None or 1 <= world <= MAX_RANK + 1:
+        return world
+    warnings.append(f"process {pid}: world size {_shown(world)} ({source}) is out of bounds "
+                    "(1 to 2^31): left out")
+    return None
+
+
+def _believed_rank(rank: int, world: int | None, source: str, pid: int,
+                   warnings: list[str]) -> bool:
+    """A rank of 0 to 2^31-1 and below its world size; else False, with a warning (the next
+    evidence is tried, as a Kineto trace's file name is after its distributedInfo)."""
+    if 0 <= rank <= MAX_RANK and (world is None or rank < world):
+        return True
+    of = f"rank of a world of {world}" if world is not None else "rank (0 to 2^31-1)"
+    warnings.append(f"process {pid}: rank {_shown(rank)} ({source}) is no {of}: left out")
+    return False
 
 
 def _explicit_map(rank_map: dict | None) -> dict[int, int]:

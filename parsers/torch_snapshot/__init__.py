@@ -114,7 +114,10 @@ def read(path: str | Path) -> Snapshot:
         why = (str(exc).strip().splitlines() or [""])[0]
         raise UnreadableTraceError(p, f"malformed allocator snapshot ({type(exc).__name__}: "
                                       f"{why})") from None
-    return Snapshot(str(p), rank_from_file_name(p.name), segments, blocks, trace, warnings)
+    said: list[str] = []
+    rank = rank_from_file_name(p.name, said)
+    warnings += [f"{p}: {w}" for w in said]
+    return Snapshot(str(p), rank, segments, blocks, trace, warnings)
 
 
 #: The largest pickle read (its Python objects take several times its size).

@@ -77,6 +77,15 @@ def supervised(argv: list[str]) -> int | None:
     env = {**os.environ, CHILD: "1",
            "PYTHONPATH": os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH"))
                                          if p)}
+    # Polars' async (tokio) runtime, built on the first query, starts one worker thread per
+    # core; when one starts and a later one cannot (no address space left for its stack),
+    # tokio panics and, unwinding, waits for the started worker to stop, which only the
+    # runtime it never finished would tell it to do: the process hangs for ever (seen 5 times
+    # in 135 runs of `summary` under 410 MB, gdb: RuntimeManager::new ->
+    # BlockingPool::shutdown, beside a tokio-rt-worker in epoll_wait). One worker either
+    # starts or not, and a failure is then the panic, which is this line. Its work is I/O
+    # waits: one worker does them (docs/formats.md, *Bounds*: address space).
+    env.setdefault("POLARS_ASYNC_THREAD_COUNT", "1")
     try:
         # the child goes with this process (a supervisor killed by a timeout leaves no
         # orphan holding the caller's pipes)

@@ -35,6 +35,7 @@ from traceview import schema
 from traceview._dependencies import lazy_module
 from traceview.errors import TraceviewError, UnreadableTraceError
 from traceview.store import parquet as store
+from traceview.store import store_tables
 from traceview.store.executors import ExecutorSpec, TaskFailure, open_executor, run_tasks
 from traceview.store.parts import Part, confined_name, part_of
 
@@ -306,8 +307,8 @@ def read_store(location: str) -> tuple[list[_RemotePart], pl.DataFrame, pl.DataF
         raise UnreadableTraceError(location, f"store has schema version "
                                    f"{manifest.get('schema_version')}, this traceview reads "
                                    f"{schema.SCHEMA_VERSION}: ingest the traces again")
-    ranks = pl.read_parquet(read_bytes(fs, posixpath.join(base, "ranks.parquet")))
-    files = pl.read_parquet(read_bytes(fs, posixpath.join(base, "files.parquet")))
+    ranks = _store_table(fs, base, location, "ranks.parquet", store_tables.STORE_RANK_SCHEMA)
+    files = _store_table(fs, base, location, "files.parquet", store_tables.STORE_FILE_SCHEMA)
     if "parts" in manifest:
         names = [confined_name(e, manifest_path) for e in manifest["parts"]]
         parts = [_RemotePart(location, n, part_of(n, e))
@@ -317,16 +318,44 @@ def read_store(location: str) -> tuple[list[_RemotePart], pl.DataFrame, pl.DataF
                  for r in ranks["rank"].to_list()]
     _check_records(fs, base, manifest, manifest_path, [p.name for p in parts])
     windows_path = posixpath.join(base, "windows.parquet")  # absent in older stores
-    windows = (pl.read_parquet(read_bytes(fs, windows_path)) if _exists(fs, windows_path)
-               else None)
+    windows = (_store_table(fs, base, location, "windows.parquet",
+                            store_tables.WINDOW_SCHEMA)
+               if _exists(fs, windows_path) else None)
     return parts, ranks, files, windows
+
+
+def _store_table(fs: pafs.FileSystem, base: str, location: str, name: str,
+                 required: dict[str, pl.DataType]) -> pl.DataFrame:
+    """A store's small table, checked as a folder's is (:mod:`traceview.store.store_tables`)."""
+    where = f"{location.rstrip('/')}/{name}"
+    try:
+        data = read_bytes(fs, posixpath.join(base, name))
+    except OSError as exc:
+        raise UnreadableTraceError(where, f"damaged store file ({exc}): ingest the traces "
+                                   "again") from None
+    return store_tables.read_store_table(data, where, required)
+
+
+def _events_file_problem(fs: pafs.FileSystem, path: str) -> str | None:
+    """:func:`store_tables.events_file_problem` of an events file's footer (one read)."""
+    try:
+        footer = pq.read_schema(path, filesystem=fs)
+    except (OSError, pa.ArrowException) as exc:
+        return f"damaged store file ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+    metadata = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+                for k, v in (footer.metadata or {}).items()}
+    try:
+        columns = pl.from_arrow(footer.empty_table()).schema
+    except (pl.exceptions.PolarsError, pa.ArrowException) as exc:
+        return f"not a traceview events file ({str(exc).splitlines()[0]})"
+    return store_tables.events_file_problem(columns, metadata)
 
 
 def _check_records(fs: pafs.FileSystem, base: str, manifest: dict[str, Any], where: str,
                    names: list[str]) -> None:
-    """Each events file has its record in the manifest, and the size it records (the hash
+    """Each events file has its record in the manifest, the size it records (the hash
     is checked where a store folder is opened locally: reading a remote store whole to hash
-    it would cost what the analysis does)."""
+    it would cost what the analysis does) and a traceview events footer."""
     recorded = manifest.get("files")
     if not isinstance(recorded, dict) or not all(isinstance(recorded.get(n), dict)
                                                  for n in names):
@@ -340,6 +369,10 @@ def _check_records(fs: pafs.FileSystem, base: str, manifest: dict[str, Any], whe
                                        f"damaged store file ({size} bytes, "
                                        f"{recorded[name].get('bytes')} were written): ingest "
                                        "the traces again")
+        # its footer: another program's Parquet of the recorded size is no events file
+        if problem := _events_file_problem(fs, posixpath.join(base, name)):
+            raise UnreadableTraceError(f"{where.rsplit('/', 1)[0]}/{name}",
+                                       f"{problem}: ingest the traces again")
 
 
 __all__ = ["filesystem", "is_store", "is_url", "read_store", "write_rank_task", "write_store"]

@@ -25,6 +25,7 @@ from traceview.errors import UnreadableTraceError, UsageError
 from traceview.store import cache_folder
 from traceview.store import parquet as store
 from traceview.store import remote as remote_store
+from traceview.store import store_tables
 from traceview.store.compacted import compacted_events
 from traceview.store.executors import ExecutorSpec
 from traceview.store.ingest import ingest
@@ -42,8 +43,7 @@ from traceview.store.safe_write import (
 )
 from traceview.store.windows import WindowChoice, chosen_windows
 
-#: The ``windows`` table: which file holds which profiling window of which rank.
-WINDOW_SCHEMA = {"rank": pl.Int32, "window": pl.Int32, "file_id": pl.Int32}
+WINDOW_SCHEMA = store_tables.WINDOW_SCHEMA
 
 
 #: Drop reasons that are not damage (an E merged into its B event, NVTX naming rows, a launcher
@@ -463,8 +463,8 @@ def _open_store(folder: Path) -> TraceSet:
         raise UnreadableTraceError(folder, f"store has schema version "
                                    f"{manifest.get('schema_version')}, this traceview reads "
                                    f"{schema.SCHEMA_VERSION}: ingest the traces again")
-    ranks = _read_store_table(folder / "ranks.parquet", STORE_RANK_SCHEMA)
-    files = _read_store_table(folder / "files.parquet", STORE_FILE_SCHEMA)
+    ranks = _read_store_table(folder / "ranks.parquet", store_tables.STORE_RANK_SCHEMA)
+    files = _read_store_table(folder / "files.parquet", store_tables.STORE_FILE_SCHEMA)
     if "parts" in manifest:
         if not isinstance(manifest["parts"], list):
             raise UnreadableTraceError(manifest_path, "damaged store manifest (parts is not "
@@ -491,40 +491,8 @@ def _open_store(folder: Path) -> TraceSet:
                     else None)
 
 
-#: The columns of a store's small tables that the trace set reads, and their types: a
-#: table without them, or with values of other types (another program's Parquet in its
-#: place), is refused by name rather than failing part-way through an analysis.
-STORE_RANK_SCHEMA = {"rank": pl.Int32, "file_id": pl.Int32, "world_size": pl.Int32,
-                     "host": pl.String, "devices": pl.String, "backend": pl.String,
-                     "clock_base_ns": pl.Int64, "source": pl.String, "rank_from": pl.String}
-STORE_FILE_SCHEMA = {"file_id": pl.Int32, "path": pl.String, "format": pl.String,
-                     "size_bytes": pl.Int64, "content_id": pl.String,
-                     "input_events": pl.Int64, "stored_events": pl.Int64}
-
-
 def _read_store_table(path: Path, required: dict[str, pl.DataType]) -> pl.DataFrame:
-    """A store's small table, its ``required`` columns there and of their types (the ranks
-    not negative); else one line naming the file."""
-    try:
-        table = pl.read_parquet(path)
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        raise UnreadableTraceError(path, f"damaged store file ({str(exc).splitlines()[0]}): "
-                                   "ingest the traces again") from None
-    missing = [c for c in required if c not in table.columns]
-    if missing:
-        raise UnreadableTraceError(path, f"not a traceview store table (no column "
-                                   f"{', '.join(missing)}): ingest the traces again")
-    try:
-        table = table.with_columns(pl.col(c).cast(t, strict=True) for c, t in required.items())
-    except pl.exceptions.PolarsError:
-        wrong = [c for c, t in required.items() if table.schema[c] != t]
-        raise UnreadableTraceError(path, f"not a traceview store table (column "
-                                   f"{', '.join(wrong)} of another type): ingest the traces "
-                                   "again") from None
-    if "rank" in required and table["rank"].null_count() + (table["rank"] < 0).sum():
-        raise UnreadableTraceError(path, "not a traceview store table (a rank that is null "
-                                   "or negative): ingest the traces again")
-    return table
+    return store_tables.read_store_table(path, path, required)
 
 
 def _hash_memo_dir() -> Path | None:
@@ -539,18 +507,21 @@ def _hash_memo_dir() -> Path | None:
 
 def _check_store_file(path: Path, record: Any) -> None:
     """A store's rank file is there, ends in a Parquet footer, and (when the manifest
-    recorded them) has the size and hash it was written with."""
-    problem = None
+    recorded them) has the size and hash it was written with; its footer is traceview's."""
+    problem = foreign = None
     try:
         if isinstance(record, dict):
             if path.stat().st_size != record.get("bytes"):
                 problem = f"{path.stat().st_size} bytes, {record.get('bytes')} were written"
             elif store.known_content_id(path, _hash_memo_dir()) != record.get("xxh3"):
                 problem = "content changed since it was written"
-        if problem is None:
-            store.row_count(path)  # the footer reads
+        if problem is None:  # the footer reads, and is traceview's
+            foreign = store_tables.events_file_problem(pl.read_parquet_schema(path),
+                                                       pl.read_parquet_metadata(path))
     except Exception as exc:  # noqa: BLE001 - any failure to read it is damage
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if foreign:
+        raise UnreadableTraceError(path, f"{foreign}: ingest the traces again")
     if problem:
         raise UnreadableTraceError(path, f"damaged store file ({problem}): ingest the traces "
                                    "again")
