@@ -112,8 +112,10 @@ def test_gloo_ddp_real_run(tmp_path: Path) -> None:
     docs = traces(tmp_path)
     check_gloo_structure(docs, world_size=2, steps=2)
     assert [e["name"] for e in step_spans(docs[0])] == ["ProfilerStep#2", "ProfilerStep#3"]
-    for rank in (0, 1):
-        assert min(ns(e["dur"]) for e in step_spans(docs[rank])) >= SLOW_DELAY_NS
+    # the slow rank's own steps hold its sleep; the other rank's need not (it may start a step
+    # late, while rank 1 already sleeps: a loaded machine measured 28.3 ms against 30), it
+    # waits in the all-reduce instead (below)
+    assert min(ns(e["dur"]) for e in step_spans(docs[1])) >= SLOW_DELAY_NS
     assert len(named(docs[1], "fixture::extra_compute")) == 2
     assert max(allreduce_ns(docs[0])) > max(allreduce_ns(docs[1]))
 

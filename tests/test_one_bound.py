@@ -25,8 +25,12 @@ from tests.conftest import CORPUS, absent
 from tests.test_gpu_corpus_sweep import CPU_TRACES, TRACES
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"
-#: Every fixture run: each folder holding trace files (truth.json files are not traces).
-FIXTURE_RUNS = sorted({str(p.parent.relative_to(DATA))
+#: Folders of unrelated single traces (each file its own run; together they are no run).
+COLLECTIONS = {"gpu_beyond", "graph_capture_real"}
+#: Every fixture run: each folder holding trace files (truth.json files are not traces), and
+#: each file of a collection.
+FIXTURE_RUNS = sorted({str(p.relative_to(DATA) if p.parent.name in COLLECTIONS
+                           else p.parent.relative_to(DATA))
                        for p in [*DATA.rglob("*.json.gz"), *DATA.rglob("*.sqlite")]})
 
 
