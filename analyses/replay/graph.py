@@ -521,14 +521,15 @@ def _with_stretches(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     q = ["rank", "tid"]
     starts = points.filter(pl.col("kind") == "step_start").select(
         "rank", _st="t_ns", step="step_mark").sort("_st")
-    main = points.filter(pl.col("kind") == "step_start").select("rank", "tid").unique() \
-        .with_columns(_main=pl.lit(True))
-    pts = points.sort("t_ns").join_asof(starts, left_on="t_ns", right_on="_st", by="rank",
-                                        strategy="backward", check_sortedness=False)
+    # the join runs on the three columns it needs, put back in point order (``points`` is in
+    # it: ``point`` is the row): sorting every column twice was most of this function's cost
+    step = points.select("point", "rank", "t_ns").sort("t_ns").join_asof(
+        starts, left_on="t_ns", right_on="_st", by="rank", strategy="backward",
+        check_sortedness=False).sort("point").get_column("step")
     # a step's end is its own marker's, where the next step starts at the same instant too
-    pts = pts.with_columns(step=pl.when(pl.col("kind") == "step_end").then("step_mark")
-                           .otherwise("step"))
-    pts = pts.join(main, on=q, how="left").sort("point")
+    pts = points.with_columns(
+        step=pl.when(pl.col("kind") == "step_end").then("step_mark").otherwise(step),
+        _main=(pl.col("kind") == "step_start").any().over(q))
     anchor = pl.col("kind").is_in(list(_ANCHORS))
     label = pl.when(anchor).then(pl.col("kind") + ":" + pl.col("collective").fill_null(""))
     pts = pts.with_columns(
