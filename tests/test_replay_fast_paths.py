@@ -11,8 +11,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceview.analyses.replay.graph import _by_thread_in_time, _named
-from traceview.analyses.replay.waits import _boundaries
+from traceview.analyses.replay.graph import _by_thread_in_time
+from traceview.analyses.replay.waits import NAME_CODE, _boundaries, name_codes, named
 from traceview.schema import STEP_PATTERN
 
 _OP = st.tuples(st.sampled_from([0, 1, 7]),                      # rank
@@ -59,8 +59,11 @@ def test_boundaries_of_a_window_too_long_for_the_key_take_the_plain_sort() -> No
 def test_a_name_pattern_is_matched_once_per_name_with_the_same_answer(names, pattern) -> None:
     ops = pl.DataFrame({"name": names}, schema={"name": pl.String})
     plain = ops.select(pl.col("name").str.contains(pattern))
-    assert ops.select(_named(ops, pattern)).equals(plain)
-    assert ops.filter(~_named(ops, pattern)).equals(ops.filter(~pl.col("name").str.contains(pattern)))
+    # by the names themselves, and by their codes (the graph's ops carry them)
+    for frame in (ops, ops.with_columns(name_codes(pl.col("name")).alias(NAME_CODE))):
+        assert frame.select(named(frame, pattern).alias("name")).equals(plain)
+        assert frame.filter(~named(frame, pattern)).select("name").equals(
+            ops.filter(~pl.col("name").str.contains(pattern)))
 
 
 @settings(max_examples=150, deadline=None)

@@ -50,7 +50,7 @@ import polars as pl
 
 from traceview.schema import GPU_KINDS, RUNTIME_KINDS, STEP_PATTERN
 
-from .waits import WaitOptions, find_waits
+from .waits import NAME_CODE, WaitOptions, find_waits, name_codes, named
 
 POINT_SCHEMA: dict[str, pl.DataType] = {
     "point": pl.Int64, "rank": pl.Int32, "tid": pl.Int64, "t_ns": pl.Int64,
@@ -138,7 +138,7 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
     if launches.height:  # a host sync waits for the GPU work launched before it
         gpu_done = launches.select(instance=pl.format("gpu#{}", "correlation"), rank="rank",
                                    tid="tid", end_ns="end_ns", issued_ns="launch_ns")
-        syncs = host.filter(_named(host, options.sync_pattern))
+        syncs = host.filter(named(host, options.sync_pattern))
         waits = pl.concat([waits, find_waits(syncs, gpu_done, options=options)])
     waits = pl.concat([waits, _unseen_waits(host, waits, completes, issues)])
     points = _points(ops, comm, issues, waits, launches)
@@ -155,7 +155,8 @@ def build_graph(ops: pl.DataFrame, collective_rows: pl.DataFrame,
 
 def _queued(ops: pl.DataFrame) -> pl.DataFrame:
     """``ops`` with one queue id per thread and GPU stream: a host op's ``tid``, a GPU op's
-    ``-1 - stream`` (negative: never a thread's)."""
+    ``-1 - stream`` (negative: never a thread's), and each name's code (``NAME_CODE``: the
+    name tests below hash integers)."""
     has = set(ops.columns)
     kind = pl.col("kind").cast(pl.String) if "kind" in has else pl.lit("cpu_op")
     gpu = kind.is_in(list(GPU_KINDS))
@@ -170,14 +171,7 @@ def _queued(ops: pl.DataFrame) -> pl.DataFrame:
         end_ns=pl.col("end_ns").cast(pl.Int64),
         collective=(pl.col("collective").cast(pl.String) if "collective" in has
                     else pl.lit(None, pl.String)),
-        correlation=corr).sort("rank", "tid", "ts_ns")
-
-
-def _named(ops: pl.DataFrame, pattern: str) -> pl.Expr:
-    """``pl.col("name").str.contains(pattern)``, the regex run once per distinct name (a run
-    has thousands of names and millions of ops; nulls stay null)."""
-    names = ops.select(pl.col("name").unique()).filter(pl.col("name").str.contains(pattern))
-    return pl.col("name").is_in(names.get_column("name").implode())
+        correlation=corr, **{NAME_CODE: name_codes(pl.col("name"))}).sort("rank", "tid", "ts_ns")
 
 
 def _by_thread_in_time(frame: pl.DataFrame, time: str) -> pl.DataFrame:
@@ -326,8 +320,8 @@ def _detach_async(comm: pl.DataFrame, ops: pl.DataFrame) -> tuple[pl.DataFrame, 
               "issue_ns": pl.Int64}
     # only on threads that issue communication (a backend's worker thread runs its work
     # items' own ops inside them: children, not other work)
-    issuing = ops.filter(_named(ops, _DISPATCH)).select("rank", "tid").unique()
-    work = ops.select("rank", "tid", next_ns="ts_ns", _comm=_named(ops, _COMM_NAME)) \
+    issuing = ops.filter(named(ops, _DISPATCH)).select("rank", "tid").unique()
+    work = ops.select("rank", "tid", next_ns="ts_ns", _comm=named(ops, _COMM_NAME)) \
         .filter(~pl.col("_comm") & (pl.col("tid") >= 0)).drop("_comm") \
         .join(issuing, on=["rank", "tid"], how="semi")
     work = _by_thread_in_time(work, "next_ns")
@@ -401,7 +395,7 @@ def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     all-reduce call a step earlier: a 60 ms issue lag on its path)."""
     schema = {"instance": pl.String, "rank": pl.Int32, "issue_tid": pl.Int64,
               "issue_ns": pl.Int64}
-    calls = ops.filter(_named(ops, _DISPATCH) & pl.col("collective").is_not_null()
+    calls = ops.filter(named(ops, _DISPATCH) & pl.col("collective").is_not_null()
                        & ~pl.col("collective").is_in(["send", "recv"]))
     if calls.height == 0 or comm.height == 0:
         return pl.DataFrame(schema=schema)
@@ -441,7 +435,7 @@ def _issues(ops: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
 
 def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
             waits: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
-    steps = ops.filter(_named(ops, STEP_PATTERN) & (pl.col("tid") >= 0)).select(
+    steps = ops.filter(named(ops, STEP_PATTERN) & (pl.col("tid") >= 0)).select(
         "rank", "tid", step=pl.col("name").str.extract(STEP_PATTERN, 1).cast(pl.Int64),
         start="ts_ns", end="end_ns")
     cols = ["rank", "tid", "t_ns", "kind", "instance", "collective", "blocked_ns", "span_ns",
@@ -527,14 +521,15 @@ def _with_stretches(points: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     q = ["rank", "tid"]
     starts = points.filter(pl.col("kind") == "step_start").select(
         "rank", _st="t_ns", step="step_mark").sort("_st")
-    main = points.filter(pl.col("kind") == "step_start").select("rank", "tid").unique() \
-        .with_columns(_main=pl.lit(True))
-    pts = points.sort("t_ns").join_asof(starts, left_on="t_ns", right_on="_st", by="rank",
-                                        strategy="backward", check_sortedness=False)
+    # the join runs on the three columns it needs, put back in point order (``points`` is in
+    # it: ``point`` is the row): sorting every column twice was most of this function's cost
+    step = points.select("point", "rank", "t_ns").sort("t_ns").join_asof(
+        starts, left_on="t_ns", right_on="_st", by="rank", strategy="backward",
+        check_sortedness=False).sort("point").get_column("step")
     # a step's end is its own marker's, where the next step starts at the same instant too
-    pts = pts.with_columns(step=pl.when(pl.col("kind") == "step_end").then("step_mark")
-                           .otherwise("step"))
-    pts = pts.join(main, on=q, how="left").sort("point")
+    pts = points.with_columns(
+        step=pl.when(pl.col("kind") == "step_end").then("step_mark").otherwise(step),
+        _main=(pl.col("kind") == "step_start").any().over(q))
     anchor = pl.col("kind").is_in(list(_ANCHORS))
     label = pl.when(anchor).then(pl.col("kind") + ":" + pl.col("collective").fill_null(""))
     pts = pts.with_columns(

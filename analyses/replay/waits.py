@@ -101,16 +101,13 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
     q = ["rank", "tid"]
     # each name's verdicts once (the regexes run on the distinct names), then the ops as
     # integers and flags: every sort and join below moves these, never the names
-    name = pl.col("name").cast(pl.String)
-    names = ops.select(pl.col("name").unique())
     backend, dispatch, markers, waiting = (
-        names.filter(name.str.contains(pattern)).get_column("name").implode()
+        named(ops, pattern)
         for pattern in (_BACKEND_WORK, _DISPATCH, STEP_PATTERN, options.wait_op_pattern))
     ops = ops.select(
-        *q, "ts_ns", "end_ns", _backend=pl.col("name").is_in(backend),
-        _dispatch=pl.col("name").is_in(dispatch),
-        _inner=pl.when(pl.col("name").is_in(markers)).then(0).otherwise(1).cast(pl.Int64),
-        _wait=pl.col("name").is_in(waiting).fill_null(False))
+        *q, "ts_ns", "end_ns", _backend=backend, _dispatch=dispatch,
+        _inner=pl.when(markers).then(0).otherwise(1).cast(pl.Int64),
+        _wait=waiting.fill_null(False))
     # a backend's worker thread (its work items, their own ops inside them, no dispatcher
     # call) waits for work, never on it
     waiter = ops.group_by(q).agg(_any=~pl.col("_backend").any() | pl.col("_dispatch").any())
@@ -192,6 +189,27 @@ def find_waits(ops: pl.DataFrame, completes: pl.DataFrame, *,
         .sort(*q, "t_ns")
 
 
+#: An optional column of ops: an integer code per distinct name (:func:`name_codes`), so that
+#: name tests hash integers, not millions of strings.
+NAME_CODE = "_name_code"
+
+
+def name_codes(name: pl.Expr) -> pl.Expr:
+    """One integer per distinct name (null for a null name): the name's categorical code."""
+    return name.cast(pl.String).cast(pl.Categorical).to_physical()
+
+
+def named(ops: pl.DataFrame, pattern: str) -> pl.Expr:
+    """``pl.col("name").str.contains(pattern)``, the regex run once per distinct name (a run
+    has thousands of names and millions of ops; nulls stay null), through the names' codes
+    (``NAME_CODE``) where ``ops`` has them."""
+    key = NAME_CODE if NAME_CODE in ops.columns else "name"
+    names = (ops.select(key, pl.col("name").cast(pl.String)).unique(key) if key == NAME_CODE
+             else ops.select(pl.col("name").cast(pl.String).unique())) \
+        .filter(pl.col("name").str.contains(pattern))
+    return pl.col(key).is_in(names.get_column(key).implode())
+
+
 def _longest(pairs: pl.DataFrame, q: list[str]) -> pl.DataFrame:
     """The latest completion near each stretch's end; then the longest stretch per op and
     thread."""
@@ -242,4 +260,4 @@ def _boundaries(ops: pl.DataFrame, inner: pl.Expr) -> pl.DataFrame:
         "d": (key & 3) - 1}).cast({"a": ops.schema["ts_ns"], "d": pl.Int64})
 
 
-__all__ = ["WAIT_SCHEMA", "WaitOptions", "find_waits"]
+__all__ = ["NAME_CODE", "WAIT_SCHEMA", "WaitOptions", "find_waits", "name_codes", "named"]
