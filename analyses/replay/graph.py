@@ -479,10 +479,12 @@ def _points(ops: pl.DataFrame, comm: pl.DataFrame, issues: pl.DataFrame,
     ]
     order = pl.col("kind").replace_strict(_KIND_ORDER, return_dtype=pl.Int8)
     # at one instant, the wait that was blocked first: a wait of nothing there adds only
-    # its dependency
+    # its dependency; then by instance and correlation, so that two points of one kind at one
+    # instant (two issues on a queue) keep one order from build to build
     pts = pl.concat(parts).with_columns(_o=order).sort(
-        "rank", "tid", "t_ns", "_o", "blocked_ns",
-        descending=[False, False, False, False, True]).drop("_o")
+        "rank", "tid", "t_ns", "_o", "blocked_ns", "instance", "correlation",
+        descending=[False, False, False, False, True, False, False],
+        nulls_last=True, maintain_order=True).drop("_o")
     return pts.with_columns(point=pl.int_range(pl.len(), dtype=pl.Int64))
 
 
