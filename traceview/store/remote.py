@@ -336,21 +336,6 @@ def _store_table(fs: pafs.FileSystem, base: str, location: str, name: str,
     return store_tables.read_store_table(data, where, required)
 
 
-def _events_file_problem(fs: pafs.FileSystem, path: str) -> str | None:
-    """:func:`store_tables.events_file_problem` of an events file's footer (one read)."""
-    try:
-        footer = pq.read_schema(path, filesystem=fs)
-    except (OSError, pa.ArrowException) as exc:
-        return f"damaged store file ({str(exc).splitlines()[0] if str(exc) else exc!r})"
-    metadata = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
-                for k, v in (footer.metadata or {}).items()}
-    try:
-        columns = pl.from_arrow(footer.empty_table()).schema
-    except (pl.exceptions.PolarsError, pa.ArrowException) as exc:
-        return f"not a traceview events file ({str(exc).splitlines()[0]})"
-    return store_tables.events_file_problem(columns, metadata)
-
-
 def _check_records(fs: pafs.FileSystem, base: str, manifest: dict[str, Any], where: str,
                    names: list[str]) -> None:
     """Each events file has its record in the manifest, the size it records (the hash
@@ -370,7 +355,7 @@ def _check_records(fs: pafs.FileSystem, base: str, manifest: dict[str, Any], whe
                                        f"{recorded[name].get('bytes')} were written): ingest "
                                        "the traces again")
         # its footer: another program's Parquet of the recorded size is no events file
-        if problem := _events_file_problem(fs, posixpath.join(base, name)):
+        if problem := store_tables.events_footer_problem(posixpath.join(base, name), fs):
             raise UnreadableTraceError(f"{where.rsplit('/', 1)[0]}/{name}",
                                        f"{problem}: ingest the traces again")
 

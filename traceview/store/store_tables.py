@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -92,5 +93,25 @@ def events_file_problem(columns: Mapping[str, pl.DataType],
     return None
 
 
+def events_footer_problem(path: str | Path, filesystem: Any = None) -> str | None:
+    """:func:`events_file_problem` of the events file at ``path`` (on ``filesystem``, a
+    pyarrow one, for a URL store), from one read of its footer; a footer that does not read
+    is a damaged store file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        footer = pq.read_schema(path, filesystem=filesystem)
+    except (OSError, pa.ArrowException) as exc:
+        return f"damaged store file ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+    metadata = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+                for k, v in (footer.metadata or {}).items()}
+    try:
+        columns = pl.from_arrow(footer.empty_table()).schema
+    except (pl.exceptions.PolarsError, pa.ArrowException) as exc:
+        return f"not a traceview events file ({str(exc).splitlines()[0]})"
+    return events_file_problem(columns, metadata)
+
+
 __all__ = ["STORE_FILE_SCHEMA", "STORE_RANK_SCHEMA", "WINDOW_SCHEMA", "events_file_problem",
-           "read_store_table"]
+           "events_footer_problem", "read_store_table"]

@@ -508,20 +508,18 @@ def _hash_memo_dir() -> Path | None:
 def _check_store_file(path: Path, record: Any) -> None:
     """A store's rank file is there, ends in a Parquet footer, and (when the manifest
     recorded them) has the size and hash it was written with; its footer is traceview's."""
-    problem = foreign = None
+    problem = None
     try:
         if isinstance(record, dict):
             if path.stat().st_size != record.get("bytes"):
                 problem = f"{path.stat().st_size} bytes, {record.get('bytes')} were written"
             elif store.known_content_id(path, _hash_memo_dir()) != record.get("xxh3"):
                 problem = "content changed since it was written"
-        if problem is None:  # the footer reads, and is traceview's
-            foreign = store_tables.events_file_problem(pl.read_parquet_schema(path),
-                                                       pl.read_parquet_metadata(path))
     except Exception as exc:  # noqa: BLE001 - any failure to read it is damage
         problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if foreign:
-        raise UnreadableTraceError(path, f"{foreign}: ingest the traces again")
+    if problem is None:  # the footer reads (one read), and is traceview's
+        if found := store_tables.events_footer_problem(path):
+            raise UnreadableTraceError(path, f"{found}: ingest the traces again")
     if problem:
         raise UnreadableTraceError(path, f"damaged store file ({problem}): ingest the traces "
                                    "again")
