@@ -42,6 +42,7 @@ from traceview._dependencies import lazy_module
 from traceview.schema import STEP_PATTERN
 
 from .check import rank_step_times, step_times
+from .waits import named
 from .whatif import Replay, replay_scenario
 
 np = lazy_module("numpy")
@@ -244,10 +245,7 @@ def step_finish(replay: Replay) -> pl.DataFrame:
         marks.filter(pl.col("kind") == "step_start").select("rank", "step", start="t_ns"),
         on=["rank", "step"], how="left")
     host = replay.graph.ops.filter(pl.col("tid") >= 0)
-    # the regex once per distinct name (a run has millions of ops, a few thousand names)
-    markers = host.select(pl.col("name").unique()).filter(
-        pl.col("name").str.contains(STEP_PATTERN)).get_column("name")
-    ops = host.filter(~pl.col("name").is_in(markers.implode()))
+    ops = host.filter(~named(host, STEP_PATTERN))
     busy = ends.sort("t").join_asof(
         ops.select("rank", "tid", busy="end_ns").sort("busy"), left_on="t", right_on="busy",
         by=["rank", "tid"], strategy="backward", check_sortedness=False)
